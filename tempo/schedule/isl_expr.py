@@ -1,0 +1,113 @@
+"""Translation of symbolic expressions into isl's Presburger syntax.
+
+This module and :mod:`tempo.schedule.isl_schedule` are the only places that
+speak isl. Statements are named sets over the steps of an operator's domain;
+bound symbols (``T``) are isl parameters, constrained to ``T >= 1``.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import islpy as isl
+
+from tempo.symbolic.expr import Expr
+from tempo.symbolic.simplify import simplify
+
+_CMP = {"lt": "<", "le": "<=", "eq": "=", "ne": "!="}
+
+CTX = isl.Context()
+
+
+def aff(e: Expr) -> str:
+    """An isl (piecewise) affine expression for an arithmetic ``e``."""
+    op = e.op
+    if op == "const":
+        return str(int(e.args[0]))
+    if op == "sym":
+        return e.args[0]
+    if op == "add":
+        return f"({aff(e.args[0])} + {aff(e.args[1])})"
+    if op == "mul":
+        return f"({aff(e.args[0])} * {aff(e.args[1])})"
+    if op == "floordiv":
+        return f"floor(({aff(e.args[0])}) / {aff(e.args[1])})"
+    if op == "mod":
+        return f"(({aff(e.args[0])}) mod {aff(e.args[1])})"
+    if op in ("min", "max"):
+        out = aff(e.args[0])
+        for a in e.args[1:]:
+            out = f"{op}({out}, {aff(a)})"
+        return out
+    raise ValueError(f"{e} is not an arithmetic expression")
+
+
+def cond(e: Expr) -> str:
+    """An isl constraint for a boolean ``e``."""
+    op = e.op
+    if op == "const":
+        return "1 = 1" if e.args[0] else "1 = 0"
+    if op in _CMP:
+        return f"{aff(e.args[0])} {_CMP[op]} {aff(e.args[1])}"
+    if op in ("and", "or"):
+        return f"(({cond(e.args[0])}) {op} ({cond(e.args[1])}))"
+    if op == "not":
+        return f"(not ({cond(e.args[0])}))"
+    raise ValueError(f"{e} is not a boolean expression")
+
+
+def params_of(exprs: Sequence[Expr]) -> list[str]:
+    names = set()
+    for e in exprs:
+        names |= {s.name for s in e.free_symbols() if s.kind == "bound"}
+    return sorted(names)
+
+
+def _prefix(params: Sequence[str]) -> str:
+    return f"[{', '.join(params)}] -> " if params else ""
+
+
+def box(dims: Sequence[Expr]) -> list[str]:
+    """The constraints ``0 <= t < T`` of each step symbol in ``dims``."""
+    from tempo.symbolic.expr import bound_of
+
+    return [f"0 <= {d.name} < {bound_of(d).name}" for d in dims]
+
+
+def domain_set(name: str, dims: Sequence[Expr], where: Expr | None = None,
+               params: Sequence[str] = ()) -> isl.Set:
+    """``{ name[dims] : 0 <= dims < bounds and where }`` as an isl set."""
+    from tempo.symbolic.expr import bound_of
+
+    constraints = box(dims) + ([cond(simplify(where))] if where is not None else [])
+    all_params = sorted(set(params) | {bound_of(d).name for d in dims}
+                        | set(params_of([where] if where is not None else [])))
+    body = " and ".join(constraints) if constraints else "1 = 1"
+    text = f"{_prefix(all_params)}{{ {name}[{', '.join(d.name for d in dims)}] : {body} }}"
+    return isl.Set.read_from_str(CTX, text)
+
+
+def access_map(sink: str, sink_dims: Sequence[Expr], src: str, src_dims: Sequence[Expr],
+               index: Expr, where: Expr | None = None) -> isl.Map:
+    """The dependence ``sink[p] -> src[q]`` for ``q in index(p)``, inside both boxes.
+
+    ``index`` is a ``seq`` with one point or slice per source dimension, over
+    the sink's step symbols.
+    """
+    from tempo.symbolic.expr import bound_of
+
+    out_names = [f"{d.name}__src" for d in src_dims]
+    constraints = box(sink_dims)
+    constraints += [f"0 <= {n} < {bound_of(d).name}" for n, d in zip(out_names, src_dims)]
+    for n, item in zip(out_names, index.args):
+        item = simplify(item)
+        if item.op == "slice":
+            constraints.append(f"{aff(item.args[0])} <= {n} < {aff(item.args[1])}")
+        else:
+            constraints.append(f"{n} = {aff(item)}")
+    if where is not None:
+        constraints.append(cond(simplify(where)))
+    exprs = [index] + list(sink_dims) + list(src_dims) + ([where] if where is not None else [])
+    params = sorted(set(params_of(exprs)) | {bound_of(d).name for d in [*sink_dims, *src_dims]})
+    text = (f"{_prefix(params)}{{ {sink}[{', '.join(d.name for d in sink_dims)}] -> "
+            f"{src}[{', '.join(out_names)}] : {' and '.join(constraints) or '1 = 1'} }}")
+    return isl.Map.read_from_str(CTX, text)
