@@ -1,2 +1,26 @@
-"""Tempo: compiled dynamic deep learning with recurrent tensors."""
+"""Tempo: compiled dynamic deep learning with recurrent tensors.
+
+>>> import tempo as tpo
+>>> ctx = tpo.Context()
+>>> with ctx:
+...     (t, T), = ctx.dims("t")
+...     r = tpo.from_numpy([1.0, 2.0, 3.0], dims=(t,))
+...     g = r[t:T].sum()
+...     ctx.run(bounds={T: 3}, fetch=[g])[0].tolist()
+[6.0, 5.0, 3.0]
+"""
+from tempo.api.context import Context
+from tempo.api.functional import (abs, cat, cos, eval_symbol, exp, from_numpy, full, log, ones, placeholder,
+                                  relu, sigmoid, sin, sqrt, tanh, udf, where, zeros)
+from tempo.api.functional import maximum as max
+from tempo.api.functional import minimum as min
+from tempo.api.rt import RecurrentTensor
+from tempo.errors import (BoundError, DefinitionError, DomainError, ScheduleError, ShapeError,
+                          TempoError)
+
 __version__ = "0.1.0"
+
+__all__ = ["BoundError", "Context", "DefinitionError", "DomainError", "RecurrentTensor", "ScheduleError",
+           "ShapeError", "TempoError", "abs", "cat", "cos", "eval_symbol", "exp", "from_numpy", "full",
+           "log", "max", "min", "ones", "placeholder", "relu", "sigmoid", "sin", "sqrt", "tanh", "udf",
+           "where", "zeros"]

@@ -87,17 +87,20 @@ def domain_set(name: str, dims: Sequence[Expr], where: Expr | None = None,
 
 
 def access_map(sink: str, sink_dims: Sequence[Expr], src: str, src_dims: Sequence[Expr],
-               index: Expr, where: Expr | None = None) -> isl.Map:
+               index: Expr, where: Expr | None = None, params: Sequence[str] = (),
+               src_box: bool = True) -> isl.Map:
     """The dependence ``sink[p] -> src[q]`` for ``q in index(p)``, inside both boxes.
 
     ``index`` is a ``seq`` with one point or slice per source dimension, over
-    the sink's step symbols.
+    the sink's step symbols. With ``src_box=False`` the reads are not clipped
+    to the source's box (to find reads outside it).
     """
     from tempo.symbolic.expr import bound_of
 
     out_names = [f"{d.name}__src" for d in src_dims]
     constraints = box(sink_dims)
-    constraints += [f"0 <= {n} < {bound_of(d).name}" for n, d in zip(out_names, src_dims)]
+    if src_box:
+        constraints += [f"0 <= {n} < {bound_of(d).name}" for n, d in zip(out_names, src_dims)]
     for n, item in zip(out_names, index.args):
         item = simplify(item)
         if item.op == "slice":
@@ -107,7 +110,7 @@ def access_map(sink: str, sink_dims: Sequence[Expr], src: str, src_dims: Sequenc
     if where is not None:
         constraints.append(cond(simplify(where)))
     exprs = [index] + list(sink_dims) + list(src_dims) + ([where] if where is not None else [])
-    params = sorted(set(params_of(exprs)) | {bound_of(d).name for d in [*sink_dims, *src_dims]})
+    params = sorted(set(params) | set(params_of(exprs)) | {bound_of(d).name for d in [*sink_dims, *src_dims]})
     text = (f"{_prefix(params)}{{ {sink}[{', '.join(d.name for d in sink_dims)}] -> "
             f"{src}[{', '.join(out_names)}] : {' and '.join(constraints) or '1 = 1'} }}")
     return isl.Map.read_from_str(CTX, text)

@@ -1,0 +1,1 @@
+"""The user-facing API: Context, recurrent tensors, constructors and math."""

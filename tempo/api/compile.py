@@ -1,0 +1,108 @@
+"""From a Context to a runnable Program: analyse, validate, schedule, build the AST."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tempo.errors import BoundError, TempoError
+from tempo.ir.sdg import SDG
+from tempo.runtime.backends import Backend, get_backend
+from tempo.runtime.executor import Executor
+from tempo.schedule import ast as ast_mod
+from tempo.schedule import isl_domains, isl_schedule
+from tempo.symbolic.expr import Expr, bound_of
+
+
+@dataclass
+class Program:
+    """A compiled program: its SDG, its schedule AST, and ``run(bounds)``.
+
+    Compilation is parametric in the bound symbols, so one program runs for
+    any bounds. ``timings`` holds the seconds each compile stage took.
+    """
+
+    sdg: SDG
+    fetch: list[int]
+    domains: isl_domains.Domains
+    ast: ast_mod.Stmt
+    backend: Backend
+    site: object = None
+    timings: dict[str, float] = field(default_factory=dict)
+    last_executor: Executor | None = None
+
+    @property
+    def ast_text(self) -> str:
+        return ast_mod.to_text(self.ast)
+
+    def run(self, bounds: dict) -> list[np.ndarray]:
+        values = self._check_bounds(bounds)
+        start = time.perf_counter()
+        executor = Executor(self.sdg, self.ast, self.backend, values)
+        executor.run()
+        self.timings["run"] = time.perf_counter() - start
+        self.last_executor = executor
+        return [self._gather(executor, n, values) for n in self.fetch]
+
+    def _check_bounds(self, bounds: dict) -> dict[str, int]:
+        values = {}
+        for key, value in bounds.items():
+            if isinstance(key, Expr) and key.is_symbol and key.kind == "step":
+                raise BoundError(f"bounds are given for bound symbols such as {key.name.upper()}, "
+                                 f"not for the step {key.name}", self.site)
+            name = key.name if isinstance(key, Expr) else str(key)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise BoundError(f"bound {name} must be a positive integer, got {value!r}", self.site)
+            values[name] = int(value)
+        missing = [p for p in self.domains.params if p not in values]
+        if missing:
+            raise BoundError(f"no value given for bound symbol {', '.join(missing)} "
+                             f"(pass bounds={{{missing[0]}: ...}} to run)", self.site)
+        return values
+
+    def _gather(self, executor: Executor, n: int, bounds: dict[str, int]) -> np.ndarray:
+        node = self.sdg.nodes[n]
+        store = executor.stores[(n, 0)]
+        extent = tuple(bounds[bound_of(d).name] for d in node.domain)
+        values = {p: self.backend.to_numpy(v) for p, v in store.data.items()}
+        shapes = {v.shape for v in values.values()}
+        if len(shapes) > 1:
+            out = np.empty(extent, dtype=object)
+            for p in np.ndindex(*extent):
+                out[p] = values.get(p)
+            return out
+        spatial = shapes.pop() if shapes else ()
+        dtype = np.dtype(node.dtypes[0])
+        fill = np.nan if dtype.kind in "fc" else 0
+        out = np.full(extent + tuple(spatial), fill, dtype=dtype)
+        for p, v in values.items():
+            out[p] = v
+        return out
+
+
+def compile_program(ctx, fetch: list, backend: str = "numpy", site=None) -> Program:
+    """Analyse, validate, schedule and build the AST of ``ctx``'s program."""
+    from tempo.api.rt import RecurrentTensor, materialize
+
+    chosen = get_backend(backend, site)
+    for x in fetch:
+        if not isinstance(x, RecurrentTensor):
+            raise TempoError(f"fetch takes recurrent tensors, got {type(x).__name__}", site)
+        if x.ctx is not ctx:
+            raise TempoError("a fetched tensor belongs to another context", site)
+    fetch_ids = [materialize(x, x.node.site).node.id for x in fetch]
+    sdg = ctx.sdg
+    timings = {}
+    start = time.perf_counter()
+    domains = isl_domains.analyse(sdg, fetch_ids)
+    isl_domains.check_placeholders(sdg, domains)
+    isl_domains.check_reads_in_range(sdg, domains)
+    timings["analyse"] = time.perf_counter() - start
+    start = time.perf_counter()
+    schedule = isl_schedule.compute_schedule(sdg, domains)
+    timings["schedule"] = time.perf_counter() - start
+    start = time.perf_counter()
+    tree = isl_schedule.build_ast(sdg, domains, schedule)
+    timings["ast"] = time.perf_counter() - start
+    return Program(sdg, fetch_ids, domains, tree, chosen, site, timings)

@@ -1,0 +1,76 @@
+"""The Context: temporal dimensions, the SDG under construction, and ``run``."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from tempo.errors import DomainError, TempoError, user_site
+from tempo.ir.sdg import SDG
+from tempo.symbolic.expr import Expr, step_and_bound
+
+_STACK: list["Context"] = []
+
+
+def current() -> "Context":
+    """The innermost active context (``with ctx:``)."""
+    if not _STACK:
+        raise TempoError("no active tempo Context: build recurrent tensors inside `with ctx:`", user_site())
+    return _STACK[-1]
+
+
+class Context:
+    """Holds a program's temporal dimensions and its symbolic dependence graph.
+
+    >>> ctx = Context()
+    >>> with ctx:
+    ...     (t, T), = ctx.dims("t")
+    """
+
+    def __init__(self) -> None:
+        self.sdg = SDG()
+        self.dim_order: list[Expr] = []
+
+    def __enter__(self) -> "Context":
+        _STACK.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _STACK.remove(self)
+
+    def dims(self, *names: str) -> tuple[tuple[Expr, Expr], ...]:
+        """Declare temporal dimensions; each gives its (step, bound) symbol pair."""
+        out = []
+        for name in names:
+            if not name.isidentifier():
+                raise TempoError(f"dimension name {name!r} is not an identifier", user_site())
+            step, bound = step_and_bound(name)
+            if step in self.dim_order:
+                raise TempoError(f"dimension {name!r} is declared twice", user_site())
+            self.dim_order.append(step)
+            out.append((step, bound))
+        return tuple(out)
+
+    def order(self, steps) -> tuple[Expr, ...]:
+        """``steps`` in the context's dimension order; unknown symbols are an error."""
+        steps = set(steps)
+        unknown = [s for s in steps if s not in self.dim_order]
+        if unknown:
+            names = ", ".join(sorted(s.name for s in unknown))
+            raise DomainError(f"symbol {names} is not a dimension of this context", user_site())
+        return tuple(d for d in self.dim_order if d in steps)
+
+    def run(self, bounds: dict, fetch: Sequence = (), backend: str = "numpy") -> list:
+        """Compile the program and execute it; returns one NumPy array per fetched RT.
+
+        Each array is shaped ``(*bounds of the RT's dims, *spatial shape)``;
+        points where a conditional RT is undefined hold NaN (floats) or 0.
+        """
+        from tempo.api.compile import compile_program
+
+        program = compile_program(self, list(fetch), backend=backend, site=user_site())
+        return program.run(bounds)
+
+    def compile(self, fetch: Sequence = (), backend: str = "numpy"):
+        """Compile without running: the returned program has ``.sdg``, ``.ast`` and ``.run(bounds)``."""
+        from tempo.api.compile import compile_program
+
+        return compile_program(self, list(fetch), backend=backend, site=user_site())

@@ -1,0 +1,79 @@
+"""The ``tempo`` command.
+
+``tempo --version`` prints the version; ``tempo run FILE.py [ARGS...]`` runs a
+user program as ``__main__`` (like ``python FILE.py ARGS...``), reporting a
+:class:`~tempo.errors.TempoError` as one clean ``tempo: error: ...`` message
+instead of a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+
+from tempo import __version__
+from tempo.errors import TempoError
+
+PROG = "tempo"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Tempo: compiled dynamic deep learning with recurrent tensors.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = commands.add_parser(
+        "run",
+        help="run a Python program that uses tempo",
+        description="Run FILE.py as __main__, with sys.argv = [FILE.py, *ARGS].",
+    )
+    run.add_argument("file", metavar="FILE.py", help="the program to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                     help="arguments passed to the program")
+    return parser
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def run_file(path: str, args: Sequence[str] = ()) -> int:
+    """Run ``path`` as ``__main__`` with ``sys.argv = [path, *args]``.
+
+    The file's directory goes first on ``sys.path`` (as with ``python FILE``);
+    ``sys.argv`` and ``sys.path`` are restored afterwards. A TempoError from the
+    program is reported on stderr and gives 1; other exceptions propagate.
+    """
+    if not os.path.exists(path):
+        _error(f"can't open file '{path}': no such file")
+        return 2
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [path, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except TempoError as exc:
+        _error(str(exc))
+        return 1
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tempo`` command; returns the exit code."""
+    parser = _parser()
+    ns = parser.parse_args(argv)
+    if ns.version:
+        print(f"{PROG} {__version__}")
+        return 0
+    if ns.command == "run":
+        return run_file(ns.file, ns.args)
+    parser.print_usage(sys.stderr)
+    _error("a command is required (try 'tempo run FILE.py' or 'tempo --help')")
+    return 2

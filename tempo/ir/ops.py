@@ -1,0 +1,172 @@
+"""The operator set of the symbolic dependence graph, as frozen dataclasses.
+
+An operator is plain data; where it is executed (its temporal domain), what it
+reads (its edges) and what it produces (shapes and dtypes) live on the SDG node.
+Parameters may be symbolic expressions (a reshape to ``(T - t, 4)``, a spatial
+index ``t``); they are evaluated at run time at the node's current point.
+Shape and dtype inference rules live in :mod:`tempo.ir.shapes`, one per op type.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from tempo.symbolic.expr import Expr
+
+Shape = tuple  # of int | Expr
+
+
+class Array:
+    """A NumPy array held by identity inside a frozen op (no value hashing)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def __repr__(self) -> str:
+        return f"array{self.array.shape}:{self.array.dtype}"
+
+
+@dataclass(frozen=True)
+class Op:
+    """Base class; ``num_outputs`` is 1 unless the op says otherwise."""
+
+    @property
+    def num_outputs(self) -> int:
+        return 1
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(frozen=True)
+class ConstOp(Op):
+    """A constant; its leading ``num_domain_axes`` axes are indexed by the node's point."""
+
+    value: Array
+    num_domain_axes: int = 0
+
+
+@dataclass(frozen=True)
+class EvalSymbolOp(Op):
+    """The runtime value of a symbolic expression, as an int64 scalar."""
+
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class ElementwiseOp(Op):
+    """A NumPy-style broadcasting map: ``fn`` names the function (``add``, ``exp``, ``where``...)."""
+
+    fn: str
+
+
+@dataclass(frozen=True)
+class ReduceOp(Op):
+    """``sum``, ``mean``, ``max`` or ``min`` over ``axes``."""
+
+    fn: str
+    axes: tuple[int, ...]
+    keepdims: bool = False
+
+
+@dataclass(frozen=True)
+class CumSumOp(Op):
+    axis: int
+
+
+@dataclass(frozen=True)
+class DiscountedSumOp(Op):
+    """``sum_k gamma**k x[k]`` along ``axis`` (the axis is removed)."""
+
+    gamma: float
+    axis: int
+
+
+@dataclass(frozen=True)
+class MatMulOp(Op):
+    pass
+
+
+@dataclass(frozen=True)
+class ReshapeOp(Op):
+    shape: Shape
+
+
+@dataclass(frozen=True)
+class PermuteOp(Op):
+    axes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ExpandOp(Op):
+    shape: Shape
+
+
+@dataclass(frozen=True)
+class SqueezeOp(Op):
+    axis: int
+
+
+@dataclass(frozen=True)
+class UnsqueezeOp(Op):
+    axis: int
+
+
+@dataclass(frozen=True)
+class CatOp(Op):
+    axis: int
+
+
+@dataclass(frozen=True)
+class SpatialIndexOp(Op):
+    """Basic indexing: one item per leading axis, each a point or ``slice`` expression."""
+
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class CastOp(Op):
+    dtype: str
+
+
+@dataclass(frozen=True)
+class IdentOp(Op):
+    """Copies its input; materialises a temporal access as its own tensor."""
+
+
+@dataclass(frozen=True)
+class MergeOp(Op):
+    """Moves the first input whose edge condition holds to its output.
+
+    Branching recurrent tensors (placeholders) and conditional indexing both
+    become MergeOps; ``placeholder`` marks the former, whose branches must
+    cover the whole domain.
+    """
+
+    placeholder: bool = False
+
+
+@dataclass(frozen=True)
+class UDFOp(Op):
+    """A user-defined function ``fn(*arrays) -> tuple of arrays`` run by the host."""
+
+    fn: Callable[..., Any]
+    out_shapes: tuple[Shape, ...]
+    out_dtypes: tuple[str, ...]
+    label: str = "udf"
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.out_shapes)
+
+
+UNARY = ("neg", "exp", "log", "sqrt", "abs", "sin", "cos", "tanh", "sigmoid", "relu", "not",
+         "sign", "floor", "ceil")
+BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "lt", "le", "gt", "ge",
+          "eq", "ne", "and", "or", "mod", "floordiv")
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not")

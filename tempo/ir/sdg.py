@@ -1,0 +1,118 @@
+"""The symbolic dependence graph (SDG).
+
+A :class:`Node` is an operator with a temporal domain (the step symbols of the
+dims it varies over), output shapes and dtypes, and the user's source line
+that created it. An :class:`Edge` says: at point ``p`` of its domain, input
+``sink_in`` of ``sink`` is output ``src_out`` of ``src`` at the points
+``index(p)`` (a ``seq`` with one point or slice per source dim), used only
+where ``cond(p)`` holds (TimeRL §5.1: input id, phi, psi, output id).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tempo.errors import Site
+from tempo.ir.ops import Op
+from tempo.symbolic.expr import Expr, seq
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int
+    op: Op
+    domain: tuple[Expr, ...]
+    shapes: tuple[tuple, ...]
+    dtypes: tuple[str, ...]
+    site: Site | None = None
+    label: str = ""
+
+    def __str__(self) -> str:
+        dom = ", ".join(d.name for d in self.domain)
+        name = self.label or f"%{self.id}"
+        return f"{name} = {_op_text(self.op)}[{dom}] -> {', '.join(_shape_text(s) for s in self.shapes)}:{','.join(self.dtypes)}"
+
+
+@dataclass(frozen=True)
+class Edge:
+    sink: int
+    sink_in: int
+    src: int
+    src_out: int
+    index: Expr
+    cond: Expr | None = None
+
+    @property
+    def is_identity(self) -> bool:
+        return all(a.op == "sym" for a in self.index.args) and self.cond is None
+
+
+def identity_index(domain: tuple[Expr, ...]) -> Expr:
+    return seq(*domain)
+
+
+@dataclass
+class SDG:
+    """Nodes by id and edges; built by the API, rewritten by passes."""
+
+    nodes: dict[int, Node] = field(default_factory=dict)
+    edges: list[Edge] = field(default_factory=list)
+    _next_id: int = 0
+
+    def add_node(self, op: Op, domain, shapes, dtypes, site=None, label="") -> Node:
+        node = Node(self._next_id, op, tuple(domain), tuple(shapes), tuple(dtypes), site, label)
+        self.nodes[node.id] = node
+        self._next_id += 1
+        return node
+
+    def add_edge(self, edge: Edge) -> None:
+        self.edges.append(edge)
+
+    def in_edges(self, node_id: int) -> list[Edge]:
+        return sorted((e for e in self.edges if e.sink == node_id), key=lambda e: e.sink_in)
+
+    def out_edges(self, node_id: int) -> list[Edge]:
+        return [e for e in self.edges if e.src == node_id]
+
+    def describe(self, node_id: int) -> str:
+        node = self.nodes[node_id]
+        text = node.label or f"{node.op.name} %{node_id}"
+        return f"{text} (defined at {node.site})" if node.site else text
+
+    def __str__(self) -> str:
+        lines = []
+        for node in self.nodes.values():
+            reads = []
+            for e in self.in_edges(node.id):
+                src = self.nodes[e.src]
+                ref = src.label or f"%{e.src}"
+                out = f".{e.src_out}" if src.op.num_outputs > 1 else ""
+                cond = f" if {e.cond}" if e.cond is not None else ""
+                reads.append(f"{ref}{out}{e.index}{cond}")
+            lines.append(f"{node}  <- {', '.join(reads)}" if reads else str(node))
+        return "\n".join(lines)
+
+    def to_dot(self) -> str:
+        """Graphviz source: one box per node, edges labelled with their dependence."""
+        out = ["digraph sdg {", "  rankdir=BT; node [shape=box, fontname=monospace];"]
+        for node in self.nodes.values():
+            dom = ", ".join(d.name for d in node.domain)
+            label = f"{node.label + ': ' if node.label else ''}{_op_text(node.op)}\\n[{dom}] {_shape_text(node.shapes[0]) if node.shapes else ''}"
+            out.append(f'  n{node.id} [label="{_escape(label)}"];')
+        for e in self.edges:
+            label = str(e.index) + (f" if {e.cond}" if e.cond is not None else "")
+            out.append(f'  n{e.sink} -> n{e.src} [label="{_escape(label)}"];')
+        out.append("}")
+        return "\n".join(out)
+
+
+def _escape(text: str) -> str:
+    return text.replace('"', '\\"')
+
+
+def _shape_text(shape: tuple) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def _op_text(op: Op) -> str:
+    fields = [f"{k}={v}" for k, v in vars(op).items() if k not in ("fn",) or isinstance(v, str)]
+    return f"{op.name}({', '.join(fields)})" if fields else op.name

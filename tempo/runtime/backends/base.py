@@ -1,0 +1,48 @@
+"""The small interface every backend implements, and the backend registry."""
+from __future__ import annotations
+
+from typing import Callable
+
+from tempo.errors import TempoError
+from tempo.ir.ops import Op
+
+Kernel = Callable[[list, dict, tuple], tuple]  # (inputs, env, point) -> outputs
+
+
+class Backend:
+    """Translate ops to kernels and handle the backend's tensors."""
+
+    name = "base"
+
+    def kernel(self, op: Op) -> Kernel:
+        """A function ``(inputs, env, point) -> tuple of outputs`` computing ``op``."""
+        raise NotImplementedError
+
+    def stack(self, tensors: list, shape: tuple, dtype: str):
+        """Stack ``tensors`` along new leading axes of sizes ``shape``."""
+        raise NotImplementedError
+
+    def cast(self, tensor, dtype: str):
+        raise NotImplementedError
+
+    def to_numpy(self, tensor):
+        raise NotImplementedError
+
+
+_BACKENDS: dict[str, Callable[[], Backend]] = {}
+
+
+def register(name: str):
+    def wrap(factory):
+        _BACKENDS[name] = factory
+        return factory
+
+    return wrap
+
+
+def get_backend(name: str, site=None) -> Backend:
+    from tempo.runtime.backends import numpy  # noqa: F401  (registers itself)
+
+    if name not in _BACKENDS:
+        raise TempoError(f"unknown backend {name!r}; available: {', '.join(sorted(_BACKENDS))}", site)
+    return _BACKENDS[name]()

@@ -1,0 +1,171 @@
+"""The NumPy reference backend: one plain kernel per op type, no JIT.
+
+Every other backend is checked against this one.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from tempo.errors import TempoError
+from tempo.ir import ops
+from tempo.runtime.backends.base import Backend, Kernel, register
+from tempo.symbolic.evaluate import compile_expr
+from tempo.symbolic.expr import seq
+
+KERNELS: dict[type, Callable[[ops.Op], Kernel]] = {}
+
+
+def kernel_for(op_type: type):
+    def wrap(factory):
+        KERNELS[op_type] = factory
+        return factory
+
+    return wrap
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+ELEMENTWISE = {
+    "neg": np.negative, "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "sin": np.sin,
+    "cos": np.cos, "tanh": np.tanh, "sigmoid": _sigmoid, "relu": lambda x: np.maximum(x, 0),
+    "not": np.logical_not, "sign": np.sign, "floor": np.floor, "ceil": np.ceil,
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide, "pow": np.power,
+    "maximum": np.maximum, "minimum": np.minimum, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal, "and": np.logical_and,
+    "or": np.logical_or, "mod": np.mod, "floordiv": np.floor_divide, "where": np.where,
+}
+REDUCERS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+
+
+@kernel_for(ops.ConstOp)
+def _const(op: ops.ConstOp) -> Kernel:
+    value = op.value.array
+    return lambda inputs, env, point: (value[point] if op.num_domain_axes else value,)
+
+
+@kernel_for(ops.EvalSymbolOp)
+def _eval_symbol(op: ops.EvalSymbolOp) -> Kernel:
+    fn = compile_expr(op.expr)
+    return lambda inputs, env, point: (np.asarray(fn(env), dtype=np.int64),)
+
+
+@kernel_for(ops.ElementwiseOp)
+def _elementwise(op: ops.ElementwiseOp) -> Kernel:
+    fn = ELEMENTWISE[op.fn]
+    return lambda inputs, env, point: (fn(*inputs),)
+
+
+@kernel_for(ops.ReduceOp)
+def _reduce(op: ops.ReduceOp) -> Kernel:
+    fn, axes, keep = REDUCERS[op.fn], op.axes, op.keepdims
+    return lambda inputs, env, point: (fn(inputs[0], axis=axes, keepdims=keep),)
+
+
+@kernel_for(ops.CumSumOp)
+def _cumsum(op: ops.CumSumOp) -> Kernel:
+    return lambda inputs, env, point: (np.cumsum(inputs[0], axis=op.axis),)
+
+
+@kernel_for(ops.DiscountedSumOp)
+def _discounted_sum(op: ops.DiscountedSumOp) -> Kernel:
+    def run(inputs, env, point):
+        x = np.moveaxis(inputs[0], op.axis, 0)
+        weights = op.gamma ** np.arange(x.shape[0], dtype=np.float64)
+        return (np.tensordot(weights.astype(x.dtype), x, axes=(0, 0)),)
+
+    return run
+
+
+@kernel_for(ops.MatMulOp)
+def _matmul(op: ops.MatMulOp) -> Kernel:
+    return lambda inputs, env, point: (np.matmul(inputs[0], inputs[1]),)
+
+
+def _sizes(shape) -> Callable[[dict], tuple]:
+    fns = [compile_expr(s) if not isinstance(s, int) else (lambda env, s=s: s) for s in shape]
+    return lambda env: tuple(int(f(env)) for f in fns)
+
+
+@kernel_for(ops.ReshapeOp)
+def _reshape(op: ops.ReshapeOp) -> Kernel:
+    sizes = _sizes(op.shape)
+    return lambda inputs, env, point: (np.reshape(inputs[0], sizes(env)),)
+
+
+@kernel_for(ops.PermuteOp)
+def _permute(op: ops.PermuteOp) -> Kernel:
+    return lambda inputs, env, point: (np.transpose(inputs[0], op.axes),)
+
+
+@kernel_for(ops.ExpandOp)
+def _expand(op: ops.ExpandOp) -> Kernel:
+    sizes = _sizes(op.shape)
+    return lambda inputs, env, point: (np.broadcast_to(inputs[0], sizes(env)),)
+
+
+@kernel_for(ops.SqueezeOp)
+def _squeeze(op: ops.SqueezeOp) -> Kernel:
+    return lambda inputs, env, point: (np.squeeze(inputs[0], axis=op.axis),)
+
+
+@kernel_for(ops.UnsqueezeOp)
+def _unsqueeze(op: ops.UnsqueezeOp) -> Kernel:
+    return lambda inputs, env, point: (np.expand_dims(inputs[0], axis=op.axis),)
+
+
+@kernel_for(ops.CatOp)
+def _cat(op: ops.CatOp) -> Kernel:
+    return lambda inputs, env, point: (np.concatenate(inputs, axis=op.axis),)
+
+
+@kernel_for(ops.SpatialIndexOp)
+def _spatial_index(op: ops.SpatialIndexOp) -> Kernel:
+    index = compile_expr(seq(*op.items))
+    return lambda inputs, env, point: (inputs[0][index(env)],)
+
+
+@kernel_for(ops.CastOp)
+def _cast(op: ops.CastOp) -> Kernel:
+    return lambda inputs, env, point: (inputs[0].astype(op.dtype),)
+
+
+@kernel_for(ops.IdentOp)
+def _ident(op: ops.IdentOp) -> Kernel:
+    return lambda inputs, env, point: (inputs[0],)
+
+
+@kernel_for(ops.UDFOp)
+def _udf(op: ops.UDFOp) -> Kernel:
+    def run(inputs, env, point):
+        out = op.fn(*inputs)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    return run
+
+
+@register("numpy")
+class NumPyBackend(Backend):
+    name = "numpy"
+
+    def kernel(self, op: ops.Op) -> Kernel:
+        factory = KERNELS.get(type(op))
+        if factory is None:
+            raise TempoError(f"the numpy backend has no kernel for {op.name}")
+        return factory(op)
+
+    def stack(self, tensors: list, shape: tuple, dtype: str):
+        if not tensors:
+            return np.zeros(shape, dtype=dtype)
+        out = np.stack(tensors)
+        return out.reshape(tuple(shape) + out.shape[1:])
+
+    def cast(self, tensor, dtype: str):
+        tensor = np.asarray(tensor)
+        return tensor if tensor.dtype == dtype else tensor.astype(dtype)
+
+    def to_numpy(self, tensor):
+        return np.asarray(tensor)

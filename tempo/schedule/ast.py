@@ -1,0 +1,77 @@
+"""Tempo's schedule AST: sequence, loop, if and execute statements.
+
+It is the imperative program the executor walks. Expressions are symbolic
+(over loop counters and bound symbols) and are compiled to Python functions
+once, when the executor is built. ``print(program.ast)`` shows it as C-like
+pseudocode.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from tempo.symbolic.expr import Expr
+
+
+@dataclass(frozen=True)
+class Sequence:
+    body: tuple["Stmt", ...]
+
+
+@dataclass(frozen=True)
+class Loop:
+    var: str
+    start: Expr
+    cond: Expr
+    step: int
+    body: "Stmt"
+
+
+@dataclass(frozen=True)
+class If:
+    cond: Expr
+    then: "Stmt"
+    orelse: "Stmt | None" = None
+
+
+@dataclass(frozen=True)
+class Execute:
+    """Execute node ``node_id`` at ``point`` (one expression per dim of its domain)."""
+
+    node_id: int
+    point: tuple[Expr, ...]
+    label: str = ""
+
+
+Stmt = Union[Sequence, Loop, If, Execute]
+
+
+def to_text(stmt: Stmt, indent: int = 0) -> str:
+    pad = "  " * indent
+    if isinstance(stmt, Sequence):
+        return "\n".join(to_text(s, indent) for s in stmt.body)
+    if isinstance(stmt, Loop):
+        head = f"{pad}for {stmt.var} = {stmt.start}; {stmt.cond}; {stmt.var} += {stmt.step}:"
+        return f"{head}\n{to_text(stmt.body, indent + 1)}"
+    if isinstance(stmt, If):
+        text = f"{pad}if {stmt.cond}:\n{to_text(stmt.then, indent + 1)}"
+        if stmt.orelse is not None:
+            text += f"\n{pad}else:\n{to_text(stmt.orelse, indent + 1)}"
+        return text
+    point = ", ".join(str(p) for p in stmt.point)
+    return f"{pad}{stmt.label or 'S' + str(stmt.node_id)}[{point}]"
+
+
+def statements(stmt: Stmt):
+    """Every Execute statement in program order."""
+    if isinstance(stmt, Sequence):
+        for s in stmt.body:
+            yield from statements(s)
+    elif isinstance(stmt, Loop):
+        yield from statements(stmt.body)
+    elif isinstance(stmt, If):
+        yield from statements(stmt.then)
+        if stmt.orelse is not None:
+            yield from statements(stmt.orelse)
+    else:
+        yield stmt

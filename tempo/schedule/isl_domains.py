@@ -1,0 +1,186 @@
+"""Where each node executes, and the checks that need those sets (isl).
+
+Three set analyses over the SDG, all parametric in the bound symbols:
+
+* *defined*: the points where a node's value exists (a greatest fixpoint:
+  conditional RTs and branching placeholders define only some points, and a
+  node that reads an undefined point is undefined there);
+* *needed*: the points some fetched node transitively reads (a least fixpoint
+  from the fetched nodes, so ``s[t+1] = f(s[t], r[t+1])`` evaluates ``f`` only
+  at ``t < T - 1``);
+* *executed* = needed ∩ defined: the statement domains handed to the scheduler.
+
+Then the validity checks: a read outside the source's box that no condition
+guards, and a placeholder whose branches leave a gap.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from tempo.errors import DefinitionError, DomainError, ScheduleError
+from tempo.ir.ops import MergeOp
+from tempo.ir.sdg import SDG, Edge
+from tempo.schedule import isl_expr
+from tempo.symbolic.expr import Expr, bound_of
+
+_MAX_ROUNDS = 64
+
+
+def statement(node_id: int) -> str:
+    return f"S{node_id}"
+
+
+@dataclass
+class Domains:
+    """Per-node isl sets plus the edge maps used to build them."""
+
+    params: list[str]
+    box: dict[int, isl.Set]
+    active: dict[int, isl.Set]  # per edge index: sink points where the edge is read
+    reads: dict[int, isl.Map]  # per edge index: sink point -> source points, not clipped to the box
+    defined: dict[int, isl.Set]
+    executed: dict[int, isl.Set]
+    context: isl.Set
+
+
+def all_params(sdg: SDG) -> list[str]:
+    exprs: list[Expr] = []
+    for node in sdg.nodes.values():
+        exprs += [bound_of(d) for d in node.domain]
+        for shape in node.shapes:
+            exprs += [s for s in shape if isinstance(s, Expr)]
+    for e in sdg.edges:
+        exprs.append(e.index)
+        if e.cond is not None:
+            exprs.append(e.cond)
+    return isl_expr.params_of(exprs)
+
+
+def analyse(sdg: SDG, roots: list[int]) -> Domains:
+    """Compute box, defined and executed sets for every node (see module doc)."""
+    params = all_params(sdg)
+    context = isl.Set.read_from_str(
+        isl_expr.CTX, f"[{', '.join(params)}] -> {{ : {' and '.join(f'{p} >= 1' for p in params) or '1 = 1'} }}")
+    box = {n: isl_expr.domain_set(statement(n), node.domain, params=params).intersect_params(context)
+           for n, node in sdg.nodes.items()}
+    reads, active = {}, {}
+    for k, e in enumerate(sdg.edges):
+        sink, src = sdg.nodes[e.sink], sdg.nodes[e.src]
+        reads[k] = isl_expr.access_map(statement(e.sink), sink.domain, statement(e.src), src.domain,
+                                       e.index, params=params, src_box=False).intersect_params(context)
+    for n, node in sdg.nodes.items():
+        earlier = box[n].empty(box[n].get_space())
+        for k, e in _in_edges(sdg, n):
+            where = box[n]
+            if e.cond is not None:
+                where = where.intersect(isl_expr.domain_set(statement(n), node.domain, e.cond, params))
+            if isinstance(node.op, MergeOp):
+                where, earlier = where.subtract(earlier), earlier.union(where)
+            active[k] = where.coalesce()
+    domains = Domains(params, box, active, reads, {}, {}, context)
+    domains.defined = _defined(sdg, domains)
+    domains.executed = _executed(sdg, domains, roots)
+    return domains
+
+
+def _in_edges(sdg: SDG, n: int) -> list[tuple[int, Edge]]:
+    return sorted(((k, e) for k, e in enumerate(sdg.edges) if e.sink == n), key=lambda ke: ke[1].sink_in)
+
+
+def _bad_points(d: Domains, k: int, e: Edge, defined: dict[int, isl.Set]) -> isl.Set:
+    undefined = d.box[e.src].subtract(defined[e.src])
+    return d.reads[k].intersect_range(undefined).domain()
+
+
+def _defined(sdg: SDG, d: Domains) -> dict[int, isl.Set]:
+    defined = dict(d.box)
+    for _ in range(_MAX_ROUNDS):
+        changed = False
+        for n, node in sdg.nodes.items():
+            edges = _in_edges(sdg, n)
+            if isinstance(node.op, MergeOp):
+                new = d.box[n].empty(d.box[n].get_space())
+                for k, e in edges:
+                    new = new.union(d.active[k].subtract(_bad_points(d, k, e, defined)))
+            else:
+                new = d.box[n]
+                for k, e in edges:
+                    new = new.subtract(_bad_points(d, k, e, defined))
+            new = new.coalesce()
+            if not new.is_equal(defined[n]):
+                defined[n], changed = new, True
+        if not changed:
+            return defined
+    raise ScheduleError("could not determine where the program's conditional tensors are defined "
+                        "(the definedness analysis did not converge)")
+
+
+def _executed(sdg: SDG, d: Domains, roots: list[int]) -> dict[int, isl.Set]:
+    needed = {n: d.box[n].empty(d.box[n].get_space()) for n in sdg.nodes}
+    for r in roots:
+        needed[r] = d.defined[r]
+    for attempt in range(2):
+        for _ in range(_MAX_ROUNDS):
+            changed = False
+            for k, e in enumerate(sdg.edges):
+                at = needed[e.sink].intersect(d.defined[e.sink]).intersect(d.active[k])
+                if at.is_empty():
+                    continue
+                reads = d.reads[k].intersect_domain(at).range().intersect(d.box[e.src])
+                new = needed[e.src].union(reads).coalesce()
+                if not new.is_equal(needed[e.src]):
+                    needed[e.src], changed = new, True
+            if not changed:
+                return {n: needed[n].intersect(d.defined[n]).coalesce() for n in sdg.nodes}
+        # widen: every node reached so far is needed wherever it is defined
+        needed = {n: (d.defined[n] if not s.is_empty() else s) for n, s in needed.items()}
+    raise ScheduleError("could not determine which points of the program are needed (no convergence)")
+
+
+def check_reads_in_range(sdg: SDG, d: Domains) -> None:
+    """A read outside its source's box, at an executed point, is an error."""
+    for k, e in enumerate(sdg.edges):
+        at = d.executed[e.sink].intersect(d.active[k])
+        if at.is_empty():
+            continue
+        outside = d.reads[k].intersect_domain(at).intersect_range(d.box[e.src].complement())
+        outside = outside.intersect_params(d.context)
+        if outside.is_empty():
+            continue
+        sink, src = sdg.nodes[e.sink], sdg.nodes[e.src]
+        example = _example(outside.domain(), sink.domain)
+        ranges = ", ".join(f"0 <= {x.name} < {bound_of(x).name}" for x in src.domain)
+        raise DomainError(
+            f"temporal read out of range: this tensor reads {src.op.name} %{src.id} at {e.index}, outside "
+            f"its domain ({ranges}) {example}; guard the read with a condition or clamp the index "
+            f"with tpo.min/tpo.max", sink.site)
+
+
+def check_placeholders(sdg: SDG, d: Domains) -> None:
+    """Every placeholder's branches must cover its whole domain."""
+    for n, node in sdg.nodes.items():
+        if not (isinstance(node.op, MergeOp) and node.op.placeholder):
+            continue
+        edges = _in_edges(sdg, n)
+        if not edges:
+            raise DefinitionError("placeholder is never defined (assign it with x[...] = value)", node.site)
+        covered = d.box[n].empty(d.box[n].get_space())
+        for k, _ in edges:
+            covered = covered.union(d.active[k])
+        gap = d.box[n].subtract(covered).intersect_params(d.context)
+        if not gap.is_empty():
+            raise DefinitionError(f"gap in the definition of this placeholder: no branch defines it "
+                                  f"{_example(gap, node.domain)}", node.site)
+
+
+def _example(points: isl.Set, dims) -> str:
+    """A sample point of ``points``, spelled with the program's symbols."""
+    sample = points.sample_point()
+    names = [points.get_dim_name(isl.dim_type.param, i) for i in range(points.dim(isl.dim_type.param))]
+    params = {n: sample.get_coordinate_val(isl.dim_type.param, i).to_python() for i, n in enumerate(names)}
+    coords = {x.name: sample.get_coordinate_val(isl.dim_type.set, i).to_python() for i, x in enumerate(dims)}
+    at = ", ".join(f"{k}={v}" for k, v in coords.items())
+    with_bounds = ", ".join(f"{k}={v}" for k, v in params.items())
+    return f"(for example at {at or 'the point'} when {with_bounds})" if with_bounds else f"(at {at})"

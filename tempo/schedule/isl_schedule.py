@@ -1,0 +1,171 @@
+"""Polyhedral scheduling with isl, and isl's AST turned into Tempo's AST.
+
+Every edge of the SDG gives a validity constraint (the source instance runs
+before the sink instance that reads it) and a proximity constraint (keep them
+close, for locality and short tensor lifetimes). isl's scheduler
+(``ScheduleConstraints.compute_schedule``) finds a schedule; isl's AST builder
+scans it; :func:`to_tempo_ast` converts the result into :mod:`tempo.schedule.ast`.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from tempo.errors import ScheduleError
+from tempo.ir.sdg import SDG
+from tempo.schedule import ast
+from tempo.schedule.isl_domains import Domains, statement
+from tempo.symbolic.expr import Expr, const, max_, min_, symbol
+
+
+def dependences(sdg: SDG, d: Domains, nodes: set[int] | None = None) -> isl.UnionMap:
+    """``src[q] -> sink[p]`` for every executed read, as one union map."""
+    deps = None
+    for k, e in enumerate(sdg.edges):
+        if nodes is not None and not {e.sink, e.src} <= nodes:
+            continue
+        at = d.executed[e.sink].intersect(d.active[k])
+        dep = d.reads[k].intersect_domain(at).intersect_range(d.executed[e.src])
+        if dep.is_empty():
+            continue
+        dep = isl.UnionMap.from_map(dep.reverse())
+        deps = dep if deps is None else deps.union(dep)
+    return deps
+
+
+def domain(d: Domains, nodes) -> isl.UnionSet | None:
+    out = None
+    for n in nodes:
+        s = d.executed[n]
+        if s.is_empty():
+            continue
+        u = isl.UnionSet.from_set(s)
+        out = u if out is None else out.union(u)
+    return out
+
+
+def compute_schedule(sdg: SDG, d: Domains) -> isl.Schedule | None:
+    """isl's schedule of all executed statements, or a ScheduleError naming a bad cycle."""
+    dom = domain(d, sdg.nodes)
+    if dom is None:
+        return None
+    deps = dependences(sdg, d)
+    constraints = isl.ScheduleConstraints.on_domain(dom)
+    if deps is not None:
+        constraints = constraints.set_validity(deps).set_proximity(deps)
+    try:
+        return constraints.compute_schedule()
+    except isl.Error:
+        raise _cycle_error(sdg, d) from None
+
+
+def _cycle_error(sdg: SDG, d: Domains) -> ScheduleError:
+    for scc in _strongly_connected(sdg, d):
+        dom = domain(d, scc)
+        deps = dependences(sdg, d, scc)
+        if dom is None or deps is None:
+            continue
+        try:
+            isl.ScheduleConstraints.on_domain(dom).set_validity(deps).compute_schedule()
+        except isl.Error:
+            names = "\n".join(f"  - {sdg.describe(n)}" for n in sorted(scc))
+            return ScheduleError(f"no schedule can satisfy this cycle of dependences (each of these "
+                                 f"tensors needs another one of them at the same or a later step):\n{names}")
+    return ScheduleError("isl found no schedule for this program")
+
+
+def _strongly_connected(sdg: SDG, d: Domains) -> list[set[int]]:
+    succ: dict[int, set[int]] = {n: set() for n in sdg.nodes}
+    for e in sdg.edges:
+        succ[e.sink].add(e.src)
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: int) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in succ[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in succ[v]:
+                out.append(comp)
+
+    for v in sdg.nodes:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def build_ast(sdg: SDG, d: Domains, schedule: isl.Schedule | None) -> ast.Stmt:
+    if schedule is None:
+        return ast.Sequence(())
+    build = isl.AstBuild.from_context(d.context)
+    return to_tempo_ast(build.node_from_schedule(schedule), sdg)
+
+
+def to_tempo_ast(node: isl.AstNode, sdg: SDG) -> ast.Stmt:
+    kind = node.get_type()
+    if kind == isl.ast_node_type.block:
+        children = node.block_get_children()
+        return ast.Sequence(tuple(to_tempo_ast(children.get_at(i), sdg) for i in range(children.n_ast_node())))
+    if kind == isl.ast_node_type.for_:
+        var = node.for_get_iterator().get_id().get_name()
+        step = _expr(node.for_get_inc())
+        return ast.Loop(var, _expr(node.for_get_init()), _expr(node.for_get_cond()), int(step.value),
+                        to_tempo_ast(node.for_get_body(), sdg))
+    if kind == isl.ast_node_type.if_:
+        orelse = to_tempo_ast(node.if_get_else_node(), sdg) if node.if_has_else_node() else None
+        return ast.If(_expr(node.if_get_cond()), to_tempo_ast(node.if_get_then_node(), sdg), orelse)
+    if kind == isl.ast_node_type.user:
+        call = node.user_get_expr()
+        name = call.get_op_arg(0).get_id().get_name()
+        node_id = int(name[1:])
+        point = tuple(_expr(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg()))
+        return ast.Execute(node_id, point, sdg.nodes[node_id].label or f"{sdg.nodes[node_id].op.name}%{node_id}")
+    if kind == isl.ast_node_type.mark:
+        return to_tempo_ast(node.mark_get_node(), sdg)
+    raise ScheduleError(f"unexpected isl AST node {kind}")
+
+
+_OPS = isl.ast_expr_op_type
+
+
+def _expr(e: isl.AstExpr) -> Expr:
+    kind = e.get_type()
+    if kind == isl.ast_expr_type.int:
+        return const(e.get_val().to_python())
+    if kind == isl.ast_expr_type.id:
+        return symbol(e.get_id().get_name())
+    op = e.get_op_type()
+    args = [_expr(e.get_op_arg(i)) for i in range(e.get_op_n_arg())]
+    if op == _OPS.minus:
+        return -args[0]
+    if op in (_OPS.max, _OPS.min):
+        return (max_ if op == _OPS.max else min_)(*args)
+    if op in (_OPS.and_, _OPS.and_then):
+        return Expr("and", tuple(args))
+    if op in (_OPS.or_, _OPS.or_else):
+        return Expr("or", tuple(args))
+    if op == _OPS.select or op == _OPS.cond:
+        c, a, b = args
+        return Expr("add", (Expr("mul", (a, c)), Expr("mul", (b, ~c))))
+    binary = {_OPS.add: lambda a, b: a + b, _OPS.sub: lambda a, b: a - b, _OPS.mul: lambda a, b: a * b,
+              _OPS.div: lambda a, b: a // b, _OPS.fdiv_q: lambda a, b: a // b,
+              _OPS.pdiv_q: lambda a, b: a // b, _OPS.pdiv_r: lambda a, b: a % b,
+              _OPS.zdiv_r: lambda a, b: a % b, _OPS.eq: lambda a, b: Expr("eq", (a, b)),
+              _OPS.le: lambda a, b: a <= b, _OPS.lt: lambda a, b: a < b,
+              _OPS.ge: lambda a, b: a >= b, _OPS.gt: lambda a, b: a > b}
+    if op in binary:
+        return binary[op](*args)
+    raise ScheduleError(f"unsupported isl AST expression {e.to_C_str()}")
