@@ -32,18 +32,20 @@ class Program:
     timings: dict[str, float] = field(default_factory=dict)
     last_executor: Executor | None = None
 
-    @property
-    def ast_text(self) -> str:
-        return ast_mod.to_text(self.ast)
-
     def run(self, bounds: dict) -> list[np.ndarray]:
         values = self._check_bounds(bounds)
+        self.validate(values)
         start = time.perf_counter()
         executor = Executor(self.sdg, self.ast, self.backend, values)
         executor.run()
         self.timings["run"] = time.perf_counter() - start
         self.last_executor = executor
         return [self._gather(executor, n, values) for n in self.fetch]
+
+    def validate(self, bounds: dict[str, int] | None = None) -> None:
+        """Check for out-of-range reads, for these bounds or (None) for every bound."""
+        context = self.domains.context if bounds is None else isl_domains.pinned(self.domains, bounds)
+        isl_domains.check_reads_in_range(self.sdg, self.domains, context)
 
     def _check_bounds(self, bounds: dict) -> dict[str, int]:
         values = {}
@@ -96,8 +98,6 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None) -> Prog
     timings = {}
     start = time.perf_counter()
     domains = isl_domains.analyse(sdg, fetch_ids)
-    isl_domains.check_placeholders(sdg, domains)
-    isl_domains.check_reads_in_range(sdg, domains)
     timings["analyse"] = time.perf_counter() - start
     start = time.perf_counter()
     schedule = isl_schedule.compute_schedule(sdg, domains)

@@ -13,13 +13,18 @@ from typing import Union
 from tempo.symbolic.expr import Expr
 
 
+class _Printable:
+    def __str__(self) -> str:
+        return to_text(self)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
-class Sequence:
+class Sequence(_Printable):
     body: tuple["Stmt", ...]
 
 
 @dataclass(frozen=True)
-class Loop:
+class Loop(_Printable):
     var: str
     start: Expr
     cond: Expr
@@ -28,14 +33,14 @@ class Loop:
 
 
 @dataclass(frozen=True)
-class If:
+class If(_Printable):
     cond: Expr
     then: "Stmt"
     orelse: "Stmt | None" = None
 
 
 @dataclass(frozen=True)
-class Execute:
+class Execute(_Printable):
     """Execute node ``node_id`` at ``point`` (one expression per dim of its domain)."""
 
     node_id: int

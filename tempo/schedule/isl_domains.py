@@ -59,7 +59,10 @@ def all_params(sdg: SDG) -> list[str]:
 
 
 def analyse(sdg: SDG, roots: list[int]) -> Domains:
-    """Compute box, defined and executed sets for every node (see module doc)."""
+    """Compute box, defined and executed sets for every node (see module doc).
+
+    Placeholder gaps are checked first: a gap makes definedness creep forever.
+    """
     params = all_params(sdg)
     context = isl.Set.read_from_str(
         isl_expr.CTX, f"[{', '.join(params)}] -> {{ : {' and '.join(f'{p} >= 1' for p in params) or '1 = 1'} }}")
@@ -80,6 +83,7 @@ def analyse(sdg: SDG, roots: list[int]) -> Domains:
                 where, earlier = where.subtract(earlier), earlier.union(where)
             active[k] = where.coalesce()
     domains = Domains(params, box, active, reads, {}, {}, context)
+    check_placeholders(sdg, domains, context)
     domains.defined = _defined(sdg, domains)
     domains.executed = _executed(sdg, domains, roots)
     return domains
@@ -139,14 +143,20 @@ def _executed(sdg: SDG, d: Domains, roots: list[int]) -> dict[int, isl.Set]:
     raise ScheduleError("could not determine which points of the program are needed (no convergence)")
 
 
-def check_reads_in_range(sdg: SDG, d: Domains) -> None:
-    """A read outside its source's box, at an executed point, is an error."""
+def pinned(d: Domains, bounds: dict[str, int]) -> isl.Set:
+    """The parameter context with every bound fixed to its value in ``bounds``."""
+    text = " and ".join(f"{p} = {bounds[p]}" for p in d.params) or "1 = 1"
+    return isl.Set.read_from_str(isl_expr.CTX, f"[{', '.join(d.params)}] -> {{ : {text} }}")
+
+
+def check_reads_in_range(sdg: SDG, d: Domains, context: isl.Set) -> None:
+    """A read outside its source's box, at an executed point under ``context``, is an error."""
     for k, e in enumerate(sdg.edges):
         at = d.executed[e.sink].intersect(d.active[k])
         if at.is_empty():
             continue
         outside = d.reads[k].intersect_domain(at).intersect_range(d.box[e.src].complement())
-        outside = outside.intersect_params(d.context)
+        outside = outside.intersect_params(context)
         if outside.is_empty():
             continue
         sink, src = sdg.nodes[e.sink], sdg.nodes[e.src]
@@ -158,8 +168,8 @@ def check_reads_in_range(sdg: SDG, d: Domains) -> None:
             f"with tpo.min/tpo.max", sink.site)
 
 
-def check_placeholders(sdg: SDG, d: Domains) -> None:
-    """Every placeholder's branches must cover its whole domain."""
+def check_placeholders(sdg: SDG, d: Domains, context: isl.Set) -> None:
+    """Every placeholder's branches must cover its whole domain under ``context``."""
     for n, node in sdg.nodes.items():
         if not (isinstance(node.op, MergeOp) and node.op.placeholder):
             continue
@@ -169,7 +179,7 @@ def check_placeholders(sdg: SDG, d: Domains) -> None:
         covered = d.box[n].empty(d.box[n].get_space())
         for k, _ in edges:
             covered = covered.union(d.active[k])
-        gap = d.box[n].subtract(covered).intersect_params(d.context)
+        gap = d.box[n].subtract(covered).intersect_params(context)
         if not gap.is_empty():
             raise DefinitionError(f"gap in the definition of this placeholder: no branch defines it "
                                   f"{_example(gap, node.domain)}", node.site)
