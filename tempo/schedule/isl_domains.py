@@ -137,7 +137,7 @@ def _executed(sdg: SDG, d: Domains, roots: list[int]) -> dict[int, isl.Set]:
                 if not new.is_equal(needed[e.src]):
                     needed[e.src], changed = new, True
             if not changed:
-                return {n: needed[n].intersect(d.defined[n]).coalesce() for n in sdg.nodes}
+                return {n: _tidy(needed[n].intersect(d.defined[n]), d.box[n]) for n in sdg.nodes}
         # widen: every node reached so far is needed wherever it is defined
         needed = {n: (d.defined[n] if not s.is_empty() else s) for n, s in needed.items()}
     raise ScheduleError("could not determine which points of the program are needed (no convergence)")
@@ -147,6 +147,11 @@ def pinned(d: Domains, bounds: dict[str, int]) -> isl.Set:
     """The parameter context with every bound fixed to its value in ``bounds``."""
     text = " and ".join(f"{p} = {bounds[p]}" for p in d.params) or "1 = 1"
     return isl.Set.read_from_str(isl_expr.CTX, f"[{', '.join(d.params)}] -> {{ : {text} }}")
+
+
+def _tidy(points: isl.Set, box: isl.Set) -> isl.Set:
+    """The same set, often with fewer disjuncts: isl rebuilds it from its complement."""
+    return box.subtract(box.subtract(points)).coalesce()
 
 
 def check_reads_in_range(sdg: SDG, d: Domains, context: isl.Set) -> None:
@@ -163,7 +168,7 @@ def check_reads_in_range(sdg: SDG, d: Domains, context: isl.Set) -> None:
         example = _example(outside.domain(), sink.domain)
         ranges = ", ".join(f"0 <= {x.name} < {bound_of(x).name}" for x in src.domain)
         raise DomainError(
-            f"temporal read out of range: this tensor reads {src.op.name} %{src.id} at {e.index}, outside "
+            f"temporal read out of range: this tensor reads {_name(src)} at {e.index}, outside "
             f"its domain ({ranges}) {example}; guard the read with a condition or clamp the index "
             f"with tpo.min/tpo.max", sink.site)
 
@@ -183,6 +188,12 @@ def check_placeholders(sdg: SDG, d: Domains, context: isl.Set) -> None:
         if not gap.is_empty():
             raise DefinitionError(f"gap in the definition of this placeholder: no branch defines it "
                                   f"{_example(gap, node.domain)}", node.site)
+
+
+def _name(node) -> str:
+    if node.site is None:
+        return f"{node.op.name} %{node.id}"
+    return f"the tensor of line {node.site.lineno} ({node.site.code})"
 
 
 def _example(points: isl.Set, dims) -> str:
