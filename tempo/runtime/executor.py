@@ -93,7 +93,12 @@ class Executor:
         def launch(point):
             env = dict(bounds, **dict(zip(names, point)))
             inputs = [store.read(index(env)) for store, index, _ in reads]
-            results = kernel(inputs, env, point)
+            try:
+                results = kernel(inputs, env, point)
+            except Exception as err:  # re-raised naming the user's line, as torch.fx does
+                where = ", ".join(f"{n}={v}" for n, v in zip(names, point))
+                raise TempoError(f"{node.op.name} failed at {where or 'its only point'}: "
+                                 f"{type(err).__name__}: {err}", node.site) from err
             for store, value, dtype in zip(outs, results, dtypes):
                 store.write(point, backend.cast(value, dtype))
 

@@ -87,3 +87,12 @@ def test_rt_has_no_truth_value(ctx):
     x = tpo.from_numpy(np.arange(3.0), dims=(t,))
     with pytest.raises(tpo.TempoError, match="truth value"):
         bool(x > 1)
+
+
+def test_kernel_failure_names_the_users_line(ctx):
+    (t, T), = ctx.dims("t")
+    x = tpo.from_numpy(np.ones((4, 3)), dims=(t,))
+    y = tpo.udf(lambda v: (v[5],), [x], out_shapes=[()], out_dtypes=["float64"])
+    with pytest.raises(tpo.TempoError, match=r"UDFOp failed at t=0: IndexError") as err:
+        ctx.run(bounds={T: 4}, fetch=[y])
+    assert "test_rt.py" in str(err.value) and "y = tpo.udf(" in str(err.value)
