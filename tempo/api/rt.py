@@ -243,6 +243,10 @@ def _invert_key(rt: RecurrentTensor, key, value: RecurrentTensor, site) -> tuple
         k_steps = steps_in(k)
         if k is d:
             continue
+        foreign = k_steps - set(rt.domain)
+        if foreign:
+            raise DomainError(f"key {k} uses {', '.join(sorted(s.name for s in foreign))}, not a dim of the "
+                              f"placeholder ({', '.join(x.name for x in rt.domain)})", site)
         if k.op == "slice" or k.is_boolean:
             raise DefinitionError(f"key {k} for dim {d.name}: use a point such as {d.name}+1, or a condition",
                                   site)

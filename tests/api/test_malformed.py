@@ -1,0 +1,349 @@
+"""Malformed Tempo programs: each is rejected with a ``tpo.TempoError``.
+
+Every test checks (a) that the message names the problem (a tolerant regex)
+and (b) that it points at the user's own source line: the file name
+``test_malformed.py`` and the text of the offending line.
+
+Errors that can only be found once the whole program is known (out-of-range
+temporal reads, gaps in branching definitions, cycles) must be raised by
+``ctx.run`` (at compile time, before anything executes), not at
+construction; there the line is the one that created the offending RT.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import tempo as tpo
+
+OUT_OF_RANGE = r"outside|out of range|out-of-range|out of bounds|beyond|exceed|range"
+GAP = r"gap|undefined|not defined|no definition|missing|uncovered|not covered|never defined"
+
+
+def assert_reports(err, phrase: str, *lines: str) -> str:
+    """The error message matches `phrase` and names this file and each of `lines`."""
+    msg = str(err.value)
+    assert isinstance(err.value, tpo.TempoError)
+    # the phrase must come from the message itself, not from the quoted code
+    prose = msg
+    for line in lines:
+        prose = prose.replace(line, "")
+    assert re.search(phrase, prose, re.IGNORECASE), f"no /{phrase}/ in:\n{msg}"
+    assert "test_malformed.py" in msg, f"no file name in:\n{msg}"
+    for line in lines:
+        assert line in msg, f"no {line!r} in:\n{msg}"
+    return msg
+
+
+def vec(n: int = 5, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(n)
+
+
+# --------------------------------------------------------------------------
+# temporal reads outside the domain (found at compile time, by ctx.run)
+# --------------------------------------------------------------------------
+def test_unguarded_read_past_end():
+    """x[t+1] with no min/condition guard reads x[T] at the last step."""
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(vec(), dims=(t,))
+        y = x[t + 1] * 2
+        with pytest.raises(tpo.TempoError) as err:
+            ctx.run(bounds={T: 5}, fetch=[y], backend="numpy")
+    assert_reports(err, OUT_OF_RANGE, "y = x[t + 1] * 2")
+
+
+def test_unguarded_read_before_start():
+    """x[t-1] with no guard reads x[-1] at the first step."""
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(vec(), dims=(t,))
+        y = x[t - 1] + x
+        with pytest.raises(tpo.TempoError) as err:
+            ctx.run(bounds={T: 5}, fetch=[y], backend="numpy")
+    assert_reports(err, OUT_OF_RANGE, "y = x[t - 1] + x")
+
+
+def test_forward_window_without_min():
+    """x[t:t+3] without min(., T) reads past the end near the last steps."""
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(vec(), dims=(t,))
+        y = x[t:t + 3].sum()
+        with pytest.raises(tpo.TempoError) as err:
+            ctx.run(bounds={T: 5}, fetch=[y], backend="numpy")
+    assert_reports(err, OUT_OF_RANGE, "y = x[t:t + 3].sum()")
+
+
+# --------------------------------------------------------------------------
+# branching definitions that do not cover the domain
+# --------------------------------------------------------------------------
+def test_placeholder_gap_only_initial_step():
+    """A placeholder with only s[0] defined leaves 1 <= t < T undefined."""
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(vec(), dims=(t,))
+        s = tpo.placeholder(shape=(), dtype="float64", dims=(t,))
+        s[0] = x[0]
+        with pytest.raises(tpo.TempoError) as err:
+            ctx.run(bounds={T: 5}, fetch=[s], backend="numpy")
+    assert_reports(err, GAP, 's = tpo.placeholder(shape=(), dtype="float64", dims=(t,))')
+
+
+def test_placeholder_gap_at_step_one():
+    """s[0] and s[t+2] defined: s[1] is a gap."""
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(vec(), dims=(t,))
+        gappy = tpo.placeholder(shape=(), dtype="float64", dims=(t,))
+        gappy[0] = x[0]
+        gappy[t + 2] = gappy[t] + x[t + 2]
+        with pytest.raises(tpo.TempoError) as err:
+            ctx.run(bounds={T: 5}, fetch=[gappy], backend="numpy")
+    assert_reports(err, GAP, 'gappy = tpo.placeholder(shape=(), dtype="float64", dims=(t,))')
+
+
+def test_placeholder_never_defined():
+    """A placeholder used but never given any definition."""
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(vec(), dims=(t,))
+        never = tpo.placeholder(shape=(), dtype="float64", dims=(t,))
+        y = never + x
+        with pytest.raises(tpo.TempoError) as err:
+            ctx.run(bounds={T: 5}, fetch=[y], backend="numpy")
+    assert_reports(err, GAP, 'never = tpo.placeholder(shape=(), dtype="float64", dims=(t,))')
+
+
+# --------------------------------------------------------------------------
+# shapes and dtypes
+# --------------------------------------------------------------------------
+def test_add_shape_mismatch():
+    """Elementwise + of shapes (3,) and (4,)."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            a = tpo.from_numpy(np.zeros((5, 3)), dims=(t,))
+            b = tpo.from_numpy(np.zeros((5, 4)), dims=(t,))
+            z = a + b
+            ctx.run(bounds={T: 5}, fetch=[z], backend="numpy")
+    assert_reports(err, r"shape|broadcast", "z = a + b")
+
+
+def test_matmul_inner_dim_mismatch():
+    """Matmul of (2, 3) by (4, 2)."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            a = tpo.from_numpy(np.zeros((5, 2, 3)), dims=(t,))
+            b = tpo.from_numpy(np.zeros((4, 2)), dims=())
+            z = a @ b
+            ctx.run(bounds={T: 5}, fetch=[z], backend="numpy")
+    assert_reports(err, r"shape|matmul|inner|contract|dimension|mismatch", "z = a @ b")
+
+
+def test_placeholder_dtype_mismatch():
+    """A float32 placeholder defined with an int64 RT."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            s = tpo.placeholder(shape=(), dtype="float32", dims=(t,))
+            s[0] = tpo.eval_symbol(t)
+            s[t + 1] = s[t] + 1.0
+            ctx.run(bounds={T: 5}, fetch=[s], backend="numpy")
+    assert_reports(err, r"dtype|int64|float32|type", "s[0] = tpo.eval_symbol(t)")
+
+
+def test_placeholder_shape_mismatch():
+    """A scalar placeholder defined with a (3,) tensor."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            s = tpo.placeholder(shape=(), dtype="float64", dims=(t,))
+            s[0] = tpo.zeros((3,), dtype="float64")
+            s[t + 1] = s[t] + 1.0
+            ctx.run(bounds={T: 5}, fetch=[s], backend="numpy")
+    assert_reports(err, r"shape", 's[0] = tpo.zeros((3,), dtype="float64")')
+
+
+def test_reduction_axis_out_of_range():
+    """sum(axis=2) on a (3,)-shaped RT."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            x = tpo.from_numpy(np.zeros((5, 3)), dims=(t,))
+            y = x.sum(axis=2)
+            ctx.run(bounds={T: 5}, fetch=[y], backend="numpy")
+    assert_reports(err, r"axis|out of range|dimension|bounds", "y = x.sum(axis=2)")
+
+
+def test_reshape_element_count_mismatch():
+    """reshape (3, 2) -> (4, 2) changes the number of elements."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            x = tpo.from_numpy(np.zeros((5, 3, 2)), dims=(t,))
+            y = x.reshape(4, 2)
+            ctx.run(bounds={T: 5}, fetch=[y], backend="numpy")
+    assert_reports(err, r"reshape|element|size|shape", "y = x.reshape(4, 2)")
+
+
+def test_permute_wrong_axes():
+    """permute with fewer axes than the tensor has."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            x = tpo.from_numpy(np.zeros((5, 2, 3)), dims=(t,))
+            y = x.permute(0)
+            ctx.run(bounds={T: 5}, fetch=[y], backend="numpy")
+    assert_reports(err, r"permut|axes|axis|dimension|rank", "y = x.permute(0)")
+
+
+def test_cat_shape_mismatch():
+    """cat along axis 0 of (2, 3) and (2, 4)."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            a = tpo.from_numpy(np.zeros((5, 2, 3)), dims=(t,))
+            b = tpo.from_numpy(np.zeros((5, 2, 4)), dims=(t,))
+            z = tpo.cat([a, b], axis=0)
+            ctx.run(bounds={T: 5}, fetch=[z], backend="numpy")
+    assert_reports(err, r"shape|cat|concat|dimension|mismatch", "z = tpo.cat([a, b], axis=0)")
+
+
+def test_spatial_index_out_of_range():
+    """x.spatial[5] on a (3,)-shaped RT."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            x = tpo.from_numpy(np.zeros((5, 3)), dims=(t,))
+            y = x.spatial[5]
+            ctx.run(bounds={T: 5}, fetch=[y], backend="numpy")
+    assert_reports(err, r"out of range|out of bounds|index|bounds|size", "y = x.spatial[5]")
+
+
+# --------------------------------------------------------------------------
+# domains, indices, keys
+# --------------------------------------------------------------------------
+def test_too_many_temporal_indices():
+    """x[t, 0] on an RT whose domain has only t."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            x = tpo.from_numpy(vec(), dims=(t,))
+            y = x[t, 0]
+            ctx.run(bounds={T: 5}, fetch=[y], backend="numpy")
+    assert_reports(err, r"too many|ind(ex|ices)|dimension|domain", "y = x[t, 0]")
+
+
+def test_key_with_dim_not_in_domain():
+    """Defining s (domain (t,)) with a key over i."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            (i, I), (t, T) = ctx.dims("i", "t")
+            x = tpo.from_numpy(vec(), dims=(t,))
+            s = tpo.placeholder(shape=(), dtype="float64", dims=(t,))
+            s[i] = x
+            ctx.run(bounds={I: 2, T: 5}, fetch=[s], backend="numpy")
+    assert_reports(err, r"domain|not in|dimension|key", "s[i] = x")
+
+
+def test_from_numpy_fewer_axes_than_dims():
+    """from_numpy of a 1-d array bound to two dims."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            (i, I), (t, T) = ctx.dims("i", "t")
+            x = tpo.from_numpy(np.zeros(3), dims=(i, t))
+            ctx.run(bounds={I: 3, T: 3}, fetch=[x], backend="numpy")
+    assert_reports(
+        err, r"axes|axis|dims|dimension|ndim|rank", "x = tpo.from_numpy(np.zeros(3), dims=(i, t))"
+    )
+
+
+# --------------------------------------------------------------------------
+# schedules and runs
+# --------------------------------------------------------------------------
+def test_cycle_between_two_placeholders():
+    """a[t] = b[t] + 1 and b[t] = a[t] * 2: no schedule can satisfy the cycle."""
+    lines = ["a[t] = b[t] + 1", "b[t] = a[t] * 2"]
+    creations = [
+        'a = tpo.placeholder(shape=(), dtype="float64", dims=(t,))',
+        'b = tpo.placeholder(shape=(), dtype="float64", dims=(t,))',
+    ]
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            a = tpo.placeholder(shape=(), dtype="float64", dims=(t,))
+            b = tpo.placeholder(shape=(), dtype="float64", dims=(t,))
+            a[t] = b[t] + 1
+            b[t] = a[t] * 2
+            ctx.run(bounds={T: 4}, fetch=[a, b], backend="numpy")
+    msg = assert_reports(err, r".")
+    assert re.search(r"cycl|circular", msg, re.IGNORECASE) or all(l in msg for l in lines), msg
+    assert any(l in msg for l in lines + creations), msg
+
+
+def test_self_cycle_same_step():
+    """s[t] = s[t] + 1: an RT that depends on itself at the same step."""
+    with pytest.raises(tpo.TempoError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            s = tpo.placeholder(shape=(), dtype="float64", dims=(t,))
+            s[t] = s[t] + 1.0
+            ctx.run(bounds={T: 4}, fetch=[s], backend="numpy")
+    msg = assert_reports(err, r"cycl|circular|itself|schedul")
+    assert "s[t] = s[t] + 1.0" in msg or (
+        's = tpo.placeholder(shape=(), dtype="float64", dims=(t,))' in msg
+    ), msg
+
+
+def test_missing_bound_at_run():
+    """ctx.run without a value for T."""
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(vec(), dims=(t,))
+        y = x * 2.0
+        with pytest.raises(tpo.TempoError) as err:
+            out = ctx.run(bounds={}, fetch=[y], backend="numpy")
+    line = 'out = ctx.run(bounds={}, fetch=[y], backend="numpy")'
+    msg = assert_reports(err, r"bound|missing|no value|not given", line)
+    assert re.search(r"\bT\b", msg.replace(line, "")), f"symbol T not named in:\n{msg}"
+
+
+def test_invalid_bound_value():
+    """ctx.run with a negative bound."""
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(vec(), dims=(t,))
+        y = x * 2.0
+        with pytest.raises(tpo.TempoError) as err:
+            out = ctx.run(bounds={T: -2}, fetch=[y], backend="numpy")
+    assert_reports(
+        err,
+        r"bound|negative|invalid|positive|non-negative",
+        'out = ctx.run(bounds={T: -2}, fetch=[y], backend="numpy")',
+    )
+
+
+def test_unknown_backend():
+    """ctx.run with a backend name that does not exist."""
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(vec(), dims=(t,))
+        y = x * 2.0
+        with pytest.raises(tpo.TempoError) as err:
+            out = ctx.run(bounds={T: 5}, fetch=[y], backend="fortran")
+    assert_reports(
+        err, r"backend|fortran", 'out = ctx.run(bounds={T: 5}, fetch=[y], backend="fortran")'
+    )
