@@ -25,6 +25,10 @@ class PointStore:
     def read(self, index: tuple):
         if not any(isinstance(i, slice) for i in index):
             return self._get(index)
+        if len(index) == 1:
+            points = [self._get((k,)) for k in range(index[0].start, index[0].stop)]
+            if points:
+                return self.backend.stack(points, (len(points),), self.dtype)
         ranges = [range(i.start, i.stop) if isinstance(i, slice) else (i,) for i in index]
         sizes = tuple(max(0, i.stop - i.start) for i in index if isinstance(i, slice))
         points = [self._get(p) for p in itertools.product(*ranges)]
