@@ -96,22 +96,22 @@ def where(cond, a, b) -> RT:
     return apply(ops.ElementwiseOp("where"), [lift(cond), lift(a, hint), lift(b, hint)], site=user_site())
 
 
-def minimum(a, b):
-    """``tpo.min``: elementwise on RTs, symbolic on expressions, plain on numbers."""
-    if isinstance(a, RT) or isinstance(b, RT):
-        return elementwise("minimum", a, b)
-    if isinstance(a, Expr) or isinstance(b, Expr):
-        return min_(a, b)
-    return builtins.min(a, b)
+def _extremum(kind: str, symbolic, plain):
+    def pick(a, b):
+        if isinstance(a, RT) or isinstance(b, RT):
+            return elementwise(kind, a, b)
+        if isinstance(a, Expr) or isinstance(b, Expr):
+            return symbolic(a, b)
+        return plain(a, b)
+
+    pick.__name__ = kind
+    pick.__doc__ = (f"``tpo.{kind[:3]}``: elementwise {kind} on RTs, symbolic on expressions "
+                    f"(``t:tpo.min(t + 3, T)``), plain on numbers.")
+    return pick
 
 
-def maximum(a, b):
-    """``tpo.max``: elementwise on RTs, symbolic on expressions, plain on numbers."""
-    if isinstance(a, RT) or isinstance(b, RT):
-        return elementwise("maximum", a, b)
-    if isinstance(a, Expr) or isinstance(b, Expr):
-        return max_(a, b)
-    return builtins.max(a, b)
+minimum = _extremum("minimum", min_, builtins.min)
+maximum = _extremum("maximum", max_, builtins.max)
 
 
 def _unary(fn: str):
