@@ -1,0 +1,19 @@
+"""Smoke tests: every example runs to completion through the tempo CLI."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("script, args, expect", [
+    ("examples/returns.py", ["--steps", "7"], "ok: returns and window means match"),
+    ("examples/inspect_program.py", ["--steps", "5"], "== schedule AST =="),
+])
+def test_example_runs(script, args, expect, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "tempo", "run", str(ROOT / script), *args],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert expect in out.stdout
