@@ -9,6 +9,7 @@ every assignment that respects those bounds.
 """
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from functools import lru_cache
 
@@ -176,11 +177,8 @@ def _simplify_logic(e: Expr, args: tuple) -> Expr:
                   "ne": lambda x: rebuild("eq", x.args)}
         return negate[a.op](a) if a.op in negate else rebuild("not", (a,))
     absorbing, neutral = (False, True) if e.op == "and" else (True, False)
-    flat: list[Expr] = []
-    for a in args:
-        flat.extend(a.args if a.op == e.op else (a,))
     items = []
-    for a in dict.fromkeys(flat):
+    for a in dict.fromkeys(_operands(e.op, args)):
         if a.op == "const":
             if bool(a.args[0]) == absorbing:
                 return const(absorbing)
@@ -194,6 +192,14 @@ def _simplify_logic(e: Expr, args: tuple) -> Expr:
     out = items[0]
     for item in items[1:]:
         out = rebuild(e.op, (out, item))
+    return out
+
+
+def _operands(op: str, args: tuple) -> list[Expr]:
+    """The operands of a chain of ``op`` (``and``/``or`` nest as binary nodes)."""
+    out: list[Expr] = []
+    for a in args:
+        out.extend(_operands(op, a.args) if a.op == op else (a,))
     return out
 
 
@@ -229,11 +235,17 @@ _MAX_DEPTH = 12
 
 
 def _prove(form: Linear, depth: int) -> bool:
+    """True only if ``form > -1`` everywhere; ``form`` lower-bounds an integer expression.
+
+    An integer exceeding -1 is non-negative, so the rational lower bounds of
+    floor divisions (``c*(x // c) >= x - c + 1``) still prove ``x // c >= 0``.
+    """
     if depth > _MAX_DEPTH:
         return False
-    for atom, coeff in form.items():
-        if atom is None or atom.op not in ("min", "max", "add", "mul"):
-            continue
+    form = _tighten(form)
+    splits = [(k, v) for k, v in form.items() if k is not None and k.op in ("min", "max", "add", "mul")]
+    if splits:
+        atom, coeff = min(splits, key=_split_rank)
         rest = {k: v for k, v in form.items() if k is not atom}
         if atom.op in ("add", "mul"):
             inner = linear_form(atom)
@@ -255,7 +267,34 @@ def _prove(form: Linear, depth: int) -> bool:
     if any(k is not None and (k.op != "sym" or k.kind != "bound") for k in lower):
         return _prove(lower, depth + 1) if lower != form else False
     coeffs = [v for k, v in lower.items() if k is not None]
-    return all(c >= 0 for c in coeffs) and sum(coeffs) + lower.get(None, 0) >= 0
+    return all(c >= 0 for c in coeffs) and sum(coeffs) + lower.get(None, 0) > -1
+
+
+def _split_rank(item: tuple) -> tuple[bool, bool]:
+    """Products split first, then min/max atoms needing every branch, then the rest.
+
+    Proving "for every branch of one atom, some branch of another" succeeds
+    more often than the other nesting, and makes the answer less dependent on
+    term order (``~(a < b)`` and ``b <= a`` used to simplify differently).
+    """
+    atom, coeff = item
+    return atom.op in ("min", "max"), (atom.op == "min") != (coeff > 0)
+
+
+def _tighten(form: Linear) -> Linear:
+    """``form > -1`` restated over ``Y = (form - c) / g`` when ``Y`` has integer coefficients.
+
+    Atoms are integers, so with ``g`` the gcd of the coefficients ``Y`` is an
+    integer and ``g*Y + c > -1`` iff ``Y + ceil((c + 1) / g) - 1 > -1``: the
+    claim ``4*(t // 4) >= 0`` becomes ``t // 4 >= 0``.
+    """
+    coeffs = [v for k, v in form.items() if k is not None]
+    if not coeffs or any(v.denominator != 1 for v in coeffs):
+        return form
+    g = math.gcd(*(int(v) for v in coeffs))
+    out = {k: v / g for k, v in form.items() if k is not None}
+    out[None] = Fraction(math.ceil((form.get(None, 0) + 1) / Fraction(g)) - 1)
+    return out
 
 
 def _to_frac(form: Linear) -> Linear:
