@@ -30,7 +30,6 @@ class Program:
     backend: Backend
     site: object = None
     timings: dict[str, float] = field(default_factory=dict)
-    last_executor: Executor | None = None
 
     def run(self, bounds: dict) -> list[np.ndarray]:
         values = self._check_bounds(bounds)
@@ -39,7 +38,6 @@ class Program:
         executor = Executor(self.sdg, self.ast, self.backend, values)
         executor.run()
         self.timings["run"] = time.perf_counter() - start
-        self.last_executor = executor
         return [self._gather(executor, n, values) for n in self.fetch]
 
     def validate(self, bounds: dict[str, int] | None = None) -> None:

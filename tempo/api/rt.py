@@ -182,19 +182,22 @@ def lift(x, dtype_hint: str | None = None, ctx: Context | None = None) -> Recurr
     array = np.asarray(x)
     if array.dtype == object:
         raise TempoError(f"cannot make a tensor from {type(x).__name__}", user_site())
-    if dtype_hint is not None and array.ndim == 0:
-        hint = np.dtype(dtype_hint)
-        kind = array.dtype.kind
-        if (kind == "f" and hint.kind == "f") or (kind in "iu" and hint.kind in "iuf") or kind == hint.kind:
-            array = array.astype(hint)
-        elif kind == "f":
-            array = array.astype(np.float32)
-    if array.dtype == np.float64 and np.ndim(x) == 0 and isinstance(x, float) and dtype_hint is None:
-        array = array.astype(np.float32)
+    if isinstance(x, (bool, int, float)):
+        array = array.astype(_weak_dtype(x, dtype_hint))
     ctx = ctx or current()
     node = ctx.sdg.add_node(ops.ConstOp(ops.Array(array)), (), (tuple(array.shape),), (str(array.dtype),),
                             user_site())
     return RecurrentTensor(ctx, node)
+
+
+def _weak_dtype(x: bool | int | float, hint: str | None) -> str:
+    """Python scalars take the dtype of the tensor they meet, as JAX's weak types do."""
+    kind = np.dtype(hint).kind if hint is not None else None
+    if isinstance(x, bool):
+        return "bool"
+    if isinstance(x, int):
+        return hint if kind in ("i", "u", "f") else "int64"
+    return hint if kind == "f" else "float32"
 
 
 # ----- branching definitions -----

@@ -165,8 +165,4 @@ class UDFOp(Op):
         return len(self.out_shapes)
 
 
-UNARY = ("neg", "exp", "log", "sqrt", "abs", "sin", "cos", "tanh", "sigmoid", "relu", "not",
-         "sign", "floor", "ceil")
-BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "lt", "le", "gt", "ge",
-          "eq", "ne", "and", "or", "mod", "floordiv")
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not")

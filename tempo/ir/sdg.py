@@ -41,10 +41,6 @@ class Edge:
     index: Expr
     cond: Expr | None = None
 
-    @property
-    def is_identity(self) -> bool:
-        return all(a.op == "sym" for a in self.index.args) and self.cond is None
-
 
 def identity_index(domain: tuple[Expr, ...]) -> Expr:
     return seq(*domain)
@@ -69,9 +65,6 @@ class SDG:
 
     def in_edges(self, node_id: int) -> list[Edge]:
         return sorted((e for e in self.edges if e.sink == node_id), key=lambda e: e.sink_in)
-
-    def out_edges(self, node_id: int) -> list[Edge]:
-        return [e for e in self.edges if e.src == node_id]
 
     def describe(self, node_id: int) -> str:
         node = self.nodes[node_id]

@@ -6,7 +6,6 @@ Sizes are ints or symbolic expressions (dynamic shapes such as ``T - t``).
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
@@ -258,6 +257,3 @@ def _merge(op, shapes, dtypes):
 def _udf(op, shapes, dtypes):
     return tuple(tuple(size(s) for s in shape) for shape in op.out_shapes), tuple(op.out_dtypes)
 
-
-def static_numel(shape: tuple) -> int | None:
-    return math.prod(shape) if all(isinstance(s, int) for s in shape) else None

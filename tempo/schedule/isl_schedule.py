@@ -13,7 +13,7 @@ import islpy as isl
 from tempo.errors import ScheduleError
 from tempo.ir.sdg import SDG
 from tempo.schedule import ast
-from tempo.schedule.isl_domains import Domains, statement
+from tempo.schedule.isl_domains import Domains
 from tempo.symbolic.expr import Expr, const, max_, min_, symbol
 
 

@@ -11,7 +11,7 @@ equality after simplification, so ``if a == b`` and dictionary lookups work.
 from __future__ import annotations
 
 import weakref
-from typing import Iterable, Union
+from typing import Union
 
 from tempo.errors import TempoError
 
@@ -320,9 +320,3 @@ def _negated(e: Expr) -> Expr | None:
         return e.args[0] if factor == 1 else mul(e.args[0], factor)
     return None
 
-
-def symbols_in(exprs: Iterable[Expr]) -> frozenset[Expr]:
-    out: frozenset[Expr] = frozenset()
-    for e in exprs:
-        out |= e.free_symbols()
-    return out
