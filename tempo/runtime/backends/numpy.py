@@ -65,11 +65,6 @@ def _reduce(op: ops.ReduceOp) -> Kernel:
     return lambda inputs, env, point: (fn(inputs[0], axis=axes, keepdims=keep),)
 
 
-@kernel_for(ops.CumSumOp)
-def _cumsum(op: ops.CumSumOp) -> Kernel:
-    return lambda inputs, env, point: (np.cumsum(inputs[0], axis=op.axis),)
-
-
 @kernel_for(ops.DiscountedSumOp)
 def _discounted_sum(op: ops.DiscountedSumOp) -> Kernel:
     def run(inputs, env, point):
@@ -78,11 +73,6 @@ def _discounted_sum(op: ops.DiscountedSumOp) -> Kernel:
         return (np.tensordot(weights.astype(x.dtype), x, axes=(0, 0)),)
 
     return run
-
-
-@kernel_for(ops.MatMulOp)
-def _matmul(op: ops.MatMulOp) -> Kernel:
-    return lambda inputs, env, point: (np.matmul(inputs[0], inputs[1]),)
 
 
 def _sizes(shape) -> Callable[[dict], tuple]:
@@ -96,46 +86,16 @@ def _reshape(op: ops.ReshapeOp) -> Kernel:
     return lambda inputs, env, point: (np.reshape(inputs[0], sizes(env)),)
 
 
-@kernel_for(ops.PermuteOp)
-def _permute(op: ops.PermuteOp) -> Kernel:
-    return lambda inputs, env, point: (np.transpose(inputs[0], op.axes),)
-
-
 @kernel_for(ops.ExpandOp)
 def _expand(op: ops.ExpandOp) -> Kernel:
     sizes = _sizes(op.shape)
     return lambda inputs, env, point: (np.broadcast_to(inputs[0], sizes(env)),)
 
 
-@kernel_for(ops.SqueezeOp)
-def _squeeze(op: ops.SqueezeOp) -> Kernel:
-    return lambda inputs, env, point: (np.squeeze(inputs[0], axis=op.axis),)
-
-
-@kernel_for(ops.UnsqueezeOp)
-def _unsqueeze(op: ops.UnsqueezeOp) -> Kernel:
-    return lambda inputs, env, point: (np.expand_dims(inputs[0], axis=op.axis),)
-
-
-@kernel_for(ops.CatOp)
-def _cat(op: ops.CatOp) -> Kernel:
-    return lambda inputs, env, point: (np.concatenate(inputs, axis=op.axis),)
-
-
 @kernel_for(ops.SpatialIndexOp)
 def _spatial_index(op: ops.SpatialIndexOp) -> Kernel:
     index = compile_expr(seq(*op.items))
     return lambda inputs, env, point: (inputs[0][index(env)],)
-
-
-@kernel_for(ops.CastOp)
-def _cast(op: ops.CastOp) -> Kernel:
-    return lambda inputs, env, point: (inputs[0].astype(op.dtype),)
-
-
-@kernel_for(ops.IdentOp)
-def _ident(op: ops.IdentOp) -> Kernel:
-    return lambda inputs, env, point: (inputs[0],)
 
 
 @kernel_for(ops.UDFOp)
@@ -145,6 +105,28 @@ def _udf(op: ops.UDFOp) -> Kernel:
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
     return run
+
+
+# Ops whose kernel is one NumPy call on the inputs and the op's static fields.
+SIMPLE: dict[type, Callable] = {
+    ops.CumSumOp: lambda op, xs: np.cumsum(xs[0], axis=op.axis),
+    ops.MatMulOp: lambda op, xs: np.matmul(xs[0], xs[1]),
+    ops.PermuteOp: lambda op, xs: np.transpose(xs[0], op.axes),
+    ops.SqueezeOp: lambda op, xs: np.squeeze(xs[0], axis=op.axis),
+    ops.UnsqueezeOp: lambda op, xs: np.expand_dims(xs[0], axis=op.axis),
+    ops.CatOp: lambda op, xs: np.concatenate(xs, axis=op.axis),
+    ops.CastOp: lambda op, xs: xs[0].astype(op.dtype),
+    ops.IdentOp: lambda op, xs: xs[0],
+}
+
+
+def _simple(op: ops.Op) -> Kernel:
+    fn = SIMPLE[type(op)]
+    return lambda inputs, env, point: (fn(op, inputs),)
+
+
+for _op_type in SIMPLE:
+    KERNELS[_op_type] = _simple
 
 
 @register("numpy")
