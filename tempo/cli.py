@@ -4,10 +4,17 @@
 user program as ``__main__`` (like ``python FILE.py ARGS...``), reporting a
 :class:`~tempo.errors.TempoError` as one clean ``tempo: error: ...`` message
 instead of a traceback.
+
+The RL-for-systems parts bring their own command groups (``tempo superopt``,
+``tempo memplan``, ``tempo gmi``): each is a module with a
+``main(argv) -> int``, imported only when its command runs, so ``tempo run``
+never pays for torch or JAX.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import os
 import runpy
 import sys
@@ -17,6 +24,20 @@ from tempo import __version__
 from tempo.errors import TempoError
 
 PROG = "tempo"
+
+# command -> (module with main(argv) -> int, one-line help)
+SUBSYSTEMS = {
+    "superopt": ("tempo.superopt.cli", "RL-driven tensor graph superoptimisation (X-RLflow)"),
+    "memplan": ("tempo.memplan.cli", "the memory-mapping game and its agents (MMap-MuZero)"),
+    "gmi": ("tempo.gmi.cli", "many RL instances per device (GMI-DRL)"),
+}
+
+
+def _available(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("file", metavar="FILE.py", help="the program to run")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="arguments passed to the program")
+    for name, (module, summary) in SUBSYSTEMS.items():
+        if _available(module):
+            sub = commands.add_parser(name, help=summary, add_help=False)
+            sub.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -67,6 +92,9 @@ def run_file(path: str, args: Sequence[str] = ()) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tempo`` command; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBSYSTEMS and _available(SUBSYSTEMS[argv[0]][0]):
+        return importlib.import_module(SUBSYSTEMS[argv[0]][0]).main(argv[1:])
     parser = _parser()
     ns = parser.parse_args(argv)
     if ns.version:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import tempo
+from tempo import cli
 from tempo.cli import main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -137,3 +138,12 @@ def test_sys_exit_code_of_the_program_is_kept(tmp_path):
     write(tmp_path / "exits.py", "import sys\nsys.exit(3)\n")
     proc = run_module("run", "exits.py", cwd=tmp_path)
     assert proc.returncode == 3
+
+
+def test_subsystem_commands_dispatch_to_their_module(tmp_path, monkeypatch, capsys):
+    (tmp_path / "fake_subsystem.py").write_text(
+        "def main(argv):\n    print('got', argv)\n    return 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cli.SUBSYSTEMS, "fake", ("fake_subsystem", "a test command"))
+    assert cli.main(["fake", "--help", "x"]) == 3
+    assert capsys.readouterr().out == "got ['--help', 'x']\n"
