@@ -73,9 +73,15 @@ def eval_symbol(expr) -> RT:
     return apply(ops.EvalSymbolOp(expr), [], site=user_site(), ctx=current())
 
 
-def udf(fn, inputs: Sequence[RT], out_shapes, out_dtypes, label: str = "udf"):
-    """Run ``fn(*numpy_arrays) -> tuple of arrays`` at each point of the inputs' domain."""
-    op = ops.UDFOp(fn, tuple(tuple(s) for s in out_shapes), tuple(out_dtypes), label)
+def udf(fn, inputs: Sequence[RT], out_shapes, out_dtypes, label: str = "udf",
+        batched: bool = False):
+    """Run ``fn(*numpy_arrays) -> tuple of arrays`` at each point of the inputs' domain.
+
+    With ``batched=True``, ``fn`` promises to accept a leading batch axis on
+    every input and return one on every output, so a vectorized dim calls it
+    once for all of its points.
+    """
+    op = ops.UDFOp(fn, tuple(tuple(s) for s in out_shapes), tuple(out_dtypes), label, batched)
     return apply(op, list(inputs), site=user_site())
 
 

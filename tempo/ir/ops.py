@@ -153,12 +153,18 @@ class MergeOp(Op):
 
 @dataclass(frozen=True)
 class UDFOp(Op):
-    """A user-defined function ``fn(*arrays) -> tuple of arrays`` run by the host."""
+    """A user-defined function ``fn(*arrays) -> tuple of arrays`` run by the host.
+
+    ``batched`` says ``fn`` also accepts a leading batch axis on every input
+    and then returns one on every output (so a vectorized dim can call it
+    once for all its points); otherwise it is called point by point.
+    """
 
     fn: Callable[..., Any]
     out_shapes: tuple[Shape, ...]
     out_dtypes: tuple[str, ...]
     label: str = "udf"
+    batched: bool = False
 
     @property
     def num_outputs(self) -> int:
