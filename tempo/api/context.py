@@ -20,14 +20,26 @@ def current() -> "Context":
 class Context:
     """Holds a program's temporal dimensions and its symbolic dependence graph.
 
+    ``seed`` seeds every random tensor of the program (``tpo.random``) and the
+    initialisation of ``tpo.nn`` modules.
+
     >>> ctx = Context()
     >>> with ctx:
     ...     (t, T), = ctx.dims("t")
     """
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int = 0) -> None:
+        if not isinstance(seed, int) or not 0 <= seed < 2 ** 38:
+            raise TempoError(f"seed must be an int in [0, 2**38), got {seed!r}", user_site())
         self.sdg = SDG()
         self.dim_order: list[Expr] = []
+        self.seed = seed
+        self._streams = 0
+
+    def new_stream(self) -> int:
+        """A fresh random stream id: the seed and the count of streams so far."""
+        self._streams += 1
+        return (self.seed << 24) + self._streams
 
     def __enter__(self) -> "Context":
         _STACK.append(self)

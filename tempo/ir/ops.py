@@ -59,6 +59,22 @@ class EvalSymbolOp(Op):
 
 
 @dataclass(frozen=True)
+class RandomOp(Op):
+    """Counter-based random numbers: a pure function of (stream, point, element).
+
+    ``dist`` is ``uniform`` (on [0, 1)) or ``normal`` (standard); ``dims``
+    are the step symbols the numbers vary over (the node's domain). The same
+    program gives the same numbers whatever the schedule or backend.
+    """
+
+    shape: Shape
+    dtype: str
+    dist: str
+    stream: int
+    dims: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True)
 class ElementwiseOp(Op):
     """A NumPy-style broadcasting map: ``fn`` names the function (``add``, ``exp``, ``where``...)."""
 

@@ -85,6 +85,11 @@ def _const(op, shapes, dtypes):
     return (tuple(value.shape[op.num_domain_axes:]),), (str(value.dtype),)
 
 
+@rule(ops.RandomOp)
+def _random(op, shapes, dtypes):
+    return (tuple(size(s) for s in op.shape),), (op.dtype,)
+
+
 @rule(ops.EvalSymbolOp)
 def _eval_symbol(op, shapes, dtypes):
     return ((),), ("int64",)

@@ -10,6 +10,7 @@ import numpy as np
 
 from tempo.errors import TempoError
 from tempo.ir import ops
+from tempo.runtime import counter_rng
 from tempo.runtime.backends.base import Backend, Kernel, register
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import seq
@@ -51,6 +52,12 @@ def _const(op: ops.ConstOp) -> Kernel:
 def _eval_symbol(op: ops.EvalSymbolOp) -> Kernel:
     fn = compile_expr(op.expr)
     return lambda inputs, env, point: (np.asarray(fn(env), dtype=np.int64),)
+
+
+@kernel_for(ops.RandomOp)
+def _random(op: ops.RandomOp) -> Kernel:
+    draw, sizes = counter_rng.DISTRIBUTIONS[op.dist], _sizes(op.shape)
+    return lambda inputs, env, point: (draw(op.stream, point, sizes(env), op.dtype),)
 
 
 @kernel_for(ops.ElementwiseOp)

@@ -1,0 +1,51 @@
+"""tpo.random: counter-based random tensors are a pure function of (seed, stream, point)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tempo as tpo
+from tempo.runtime import counter_rng
+
+
+def draw(seed: int, bounds: dict[str, int]):
+    with tpo.Context(seed=seed) as ctx:
+        (b, B), (t, T) = ctx.dims("b", "t")
+        u = tpo.random.uniform((3,), dims=(b, t), low=-1.0, high=2.0)
+        z = tpo.random.normal((), dims=(t,))
+        return ctx.run({B: bounds["B"], T: bounds["T"]}, fetch=[u, z])
+
+
+def test_same_seed_same_numbers_and_points_do_not_depend_on_the_bounds():
+    small, large = draw(7, {"B": 2, "T": 3}), draw(7, {"B": 4, "T": 9})
+    np.testing.assert_array_equal(small[0], large[0][:2, :3])
+    np.testing.assert_array_equal(small[1], large[1][:3])
+
+
+def test_other_seed_other_numbers_and_points_differ():
+    a, b = draw(7, {"B": 2, "T": 3}), draw(8, {"B": 2, "T": 3})
+    assert not np.allclose(a[0], b[0])
+    u = a[0].reshape(-1)
+    assert len(np.unique(u)) == u.size
+
+
+def test_range_and_moments():
+    with tpo.Context(seed=1) as ctx:
+        (t, T), = ctx.dims("t")
+        u = tpo.random.uniform((20_000,), dims=(t,))
+        z = tpo.random.normal((20_000,), dims=(t,), mean=1.0, std=2.0)
+        u_out, z_out = ctx.run({T: 2}, fetch=[u, z])
+    assert u_out.dtype == np.float32 and 0.0 <= u_out.min() and u_out.max() < 1.0
+    assert abs(u_out.mean() - 0.5) < 0.01 and abs(u_out.var() - 1 / 12) < 0.005
+    assert abs(z_out.mean() - 1.0) < 0.05 and abs(z_out.std() - 2.0) < 0.05
+
+
+def test_array_coordinates_equal_the_loop_over_points():
+    batched = counter_rng.uniform(5, (np.arange(4)[:, None], np.arange(3)[None, :]), (2,), "float32")
+    looped = np.array([[counter_rng.uniform(5, (i, j), (2,), "float32") for j in range(3)] for i in range(4)])
+    np.testing.assert_array_equal(batched, looped)
+
+
+def test_integer_dtype_is_rejected():
+    with tpo.Context(), pytest.raises(tpo.ShapeError, match="floating point"):
+        tpo.random.uniform((2,), dtype="int32")
