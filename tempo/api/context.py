@@ -35,6 +35,8 @@ class Context:
         self.dim_order: list[Expr] = []
         self.seed = seed
         self._streams = 0
+        self.parameters: set[int] = set()  # node ids of parameters: leaves for autodiff
+        self.grads: dict[tuple[int, int], object] = {}  # (node id, output) -> gradient RT
 
     def new_stream(self) -> int:
         """A fresh random stream id: the seed and the count of streams so far."""

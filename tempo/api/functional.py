@@ -233,6 +233,22 @@ _METHODS = {
     "matmul": matmul, "reshape": reshape, "permute": permute, "expand": expand, "squeeze": squeeze,
     "unsqueeze": unsqueeze, "cast": cast, "ident": ident,
 }
+def _backward(self) -> None:
+    """Add gradient RTs for every floating-point RT this loss depends on (``x.grad``)."""
+    from tempo.api.autodiff import backward
+
+    backward(self)
+
+
+def _grad(self) -> RT:
+    """The gradient of the loss with respect to this RT (after ``loss.backward()``)."""
+    from tempo.api.autodiff import grad_of
+
+    return grad_of(self)
+
+
+_METHODS["backward"] = _backward
+RecurrentTensor.grad = property(_grad)
 for _name, _fn in _METHODS.items():
     setattr(RecurrentTensor, _name, _fn)
 RecurrentTensor.__hash__ = object.__hash__  # __eq__ is elementwise

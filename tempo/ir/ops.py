@@ -146,6 +146,15 @@ class SpatialIndexOp(Op):
 
 
 @dataclass(frozen=True)
+class PadOp(Op):
+    """Zero padding of ``axis`` by ``before`` and ``after`` entries (sizes may be symbolic)."""
+
+    axis: int
+    before: Expr
+    after: Expr
+
+
+@dataclass(frozen=True)
 class CastOp(Op):
     dtype: str
 

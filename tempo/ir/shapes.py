@@ -229,6 +229,14 @@ def _cat(op, shapes, dtypes):
     return (out,), (promote(dtypes),)
 
 
+@rule(ops.PadOp)
+def _pad(op, shapes, dtypes):
+    (shape,) = shapes
+    axis = normalize_axis(op.axis, len(shape))
+    padded = size(as_expr(shape[axis]) + op.before + op.after)
+    return (tuple(shape[:axis]) + (padded,) + tuple(shape[axis + 1:]),), (dtypes[0],)
+
+
 @rule(ops.SpatialIndexOp)
 def _spatial_index(op, shapes, dtypes):
     (shape,) = shapes

@@ -105,6 +105,19 @@ def _spatial_index(op: ops.SpatialIndexOp) -> Kernel:
     return lambda inputs, env, point: (inputs[0][index(env)],)
 
 
+@kernel_for(ops.PadOp)
+def _pad(op: ops.PadOp) -> Kernel:
+    before, after = compile_expr(op.before), compile_expr(op.after)
+
+    def run(inputs, env, point):
+        x = inputs[0]
+        widths = [(0, 0)] * x.ndim
+        widths[op.axis % x.ndim] = (int(before(env)), int(after(env)))
+        return (np.pad(x, widths),)
+
+    return run
+
+
 @kernel_for(ops.UDFOp)
 def _udf(op: ops.UDFOp) -> Kernel:
     def run(inputs, env, point):

@@ -1,0 +1,193 @@
+"""Symbolic reverse-mode automatic differentiation over recurrent tensors (TEMPO §3).
+
+``loss.backward()`` adds, for every floating-point RT the loss depends on, a
+gradient RT with the same shape, dtype and domain. Each point of the loss is
+its own loss (seeded with 1). For a read ``y[p] = f(x[phi(p)])`` the gradient
+of ``x`` at a source point ``q`` sums the contributions of every sink point
+that read it, found by inverting ``phi`` exactly:
+
+* a dim the source shares with the sink inverts ``phi`` on that dim
+  (``t - 1`` becomes ``t + 1`` where ``t + 1 < T``; ``t:T`` becomes ``0:t + 1``);
+* a sink dim the source lacks (a broadcast) sums over all of its points;
+* a source dim the sink lacks was read at a constant point or slice: only
+  that point (or the points of that slice) get a gradient.
+
+Where ``phi`` is a slice, the read added a leading axis; the contribution is
+zero-padded so that axis is indexed by the absolute source point, then
+selected at ``q``. Gradients are placeholders, defined once every
+contribution is known, so recurrences (cycles through MergeOps) need no
+special order. Parameters (``ctx.parameters``) are leaves: no gradient flows
+through their update into earlier iterations.
+"""
+from __future__ import annotations
+
+from tempo.api import functional as F
+from tempo.api.rt import RecurrentTensor as RT
+from tempo.api.rt import apply, materialize, steps_in
+from tempo.api.vjp import VJPCall, is_float, pad, rule_for
+from tempo.errors import ShapeError, TempoError, user_site
+from tempo.ir import ops
+from tempo.ir.sdg import Edge, Node, identity_index
+from tempo.symbolic.expr import Expr, bound_of, logical_and, make_slice, seq
+from tempo.symbolic.inversion import invert
+from tempo.symbolic.simplify import simplify
+
+_LEAVES = (ops.ConstOp, ops.EvalSymbolOp, ops.RandomOp, ops.UDFOp)
+
+
+def backward(loss: RT) -> None:
+    """Add gradient RTs for everything ``loss`` depends on (see the module docstring)."""
+    site = user_site()
+    ctx = loss.ctx
+    if loss.shape != ():
+        raise ShapeError(f"backward() needs a loss of spatial shape (), not {loss.shape}; reduce it "
+                         f"first (e.g. loss.sum() or loss.mean())", site)
+    if not is_float(loss.dtype):
+        raise TempoError(f"backward() needs a floating-point loss, not {loss.dtype}", site)
+    if ctx.grads:
+        raise TempoError("backward() was already called in this context; add the losses and call "
+                         "it once", site)
+    loss = materialize(loss, site)
+    sdg = ctx.sdg
+    active = _active(ctx, loss.node.id)
+    grads = {key: F.placeholder(sdg.nodes[key[0]].shapes[key[1]], sdg.nodes[key[0]].dtypes[key[1]],
+                                sdg.nodes[key[0]].domain) for key in active}
+    contributions: dict[tuple[int, int], list[RT]] = {key: [] for key in active}
+    contributions[(loss.node.id, loss.out)].append(F.ones((), loss.dtype))
+    for n in sorted({n for n, _ in active}):
+        node = sdg.nodes[n]
+        if n in ctx.parameters or isinstance(node.op, _LEAVES):
+            continue
+        _differentiate(ctx, node, grads, active, contributions)
+    for key, grad in grads.items():
+        node = sdg.nodes[key[0]]
+        parts = contributions[key]
+        total = parts[0] if parts else F.zeros(node.shapes[key[1]], node.dtypes[key[1]])
+        for part in parts[1:]:
+            total = total + part
+        total = _on_domain(total.cast(node.dtypes[key[1]]), node.domain)
+        sdg.add_edge(Edge(grad.node.id, 0, total.node.id, total.out, total.index_expr()))
+        ctx.grads[key] = grad
+
+
+def _active(ctx, root: int) -> set[tuple[int, int]]:
+    """Float outputs the root depends on, not looking past parameters and leaves."""
+    sdg, seen, stack = ctx.sdg, set(), [(root, 0)]
+    while stack:
+        key = stack.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        node = sdg.nodes[key[0]]
+        if key[0] in ctx.parameters or isinstance(node.op, _LEAVES):
+            continue
+        for e in sdg.in_edges(key[0]):
+            if is_float(sdg.nodes[e.src].dtypes[e.src_out]):
+                stack.append((e.src, e.src_out))
+    return seen
+
+
+def _differentiate(ctx, node: Node, grads, active, contributions) -> None:
+    sdg = ctx.sdg
+    edges = sdg.in_edges(node.id)
+    call = VJPCall(node, edges,
+                   [RT(ctx, sdg.nodes[e.src], e.src_out, e.index) for e in edges],
+                   [RT(ctx, node, j) for j in range(len(node.shapes))],
+                   [grads.get((node.id, j)) for j in range(len(node.shapes))])
+    try:
+        input_grads = rule_for(node.op)(call)
+    except TempoError as err:
+        raise type(err)(err.problem, node.site) from None
+    for e, g in zip(edges, input_grads):
+        if g is None or (e.src, e.src_out) not in active:
+            continue
+        contributions[(e.src, e.src_out)].append(_accumulate(ctx, g, e, node, sdg.nodes[e.src]))
+
+
+def masked_branch(call: VJPCall, k: int) -> RT | None:
+    """The output gradient where branch ``k`` of a MergeOp was the one taken, else zero."""
+    taken = [e.cond if e.cond is not None else Expr("const", (True,)) for e in call.edges[:k + 1]]
+    cond = simplify(logical_and(taken[k], *(Expr("not", (c,)) for c in taken[:k])))
+    if cond.is_const:
+        return call.g if cond.value else None
+    return _merge(call.node.domain, call.g, identity_index(call.node.domain), cond)
+
+
+def _merge(domain: tuple, value: RT, index: Expr, cond: Expr) -> RT:
+    """A MergeOp over ``domain``: ``value`` read at ``index`` where ``cond``, zeros elsewhere."""
+    ctx, site = value.ctx, user_site()
+    value = materialize(value, site)
+    shape = RT(ctx, value.node, value.out, index).shape
+    zeros = F.zeros(shape, value.dtype)
+    node = ctx.sdg.add_node(ops.MergeOp(), ctx.order(domain), (shape,), (value.dtype,), site)
+    ctx.sdg.add_edge(Edge(node.id, 0, value.node.id, value.out, index, cond))
+    ctx.sdg.add_edge(Edge(node.id, 1, zeros.node.id, zeros.out, identity_index(zeros.node.domain)))
+    return RT(ctx, node)
+
+
+def _on_domain(x: RT, domain: tuple) -> RT:
+    """``x`` as a node over exactly ``domain`` (an IdentOp broadcasts it over missing dims)."""
+    if x.access is None and tuple(x.domain) == tuple(domain):
+        return x
+    ctx = x.ctx
+    node = ctx.sdg.add_node(ops.IdentOp(), domain, (x.shape,), (x.dtype,), user_site())
+    ctx.sdg.add_edge(Edge(node.id, 0, x.node.id, x.out, x.index_expr()))
+    return RT(ctx, node)
+
+
+def _accumulate(ctx, contrib: RT, edge: Edge, sink: Node, src: Node) -> RT:
+    """Sum, at each point of ``src``, the contributions of the sink points that read it."""
+    contrib = _on_domain(contrib, sink.domain)
+    phis = dict(zip(src.domain, edge.index.args))
+    selected, axis = [], 0
+    for s in src.domain:
+        if phis[s].op == "slice":
+            start, stop = phis[s].args
+            if not (start.is_const and start.value == 0 and simplify(stop - bound_of(s)).is_const
+                    and simplify(stop - bound_of(s)).value == 0):
+                contrib = pad(contrib, axis, start, bound_of(s) - stop)
+            selected.append(s)
+            axis += 1
+    items, conds = [], []
+    for k in sink.domain:
+        if k in phis:
+            _check_own_dim(phis[k], k, edge, sink)
+            inverse = invert(phis[k], k)
+            items.append(inverse.index)
+            conds.append(inverse.condition)
+        else:
+            items.append(make_slice(0, bound_of(k)))
+    for s in src.domain:
+        if s not in sink.domain:
+            phi = phis[s]
+            _check_own_dim(phi, s, edge, sink)
+            conds.append((phi.args[0] <= s) & (s < phi.args[1]) if phi.op == "slice" else Expr("eq", (s, phi)))
+    contrib = materialize(contrib)
+    index, cond = seq(*items), simplify(logical_and(*conds)) if conds else None
+    if cond is None or (cond.is_const and cond.value):
+        read = RT(ctx, contrib.node, contrib.out, index)
+    else:
+        read = _merge(src.domain, contrib, index, cond)
+    stacked = sum(1 for item in items if item.op == "slice")
+    if selected:
+        keep = tuple(make_slice(0, n) for n in read.shape[:stacked])
+        read = apply(ops.SpatialIndexOp(keep + tuple(selected)), [read])
+    if stacked:
+        read = F.sum(read, axis=tuple(range(stacked)))
+    return read
+
+
+def _check_own_dim(phi: Expr, dim: Expr, edge: Edge, sink: Node) -> None:
+    foreign = steps_in(phi) - {dim}
+    if foreign:
+        raise TempoError(f"cannot differentiate the read [{edge.index}]: the index for dim {dim.name} "
+                         f"uses {', '.join(sorted(s.name for s in foreign))}", sink.site)
+
+
+def grad_of(x: RT) -> RT:
+    """``x.grad``: the gradient RT of ``x`` (through ``x``'s temporal access, if any)."""
+    grad = x.ctx.grads.get((x.node.id, x.out))
+    if grad is None:
+        why = "call loss.backward() first" if not x.ctx.grads else "the loss does not depend on it"
+        raise TempoError(f"{x!r} has no gradient: {why}", user_site())
+    return grad if x.access is None else RT(x.ctx, grad.node, grad.out, x.access)
