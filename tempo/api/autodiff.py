@@ -21,13 +21,17 @@ through their update into earlier iterations.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tempo.api import functional as F
 from tempo.api.rt import RecurrentTensor as RT
 from tempo.api.rt import apply, materialize, steps_in
 from tempo.api.vjp import VJPCall, is_float, pad, rule_for
 from tempo.errors import ShapeError, TempoError, user_site
 from tempo.ir import ops
-from tempo.ir.sdg import Edge, Node, identity_index
+from tempo.ir.sdg import SDG, Edge, Node, identity_index
+from tempo.schedule import isl_domains
+from tempo.schedule.isl_schedule import set_condition
 from tempo.symbolic.expr import Expr, bound_of, logical_and, make_slice, seq
 from tempo.symbolic.inversion import invert
 from tempo.symbolic.simplify import simplify
@@ -50,15 +54,15 @@ def backward(loss: RT) -> None:
     loss = materialize(loss, site)
     sdg = ctx.sdg
     active = _active(ctx, loss.node.id)
+    inner = sorted(n for n in {n for n, _ in active}
+                   if n not in ctx.parameters and not isinstance(sdg.nodes[n].op, _LEAVES))
+    executed = _executed_conditions(ctx, loss.node.id, inner)
     grads = {key: F.placeholder(sdg.nodes[key[0]].shapes[key[1]], sdg.nodes[key[0]].dtypes[key[1]],
                                 sdg.nodes[key[0]].domain) for key in active}
     contributions: dict[tuple[int, int], list[RT]] = {key: [] for key in active}
     contributions[(loss.node.id, loss.out)].append(F.ones((), loss.dtype))
-    for n in sorted({n for n, _ in active}):
-        node = sdg.nodes[n]
-        if n in ctx.parameters or isinstance(node.op, _LEAVES):
-            continue
-        _differentiate(ctx, node, grads, active, contributions)
+    for n in inner:
+        _differentiate(ctx, sdg.nodes[n], grads, active, contributions, executed.get(n))
     for key, grad in grads.items():
         node = sdg.nodes[key[0]]
         parts = contributions[key]
@@ -87,7 +91,26 @@ def _active(ctx, root: int) -> set[tuple[int, int]]:
     return seen
 
 
-def _differentiate(ctx, node: Node, grads, active, contributions) -> None:
+def _executed_conditions(ctx, root: int, nodes: list[int]) -> dict[int, Expr]:
+    """Where the forward pass computes each node for the loss, as a condition on its dims.
+
+    Only those points contribute gradients: elsewhere a node's inputs may not
+    even exist (``x[t + 1]`` at ``t = T - 1``). Nodes computed everywhere are absent.
+    Parameters count as defined everywhere (their updates come later).
+    """
+    forward = SDG({n: replace(node, op=ops.IdentOp()) if n in ctx.parameters else node
+                   for n, node in ctx.sdg.nodes.items()},
+                  [e for e in ctx.sdg.edges if e.sink not in ctx.parameters])
+    domains = isl_domains.analyse(forward, [root])
+    symbols = {s.name: s for d in ctx.dim_order for s in (d, bound_of(d))}
+    out = {}
+    for n in nodes:
+        if not domains.executed[n].is_equal(domains.box[n]):
+            out[n] = simplify(set_condition(domains.executed[n], domains.box[n], symbols))
+    return out
+
+
+def _differentiate(ctx, node: Node, grads, active, contributions, executed: Expr | None) -> None:
     sdg = ctx.sdg
     edges = sdg.in_edges(node.id)
     call = VJPCall(node, edges,
@@ -96,12 +119,14 @@ def _differentiate(ctx, node: Node, grads, active, contributions) -> None:
                    [grads.get((node.id, j)) for j in range(len(node.shapes))])
     try:
         input_grads = rule_for(node.op)(call)
+        for e, g in zip(edges, input_grads):
+            if g is None or (e.src, e.src_out) not in active:
+                continue
+            if executed is not None:
+                g = _merge(node.domain, _on_domain(g, node.domain), identity_index(node.domain), executed)
+            contributions[(e.src, e.src_out)].append(_accumulate(ctx, g, e, node, sdg.nodes[e.src]))
     except TempoError as err:
-        raise type(err)(err.problem, node.site) from None
-    for e, g in zip(edges, input_grads):
-        if g is None or (e.src, e.src_out) not in active:
-            continue
-        contributions[(e.src, e.src_out)].append(_accumulate(ctx, g, e, node, sdg.nodes[e.src]))
+        raise type(err)(f"differentiating this tensor: {err.problem}", node.site) from None
 
 
 def masked_branch(call: VJPCall, k: int) -> RT | None:

@@ -181,13 +181,14 @@ def _swap_last(x: RT) -> RT:
 @vjp_rule(ops.MatMulOp)
 def _matmul(call: VJPCall) -> list:
     (a, b), g = call.inputs, call.g
-    a2 = F.unsqueeze(a, 0) if len(a.shape) == 1 else a
-    b2 = F.unsqueeze(b, -1) if len(b.shape) == 1 else b
-    g2 = F.unsqueeze(g, -2) if len(a.shape) == 1 else g
-    g2 = F.unsqueeze(g2, -1) if len(b.shape) == 1 else g2
+    a_vector, b_vector = len(a.shape) == 1, len(b.shape) == 1
+    a2 = F.unsqueeze(a, 0) if a_vector else a
+    b2 = F.unsqueeze(b, -1) if b_vector else b
+    g2 = F.unsqueeze(g, len(g.shape) - (0 if b_vector else 1)) if a_vector else g
+    g2 = F.unsqueeze(g2, len(g2.shape)) if b_vector else g2
     ga, gb = F.matmul(g2, _swap_last(b2)), F.matmul(_swap_last(a2), g2)
-    ga = F.squeeze(ga, -2) if len(a.shape) == 1 else ga
-    gb = F.squeeze(gb, -1) if len(b.shape) == 1 else gb
+    ga = F.squeeze(ga, -2) if a_vector else ga
+    gb = F.squeeze(gb, -1) if b_vector else gb
     return [_ok(a, ga), _ok(b, gb)]
 
 

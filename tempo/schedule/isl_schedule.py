@@ -138,17 +138,31 @@ def to_tempo_ast(node: isl.AstNode, sdg: SDG) -> ast.Stmt:
     raise ScheduleError(f"unexpected isl AST node {kind}")
 
 
+def set_condition(points: isl.Set, box: isl.Set, symbols: dict[str, Expr]) -> Expr:
+    """``points`` (a subset of ``box``) as a condition over the box's dims, simplified given the box.
+
+    ``symbols`` maps isl dim and parameter names to the Tempo symbols they stand for.
+    """
+    def as_params(s: isl.Set) -> isl.Set:
+        return s.move_dims(isl.dim_type.param, s.dim(isl.dim_type.param), isl.dim_type.set, 0,
+                           s.dim(isl.dim_type.set)).params()
+
+    build = isl.AstBuild.from_context(as_params(box))
+    return _expr(build.expr_from_set(as_params(points).align_params(as_params(box).get_space())), symbols)
+
+
 _OPS = isl.ast_expr_op_type
 
 
-def _expr(e: isl.AstExpr) -> Expr:
+def _expr(e: isl.AstExpr, symbols: dict[str, Expr] | None = None) -> Expr:
     kind = e.get_type()
     if kind == isl.ast_expr_type.int:
         return const(e.get_val().to_python())
     if kind == isl.ast_expr_type.id:
-        return symbol(e.get_id().get_name())
+        name = e.get_id().get_name()
+        return symbols[name] if symbols and name in symbols else symbol(name)
     op = e.get_op_type()
-    args = [_expr(e.get_op_arg(i)) for i in range(e.get_op_n_arg())]
+    args = [_expr(e.get_op_arg(i), symbols) for i in range(e.get_op_n_arg())]
     if op == _OPS.minus:
         return -args[0]
     if op in (_OPS.max, _OPS.min):
