@@ -21,6 +21,8 @@ import difflib
 import math
 from typing import Sequence
 
+import numpy as np
+
 from tempo.api.context import current
 from tempo.api.rt import RecurrentTensor
 from tempo.errors import TempoError, user_site
@@ -77,7 +79,7 @@ class Env:
                              f"stream, so make a second environment for a second one", site)
         if not isinstance(action, RecurrentTensor):
             raise TempoError(f"{self.name}: env.step takes an action RT, not {type(action).__name__}", site)
-        if self.num_actions is not None and action.dtype[:3] not in ("int", "uin"):
+        if self.num_actions is not None and np.dtype(action.dtype).kind not in "iu":
             raise TempoError(f"{self.name}: actions are discrete, so the action RT must have an integer dtype, "
                              f"not {action.dtype}", site)
         if tuple(action.shape) != self.action_shape:

@@ -104,6 +104,6 @@ class TensorEnv(Env):
         array = np.asarray(value, dtype=self.state_dtype)
         lead = array.ndim - len(self.state_shape)
         if lead < 0 or lead > len(self.episode_dims) or array.shape[lead:] != self.state_shape:
-            raise TempoError(f"{self.name}: initial_state must be shaped (*lead, {', '.join(map(str, self.state_shape))})"
-                             f" with at most {len(self.episode_dims)} leading axes, got {array.shape}", site)
+            raise TempoError(f"{self.name}: initial_state must be shaped (*lead, *{self.state_shape}) with at most"
+                             f" {len(self.episode_dims)} leading axes, got {array.shape}", site)
         return from_numpy(array, dims=self.episode_dims[:lead])
