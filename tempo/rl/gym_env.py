@@ -154,8 +154,14 @@ class GymEnv(Env):
     def reset_seed(self, key: tuple[int, ...]) -> int:
         return self._host.reset_seed(tuple(key))
 
-    def reset(self) -> RecurrentTensor:
-        """The first observation of each episode (gymnasium ``reset`` with a per-episode seed)."""
+    def reset(self, initial_state=None) -> RecurrentTensor:
+        """The first observation of each episode (gymnasium ``reset`` with a per-episode seed).
+
+        Given initial states are for tensor environments only (``impl="tensor"``).
+        """
+        if initial_state is not None:
+            raise TempoError(f"{self.name}: a gymnasium environment starts from its seeded reset; "
+                             f"initial_state needs impl='tensor'", user_site())
         return self._reset_outputs()[0]
 
     def step(self, action: RecurrentTensor) -> tuple[RecurrentTensor, RecurrentTensor, RecurrentTensor]:

@@ -118,6 +118,8 @@ def test_bad_dims_and_actions_are_named():
         with pytest.raises(tpo.TempoError, match=r"needs a batch dim and a time dim"):
             tempo.rl.make("CartPole-v1", dims=(t,))
         env = tempo.rl.make("CartPole-v1", dims=(b, t))
+        with pytest.raises(tpo.TempoError, match=r"initial_state needs impl='tensor'"):
+            env.reset(initial_state=np.zeros(4))
         with pytest.raises(tpo.TempoError, match=r"integer dtype, not float32"):
             env.step(tpo.full((), 1.0))
         with pytest.raises(tpo.TempoError, match=r"shape \(2,\), the environment takes actions of shape \(\)"):
