@@ -1,0 +1,18 @@
+"""Reinforcement learning with recurrent tensors: environments and return estimators.
+
+>>> import tempo as tpo, tempo.rl
+>>> with tpo.Context() as ctx:
+...     (b, B), (t, T) = ctx.dims("b", "t")
+...     env = tempo.rl.make("CartPole-v1", dims=(b, t))
+...     o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, t))
+...     o[b, 0] = env.reset()
+...     o[b, t + 1], r, d = env.step((o.spatial[2] > 0).cast("int64"))
+...     g = tempo.rl.discounted_returns(r, 0.99)
+...     returns, = ctx.run(bounds={B: 2, T: 5}, fetch=[g])
+>>> returns.shape
+(2, 5)
+"""
+from tempo.rl.env import Env, make
+from tempo.rl.returns import discounted_returns, gae, n_step_returns
+
+__all__ = ["Env", "discounted_returns", "gae", "make", "n_step_returns"]

@@ -1,0 +1,189 @@
+"""Gymnasium environments run on the host through UDF ops.
+
+Each episode (a point of ``dims[:-1]``, e.g. ``(b, i)``) gets its own
+gymnasium environment from a pool, reset with a seed drawn from the context
+seed and the episode's indices, and handed back to the pool after the last
+timestep. The UDFs take the episode indices as an input (``tpo.eval_symbol``
+of each episode dim), so the host function knows which environments it
+serves. They are ``batched``: called with one episode's inputs, or with a
+leading axis of episodes once the batch dim is vectorized.
+
+The step UDF also reads ``done`` of the previous timestep (the reset's
+``False`` at ``t = 0``). That input carries the mask semantics and orders the
+calls: step ``t`` of an episode runs after step ``t - 1`` and after its reset.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from tempo.api.context import current
+from tempo.api.functional import cat, eval_symbol, placeholder, udf
+from tempo.api.rt import RecurrentTensor, apply
+from tempo.errors import TempoError, user_site
+from tempo.ir import ops
+from tempo.rl.env import Env, unknown_env_error
+from tempo.symbolic.expr import Expr, bound_of
+
+
+@dataclass
+class _Episode:
+    env: gymnasium.Env
+    last_obs: np.ndarray
+
+
+class _Episodes:
+    """The host side: one gymnasium environment per running episode."""
+
+    def __init__(self, name: str, kwargs: dict, seed: int, first: gymnasium.Env, obs_dtype: str,
+                 action_ndim: int, discrete: bool):
+        self.name, self.kwargs, self.seed = name, kwargs, seed
+        self.obs_dtype, self.action_ndim, self.discrete = obs_dtype, action_ndim, discrete
+        self.free = [first]
+        self.running: dict[tuple[int, ...], _Episode] = {}
+
+    def reset_seed(self, key: tuple[int, ...]) -> int:
+        """The reset seed of one episode, from the context seed and its indices."""
+        return int(np.random.SeedSequence([self.seed, *key]).generate_state(1)[0])
+
+    def reset(self, key):
+        keys, batched = _episode_keys(key)
+        obs = np.stack([self._reset_one(k) for k in keys])
+        done = np.zeros(len(keys), dtype=bool)
+        return (obs, done) if batched else (obs[0], done[0])
+
+    def step(self, key, steps_left, action, ended):
+        keys, batched = _episode_keys(key)
+        n = len(keys)
+        rows = zip(keys, _rows(steps_left, 0, n), _rows(action, self.action_ndim, n), _rows(ended, 0, n))
+        obs, reward, done = zip(*(self._step_one(*row) for row in rows))
+        out = np.stack(obs), np.asarray(reward, dtype=np.float32), np.asarray(done, dtype=bool)
+        return out if batched else tuple(x[0] for x in out)
+
+    def _reset_one(self, key: tuple[int, ...]) -> np.ndarray:
+        episode = self.running.pop(key, None)
+        env = episode.env if episode is not None else (self.free.pop() if self.free else self._make())
+        obs, _ = env.reset(seed=self.reset_seed(key))
+        obs = np.asarray(obs, dtype=self.obs_dtype)
+        self.running[key] = _Episode(env, obs)
+        return obs
+
+    def _step_one(self, key, steps_left, action, ended):
+        episode = self.running.get(key)
+        if episode is None:
+            raise RuntimeError(f"{self.name}: episode {key} was stepped before it was reset")
+        if ended:
+            reward, done = 0.0, True
+        else:
+            action = int(action) if self.discrete else np.asarray(action)
+            obs, reward, terminated, truncated, _ = episode.env.step(action)
+            episode.last_obs = np.asarray(obs, dtype=self.obs_dtype)
+            done = bool(terminated or truncated)
+        if steps_left == 0:
+            self.free.append(self.running.pop(key).env)
+        return episode.last_obs, reward, done
+
+    def _make(self) -> gymnasium.Env:
+        return gymnasium.make(self.name, **self.kwargs)
+
+
+def _episode_keys(key) -> tuple[list[tuple[int, ...]], bool]:
+    key = np.asarray(key)
+    batched = key.ndim == 2
+    return [tuple(int(v) for v in row) for row in (key if batched else key[None])], batched
+
+
+def _rows(x, ndim: int, n: int) -> np.ndarray:
+    """``x`` with a leading axis of ``n`` rows (broadcast when it has none)."""
+    x = np.asarray(x)
+    return x if x.ndim > ndim else np.broadcast_to(x, (n,) + x.shape)
+
+
+def _own_node(x: RecurrentTensor) -> RecurrentTensor:
+    """A later output of a multi-output op as the first output of its own node.
+
+    Works around the core fetching output 0 of a node for any of its outputs
+    (``tempo/api/compile.py``, ``compile_program``).
+    """
+    return apply(ops.IdentOp(), [x], site=x.node.site)
+
+
+def _gym_make(name: str, kwargs: dict) -> gymnasium.Env:
+    from tempo.rl.env import _tensor_envs
+
+    if name not in gymnasium.envs.registry:
+        raise unknown_env_error(name, list(gymnasium.envs.registry) + list(_tensor_envs()))
+    try:
+        return gymnasium.make(name, **kwargs)
+    except Exception as err:  # missing extras (box2d, mujoco), bad keyword arguments
+        raise TempoError(f"gymnasium.make({name!r}) failed: {type(err).__name__}: {err}", user_site()) from err
+
+
+class GymEnv(Env):
+    """A gymnasium environment over ``dims``, stepped on the host (see the module docstring).
+
+    ``max_episode_steps`` is the truncation limit of the gymnasium spec (None
+    when it has none). ``reset_seed(key)`` gives the seed the episode at
+    ``key = (b, i)`` is reset with.
+    """
+
+    def __init__(self, name: str, dims: tuple[Expr, ...], **kwargs):
+        site = user_site()
+        if len(dims) < 2:
+            raise TempoError(f"{name}: an environment needs a batch dim and a time dim, e.g. dims=(b, t)", site)
+        env = _gym_make(name, kwargs)
+        obs_space, act_space = env.observation_space, env.action_space
+        if not isinstance(obs_space, (spaces.Box, spaces.Discrete)):
+            raise TempoError(f"{name}: observation space {obs_space} is not supported (Box or Discrete)", site)
+        if isinstance(act_space, spaces.Discrete):
+            num_actions, action_shape, action_dtype = int(act_space.n), (), "int64"
+        elif isinstance(act_space, spaces.Box):
+            num_actions, action_shape, action_dtype = None, tuple(act_space.shape), str(act_space.dtype)
+        else:
+            raise TempoError(f"{name}: action space {act_space} is not supported (Discrete or Box)", site)
+        obs_dtype = "int64" if isinstance(obs_space, spaces.Discrete) else str(obs_space.dtype)
+        super().__init__(name, dims, tuple(obs_space.shape), obs_dtype, num_actions, action_shape, action_dtype)
+        self.max_episode_steps = env.spec.max_episode_steps if env.spec is not None else None
+        self._host = _Episodes(name, kwargs, current().seed, env, obs_dtype, len(action_shape),
+                               num_actions is not None)
+        self._reset: tuple[RecurrentTensor, RecurrentTensor] | None = None
+
+    def reset_seed(self, key: tuple[int, ...]) -> int:
+        return self._host.reset_seed(tuple(key))
+
+    def reset(self, initial_state=None) -> RecurrentTensor:
+        """The first observation of each episode (gymnasium ``reset`` with a per-episode seed).
+
+        Given initial states are for tensor environments only (``impl="tensor"``).
+        """
+        if initial_state is not None:
+            raise TempoError(f"{self.name}: a gymnasium environment starts from its seeded reset; "
+                             f"initial_state needs impl='tensor'", user_site())
+        return self._reset_outputs()[0]
+
+    def step(self, action: RecurrentTensor) -> tuple[RecurrentTensor, RecurrentTensor, RecurrentTensor]:
+        self._claim_step(action)
+        _, reset_done = self._reset_outputs()
+        outer, t = self.episode_dims, self.dims[-1]
+        ended = placeholder((), "bool", self.dims)
+        ended[(*outer, 0)] = reset_done
+        steps_left = eval_symbol(bound_of(t) - 1 - t)
+        obs, reward, done = udf(self._host.step, [self._episode_key(), steps_left, action, ended],
+                                [self.obs_shape, (), ()], [self.obs_dtype, "float32", "bool"],
+                                label=f"{self.name}.step", batched=True)
+        ended[(*outer, t + 1)] = done
+        return obs, _own_node(reward), _own_node(done)
+
+    step.__doc__ = Env.step.__doc__
+
+    def _reset_outputs(self) -> tuple[RecurrentTensor, RecurrentTensor]:
+        if self._reset is None:
+            self._reset = udf(self._host.reset, [self._episode_key()], [self.obs_shape, ()],
+                              [self.obs_dtype, "bool"], label=f"{self.name}.reset", batched=True)
+        return self._reset
+
+    def _episode_key(self) -> RecurrentTensor:
+        return cat([eval_symbol(d).unsqueeze(0) for d in self.episode_dims])

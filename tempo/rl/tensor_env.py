@@ -1,0 +1,109 @@
+"""Built-in environments written with tensor ops only (no UDF), so they fuse,
+vectorize and run on any backend.
+
+A :class:`TensorEnv` describes its dynamics with three pure functions of RTs
+(``initial_state``, ``transition``, ``observe``); the base class threads the
+state through a placeholder over ``dims`` and applies the truncation limit
+and the mask semantics of :mod:`tempo.rl.env` in one place.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tempo.api.functional import eval_symbol, from_numpy, placeholder, where
+from tempo.api.rt import RecurrentTensor
+from tempo.errors import TempoError, user_site
+from tempo.rl.env import Env
+from tempo.symbolic.expr import Expr
+
+RT = RecurrentTensor
+
+
+class TensorEnv(Env):
+    """Base class of the tensor environments.
+
+    Subclasses set ``state_shape`` and ``state_dtype`` and implement
+    ``initial_state()`` (an RT over the episode dims), ``transition(state,
+    action) -> (next_state, reward, terminated)`` and ``observe(state)``.
+    ``max_episode_steps`` truncates every episode after that many steps
+    (None: never).
+    """
+
+    state_shape: tuple[int, ...] = ()
+    state_dtype: str = "float32"
+
+    def __init__(self, name: str, dims: tuple[Expr, ...], obs_shape, obs_dtype, num_actions, action_shape,
+                 action_dtype, max_episode_steps: int | None):
+        if len(dims) < 2:
+            raise TempoError(f"{name}: an environment needs a batch dim and a time dim, e.g. dims=(b, t)",
+                             user_site())
+        if max_episode_steps is not None and (not isinstance(max_episode_steps, int) or max_episode_steps < 1):
+            raise TempoError(f"{name}: max_episode_steps must be a positive int or None, got "
+                             f"{max_episode_steps!r}", user_site())
+        super().__init__(name, dims, obs_shape, obs_dtype, num_actions, action_shape, action_dtype)
+        self.max_episode_steps = max_episode_steps
+        self._state0: RT | None = None
+
+    # ----- the dynamics, written by subclasses -----
+    def initial_state(self) -> RT:
+        raise NotImplementedError
+
+    def transition(self, state: RT, action: RT) -> tuple[RT, RT, RT]:
+        raise NotImplementedError
+
+    def observe(self, state: RT) -> RT:
+        raise NotImplementedError
+
+    # ----- the Env interface -----
+    def reset(self, initial_state=None) -> RT:
+        """The first observation of each episode.
+
+        ``initial_state`` replaces the environment's random initial state: an
+        RT over (some of) the episode dims, or an array shaped ``(*lead,
+        *state_shape)`` whose leading axes are bound to the first episode
+        dims (``(B, 4)`` for CartPole over ``(b, i, t)``: one state per
+        ``b``). It can only be given before the first ``reset``/``step``.
+        """
+        if initial_state is not None:
+            if self._state0 is not None:
+                raise TempoError(f"{self.name}: initial_state must be given to the first reset(), before "
+                                 f"step()", user_site())
+            self._state0 = self._given_state(initial_state)
+        return self.observe(self._initial())
+
+    def step(self, action: RT) -> tuple[RT, RT, RT]:
+        self._claim_step(action)
+        outer, t = self.episode_dims, self.dims[-1]
+        state = placeholder(self.state_shape, self.state_dtype, self.dims)
+        ended = placeholder((), "bool", self.dims)
+        state[(*outer, 0)] = self._initial()
+        ended[(*outer, 0)] = False
+        moved, reward, done = self.transition(state, action)
+        if self.max_episode_steps is not None:
+            done = done | (eval_symbol(t) >= self.max_episode_steps - 1)
+        next_state = where(ended, state, moved)
+        state[(*outer, t + 1)] = next_state
+        done = ended | done
+        ended[(*outer, t + 1)] = done
+        return self.observe(next_state), where(ended, 0.0, reward.cast("float32")), done
+
+    step.__doc__ = Env.step.__doc__
+
+    def _initial(self) -> RT:
+        if self._state0 is None:
+            self._state0 = self.initial_state()
+        return self._state0
+
+    def _given_state(self, value) -> RT:
+        site = user_site()
+        if isinstance(value, RT):
+            if tuple(value.shape) != self.state_shape or not set(value.domain) <= set(self.episode_dims):
+                raise TempoError(f"{self.name}: initial_state must be an RT of shape {self.state_shape} over "
+                                 f"the episode dims, got {value!r}", site)
+            return value.cast(self.state_dtype) if value.dtype != self.state_dtype else value
+        array = np.asarray(value, dtype=self.state_dtype)
+        lead = array.ndim - len(self.state_shape)
+        if lead < 0 or lead > len(self.episode_dims) or array.shape[lead:] != self.state_shape:
+            raise TempoError(f"{self.name}: initial_state must be shaped (*lead, *{self.state_shape}) with at most"
+                             f" {len(self.episode_dims)} leading axes, got {array.shape}", site)
+        return from_numpy(array, dims=self.episode_dims[:lead])
