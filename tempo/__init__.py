@@ -9,6 +9,7 @@
 ...     ctx.run(bounds={T: 3}, fetch=[g])[0].tolist()
 [6.0, 5.0, 3.0]
 """
+from tempo import nn, optim, rl
 from tempo.api import random
 from tempo.api.context import Context
 from tempo.api.functional import (abs, cat, cos, eval_symbol, exp, from_numpy, full, log, ones, placeholder,
@@ -23,5 +24,5 @@ __version__ = "0.1.0"
 
 __all__ = ["BoundError", "Context", "DefinitionError", "DomainError", "RecurrentTensor", "ScheduleError",
            "ShapeError", "TempoError", "abs", "cat", "cos", "eval_symbol", "exp", "from_numpy", "full",
-           "log", "max", "min", "ones", "placeholder", "random", "relu", "sigmoid", "sin", "sqrt", "tanh", "udf",
+           "log", "max", "min", "nn", "ones", "optim", "placeholder", "random", "relu", "rl", "sigmoid", "sin", "sqrt", "tanh", "udf",
            "where", "zeros"]

@@ -27,7 +27,7 @@ from tempo.api import functional as F
 from tempo.api.rt import RecurrentTensor as RT
 from tempo.api.rt import apply, materialize, steps_in
 from tempo.api.vjp import VJPCall, is_float, pad, rule_for
-from tempo.errors import ShapeError, TempoError, user_site
+from tempo.errors import DomainError, ShapeError, TempoError, user_site
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node, identity_index
 from tempo.schedule import isl_domains
@@ -86,9 +86,21 @@ def _active(ctx, root: int) -> set[tuple[int, int]]:
         if key[0] in ctx.parameters or isinstance(node.op, _LEAVES):
             continue
         for e in sdg.in_edges(key[0]):
+            if e.src in ctx.parameters:
+                _check_parameter_read(sdg, e)
             if is_float(sdg.nodes[e.src].dtypes[e.src_out]):
                 stack.append((e.src, e.src_out))
     return seen
+
+
+def _check_parameter_read(sdg: SDG, e: Edge) -> None:
+    """A parameter is read at the current point of its own dims only (its value in this iteration)."""
+    param = sdg.nodes[e.src]
+    if e.index is not identity_index(param.domain):
+        dims = ", ".join(d.name for d in param.domain)
+        raise DomainError(f"parameter {param.label or param.id} varies over ({dims}) and is read here at "
+                          f"[{', '.join(str(a) for a in e.index.args)}]; a parameter can only be used at "
+                          f"the current point of its dims", sdg.nodes[e.sink].site)
 
 
 def _executed_conditions(ctx, root: int, nodes: list[int]) -> dict[int, Expr]:

@@ -24,7 +24,7 @@ class Program:
     """
 
     sdg: SDG
-    fetch: list[int]
+    fetch: list[tuple[int, int]]  # (node id, output)
     domains: isl_domains.Domains
     ast: ast_mod.Stmt
     backend: Backend
@@ -38,7 +38,7 @@ class Program:
         executor = Executor(self.sdg, self.ast, self.backend, values)
         executor.run()
         self.timings["run"] = time.perf_counter() - start
-        return [self._gather(executor, n, values) for n in self.fetch]
+        return [self._gather(executor, n, out, values) for n, out in self.fetch]
 
     def validate(self, bounds: dict[str, int] | None = None) -> None:
         """Check for out-of-range reads, for these bounds or (None) for every bound."""
@@ -61,9 +61,9 @@ class Program:
                              f"(pass bounds={{{missing[0]}: ...}} to run)", self.site)
         return values
 
-    def _gather(self, executor: Executor, n: int, bounds: dict[str, int]) -> np.ndarray:
+    def _gather(self, executor: Executor, n: int, out: int, bounds: dict[str, int]) -> np.ndarray:
         node = self.sdg.nodes[n]
-        store = executor.stores[(n, 0)]
+        store = executor.stores[(n, out)]
         extent = tuple(bounds[bound_of(d).name] for d in node.domain)
         values = {p: self.backend.to_numpy(v) for p, v in store.data.items()}
         shapes = {v.shape for v in values.values()}
@@ -73,7 +73,7 @@ class Program:
                 out[p] = values.get(p)
             return out
         spatial = shapes.pop() if shapes else ()
-        dtype = np.dtype(node.dtypes[0])
+        dtype = np.dtype(node.dtypes[out])
         fill = np.nan if dtype.kind in "fc" else 0
         out = np.full(extent + tuple(spatial), fill, dtype=dtype)
         for p, v in values.items():
@@ -91,11 +91,12 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None) -> Prog
             raise TempoError(f"fetch takes recurrent tensors, got {type(x).__name__}", site)
         if x.ctx is not ctx:
             raise TempoError("a fetched tensor belongs to another context", site)
-    fetch_ids = [materialize(x, x.node.site).node.id for x in fetch]
+    fetched = [materialize(x, x.node.site) for x in fetch]
+    fetch_ids = [(x.node.id, x.out) for x in fetched]
     sdg = ctx.sdg
     timings = {}
     start = time.perf_counter()
-    domains = isl_domains.analyse(sdg, fetch_ids)
+    domains = isl_domains.analyse(sdg, [n for n, _ in fetch_ids])
     timings["analyse"] = time.perf_counter() - start
     start = time.perf_counter()
     schedule = isl_schedule.compute_schedule(sdg, domains)

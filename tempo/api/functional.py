@@ -34,7 +34,7 @@ def from_numpy(array, dims: Sequence[Expr] = ()) -> RT:
                          f"({', '.join(d.name for d in dims)})", site)
     domain = ctx.order(dims)
     array = np.transpose(array, [dims.index(d) for d in domain] + list(range(len(dims), array.ndim)))
-    op = ops.ConstOp(ops.Array(np.ascontiguousarray(array)), len(dims))
+    op = ops.ConstOp(ops.Array(np.array(array, order="C")), len(dims))
     node = ctx.sdg.add_node(op, domain, (tuple(array.shape[len(dims):]),), (str(array.dtype),), site)
     return RT(ctx, node)
 

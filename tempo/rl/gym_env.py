@@ -22,9 +22,8 @@ from gymnasium import spaces
 
 from tempo.api.context import current
 from tempo.api.functional import cat, eval_symbol, placeholder, udf
-from tempo.api.rt import RecurrentTensor, apply
+from tempo.api.rt import RecurrentTensor
 from tempo.errors import TempoError, user_site
-from tempo.ir import ops
 from tempo.rl.env import Env, unknown_env_error
 from tempo.symbolic.expr import Expr, bound_of
 
@@ -102,15 +101,6 @@ def _rows(x, ndim: int, n: int) -> np.ndarray:
     return x if x.ndim > ndim else np.broadcast_to(x, (n,) + x.shape)
 
 
-def _own_node(x: RecurrentTensor) -> RecurrentTensor:
-    """A later output of a multi-output op as the first output of its own node.
-
-    Works around the core fetching output 0 of a node for any of its outputs
-    (``tempo/api/compile.py``, ``compile_program``).
-    """
-    return apply(ops.IdentOp(), [x], site=x.node.site)
-
-
 def _gym_make(name: str, kwargs: dict) -> gymnasium.Env:
     from tempo.rl.env import _tensor_envs
 
@@ -175,7 +165,7 @@ class GymEnv(Env):
                                 [self.obs_shape, (), ()], [self.obs_dtype, "float32", "bool"],
                                 label=f"{self.name}.step", batched=True)
         ended[(*outer, t + 1)] = done
-        return obs, _own_node(reward), _own_node(done)
+        return obs, reward, done
 
     step.__doc__ = Env.step.__doc__
 

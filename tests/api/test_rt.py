@@ -96,3 +96,11 @@ def test_kernel_failure_names_the_users_line(ctx):
     with pytest.raises(tpo.TempoError, match=r"UDFOp failed at t=0: IndexError") as err:
         ctx.run(bounds={T: 4}, fetch=[y])
     assert "test_rt.py" in str(err.value) and "y = tpo.udf(" in str(err.value)
+
+
+def test_fetching_each_output_of_a_multi_output_op():
+    with tpo.Context() as ctx:
+        (t, T), = ctx.dims("t")
+        a, b = tpo.udf(lambda v: (v, v * 10), [tpo.eval_symbol(t)], [(), ()], ["int64", "int64"])
+        a_out, b_out = ctx.run({T: 3}, fetch=[a, b])
+    assert a_out.tolist() == [0, 1, 2] and b_out.tolist() == [0, 10, 20]

@@ -1,0 +1,112 @@
+"""Optimizers as recurrences over the iteration dim (TEMPO Fig. 8).
+
+``step()`` defines, for every parameter ``p`` (a placeholder with
+``p[0] = init``), the branch ``p[i + 1] = update(p[i], p.grad[i])``; optimizer
+state (moments, step count) are placeholders of their own with ``s[0]`` and
+``s[i + 1]`` branches. Learning rates may be numbers or RTs (e.g.
+``1e-3 * 0.99 ** tpo.eval_symbol(i)``).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import tempo.api.functional as F
+from tempo.api.rt import RecurrentTensor as RT
+from tempo.errors import DomainError, TempoError, user_site
+
+
+class Optimizer:
+    """Base class: ``step()`` adds the update branch of every parameter."""
+
+    def __init__(self, params: Sequence[RT], lr, max_grad_norm: float | None = None) -> None:
+        self.params, self.lr, self.max_grad_norm = list(params), lr, max_grad_norm
+        site = user_site()
+        if not self.params:
+            raise TempoError("the optimizer got no parameters", site)
+        for p in self.params:
+            if p.node.id not in p.ctx.parameters:
+                raise TempoError(f"{p!r} is not a parameter (make it with tpo.nn.parameter or a module)", site)
+            if len(p.domain) != 1:
+                raise DomainError(f"{p!r} has no iteration dim to update over; give its module dims=(i,)", site)
+
+    def step(self) -> None:
+        """Define ``p[i + 1]`` for every parameter from its gradient at ``i``."""
+        grads = [p.grad for p in self.params]
+        if self.max_grad_norm is not None:
+            grads = clip_by_global_norm(grads, self.max_grad_norm)
+        for p, g in zip(self.params, grads):
+            i = p.domain[0]
+            p[i + 1] = self.update(p, g).cast(p.dtype)
+
+    def update(self, p: RT, g: RT) -> RT:
+        raise NotImplementedError
+
+    def state(self, p: RT, init: float = 0.0) -> RT:
+        """A new state placeholder shaped like ``p``, starting at ``init``; define its ``[i + 1]``."""
+        s = F.placeholder(p.shape, p.dtype, p.domain)
+        s[0] = F.full(p.shape, init, p.dtype)
+        return s
+
+
+def clip_by_global_norm(grads: list[RT], max_norm: float) -> list[RT]:
+    """Scale all gradients by ``min(1, max_norm / global_norm)``."""
+    total = None
+    for g in grads:
+        sq = F.sum(g * g)
+        total = sq if total is None else total + sq
+    scale = F.minimum(1.0, max_norm / (F.sqrt(total) + 1e-6))
+    return [g * scale for g in grads]
+
+
+class SGD(Optimizer):
+    """``p - lr * g``, with optional momentum."""
+
+    def __init__(self, params, lr=1e-2, momentum: float = 0.0, max_grad_norm: float | None = None) -> None:
+        super().__init__(params, lr, max_grad_norm)
+        self.momentum = momentum
+
+    def update(self, p: RT, g: RT) -> RT:
+        if not self.momentum:
+            return p - self.lr * g
+        velocity = self.state(p)
+        new = self.momentum * velocity + g
+        velocity[p.domain[0] + 1] = new
+        return p - self.lr * new
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) with bias correction; ``weight_decay`` here is decoupled (AdamW)."""
+
+    decoupled = False
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 max_grad_norm: float | None = None) -> None:
+        super().__init__(params, lr, max_grad_norm)
+        self.b1, self.b2 = betas
+        self.eps, self.weight_decay = eps, weight_decay
+
+    def update(self, p: RT, g: RT) -> RT:
+        i = p.domain[0]
+        if self.weight_decay and not self.decoupled:
+            g = g + self.weight_decay * p
+        m, v, count = self.state(p), self.state(p), self.state(F.sum(p))
+        m_new = self.b1 * m + (1.0 - self.b1) * g
+        v_new = self.b2 * v + (1.0 - self.b2) * g * g
+        k = count + 1.0
+        m[i + 1], v[i + 1], count[i + 1] = m_new, v_new, k
+        m_hat = m_new / (1.0 - self.b1 ** k)
+        v_hat = v_new / (1.0 - self.b2 ** k)
+        step = m_hat / (F.sqrt(v_hat) + self.eps)
+        if self.weight_decay and self.decoupled:
+            step = step + self.weight_decay * p
+        return p - self.lr * step
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter)."""
+
+    decoupled = True
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
+                 max_grad_norm: float | None = None) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, max_grad_norm)
