@@ -28,6 +28,7 @@ class Program:
     domains: isl_domains.Domains
     ast: ast_mod.Stmt
     backend: Backend
+    dim_order: tuple[Expr, ...] = ()
     site: object = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -64,6 +65,7 @@ class Program:
     def _gather(self, executor: Executor, n: int, out: int, bounds: dict[str, int]) -> np.ndarray:
         node = self.sdg.nodes[n]
         store = executor.stores[(n, out)]
+        lead = self.sdg.vectorized.get(n, ())
         extent = tuple(bounds[bound_of(d).name] for d in node.domain)
         values = {p: self.backend.to_numpy(v) for p, v in store.data.items()}
         shapes = {v.shape for v in values.values()}
@@ -78,11 +80,22 @@ class Program:
         out = np.full(extent + tuple(spatial), fill, dtype=dtype)
         for p, v in values.items():
             out[p] = v
-        return out
+        if not lead:
+            return out
+        axes = list(node.domain) + list(lead)
+        order = sorted(range(len(axes)), key=lambda k: self.dim_order.index(axes[k]))
+        return np.transpose(out, order + list(range(len(axes), out.ndim)))
 
 
-def compile_program(ctx, fetch: list, backend: str = "numpy", site=None) -> Program:
-    """Analyse, validate, schedule and build the AST of ``ctx``'s program."""
+def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes: dict | None = None) -> Program:
+    """Transform, analyse, validate, schedule and build the AST of ``ctx``'s program.
+
+    ``passes`` maps a pass name of :data:`tempo.transforms.PIPELINE` to its
+    config, or to False to switch it off. With nothing fetched, every tensor
+    of the program is computed (sinks and parameter updates included).
+    """
+    from tempo.transforms import PIPELINE
+
     from tempo.api.rt import RecurrentTensor, materialize
 
     chosen = get_backend(backend, site)
@@ -93,10 +106,15 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None) -> Prog
             raise TempoError("a fetched tensor belongs to another context", site)
     fetched = [materialize(x, x.node.site) for x in fetch]
     fetch_ids = [(x.node.id, x.out) for x in fetched]
-    sdg = ctx.sdg
-    timings = {}
+    sdg, timings, passes = ctx.sdg, {}, passes or {}
+    for name, module in PIPELINE:
+        if passes.get(name, True) is not False:
+            start = time.perf_counter()
+            sdg = module.apply(sdg, passes.get(name) or module.Config())
+            timings[name] = time.perf_counter() - start
+    roots = [n for n, _ in fetch_ids] or list(ctx.sdg.nodes)
     start = time.perf_counter()
-    domains = isl_domains.analyse(sdg, [n for n, _ in fetch_ids])
+    domains = isl_domains.analyse(sdg, roots)
     timings["analyse"] = time.perf_counter() - start
     start = time.perf_counter()
     schedule = isl_schedule.compute_schedule(sdg, domains)
@@ -104,4 +122,4 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None) -> Prog
     start = time.perf_counter()
     tree = isl_schedule.build_ast(sdg, domains, schedule)
     timings["ast"] = time.perf_counter() - start
-    return Program(sdg, fetch_ids, domains, tree, chosen, site, timings)
+    return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings)

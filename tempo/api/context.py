@@ -72,7 +72,7 @@ class Context:
             raise DomainError(f"symbol {names} is not a dimension of this context", user_site())
         return tuple(d for d in self.dim_order if d in steps)
 
-    def run(self, bounds: dict, fetch: Sequence = (), backend: str = "numpy") -> list:
+    def run(self, bounds: dict, fetch: Sequence = (), backend: str = "numpy", passes: dict | None = None) -> list:
         """Compile the program and execute it; returns one NumPy array per fetched RT.
 
         Each array is shaped ``(*bounds of the RT's dims, *spatial shape)``;
@@ -80,11 +80,11 @@ class Context:
         """
         from tempo.api.compile import compile_program
 
-        program = compile_program(self, list(fetch), backend=backend, site=user_site())
+        program = compile_program(self, list(fetch), backend=backend, site=user_site(), passes=passes)
         return program.run(bounds)
 
-    def compile(self, fetch: Sequence = (), backend: str = "numpy"):
+    def compile(self, fetch: Sequence = (), backend: str = "numpy", passes: dict | None = None):
         """Compile without running: the returned program has ``.sdg``, ``.ast`` and ``.run(bounds)``."""
         from tempo.api.compile import compile_program
 
-        return compile_program(self, list(fetch), backend=backend, site=user_site())
+        return compile_program(self, list(fetch), backend=backend, site=user_site(), passes=passes)

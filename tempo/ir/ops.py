@@ -53,9 +53,14 @@ class ConstOp(Op):
 
 @dataclass(frozen=True)
 class EvalSymbolOp(Op):
-    """The runtime value of a symbolic expression, as an int64 scalar."""
+    """The runtime value of a symbolic expression, as an int64 scalar.
+
+    After vectorization, ``vectorized`` dims of the expression are leading
+    axes of the result (outermost first), one entry per point of each.
+    """
 
     expr: Expr
+    vectorized: tuple[Expr, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class RandomOp(Op):
     dist: str
     stream: int
     dims: tuple[Expr, ...] = ()
+    vectorized: tuple[Expr, ...] = ()  # dims of ``dims`` that are leading axes (outermost first)
 
 
 @dataclass(frozen=True)
@@ -174,6 +180,7 @@ class MergeOp(Op):
     """
 
     placeholder: bool = False
+    broadcast: tuple[int, ...] = ()  # inputs whose value is broadcast to the output shape (vectorization)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ where ``cond(p)`` holds (TimeRL §5.1: input id, phi, psi, output id).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from tempo.errors import Site
@@ -53,6 +54,8 @@ class SDG:
     nodes: dict[int, Node] = field(default_factory=dict)
     edges: list[Edge] = field(default_factory=list)
     _next_id: int = 0
+    # node id -> dims turned into leading spatial axes by vectorization (outermost first)
+    vectorized: dict[int, tuple[Expr, ...]] = field(default_factory=dict)
 
     def add_node(self, op: Op, domain, shapes, dtypes, site=None, label="") -> Node:
         node = Node(self._next_id, op, tuple(domain), tuple(shapes), tuple(dtypes), site, label)
@@ -107,5 +110,7 @@ def _shape_text(shape: tuple) -> str:
 
 
 def _op_text(op: Op) -> str:
-    fields = [f"{k}={v}" for k, v in vars(op).items() if k not in ("fn",) or isinstance(v, str)]
+    defaults = {f.name: f.default for f in dataclasses.fields(op)}
+    fields = [f"{k}={v}" for k, v in vars(op).items()
+              if (k not in ("fn",) or isinstance(v, str)) and not (k in defaults and v == defaults[k])]
     return f"{op.name}({', '.join(fields)})" if fields else op.name

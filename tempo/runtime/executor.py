@@ -79,16 +79,21 @@ class Executor:
         outs = [self.stores[(node.id, j)] for j in range(len(node.shapes))]
         bounds = self.bounds
         if isinstance(node.op, MergeOp):
+            full_shape = _empty_shape(node.shapes[0], bounds)
+            spread = [k in node.op.broadcast for k in range(len(reads))]
+
             def launch_merge(point):
                 env = dict(bounds, **dict(zip(names, point)))
-                for store, index, cond in reads:
+                for (store, index, cond), widen in zip(reads, spread):
                     if cond is None or cond(env):
-                        outs[0].write(point, store.read(index(env)))
+                        value = store.read(index(env))
+                        outs[0].write(point, self.backend.broadcast(value, full_shape()) if widen else value)
                         return
             return launch_merge
         if isinstance(node.op, ConstOp):
             _check_const_covers_bounds(node, bounds)
         kernel, backend, dtypes = self.backend.kernel(node.op), self.backend, node.dtypes
+        batched = [f"{d.name}=0..{bounds[bound_of(d).name] - 1}" for d in self.sdg.vectorized.get(node.id, ())]
 
         def launch(point):
             env = dict(bounds, **dict(zip(names, point)))
@@ -96,7 +101,7 @@ class Executor:
             try:
                 results = kernel(inputs, env, point)
             except Exception as err:  # re-raised naming the user's line, as torch.fx does
-                where = ", ".join(f"{n}={v}" for n, v in zip(names, point))
+                where = ", ".join([f"{n}={v}" for n, v in zip(names, point)] + batched)
                 raise TempoError(f"{node.op.name} failed at {where or 'its only point'}: "
                                  f"{type(err).__name__}: {err}", node.site) from err
             for store, value, dtype in zip(outs, results, dtypes):

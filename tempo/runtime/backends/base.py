@@ -25,6 +25,10 @@ class Backend:
     def cast(self, tensor, dtype: str):
         raise NotImplementedError
 
+    def broadcast(self, tensor, shape: tuple):
+        """``tensor`` broadcast to ``shape`` (new leading axes, read-only is fine)."""
+        raise NotImplementedError
+
     def to_numpy(self, tensor):
         raise NotImplementedError
 

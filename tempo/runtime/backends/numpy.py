@@ -13,7 +13,7 @@ from tempo.ir import ops
 from tempo.runtime import counter_rng
 from tempo.runtime.backends.base import Backend, Kernel, register
 from tempo.symbolic.evaluate import compile_expr
-from tempo.symbolic.expr import seq
+from tempo.symbolic.expr import bound_of, seq
 
 KERNELS: dict[type, Callable[[ops.Op], Kernel]] = {}
 
@@ -51,13 +51,42 @@ def _const(op: ops.ConstOp) -> Kernel:
 @kernel_for(ops.EvalSymbolOp)
 def _eval_symbol(op: ops.EvalSymbolOp) -> Kernel:
     fn = compile_expr(op.expr)
-    return lambda inputs, env, point: (np.asarray(fn(env), dtype=np.int64),)
+    if not op.vectorized:
+        return lambda inputs, env, point: (np.asarray(fn(env), dtype=np.int64),)
+    names, bounds = [d.name for d in op.vectorized], [bound_of(d).name for d in op.vectorized]
+
+    def run(inputs, env, point):
+        sizes, local = tuple(env[b] for b in bounds), dict(env)
+        out = np.empty(sizes, dtype=np.int64)
+        for idx in np.ndindex(*sizes):
+            local.update(zip(names, idx))
+            out[idx] = fn(local)
+        return (out,)
+
+    return run
 
 
 @kernel_for(ops.RandomOp)
 def _random(op: ops.RandomOp) -> Kernel:
     draw, sizes = counter_rng.DISTRIBUTIONS[op.dist], _sizes(op.shape)
-    return lambda inputs, env, point: (draw(op.stream, point, sizes(env), op.dtype),)
+    if not op.vectorized:
+        return lambda inputs, env, point: (draw(op.stream, point, sizes(env), op.dtype),)
+    lead = len(op.vectorized)
+    axis_of = {d: k for k, d in enumerate(op.vectorized)}
+    bounds = {d: bound_of(d).name for d in op.vectorized}
+
+    def run(inputs, env, point):
+        rest, coords = iter(point), []
+        for d in op.dims:
+            if d in axis_of:
+                shape = [1] * lead
+                shape[axis_of[d]] = env[bounds[d]]
+                coords.append(np.arange(env[bounds[d]]).reshape(shape))
+            else:
+                coords.append(next(rest))
+        return (draw(op.stream, coords, sizes(env), op.dtype),)
+
+    return run
 
 
 @kernel_for(ops.ElementwiseOp)
@@ -168,6 +197,9 @@ class NumPyBackend(Backend):
     def cast(self, tensor, dtype: str):
         tensor = np.asarray(tensor)
         return tensor if tensor.dtype == dtype else tensor.astype(dtype)
+
+    def broadcast(self, tensor, shape: tuple):
+        return np.broadcast_to(tensor, shape)
 
     def to_numpy(self, tensor):
         return np.asarray(tensor)

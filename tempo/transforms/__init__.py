@@ -1,0 +1,7 @@
+"""SDG-to-SDG passes, each ``apply(sdg, cfg) -> sdg``, run in the order of :data:`PIPELINE`."""
+from tempo.transforms import vectorize
+
+# (name, module); a compile may switch any of them off by name.
+PIPELINE = (("vectorize", vectorize),)
+
+__all__ = ["PIPELINE", "vectorize"]

@@ -1,0 +1,350 @@
+"""Vectorization (TEMPO §4.2, TimeRL Alg. 2): an independent dim becomes a leading spatial axis.
+
+A dim ``d`` can be vectorized when no point of it depends on another one:
+every read of a tensor that varies over ``d`` is at ``d`` itself or at the
+whole range ``0:D``, and no condition, shape or op parameter mentions ``d``
+(``eval_symbol`` and random numbers excepted: they learn to produce all of
+``d``'s points at once). Every node over ``d`` then runs once for all of its
+points, on tensors with a leading axis of size ``D``: the schedule loses a
+loop and each kernel call does ``D`` times the work, which is what makes a
+batch dim cheap.
+
+Per-op rules live in :data:`RULES`; a rule gets the op and which inputs carry
+the new axis and returns the batched op, plus adapter ops for inputs that
+must be reshaped first and ops to apply after.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from tempo.errors import TempoError
+from tempo.ir import ops
+from tempo.ir.sdg import SDG, Edge, Node
+from tempo.ir.shapes import infer, normalize_axis, size
+from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
+
+
+@dataclass(frozen=True)
+class Config:
+    """``dims``: names of the dims to try (None: every dim, in the program's order)."""
+
+    dims: tuple[str, ...] | None = None
+
+
+def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
+    """Vectorize every dim (of ``cfg.dims``) that can be; returns a new SDG."""
+    steps = []
+    for node in sdg.nodes.values():
+        steps += [d for d in node.domain if d not in steps]
+    for d in steps:
+        if (cfg.dims is None or d.name in cfg.dims) and vectorizable(sdg, d):
+            sdg = vectorize(sdg, d)
+    return sdg
+
+
+# ----- which dims -----
+def _mentions(e: Expr | None, d: Expr) -> bool:
+    return e is not None and d in e.free_symbols()
+
+
+def _op_mentions(op: ops.Op, d: Expr) -> bool:
+    if isinstance(op, (ops.EvalSymbolOp, ops.RandomOp)):
+        return False
+    if isinstance(op, ops.SpatialIndexOp):  # x[0:D].spatial[d] (autodiff's select) is fine
+        return any(item is not d and _mentions(item, d) for item in op.items)
+    for value in vars(op).values():
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, Expr) and _mentions(item, d):
+                return True
+    return False
+
+
+def vectorizable(sdg: SDG, d: Expr) -> bool:
+    """No point of ``d`` depends on another (see the module docstring)."""
+    whole = make_slice(0, bound_of(d))
+    for node in sdg.nodes.values():
+        if _op_mentions(node.op, d) or any(_mentions(s, d) for shape in node.shapes for s in shape
+                                           if isinstance(s, Expr)):
+            return False
+    for e in sdg.edges:
+        if _mentions(e.cond, d):
+            return False
+        src_domain = sdg.nodes[e.src].domain
+        for dim, item in zip(src_domain, e.index.args):
+            if dim is d:
+                if item is not d and item is not whole:
+                    return False
+            elif _mentions(item, d):
+                return False
+    return True
+
+
+# ----- rules -----
+@dataclass
+class Batched:
+    """A rule's answer: the batched op, adapters per input, ops applied after."""
+
+    op: ops.Op
+    adapters: dict[int, list[ops.Op]] = field(default_factory=dict)
+    after: list[ops.Op] = field(default_factory=list)
+
+
+Rule = Callable[[ops.Op, list[bool], list[tuple], Expr], Batched]
+RULES: dict[type, Rule] = {}
+MIXED = set()  # op types whose rule handles inputs without the new axis itself
+
+
+def rule(*op_types: type, mixed: bool = False):
+    def register(fn: Rule) -> Rule:
+        for op_type in op_types:
+            RULES[op_type] = fn
+            if mixed:
+                MIXED.add(op_type)
+        return fn
+
+    return register
+
+
+def _shift(axis: int, rank: int) -> int:
+    return normalize_axis(axis, rank) + 1
+
+
+@rule(ops.ElementwiseOp, mixed=True)
+def _elementwise(op, batched, shapes, size_d):
+    rank = max(len(s) for s in shapes)
+    return Batched(op, {k: [ops.UnsqueezeOp(1)] * (rank - len(s)) for k, (b, s) in enumerate(zip(batched, shapes))
+                        if b and len(s) < rank})
+
+
+@rule(ops.ReduceOp)
+def _reduce(op, batched, shapes, size_d):
+    return Batched(replace(op, axes=tuple(_shift(a, len(shapes[0])) for a in op.axes)))
+
+
+@rule(ops.CumSumOp, ops.DiscountedSumOp, ops.SqueezeOp, ops.PadOp, ops.CatOp)
+def _axis(op, batched, shapes, size_d):
+    return Batched(replace(op, axis=_shift(op.axis, len(shapes[0]))))
+
+
+@rule(ops.UnsqueezeOp)
+def _unsqueeze(op, batched, shapes, size_d):
+    return Batched(replace(op, axis=_shift(op.axis, len(shapes[0]) + 1)))
+
+
+@rule(ops.ReshapeOp)
+def _reshape(op, batched, shapes, size_d):
+    return Batched(replace(op, shape=(size_d, *op.shape)))
+
+
+@rule(ops.PermuteOp)
+def _permute(op, batched, shapes, size_d):
+    return Batched(replace(op, axes=(0, *(_shift(a, len(shapes[0])) for a in op.axes))))
+
+
+@rule(ops.ExpandOp)
+def _expand(op, batched, shapes, size_d):
+    return Batched(replace(op, shape=(size_d, *op.shape)), {0: [ops.UnsqueezeOp(1)] * (len(op.shape) - len(shapes[0]))})
+
+
+@rule(ops.SpatialIndexOp, mixed=True)
+def _spatial_index(op, batched, shapes, size_d):
+    rows = make_slice(0, size_d)
+    if batched[0]:
+        return Batched(replace(op, items=(rows, *op.items)))
+    at = next((k for k, item in enumerate(op.items) if item.op == "sym" and item.kind == "step"
+               and _is_vectorized_dim(item, size_d)), None)
+    if at is None:
+        return Batched(replace(op, items=(rows, *op.items)), {0: [ops.UnsqueezeOp(0), ops.ExpandOp((size_d, *shapes[0]))]})
+    rank = len(shapes[0])
+    axes = (at, *range(at), *range(at + 1, rank))
+    items = (rows, *op.items[:at], *op.items[at + 1:])
+    return Batched(replace(op, items=items), {0: [ops.PermuteOp(axes)]})
+
+
+def _is_vectorized_dim(item: Expr, size_d: Expr) -> bool:
+    return bound_of(item) is size_d
+
+
+@rule(ops.CastOp, ops.IdentOp)
+def _same(op, batched, shapes, size_d):
+    return Batched(op)
+
+
+@rule(ops.MatMulOp, mixed=True)
+def _matmul(op, batched, shapes, size_d):
+    (fa, fb), (a, b) = batched, shapes
+    adapters, after = {}, []
+    if fa and len(a) == 1:
+        adapters[0], after = [ops.UnsqueezeOp(1)], [ops.SqueezeOp(-2)]
+        a = (1, *a)
+    if fb and len(b) == 1:
+        adapters[1] = [ops.UnsqueezeOp(2)]
+        after = after + [ops.SqueezeOp(-1)]
+        b = (*b, 1)
+    if fa and fb and len(a) != len(b):
+        short = 0 if len(a) < len(b) else 1
+        adapters[short] = adapters.get(short, []) + [ops.UnsqueezeOp(1)] * abs(len(a) - len(b))
+    elif fb and not fa and len(a) > 2:
+        raise _Refuse("a batched matrix on the right of a stack of matrices")
+    return Batched(op, adapters, after)
+
+
+@rule(ops.UDFOp, mixed=True)
+def _udf(op, batched, shapes, size_d):
+    if op.batched:  # fn takes one leading batch axis: this one; a further dim goes row by row
+        return Batched(replace(op, batched=False, out_shapes=tuple((size_d, *s) for s in op.out_shapes)),
+                       {k: [ops.UnsqueezeOp(0), ops.ExpandOp((size_d, *s))]
+                        for k, (b, s) in enumerate(zip(batched, shapes)) if not b})
+    return Batched(replace(op, fn=_row_by_row(op.fn, batched), out_shapes=tuple((size_d, *s) for s in op.out_shapes)))
+
+
+def _row_by_row(fn, batched: list[bool]):
+    def run(*inputs):
+        rows = next(len(x) for x, b in zip(inputs, batched) if b)
+        results = []
+        for r in range(rows):
+            out = fn(*(x[r] if b else x for x, b in zip(inputs, batched)))
+            results.append(tuple(out) if isinstance(out, (tuple, list)) else (out,))
+        return tuple(np.stack(parts) for parts in zip(*results))
+
+    return run
+
+
+@rule(ops.MergeOp, mixed=True)
+def _merge(op, batched, shapes, size_d):
+    return Batched(replace(op, broadcast=tuple(k for k, b in enumerate(batched) if not b)))
+
+
+class _Refuse(Exception):
+    """The dim cannot be vectorized after all (a case no rule handles)."""
+
+
+# ----- the rewrite -----
+def vectorize(sdg: SDG, d: Expr) -> SDG:
+    """The SDG with ``d`` turned into a leading spatial axis of every node over it."""
+    try:
+        return _Rewrite(sdg, d).run()
+    except _Refuse:
+        return sdg
+
+
+class _Rewrite:
+    def __init__(self, sdg: SDG, d: Expr) -> None:
+        self.old, self.d, self.size = sdg, d, bound_of(d)
+        self.new = SDG({}, [], sdg._next_id, dict(sdg.vectorized))
+
+    def run(self) -> SDG:
+        for n in sorted(self.old.nodes):
+            node = self.old.nodes[n]
+            if self.d in node.domain:
+                self._batch(node)
+            else:
+                self.new.nodes[n] = node
+                for e in self.old.in_edges(n):
+                    self.new.add_edge(replace(e, index=self._drop(e)))
+        return self.new
+
+    def _drop(self, e: Edge) -> Expr:
+        src = self.old.nodes[e.src]
+        return seq(*(item for dim, item in zip(src.domain, e.index.args) if dim is not self.d))
+
+    def _view_shape(self, e: Edge) -> tuple:
+        src = self.old.nodes[e.src]
+        slices = tuple(size(a.args[1] - a.args[0]) for a in e.index.args if a.op == "slice")
+        return slices + tuple(src.shapes[e.src_out])
+
+    def _batch(self, node: Node) -> None:
+        domain = tuple(x for x in node.domain if x is not self.d)
+        self.new.vectorized[node.id] = (self.d, *self.old.vectorized.get(node.id, ()))
+        if isinstance(node.op, ops.ConstOp):
+            return self._const(node, domain)
+        if isinstance(node.op, (ops.EvalSymbolOp, ops.RandomOp)):
+            op = replace(node.op, vectorized=(self.d, *node.op.vectorized))
+            self.new.nodes[node.id] = replace(node, op=op, domain=domain, shapes=self._widen(node.shapes))
+            return None
+        edges = self.old.in_edges(node.id)
+        batched = [self.d in self.old.nodes[e.src].domain and e.index.args[self.old.nodes[e.src].domain.index(self.d)]
+                   is self.d for e in edges]
+        shapes = [self._view_shape(e) for e in edges]
+        op_type = type(node.op)
+        if op_type not in RULES:
+            raise TempoError(f"no vectorization rule for {node.op.name}")
+        adapters: dict[int, list[ops.Op]] = {}
+        if op_type not in MIXED:
+            adapters = {k: [ops.UnsqueezeOp(0), ops.ExpandOp((self.size, *s))]
+                        for k, (b, s) in enumerate(zip(batched, shapes)) if not b}
+            batched = [True] * len(edges)
+        result = RULES[op_type](node.op, batched, shapes, self.size)
+        for k, extra in result.adapters.items():
+            adapters[k] = adapters.get(k, []) + extra
+        inputs = []
+        for k, e in enumerate(edges):
+            index = self._drop(e)
+            src, out = e.src, e.src_out
+            stacked = sum(1 for a in index.args if a.op == "slice")
+            if stacked and self.d in self.old.nodes[e.src].domain:
+                # a slice read stacks the temporal axes in front of the new batch axis: move it first
+                rank = stacked + 1 + len(self.old.nodes[e.src].shapes[e.src_out])
+                axes = (stacked, *range(stacked), *range(stacked + 1, rank))
+                adapters[k] = [ops.PermuteOp(axes)] + adapters.get(k, [])
+            for adapter in adapters.get(k, []):
+                src = self._helper(adapter, domain, [(src, out, index)], node).id
+                out, index = 0, seq(*domain)
+            inputs.append(replace(e, src=src, src_out=out, index=index))
+        shapes_out = self._widen(node.shapes)
+        if not result.after:
+            self.new.nodes[node.id] = replace(node, op=result.op, domain=domain, shapes=shapes_out)
+            for e in inputs:
+                self.new.add_edge(replace(e, sink=node.id))
+            return None
+        last = self._helper(result.op, domain, [(e.src, e.src_out, e.index) for e in inputs], node)
+        for k, op in enumerate(result.after):
+            final = k == len(result.after) - 1
+            last = self._helper(op, domain, [(last.id, 0, seq(*domain))], node, node.id if final else None,
+                                shapes_out if final else None)
+        return None
+
+    def _widen(self, shapes) -> tuple:
+        return tuple((self.size, *s) for s in shapes)
+
+    def _helper(self, op: ops.Op, domain, reads, like: Node, node_id: int | None = None, shapes=None) -> Node:
+        src_shapes = [self._new_shape(s, o) if s in self.old.nodes else self.new.nodes[s].shapes[o]
+                      for s, o, _ in reads]
+        src_dtypes = [self._dtype(s, o) for s, o, _ in reads]
+        out_shapes, out_dtypes = infer(op, [self._read_shape(s, i) for s, i in zip(src_shapes, reads)], src_dtypes)
+        if node_id is None:
+            node = self.new.add_node(op, domain, shapes or out_shapes, out_dtypes, like.site, like.label)
+        else:
+            node = Node(node_id, op, domain, shapes or out_shapes, out_dtypes, like.site, like.label)
+            self.new.nodes[node_id] = node
+        for k, (s, o, index) in enumerate(reads):
+            self.new.add_edge(Edge(node.id, k, s, o, index))
+        return node
+
+    def _read_shape(self, shape, read) -> tuple:
+        index = read[2]
+        slices = tuple(size(a.args[1] - a.args[0]) for a in index.args if a.op == "slice")
+        return slices + tuple(shape)
+
+    def _new_shape(self, n: int, out: int) -> tuple:
+        node = self.old.nodes[n]
+        shape = node.shapes[out]
+        return (self.size, *shape) if self.d in node.domain else shape
+
+    def _dtype(self, n: int, out: int) -> str:
+        return (self.old.nodes[n] if n in self.old.nodes else self.new.nodes[n]).dtypes[out]
+
+    def _const(self, node: Node, domain) -> None:
+        op = node.op
+        axis = node.domain.index(self.d)
+        moved = np.moveaxis(op.value.array, axis, op.num_domain_axes - 1)
+        const = self.new.add_node(ops.ConstOp(ops.Array(moved), op.num_domain_axes - 1), domain,
+                                  ((moved.shape[op.num_domain_axes - 1], *node.shapes[0]),), node.dtypes,
+                                  node.site, node.label)
+        take = ops.SpatialIndexOp((make_slice(0, self.size),))
+        self.new.nodes[node.id] = Node(node.id, take, domain, self._widen(node.shapes), node.dtypes, node.site,
+                                       node.label)
+        self.new.add_edge(Edge(node.id, 0, const.id, 0, seq(*domain)))
