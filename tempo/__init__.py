@@ -17,12 +17,13 @@ from tempo.api.functional import (abs, cat, cos, eval_symbol, exp, from_numpy, f
 from tempo.api.functional import maximum as max
 from tempo.api.functional import minimum as min
 from tempo.api.rt import RecurrentTensor
+from tempo.api.sinks import sink
 from tempo.errors import (BoundError, DefinitionError, DomainError, ScheduleError, ShapeError,
                           TempoError)
 
 __version__ = "0.1.0"
 
 __all__ = ["BoundError", "Context", "DefinitionError", "DomainError", "RecurrentTensor", "ScheduleError",
-           "ShapeError", "TempoError", "abs", "cat", "cos", "eval_symbol", "exp", "from_numpy", "full",
-           "log", "max", "min", "nn", "ones", "optim", "placeholder", "random", "relu", "rl", "sigmoid", "sin", "sqrt", "tanh", "udf",
-           "where", "zeros"]
+           "ShapeError", "TempoError", "abs", "cat", "cos", "eval_symbol", "exp", "from_numpy", "full", "log",
+           "max", "min", "nn", "ones", "optim", "placeholder", "random", "relu", "rl", "sigmoid", "sin", "sink",
+           "sqrt", "tanh", "udf", "where", "zeros"]

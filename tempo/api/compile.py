@@ -112,7 +112,7 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes:
             start = time.perf_counter()
             sdg = module.apply(sdg, passes.get(name) or module.Config())
             timings[name] = time.perf_counter() - start
-    roots = [n for n, _ in fetch_ids] or list(ctx.sdg.nodes)
+    roots = [n for n, _ in fetch_ids] + ctx.roots or list(ctx.sdg.nodes)
     start = time.perf_counter()
     domains = isl_domains.analyse(sdg, roots)
     timings["analyse"] = time.perf_counter() - start

@@ -37,6 +37,7 @@ class Context:
         self._streams = 0
         self.parameters: set[int] = set()  # node ids of parameters: leaves for autodiff
         self.grads: dict[tuple[int, int], object] = {}  # (node id, output) -> gradient RT
+        self.roots: list[int] = []  # nodes that always run: sinks, parameters, optimizer state
 
     def new_stream(self) -> int:
         """A fresh random stream id: the seed and the count of streams so far."""

@@ -33,6 +33,7 @@ def parameter(init: np.ndarray, dims: Sequence[Expr] = (), name: str = "") -> Re
         p = F.placeholder(init.shape, str(init.dtype), dims)
         p[0] = F.from_numpy(init)
     ctx.parameters.add(p.node.id)
+    ctx.roots.append(p.node.id)
     if name:
         ctx.sdg.nodes[p.node.id] = _labelled(ctx.sdg.nodes[p.node.id], name)
     return p

@@ -45,6 +45,7 @@ class Optimizer:
         """A new state placeholder shaped like ``p``, starting at ``init``; define its ``[i + 1]``."""
         s = F.placeholder(p.shape, p.dtype, p.domain)
         s[0] = F.full(p.shape, init, p.dtype)
+        s.ctx.roots.append(s.node.id)
         return s
 
 

@@ -244,8 +244,36 @@ class _Rewrite:
             else:
                 self.new.nodes[n] = node
                 for e in self.old.in_edges(n):
-                    self.new.add_edge(replace(e, index=self._drop(e)))
+                    self.new.add_edge(self._adapted(e, self._layout(e), node.domain, node))
         return self.new
+
+    def _layout(self, e: Edge) -> list[ops.Op]:
+        """Adapters that give a read of a batched source its original axis order.
+
+        A slice read stacks the temporal axes in front of the spatial ones, so the
+        new batch axis lands after all stacked axes: move it back where ``d``'s
+        axis was (first for a point read at ``d``; in domain order for ``0:D``).
+        """
+        src = self.old.nodes[e.src]
+        if self.d not in src.domain:
+            return []
+        pos = src.domain.index(self.d)
+        stacked = sum(1 for k, a in enumerate(e.index.args) if a.op == "slice" and k != pos)
+        whole = e.index.args[pos].op == "slice"
+        target = sum(1 for a in e.index.args[:pos] if a.op == "slice") if whole else 0
+        if target == stacked:
+            return []
+        rank = stacked + 1 + len(src.shapes[e.src_out])
+        rest = [k for k in range(rank) if k != stacked]
+        return [ops.PermuteOp(tuple(rest[:target] + [stacked] + rest[target:]))]
+
+    def _adapted(self, e: Edge, adapters: list[ops.Op], domain, like: Node) -> Edge:
+        """The edge ``e`` without ``d``, through helper nodes applying ``adapters``."""
+        index, src, out = self._drop(e), e.src, e.src_out
+        for adapter in adapters:
+            src = self._helper(adapter, domain, [(src, out, index)], like).id
+            out, index = 0, seq(*domain)
+        return replace(e, src=src, src_out=out, index=index)
 
     def _drop(self, e: Edge) -> Expr:
         src = self.old.nodes[e.src]
@@ -280,20 +308,8 @@ class _Rewrite:
         result = RULES[op_type](node.op, batched, shapes, self.size)
         for k, extra in result.adapters.items():
             adapters[k] = adapters.get(k, []) + extra
-        inputs = []
-        for k, e in enumerate(edges):
-            index = self._drop(e)
-            src, out = e.src, e.src_out
-            stacked = sum(1 for a in index.args if a.op == "slice")
-            if stacked and self.d in self.old.nodes[e.src].domain:
-                # a slice read stacks the temporal axes in front of the new batch axis: move it first
-                rank = stacked + 1 + len(self.old.nodes[e.src].shapes[e.src_out])
-                axes = (stacked, *range(stacked), *range(stacked + 1, rank))
-                adapters[k] = [ops.PermuteOp(axes)] + adapters.get(k, [])
-            for adapter in adapters.get(k, []):
-                src = self._helper(adapter, domain, [(src, out, index)], node).id
-                out, index = 0, seq(*domain)
-            inputs.append(replace(e, src=src, src_out=out, index=index))
+        inputs = [self._adapted(e, self._layout(e) + adapters.get(k, []), domain, node)
+                  for k, e in enumerate(edges)]
         shapes_out = self._widen(node.shapes)
         if not result.after:
             self.new.nodes[node.id] = replace(node, op=result.op, domain=domain, shapes=shapes_out)

@@ -54,3 +54,16 @@ def test_a_recurrent_dim_is_not_vectorized():
         assert not vectorize.vectorizable(ctx.sdg, t)
         out, = ctx.run({B: 3, T: 4}, fetch=[s])
     np.testing.assert_allclose(out, np.cumsum(np.arange(12.0).reshape(3, 4), axis=1))
+
+
+def test_reads_of_the_whole_vectorized_dim_keep_their_axis_order():
+    x = np.arange(24.0).reshape(2, 3, 4)
+    with tpo.Context() as ctx:
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+        r = tpo.from_numpy(x, dims=(b, i, t)) * 1.0
+        per_b = r[0:B, i, 0:T]          # (B, T) at each i
+        per_t = r[b, i, 0:T] + r[0:B, i, t].sum()
+        got_b, got_t = ctx.run({B: 2, I: 3, T: 4}, fetch=[per_b, per_t])
+    assert got_b.shape == (3, 2, 4)
+    np.testing.assert_array_equal(got_b, x.transpose(1, 0, 2))
+    np.testing.assert_array_equal(got_t, x[:, :, None, :] + x.sum(0)[None, :, :, None])

@@ -1,0 +1,107 @@
+"""REINFORCE on CartPole-v1, written with recurrent tensors (TimeRL Alg. 1).
+
+One program holds the whole training run: dims ``b`` (episodes of a batch),
+``i`` (iterations) and ``t`` (timesteps). Returns are ``r[b, i, t:T]`` --
+Monte-Carlo -- or, with ``--nstep N``, ``r[b, i, t:min(t + N, T)]``: a
+one-line switch. Episodes end inside an iteration by masking (see
+``docs/rl.md``): after the end, rewards are 0, so the returns and the loss
+ignore those steps.
+
+    tempo run examples/reinforce.py                 # Monte-Carlo returns
+    tempo run examples/reinforce.py --nstep 8       # 8-step returns
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+import tempo as tpo
+
+
+@dataclass
+class Args:
+    env: str = "CartPole-v1"
+    """gymnasium environment id"""
+    impl: str = "gymnasium"
+    """'gymnasium' (UDF ops) or 'tensor' (CartPole written as tensor ops)"""
+    seed: int = 0
+    """seeds the policy initialisation, the action sampling and the environments"""
+    iterations: int = 150
+    """training iterations (one batch of episodes each)"""
+    batch: int = 32
+    """episodes per iteration"""
+    steps: int = 500
+    """timesteps per episode (CartPole-v1 truncates at 500)"""
+    gamma: float = 0.99
+    """discount factor"""
+    nstep: int = 0
+    """0: Monte-Carlo returns r[t:T]; N > 0: N-step returns r[t:min(t + N, T)]"""
+    lr: float = 0.01
+    """Adam learning rate"""
+    lr_decay: float = 0.995
+    """learning rate multiplier per iteration: lr * lr_decay ** i"""
+    hidden: int = 32
+    """width of the two hidden layers"""
+
+
+def parse_args() -> Args:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for f in dataclasses.fields(Args):
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    return Args(**vars(parser.parse_args()))
+
+
+def main(args: Args) -> dict:
+    with tpo.Context(seed=args.seed) as ctx:
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+
+        # ----- acting: the environment and the policy -----
+        env = tpo.rl.make(args.env, dims=(b, i, t), impl=args.impl)
+        policy = tpo.nn.MLP(env.obs_size, [args.hidden, args.hidden], env.num_actions, dims=(i,),
+                            last_init_scale=0.01)
+        o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
+        o[b, i, 0] = env.reset()
+        dist = tpo.nn.Categorical(logits=policy(o))
+        a = dist.sample()
+        o[b, i, t + 1], r, d = env.step(a)
+
+        # ----- learning: returns, the REINFORCE loss and Adam -----
+        end = T if args.nstep == 0 else tpo.min(t + args.nstep, T)
+        g = r[b, i, t:end].discounted_sum(args.gamma)
+        alive = tpo.placeholder((), "float32", dims=(b, i, t))      # 1 until the episode has ended
+        alive[b, i, 0] = 1.0
+        alive[b, i, t + 1] = tpo.where(d[b, i, t], 0.0, alive[b, i, t])
+        baseline = g[0:B, i, t].mean()                               # mean return over the batch, per step
+        spread = ((g[0:B, i, t] - baseline) ** 2.0).mean().sqrt() + 1e-6
+        advantage = (g - baseline) / spread
+        loss = -(dist.log_prob(a) * advantage * alive)[0:B, i, 0:T].sum() / alive[0:B, i, 0:T].sum()
+        loss.backward()
+        tpo.optim.Adam(policy.parameters(), lr=args.lr * args.lr_decay ** tpo.eval_symbol(i).cast("float32")).step()
+
+        # ----- reporting: the mean episode return of every iteration -----
+        episode_return = r[0:B, i, 0:T].sum(axis=1).mean()
+        returns = []
+        bar = tqdm(total=args.iterations, desc=f"REINFORCE {args.env}", unit="it")
+
+        def report(value, point):
+            returns.append(float(value))
+            bar.update(1)
+            bar.set_postfix(mean_return=f"{float(value):.1f}")
+
+        tpo.sink(episode_return, report)
+        start = time.perf_counter()
+        ctx.run(bounds={B: args.batch, I: args.iterations, T: args.steps})
+        seconds = time.perf_counter() - start
+        bar.close()
+    final = float(np.mean(returns[-5:]))
+    print(f"mean_return={final:.1f} iterations={len(returns)} seconds={seconds:.1f}")
+    return {"mean_return": final, "iterations": len(returns), "seconds": seconds, "returns": returns}
+
+
+if __name__ == "__main__":
+    main(parse_args())
