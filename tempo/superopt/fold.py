@@ -33,7 +33,7 @@ def fold_constants(graph: Graph) -> Graph:
         if id(o) in const and o.op not in ("weight", "scalar") and id(o) not in mapping:
             mapping[id(o)] = _as_weight(o, values, weights)
     folded = graph.replace(mapping)
-    return Graph(folded.inputs, folded.outputs, weights)
+    return folded.with_outputs(folded.outputs, weights)
 
 
 def _as_weight(n, values, weights):

@@ -310,11 +310,24 @@ LEAVES = ("input", "weight", "scalar")
 
 @dataclass(frozen=True, eq=False)
 class Graph:
-    """An inference graph: input nodes, output nodes and the weights' arrays by name."""
+    """An inference graph: input nodes, output nodes, the weights' arrays by name,
+    and the outputs' names (``out0``, ``out1``, ... unless given)."""
 
     inputs: tuple[Node, ...]
     outputs: tuple[Node, ...]
     weights: Mapping[str, np.ndarray] = field(default_factory=dict)
+    output_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.output_names:
+            object.__setattr__(self, "output_names",
+                               tuple(f"out{i}" for i in range(len(self.outputs))))
+
+    def with_outputs(self, outputs: Iterable[Node], weights: Mapping[str, np.ndarray] | None = None
+                     ) -> Graph:
+        """The same graph (inputs, output names) with new output nodes (and weights)."""
+        return Graph(self.inputs, tuple(outputs), self.weights if weights is None else weights,
+                     self.output_names)
 
     def topo(self) -> list[Node]:
         """Every node reachable from the outputs, each after its sources."""
@@ -356,7 +369,7 @@ class Graph:
                 new_src = [done[id(s)] for s in n.src]
                 same = all(a is b for a, b in zip(new_src, n.src))
                 done[id(n)] = n if same else rebuild(n, new_src)
-        return Graph(self.inputs, tuple(done[id(o)] for o in self.outputs), self.weights)
+        return self.with_outputs(done[id(o)] for o in self.outputs)
 
     def key(self) -> tuple[Node, ...]:
         """A key equal for structurally equal graphs (nodes are hash-consed)."""
@@ -401,6 +414,6 @@ class GraphBuilder:
         self.weights[name] = np.asarray(value, dtype=np.float32)
         return node("weight", name=name, shape=shape)
 
-    def build(self, outputs: Iterable[Node]) -> Graph:
-        """The finished graph."""
-        return Graph(tuple(self.inputs), tuple(outputs), dict(self.weights))
+    def build(self, outputs: Iterable[Node], names: Iterable[str] = ()) -> Graph:
+        """The finished graph (outputs named ``names``, or out0, out1, ...)."""
+        return Graph(tuple(self.inputs), tuple(outputs), dict(self.weights), tuple(names))
