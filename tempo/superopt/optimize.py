@@ -26,7 +26,6 @@ AGENTS = {
     "greedy": "tempo.superopt.search:greedy",
     "backtrack": "tempo.superopt.search:backtrack",
     "rl": "tempo.superopt.agent:optimize_with_agent",
-    "eqsat": "tempo.superopt.eqsat:saturate",
 }
 
 

@@ -31,3 +31,23 @@ def test_bad_input_is_one_clean_error(tmp_path, capsys):
     assert main(["superopt", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
                  "--budget-seconds", "0"]) == 1
     assert "--budget-seconds must be positive" in capsys.readouterr().err
+
+
+def test_rl_agent_trains_saves_and_loads(tmp_path, capsys):
+    g = build("resnext", small=True)
+    src, agent = tmp_path / "in.onnx", tmp_path / "agent.pt"
+    save(export_model(g), str(src))
+    assert main(["superopt", str(src), "-o", str(tmp_path / "a.onnx"), "--agent", "rl",
+                 "--budget-seconds", "2", "--save-agent", str(agent)]) == 0
+    assert agent.exists()
+    assert main(["superopt", str(src), "-o", str(tmp_path / "b.onnx"), "--agent", "rl",
+                 "--budget-seconds", "1", "--load-agent", str(agent)]) == 0
+    assert capsys.readouterr().out.count("rl:") == 2
+    feeds = random_feeds(g)
+    want = ReferenceEvaluator(str(src)).run(None, feeds)[0]
+    for out in ("a.onnx", "b.onnx"):
+        got = ReferenceEvaluator(str(tmp_path / out)).run(None, feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert main(["superopt", str(src), "-o", str(tmp_path / "c.onnx"), "--agent", "rl",
+                 "--load-agent", str(tmp_path / "nope.pt")]) == 1
+    assert "no such agent file" in capsys.readouterr().err
