@@ -1,0 +1,235 @@
+"""The X-RLflow agent: PPO-clip with GAE over the rewriting environment (§3.3.4).
+
+The loss is Eq. 5, ``L_clip + c1 L_vf - c2 H`` (the entropy is a bonus, so it
+is subtracted from the minimised loss). Invalid actions are masked by giving
+them a logit of -1e9, which zeroes their probability and their gradient.
+Training runs for a wall-clock budget; the result is the better, by
+measurement, of the trained policy's greedy rollout and the best graph
+measured during training.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from torch.distributions import Categorical
+from tqdm import tqdm
+
+from tempo.errors import TempoError
+from tempo.superopt.encoder import PolicyValue, to_data
+from tempo.superopt.env import EDGE_RANK, OP_NAMES, RewriteEnv
+from tempo.superopt.graph import Graph
+from tempo.superopt.rules import Rule
+from tempo.superopt.search import SearchResult
+
+
+@dataclass
+class PPOConfig:
+    """Hyper-parameters (defaults from the paper's Table 4 where it gives them)."""
+
+    lr: float = 5e-4                 # Adam learning rate
+    gamma: float = 0.99              # discount
+    gae_lambda: float = 0.95         # GAE lambda
+    clip: float = 0.2                # PPO clip epsilon
+    c_value: float = 0.5             # value loss coefficient c1
+    c_entropy: float = 0.01          # entropy coefficient c2
+    episodes_per_update: int = 4     # roll-outs collected before each update
+    epochs: int = 4                  # passes over each batch
+    minibatch: int = 16              # batch size of an update step
+    max_candidates: int = 64         # padded action space (plus the stop action)
+    feedback_every: int = 5          # N: measure end-to-end latency every N steps
+    max_steps: int = 20              # episode length limit
+    hidden: int = 64                 # GNN width
+    gat_layers: int = 5              # k graph-attention layers
+    seed: int = 0
+
+
+@dataclass
+class Step:
+    state: tuple
+    action: int
+    logprob: float
+    value: float
+    reward: float
+    done: bool
+
+
+@dataclass
+class TrainLog:
+    """Per-episode returns and final latencies, and the number of updates."""
+
+    returns: list[float] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+    updates: int = 0
+
+
+class Agent:
+    """A policy/value network over graphs and the PPO procedure that trains it."""
+
+    def __init__(self, config: PPOConfig | None = None):
+        self.config = config or PPOConfig()
+        torch.manual_seed(self.config.seed)
+        self.net = PolicyValue(len(OP_NAMES), EDGE_RANK, self.config.max_candidates,
+                               self.config.hidden, self.config.gat_layers)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=self.config.lr)
+        self._data: dict[int, tuple] = {}
+        self.rng = np.random.default_rng(self.config.seed)
+
+    # ---------------------------------------------------------------- acting
+    def _convert(self, g):
+        if id(g) not in self._data:
+            if len(self._data) > 8192:
+                self._data.clear()
+            self._data[id(g)] = (g, to_data(g))
+        return self._data[id(g)][1]
+
+    def state(self, obs: dict) -> tuple:
+        """The network's input for an observation."""
+        return self._convert(obs["current"]), [self._convert(c) for c in obs["candidates"]]
+
+    def act(self, obs: dict, greedy: bool = False) -> tuple[int, float, float, tuple]:
+        """An action (masked), its log-probability, the state value and the state."""
+        state = self.state(obs)
+        with torch.no_grad():
+            logits, value = self.net([state])
+        dist = Categorical(logits=logits[0])
+        action = int(logits[0].argmax()) if greedy else int(dist.sample())
+        return action, float(dist.log_prob(torch.tensor(action))), float(value[0]), state
+
+    def rollout(self, env: RewriteEnv, greedy: bool = True) -> tuple[Graph, list[str], float]:
+        """One episode with the current policy: final graph, applied rules, measured latency."""
+        obs, info = env.reset()
+        latency, done = info["latency_ms"], False
+        while not done:
+            action, *_ = self.act(obs, greedy)
+            obs, _, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+            latency = info["latency_ms"]
+        return env.graph, env.applied, latency
+
+    # ---------------------------------------------------------------- learning
+    def _collect(self, env: RewriteEnv, log: TrainLog) -> list[Step]:
+        steps: list[Step] = []
+        for _ in range(self.config.episodes_per_update):
+            obs, _ = env.reset()
+            done, total = False, 0.0
+            while not done:
+                action, logprob, value, state = self.act(obs)
+                obs, reward, terminated, truncated, info = env.step(action)
+                done = terminated or truncated
+                total += reward
+                steps.append(Step(state, action, logprob, value, reward, done))
+            log.returns.append(total)
+            log.latencies_ms.append(info["latency_ms"])
+        return steps
+
+    def _advantages(self, steps: list[Step]) -> tuple[np.ndarray, np.ndarray]:
+        c = self.config
+        adv = np.zeros(len(steps), np.float32)
+        last = 0.0
+        for t in reversed(range(len(steps))):
+            nxt = 0.0 if steps[t].done else steps[t + 1].value
+            delta = steps[t].reward + c.gamma * nxt - steps[t].value
+            last = delta + c.gamma * c.gae_lambda * (0.0 if steps[t].done else last)
+            adv[t] = last
+        returns = adv + np.array([s.value for s in steps], np.float32)
+        return adv, returns
+
+    def update(self, steps: list[Step]) -> dict[str, float]:
+        """PPO-clip epochs over ``steps``; the mean losses of the last epoch."""
+        c = self.config
+        adv, returns = self._advantages(steps)
+        actions = torch.tensor([s.action for s in steps])
+        old_logp = torch.tensor([s.logprob for s in steps])
+        adv_t, ret_t = torch.from_numpy(adv), torch.from_numpy(returns)
+        stats: dict[str, float] = {}
+        for _ in range(c.epochs):
+            order = self.rng.permutation(len(steps))
+            for lo in range(0, len(steps), c.minibatch):
+                mb = torch.as_tensor(order[lo:lo + c.minibatch])
+                logits, values = self.net([steps[i].state for i in mb.tolist()])
+                dist = Categorical(logits=logits)
+                ratio = torch.exp(dist.log_prob(actions[mb]) - old_logp[mb])
+                a = adv_t[mb]
+                if len(mb) > 1:
+                    a = (a - a.mean()) / (a.std() + 1e-8)
+                pg = torch.max(-a * ratio, -a * ratio.clamp(1 - c.clip, 1 + c.clip)).mean()
+                v_loss = ((values - ret_t[mb]) ** 2).mean()
+                entropy = dist.entropy().mean()
+                loss = pg + c.c_value * v_loss - c.c_entropy * entropy
+                self.opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.net.parameters(), 0.5)
+                self.opt.step()
+                stats = {"policy": pg.item(), "value": v_loss.item(), "entropy": entropy.item()}
+        return stats
+
+    def train(self, env: RewriteEnv, budget_s: float, progress: bool = True) -> TrainLog:
+        """Alternate roll-outs and PPO updates until ``budget_s`` seconds have passed."""
+        log = TrainLog()
+        start = time.perf_counter()
+        with tqdm(total=round(budget_s), unit="s", desc="PPO", disable=not progress,
+                  leave=False) as bar:
+            while time.perf_counter() - start < budget_s:
+                stats = self.update(self._collect(env, log))
+                log.updates += 1
+                bar.n = min(round(time.perf_counter() - start), bar.total)
+                bar.set_postfix(best_ms=f"{env.best[0]:.3f}", **{k: f"{v:.3f}" for k, v in stats.items()})
+        return log
+
+    # ---------------------------------------------------------------- persistence
+    def save(self, path: str) -> None:
+        """Write the network and config atomically."""
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        os.close(fd)
+        try:
+            torch.save({"config": asdict(self.config), "state": self.net.state_dict()}, tmp)
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str) -> Agent:
+        """An agent saved by :meth:`save`."""
+        try:
+            blob = torch.load(path, weights_only=True)
+        except FileNotFoundError:
+            raise TempoError(f"no such agent file '{path}'") from None
+        except Exception as exc:  # torch raises several types for corrupt files
+            raise TempoError(f"'{path}' is not a saved superopt agent ({type(exc).__name__})") from None
+        agent = cls(PPOConfig(**blob["config"]))
+        agent.net.load_state_dict(blob["state"])
+        return agent
+
+
+def make_env(graph: Graph, rules: list[Rule], config: PPOConfig) -> RewriteEnv:
+    """The environment an agent with ``config`` plays on ``graph``."""
+    return RewriteEnv(graph, rules, config.max_candidates, config.feedback_every, config.max_steps)
+
+
+def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: str | None = None,
+                        save: str | None = None, seed: int = 0, config: PPOConfig | None = None,
+                        progress: bool = True) -> SearchResult:
+    """Train an agent on ``graph`` within ``budget_s`` (or load one) and return its best graph."""
+    agent = Agent.load(load) if load else Agent(config or PPOConfig(seed=seed))
+    env = make_env(graph, rules, agent.config)
+    start = time.perf_counter()
+    if load is None:
+        agent.train(env, budget_s, progress)
+    final, applied, latency = agent.rollout(env, greedy=True)
+    while load is not None and time.perf_counter() - start < budget_s:
+        agent.rollout(env, greedy=False)
+    if save:
+        agent.save(save)
+    best_ms, best_graph, best_applied = env.best
+    if latency <= best_ms:
+        return SearchResult(final, applied, latency)
+    return SearchResult(best_graph, best_applied, best_ms)

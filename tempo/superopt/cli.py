@@ -1,0 +1,67 @@
+"""``tempo superopt IN.onnx --output OUT.onnx --agent rl|greedy|backtrack|eqsat --budget-seconds S``."""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from tempo.errors import TempoError
+
+PROG = "tempo superopt"
+
+
+def _parser() -> argparse.ArgumentParser:
+    from tempo.superopt.optimize import AGENTS
+
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Optimise an ONNX inference model by rewriting its tensor graph; "
+        "the written model computes the same outputs and is never slower by measurement.")
+    p.add_argument("input", metavar="IN.onnx", help="the model to optimise")
+    p.add_argument("--output", "-o", metavar="OUT.onnx", required=True, help="where to write it")
+    p.add_argument("--agent", choices=sorted(AGENTS), default="greedy", help="the optimiser")
+    p.add_argument("--budget-seconds", type=float, default=30.0, metavar="S",
+                   help="time for the search (and for training the RL agent)")
+    p.add_argument("--load-agent", metavar="PATH", help="a trained RL agent to use instead of training")
+    p.add_argument("--save-agent", metavar="PATH", help="where to save the RL agent it trains")
+    p.add_argument("--rules", metavar="FILE", help="a rule file (default: the shipped taso.rules)")
+    p.add_argument("--alpha", type=float, default=1.05, help="backtracking slack (default 1.05)")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def _options(ns: argparse.Namespace) -> dict:
+    if ns.agent == "rl":
+        return {"load": ns.load_agent, "save": ns.save_agent, "seed": ns.seed}
+    if ns.load_agent or ns.save_agent:
+        raise TempoError("--load-agent and --save-agent go with --agent rl")
+    return {"alpha": ns.alpha} if ns.agent == "backtrack" else {}
+
+
+def run(ns: argparse.Namespace) -> int:
+    """Load, optimise, export and report; raises TempoError for bad input."""
+    from tempo.superopt import onnx_export, onnx_import
+    from tempo.superopt.optimize import optimize
+    from tempo.superopt.rules import load_rules
+
+    if ns.budget_seconds <= 0:
+        raise TempoError(f"--budget-seconds must be positive, not {ns.budget_seconds}")
+    graph, warnings, model = onnx_import.load(ns.input)
+    for w in warnings:
+        print(f"{PROG}: warning: {w}", file=sys.stderr)
+    outcome = optimize(graph, ns.agent, ns.budget_seconds, load_rules(ns.rules), **_options(ns))
+    extra = [o for o in model.opset_import if o.domain not in ("", "ai.onnx")]
+    onnx_export.save(onnx_export.export_model(outcome.graph, extra), ns.output)
+    print(f"{ns.agent}: {outcome.before_ms:.3f} ms -> {outcome.after_ms:.3f} ms "
+          f"(x{outcome.speedup:.3f}) in {outcome.optimise_s:.1f} s; "
+          f"{len(outcome.applied)} rewrites" + (f"; {outcome.reason}" if outcome.reason else ""))
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    """Entry point of ``tempo superopt``; returns the exit code."""
+    ns = _parser().parse_args(list(argv))
+    try:
+        return run(ns)
+    except TempoError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1

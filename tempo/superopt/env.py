@@ -1,0 +1,139 @@
+"""The graph-rewriting game as a gymnasium environment (X-RLflow §3.3).
+
+State: the current graph and every candidate graph one rewrite away. Each
+graph is a :class:`gymnasium.spaces.GraphInstance`: node features are a
+one-hot op type, edge features the tensor's shape (padded to rank 4 with
+leading zeros) divided by ``M``. Action ``0`` stops (keeps the current
+graph); action ``i >= 1`` takes candidate ``i``; ``mask`` marks the valid
+actions (the action space is padded to ``max_candidates + 1``).
+
+Reward: every ``feedback_every`` steps, and when the episode ends, the graph's
+end-to-end latency is measured and the reward is Eq. 2,
+``(RT_prev - RT_now) / RT_0 * 100``; between measurements it is a small
+constant (0.1). Both are a callback, :class:`RewardFn`, that users can swap.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from tempo.superopt.execute import measure_latency
+from tempo.superopt.graph import OPS, Graph
+from tempo.superopt.rewrite import Candidate, candidates
+from tempo.superopt.rules import Rule
+
+OP_NAMES = tuple(sorted(OPS))
+EDGE_RANK = 4
+
+
+def encode(graph: Graph, scale: float = 4096.0) -> spaces.GraphInstance:
+    """Node one-hot op types, edges source -> consumer with normalised shapes."""
+    order = graph.topo()
+    index = {id(n): i for i, n in enumerate(order)}
+    nodes = np.zeros((len(order), len(OP_NAMES)), np.float32)
+    nodes[np.arange(len(order)), [OP_NAMES.index(n.op) for n in order]] = 1.0
+    links, edges = [], []
+    for n in order:
+        for s in n.src:
+            links.append((index[id(s)], index[id(n)]))
+            shape = s.shape[-EDGE_RANK:]
+            edges.append((0,) * (EDGE_RANK - len(shape)) + shape)
+    return spaces.GraphInstance(nodes, np.asarray(edges, np.float32).reshape(-1, EDGE_RANK) / scale,
+                                np.asarray(links, np.int64).reshape(-1, 2))
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """What a reward callback sees after one step."""
+
+    measured: bool
+    latency_ms: float           # the new measurement (when measured)
+    previous_ms: float          # the last measurement before it
+    initial_ms: float           # RT_0
+
+
+RewardFn = Callable[[Feedback], float]
+
+
+def eq2_reward(fb: Feedback, between: float = 0.1) -> float:
+    """X-RLflow's Eq. 2 when a measurement is available, a small constant otherwise."""
+    if not fb.measured:
+        return between
+    return (fb.previous_ms - fb.latency_ms) / fb.initial_ms * 100.0
+
+
+class RewriteEnv(gym.Env):
+    """Choose a sequence of rewrites on one graph; rewarded by measured latency."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, graph: Graph, rules: list[Rule], max_candidates: int = 64,
+                 feedback_every: int = 5, max_steps: int = 30, reward_fn: RewardFn = eq2_reward,
+                 repeats: int = 10, edge_scale: float = 4096.0):
+        self.start, self.rules = graph, rules
+        self.max_candidates, self.feedback_every, self.max_steps = max_candidates, feedback_every, max_steps
+        self.reward_fn, self.repeats, self.edge_scale = reward_fn, repeats, edge_scale
+        graph_space = spaces.Graph(spaces.Box(0.0, 1.0, (len(OP_NAMES),)),
+                                   spaces.Box(0.0, np.inf, (EDGE_RANK,)))
+        self.observation_space = spaces.Dict({
+            "current": graph_space,
+            "candidates": spaces.Sequence(graph_space),
+            "mask": spaces.MultiBinary(max_candidates + 1),
+        })
+        self.action_space = spaces.Discrete(max_candidates + 1)
+        self.initial_ms = self._measure(graph)
+        self.best = (self.initial_ms, graph, [])
+        self._encoded: dict = {}
+
+    def _measure(self, graph: Graph) -> float:
+        return measure_latency(graph, repeats=self.repeats, warmup=2).median_ms
+
+    def _graph_obs(self, graph: Graph) -> spaces.GraphInstance:
+        key = graph.key()
+        if key not in self._encoded:
+            if len(self._encoded) > 4096:
+                self._encoded.clear()
+            self._encoded[key] = (graph, encode(graph, self.edge_scale))
+        return self._encoded[key][1]
+
+    def _observe(self) -> dict:
+        self.cands: list[Candidate] = candidates(self.graph, self.rules)[: self.max_candidates]
+        mask = np.zeros(self.max_candidates + 1, np.int8)
+        mask[: len(self.cands) + 1] = 1
+        return {"current": self._graph_obs(self.graph),
+                "candidates": tuple(self._graph_obs(c.graph) for c in self.cands), "mask": mask}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start again from the input graph."""
+        super().reset(seed=seed)
+        self.graph, self.applied, self.steps = self.start, [], 0
+        self.last_ms = self.initial_ms
+        obs = self._observe()
+        return obs, {"latency_ms": self.initial_ms, "candidates": len(self.cands)}
+
+    def step(self, action: int):
+        """Take candidate ``action`` (1-based) or stop (0)."""
+        action = int(action)
+        if not 0 <= action <= len(self.cands):
+            raise ValueError(f"action {action} is masked out ({len(self.cands)} candidates)")
+        stop = action == 0
+        if not stop:
+            chosen = self.cands[action - 1]
+            self.graph, self.applied = chosen.graph, [*self.applied, chosen.rule.name]
+        self.steps += 1
+        obs = self._observe()
+        done = stop or not self.cands
+        truncated = not done and self.steps >= self.max_steps
+        measured = done or truncated or self.steps % self.feedback_every == 0
+        now = self._measure(self.graph) if measured else self.last_ms
+        reward = self.reward_fn(Feedback(measured, now, self.last_ms, self.initial_ms))
+        if measured:
+            self.last_ms = now
+            if now < self.best[0]:
+                self.best = (now, self.graph, list(self.applied))
+        info = {"latency_ms": now, "measured": measured, "applied": list(self.applied)}
+        return obs, float(reward), done, truncated, info

@@ -1,0 +1,32 @@
+"""End-to-end latency: warm-up runs, then timed repeats, reported by their median."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Timings of repeated runs, in milliseconds."""
+
+    samples_ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        """The median run time."""
+        return float(np.median(self.samples_ms))
+
+
+def time_runs(run: Callable[[], object], warmup: int = 3, repeats: int = 20) -> Latency:
+    """Call ``run`` ``warmup`` times untimed, then ``repeats`` times timed."""
+    for _ in range(warmup):
+        run()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return Latency(tuple(samples))

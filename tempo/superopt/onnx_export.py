@@ -1,0 +1,185 @@
+"""Graphs to ONNX models.
+
+The graph is constant-folded first, so weight-only ops become initializers;
+each remaining op has an emitter in :data:`EMITTERS` that writes one or a few
+ONNX nodes. Verbatim (opaque) nodes are written back as they were read.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from tempo.superopt.fold import fold_constants
+from tempo.superopt.graph import Graph, Node
+
+OPSET = 20
+ACT = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.count = 0
+
+    def fresh(self, hint: str) -> str:
+        self.count += 1
+        return f"{hint}_{self.count}"
+
+    def const(self, value, dtype=np.float32) -> str:
+        name = self.fresh("const")
+        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+        return name
+
+    def emit(self, op_type: str, inputs: list[str], out: str | None = None, **attrs) -> str:
+        out = out or self.fresh(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
+        return out
+
+
+def _with_act(w: _Writer, act: str, value: str, out: str) -> str:
+    if act == "none":
+        return w.emit("Identity", [value], out)
+    return w.emit(ACT[act], [value], out)
+
+
+def _conv2d(w, n, ins, out):
+    a = dict(n.attrs)
+    p = a["pad"]
+    conv = w.emit("Conv", ins, out if a["act"] == "none" else None, strides=[a["stride"]] * 2,
+                  pads=[p] * 4, group=a["groups"])
+    return conv if a["act"] == "none" else _with_act(w, a["act"], conv, out)
+
+
+def _matmul(w, n, ins, out):
+    act = n.attr("act")
+    final = out if act == "none" else None
+    if len(ins) == 3 and len(n.src[0].shape) == 2 and len(n.src[1].shape) == 2:
+        value = w.emit("Gemm", ins, final)
+    elif len(ins) == 3:
+        value = w.emit("Add", [w.emit("MatMul", ins[:2]), ins[2]], final)
+    else:
+        value = w.emit("MatMul", ins, final)
+    return value if act == "none" else _with_act(w, act, value, out)
+
+
+def _pool(op_type):
+    def emit(w, n, ins, out):
+        a = dict(n.attrs)
+        extra = {"count_include_pad": 1} if op_type == "AveragePool" else {}
+        return w.emit(op_type, ins, out, kernel_shape=[a["kernel"]] * 2, strides=[a["stride"]] * 2,
+                      pads=[a["pad"]] * 4, **extra)
+    return emit
+
+
+def _bn_scale(w, eps, s, v, out=None):
+    return w.emit("Div", [s, w.emit("Sqrt", [w.emit("Add", [v, w.const(eps)])])], out)
+
+
+def _slice(w, n, ins, out):
+    a = dict(n.attrs)
+    return w.emit("Slice", [ins[0], w.const([a["start"]], np.int64), w.const([a["end"]], np.int64),
+                            w.const([a["axis"]], np.int64)], out)
+
+
+def _enlarge(w, n, ins, out):
+    ph, pw = (n.attr("size") - n.src[0].shape[2]) // 2, (n.attr("size") - n.src[0].shape[3]) // 2
+    return w.emit("Pad", [ins[0], w.const([0, 0, ph, pw, 0, 0, ph, pw], np.int64)], out)
+
+
+def _simple(op_type, **fixed):
+    return lambda w, n, ins, out: w.emit(op_type, ins, out, **fixed)
+
+
+EMITTERS: dict[str, Callable] = {
+    "conv2d": _conv2d,
+    "matmul": _matmul,
+    **{op: _simple(op.capitalize()) for op in ("relu", "sigmoid", "tanh", "gelu", "exp", "sqrt",
+                                               "add", "sub", "mul", "div")},
+    "maxpool": _pool("MaxPool"),
+    "avgpool": _pool("AveragePool"),
+    "batchnorm": lambda w, n, ins, out: w.emit("BatchNormalization", ins, out,
+                                               epsilon=n.attr("eps")),
+    "bn_scale": lambda w, n, ins, out: _bn_scale(w, n.attr("eps"), *ins, out),
+    "bn_shift": lambda w, n, ins, out: w.emit("Sub", [ins[1], w.emit("Mul", [
+        ins[2], _bn_scale(w, n.attr("eps"), ins[0], ins[3])])], out),
+    "layernorm": lambda w, n, ins, out: w.emit("LayerNormalization", ins, out, axis=-1,
+                                               epsilon=n.attr("eps")),
+    "softmax": lambda w, n, ins, out: w.emit("Softmax", ins, out, axis=n.attr("axis")),
+    "enlarge": _enlarge,
+    "concat": lambda w, n, ins, out: w.emit("Concat", ins, out, axis=n.attr("axis")),
+    "slice": _slice,
+    "reshape": lambda w, n, ins, out: w.emit("Reshape", [ins[0], w.const(n.attr("shape"), np.int64)],
+                                             out),
+    "transpose": lambda w, n, ins, out: w.emit("Transpose", ins, out, perm=list(n.attr("perm"))),
+}
+
+
+def _emit_opaque(w: _Writer, n: Node, ins: list[str], done: dict) -> str:
+    """Write a verbatim node once (for all its outputs); the name of output ``index``."""
+    key = (n.attr("proto"), tuple(ins))
+    if key not in done:
+        proto = onnx.NodeProto.FromString(n.attr("proto"))
+        names = iter(ins)
+        inputs = [next(names) if i else "" for i in proto.input]
+        outs = [w.fresh("opaque") for _ in proto.output]
+        del proto.input[:], proto.output[:]
+        proto.input.extend(inputs)
+        proto.output.extend(outs)
+        proto.name = w.fresh(proto.op_type)
+        w.nodes.append(proto)
+        done[key] = outs
+    return done[key][n.attr("index")]
+
+
+def export_model(graph: Graph, other_domains: list | None = None) -> onnx.ModelProto:
+    """An ONNX model computing ``graph`` (weights as initializers, outputs named as the graph's).
+
+    ``other_domains`` are opset imports of non-default domains that verbatim nodes need.
+    """
+    g = fold_constants(graph)
+    w = _Writer()
+    names: dict[int, str] = {}
+    opaque_done: dict = {}
+    wanted = {id(o): name for o, name in zip(g.outputs, g.output_names)}
+    for n in g.topo():
+        if n.op == "input":
+            names[id(n)] = n.attr("name")
+        elif n.op in ("weight", "scalar"):
+            value = g.weights[n.attr("name")] if n.op == "weight" else n.attr("value")
+            names[id(n)] = w.const(value)
+        elif n.op == "opaque":
+            names[id(n)] = _emit_opaque(w, n, [names[id(s)] for s in n.src], opaque_done)
+        else:
+            names[id(n)] = EMITTERS[n.op](w, n, [names[id(s)] for s in n.src], wanted.pop(id(n), None))
+    for o, name in zip(g.outputs, g.output_names):
+        if names[id(o)] != name:
+            w.emit("Identity", [names[id(o)]], name)
+    graph_proto = helper.make_graph(
+        w.nodes, "tempo_superopt",
+        [helper.make_tensor_value_info(n.attr("name"), TensorProto.FLOAT, n.shape) for n in g.inputs],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, o.shape)
+         for o, name in zip(g.outputs, g.output_names)],
+        w.inits)
+    imports = [helper.make_opsetid("", OPSET), *(other_domains or [])]
+    return helper.make_model(graph_proto, opset_imports=imports, producer_name="tempo.superopt")
+
+
+def save(model: onnx.ModelProto, path: str) -> None:
+    """Write ``model`` atomically: a temporary file in the same folder, fsync, rename."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".onnx.tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(model.SerializeToString())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

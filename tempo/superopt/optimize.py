@@ -1,0 +1,97 @@
+"""One entry point for every optimiser, with the guarantees the command gives.
+
+:func:`optimize` runs an agent from :data:`AGENTS` within a time budget, then
+checks the result computes the same outputs as the input (torch backend,
+random inputs) and measures both graphs interleaved; the input is kept
+whenever the optimised graph is not faster, so the result is never slower.
+"""
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tempo.errors import TempoError
+from tempo.superopt.execute import compile_graph
+from tempo.superopt.graph import Graph
+from tempo.superopt.latency import time_runs
+from tempo.superopt.reference import random_feeds
+from tempo.superopt.rules import Rule, load_rules
+
+# agent name -> "module:function"; each function is (graph, rules, budget_s, **options) -> SearchResult
+AGENTS = {
+    "greedy": "tempo.superopt.search:greedy",
+    "backtrack": "tempo.superopt.search:backtrack",
+    "rl": "tempo.superopt.agent:optimize_with_agent",
+}
+
+
+@dataclass
+class Outcome:
+    """What :func:`optimize` did: the graph kept, the rules applied and the measurements."""
+
+    graph: Graph
+    applied: list[str]
+    optimise_s: float
+    before_ms: float
+    after_ms: float
+    kept_input: bool
+    reason: str = ""
+
+    @property
+    def speedup(self) -> float:
+        """Input latency over output latency (1.0 when the input was kept)."""
+        return self.before_ms / self.after_ms
+
+
+def agent_function(name: str) -> Callable:
+    """The search function registered as ``name``."""
+    if name not in AGENTS:
+        raise TempoError(f"unknown agent '{name}' (known: {', '.join(AGENTS)})")
+    module, func = AGENTS[name].split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def compare_latency(a: Graph, b: Graph, rounds: int = 5, repeats: int = 10) -> tuple[float, float]:
+    """Median latencies of ``a`` and ``b``, timed in alternating rounds to share the noise."""
+    fa, fb = compile_graph(a), compile_graph(b)
+    feeds = random_feeds(a)
+    sa, sb = [], []
+    for _ in range(rounds):
+        sa.extend(time_runs(lambda: fa(feeds), 1, repeats).samples_ms)
+        sb.extend(time_runs(lambda: fb(feeds), 1, repeats).samples_ms)
+    return float(np.median(sa)), float(np.median(sb))
+
+
+def same_outputs(a: Graph, b: Graph, seed: int = 0) -> bool:
+    """Whether ``a`` and ``b`` agree (to float32 tolerance) on random inputs."""
+    feeds = random_feeds(a, seed)
+    outs_a, outs_b = compile_graph(a)(feeds), compile_graph(b)(feeds)
+    return all(np.allclose(np.asarray(x), np.asarray(y), rtol=1e-3, atol=1e-4)
+               for x, y in zip(outs_a, outs_b))
+
+
+def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
+             rules: list[Rule] | None = None, **options) -> Outcome:
+    """Optimise ``graph`` with ``agent``; never returns a slower or different graph."""
+    import torch
+
+    torch.set_num_threads(1)
+    search = agent_function(agent)
+    rules = rules if rules is not None else load_rules()
+    start = time.perf_counter()
+    result = search(graph, rules, budget_s, **options)
+    elapsed = time.perf_counter() - start
+    if result.graph.key() == graph.key():
+        before, _ = compare_latency(graph, graph, rounds=1)
+        return Outcome(graph, [], elapsed, before, before, True, "no rewrite found")
+    if not same_outputs(graph, result.graph):
+        before, _ = compare_latency(graph, graph, rounds=1)
+        return Outcome(graph, [], elapsed, before, before, True, "outputs differed; input kept")
+    before, after = compare_latency(graph, result.graph)
+    if after >= before:
+        return Outcome(graph, [], elapsed, before, before, True, "not faster when measured")
+    return Outcome(result.graph, result.applied, elapsed, before, after, False)

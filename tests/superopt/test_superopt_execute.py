@@ -1,0 +1,64 @@
+"""Executors: torch and JAX agree with the NumPy reference; constant folding; latency."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from superopt_graphs import every_op_graph
+from tempo.errors import TempoError
+from tempo.superopt.execute import BACKENDS, measure_latency, run
+from tempo.superopt.fold import fold_constants
+from tempo.superopt.graph import OPS, GraphBuilder, node
+from tempo.superopt.reference import KERNELS, evaluate, random_feeds
+
+
+def test_every_op_has_a_kernel_on_every_backend():
+    assert set(KERNELS) == set(OPS) - {"input", "weight", "scalar"}
+    for module in BACKENDS.values():
+        assert set(importlib.import_module(module).KERNELS) == set(KERNELS)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_backends_agree_with_the_reference(backend):
+    g = every_op_graph(seed=3)
+    feeds = random_feeds(g, seed=1)
+    want = evaluate(g, feeds)
+    got = run(g, feeds, backend)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+
+
+def test_constant_folding_removes_weight_only_ops_and_keeps_values():
+    b = GraphBuilder(1)
+    x = b.input("x", (3, 4))
+    w = node("concat", b.weight((4, 2)), node("mul", b.weight((4, 2)), node("scalar", value=3.0)),
+             axis=1)
+    g = b.build([node("matmul", x, w)])
+    folded = fold_constants(g)
+    assert folded.op_counts() == {"input": 1, "weight": 1, "matmul": 1}
+    feeds = random_feeds(g)
+    np.testing.assert_allclose(evaluate(folded, feeds)[0], evaluate(g, feeds)[0], rtol=1e-6)
+
+
+def test_latency_is_measured_with_repeats():
+    lat = measure_latency(every_op_graph(), "torch", warmup=1, repeats=5)
+    assert len(lat.samples_ms) == 5
+    assert all(s > 0 for s in lat.samples_ms)
+    assert min(lat.samples_ms) <= lat.median_ms <= max(lat.samples_ms)
+
+
+def test_heavier_graphs_measure_slower():
+    b = GraphBuilder()
+    x = b.input("x", (256, 256))
+    light = b.build([node("relu", x)])
+    heavy = b.build([node("matmul", node("matmul", x, b.weight((256, 256))), b.weight((256, 256)))])
+    assert measure_latency(heavy, repeats=9).median_ms > measure_latency(light, repeats=9).median_ms
+
+
+def test_unknown_backend_is_an_error():
+    with pytest.raises(TempoError, match="unknown backend 'tpu'"):
+        run(every_op_graph(), {}, "tpu")

@@ -1,0 +1,90 @@
+"""The rewriting environment (real gymnasium) and the PPO agent with the GNN encoder."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tempo.superopt.agent import Agent, PPOConfig, Step, make_env, optimize_with_agent
+from tempo.superopt.env import OP_NAMES, Feedback, RewriteEnv, encode, eq2_reward
+from tempo.superopt.models import build
+from tempo.superopt.optimize import same_outputs
+from tempo.superopt.rules import load_rules
+
+RULES = load_rules()
+TINY = PPOConfig(episodes_per_update=2, max_steps=4, epochs=1, hidden=16, gat_layers=2,
+                 max_candidates=16)
+
+
+def test_encoding_has_one_hot_ops_and_normalised_shape_edges():
+    g = build("resnext", small=True)
+    obs = encode(g, scale=4096.0)
+    assert obs.nodes.shape == (len(g.topo()), len(OP_NAMES))
+    assert np.all(obs.nodes.sum(1) == 1)
+    assert obs.edges.shape == (len(obs.edge_links), 4)
+    assert obs.edges.max() == pytest.approx(64 / 4096)        # the largest dim is 64 channels
+    assert obs.edge_links.max() < len(g.topo())
+
+
+def test_eq2_reward_and_the_constant_between_measurements():
+    assert eq2_reward(Feedback(True, 8.0, 10.0, 20.0)) == pytest.approx(10.0)
+    assert eq2_reward(Feedback(True, 12.0, 10.0, 20.0)) == pytest.approx(-10.0)
+    assert eq2_reward(Feedback(False, 10.0, 10.0, 20.0)) == pytest.approx(0.1)
+
+
+def test_env_masks_steps_and_measures_every_n_steps():
+    env = RewriteEnv(build("bert", small=True), RULES, max_candidates=8, feedback_every=2,
+                     max_steps=6, repeats=3)
+    obs, info = env.reset(seed=0)
+    assert env.observation_space["mask"].contains(obs["mask"])
+    n = len(obs["candidates"])
+    assert obs["mask"].sum() == n + 1 and 1 <= n <= 8
+    _, r1, *_, i1 = env.step(1)
+    _, r2, *_, i2 = env.step(1)
+    assert not i1["measured"] and r1 == pytest.approx(0.1)
+    assert i2["measured"] and len(i2["applied"]) == 2
+    with pytest.raises(ValueError, match="masked out"):
+        env.step(len(env.cands) + 1)
+    *_, done, truncated, _ = env.step(0)
+    assert done and not truncated
+
+
+def test_policy_gives_masked_actions_no_probability():
+    agent = Agent(TINY)
+    env = make_env(build("bert", small=True), RULES, TINY)
+    obs, _ = env.reset()
+    logits, values = agent.net([agent.state(obs)])
+    n = len(obs["candidates"])
+    probs = torch.softmax(logits[0], -1)
+    assert torch.all(probs[n + 1:] == 0) and probs[: n + 1].sum().item() == pytest.approx(1.0)
+    assert values.shape == (1,)
+
+
+def test_ppo_update_moves_the_policy_towards_rewarded_actions():
+    agent = Agent(PPOConfig(hidden=16, gat_layers=2, max_candidates=8, lr=1e-2, epochs=8, seed=1))
+    env = make_env(build("bert", small=True), RULES, agent.config)
+    obs, _ = env.reset()
+    state = agent.state(obs)
+    before = torch.softmax(agent.net([state])[0][0], -1)[1].item()
+    steps = [Step(state, 1, float(np.log(before)), 0.0, 1.0, True),
+             Step(state, 0, float(np.log(torch.softmax(agent.net([state])[0][0], -1)[0].item())),
+                  0.0, -1.0, True)]
+    agent.update(steps)
+    after = torch.softmax(agent.net([state])[0][0], -1)[1].item()
+    assert after > before
+
+
+def test_train_save_load_and_optimise(tmp_path):
+    g = build("resnext", small=True)
+    path = str(tmp_path / "agent.pt")
+    res = optimize_with_agent(g, RULES, budget_s=3, save=path, config=TINY, progress=False)
+    assert same_outputs(g, res.graph)
+    loaded = Agent.load(path)
+    for a, b in zip(loaded.net.state_dict().values(), Agent(TINY).net.state_dict().values()):
+        assert a.shape == b.shape
+    obs = make_env(g, RULES, TINY).reset()[0]
+    saved = Agent(TINY)
+    saved.net.load_state_dict(torch.load(path, weights_only=True)["state"])
+    torch.testing.assert_close(loaded.net([loaded.state(obs)])[0], saved.net([saved.state(obs)])[0])
+    again = optimize_with_agent(build("resnext", small=True, size=7), RULES, budget_s=1, load=path)
+    assert again.cost > 0
