@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tempo.errors import BoundError, TempoError
-from tempo.ir.sdg import SDG
+from tempo.ir.ops import MergeOp, UDFOp
+from tempo.ir.sdg import SDG, Edge
 from tempo.runtime.backends import Backend, get_backend
 from tempo.runtime.executor import Executor
 from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains, isl_schedule
-from tempo.symbolic.expr import Expr, bound_of
+from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
 
 
 @dataclass
@@ -36,7 +37,7 @@ class Program:
         values = self._check_bounds(bounds)
         self.validate(values)
         start = time.perf_counter()
-        executor = Executor(self.sdg, self.ast, self.backend, values)
+        executor = Executor(self.sdg, self.ast, self.backend, values, keep={n for n, _ in self.fetch})
         executor.run()
         self.timings["run"] = time.perf_counter() - start
         return [self._gather(executor, n, out, values) for n, out in self.fetch]
@@ -87,6 +88,30 @@ class Program:
         return np.transpose(out, order + list(range(len(axes), out.ndim)))
 
 
+def _sinks_before_next_state(ctx, sdg: SDG) -> list[Edge]:
+    """Run each sink within the iteration it observes: before the next value of any state.
+
+    States (parameters, optimizer moments) recur over their last dim; a sink
+    over that dim at ``i - 1`` is ordered before the state at ``i``, so a
+    progress bar or checkpoint runs as its iteration ends, not after the run.
+    """
+    roots = [n for n in ctx.roots if n in sdg.nodes]
+    states = [n for n in roots if isinstance(sdg.nodes[n].op, MergeOp) and sdg.nodes[n].domain]
+    sinks = [n for n in roots if isinstance(sdg.nodes[n].op, UDFOp)]
+    out = []
+    for s in sinks:
+        sink = sdg.nodes[s]
+        for p in states:
+            state = sdg.nodes[p]
+            if not set(state.domain) <= set(sink.domain):
+                continue
+            last = state.domain[-1]
+            index = seq(*(d - 1 if d is last else d if d in state.domain else make_slice(0, bound_of(d))
+                          for d in sink.domain))
+            out.append(Edge(p, -1, s, 0, index, last >= 1))
+    return out
+
+
 def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes: dict | None = None) -> Program:
     """Transform, analyse, validate, schedule and build the AST of ``ctx``'s program.
 
@@ -117,7 +142,7 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes:
     domains = isl_domains.analyse(sdg, roots)
     timings["analyse"] = time.perf_counter() - start
     start = time.perf_counter()
-    schedule = isl_schedule.compute_schedule(sdg, domains)
+    schedule = isl_schedule.compute_schedule(sdg, domains, _sinks_before_next_state(ctx, sdg))
     timings["schedule"] = time.perf_counter() - start
     start = time.perf_counter()
     tree = isl_schedule.build_ast(sdg, domains, schedule)

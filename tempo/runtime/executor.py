@@ -18,17 +18,20 @@ from tempo.runtime.stores import PointStore
 from tempo.schedule import ast
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import Expr, bound_of
+from tempo.symbolic.simplify import simplify
 
 
 class Executor:
     """Runs one compiled program for one set of bounds."""
 
-    def __init__(self, sdg: SDG, program: ast.Stmt, backend: Backend, bounds: dict[str, int]):
+    def __init__(self, sdg: SDG, program: ast.Stmt, backend: Backend, bounds: dict[str, int],
+                 keep: set[int] = frozenset()):
         self.sdg, self.backend, self.bounds = sdg, backend, bounds
         self.stores = {(n, j): PointStore(f"{node.op.name}%{n}", backend, node.dtypes[j],
                                           _empty_shape(node.shapes[j], bounds))
                        for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
         self.launchers: dict[int, Callable] = {}
+        self.main_loop, self.evictions = _iteration_evictions(sdg, program, keep)
         self.body = self._build(program)
 
     def run(self) -> None:
@@ -54,6 +57,17 @@ class Executor:
                     body(env)
                     env[var] += step
 
+            if stmt is self.main_loop and self.evictions:
+                evict = self._evict
+
+                def run_main_loop(env):
+                    env[var] = start(env)
+                    while cond(env):
+                        body(env)
+                        evict(env[var])
+                        env[var] += step
+
+                return run_main_loop
             return run_loop
         if isinstance(stmt, ast.If):
             cond, then = compile_expr(stmt.cond), self._build(stmt.then)
@@ -69,6 +83,15 @@ class Executor:
         point = compile_expr(Expr("seq", stmt.point))
         launch = self._launcher(self.sdg.nodes[stmt.node_id])
         return lambda env: launch(point(env))
+
+    def _evict(self, iteration: int) -> None:
+        """Free the points no later iteration reads (see :func:`_iteration_evictions`)."""
+        for n, axis, lag in self.evictions:
+            done = iteration - lag
+            for j in range(len(self.sdg.nodes[n].shapes)):
+                data = self.stores[(n, j)].data
+                for point in [p for p in data if p[axis] <= done]:
+                    del data[point]
 
     # ----- launchers -----
     def _launcher(self, node: Node) -> Callable[[tuple], None]:
@@ -108,6 +131,49 @@ class Executor:
                 store.write(point, backend.cast(value, dtype))
 
         return launch
+
+
+def _iteration_evictions(sdg: SDG, program: ast.Stmt, keep) -> tuple[ast.Loop | None, list]:
+    """The outermost loop that runs most of the program, and what to free after each of its steps.
+
+    A typical training program is one loop over the iteration dim ``i`` holding
+    almost every statement. A tensor computed in that loop whose every reader
+    is in the loop and reads it at ``i - c`` (``c >= 0``) is dead ``c``
+    iterations later; its points are freed then, so memory stays flat over
+    thousands of iterations. ``keep``: nodes whose values must survive (fetched).
+    """
+    top = program.body if isinstance(program, ast.Sequence) else (program,)
+    loops = [s for s in top if isinstance(s, ast.Loop)]
+    if not loops:
+        return None, []
+    loop = max(loops, key=lambda s: sum(1 for _ in ast.statements(s)))
+    inside, dim = {}, None
+    for ex in ast.statements(loop):
+        node = sdg.nodes[ex.node_id]
+        axes = [k for k, e in enumerate(ex.point) if e.op == "sym" and e.name == loop.var]
+        if len(axes) != 1 or (dim is not None and node.domain[axes[0]] is not dim):
+            return None, []
+        dim = node.domain[axes[0]]
+        inside[ex.node_id] = axes[0]
+    for other in top:
+        if other is not loop:
+            for ex in ast.statements(other):  # also run outside the loop (a peeled piece): keep
+                inside.pop(ex.node_id, None)
+    evictions = []
+    for n, axis in inside.items():
+        if n in keep:
+            continue
+        lags = [_lag(e, axis, dim, inside) for e in sdg.edges if e.src == n]
+        if lags and all(lag is not None for lag in lags):
+            evictions.append((n, axis, max(lags)))
+    return loop, evictions
+
+
+def _lag(e, axis: int, dim: Expr, inside: dict) -> int | None:
+    if e.sink not in inside:
+        return None
+    lag = simplify(dim - e.index.args[axis])
+    return int(lag.value) if lag.is_const and lag.value >= 0 else None
 
 
 def _empty_shape(shape: tuple, bounds: dict[str, int]) -> Callable[[], tuple]:

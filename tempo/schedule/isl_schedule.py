@@ -11,9 +11,10 @@ from __future__ import annotations
 import islpy as isl
 
 from tempo.errors import ScheduleError
-from tempo.ir.sdg import SDG
+from tempo.ir.sdg import SDG, Edge
+from tempo.schedule import isl_expr
 from tempo.schedule import ast
-from tempo.schedule.isl_domains import Domains
+from tempo.schedule.isl_domains import Domains, statement
 from tempo.symbolic.expr import Expr, const, max_, min_, symbol
 
 
@@ -43,12 +44,36 @@ def domain(d: Domains, nodes) -> isl.UnionSet | None:
     return out
 
 
-def compute_schedule(sdg: SDG, d: Domains) -> isl.Schedule | None:
-    """isl's schedule of all executed statements, or a ScheduleError naming a bad cycle."""
+def ordering_dependences(sdg: SDG, d: Domains, orderings: list[Edge]) -> isl.UnionMap | None:
+    """Scheduling-only constraints: ``e.src`` at ``e.index(p)`` runs before ``e.sink`` at ``p``."""
+    deps = None
+    for e in orderings:
+        sink, src = sdg.nodes[e.sink], sdg.nodes[e.src]
+        reads = isl_expr.access_map(statement(e.sink), sink.domain, statement(e.src), src.domain, e.index,
+                                    params=d.params, src_box=False)
+        at = d.executed[e.sink]
+        if e.cond is not None:
+            at = at.intersect(isl_expr.domain_set(statement(e.sink), sink.domain, e.cond, d.params))
+        dep = reads.intersect_domain(at).intersect_range(d.executed[e.src])
+        if not dep.is_empty():
+            dep = isl.UnionMap.from_map(dep.reverse())
+            deps = dep if deps is None else deps.union(dep)
+    return deps
+
+
+def compute_schedule(sdg: SDG, d: Domains, orderings: list[Edge] = ()) -> isl.Schedule | None:
+    """isl's schedule of all executed statements, or a ScheduleError naming a bad cycle.
+
+    ``orderings`` add validity constraints that carry no data (see
+    :func:`ordering_dependences`).
+    """
     dom = domain(d, sdg.nodes)
     if dom is None:
         return None
     deps = dependences(sdg, d)
+    extra = ordering_dependences(sdg, d, list(orderings))
+    if extra is not None:
+        deps = extra if deps is None else deps.union(extra)
     constraints = isl.ScheduleConstraints.on_domain(dom)
     if deps is not None:
         constraints = constraints.set_validity(deps).set_proximity(deps)
