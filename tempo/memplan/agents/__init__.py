@@ -1,0 +1,23 @@
+"""The agents that play the memory-mapping game, by name.
+
+Each is ``solve(instance, budget_seconds, seed) -> SearchResult``; modules are
+imported only when their agent is asked for, so the heuristic never loads JAX.
+"""
+from __future__ import annotations
+
+import importlib
+
+from tempo.memplan.problem import MemplanError
+
+# agent name -> module with solve(inst, budget_seconds, seed)
+AGENTS = {
+    "heuristic": "tempo.memplan.agents.heuristic",
+    "random": "tempo.memplan.agents.random_play",
+}
+
+
+def get_agent(name: str):
+    """The ``solve`` function of agent ``name``."""
+    if name not in AGENTS:
+        raise MemplanError(f"unknown agent '{name}' (choose from {', '.join(AGENTS)})")
+    return importlib.import_module(AGENTS[name]).solve
