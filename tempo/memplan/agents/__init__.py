@@ -13,6 +13,7 @@ from tempo.memplan.problem import MemplanError
 AGENTS = {
     "heuristic": "tempo.memplan.agents.heuristic",
     "random": "tempo.memplan.agents.random_play",
+    "es": "tempo.memplan.agents.es",
 }
 
 
