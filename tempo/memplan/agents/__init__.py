@@ -14,6 +14,7 @@ AGENTS = {
     "heuristic": "tempo.memplan.agents.heuristic",
     "random": "tempo.memplan.agents.random_play",
     "es": "tempo.memplan.agents.es",
+    "muzero": "tempo.memplan.agents.muzero",
 }
 
 
