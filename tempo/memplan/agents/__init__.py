@@ -15,6 +15,9 @@ AGENTS = {
     "random": "tempo.memplan.agents.random_play",
     "es": "tempo.memplan.agents.es",
     "muzero": "tempo.memplan.agents.muzero",
+    "nosearch": "tempo.memplan.agents.nosearch",
+    "mcts": "tempo.memplan.agents.pure_mcts",
+    "hybrid": "tempo.memplan.agents.hybrid",
 }
 
 

@@ -45,7 +45,9 @@ class MuZeroConfig:
     replay_size: int = 20_000
     learning_rate: float = 2e-3
     train_every: int = 32         # moves (of all games) between gradient steps
-    temperature: float = 0.5      # visit-count sampling temperature
+    init_temperature: float = 1.0   # visit-count sampling temperature, decayed linearly
+    final_temperature: float = 0.2  # over the budget (Appendix C decays over steps)
+    greedy_actors: int = 1          # games that always play the most visited action
     dirichlet_fraction: float = 0.25
     dirichlet_alpha: float = 0.03
 
@@ -255,9 +257,16 @@ class MuZeroAgent:
             observations = [self.observer(e.game) for e in self.episodes]
             legal = np.stack([e.legal() for e in self.episodes])
             behaviour, target, value = self.act(observations, legal)
+            progress = min(tracker.elapsed() / (tracker.deadline - tracker.start), 1.0)
+            temperature = cfg.init_temperature + progress * (
+                cfg.final_temperature - cfg.init_temperature)
             for i, ep in enumerate(self.episodes):
-                p = behaviour[i] ** (1 / cfg.temperature) * legal[i]
-                action = int(self.rng.choice(3, p=p / p.sum()))
+                p = np.where(legal[i], behaviour[i], 0.0)
+                if i < cfg.greedy_actors:
+                    action = int(np.argmax(p))
+                else:
+                    p = (p / p.max()) ** (1 / temperature)
+                    action = int(self.rng.choice(3, p=p / p.sum()))
                 before = ep.game.total
                 reward = ep.game.step(action)
                 move = _Move(_pack(observations[i]), action, reward / self.scale,
@@ -300,7 +309,3 @@ def solve(inst: Instance, budget_seconds: float, seed: int = 0,
     MuZeroAgent(inst, config, seed).run(tracker)
     return tracker.result()
 
-
-def solve_no_search(inst: Instance, budget_seconds: float, seed: int = 0) -> SearchResult:
-    """The no-search ablation (learning without MCTS)."""
-    return solve(inst, budget_seconds, seed, MuZeroConfig(num_simulations=0))
