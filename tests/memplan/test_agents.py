@@ -30,3 +30,21 @@ def test_es_beats_its_own_first_generation():
     result = get_agent("es")(inst, 3.0, 1)
     first = result.curve[0][1]
     assert result.solution.reward > first
+
+
+def test_pure_mcts_over_true_dynamics_returns_a_valid_solution():
+    inst = random_instance(12, steps=15, alias_rate=0.3)
+    result = get_agent("mcts")(inst, 1.5, 0)
+    validate(inst, result.solution)
+    assert result.solution.reward > 0
+
+
+@pytest.mark.slow
+def test_hybrid_is_never_worse_than_the_heuristic():
+    from tempo.memplan.agents.heuristic import heuristic_solution
+
+    for seed in range(2):
+        inst = random_instance(seed, steps=30, alias_rate=0.3)
+        result = get_agent("hybrid")(inst, 20.0, seed)
+        validate(inst, result.solution)
+        assert result.solution.reward >= heuristic_solution(inst).reward
