@@ -1,0 +1,28 @@
+"""The agents that play the memory-mapping game, by name.
+
+Each is ``solve(instance, budget_seconds, seed) -> SearchResult``; modules are
+imported only when their agent is asked for, so the heuristic never loads JAX.
+"""
+from __future__ import annotations
+
+import importlib
+
+from tempo.memplan.problem import MemplanError
+
+# agent name -> module with solve(inst, budget_seconds, seed)
+AGENTS = {
+    "heuristic": "tempo.memplan.agents.heuristic",
+    "random": "tempo.memplan.agents.random_play",
+    "es": "tempo.memplan.agents.es",
+    "muzero": "tempo.memplan.agents.muzero",
+    "nosearch": "tempo.memplan.agents.nosearch",
+    "mcts": "tempo.memplan.agents.pure_mcts",
+    "hybrid": "tempo.memplan.agents.hybrid",
+}
+
+
+def get_agent(name: str):
+    """The ``solve`` function of agent ``name``."""
+    if name not in AGENTS:
+        raise MemplanError(f"unknown agent '{name}' (choose from {', '.join(AGENTS)})")
+    return importlib.import_module(AGENTS[name]).solve

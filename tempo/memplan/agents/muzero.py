@@ -1,0 +1,311 @@
+"""MMap-MuZero (§4.3): learned model + MCTS (``mctx``) self-play with Drop-backup.
+
+Self-play runs ``parallel`` games at once, so one batched search serves them
+all. Each move: observe (§4.3.1 features), search with ``mctx.muzero_policy``
+over the learned model (the root masks illegal actions), sample from the
+visit distribution. Transitions go to a replay buffer once their ``n``-step
+value target is known; the networks train on K-step unrolls in between moves.
+
+**Drop-backup (§4.3.2).** Each game keeps a backup: the latest prefix after
+which no alias group placed in fast memory has undecided buffers, so dropping
+everything after it completes the game. When a move leads to a lost state,
+the game is rewound to the backup, the alias group of the buffer that could
+not be placed is forced to Drop from then on, and the losing move is stored
+with the local negative reward (the return lost since the backup). When the
+budget runs out, the games in flight are completed from their backups by Drop
+moves, so the agent always has an answer.
+
+``num_simulations = 0`` is the no-search ablation of Fig. 7: actions are
+sampled from the policy network, whose target is then the softmax of one-step
+model values ``r(s, a) + gamma * v(s')``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tempo.memplan.agents.base import SearchResult, Tracker
+from tempo.memplan.features import SHAPES, Observer
+from tempo.memplan.game import DROP, GameState
+from tempo.memplan.problem import Instance
+
+
+@dataclass(frozen=True)
+class MuZeroConfig:
+    """Hyper-parameters (Appendix C where they apply at this scale)."""
+
+    parallel: int = 8             # games played at once (one batched search)
+    num_simulations: int = 16     # MCTS simulations per move (0: no search)
+    discount: float = 0.997
+    td_steps: int = 10            # n of the n-step value target
+    unroll: int = 3               # K of the K-step model unroll
+    batch_size: int = 32
+    replay_size: int = 20_000
+    learning_rate: float = 2e-3
+    train_every: int = 32         # moves (of all games) between gradient steps
+    init_temperature: float = 1.0   # visit-count sampling temperature, decayed linearly
+    final_temperature: float = 0.2  # over the budget (Appendix C decays over steps)
+    greedy_actors: int = 1          # games that always play the most visited action
+    dirichlet_fraction: float = 0.25
+    dirichlet_alpha: float = 0.03
+
+
+def _pack(obs: dict) -> tuple[np.ndarray, dict]:
+    return np.packbits(obs["memory_map"] > 0.5), {k: v for k, v in obs.items() if k != "memory_map"}
+
+
+def _unpack(packed: np.ndarray) -> np.ndarray:
+    side = SHAPES["memory_map"][0]
+    return np.unpackbits(packed)[: side * side].reshape(side, side).astype(np.float32)
+
+
+@dataclass
+class _Move:
+    packed: tuple
+    action: int
+    reward: float
+    policy: np.ndarray
+    value: float
+
+
+@dataclass
+class _Replay:
+    size: int
+    items: list = field(default_factory=list)
+    cursor: int = 0
+
+    def add(self, item) -> None:
+        if len(self.items) < self.size:
+            self.items.append(item)
+        else:
+            self.items[self.cursor] = item
+            self.cursor = (self.cursor + 1) % self.size
+
+
+class _Episode:
+    """One self-play game with its backup, forced drops and trajectory."""
+
+    def __init__(self, inst: Instance):
+        self.game = GameState(inst)
+        self.start()
+
+    def start(self) -> None:
+        self.game.reset()
+        self.backup, self.forced, self.moves = 0, set(), []
+
+    def legal(self) -> np.ndarray:
+        mask = self.game.legal()
+        if self.game.current.alias_id in self.forced:
+            mask = np.array([False, False, True])
+        return mask
+
+    def after_move(self) -> bool:
+        """Apply Drop-backup after a move; returns True when it rewound the game."""
+        game = self.game
+        if game.lost:
+            stuck = game.buffers[game.index].alias_id
+            game.rewind(self.backup)
+            self.forced.add(stuck)
+            del self.moves[self.backup:]
+            return True
+        if game.can_drop_rest():
+            self.backup = game.index
+        return False
+
+    def finish_from_backup(self) -> None:
+        self.game.rewind(self.backup)
+        while not self.game.done:
+            self.game.step(DROP)
+
+
+def _search(params, key, obs, invalid, config: MuZeroConfig):
+    """Batched root search: (behaviour distribution, policy target, root value) per state."""
+    import jax
+    import jax.numpy as jnp
+    import mctx
+
+    from tempo.memplan.agents import muzero_nets as nets
+
+    latent = nets.represent(params, obs)
+    prior, value = nets.predict(params, latent)
+    value = nets.to_scalar(value)
+    if config.num_simulations == 0:
+        nxt, reward = nets.dynamics(params, jnp.repeat(latent, 3, 0),
+                                    jnp.tile(jnp.arange(3), latent.shape[0]))
+        q = (nets.to_scalar(reward) + config.discount * nets.to_scalar(
+            nets.predict(params, nxt)[1])).reshape(-1, 3)
+        q = jnp.where(invalid, -jnp.inf, q)
+        spread = jnp.maximum(jnp.where(invalid, 0.0, q).std(-1, keepdims=True), 1e-3)
+        logits = jnp.where(invalid, -jnp.inf, prior)
+        return jax.nn.softmax(logits), jax.nn.softmax(q / spread), value
+
+    def recurrent(params, _, action, latent):
+        nxt, reward = nets.dynamics(params, latent, action)
+        policy, value = nets.predict(params, nxt)
+        out = mctx.RecurrentFnOutput(
+            reward=nets.to_scalar(reward), discount=jnp.full(action.shape, config.discount),
+            prior_logits=policy, value=nets.to_scalar(value))
+        return out, nxt
+
+    root = mctx.RootFnOutput(prior_logits=prior, value=value, embedding=latent)
+    out = mctx.muzero_policy(params, key, root, recurrent, config.num_simulations,
+                             invalid_actions=invalid,
+                             dirichlet_fraction=config.dirichlet_fraction,
+                             dirichlet_alpha=config.dirichlet_alpha)
+    return out.action_weights, out.action_weights, value
+
+
+_SEARCH = {}
+
+
+def _compiled_search():
+    """The jitted search, compiled once per process (and cached on disk across processes)."""
+    if not _SEARCH:
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir",
+                          os.path.expanduser("~/.cache/tempo-memplan/jax"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+        _SEARCH["fn"] = jax.jit(_search, static_argnames="config")
+    return _SEARCH["fn"]
+
+
+class MuZeroAgent:
+    """Self-play, search and learning on one instance."""
+
+    def __init__(self, inst: Instance, config: MuZeroConfig, seed: int):
+        import jax
+
+        from tempo.memplan.agents import muzero_nets as nets
+
+        self.jax, self.nets, self.config = jax, nets, config
+        self.inst = inst
+        self.rng = np.random.default_rng(seed)
+        self.key = jax.random.PRNGKey(seed)
+        self.params = nets.init_params(seed)
+        self.opt = nets.adam_init(self.params)
+        positive = [b.benefit for b in inst.buffers if b.benefit > 0]
+        self.scale = float(np.mean(positive)) if positive else 1.0
+        self.replay = _Replay(config.replay_size)
+        self.episodes = [_Episode(inst) for _ in range(config.parallel)]
+        self.observer = Observer(self.episodes[0].game)
+        self._search = _compiled_search()
+
+    def _next_key(self):
+        self.key, sub = self.jax.random.split(self.key)
+        return sub
+
+    # ------------------------------------------------------------- search
+
+    def act(self, observations: list[dict], legal: np.ndarray):
+        """Behaviour distributions, policy targets and root values for a batch of states."""
+        batch = {k: np.stack([o[k] for o in observations]) for k in SHAPES}
+        behaviour, target, value = self._search(self.params, self._next_key(), batch, ~legal,
+                                                 config=self.config)
+        return np.asarray(behaviour), np.asarray(target), np.asarray(value)
+
+    # ------------------------------------------------------------- learning
+
+    def _record(self, moves: list[_Move], t: int, final: bool) -> dict | None:
+        cfg = self.config
+        horizon = len(moves)
+        if not final and t + cfg.td_steps + cfg.unroll >= horizon:
+            return None
+        values, mask = [], []
+        for k in range(cfg.unroll + 1):
+            i = t + k
+            z, g = 0.0, 1.0
+            for j in range(i, min(i + cfg.td_steps, horizon)):
+                z += g * moves[j].reward
+                g *= cfg.discount
+            if i + cfg.td_steps < horizon:
+                z += g * moves[i + cfg.td_steps].value
+            values.append(z)
+            mask.append(float(i < horizon))
+        pad = lambda i, f, d: f(moves[i]) if i < horizon else d  # noqa: E731
+        return {
+            "obs": moves[t].packed,
+            "actions": np.array([pad(t + k, lambda m: m.action, 0) for k in range(cfg.unroll)]),
+            "reward": np.array([pad(t + k, lambda m: m.reward, 0.0) for k in range(cfg.unroll)]),
+            "policy": np.stack([pad(t + k, lambda m: m.policy, np.full(3, 1 / 3))
+                                for k in range(cfg.unroll + 1)]),
+            "value": np.array(values, np.float32), "mask": np.array(mask, np.float32)}
+
+    def _train(self) -> None:
+        cfg = self.config
+        if len(self.replay.items) < cfg.batch_size:
+            return
+        picks = [self.replay.items[i] for i in
+                 self.rng.integers(0, len(self.replay.items), cfg.batch_size)]
+        obs = {k: np.stack([p["obs"][1][k] for p in picks]) for k in SHAPES if k != "memory_map"}
+        obs["memory_map"] = np.stack([_unpack(p["obs"][0]) for p in picks])
+        batch = {k: np.stack([p[k] for p in picks]) for k in ("actions", "reward", "policy",
+                                                              "value", "mask")}
+        batch["obs"] = obs
+        self.params, self.opt, _ = self.nets.train_step(self.params, self.opt, batch,
+                                                         cfg.learning_rate)
+
+    # ------------------------------------------------------------- self-play
+
+    def run(self, tracker: Tracker) -> None:
+        """Self-play and learn until the tracker's budget is spent."""
+        cfg = self.config
+        moves_made = 0
+        while not tracker.out_of_time():
+            observations = [self.observer(e.game) for e in self.episodes]
+            legal = np.stack([e.legal() for e in self.episodes])
+            behaviour, target, value = self.act(observations, legal)
+            progress = min(tracker.elapsed() / (tracker.deadline - tracker.start), 1.0)
+            temperature = cfg.init_temperature + progress * (
+                cfg.final_temperature - cfg.init_temperature)
+            for i, ep in enumerate(self.episodes):
+                p = np.where(legal[i], behaviour[i], 0.0)
+                if i < cfg.greedy_actors:
+                    action = int(np.argmax(p))
+                else:
+                    p = (p / p.max()) ** (1 / temperature)
+                    action = int(self.rng.choice(3, p=p / p.sum()))
+                before = ep.game.total
+                reward = ep.game.step(action)
+                move = _Move(_pack(observations[i]), action, reward / self.scale,
+                             target[i], float(value[i]))
+                if ep.after_move():
+                    move.reward = (ep.game.total - before) / self.scale
+                    self.replay.add(self._record([move], 0, final=True))
+                    continue
+                ep.moves.append(move)
+                self._mature(ep, final=False)
+                if ep.game.done:
+                    self._mature(ep, final=True)
+                    tracker.offer(ep.game)
+                    ep.start()
+            moves_made += len(self.episodes)
+            if moves_made % cfg.train_every < len(self.episodes):
+                self._train()
+        for ep in self.episodes:
+            if ep.game.index > 0:
+                ep.finish_from_backup()
+                tracker.offer(ep.game)
+
+    def _mature(self, ep: _Episode, final: bool) -> None:
+        """Move transitions whose targets are complete into the replay buffer."""
+        cfg = self.config
+        if final:
+            start = max(0, len(ep.moves) - cfg.td_steps - cfg.unroll)
+            for t in range(start, len(ep.moves)):
+                self.replay.add(self._record(ep.moves, t, final=True))
+            return
+        t = len(ep.moves) - cfg.td_steps - cfg.unroll - 1
+        if t >= 0:
+            self.replay.add(self._record(ep.moves, t, final=False))
+
+
+def solve(inst: Instance, budget_seconds: float, seed: int = 0,
+          config: MuZeroConfig = MuZeroConfig()) -> SearchResult:
+    """MMap-MuZero self-play for ``budget_seconds``; the best complete game wins."""
+    tracker = Tracker(inst, budget_seconds)
+    MuZeroAgent(inst, config, seed).run(tracker)
+    return tracker.result()
+
