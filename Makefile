@@ -10,7 +10,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .PHONY: help venv demo test test-all clean
 
 help:
-	@echo "make demo      run examples/returns.py through the tempo CLI"
+	@echo "make demo      train REINFORCE on CartPole-v1 (examples/reinforce.py)"
 	@echo "make test      run the fast tests (not marked slow)"
 	@echo "make test-all  run every test, slow ones included"
 	@echo "make venv      create .venv and install tempo-dl[all] in editable mode"
@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/tempo run examples/returns.py
+	$(VENV)/bin/tempo run examples/reinforce.py
 
 test: $(STAMP)
 	$(PYTEST)

@@ -229,6 +229,19 @@ def define_branch(rt: RecurrentTensor, key, value, site) -> None:
     sdg.add_edge(Edge(rt.node.id, len(sdg.in_edges(rt.node.id)), value.node.id, value.out, index, cond))
 
 
+def restart(state: RecurrentTensor, value) -> None:
+    """Make a placeholder's first branch (``s[0] = ...``) read ``value`` instead (resuming from a checkpoint)."""
+    from tempo.api.functional import from_numpy
+
+    sdg = state.ctx.sdg
+    value = np.asarray(value)
+    if value.shape != tuple(state.shape) or str(value.dtype) != state.dtype:
+        raise ShapeError(f"cannot restart {state!r} from a {value.dtype} array of shape {value.shape}", user_site())
+    k, first = next((k, e) for k, e in enumerate(sdg.edges) if e.sink == state.node.id and e.sink_in == 0)
+    const = from_numpy(value)
+    sdg.edges[k] = Edge(first.sink, 0, const.node.id, 0, const.index_expr(), first.cond)
+
+
 def _invert_key(rt: RecurrentTensor, key, value: RecurrentTensor, site) -> tuple[dict, list]:
     if _is_condition(key):
         cond = as_expr(key)

@@ -8,6 +8,7 @@ gradient flows through an update into earlier iterations.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -35,14 +36,9 @@ def parameter(init: np.ndarray, dims: Sequence[Expr] = (), name: str = "") -> Re
     ctx.parameters.add(p.node.id)
     ctx.roots.append(p.node.id)
     if name:
-        ctx.sdg.nodes[p.node.id] = _labelled(ctx.sdg.nodes[p.node.id], name)
+        ctx.sdg.nodes[p.node.id] = replace(ctx.sdg.nodes[p.node.id], label=name)
+        p = RecurrentTensor(ctx, ctx.sdg.nodes[p.node.id])
     return p
-
-
-def _labelled(node, name: str):
-    from dataclasses import replace
-
-    return replace(node, label=name)
 
 
 def init_rng(*path: int) -> np.random.Generator:

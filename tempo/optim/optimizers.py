@@ -20,6 +20,8 @@ class Optimizer:
 
     def __init__(self, params: Sequence[RT], lr, max_grad_norm: float | None = None) -> None:
         self.params, self.lr, self.max_grad_norm = list(params), lr, max_grad_norm
+        self.states: dict[str, RT] = {}  # name -> state placeholder (parameters and moments)
+        self.next_states: dict[str, RT] = {}  # name -> its value for the next iteration
         site = user_site()
         if not self.params:
             raise TempoError("the optimizer got no parameters", site)
@@ -34,9 +36,25 @@ class Optimizer:
         grads = [p.grad for p in self.params]
         if self.max_grad_norm is not None:
             grads = clip_by_global_norm(grads, self.max_grad_norm)
-        for p, g in zip(self.params, grads):
-            i = p.domain[0]
-            p[i + 1] = self.update(p, g).cast(p.dtype)
+        for k, (p, g) in enumerate(zip(self.params, grads)):
+            self._prefix = f"{k}.{p.node.label or 'param'}"
+            new = self.update(p, g).cast(p.dtype)
+            p[p.domain[0] + 1] = new
+            self.states[self._prefix], self.next_states[self._prefix] = p, new
+
+    def state_dict(self) -> dict[str, RT]:
+        """Every state's value for the next iteration, by name: what a checkpoint saves."""
+        return dict(self.next_states)
+
+    def resume(self, ckpt) -> None:
+        """Start every state (parameters, moments) from a checkpoint of :meth:`state_dict`."""
+        from tempo.api.rt import restart
+
+        missing = [name for name in self.states if name not in ckpt.tensors]
+        if missing:
+            raise TempoError(f"the checkpoint has no tensor for {', '.join(missing)}", user_site())
+        for name, state in self.states.items():
+            restart(state, ckpt.tensors[name])
 
     def update(self, p: RT, g: RT) -> RT:
         raise NotImplementedError
@@ -47,6 +65,11 @@ class Optimizer:
         s[0] = F.full(p.shape, init, p.dtype)
         s.ctx.roots.append(s.node.id)
         return s
+
+    def define(self, name: str, s: RT, new: RT) -> None:
+        """``s[i + 1] = new``, remembered under ``name`` for checkpoints."""
+        s[s.domain[0] + 1] = new
+        self.states[f"{self._prefix}/{name}"], self.next_states[f"{self._prefix}/{name}"] = s, new
 
 
 def clip_by_global_norm(grads: list[RT], max_norm: float) -> list[RT]:
@@ -71,7 +94,7 @@ class SGD(Optimizer):
             return p - self.lr * g
         velocity = self.state(p)
         new = self.momentum * velocity + g
-        velocity[p.domain[0] + 1] = new
+        self.define("velocity", velocity, new)
         return p - self.lr * new
 
 
@@ -87,14 +110,15 @@ class Adam(Optimizer):
         self.eps, self.weight_decay = eps, weight_decay
 
     def update(self, p: RT, g: RT) -> RT:
-        i = p.domain[0]
         if self.weight_decay and not self.decoupled:
             g = g + self.weight_decay * p
         m, v, count = self.state(p), self.state(p), self.state(F.sum(p))
         m_new = self.b1 * m + (1.0 - self.b1) * g
         v_new = self.b2 * v + (1.0 - self.b2) * g * g
         k = count + 1.0
-        m[i + 1], v[i + 1], count[i + 1] = m_new, v_new, k
+        self.define("m", m, m_new)
+        self.define("v", v, v_new)
+        self.define("step", count, k)
         m_hat = m_new / (1.0 - self.b1 ** k)
         v_hat = v_new / (1.0 - self.b2 ** k)
         step = m_hat / (F.sqrt(v_hat) + self.eps)
