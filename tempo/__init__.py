@@ -14,7 +14,8 @@ from tempo.api import random
 from tempo.api.checkpoint import checkpoint, load_checkpoint
 from tempo.api.context import Context
 from tempo.api.functional import (abs, cat, cos, eval_symbol, exp, from_numpy, full, log, ones, placeholder,
-                                  relu, sigmoid, sin, sqrt, tanh, udf, where, zeros)
+                                  relu, sigmoid, sin, sqrt, stop_gradient, tanh, udf, where,
+                                  zeros)
 from tempo.api.functional import maximum as max
 from tempo.api.functional import minimum as min
 from tempo.api.rt import RecurrentTensor
@@ -27,4 +28,4 @@ __version__ = "0.1.0"
 __all__ = ["BoundError", "Context", "checkpoint", "load_checkpoint", "DefinitionError", "DomainError", "RecurrentTensor", "ScheduleError",
            "ShapeError", "TempoError", "abs", "cat", "cos", "eval_symbol", "exp", "from_numpy", "full", "log",
            "max", "min", "nn", "ones", "optim", "placeholder", "random", "relu", "rl", "sigmoid", "sin", "sink",
-           "sqrt", "tanh", "udf", "where", "zeros"]
+           "sqrt", "stop_gradient", "tanh", "udf", "where", "zeros"]

@@ -207,6 +207,11 @@ def ident(x: RT) -> RT:
     return materialize(x, user_site())
 
 
+def stop_gradient(x: RT) -> RT:
+    """``x`` as a constant for autodiff (targets, baselines)."""
+    return apply(ops.IdentOp(stop_gradient=True), [x], site=user_site())
+
+
 # ----- methods and operators on RecurrentTensor -----
 def _binary(fn: str, swap: bool = False):
     def op(self, other):
@@ -231,7 +236,7 @@ _METHODS = {
     "sigmoid": sigmoid, "relu": relu,
     "sum": sum, "mean": mean, "max": max, "min": min, "cumsum": cumsum, "discounted_sum": discounted_sum,
     "matmul": matmul, "reshape": reshape, "permute": permute, "expand": expand, "squeeze": squeeze,
-    "unsqueeze": unsqueeze, "cast": cast, "ident": ident,
+    "unsqueeze": unsqueeze, "cast": cast, "ident": ident, "detach": stop_gradient,
 }
 def _backward(self) -> None:
     """Add gradient RTs for every floating-point RT this loss depends on (``x.grad``)."""

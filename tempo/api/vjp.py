@@ -264,7 +264,7 @@ def _cast(call: VJPCall) -> list:
 
 @vjp_rule(ops.IdentOp)
 def _ident(call: VJPCall) -> list:
-    return [call.g]
+    return [None if call.node.op.stop_gradient else call.g]
 
 
 @vjp_rule(ops.MergeOp)

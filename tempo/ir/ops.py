@@ -167,7 +167,12 @@ class CastOp(Op):
 
 @dataclass(frozen=True)
 class IdentOp(Op):
-    """Copies its input; materialises a temporal access as its own tensor."""
+    """Copies its input; materialises a temporal access as its own tensor.
+
+    With ``stop_gradient``, autodiff treats the copy as a constant.
+    """
+
+    stop_gradient: bool = False
 
 
 @dataclass(frozen=True)

@@ -218,3 +218,12 @@ def test_a_read_that_cannot_be_inverted_names_the_users_line():
         with pytest.raises(tpo.TempoError, match=r"cannot invert the dependence max\(0, t - 1\)") as info:
             y.backward()
     assert "y = x[tpo.max(0, t - 1)] * x" in str(info.value)
+
+
+def test_stop_gradient_blocks_the_gradient():
+    with tpo.Context() as ctx:
+        x = tpo.from_numpy(np.array([1.0, 2.0]))
+        loss = (x * tpo.stop_gradient(x)).sum()
+        loss.backward()
+        grad, = ctx.run({}, fetch=[x.grad])
+    np.testing.assert_allclose(grad, [1.0, 2.0])

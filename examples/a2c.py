@@ -1,0 +1,104 @@
+"""A2C on CartPole-v1: REINFORCE with a learned value baseline and n-step bootstrapped returns.
+
+The critic ``v[b, i, t]`` is a second MLP; the targets are the n-step returns
+``r[t:min(t + n, T)]`` bootstrapped from ``v[t + n]`` (``tpo.rl.n_step_returns``),
+with gradients stopped through the targets. Episodes end by masking, as in
+``examples/reinforce.py``.
+
+    tempo run examples/a2c.py --iterations 60
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+import tempo as tpo
+
+
+@dataclass
+class Args:
+    env: str = "CartPole-v1"
+    """gymnasium environment id"""
+    seed: int = 0
+    """seeds initialisation, sampling and the environments"""
+    iterations: int = 100
+    """training iterations"""
+    batch: int = 32
+    """episodes per iteration"""
+    steps: int = 500
+    """timesteps per episode"""
+    gamma: float = 0.99
+    """discount factor"""
+    nstep: int = 16
+    """bootstrap horizon n of the returns r[t:min(t + n, T)] + gamma**n v[t + n]"""
+    lr: float = 0.01
+    """Adam learning rate (actor and critic)"""
+    value_coef: float = 0.5
+    """weight of the critic's squared error"""
+    entropy_coef: float = 0.01
+    """weight of the entropy bonus"""
+    hidden: int = 32
+    """width of the hidden layers"""
+
+
+def parse_args() -> Args:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for f in dataclasses.fields(Args):
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    return Args(**vars(parser.parse_args()))
+
+
+def main(args: Args) -> dict:
+    with tpo.Context(seed=args.seed) as ctx:
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+
+        # ----- acting -----
+        env = tpo.rl.make(args.env, dims=(b, i, t))
+        actor = tpo.nn.MLP(env.obs_size, [args.hidden, args.hidden], env.num_actions, dims=(i,),
+                           last_init_scale=0.01)
+        critic = tpo.nn.MLP(env.obs_size, [args.hidden, args.hidden], 1, dims=(i,))
+        o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
+        o[b, i, 0] = env.reset()
+        dist = tpo.nn.Categorical(logits=actor(o))
+        a = dist.sample()
+        o[b, i, t + 1], r, d = env.step(a)
+
+        # ----- learning: n-step targets bootstrapped from the critic -----
+        v = critic(o).squeeze(0)
+        target = tpo.rl.n_step_returns(r, args.gamma, args.nstep, value=v.detach(), done=d).detach()
+        alive = tpo.placeholder((), "float32", dims=(b, i, t))
+        alive[b, i, 0] = 1.0
+        alive[b, i, t + 1] = tpo.where(d[b, i, t], 0.0, alive[b, i, t])
+        advantage = (target - v).detach()
+        per_step = (-dist.log_prob(a) * advantage + args.value_coef * (target - v) ** 2.0
+                    - args.entropy_coef * dist.entropy()) * alive
+        loss = per_step[0:B, i, 0:T].sum() / alive[0:B, i, 0:T].sum()
+        loss.backward()
+        tpo.optim.Adam(actor.parameters() + critic.parameters(), lr=args.lr, max_grad_norm=1.0).step()
+
+        # ----- reporting -----
+        returns = []
+        bar = tqdm(total=args.iterations, desc=f"A2C {args.env}", unit="it")
+
+        def report(value, point):
+            returns.append(float(value))
+            bar.update(1)
+            bar.set_postfix(mean_return=f"{float(value):.1f}")
+
+        tpo.sink(r[0:B, i, 0:T].sum(axis=1).mean(), report)
+        start = time.perf_counter()
+        ctx.run(bounds={B: args.batch, I: args.iterations, T: args.steps})
+        seconds = time.perf_counter() - start
+        bar.close()
+    final = float(np.mean(returns[-5:]))
+    print(f"mean_return={final:.1f} iterations={len(returns)} seconds={seconds:.1f}")
+    return {"mean_return": final, "iterations": len(returns), "seconds": seconds, "returns": returns}
+
+
+if __name__ == "__main__":
+    main(parse_args())
