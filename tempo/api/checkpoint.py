@@ -10,7 +10,6 @@ written at; ``Optimizer.resume(checkpoint)`` restarts training from them.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -21,6 +20,7 @@ from safetensors.numpy import save as to_bytes
 from tempo.api.rt import RecurrentTensor as RT
 from tempo.api.sinks import sink_many
 from tempo.errors import TempoError, user_site
+from tempo.files import write_bytes_atomic
 from tempo.symbolic.expr import Expr
 
 
@@ -34,20 +34,9 @@ class Checkpoint:
 
 def write_atomic(path: str, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> None:
     """Write a safetensors file so that ``path`` is either the old file or the complete new one."""
-    directory = os.path.dirname(os.path.abspath(path))
     arrays = {k: np.asarray(v) for k, v in tensors.items()}
-    data = to_bytes({k: v if v.flags.c_contiguous else v.copy() for k, v in arrays.items()}, metadata=dict(metadata))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_bytes_atomic(path, to_bytes({k: v if v.flags.c_contiguous else v.copy() for k, v in arrays.items()},
+                                      metadata=dict(metadata)))
 
 
 def _check_writable(path: str, site) -> None:

@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tempo.errors import TempoError
+from tempo.files import write_bytes_atomic
 
 ACTIONS = ("copy", "nocopy", "drop")
 
@@ -255,21 +255,9 @@ def solution_to_json(sol: Solution) -> dict:
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """Write JSON to ``path`` atomically: temp file in the same folder, fsync, rename."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write JSON to ``path`` atomically (see :func:`tempo.files.write_bytes_atomic`)."""
+    os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
+    write_bytes_atomic(path, json.dumps(obj).encode())
 
 
 def _read(path: str | os.PathLike) -> Any:

@@ -1,0 +1,26 @@
+"""Crash-safe file writes shared by checkpoints, solutions and exported models."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` so that ``path`` holds either its old content or all of ``data``.
+
+    The bytes go to a temporary file in the same folder, are fsync'ed, and the
+    file is renamed over ``path``; on any failure the temporary file is removed.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
