@@ -31,7 +31,7 @@ class Args:
     """'gymnasium' (UDF ops) or 'tensor' (CartPole written as tensor ops)"""
     seed: int = 0
     """seeds the policy initialisation, the action sampling and the environments"""
-    iterations: int = 150
+    iterations: int = 100
     """training iterations (one batch of episodes each)"""
     batch: int = 32
     """episodes per iteration"""
