@@ -1,0 +1,92 @@
+"""Layout-aware gradient reduction (section 4.1): MPR, MRR and HAR over torch.distributed.
+
+Each strategy sums a flat float32 tensor in place over the instances of a
+mapping list ``mpl`` (global instance ids per device); every instance ends
+with the same bits. A strategy is built once per (layout, size) and reused.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from tempo.gmi.comm import GMIContext
+from tempo.gmi.strategy import check_strategy
+
+
+class MultiProcessReduction:
+    """MPR: every instance writes its gradient to host shared memory; each sums a slice.
+
+    Two barriers per reduction: after the writes, and after the slice sums.
+    Rows are summed in instance order, so the result is deterministic.
+    """
+
+    def __init__(self, ctx: GMIContext, mpl, numel: int, tag: str):
+        self.ctx = ctx
+        self.ranks = tuple(r for ids in mpl for r in ids)
+        self.row = self.ranks.index(ctx.gmi_id)
+        n = len(self.ranks)
+        self.inbox = ctx.shared(f"{tag}-mpr-in", n * numel).view(n, numel)
+        self.out = ctx.shared(f"{tag}-mpr-out", numel)
+        chunk = -(-numel // n)
+        self.cols = slice(self.row * chunk, min(numel, (self.row + 1) * chunk))
+
+    def __call__(self, flat: torch.Tensor) -> torch.Tensor:
+        self.inbox[self.row].copy_(flat)
+        self.ctx.barrier(self.ranks)
+        torch.sum(self.inbox[:, self.cols], dim=0, out=self.out[self.cols])
+        self.ctx.barrier(self.ranks)
+        return flat.copy_(self.out)
+
+
+class MultiRingReduction:
+    """MRR: all-reduce in each ring (the i-th instance of every device), then
+    all-reduce the ring sums among one instance per ring (ring r's on device r),
+    then broadcast inside each ring."""
+
+    def __init__(self, ctx: GMIContext, mpl, numel: int, tag: str):
+        self.ctx = ctx
+        local = [ids.index(ctx.gmi_id) for ids in mpl if ctx.gmi_id in ids][0]
+        self.ring = tuple(ids[local] for ids in mpl)
+        self.representatives = tuple(mpl[r][r] for r in range(len(mpl[0])))
+        self.representative = mpl[local][local]
+
+    def __call__(self, flat: torch.Tensor) -> torch.Tensor:
+        self.ctx.allreduce(flat, self.ring)
+        if len(self.representatives) > 1:
+            if self.ctx.gmi_id in self.representatives:
+                self.ctx.allreduce(flat, self.representatives)
+            if len(self.ring) > 1:
+                dist.broadcast(flat, self.representative, group=self.ctx.group(self.ring))
+        return flat
+
+
+class HierarchicalReduction:
+    """HAR: reduce to each device's leader (its first instance), all-reduce among
+    the leaders, broadcast from each leader to its device."""
+
+    def __init__(self, ctx: GMIContext, mpl, numel: int, tag: str):
+        self.ctx = ctx
+        self.device = [ids for ids in mpl if ctx.gmi_id in ids][0]
+        self.leader = self.device[0]
+        self.leaders = tuple(ids[0] for ids in mpl)
+
+    def __call__(self, flat: torch.Tensor) -> torch.Tensor:
+        local = self.ctx.group(self.device) if len(self.device) > 1 else None
+        if local is not None:
+            dist.reduce(flat, self.leader, group=local)
+        if self.ctx.gmi_id == self.leader:
+            self.ctx.allreduce(flat, self.leaders)
+        if local is not None:
+            dist.broadcast(flat, self.leader, group=local)
+        return flat
+
+
+# strategy name -> class; each is built as cls(ctx, mpl, numel, tag) and called on a flat tensor
+STRATEGIES = {"mpr": MultiProcessReduction, "mrr": MultiRingReduction,
+              "har": HierarchicalReduction}
+
+
+def make_reducer(name: str, ctx: GMIContext, mpl, numel: int, tag: str = "grad"):
+    """A callable that sums a flat float32 tensor of ``numel`` in place over ``mpl``."""
+    check_strategy(name, mpl)
+    return STRATEGIES[name](ctx, mpl, numel, tag)
