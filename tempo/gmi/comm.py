@@ -7,6 +7,7 @@ trainers, each device's trainers, the leaders, the rings).
 """
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import torch
@@ -70,7 +71,7 @@ class GMIContext:
 
     def report(self, **event) -> None:
         """Send an event (progress, results) to the manager."""
-        self._reports.put({"gmi": self.gmi_id, **event})
+        self._reports.put({"gmi": self.gmi_id, "time": time.time(), **event})
 
     def close(self) -> None:
         dist.destroy_process_group()

@@ -57,6 +57,12 @@ class InstanceSpec:
                 f"{self.program.routine}, device {self.share.device})")
 
 
+def trainer_mpl(layout: Layout, programs: list[Program]) -> tuple[tuple[int, ...], ...]:
+    """The instances holding the trainer role, per device (devices without one left out)."""
+    groups = (tuple(i for i in ids if "trainer" in programs[i].kinds) for ids in layout.mpl)
+    return tuple(ids for ids in groups if ids)
+
+
 def error_path(run_dir: str, gmi_id: int) -> str:
     return os.path.join(run_dir, f"instance-{gmi_id}.error")
 

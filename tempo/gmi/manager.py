@@ -18,12 +18,14 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from multiprocessing.connection import wait
 
+from tempo.gmi.atomic import write_json
 from tempo.gmi.errors import GMIError, InstanceFailure
-from tempo.gmi.instance import InstanceSpec, Program, error_path, instance_main
+from tempo.gmi.instance import InstanceSpec, Program, error_path, instance_main, trainer_mpl
 from tempo.gmi.layout import Layout
 from tempo.gmi.resources import choose_backend, plan_shares, probe_gpus, start_mps_daemon
 from tempo.gmi.shm import remove_shared
 
+INSTANCES = "instances.json"  # in the run directory: id, pid, roles and device of each instance
 POLL_S = 0.05
 STOP_GRACE_S = 5.0
 
@@ -51,9 +53,7 @@ class GMIManager:
 
     def specs(self) -> list[InstanceSpec]:
         init = f"tcp://127.0.0.1:{_free_port()}"
-        trainers = tuple(tuple(i for i in ids if "trainer" in self.programs[i].kinds)
-                         for ids in self.layout.mpl)
-        reduce_mpl = tuple(ids for ids in trainers if ids)
+        reduce_mpl = trainer_mpl(self.layout, self.programs)
         return [InstanceSpec(gmi_id, program, share, self.layout, self.run_dir, self.run_id,
                              init, self.timeout_s, reduce_mpl)
                 for gmi_id, (program, share) in enumerate(zip(self.programs, self.shares))]
@@ -78,6 +78,10 @@ class GMIManager:
                                               name=f"gmi-{spec.gmi_id}", daemon=True)
                     process.start()
                 processes.append(process)
+            write_json(os.path.join(self.run_dir, INSTANCES), [
+                {"gmi_id": spec.gmi_id, "pid": process.pid, "roles": list(spec.program.kinds),
+                 "routine": spec.program.routine, "device": spec.share.device}
+                for spec, process in zip(specs, processes)])
             self._watch(specs, processes, reports)
         finally:
             _stop(processes)

@@ -90,3 +90,23 @@ def make_reducer(name: str, ctx: GMIContext, mpl, numel: int, tag: str = "grad")
     """A callable that sums a flat float32 tensor of ``numel`` in place over ``mpl``."""
     check_strategy(name, mpl)
     return STRATEGIES[name](ctx, mpl, numel, tag)
+
+
+class Reducer:
+    """Sums flat float32 tensors of any size over ``mpl`` with one strategy.
+
+    A strategy instance is built per tensor size on first use; every instance
+    reduces the same sizes in the same order, so they build them together.
+    """
+
+    def __init__(self, name: str, ctx: GMIContext, mpl, tag: str = "grad"):
+        check_strategy(name, mpl)
+        self.name, self.ctx, self.mpl, self.tag = name, ctx, mpl, tag
+        self._by_size: dict[int, object] = {}
+
+    def __call__(self, flat: torch.Tensor) -> torch.Tensor:
+        numel = flat.numel()
+        if numel not in self._by_size:
+            self._by_size[numel] = make_reducer(self.name, self.ctx, self.mpl, numel,
+                                                f"{self.tag}-{numel}")
+        return self._by_size[numel](flat)

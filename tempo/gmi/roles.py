@@ -8,6 +8,8 @@ the holistic training instance of the TCG_EX layout.
 """
 from __future__ import annotations
 
+import resource
+
 import torch
 
 from tempo.gmi.comm import GMIContext
@@ -35,3 +37,8 @@ class Role:
     def recv(self, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> int:
         """Receive into ``tensor`` (from ``src`` or anyone); returns the sender's id."""
         return self.ctx.recv(tensor, src, tag)
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this instance process, in MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

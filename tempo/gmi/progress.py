@@ -1,0 +1,55 @@
+"""Training progress from the instances' reports: steps per second and mean return."""
+from __future__ import annotations
+
+import time
+from collections import deque
+
+
+class Progress:
+    """Accumulates ``progress`` reports; prints a line at most every ``interval`` seconds."""
+
+    def __init__(self, interval: float = 1.0, window: int = 50, echo=print):
+        self.interval, self.echo = interval, echo
+        self.steps = 0
+        self.returns: deque[float] = deque(maxlen=window)
+        self.episodes = 0
+        self.first_start: float | None = None
+        self.last_time: float | None = None
+        self.max_rss_mb = 0.0
+        self._printed = time.time()
+
+    def __call__(self, event: dict) -> None:
+        if event.get("kind") == "done":
+            self.max_rss_mb = max(self.max_rss_mb, event["max_rss_mb"])
+        if event.get("kind") != "progress":
+            return
+        self.steps += event["steps"]
+        self.returns.extend(event["returns"])
+        self.episodes += len(event["returns"])
+        start = event["started"]
+        self.first_start = start if self.first_start is None else min(self.first_start, start)
+        self.last_time = event["time"] if self.last_time is None else max(self.last_time, event["time"])
+        if time.time() - self._printed >= self.interval:
+            self._printed = time.time()
+            self.echo(self.line())
+
+    @property
+    def steps_per_second(self) -> float:
+        if self.first_start is None or self.last_time <= self.first_start:
+            return 0.0
+        return self.steps / (self.last_time - self.first_start)
+
+    @property
+    def mean_return(self) -> float | None:
+        return sum(self.returns) / len(self.returns) if self.returns else None
+
+    def line(self) -> str:
+        elapsed = (self.last_time or 0.0) - (self.first_start or 0.0)
+        mean = "n/a" if self.mean_return is None else f"{self.mean_return:8.2f}"
+        return (f"t={elapsed:6.1f}s  steps={self.steps:8d}  steps/s={self.steps_per_second:9.0f}  "
+                f"mean return={mean}  episodes={self.episodes}")
+
+    def summary(self) -> dict:
+        return {"steps": self.steps, "steps_per_second": self.steps_per_second,
+                "mean_return": self.mean_return, "episodes": self.episodes,
+                "max_rss_mb": self.max_rss_mb}

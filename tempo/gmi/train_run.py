@@ -1,0 +1,63 @@
+"""Run a training job over a layout (the driver behind ``tempo gmi train``)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from tempo.gmi.envs import make_envs
+from tempo.gmi.errors import GMIError
+from tempo.gmi.instance import Program, trainer_mpl
+from tempo.gmi.layout import Layout
+from tempo.gmi.manager import GMIManager
+from tempo.gmi.ppo import PPOConfig
+from tempo.gmi.progress import Progress
+from tempo.gmi.strategy import resolve_strategy
+
+HOLISTIC = ("simulator", "agent", "trainer")
+
+
+@dataclass
+class TrainJob:
+    """What to train, where, and for how long."""
+
+    layout: Layout
+    algo: str = "ppo"
+    strategy: str = "auto"
+    seconds: float = 10.0
+    iterations: int = 0
+    config: PPOConfig = field(default_factory=PPOConfig)
+    backend: str = "auto"
+    run_dir: str | None = None
+    checkpoint_every: int = 0
+
+
+def ppo_programs(job: TrainJob, strategy: str) -> list[Program]:
+    """TCG_EX: every instance is a holistic training instance."""
+    options = {"config": asdict(job.config), "strategy": strategy, "seconds": job.seconds,
+               "iterations": job.iterations, "checkpoint_every": job.checkpoint_every}
+    return [Program("ppo", HOLISTIC, options)] * job.layout.world_size
+
+
+# algorithm -> (builds one program per instance, the layout template it uses)
+ALGORITHMS = {"ppo": (ppo_programs, "TCG_EX")}
+
+
+def train(job: TrainJob, echo=print) -> dict:
+    """Train; print progress lines; return the summary (steps/s, mean return, run dir)."""
+    if job.algo not in ALGORITHMS:
+        raise GMIError(f"unknown algorithm {job.algo!r}: use {', '.join(ALGORITHMS)}")
+    make_envs(job.config.env_id, 1).close()  # a bad environment id fails here, not in an instance
+    build, template = ALGORITHMS[job.algo]
+    strategy = resolve_strategy(job.strategy, trainer_mpl(job.layout, build(job, "mpr")))
+    programs = build(job, strategy)
+    progress = Progress(echo=echo)
+    manager = GMIManager(job.layout, programs, backend=job.backend, run_dir=job.run_dir,
+                         on_report=progress)
+    echo(f"layout {job.layout} ({template}, {job.layout.world_size} instances, "
+         f"{manager.backend} backend), strategy {strategy}")
+    for share in manager.shares:
+        echo(f"  instance {share.gmi_id}: {'+'.join(programs[share.gmi_id].kinds)} on device "
+             f"{share.device}, {share.describe()}")
+    manager.run()
+    echo(progress.line())
+    return {**progress.summary(), "layout": str(job.layout), "strategy": strategy,
+            "template": template, "backend": manager.backend, "run_dir": manager.run_dir}
