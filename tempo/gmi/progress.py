@@ -16,11 +16,16 @@ class Progress:
         self.first_start: float | None = None
         self.last_time: float | None = None
         self.max_rss_mb = 0.0
+        self.trained = 0  # samples trainers consumed (asynchronous training)
+        self.trainers: set[int] = set()
         self._printed = time.time()
 
     def __call__(self, event: dict) -> None:
         if event.get("kind") == "done":
             self.max_rss_mb = max(self.max_rss_mb, event["max_rss_mb"])
+        if event.get("kind") == "trained":
+            self.trained += event["samples"]
+            self.trainers.add(event["gmi"])
         if event.get("kind") != "progress":
             return
         self.steps += event["steps"]
@@ -46,10 +51,12 @@ class Progress:
     def line(self) -> str:
         elapsed = (self.last_time or 0.0) - (self.first_start or 0.0)
         mean = "n/a" if self.mean_return is None else f"{self.mean_return:8.2f}"
+        trained = f"  trained={self.trained}" if self.trained else ""
         return (f"t={elapsed:6.1f}s  steps={self.steps:8d}  steps/s={self.steps_per_second:9.0f}  "
-                f"mean return={mean}  episodes={self.episodes}")
+                f"mean return={mean}  episodes={self.episodes}{trained}")
 
     def summary(self) -> dict:
         return {"steps": self.steps, "steps_per_second": self.steps_per_second,
                 "mean_return": self.mean_return, "episodes": self.episodes,
-                "max_rss_mb": self.max_rss_mb}
+                "max_rss_mb": self.max_rss_mb, "trained_samples": self.trained,
+                "trainers_used": len(self.trainers)}

@@ -37,8 +37,27 @@ def ppo_programs(job: TrainJob, strategy: str) -> list[Program]:
     return [Program("ppo", HOLISTIC, options)] * job.layout.world_size
 
 
-# algorithm -> (builds one program per instance, the layout template it uses)
-ALGORITHMS = {"ppo": (ppo_programs, "TCG_EX")}
+def a3c_split(layout: Layout) -> tuple[list[int], list[int]]:
+    """TDG_EX: trainers take the last device (the last instance on a single device)."""
+    if layout.world_size < 2:
+        raise GMIError(f"a3c needs at least one agent and one trainer instance; layout {layout} "
+                       f"has {layout.world_size}")
+    trainers = list(layout.mpl[-1]) if layout.num_devices > 1 else [layout.world_size - 1]
+    return [i for i in range(layout.world_size) if i not in trainers], trainers
+
+
+def a3c_programs(job: TrainJob, strategy: str) -> list[Program]:
+    """TDG_EX: agent instances (simulator + agent) feed trainer instances through channels."""
+    agents, trainers = a3c_split(job.layout)
+    options = {"config": asdict(job.config), "agents": agents, "trainers": trainers,
+               "seconds": job.seconds, "checkpoint_every": job.checkpoint_every}
+    return [Program("a3c-trainer", ("trainer",), options) if i in trainers
+            else Program("a3c-agent", ("simulator", "agent"), options)
+            for i in range(job.layout.world_size)]
+
+
+# algorithm -> (builds one program per instance, the layout template, gradients reduced?)
+ALGORITHMS = {"ppo": (ppo_programs, "TCG_EX", True), "a3c": (a3c_programs, "TDG_EX", False)}
 
 
 def train(job: TrainJob, echo=print) -> dict:
@@ -46,8 +65,9 @@ def train(job: TrainJob, echo=print) -> dict:
     if job.algo not in ALGORITHMS:
         raise GMIError(f"unknown algorithm {job.algo!r}: use {', '.join(ALGORITHMS)}")
     make_envs(job.config.env_id, 1).close()  # a bad environment id fails here, not in an instance
-    build, template = ALGORITHMS[job.algo]
-    strategy = resolve_strategy(job.strategy, trainer_mpl(job.layout, build(job, "mpr")))
+    build, template, reduces = ALGORITHMS[job.algo]
+    strategy = (resolve_strategy(job.strategy, trainer_mpl(job.layout, build(job, "mpr")))
+                if reduces else "none (trainers update shared weights in host memory)")
     programs = build(job, strategy)
     progress = Progress(echo=echo)
     manager = GMIManager(job.layout, programs, backend=job.backend, run_dir=job.run_dir,

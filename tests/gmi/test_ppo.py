@@ -32,16 +32,16 @@ def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max()).item()
 
 
-def test_two_instances_equal_one_process_over_the_union(tmp_path):
-    got = run_instances("2x1", "mrr", 3, tmp_path)
-    union = train_reference(SMALL, shards=2, iterations=3)
+def test_three_uneven_instances_equal_one_process_over_the_union(tmp_path):
+    got = run_instances("2,1", "har", 3, tmp_path)
+    union = train_reference(SMALL, shards=3, iterations=3)
     assert rel_error(got, union) <= 1e-5
     # the comparison can fail: one shard's data alone trains a different policy
     assert rel_error(train_reference(SMALL, shards=1, iterations=3), union) > 1e-3
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout, strategy", [("2,1", "har"), ("1x3", "mpr"), ("2x2", "mrr")])
+@pytest.mark.parametrize("layout, strategy", [("2x1", "mrr"), ("1x3", "mpr"), ("2x2", "mrr")])
 def test_equivalence_on_more_layouts(layout, strategy, tmp_path):
     n = Layout.parse(layout).world_size
     got = run_instances(layout, strategy, 2, tmp_path)

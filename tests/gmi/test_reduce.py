@@ -32,6 +32,7 @@ def gmi(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
+@pytest.mark.slow
 def test_bench_reduce_command_on_an_uneven_layout():
     done = gmi("bench-reduce", "--layout", "2,1", "--strategy", "all", "--size-mb", "0.01",
                "--repeats", "1")
