@@ -16,6 +16,7 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import replace
 from multiprocessing.connection import wait
 
 from tempo.gmi.atomic import write_json
@@ -31,11 +32,14 @@ STOP_GRACE_S = 5.0
 
 
 class GMIManager:
-    """Runs one program per instance of a layout and gathers their reports."""
+    """Runs one program per instance of a layout and gathers their reports.
+
+    ``max_threads`` caps each instance's torch/OpenMP threads below its core count.
+    """
 
     def __init__(self, layout: Layout, programs: list[Program], *, backend: str = "auto",
                  purpose: str = "train", run_dir: str | None = None, timeout_s: float = 120.0,
-                 on_report: Callable[[dict], None] | None = None):
+                 on_report: Callable[[dict], None] | None = None, max_threads: int | None = None):
         if len(programs) != layout.world_size:
             raise GMIError(f"layout {layout} has {layout.world_size} instances but "
                            f"{len(programs)} programs were given")
@@ -44,6 +48,9 @@ class GMIManager:
         gpus = probe_gpus()
         self.backend = choose_backend(purpose, gpus, backend)
         self.shares = plan_shares(layout, self.backend, gpus)
+        if max_threads is not None:
+            self.shares = [replace(share, threads=min(share.threads, max_threads))
+                           for share in self.shares]
         self.run_dir = run_dir or tempfile.mkdtemp(prefix="tempo-gmi-")
         os.makedirs(self.run_dir, exist_ok=True)
         self.run_id = uuid.uuid4().hex[:12]

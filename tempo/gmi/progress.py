@@ -40,23 +40,29 @@ class Progress:
 
     @property
     def steps_per_second(self) -> float:
-        if self.first_start is None or self.last_time <= self.first_start:
+        return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def seconds(self) -> float:
+        """From the first instance's start to the last report."""
+        if self.first_start is None:
             return 0.0
-        return self.steps / (self.last_time - self.first_start)
+        return max(0.0, self.last_time - self.first_start)
 
     @property
     def mean_return(self) -> float | None:
         return sum(self.returns) / len(self.returns) if self.returns else None
 
     def line(self) -> str:
-        elapsed = (self.last_time or 0.0) - (self.first_start or 0.0)
+        elapsed = self.seconds
         mean = "n/a" if self.mean_return is None else f"{self.mean_return:8.2f}"
         trained = f"  trained={self.trained}" if self.trained else ""
         return (f"t={elapsed:6.1f}s  steps={self.steps:8d}  steps/s={self.steps_per_second:9.0f}  "
                 f"mean return={mean}  episodes={self.episodes}{trained}")
 
     def summary(self) -> dict:
-        return {"steps": self.steps, "steps_per_second": self.steps_per_second,
+        return {"steps": self.steps, "seconds": self.seconds,
+                "steps_per_second": self.steps_per_second,
                 "mean_return": self.mean_return, "episodes": self.episodes,
                 "max_rss_mb": self.max_rss_mb, "trained_samples": self.trained,
                 "trainers_used": len(self.trainers)}

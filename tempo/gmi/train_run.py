@@ -28,6 +28,7 @@ class TrainJob:
     backend: str = "auto"
     run_dir: str | None = None
     checkpoint_every: int = 0
+    max_threads: int | None = None
 
 
 def ppo_programs(job: TrainJob, strategy: str) -> list[Program]:
@@ -71,7 +72,7 @@ def train(job: TrainJob, echo=print) -> dict:
     programs = build(job, strategy)
     progress = Progress(echo=echo)
     manager = GMIManager(job.layout, programs, backend=job.backend, run_dir=job.run_dir,
-                         on_report=progress)
+                         on_report=progress, max_threads=job.max_threads)
     echo(f"layout {job.layout} ({template}, {job.layout.world_size} instances, "
          f"{manager.backend} backend), strategy {strategy}")
     for share in manager.shares:
