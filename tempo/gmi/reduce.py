@@ -13,29 +13,39 @@ from tempo.gmi.comm import GMIContext
 from tempo.gmi.strategy import check_strategy
 
 
-class MultiProcessReduction:
-    """MPR: every instance writes its gradient to host shared memory; each sums a slice.
+class HostStage:
+    """Sum over ``ranks`` through host shared memory: each instance writes its row,
+    then sums one slice of the columns into ``out``; two barriers.
 
-    Two barriers per reduction: after the writes, and after the slice sums.
     Rows are summed in instance order, so the result is deterministic.
     """
 
-    def __init__(self, ctx: GMIContext, mpl, numel: int, tag: str):
-        self.ctx = ctx
-        self.ranks = tuple(r for ids in mpl for r in ids)
-        self.row = self.ranks.index(ctx.gmi_id)
-        n = len(self.ranks)
-        self.inbox = ctx.shared(f"{tag}-mpr-in", n * numel).view(n, numel)
-        self.out = ctx.shared(f"{tag}-mpr-out", numel)
+    def __init__(self, ctx: GMIContext, ranks: tuple[int, ...], numel: int, name: str):
+        self.ctx, self.ranks = ctx, ranks
+        self.row = ranks.index(ctx.gmi_id)
+        n = len(ranks)
+        self.inbox = ctx.shared(f"{name}-in", n * numel).view(n, numel)
+        self.out = ctx.shared(f"{name}-out", numel)
         chunk = -(-numel // n)
         self.cols = slice(self.row * chunk, min(numel, (self.row + 1) * chunk))
 
-    def __call__(self, flat: torch.Tensor) -> torch.Tensor:
+    def sum(self, flat: torch.Tensor) -> torch.Tensor:
+        """Leave the sum of every instance's ``flat`` in ``self.out``."""
         self.inbox[self.row].copy_(flat)
         self.ctx.barrier(self.ranks)
         torch.sum(self.inbox[:, self.cols], dim=0, out=self.out[self.cols])
         self.ctx.barrier(self.ranks)
-        return flat.copy_(self.out)
+        return self.out
+
+
+class MultiProcessReduction:
+    """MPR: one :class:`HostStage` over every instance, whatever device it is on."""
+
+    def __init__(self, ctx: GMIContext, mpl, numel: int, tag: str):
+        self.stage = HostStage(ctx, tuple(r for ids in mpl for r in ids), numel, f"{tag}-mpr")
+
+    def __call__(self, flat: torch.Tensor) -> torch.Tensor:
+        return flat.copy_(self.stage.sum(flat))
 
 
 class MultiRingReduction:
@@ -61,24 +71,28 @@ class MultiRingReduction:
 
 
 class HierarchicalReduction:
-    """HAR: reduce to each device's leader (its first instance), all-reduce among
-    the leaders, broadcast from each leader to its device."""
+    """HAR: sum each device's instances in host shared memory (a :class:`HostStage`),
+    all-reduce the device sums among the leaders (each device's first instance),
+    then each leader publishes the total to its device through the same memory."""
 
     def __init__(self, ctx: GMIContext, mpl, numel: int, tag: str):
         self.ctx = ctx
-        self.device = [ids for ids in mpl if ctx.gmi_id in ids][0]
+        index = [d for d, ids in enumerate(mpl) if ctx.gmi_id in ids][0]
+        self.device = tuple(mpl[index])
         self.leader = self.device[0]
         self.leaders = tuple(ids[0] for ids in mpl)
+        self.stage = (HostStage(ctx, self.device, numel, f"{tag}-har{index}")
+                      if len(self.device) > 1 else None)
 
     def __call__(self, flat: torch.Tensor) -> torch.Tensor:
-        local = self.ctx.group(self.device) if len(self.device) > 1 else None
-        if local is not None:
-            dist.reduce(flat, self.leader, group=local)
+        if self.stage is None:
+            return self.ctx.allreduce(flat, self.leaders)
+        total = self.stage.sum(flat)
         if self.ctx.gmi_id == self.leader:
-            self.ctx.allreduce(flat, self.leaders)
-        if local is not None:
-            dist.broadcast(flat, self.leader, group=local)
-        return flat
+            self.ctx.allreduce(flat.copy_(total), self.leaders)
+            total.copy_(flat)
+        self.ctx.barrier(self.device)
+        return flat.copy_(total)
 
 
 # strategy name -> class; each is built as cls(ctx, mpl, numel, tag) and called on a flat tensor

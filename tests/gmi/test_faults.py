@@ -48,6 +48,8 @@ def test_killed_instance_is_named_and_the_checkpoint_survives(tmp_path):
     assert ("instance 1 (simulator+agent+trainer, ppo, device 0) died: killed by SIGKILL"
             in err), err
     assert "Traceback" not in err
+    assert "layout 1x2 (TCG_EX, 2 instances, cpu backend), strategy mpr" in out
+    assert "steps/s=" in out and "mean return=" in out
     assert not any(alive(instance["pid"]) for instance in instances)
     state = checkpoint.load(run_dir)
     assert state["iteration"] >= 1
