@@ -31,9 +31,13 @@ ROLE_KINDS = ("simulator", "agent", "trainer")
 
 @dataclass(frozen=True)
 class Program:
-    """What one instance runs: a routine, the DRL roles it holds, its options."""
+    """What one instance runs: a routine, the DRL roles it holds, its options.
 
-    routine: str
+    ``routine`` names a built-in routine (a key of ``ROUTINES``) or is a
+    :class:`~tempo.gmi.roles.Role` subclass importable by the instances.
+    """
+
+    routine: str | type
     kinds: tuple[str, ...]
     options: dict = field(default_factory=dict)
 
@@ -54,7 +58,7 @@ class InstanceSpec:
 
     def describe(self) -> str:
         return (f"instance {self.gmi_id} ({'+'.join(self.program.kinds)}, "
-                f"{self.program.routine}, device {self.share.device})")
+                f"{routine_name(self.program.routine)}, device {self.share.device})")
 
 
 def trainer_mpl(layout: Layout, programs: list[Program]) -> tuple[tuple[int, ...], ...]:
@@ -67,9 +71,16 @@ def error_path(run_dir: str, gmi_id: int) -> str:
     return os.path.join(run_dir, f"instance-{gmi_id}.error")
 
 
-def load_routine(name: str) -> type:
-    module, _, cls = ROUTINES[name].partition(":")
+def load_routine(routine: str | type) -> type:
+    """The Role subclass a program runs."""
+    if isinstance(routine, type):
+        return routine
+    module, _, cls = ROUTINES[routine].partition(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def routine_name(routine: str | type) -> str:
+    return routine if isinstance(routine, str) else routine.__name__
 
 
 def instance_main(spec: InstanceSpec, reports) -> None:

@@ -21,7 +21,8 @@ from multiprocessing.connection import wait
 
 from tempo.gmi.atomic import write_json
 from tempo.gmi.errors import GMIError, InstanceFailure
-from tempo.gmi.instance import InstanceSpec, Program, error_path, instance_main, trainer_mpl
+from tempo.gmi.instance import (ROUTINES, InstanceSpec, Program, error_path, instance_main,
+                                routine_name, trainer_mpl)
 from tempo.gmi.layout import Layout
 from tempo.gmi.resources import choose_backend, plan_shares, probe_gpus, start_mps_daemon
 from tempo.gmi.shm import remove_shared
@@ -40,6 +41,10 @@ class GMIManager:
     def __init__(self, layout: Layout, programs: list[Program], *, backend: str = "auto",
                  purpose: str = "train", run_dir: str | None = None, timeout_s: float = 120.0,
                  on_report: Callable[[dict], None] | None = None, max_threads: int | None = None):
+        for program in programs:
+            if isinstance(program.routine, str) and program.routine not in ROUTINES:
+                raise GMIError(f"unknown routine {program.routine!r}: use a Role subclass or "
+                               f"one of {', '.join(ROUTINES)}")
         if len(programs) != layout.world_size:
             raise GMIError(f"layout {layout} has {layout.world_size} instances but "
                            f"{len(programs)} programs were given")
@@ -87,7 +92,7 @@ class GMIManager:
                 processes.append(process)
             write_json(os.path.join(self.run_dir, INSTANCES), [
                 {"gmi_id": spec.gmi_id, "pid": process.pid, "roles": list(spec.program.kinds),
-                 "routine": spec.program.routine, "device": spec.share.device}
+                 "routine": routine_name(spec.program.routine), "device": spec.share.device}
                 for spec, process in zip(specs, processes)])
             self._watch(specs, processes, reports)
         finally:
