@@ -12,13 +12,8 @@ ignore those steps.
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import time
 from dataclasses import dataclass
 
-import numpy as np
-from tqdm import tqdm
 
 import tempo as tpo
 
@@ -49,13 +44,6 @@ class Args:
     """width of the two hidden layers"""
 
 
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in dataclasses.fields(Args):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    return Args(**vars(parser.parse_args()))
-
-
 def main(args: Args) -> dict:
     with tpo.Context(seed=args.seed) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
@@ -84,24 +72,12 @@ def main(args: Args) -> dict:
         tpo.optim.Adam(policy.parameters(), lr=args.lr * args.lr_decay ** tpo.eval_symbol(i).cast("float32")).step()
 
         # ----- reporting: the mean episode return of every iteration -----
-        episode_return = r[0:B, i, 0:T].sum(axis=1).mean()
-        returns = []
-        bar = tqdm(total=args.iterations, desc=f"REINFORCE {args.env}", unit="it")
-
-        def report(value, point):
-            returns.append(float(value))
-            bar.update(1)
-            bar.set_postfix(mean_return=f"{float(value):.1f}")
-
-        tpo.sink(episode_return, report)
-        start = time.perf_counter()
+        report = tpo.rl.training.ReturnReport(r[0:B, i, 0:T].sum(axis=1).mean(), args.iterations,
+                                              f"REINFORCE {args.env}")
+        report.start()
         ctx.run(bounds={B: args.batch, I: args.iterations, T: args.steps})
-        seconds = time.perf_counter() - start
-        bar.close()
-    final = float(np.mean(returns[-5:]))
-    print(f"mean_return={final:.1f} iterations={len(returns)} seconds={seconds:.1f}")
-    return {"mean_return": final, "iterations": len(returns), "seconds": seconds, "returns": returns}
+    return report.finish()
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    main(tpo.rl.training.parse_args(Args, __doc__.splitlines()[0]))

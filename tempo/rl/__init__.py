@@ -12,7 +12,8 @@
 >>> returns.shape
 (2, 5)
 """
+from tempo.rl import training
 from tempo.rl.env import Env, make
 from tempo.rl.returns import discounted_returns, gae, n_step_returns
 
-__all__ = ["Env", "discounted_returns", "gae", "make", "n_step_returns"]
+__all__ = ["Env", "discounted_returns", "gae", "make", "n_step_returns", "training"]

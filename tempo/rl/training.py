@@ -1,0 +1,45 @@
+"""Small helpers shared by the training examples: a CLI from a dataclass, and a progress report."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+from tempo.api.rt import RecurrentTensor
+from tempo.api.sinks import sink
+
+
+def parse_args(args_type, description: str = ""):
+    """An instance of the dataclass ``args_type`` from ``--field value`` command-line flags."""
+    parser = argparse.ArgumentParser(description=description)
+    for f in dataclasses.fields(args_type):
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    return args_type(**vars(parser.parse_args()))
+
+
+class ReturnReport:
+    """A progress bar of the mean episode return per iteration, and the closing summary line."""
+
+    def __init__(self, mean_return: RecurrentTensor, iterations: int, desc: str) -> None:
+        self.returns: list[float] = []
+        self.bar = tqdm(total=iterations, desc=desc, unit="it")
+        sink(mean_return, self._update)
+
+    def _update(self, value, point) -> None:
+        self.returns.append(float(value))
+        self.bar.update(1)
+        self.bar.set_postfix(mean_return=f"{float(value):.1f}")
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+
+    def finish(self) -> dict:
+        """Close the bar, print ``mean_return=<last 5 mean> iterations=<n> seconds=<s>``, return them."""
+        seconds = time.perf_counter() - self.started
+        self.bar.close()
+        final = float(np.mean(self.returns[-5:]))
+        print(f"mean_return={final:.1f} iterations={len(self.returns)} seconds={seconds:.1f}")
+        return {"mean_return": final, "iterations": len(self.returns), "seconds": seconds, "returns": self.returns}
