@@ -40,6 +40,7 @@ def test_algorithm2_with_nothing_runnable():
     (["train", "--algo", "a3c", "--layout", "1x1"], "a3c needs at least one agent"),
     (["train", "--layout", "3,2", "--strategy", "mrr"], "multi-ring reduction (mrr) needs"),
     (["train", "--seconds", "0"], "--seconds must be > 0"),
+    (["train", "--layout", "1x1", "--num-envs", "0"], "num_envs must be >= 1, got 0"),
     (["search", "--envs", "8,x"], "--envs must be a comma list"),
     (["bench-reduce", "--layout", "2x2", "--strategy", "ring"], "unknown reduction strategy"),
 ])
