@@ -44,11 +44,11 @@ class ReduceBench(Role):
         super().__init__(ctx)
         self.strategies, self.numel, self.repeats, self.seed = strategies, numel, repeats, seed
         self.mpl = ctx.spec.reduce_mpl
-        self.world = list(range(ctx.layout.world_size))
+        self.ranks = [r for ids in self.mpl for r in ids]
 
     def run(self) -> None:
         grad = gradient(self.seed, self.gmi_id, self.numel)
-        reference = reference_sum(self.seed, self.world, self.numel) if self.gmi_id == 0 else None
+        reference = reference_sum(self.seed, self.ranks, self.numel) if self.gmi_id == 0 else None
         for name in self.strategies:
             reduce = make_reducer(name, self.ctx, self.mpl, self.numel, tag=f"bench-{name}")
             result = reduce(grad.clone())

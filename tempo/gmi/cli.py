@@ -132,9 +132,7 @@ def _train(args: argparse.Namespace) -> int:
     job = TrainJob(layout, args.algo, args.strategy, args.seconds, config=config,
                    backend=args.backend, run_dir=args.run_dir,
                    checkpoint_every=args.checkpoint_every)
-    summary = train(job)
-    print(f"done: {summary['steps']} steps, {summary['steps_per_second']:.0f} steps/s, "
-          f"checkpoint in {summary['run_dir']}")
+    train(job)
     return 0
 
 

@@ -105,13 +105,29 @@ class GMIManager:
         while True:
             self._drain(reports)
             wait([p.sentinel for p in processes if p.exitcode is None], timeout=POLL_S)
-            for spec, process in zip(specs, processes):
-                if process.exitcode not in (None, 0):
-                    self._drain(reports)
-                    raise InstanceFailure(f"{spec.describe()} died: "
-                                          f"{self._cause(spec, process.exitcode)}")
+            failed = [(spec, p.exitcode) for spec, p in zip(specs, processes)
+                      if p.exitcode not in (None, 0)]
+            if failed:
+                self._drain(reports)
+                raise InstanceFailure(self._failure_message(failed))
             if all(p.exitcode == 0 for p in processes):
                 return
+
+    def _failure_message(self, failed: list[tuple[InstanceSpec, int]]) -> str:
+        """Name the instance that died first; peers it took down are listed after it.
+
+        An instance killed by a signal wrote nothing, so it comes first; among
+        those that raised, the oldest error file wins.
+        """
+        def order(item):
+            path = error_path(self.run_dir, item[0].gmi_id)
+            return os.path.getmtime(path) if os.path.exists(path) else float("-inf")
+
+        first, *others = sorted(failed, key=order)
+        message = f"{first[0].describe()} died: {self._cause(*first)}"
+        for spec, exitcode in others:
+            message += f"\n  then instance {spec.gmi_id} failed: {self._cause(spec, exitcode)}"
+        return message
 
     def _drain(self, reports) -> None:
         while True:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from tempo.gmi.envs import POLICY_HIDDEN, make_envs
+from tempo.gmi.errors import GMIError
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]
 
@@ -40,6 +41,14 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     hidden: tuple[int, ...] = POLICY_HIDDEN
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "num_steps", "epochs", "minibatches"):
+            if getattr(self, name) < 1:
+                raise GMIError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_envs * self.num_steps < self.minibatches:
+            raise GMIError(f"{self.num_envs} envs x {self.num_steps} steps cannot fill "
+                           f"{self.minibatches} minibatches")
 
 
 def mlp(sizes: list[int], out_std: float) -> nn.Sequential:

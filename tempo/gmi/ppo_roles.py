@@ -37,13 +37,14 @@ class HolisticPPO(Role):
         reduce_ = Reducer(self.strategy, self.ctx, self.mpl)
         start, iteration, started = time.perf_counter(), 0, time.time()
         while not self._done(iteration, start):
-            tick = time.perf_counter()
+            tick, reducing = time.perf_counter(), reduce_.seconds
             batch = shard.collect(policy)
             update(policy, optimizer, [batch], [shard.generator], self.cfg, reduce_, self.world)
             iteration += 1
             self.ctx.report(kind="progress", iteration=iteration, started=started,
                             steps=self.cfg.num_envs * self.cfg.num_steps,
-                            seconds=time.perf_counter() - tick, returns=shard.take_returns())
+                            seconds=time.perf_counter() - tick, returns=shard.take_returns(),
+                            comm_seconds=reduce_.seconds - reducing)
             if self.gmi_id == 0 and self.checkpoint_every and iteration % self.checkpoint_every == 0:
                 checkpoint.save(self.ctx.spec.run_dir, iteration, policy, optimizer)
         if self.gmi_id == 0:
@@ -55,7 +56,6 @@ class HolisticPPO(Role):
         if self.iterations:
             return iteration >= self.iterations
         late = torch.tensor([float(time.perf_counter() - start >= self.seconds)])
-        dist.all_reduce(late, op=dist.ReduceOp.MAX, group=self.ctx.group(
-            tuple(r for ids in self.mpl for r in ids)) if self.world > 1 else None)
+        dist.all_reduce(late, op=dist.ReduceOp.MAX)  # every instance is a trainer in TCG_EX
         return bool(late.item())
 

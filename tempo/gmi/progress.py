@@ -16,6 +16,8 @@ class Progress:
         self.first_start: float | None = None
         self.last_time: float | None = None
         self.max_rss_mb = 0.0
+        self.busy = 0.0  # instance-seconds of iterations
+        self.comm = 0.0  # of which reducing gradients
         self.trained = 0  # samples trainers consumed (asynchronous training)
         self.trainers: set[int] = set()
         self._printed = time.time()
@@ -29,6 +31,8 @@ class Progress:
         if event.get("kind") != "progress":
             return
         self.steps += event["steps"]
+        self.busy += event["seconds"]
+        self.comm += event.get("comm_seconds", 0.0)
         self.returns.extend(event["returns"])
         self.episodes += len(event["returns"])
         start = event["started"]
@@ -57,6 +61,8 @@ class Progress:
         elapsed = self.seconds
         mean = "n/a" if self.mean_return is None else f"{self.mean_return:8.2f}"
         trained = f"  trained={self.trained}" if self.trained else ""
+        if self.comm:
+            trained += f"  comm={100 * self.comm / self.busy:4.1f}%"
         return (f"t={elapsed:6.1f}s  steps={self.steps:8d}  steps/s={self.steps_per_second:9.0f}  "
                 f"mean return={mean}  episodes={self.episodes}{trained}")
 
@@ -65,4 +71,5 @@ class Progress:
                 "steps_per_second": self.steps_per_second,
                 "mean_return": self.mean_return, "episodes": self.episodes,
                 "max_rss_mb": self.max_rss_mb, "trained_samples": self.trained,
-                "trainers_used": len(self.trainers)}
+                "trainers_used": len(self.trainers),
+                "comm_fraction": self.comm / self.busy if self.busy else 0.0}

@@ -6,6 +6,8 @@ with the same bits. A strategy is built once per (layout, size) and reused.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -117,10 +119,14 @@ class Reducer:
         check_strategy(name, mpl)
         self.name, self.ctx, self.mpl, self.tag = name, ctx, mpl, tag
         self._by_size: dict[int, object] = {}
+        self.seconds = 0.0  # time spent reducing, for reports
 
     def __call__(self, flat: torch.Tensor) -> torch.Tensor:
         numel = flat.numel()
         if numel not in self._by_size:
             self._by_size[numel] = make_reducer(self.name, self.ctx, self.mpl, numel,
                                                 f"{self.tag}-{numel}")
-        return self._by_size[numel](flat)
+        start = time.perf_counter()
+        self._by_size[numel](flat)
+        self.seconds += time.perf_counter() - start
+        return flat

@@ -1,6 +1,7 @@
 """Run the reduction benchmark over a layout (the driver behind ``tempo gmi bench-reduce``)."""
 from __future__ import annotations
 
+from tempo.gmi.errors import GMIError
 from tempo.gmi.instance import Program
 from tempo.gmi.layout import Layout
 from tempo.gmi.manager import GMIManager
@@ -23,7 +24,7 @@ def runnable_strategies(requested: str, layout: Layout) -> tuple[list[str], list
         try:
             check_strategy(name, layout.mpl)
             chosen.append(name)
-        except Exception as exc:  # noqa: BLE001 - a GMIError explaining the layout limit
+        except GMIError as exc:
             skipped.append(f"{name} skipped: {exc}")
     return chosen, skipped
 

@@ -1,11 +1,14 @@
 """Run a training job over a layout (the driver behind ``tempo gmi train``)."""
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 
 from tempo.gmi.envs import make_envs
 from tempo.gmi.errors import GMIError
 from tempo.gmi.instance import Program, trainer_mpl
+from tempo.gmi.launch import run_torchrun_instance, under_torchrun
 from tempo.gmi.layout import Layout
 from tempo.gmi.manager import GMIManager
 from tempo.gmi.ppo import PPOConfig
@@ -70,6 +73,8 @@ def train(job: TrainJob, echo=print) -> dict:
     strategy = (resolve_strategy(job.strategy, trainer_mpl(job.layout, build(job, "mpr")))
                 if reduces else "none (trainers update shared weights in host memory)")
     programs = build(job, strategy)
+    if under_torchrun():
+        return _train_torchrun(job, programs, strategy, template, echo)
     progress = Progress(echo=echo)
     manager = GMIManager(job.layout, programs, backend=job.backend, run_dir=job.run_dir,
                          on_report=progress, max_threads=job.max_threads)
@@ -80,5 +85,24 @@ def train(job: TrainJob, echo=print) -> dict:
              f"{share.device}, {share.describe()}")
     manager.run()
     echo(progress.line())
+    echo(f"done: {progress.steps} steps, {progress.steps_per_second:.0f} steps/s, "
+         f"checkpoint in {manager.run_dir}")
     return {**progress.summary(), "layout": str(job.layout), "strategy": strategy,
             "template": template, "backend": manager.backend, "run_dir": manager.run_dir}
+
+
+def _train_torchrun(job: TrainJob, programs: list[Program], strategy: str, template: str,
+                    echo) -> dict:
+    """This worker's instance of a torchrun job; worker 0 prints its own progress."""
+    first = os.environ["RANK"] == "0"
+    shown = echo if first else (lambda line: None)
+    progress = Progress(echo=lambda line: shown(f"instance 0: {line}"))
+    run_dir = job.run_dir or tempfile.mkdtemp(prefix="tempo-gmi-")
+    shown(f"layout {job.layout} ({template}, {job.layout.world_size} torchrun workers), "
+          f"strategy {strategy}")
+    run_torchrun_instance(job.layout, programs, run_dir, progress, job.backend,
+                          max_threads=job.max_threads)
+    shown(f"instance 0: {progress.line()}")
+    shown(f"done: checkpoint in {run_dir}")
+    return {**progress.summary(), "layout": str(job.layout), "strategy": strategy,
+            "template": template, "backend": "torchrun", "run_dir": run_dir}

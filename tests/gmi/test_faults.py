@@ -8,9 +8,15 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from tempo.gmi import checkpoint
+from tempo.gmi.errors import InstanceFailure
+from tempo.gmi.instance import Program
+from tempo.gmi.layout import Layout
+from tempo.gmi.manager import GMIManager
+from tempo.gmi.roles import Role
 
 
 def wait_for(path: str, timeout: float) -> None:
@@ -54,3 +60,22 @@ def test_killed_instance_is_named_and_the_checkpoint_survives(tmp_path):
     state = checkpoint.load(run_dir)
     assert state["iteration"] >= 1
     assert all(torch.isfinite(v).all() for v in state["policy"].values())
+
+
+class Boom(Role):
+    """Instance 1 raises; instance 0 waits for a message that never comes."""
+
+    def run(self) -> None:
+        if self.gmi_id == 1:
+            raise ValueError("bad batch 7")
+        self.recv(torch.empty(1), src=1)
+
+
+@pytest.mark.slow
+def test_an_exception_is_the_exit_cause(tmp_path):
+    program = Program(Boom, ("trainer",))
+    manager = GMIManager(Layout.parse("1x2"), [program, program], run_dir=str(tmp_path))
+    with pytest.raises(InstanceFailure) as failure:
+        manager.run()
+    first_line = str(failure.value).splitlines()[0]
+    assert first_line.startswith("instance 1 (trainer, Boom, device 0) died: ValueError: bad batch 7")

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -38,6 +40,7 @@ def test_algorithm2_with_nothing_runnable():
     (["train", "--algo", "a3c", "--layout", "1x1"], "a3c needs at least one agent"),
     (["train", "--layout", "3,2", "--strategy", "mrr"], "multi-ring reduction (mrr) needs"),
     (["train", "--seconds", "0"], "--seconds must be > 0"),
+    (["train", "--layout", "1x1", "--num-envs", "0"], "num_envs must be >= 1, got 0"),
     (["search", "--envs", "8,x"], "--envs must be a comma list"),
     (["bench-reduce", "--layout", "2x2", "--strategy", "ring"], "unknown reduction strategy"),
 ])
@@ -45,3 +48,14 @@ def test_bad_arguments_are_reported_without_starting_instances(argv, message, ca
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("tempo gmi: error:") and message in err
+
+
+@pytest.mark.slow
+def test_search_command_profiles_and_chooses():
+    done = subprocess.run([sys.executable, "-m", "tempo", "gmi", "search", "--env", "CartPole-v1",
+                           "--instances", "2,1", "--envs", "4,8", "--profile-seconds", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    profiled = [line for line in done.stdout.splitlines() if "profiled" in line]
+    assert len(profiled) == 4 and profiled[0].lstrip().startswith("profiled 2 instance(s)")
+    assert "choice:" in done.stdout
