@@ -1,4 +1,4 @@
-"""X-RLflow benchmark: speed-ups of greedy, backtracking and the RL agent per workload.
+"""X-RLflow benchmark: speed-ups of greedy, backtracking, equality saturation and RL per workload.
 
 For each workload the unoptimised graph and every method's result are timed
 in one interleaved session (torch backend, one thread, median of repeats), so
@@ -31,7 +31,7 @@ from tempo.superopt.optimize import optimize, same_outputs
 from tempo.superopt.reference import random_feeds
 from tempo.superopt.rules import load_rules
 
-METHODS = ("greedy", "backtrack", "rl")
+METHODS = ("greedy", "backtrack", "eqsat", "rl")
 
 
 @dataclass
@@ -70,7 +70,8 @@ def interleaved(graphs: dict[str, Graph], rounds: int, repeats: int = 10) -> dic
 
 def run_workload(name: str, args: Args, rules) -> dict:
     graph = build(name, small=args.quick)
-    budgets = {"greedy": args.search_s, "backtrack": args.search_s, "rl": args.train_s}
+    budgets = {"greedy": args.search_s, "backtrack": args.search_s, "eqsat": args.search_s,
+               "rl": args.train_s}
     results, graphs = {}, {"input": graph}
     for method in METHODS:
         options = {"progress": False} if method == "rl" else {}
