@@ -1,4 +1,4 @@
-"""X-RLflow benchmark: speed-ups of greedy, backtracking and the RL agent per workload.
+"""X-RLflow benchmark: speed-ups of greedy, backtracking, equality saturation and RL per workload.
 
 For each workload the unoptimised graph and every method's result are timed
 in one interleaved session (torch backend, one thread, median of repeats), so
@@ -31,7 +31,7 @@ from tempo.superopt.optimize import optimize, same_outputs
 from tempo.superopt.reference import random_feeds
 from tempo.superopt.rules import load_rules
 
-METHODS = ("greedy", "backtrack", "rl")
+METHODS = ("greedy", "backtrack", "eqsat", "rl")
 
 
 @dataclass
@@ -57,20 +57,27 @@ def parse_args() -> Args:
                 ns.train_s or (15.0 if ns.quick else 600.0), ns.out)
 
 
-def interleaved(graphs: dict[str, Graph], rounds: int, repeats: int = 10) -> dict[str, float]:
-    """Median latency (ms) of each graph, timed in alternating rounds."""
+def interleaved(graphs: dict[str, Graph], rounds: int, repeats: int = 10
+                ) -> dict[str, tuple[float, float]]:
+    """(median, interquartile range) of each graph's latency in ms, timed in alternating rounds.
+
+    The order of the graphs rotates every round, so no graph always runs first or last.
+    """
     fns = {k: compile_graph(g) for k, g in graphs.items()}
     feeds = random_feeds(next(iter(graphs.values())))
     samples: dict[str, list[float]] = {k: [] for k in graphs}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            samples[k].extend(time_runs(lambda: fn(feeds), 1, repeats).samples_ms)
-    return {k: float(np.median(v)) for k, v in samples.items()}
+    keys = list(fns)
+    for r in range(rounds):
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            samples[k].extend(time_runs(lambda: fns[k](feeds), 1, repeats).samples_ms)
+    return {k: (float(np.median(v)), float(np.subtract(*np.percentile(v, [75, 25]))))
+            for k, v in samples.items()}
 
 
 def run_workload(name: str, args: Args, rules) -> dict:
     graph = build(name, small=args.quick)
-    budgets = {"greedy": args.search_s, "backtrack": args.search_s, "rl": args.train_s}
+    budgets = {"greedy": args.search_s, "backtrack": args.search_s, "eqsat": args.search_s,
+               "rl": args.train_s}
     results, graphs = {}, {"input": graph}
     for method in METHODS:
         options = {"progress": False} if method == "rl" else {}
@@ -79,11 +86,12 @@ def run_workload(name: str, args: Args, rules) -> dict:
         graphs[method] = out.graph
         results[method] = {"optimise_s": out.optimise_s, "applied": out.applied,
                            "kept_input": out.kept_input}
-    latency = interleaved(graphs, rounds=5 if args.quick else 10)
+    latency = interleaved(graphs, rounds=15 if args.quick else 30)
     for method in METHODS:
-        results[method]["latency_ms"] = latency[method]
-        results[method]["speedup"] = latency["input"] / latency[method]
-    return {"input_ms": latency["input"], "nodes": len(graph.topo()), "methods": results}
+        results[method]["latency_ms"], results[method]["iqr_ms"] = latency[method]
+        results[method]["speedup"] = latency["input"][0] / latency[method][0]
+    return {"input_ms": latency["input"][0], "input_iqr_ms": latency["input"][1],
+            "nodes": len(graph.topo()), "methods": results}
 
 
 def generalisation(args: Args, rules, name: str = "bert") -> list[dict]:
@@ -97,8 +105,8 @@ def generalisation(args: Args, rules, name: str = "bert") -> list[dict]:
         for shape in WORKLOADS[name].shapes:
             g = build(name, small=args.quick, **shape)
             res = optimize_with_agent(g, rules, 1.0, load=path)
-            lat = interleaved({"input": g, "agent": res.graph}, rounds=3)
-            rows.append({"shape": shape, "speedup": lat["input"] / lat["agent"],
+            lat = interleaved({"input": g, "agent": res.graph}, rounds=6)
+            rows.append({"shape": shape, "speedup": lat["input"][0] / lat["agent"][0],
                          "applied": len(res.applied)})
     return rows
 
@@ -144,13 +152,16 @@ def _atomic(path: str, write, binary: bool = False) -> None:
 
 
 def table(report: dict) -> str:
-    head = (f"| workload | nodes | input ms | " + " | ".join(f"{m} x" for m in METHODS) + " | "
-            + " | ".join(f"{m} s" for m in METHODS) + " |")
+    """Speed-ups with each method's latency IQR as a fraction of its median (the noise)."""
+    head = (f"| workload | nodes | input ms (IQR %) | " + " | ".join(f"{m} x (IQR %)" for m in METHODS)
+            + " | " + " | ".join(f"{m} s" for m in METHODS) + " |")
     lines = [head, "|" + "---|" * (3 + 2 * len(METHODS))]
     for w, r in report["workloads"].items():
         ms = r["methods"]
-        lines.append(f"| {w} | {r['nodes']} | {r['input_ms']:.3f} | "
-                     + " | ".join(f"{ms[m]['speedup']:.3f}" for m in METHODS) + " | "
+        noise = {m: 100 * ms[m]["iqr_ms"] / ms[m]["latency_ms"] for m in METHODS}
+        lines.append(f"| {w} | {r['nodes']} | {r['input_ms']:.3f} "
+                     f"({100 * r['input_iqr_ms'] / r['input_ms']:.0f}) | "
+                     + " | ".join(f"{ms[m]['speedup']:.3f} ({noise[m]:.0f})" for m in METHODS) + " | "
                      + " | ".join(f"{ms[m]['optimise_s']:.1f}" for m in METHODS) + " |")
     lines.append("")
     lines.append("| Fig. 7 (bert agent, other shapes) | speed-up | rewrites |")

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from tempo.gmi import checkpoint
-from tempo.gmi.channels import Compressor, Dispenser, LoadTable, Migrator, receive
+from tempo.gmi.channels import ExperienceService, LoadTable, Migrator, receive
 from tempo.gmi.comm import GMIContext
 from tempo.gmi.envs import make_envs
 from tempo.gmi.ppo import ActorCritic, PPOConfig, Shard, make_optimizer, make_policy
@@ -40,24 +40,21 @@ class _A3CRole(Role):
 
 
 class A3CAgent(_A3CRole):
-    """Simulator + agent: roll out, dispense, compress, migrate."""
+    """Simulator + agent: roll out; the experience service dispenses, compresses, migrates."""
 
     def run(self) -> None:
         torch.distributed.barrier()  # the first trainer has published the initial weights
         shard = Shard(self.cfg, self.agents.index(self.gmi_id))
-        dispenser, compressor = Dispenser(), Compressor(self.rows)
-        migrator = Migrator(self.ctx, self.table)
+        service = ExperienceService(Migrator(self.ctx, self.table), self.rows)
         start, started = time.perf_counter(), time.time()
         while time.perf_counter() - start < self.seconds:
             tick = time.perf_counter()
             torch.nn.utils.vector_to_parameters(self.shared.clone(), self.policy.parameters())
-            compressor.push(dispenser.split(shard.collect(self.policy)))
-            if compressor.ready():
-                migrator.send(compressor.flush())
+            service.submit(shard.collect(self.policy))
             self.ctx.report(kind="progress", started=started,
                             steps=self.cfg.num_envs * self.cfg.num_steps,
                             seconds=time.perf_counter() - tick, returns=shard.take_returns())
-        migrator.finish()
+        service.close()
         self.ctx.report(kind="done", max_rss_mb=peak_memory_mb())
 
 

@@ -7,10 +7,15 @@
 * :class:`Migrator` sends a full batch, channel by channel, to the trainer
   with the least outstanding work, read from a load table in host shared
   memory (agent ``a`` writes only ``sent[a, :]``, trainer ``t`` only ``done[t, :]``).
+* :class:`ExperienceService` runs the three for one agent on a background
+  thread, so the agent keeps simulating while its experience is sent.
 * :func:`receive` is the trainer's batcher: it takes the next batch from any
   agent. A batch of zero rows means that agent has finished.
 """
 from __future__ import annotations
+
+import queue
+import threading
 
 import torch
 
@@ -97,6 +102,54 @@ class Migrator:
         """Tell every trainer this agent is done."""
         for trainer in self.table.trainers:
             self.ctx.send(torch.tensor([0]), trainer, HEADER_TAG)
+
+
+class ExperienceService:
+    """An agent's dispenser, compressor and migrator, serving on a background thread.
+
+    ``submit`` hands a rollout over (waiting while ``depth`` are queued);
+    ``close`` sends what makes full batches, tells the trainers this agent is
+    done, and re-raises any error of the sending thread.
+    """
+
+    def __init__(self, migrator: Migrator, rows: int, depth: int = 4):
+        self.migrator, self.rows = migrator, rows
+        self.pending: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._serve, name="experience-service", daemon=True)
+        self.thread.start()
+
+    def submit(self, experience: dict[str, torch.Tensor]) -> None:
+        self._put(experience)
+
+    def close(self) -> None:
+        self._put(None)
+        self.thread.join()
+        self._raise()
+        self.migrator.finish()
+
+    def _put(self, item) -> None:
+        while True:
+            self._raise()
+            try:
+                self.pending.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _serve(self) -> None:
+        dispenser, compressor = Dispenser(), Compressor(self.rows)
+        try:
+            while (experience := self.pending.get()) is not None:
+                compressor.push(dispenser.split(experience))
+                if compressor.ready():
+                    self.migrator.send(compressor.flush())
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the agent's thread
+            self.error = exc
 
 
 def receive(ctx: GMIContext, obs_shape: tuple[int, ...]) -> tuple[int, dict[str, torch.Tensor]]:

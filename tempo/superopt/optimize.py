@@ -25,6 +25,7 @@ from tempo.superopt.rules import Rule, load_rules
 AGENTS = {
     "greedy": "tempo.superopt.search:greedy",
     "backtrack": "tempo.superopt.search:backtrack",
+    "eqsat": "tempo.superopt.eqsat:eqsat",
     "rl": "tempo.superopt.agent:optimize_with_agent",
 }
 
