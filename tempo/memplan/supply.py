@@ -48,37 +48,27 @@ class CopyLedger:
         """
         if demand <= 0:
             return CopyPlan(target, target - 1, np.zeros(0))
-        window = self.remaining[earliest:target][::-1]
-        if window.size == 0:
+        taken = _take(self.remaining[earliest:target][::-1], demand)
+        if taken is None:
             return None
-        total = np.cumsum(window)
-        k = int(np.searchsorted(total, demand - EPS * max(1.0, demand)))
-        if k >= window.size:
-            return None
+        k, usage = taken
         first = target - 1 - k
         if not self._free_of_pairs(first, target - 1):
             return None
-        usage = window[: k + 1].copy()
-        usage[k] = demand - (total[k - 1] if k else 0.0)
         return CopyPlan(first, target - 1, np.minimum(usage[::-1], self.remaining[first:target]))
 
     def plan_evict(self, target: int, demand: float, latest: int) -> CopyPlan | None:
         """Copy out of fast memory after ``target``: the earliest end ``<= latest`` (Appendix A)."""
         if demand <= 0:
             return CopyPlan(target + 1, target, np.zeros(0))
-        window = self.remaining[target + 1: latest + 1]
-        if window.size == 0:
+        taken = _take(self.remaining[target + 1: latest + 1], demand)
+        if taken is None:
             return None
-        total = np.cumsum(window)
-        k = int(np.searchsorted(total, demand - EPS * max(1.0, demand)))
-        if k >= window.size:
-            return None
+        k, usage = taken
         last = target + 1 + k
         if not self._free_of_pairs(target + 1, last):
             return None
-        usage = window[: k + 1].copy()
-        usage[k] = demand - (total[k - 1] if k else 0.0)
-        return CopyPlan(target + 1, last, np.minimum(usage, window[: k + 1]))
+        return CopyPlan(target + 1, last, np.minimum(usage, self.remaining[target + 1: last + 1]))
 
     def commit(self, plan: CopyPlan, sign: int = 1) -> None:
         """Use the plan's supply (``sign=1``) or give it back (``sign=-1``)."""
@@ -86,3 +76,16 @@ class CopyLedger:
             return
         self.remaining[plan.first: plan.last + 1] -= sign * plan.usage
         self.pairs[plan.first: plan.last] += sign
+
+
+def _take(window: np.ndarray, demand: float) -> tuple[int, np.ndarray] | None:
+    """Use ``window``'s supply in order until ``demand`` is met: ``(last index used, usage)``, or None."""
+    if window.size == 0:
+        return None
+    total = np.cumsum(window)
+    k = int(np.searchsorted(total, demand - EPS * max(1.0, demand)))
+    if k >= window.size:
+        return None
+    usage = window[: k + 1].copy()
+    usage[k] = demand - (total[k - 1] if k else 0.0)
+    return k, usage

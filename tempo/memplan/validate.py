@@ -94,7 +94,7 @@ def _intervals(inst, decision):
     last_step = inst.num_steps - 1
     for b in inst.buffers:
         d = decision[b.id]
-        tt, (live0, live1) = b.target_time, b.live_range
+        tt, live0 = b.target_time, b.live_range[0]
         iv = d.interval
         if d.action == "copy" and not b.is_output and not (iv[1] == tt and live0 <= iv[0] <= tt):
             raise Violation("interval", f"buffer {b.id}: copy of an operand must span "

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tempo.superopt.graph import OPS
-from tempo.superopt.rules import POp, PVar, Pattern, Rule
+from tempo.superopt.rules import PVar, Pattern, Rule
 
 MAX_VARIADIC = 8            # concat nodes with more inputs are kept as leaves
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from tempo.errors import TempoError
 from tempo.superopt.graph import Graph
+from tempo.superopt.reference import ARITHMETIC
 
 ACT = {"none": lambda x: x, "relu": jax.nn.relu, "sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh}
 
@@ -63,10 +64,7 @@ KERNELS: dict[str, Callable] = {
     "gelu": lambda a, x: jax.nn.gelu(x, approximate=False),
     "exp": lambda a, x: jnp.exp(x),
     "sqrt": lambda a, x: jnp.sqrt(x),
-    "add": lambda a, x, y: x + y,
-    "sub": lambda a, x, y: x - y,
-    "mul": lambda a, x, y: x * y,
-    "div": lambda a, x, y: x / y,
+    **ARITHMETIC,
     "conv2d": _conv2d,
     "matmul": _matmul,
     "maxpool": _pool(-jnp.inf, jax.lax.max, False),

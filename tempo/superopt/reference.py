@@ -100,6 +100,14 @@ def opaque_kernel(a, *xs):
     return np.asarray(ReferenceEvaluator(proto).run(None, feeds)[a["index"]])
 
 
+# Binary arithmetic is spelled the same on NumPy arrays, JAX arrays and torch tensors.
+ARITHMETIC = {
+    "add": lambda a, x, y: x + y,
+    "sub": lambda a, x, y: x - y,
+    "mul": lambda a, x, y: x * y,
+    "div": lambda a, x, y: x / y,
+}
+
 KERNELS = {
     "relu": lambda a, x: np.maximum(x, 0),
     "sigmoid": lambda a, x: _sigmoid(x),
@@ -107,10 +115,7 @@ KERNELS = {
     "gelu": lambda a, x: 0.5 * x * (1.0 + _erf(x / sqrt(2.0))),
     "exp": lambda a, x: np.exp(x),
     "sqrt": lambda a, x: np.sqrt(x),
-    "add": lambda a, x, y: x + y,
-    "sub": lambda a, x, y: x - y,
-    "mul": lambda a, x, y: x * y,
-    "div": lambda a, x, y: x / y,
+    **ARITHMETIC,
     "conv2d": _conv2d,
     "matmul": _matmul,
     "maxpool": _pool(np.max, -np.inf),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tempo.superopt.graph import OPS, Graph, Node, ShapeError, node
-from tempo.superopt.rules import POp, PVar, Pattern, Rule, Template, evaluate_expr
+from tempo.superopt.rules import PVar, Pattern, Rule, Template, evaluate_expr
 
 Env = dict[str, Any]
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from tempo.superopt.graph import Graph
-from tempo.superopt.reference import opaque_kernel
+from tempo.superopt.reference import ARITHMETIC, opaque_kernel
 
 ACT = {"none": lambda x: x, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
 
@@ -49,10 +49,7 @@ KERNELS: dict[str, Callable] = {
     "gelu": lambda a, x: F.gelu(x),
     "exp": lambda a, x: torch.exp(x),
     "sqrt": lambda a, x: torch.sqrt(x),
-    "add": lambda a, x, y: x + y,
-    "sub": lambda a, x, y: x - y,
-    "mul": lambda a, x, y: x * y,
-    "div": lambda a, x, y: x / y,
+    **ARITHMETIC,
     "conv2d": _conv2d,
     "matmul": _matmul,
     "maxpool": lambda a, x: F.max_pool2d(x, a["kernel"], a["stride"], a["pad"]),
