@@ -9,8 +9,7 @@ measured during training.
 """
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -20,6 +19,7 @@ from torch.distributions import Categorical
 from tqdm import tqdm
 
 from tempo.errors import TempoError
+from tempo.files import write_bytes_atomic
 from tempo.superopt.encoder import PolicyValue, to_data
 from tempo.superopt.env import EDGE_RANK, OP_NAMES, RewriteEnv
 from tempo.superopt.graph import Graph
@@ -184,17 +184,9 @@ class Agent:
     # ---------------------------------------------------------------- persistence
     def save(self, path: str) -> None:
         """Write the network and config atomically."""
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        os.close(fd)
-        try:
-            torch.save({"config": asdict(self.config), "state": self.net.state_dict()}, tmp)
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        buffer = io.BytesIO()
+        torch.save({"config": asdict(self.config), "state": self.net.state_dict()}, buffer)
+        write_bytes_atomic(path, buffer.getvalue())
 
     @classmethod
     def load(cls, path: str) -> Agent:

@@ -6,14 +6,13 @@ ONNX nodes. Verbatim (opaque) nodes are written back as they were read.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from tempo.files import write_bytes_atomic
 from tempo.superopt.fold import fold_constants
 from tempo.superopt.graph import Graph, Node
 
@@ -171,15 +170,5 @@ def export_model(graph: Graph, other_domains: list | None = None) -> onnx.ModelP
 
 
 def save(model: onnx.ModelProto, path: str) -> None:
-    """Write ``model`` atomically: a temporary file in the same folder, fsync, rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".onnx.tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(model.SerializeToString())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Write ``model`` atomically (see :func:`tempo.files.write_bytes_atomic`)."""
+    write_bytes_atomic(path, model.SerializeToString())
