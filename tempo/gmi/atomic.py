@@ -1,22 +1,22 @@
-"""Atomic file writes: write a temporary file, fsync it, then rename over the target."""
+"""Atomic file writes for gmi's run directory, through :func:`tempo.files.write_bytes_atomic`."""
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable
 from typing import IO
 
+from tempo.files import write_bytes_atomic
+
 
 def write_atomic(path: str, dump: Callable[[IO], None], mode: str = "w") -> None:
-    """Call ``dump(handle)`` on a temporary file next to ``path``, then replace ``path``."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    with open(tmp, mode) as handle:
-        dump(handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    """Call ``dump(handle)`` on an in-memory file, then write its content over ``path`` atomically."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    buffer = io.BytesIO() if "b" in mode else io.StringIO()
+    dump(buffer)
+    data = buffer.getvalue()
+    write_bytes_atomic(path, data if isinstance(data, bytes) else data.encode())
 
 
 def write_json(path: str, data) -> None:
