@@ -73,7 +73,7 @@ def main(args: Args) -> dict:
 
         # ----- reporting: the mean episode return of every iteration -----
         report = tpo.rl.training.ReturnReport(r[0:B, i, 0:T].sum(axis=1).mean(), args.iterations,
-                                              f"REINFORCE {args.env}")
+                                              f"REINFORCE {args.env}", args.batch, args.steps)
         report.start()
         ctx.run(bounds={B: args.batch, I: args.iterations, T: args.steps})
     return report.finish()

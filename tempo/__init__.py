@@ -13,6 +13,7 @@ from tempo import nn, optim, rl
 from tempo.api import random
 from tempo.api.checkpoint import checkpoint, load_checkpoint
 from tempo.api.context import Context
+from tempo.api.data_parallel import data_parallel
 from tempo.api.functional import (abs, cat, cos, eval_symbol, exp, from_numpy, full, log, ones, placeholder,
                                   relu, sigmoid, sin, sqrt, stop_gradient, tanh, udf, where,
                                   zeros)
@@ -25,7 +26,7 @@ from tempo.errors import (BoundError, DefinitionError, DomainError, ScheduleErro
 
 __version__ = "0.1.0"
 
-__all__ = ["BoundError", "Context", "checkpoint", "load_checkpoint", "DefinitionError", "DomainError", "RecurrentTensor", "ScheduleError",
+__all__ = ["BoundError", "Context", "checkpoint", "load_checkpoint", "DefinitionError", "DomainError", "data_parallel", "RecurrentTensor", "ScheduleError",
            "ShapeError", "TempoError", "abs", "cat", "cos", "eval_symbol", "exp", "from_numpy", "full", "log",
            "max", "min", "nn", "ones", "optim", "placeholder", "random", "relu", "rl", "sigmoid", "sin", "sink",
            "sqrt", "stop_gradient", "tanh", "udf", "where", "zeros"]

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
+from tempo.api import data_parallel
 from tempo.errors import DomainError, TempoError, user_site
 from tempo.ir.sdg import SDG
 from tempo.symbolic.expr import Expr, step_and_bound
@@ -20,8 +23,11 @@ def current() -> "Context":
 class Context:
     """Holds a program's temporal dimensions and its symbolic dependence graph.
 
-    ``seed`` seeds every random tensor of the program (``tpo.random``) and the
-    initialisation of ``tpo.nn`` modules.
+    ``seed`` seeds every random tensor of the program (``tpo.random``), its
+    gymnasium environments and the initialisation of ``tpo.nn`` modules.
+    Built inside ``tpo.data_parallel``, the context is one replica: random
+    tensors and environments are also keyed by the replica's rank, module
+    initialisation is not.
 
     >>> ctx = Context()
     >>> with ctx:
@@ -34,6 +40,7 @@ class Context:
         self.sdg = SDG()
         self.dim_order: list[Expr] = []
         self.seed = seed
+        self.replica = data_parallel.active()
         self._streams = 0
         self.parameters: set[int] = set()  # node ids of parameters: leaves for autodiff
         self.grads: dict[tuple[int, int], object] = {}  # (node id, output) -> gradient RT
@@ -43,6 +50,21 @@ class Context:
         """A fresh random stream id: the seed and the count of streams so far."""
         self._streams += 1
         return (self.seed << 24) + self._streams
+
+    def sample_stream(self) -> int:
+        """A fresh stream for random tensors: :meth:`new_stream`, mixed with the replica's rank if any."""
+        stream = self.new_stream()
+        if self.replica is None or self.replica.rank == 0:
+            return stream
+        mixed = np.random.SeedSequence([stream, self.replica.rank]).generate_state(1, np.uint64)[0]
+        return int(mixed) >> 2  # bits 62 and 63 stay free for the generator's sub-streams
+
+    @property
+    def sample_key(self) -> tuple[int, ...]:
+        """The entropy that seeds environments: the seed, and the replica's rank if any."""
+        if self.replica is None or self.replica.rank == 0:
+            return (self.seed,)
+        return (self.seed, self.replica.rank, self.replica.world)
 
     def __enter__(self) -> "Context":
         _STACK.append(self)

@@ -1,7 +1,8 @@
 """Random recurrent tensors (``tpo.random``), from a counter-based generator.
 
-A random RT's value at a point depends only on the context seed, the RT's
-stream (its creation order in the program) and the point, so it is the same
+A random RT's value at a point depends only on the context seed (and
+replica, under ``tpo.data_parallel``), the RT's stream (its creation order in
+the program) and the point, so it is the same
 whatever the schedule, the backend or how a dim is vectorized.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ def _draw(dist: str, shape, dims: Sequence[Expr], dtype: str) -> RecurrentTensor
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     if np.dtype(dtype).kind != "f":
         raise ShapeError(f"random tensors are floating point, not {dtype}", site)
-    op = ops.RandomOp(shape, str(np.dtype(dtype)), dist, ctx.new_stream(), ctx.order(dims))
+    op = ops.RandomOp(shape, str(np.dtype(dtype)), dist, ctx.sample_stream(), ctx.order(dims))
     return apply(op, [], site=site, ctx=ctx)
 
 

@@ -32,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
                                 description="Sync PPO (holistic instances, TCG_EX) or async A3C "
                                             "(agent and trainer instances, TDG_EX).")
     train.add_argument("--env", default="CartPole-v1", help="gymnasium environment id")
-    train.add_argument("--algo", default="ppo", help="ppo or a3c")
+    train.add_argument("--algo", default="ppo",
+                       help="ppo, a3c, or tempo (every instance runs --program as a replica)")
     train.add_argument("--layout", default="auto", help="auto (Algorithm 2), DxN or e.g. 3,2,2")
     train.add_argument("--strategy", default="auto", help="auto (Algorithm 1), mpr, mrr or har")
     train.add_argument("--seconds", type=float, default=10.0, help="training time")
@@ -41,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--run-dir", default=None, help="where checkpoints go (default: a temp dir)")
     train.add_argument("--checkpoint-every", type=int, default=10, help="iterations between checkpoints")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--program", default=None,
+                       help="--algo tempo: a Tempo program file with Args and main(args), e.g. "
+                            "examples/reinforce.py; it runs its own iteration count (--seconds "
+                            "is not used), and gets --env and --seed when its Args has them")
+    train.add_argument("--program-arg", action="append", default=[], metavar="NAME=VALUE",
+                       help="--algo tempo: set one of the program's Args (repeatable)")
     train.set_defaults(func=_train)
 
     search = commands.add_parser("search", help="Algorithm 2: pick instances per device and "
@@ -115,6 +122,14 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _assignments(items: list[str]) -> dict[str, str]:
+    pairs = [item.partition("=") for item in items]
+    bad = [item for item, (_, eq, _) in zip(items, pairs) if not eq]
+    if bad:
+        raise TempoError(f"--program-arg takes NAME=VALUE, got {bad[0]!r}")
+    return {name.replace("-", "_"): value for name, _, value in pairs}
+
+
 def _train(args: argparse.Namespace) -> int:
     from tempo.gmi.layout import Layout
     from tempo.gmi.ppo import PPOConfig
@@ -131,7 +146,8 @@ def _train(args: argparse.Namespace) -> int:
     layout = layout or Layout.parse(args.layout)
     job = TrainJob(layout, args.algo, args.strategy, args.seconds, config=config,
                    backend=args.backend, run_dir=args.run_dir,
-                   checkpoint_every=args.checkpoint_every)
+                   checkpoint_every=args.checkpoint_every, program=args.program,
+                   program_args=_assignments(args.program_arg))
     train(job)
     return 0
 

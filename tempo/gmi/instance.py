@@ -23,6 +23,7 @@ ROUTINES = {
     "ppo": "tempo.gmi.ppo_roles:HolisticPPO",
     "a3c-agent": "tempo.gmi.a3c:A3CAgent",
     "a3c-trainer": "tempo.gmi.a3c:A3CTrainer",
+    "tempo": "tempo.gmi.tempo_program:TempoProgram",
 }
 
 # the DRL roles an instance can hold (Listing 1)

@@ -34,7 +34,7 @@ class Progress:
         self.busy += event["seconds"]
         self.comm += event.get("comm_seconds", 0.0)
         self.returns.extend(event["returns"])
-        self.episodes += len(event["returns"])
+        self.episodes += event.get("episodes", len(event["returns"]))
         start = event["started"]
         self.first_start = start if self.first_start is None else min(self.first_start, start)
         self.last_time = event["time"] if self.last_time is None else max(self.last_time, event["time"])

@@ -1,6 +1,7 @@
 """Run a training job over a layout (the driver behind ``tempo gmi train``)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -14,6 +15,7 @@ from tempo.gmi.manager import GMIManager
 from tempo.gmi.ppo import PPOConfig
 from tempo.gmi.progress import Progress
 from tempo.gmi.strategy import resolve_strategy
+from tempo.gmi.tempo_program import load_program, program_args
 
 HOLISTIC = ("simulator", "agent", "trainer")
 
@@ -32,6 +34,8 @@ class TrainJob:
     run_dir: str | None = None
     checkpoint_every: int = 0
     max_threads: int | None = None
+    program: str | None = None  # algo "tempo": the Tempo program file every instance runs
+    program_args: dict = field(default_factory=dict)  # its Args fields to override
 
 
 def ppo_programs(job: TrainJob, strategy: str) -> list[Program]:
@@ -60,15 +64,31 @@ def a3c_programs(job: TrainJob, strategy: str) -> list[Program]:
             for i in range(job.layout.world_size)]
 
 
+def tempo_programs(job: TrainJob, strategy: str) -> list[Program]:
+    """TCG_EX: every instance runs the same Tempo program as a data-parallel replica."""
+    if job.program is None:
+        raise GMIError("--algo tempo needs --program FILE (a Tempo program such as "
+                       "examples/reinforce.py)")
+    args_type, _ = load_program(job.program)
+    fields = {f.name for f in dataclasses.fields(args_type)}
+    passed = {"env": job.config.env_id, "seed": job.config.seed}
+    overrides = {**{k: v for k, v in passed.items() if k in fields}, **job.program_args}
+    program_args(args_type, overrides)  # bad arguments fail here, not in an instance
+    options = {"path": os.path.abspath(job.program), "overrides": overrides, "strategy": strategy}
+    return [Program("tempo", HOLISTIC, options)] * job.layout.world_size
+
+
 # algorithm -> (builds one program per instance, the layout template, gradients reduced?)
-ALGORITHMS = {"ppo": (ppo_programs, "TCG_EX", True), "a3c": (a3c_programs, "TDG_EX", False)}
+ALGORITHMS = {"ppo": (ppo_programs, "TCG_EX", True), "a3c": (a3c_programs, "TDG_EX", False),
+              "tempo": (tempo_programs, "TCG_EX", True)}
 
 
 def train(job: TrainJob, echo=print) -> dict:
     """Train; print progress lines; return the summary (steps/s, mean return, run dir)."""
     if job.algo not in ALGORITHMS:
         raise GMIError(f"unknown algorithm {job.algo!r}: use {', '.join(ALGORITHMS)}")
-    make_envs(job.config.env_id, 1).close()  # a bad environment id fails here, not in an instance
+    if job.algo != "tempo":  # a Tempo program makes its own environments
+        make_envs(job.config.env_id, 1).close()  # a bad environment id fails here, not in an instance
     build, template, reduces = ALGORITHMS[job.algo]
     strategy = (resolve_strategy(job.strategy, trainer_mpl(job.layout, build(job, "mpr")))
                 if reduces else "none (trainers update shared weights in host memory)")

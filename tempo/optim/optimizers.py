@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import tempo.api.functional as F
+from tempo.api.data_parallel import mean_over_replicas
 from tempo.api.rt import RecurrentTensor as RT
 from tempo.errors import DomainError, TempoError, user_site
 
@@ -32,8 +33,14 @@ class Optimizer:
                 raise DomainError(f"{p!r} has no iteration dim to update over; give its module dims=(i,)", site)
 
     def step(self) -> None:
-        """Define ``p[i + 1]`` for every parameter from its gradient at ``i``."""
+        """Define ``p[i + 1]`` for every parameter from its gradient at ``i``.
+
+        Under ``tpo.data_parallel`` the gradient is the mean over the replicas.
+        """
         grads = [p.grad for p in self.params]
+        replica = self.params[0].ctx.replica
+        if replica is not None:
+            grads = mean_over_replicas(grads, replica)
         if self.max_grad_norm is not None:
             grads = clip_by_global_norm(grads, self.max_grad_norm)
         for k, (p, g) in enumerate(zip(self.params, grads)):

@@ -37,16 +37,16 @@ class _Episode:
 class _Episodes:
     """The host side: one gymnasium environment per running episode."""
 
-    def __init__(self, name: str, kwargs: dict, seed: int, first: gymnasium.Env, obs_dtype: str,
+    def __init__(self, name: str, kwargs: dict, sample_key: tuple[int, ...], first: gymnasium.Env, obs_dtype: str,
                  action_ndim: int, discrete: bool):
-        self.name, self.kwargs, self.seed = name, kwargs, seed
+        self.name, self.kwargs, self.sample_key = name, kwargs, sample_key
         self.obs_dtype, self.action_ndim, self.discrete = obs_dtype, action_ndim, discrete
         self.free = [first]
         self.running: dict[tuple[int, ...], _Episode] = {}
 
     def reset_seed(self, key: tuple[int, ...]) -> int:
-        """The reset seed of one episode, from the context seed and its indices."""
-        return int(np.random.SeedSequence([self.seed, *key]).generate_state(1)[0])
+        """The reset seed of one episode, from the context's sample key and the episode's indices."""
+        return int(np.random.SeedSequence([*self.sample_key, *key]).generate_state(1)[0])
 
     def reset(self, key):
         keys, batched = _episode_keys(key)
@@ -137,7 +137,7 @@ class GymEnv(Env):
         obs_dtype = "int64" if isinstance(obs_space, spaces.Discrete) else str(obs_space.dtype)
         super().__init__(name, dims, tuple(obs_space.shape), obs_dtype, num_actions, action_shape, action_dtype)
         self.max_episode_steps = env.spec.max_episode_steps if env.spec is not None else None
-        self._host = _Episodes(name, kwargs, current().seed, env, obs_dtype, len(action_shape),
+        self._host = _Episodes(name, kwargs, current().sample_key, env, obs_dtype, len(action_shape),
                                num_actions is not None)
         self._reset: tuple[RecurrentTensor, RecurrentTensor] | None = None
 

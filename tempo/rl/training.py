@@ -23,8 +23,10 @@ def parse_args(args_type, description: str = ""):
 class ReturnReport:
     """A progress bar of the mean episode return per iteration, and the closing summary line."""
 
-    def __init__(self, mean_return: RecurrentTensor, iterations: int, desc: str) -> None:
+    def __init__(self, mean_return: RecurrentTensor, iterations: int, desc: str, batch: int = 0,
+                 steps: int = 0) -> None:
         self.returns: list[float] = []
+        self.batch, self.steps = batch, steps  # episodes per iteration, steps per episode
         self.bar = tqdm(total=iterations, desc=desc, unit="it")
         sink(mean_return, self._update)
 
@@ -37,9 +39,15 @@ class ReturnReport:
         self.started = time.perf_counter()
 
     def finish(self) -> dict:
-        """Close the bar, print ``mean_return=<last 5 mean> iterations=<n> seconds=<s>``, return them."""
+        """Close the bar, print ``mean_return=<last 5 mean> iterations=<n> seconds=<s>``, return them.
+
+        The summary also has every iteration's mean return, the episodes run
+        (``batch`` per iteration) and the environment steps (``steps`` each).
+        """
         seconds = time.perf_counter() - self.started
         self.bar.close()
         final = float(np.mean(self.returns[-5:]))
         print(f"mean_return={final:.1f} iterations={len(self.returns)} seconds={seconds:.1f}")
-        return {"mean_return": final, "iterations": len(self.returns), "seconds": seconds, "returns": self.returns}
+        return {"mean_return": final, "iterations": len(self.returns), "seconds": seconds, "returns": self.returns,
+                "episodes": self.batch * len(self.returns),
+                "steps": self.batch * self.steps * len(self.returns)}
