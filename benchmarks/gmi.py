@@ -1,6 +1,6 @@
 """GMI-DRL on this machine: correctness, throughput, and communication time vs Table 2.
 
-Three parts, each printed as a table and written to ``benchmarks/results/gmi.json``:
+Four parts, each printed as a table and written to ``benchmarks/results/gmi.json``:
 
 1. correctness: every reduction strategy on several layouts (uneven ones
    included) against a float64 single-process sum, and N data-parallel PPO
@@ -9,7 +9,9 @@ Three parts, each printed as a table and written to ``benchmarks/results/gmi.jso
    per device and environments per instance, against one process per device;
 3. communication: measured time per strategy next to Table 2's cost
    expressions, with B1 (host shared memory between instances) and B2 (gloo
-   ring) calibrated on two-instance runs.
+   ring) calibrated on two-instance runs;
+4. a Tempo program as the instances' program: REINFORCE on tensor CartPole,
+   one process against two data-parallel replicas splitting its episodes.
 
     .venv/bin/python benchmarks/gmi.py [--quick] [--out benchmarks/results/gmi.json]
 
@@ -18,7 +20,9 @@ CPU only: instances get core sets (no GPU is lent to this task).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import tempfile
 from dataclasses import asdict, dataclass
 
 import torch
@@ -153,6 +157,32 @@ def throughput(args: Args, bar: tqdm) -> tuple[list[dict], list[dict]]:
     return rows, searches
 
 
+def tempo_programs(args: Args, bar: tqdm, run_root: str) -> list[dict]:
+    """Tempo-compiled REINFORCE on tensor CartPole: one process, or two replicas on the same cores.
+
+    Both train on the same episodes per iteration (the replicas split them).
+    """
+    rows = []
+    program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                           "reinforce.py")
+    batch, steps, iterations = 32, 200, (10 if args.quick else 30)
+    for layout_text in ("1x1", "1x2"):
+        layout = Layout.parse(layout_text)
+        run_dir = os.path.join(run_root, f"tempo-{layout_text}")
+        summary = train(TrainJob(layout, "tempo", program=program, run_dir=run_dir,
+                                 program_args={"impl": "tensor", "iterations": iterations,
+                                               "batch": batch // layout.world_size,
+                                               "steps": steps}), echo=lambda line: None)
+        first = json.load(open(os.path.join(run_dir, "instance-0.json")))
+        rows.append({"layout": layout_text, "episodes_per_iteration": batch,
+                     "iterations": iterations, "wall_s": first["seconds"],
+                     "s_per_iteration": first["seconds_per_iteration"],
+                     "steady_steps_per_s": batch * steps / first["seconds_per_iteration"],
+                     "mean_return": first["mean_return"], "comm_fraction": summary["comm_fraction"]})
+        bar.update()
+    return rows
+
+
 def _throughput_row(algo, env_id, label, layout, num_envs, summary) -> dict:
     return {"algo": algo, "env": env_id, "config": label, "layout": str(layout),
             "num_envs": num_envs, "steps_per_s": summary["steps_per_second"],
@@ -165,13 +195,15 @@ def _throughput_row(algo, env_id, label, layout, num_envs, summary) -> dict:
 def main() -> None:
     args = parse_args()
     steps = len(args.layouts) + 1 + (1 if args.quick else 3) + len(args.envs) * (
-        (4 if args.quick else 9) + 6)
+        (4 if args.quick else 9) + 6) + 2
     with tqdm(total=steps, desc="gmi benchmark", unit="run") as bar:
         reduce_rows = reductions(args, bar)
         b1, b2 = bandwidths(args.size_mb)
         bar.update()
         ppo_rows = ppo_equivalence(args, bar)
         throughput_rows, search_rows = throughput(args, bar)
+        with tempfile.TemporaryDirectory(prefix="tempo-gmi-bench-") as run_root:
+            tempo_rows = tempo_programs(args, bar, run_root)
     comm_rows = table2_rows(reduce_rows, b1, b2)
     print("\nReduction correctness and time (max rel err vs float64 single-process sum):")
     print(format_table(reduce_rows, [("layout", "layout", "s"), ("strategy", "strategy", "s"),
@@ -199,11 +231,20 @@ def main() -> None:
                                          ("steps_per_s", "steps/s", ".0f"),
                                          ("trained_per_s", "trained/s", ".0f"),
                                          ("mean_return", "mean return", ".1f")]))
+    print("\nTempo-compiled REINFORCE on tensor CartPole (T=200) as the instances' program "
+          "(s/iteration: median, compilation excluded; wall: the whole run):")
+    print(format_table(tempo_rows, [("layout", "layout", "s"),
+                                    ("episodes_per_iteration", "episodes/it", "d"),
+                                    ("iterations", "iters", "d"), ("wall_s", "wall s", ".1f"),
+                                    ("s_per_iteration", "s/it", ".3f"),
+                                    ("steady_steps_per_s", "steps/s", ".0f"),
+                                    ("comm_fraction", "comm", ".3f"),
+                                    ("mean_return", "mean return", ".1f")]))
     write_json(args.out, {"quick": args.quick, "device": f"cpu, {os.cpu_count()} cores",
                           "b1_bytes_per_s": b1, "b2_bytes_per_s": b2,
                           "reductions": reduce_rows, "ppo_equivalence": ppo_rows,
                           "communication": comm_rows, "search": search_rows,
-                          "throughput": throughput_rows})
+                          "throughput": throughput_rows, "tempo_program": tempo_rows})
     print(f"\nwrote {args.out}")
 
 

@@ -105,8 +105,9 @@ def train(job: TrainJob, echo=print) -> dict:
              f"{share.device}, {share.describe()}")
     manager.run()
     echo(progress.line())
+    outputs = "instance summaries" if job.algo == "tempo" else "checkpoint"
     echo(f"done: {progress.steps} steps, {progress.steps_per_second:.0f} steps/s, "
-         f"checkpoint in {manager.run_dir}")
+         f"{outputs} in {manager.run_dir}")
     return {**progress.summary(), "layout": str(job.layout), "strategy": strategy,
             "template": template, "backend": manager.backend, "run_dir": manager.run_dir}
 

@@ -26,12 +26,14 @@ class ReturnReport:
     def __init__(self, mean_return: RecurrentTensor, iterations: int, desc: str, batch: int = 0,
                  steps: int = 0) -> None:
         self.returns: list[float] = []
+        self.times: list[float] = []  # when each iteration's return arrived
         self.batch, self.steps = batch, steps  # episodes per iteration, steps per episode
         self.bar = tqdm(total=iterations, desc=desc, unit="it")
         sink(mean_return, self._update)
 
     def _update(self, value, point) -> None:
         self.returns.append(float(value))
+        self.times.append(time.perf_counter())
         self.bar.update(1)
         self.bar.set_postfix(mean_return=f"{float(value):.1f}")
 
@@ -42,12 +44,15 @@ class ReturnReport:
         """Close the bar, print ``mean_return=<last 5 mean> iterations=<n> seconds=<s>``, return them.
 
         The summary also has every iteration's mean return, the episodes run
-        (``batch`` per iteration) and the environment steps (``steps`` each).
+        (``batch`` per iteration), the environment steps (``steps`` each) and
+        ``seconds_per_iteration``, the median time between iterations (the
+        steady state: compilation and the first iteration left out).
         """
         seconds = time.perf_counter() - self.started
         self.bar.close()
         final = float(np.mean(self.returns[-5:]))
         print(f"mean_return={final:.1f} iterations={len(self.returns)} seconds={seconds:.1f}")
         return {"mean_return": final, "iterations": len(self.returns), "seconds": seconds, "returns": self.returns,
+                "seconds_per_iteration": float(np.median(np.diff(self.times))) if len(self.times) > 1 else seconds,
                 "episodes": self.batch * len(self.returns),
                 "steps": self.batch * self.steps * len(self.returns)}
