@@ -20,6 +20,13 @@ CTX = isl.Context()
 # programs with autodiff have hundreds of statements, and the whole-graph ILP is
 # ~6x slower on them (2.4 s instead of 13.5 s for a 650-node REINFORCE program).
 CTX.set_schedule_serialize_sccs(1)
+# Feautrier's algorithm (carry as many dependences as possible per schedule
+# dimension) instead of isl's proximity-optimising default: on the same
+# programs it finds schedules with the same results, per-iteration time and
+# memory, and compiles 2-5x faster (REINFORCE: first iteration 4.1 s instead
+# of 8.0 s; A2C, 2 iterations: 6.4 s instead of 30.1 s, peak RSS 0.58 instead
+# of 1.13 GB).
+CTX.set_schedule_algorithm(1)
 
 
 def aff(e: Expr) -> str:
