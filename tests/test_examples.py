@@ -13,8 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("examples/inspect_program.py", ["--steps", "5"], "== schedule AST =="),
     ("examples/reinforce.py", ["--iterations", "2", "--batch", "2", "--steps", "20", "--nstep", "8"],
      "mean_return="),
-    pytest.param("examples/a2c.py", ["--iterations", "2", "--batch", "2", "--steps", "20"], "mean_return=",
-                 marks=pytest.mark.slow),
+    ("examples/a2c.py", ["--iterations", "2", "--batch", "2", "--steps", "20"], "mean_return="),
 ])
 def test_example_runs(script, args, expect, tmp_path):
     out = subprocess.run([sys.executable, "-m", "tempo", "run", str(ROOT / script), *args],
