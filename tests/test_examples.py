@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
     ("examples/reinforce.py", ["--iterations", "2", "--batch", "2", "--steps", "20", "--nstep", "8"],
      "mean_return="),
     ("examples/a2c.py", ["--iterations", "2", "--batch", "2", "--steps", "20"], "mean_return="),
+    ("examples/ppo.py", ["--iterations", "2", "--epochs", "2", "--batch", "2", "--steps", "20"],
+     "iterations=2 "),
 ])
 def test_example_runs(script, args, expect, tmp_path):
     out = subprocess.run([sys.executable, "-m", "tempo", "run", str(ROOT / script), *args],

@@ -21,17 +21,24 @@ def parse_args(args_type, description: str = ""):
 
 
 class ReturnReport:
-    """A progress bar of the mean episode return per iteration, and the closing summary line."""
+    """A progress bar of the mean episode return per iteration, and the closing summary line.
+
+    With ``every=k`` only the points of ``mean_return``'s dim that are
+    multiples of ``k`` count as iterations (e.g. PPO's batches of k updates).
+    """
 
     def __init__(self, mean_return: RecurrentTensor, iterations: int, desc: str, batch: int = 0,
-                 steps: int = 0) -> None:
+                 steps: int = 0, every: int = 1) -> None:
         self.returns: list[float] = []
         self.times: list[float] = []  # when each iteration's return arrived
         self.batch, self.steps = batch, steps  # episodes per iteration, steps per episode
+        self.every = every
         self.bar = tqdm(total=iterations, desc=desc, unit="it")
         sink(mean_return, self._update)
 
     def _update(self, value, point) -> None:
+        if any(step % self.every for step in point.values()):
+            return
         self.returns.append(float(value))
         self.times.append(time.perf_counter())
         self.bar.update(1)
