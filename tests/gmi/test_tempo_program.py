@@ -90,14 +90,16 @@ def test_unknown_program_arguments_are_named(program):
 
 
 @pytest.mark.slow
-def test_reinforce_on_tensor_cartpole_through_the_cli(tmp_path):
+@pytest.mark.parametrize("program, extra", [("examples/reinforce.py", []),
+                                            ("examples/ppo.py", ["--program-arg", "epochs=2"])])
+def test_rl_programs_on_tensor_cartpole_through_the_cli(program, extra, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "tempo", "gmi", "train", "--algo", "tempo", "--layout", "1x2",
-         "--program", "examples/reinforce.py", "--program-arg", "impl=tensor",
+         "--program", program, "--program-arg", "impl=tensor", *extra,
          "--program-arg", "iterations=3", "--program-arg", "batch=4", "--program-arg", "steps=50",
          "--run-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "strategy mpr" in done.stdout and "steps=     600" in done.stdout
+    assert "strategy mpr" in done.stdout and "steps=    1200" in done.stdout
     runs = summaries(tmp_path, 2)
     assert runs[0]["returns"] != runs[1]["returns"]  # each replica runs its own episodes
