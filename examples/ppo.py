@@ -9,7 +9,7 @@ are executed, so episodes are collected once per batch. The probability ratio
 compares the current policy with the one that acted (``logp_old``, detached),
 so after the first update of a batch the clip is active.
 
-    tempo run examples/ppo.py --iterations 30 --epochs 4
+    tempo run examples/ppo.py --iterations 60 --epochs 4
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class Args:
     """'gymnasium' (UDF ops) or 'tensor' (CartPole written as tensor ops)"""
     seed: int = 0
     """seeds initialisation, sampling and the environments"""
-    iterations: int = 30
+    iterations: int = 60
     """batches of episodes (each trained on for `epochs` updates)"""
     epochs: int = 4
     """updates per batch of episodes"""
@@ -41,7 +41,7 @@ class Args:
     clip: float = 0.2
     """PPO clip range: the ratio is clipped to [1 - clip, 1 + clip]"""
     lr: float = 0.003
-    """Adam learning rate (actor and critic)"""
+    """Adam learning rate (actor and critic), annealed linearly to 0 over the updates"""
     value_coef: float = 0.5
     """weight of the critic's squared error"""
     entropy_coef: float = 0.0
@@ -78,7 +78,8 @@ def main(args: Args) -> dict:
                                     critic(obs).squeeze(-1), target[0:B, k, 0:T], new.entropy(),
                                     alive[0:B, k, 0:T], args.clip, args.value_coef, args.entropy_coef)
         loss.backward()
-        tpo.optim.Adam(actor.parameters() + critic.parameters(), lr=args.lr, max_grad_norm=0.5).step()
+        lr = args.lr * (1.0 - tpo.eval_symbol(i).cast("float32") / tpo.eval_symbol(I).cast("float32"))
+        tpo.optim.Adam(actor.parameters() + critic.parameters(), lr=lr, max_grad_norm=0.5).step()
 
         # ----- reporting: the mean episode return of every batch (at its first update) -----
         report = tpo.rl.training.ReturnReport(r[0:B, k, 0:T].sum(axis=1).mean(), args.iterations,
