@@ -10,7 +10,8 @@ actions (the action space is padded to ``max_candidates + 1``).
 Reward: every ``feedback_every`` steps, and when the episode ends, the graph's
 end-to-end latency is measured and the reward is Eq. 2,
 ``(RT_prev - RT_now) / RT_0 * 100``; between measurements it is a small
-constant (0.1). Both are a callback, :class:`RewardFn`, that users can swap.
+constant (0.01: larger, it pays an agent to keep taking neutral rewrites
+such as ``add_comm`` back and forth instead of stopping). Both are a callback, :class:`RewardFn`, that users can swap.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ class Feedback:
 RewardFn = Callable[[Feedback], float]
 
 
-def eq2_reward(fb: Feedback, between: float = 0.1) -> float:
+def eq2_reward(fb: Feedback, between: float = 0.01) -> float:
     """X-RLflow's Eq. 2 when a measurement is available, a small constant otherwise."""
     if not fb.measured:
         return between

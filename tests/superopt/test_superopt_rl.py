@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from tempo.superopt.agent import Agent, PPOConfig, Step, make_env, optimize_with_agent
+from tempo.superopt.agent import (Agent, PPOConfig, Step, best_of_k, make_env,
+                                  optimize_with_agent)
 from tempo.superopt.env import OP_NAMES, Feedback, RewriteEnv, encode, eq2_reward
 from tempo.superopt.models import build
 from tempo.superopt.optimize import same_outputs
@@ -29,7 +30,7 @@ def test_encoding_has_one_hot_ops_and_normalised_shape_edges():
 def test_eq2_reward_and_the_constant_between_measurements():
     assert eq2_reward(Feedback(True, 8.0, 10.0, 20.0)) == pytest.approx(10.0)
     assert eq2_reward(Feedback(True, 12.0, 10.0, 20.0)) == pytest.approx(-10.0)
-    assert eq2_reward(Feedback(False, 10.0, 10.0, 20.0)) == pytest.approx(0.1)
+    assert eq2_reward(Feedback(False, 10.0, 10.0, 20.0)) == pytest.approx(0.01)
 
 
 def test_env_masks_steps_and_measures_every_n_steps():
@@ -41,7 +42,7 @@ def test_env_masks_steps_and_measures_every_n_steps():
     assert obs["mask"].sum() == n + 1 and 1 <= n <= 8
     _, r1, *_, i1 = env.step(1)
     _, r2, *_, i2 = env.step(1)
-    assert not i1["measured"] and r1 == pytest.approx(0.1)
+    assert not i1["measured"] and r1 == pytest.approx(0.01)
     assert i2["measured"] and len(i2["applied"]) == 2
     with pytest.raises(ValueError, match="masked out"):
         env.step(len(env.cands) + 1)
@@ -88,3 +89,16 @@ def test_train_save_load_and_optimise(tmp_path):
     torch.testing.assert_close(loaded.net([loaded.state(obs)])[0], saved.net([saved.state(obs)])[0])
     again = optimize_with_agent(build("resnext", small=True, size=7), RULES, budget_s=1, load=path)
     assert again.cost > 0
+
+
+def test_best_of_k_returns_an_equivalent_graph_from_its_own_rollouts():
+    g = build("squeezenet", small=True)
+    agent = Agent(TINY)
+    env = make_env(g, RULES, TINY, inference=True)
+    assert env.feedback_every > TINY.max_steps          # measured only when an episode ends
+    chosen, latency, rollouts = best_of_k(agent, env, budget_s=0.0)
+    assert rollouts == TINY.min_samples + 1             # the greedy rollout and the minimum samples
+    assert chosen.origin in ("greedy rollout", "sampled rollout")
+    assert latency > 0 and 0 < len(chosen.applied) <= TINY.max_steps
+    assert same_outputs(g, chosen.graph)
+
