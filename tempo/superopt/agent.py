@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
@@ -54,6 +54,7 @@ class PPOConfig:
     min_samples: int = 4             # stochastic inference rollouts taken even past the budget
     finalists: int = 4               # distinct rollout results re-timed interleaved at the end
     seed: int = 0
+    rule_names: tuple[str, ...] = ()  # the rule set the agent acts with (set when it is made)
 
 
 @dataclass
@@ -78,10 +79,10 @@ class TrainLog:
 class Agent:
     """A policy/value network over graphs and the PPO procedure that trains it."""
 
-    def __init__(self, config: PPOConfig | None = None):
-        self.config = config or PPOConfig()
+    def __init__(self, config: PPOConfig, rules: list[Rule]):
+        self.config = replace(config, rule_names=tuple(r.name for r in rules))
         torch.manual_seed(self.config.seed)
-        self.net = PolicyValue(len(OP_NAMES), EDGE_RANK, self.config.max_candidates,
+        self.net = PolicyValue(len(OP_NAMES), EDGE_RANK, self.config.max_candidates, len(rules),
                                self.config.hidden, self.config.gat_layers)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=self.config.lr)
         self._data: dict[int, tuple] = {}
@@ -97,7 +98,8 @@ class Agent:
 
     def state(self, obs: dict) -> tuple:
         """The network's input for an observation."""
-        return self._convert(obs["current"]), [self._convert(c) for c in obs["candidates"]]
+        return (self._convert(obs["current"]), [self._convert(c) for c in obs["candidates"]],
+                torch.as_tensor(obs["rules"]))
 
     def act(self, obs: dict, greedy: bool = False) -> tuple[int, float, float, tuple]:
         """An action (masked), its log-probability, the state value and the state."""
@@ -197,15 +199,20 @@ class Agent:
         write_bytes_atomic(path, buffer.getvalue())
 
     @classmethod
-    def load(cls, path: str) -> Agent:
-        """An agent saved by :meth:`save`."""
+    def load(cls, path: str, rules: list[Rule]) -> Agent:
+        """An agent saved by :meth:`save`, to act with ``rules`` (the rule set it was trained with)."""
         try:
             blob = torch.load(path, weights_only=True)
         except FileNotFoundError:
             raise TempoError(f"no such agent file '{path}'") from None
         except Exception as exc:  # torch raises several types for corrupt files
             raise TempoError(f"'{path}' is not a saved superopt agent ({type(exc).__name__})") from None
-        agent = cls(PPOConfig(**blob["config"]))
+        config = PPOConfig(**{**blob["config"], "rule_names": tuple(blob["config"]["rule_names"])})
+        names = tuple(r.name for r in rules)
+        if config.rule_names != names:
+            raise TempoError(f"agent '{path}' was trained with a different rule set "
+                             f"({len(config.rule_names)} rules, not these {len(names)})")
+        agent = cls(config, rules)
         agent.net.load_state_dict(blob["state"])
         return agent
 
@@ -274,7 +281,7 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
     Training takes ``config.train_share`` of ``budget_s`` and inference the
     rest; a loaded agent spends the whole budget on inference.
     """
-    agent = Agent.load(load) if load else Agent(config or PPOConfig(seed=seed))
+    agent = Agent.load(load, rules) if load else Agent(config or PPOConfig(seed=seed), rules)
     extra: list[Finalist] = []
     if load is None:
         env = make_env(graph, rules, agent.config)

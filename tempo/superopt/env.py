@@ -5,7 +5,11 @@ graph is a :class:`gymnasium.spaces.GraphInstance`: node features are a
 one-hot op type, edge features the tensor's shape (padded to rank 4 with
 leading zeros) divided by ``M``. Action ``0`` stops (keeps the current
 graph); action ``i >= 1`` takes candidate ``i``; ``mask`` marks the valid
-actions (the action space is padded to ``max_candidates + 1``).
+actions (the action space is padded to ``max_candidates + 1``). ``rules``
+names, per action, the rule that made the candidate (its index in the rule
+list; ``len(rules)`` for the stop action and padding), so a policy can learn
+what each rule tends to do to latency without inferring the rule from two
+graph embeddings.
 
 Reward: every ``feedback_every`` steps, and when the episode ends, the graph's
 end-to-end latency is measured and the reward is Eq. 2,
@@ -84,7 +88,9 @@ class RewriteEnv(gym.Env):
             "current": graph_space,
             "candidates": spaces.Sequence(graph_space),
             "mask": spaces.MultiBinary(max_candidates + 1),
+            "rules": spaces.MultiDiscrete([len(rules) + 1] * (max_candidates + 1)),
         })
+        self._rule_index = {id(r): i for i, r in enumerate(rules)}
         self.action_space = spaces.Discrete(max_candidates + 1)
         self.initial_ms = self._measure(graph)
         self.best = (self.initial_ms, graph, [])
@@ -105,8 +111,11 @@ class RewriteEnv(gym.Env):
         self.cands: list[Candidate] = candidates(self.graph, self.rules)[: self.max_candidates]
         mask = np.zeros(self.max_candidates + 1, np.int8)
         mask[: len(self.cands) + 1] = 1
+        made_by = np.full(self.max_candidates + 1, len(self.rules), np.int64)
+        made_by[1: len(self.cands) + 1] = [self._rule_index[id(c.rule)] for c in self.cands]
         return {"current": self._graph_obs(self.graph),
-                "candidates": tuple(self._graph_obs(c.graph) for c in self.cands), "mask": mask}
+                "candidates": tuple(self._graph_obs(c.graph) for c in self.cands), "mask": mask,
+                "rules": made_by}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Start again from the input graph."""

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from tempo.errors import TempoError
 from tempo.superopt.agent import (Agent, PPOConfig, Step, best_of_k, make_env,
                                   optimize_with_agent)
 from tempo.superopt.env import OP_NAMES, Feedback, RewriteEnv, encode, eq2_reward
@@ -40,6 +41,9 @@ def test_env_masks_steps_and_measures_every_n_steps():
     assert env.observation_space["mask"].contains(obs["mask"])
     n = len(obs["candidates"])
     assert obs["mask"].sum() == n + 1 and 1 <= n <= 8
+    assert env.observation_space["rules"].contains(obs["rules"])
+    assert obs["rules"][0] == len(RULES) and np.all(obs["rules"][n + 1:] == len(RULES))
+    assert [RULES[i].name for i in obs["rules"][1: n + 1]] == [c.rule.name for c in env.cands]
     _, r1, *_, i1 = env.step(1)
     _, r2, *_, i2 = env.step(1)
     assert not i1["measured"] and r1 == pytest.approx(0.01)
@@ -51,7 +55,7 @@ def test_env_masks_steps_and_measures_every_n_steps():
 
 
 def test_policy_gives_masked_actions_no_probability():
-    agent = Agent(TINY)
+    agent = Agent(TINY, RULES)
     env = make_env(build("bert", small=True), RULES, TINY)
     obs, _ = env.reset()
     logits, values = agent.net([agent.state(obs)])
@@ -62,7 +66,7 @@ def test_policy_gives_masked_actions_no_probability():
 
 
 def test_ppo_update_moves_the_policy_towards_rewarded_actions():
-    agent = Agent(PPOConfig(hidden=16, gat_layers=2, max_candidates=8, lr=1e-2, epochs=8, seed=1))
+    agent = Agent(PPOConfig(hidden=16, gat_layers=2, max_candidates=8, lr=1e-2, epochs=8, seed=1), RULES)
     env = make_env(build("bert", small=True), RULES, agent.config)
     obs, _ = env.reset()
     state = agent.state(obs)
@@ -80,20 +84,22 @@ def test_train_save_load_and_optimise(tmp_path):
     path = str(tmp_path / "agent.pt")
     res = optimize_with_agent(g, RULES, budget_s=3, save=path, config=TINY, progress=False)
     assert same_outputs(g, res.graph)
-    loaded = Agent.load(path)
-    for a, b in zip(loaded.net.state_dict().values(), Agent(TINY).net.state_dict().values()):
+    loaded = Agent.load(path, RULES)
+    for a, b in zip(loaded.net.state_dict().values(), Agent(TINY, RULES).net.state_dict().values()):
         assert a.shape == b.shape
     obs = make_env(g, RULES, TINY).reset()[0]
-    saved = Agent(TINY)
+    saved = Agent(TINY, RULES)
     saved.net.load_state_dict(torch.load(path, weights_only=True)["state"])
     torch.testing.assert_close(loaded.net([loaded.state(obs)])[0], saved.net([saved.state(obs)])[0])
+    with pytest.raises(TempoError, match="different rule set"):
+        Agent.load(path, RULES[:-1])
     again = optimize_with_agent(build("resnext", small=True, size=7), RULES, budget_s=1, load=path)
     assert again.cost > 0
 
 
 def test_best_of_k_returns_an_equivalent_graph_from_its_own_rollouts():
     g = build("squeezenet", small=True)
-    agent = Agent(TINY)
+    agent = Agent(TINY, RULES)
     env = make_env(g, RULES, TINY, inference=True)
     assert env.feedback_every > TINY.max_steps          # measured only when an episode ends
     chosen, latency, rollouts = best_of_k(agent, env, budget_s=0.0)
