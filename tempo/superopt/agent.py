@@ -46,7 +46,7 @@ class PPOConfig:
     epochs: int = 4                  # passes over each batch
     minibatch: int = 16              # batch size of an update step
     max_candidates: int = 64         # padded action space (plus the stop action)
-    feedback_every: int = 5          # N: measure end-to-end latency every N steps
+    feedback_every: int = 1          # N: measure end-to-end latency every N steps
     max_steps: int = 60              # episode length limit (squeezenet needs ~30 fusions)
     hidden: int = 32                 # GNN width
     gat_layers: int = 3              # k graph-attention layers

@@ -92,12 +92,12 @@ class RewriteEnv(gym.Env):
         })
         self._rule_index = {id(r): i for i, r in enumerate(rules)}
         self.action_space = spaces.Discrete(max_candidates + 1)
-        self.initial_ms = self._measure(graph)
+        self.initial_ms = self._measure(graph, 3 * repeats)     # RT_0 scales every reward
         self.best = (self.initial_ms, graph, [])
         self._encoded: dict = {}
 
-    def _measure(self, graph: Graph) -> float:
-        return measure_latency(graph, repeats=self.repeats, warmup=2).median_ms
+    def _measure(self, graph: Graph, repeats: int | None = None) -> float:
+        return measure_latency(graph, repeats=repeats or self.repeats, warmup=2).median_ms
 
     def _graph_obs(self, graph: Graph) -> spaces.GraphInstance:
         key = graph.key()
