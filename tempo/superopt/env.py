@@ -95,6 +95,7 @@ class RewriteEnv(gym.Env):
         self.initial_ms = self._measure(graph, 3 * repeats)     # RT_0 scales every reward
         self.best = (self.initial_ms, graph, [])
         self._encoded: dict = {}
+        self._listed: dict = {}
 
     def _measure(self, graph: Graph, repeats: int | None = None) -> float:
         return measure_latency(graph, repeats=repeats or self.repeats, warmup=2).median_ms
@@ -107,8 +108,17 @@ class RewriteEnv(gym.Env):
             self._encoded[key] = (graph, encode(graph, self.edge_scale))
         return self._encoded[key][1]
 
+    def _candidates(self, graph: Graph) -> list[Candidate]:
+        """The capped candidate list, remembered: episodes revisit the same graphs."""
+        key = graph.key()
+        if key not in self._listed:
+            if len(self._listed) > 4096:
+                self._listed.clear()
+            self._listed[key] = candidates(graph, self.rules)[: self.max_candidates]
+        return self._listed[key]
+
     def _observe(self) -> dict:
-        self.cands: list[Candidate] = candidates(self.graph, self.rules)[: self.max_candidates]
+        self.cands = self._candidates(self.graph)
         mask = np.zeros(self.max_candidates + 1, np.int8)
         mask[: len(self.cands) + 1] = 1
         made_by = np.full(self.max_candidates + 1, len(self.rules), np.int64)
