@@ -2,16 +2,27 @@
 
 For each workload the unoptimised graph and every method's result are timed
 in one interleaved session (torch backend, one thread, median of repeats), so
-the speed-ups share the same noise. Also: each method's optimisation time,
-the Fig. 7 run (an agent trained on one input shape, evaluated on three
-others) and the Fig. 5 heatmap of the rules the RL agent applied.
+the speed-ups share the same noise. The RL agent is compared with the best
+baseline (the fastest of greedy, backtracking and eqsat in that same session)
+by :func:`tempo.superopt.stats.paired_verdict`: win / tie / loss from the
+bootstrap 95% interval of the median per-round latency ratio. Also: each
+method's optimisation time, the Fig. 7 run (an agent trained on one input
+shape, evaluated on three others) and the Fig. 5 heatmap of the rules the RL
+agent applied.
 
-    .venv/bin/python benchmarks/superopt.py --quick        # small shapes, ~4 minutes
-    .venv/bin/python benchmarks/superopt.py                # full published shapes (hours on CPU)
+    .venv/bin/python benchmarks/superopt.py --quick        # short budgets, ~4 minutes
+    .venv/bin/python benchmarks/superopt.py                # the headline run, ~30 minutes
+    .venv/bin/python benchmarks/superopt.py --full-shapes  # the published shapes (hours on CPU)
+
+All modes but ``--full-shapes`` use each workload's small shapes: on a shared
+CPU one run of a full-size graph takes 20-100 ms with an interquartile range
+of 20-80% of the median, too slow for RL training and too noisy to rank
+graphs.
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -21,61 +32,51 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
+from tempo.files import write_bytes_atomic
 from tempo.superopt.agent import PPOConfig, optimize_with_agent
-from tempo.superopt.execute import compile_graph
-from tempo.superopt.graph import Graph
-from tempo.superopt.latency import time_runs
+from tempo.superopt.execute import time_interleaved
 from tempo.superopt.models import WORKLOADS, build
 from tempo.superopt.optimize import optimize, same_outputs
-from tempo.superopt.reference import random_feeds
 from tempo.superopt.rules import load_rules
+from tempo.superopt.stats import paired_verdict
 
-METHODS = ("greedy", "backtrack", "eqsat", "rl")
+BASELINES = ("greedy", "backtrack", "eqsat")
+METHODS = (*BASELINES, "rl")
 
 
 @dataclass
 class Args:
     """Benchmark settings."""
 
-    quick: bool          # small shapes and short budgets
+    quick: bool          # short budgets
+    small: bool          # the workloads' small shapes (not the published ones)
     workloads: list[str]  # which workloads to run
     search_s: float      # budget of the backtracking search per workload
-    train_s: float       # RL training budget per workload
+    train_s: float       # RL budget per workload (training, then best-of-K inference)
+    rounds: int          # interleaved timing rounds of the final graphs
     out: str             # JSON output path
 
 
 def parse_args() -> Args:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small shapes and short budgets")
+    p.add_argument("--quick", action="store_true", help="short budgets")
+    p.add_argument("--full-shapes", action="store_true", help="the published (full-size) shapes")
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     p.add_argument("--search-s", type=float, default=None, help="backtracking budget (s)")
-    p.add_argument("--train-s", type=float, default=None, help="RL training budget (s)")
+    p.add_argument("--train-s", type=float, default=None,
+                   help="RL budget (s): training, then best-of-K inference")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds")
     p.add_argument("--out", default="benchmarks/results/superopt.json")
     ns = p.parse_args()
-    return Args(ns.quick, ns.workloads, ns.search_s or (5.0 if ns.quick else 60.0),
-                ns.train_s or (15.0 if ns.quick else 600.0), ns.out)
-
-
-def interleaved(graphs: dict[str, Graph], rounds: int, repeats: int = 10
-                ) -> dict[str, tuple[float, float]]:
-    """(median, interquartile range) of each graph's latency in ms, timed in alternating rounds.
-
-    The order of the graphs rotates every round, so no graph always runs first or last.
-    """
-    fns = {k: compile_graph(g) for k, g in graphs.items()}
-    feeds = random_feeds(next(iter(graphs.values())))
-    samples: dict[str, list[float]] = {k: [] for k in graphs}
-    keys = list(fns)
-    for r in range(rounds):
-        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
-            samples[k].extend(time_runs(lambda: fns[k](feeds), 1, repeats).samples_ms)
-    return {k: (float(np.median(v)), float(np.subtract(*np.percentile(v, [75, 25]))))
-            for k, v in samples.items()}
+    return Args(ns.quick, not ns.full_shapes, ns.workloads,
+                ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 180.0),
+                ns.rounds or (20 if ns.quick else 40), ns.out)
 
 
 def run_workload(name: str, args: Args, rules) -> dict:
-    graph = build(name, small=args.quick)
+    graph = build(name, small=args.small)
     budgets = {"greedy": args.search_s, "backtrack": args.search_s, "eqsat": args.search_s,
                "rl": args.train_s}
     results, graphs = {}, {"input": graph}
@@ -85,13 +86,18 @@ def run_workload(name: str, args: Args, rules) -> dict:
         assert same_outputs(graph, out.graph), f"{method} changed {name}'s outputs"
         graphs[method] = out.graph
         results[method] = {"optimise_s": out.optimise_s, "applied": out.applied,
-                           "kept_input": out.kept_input}
-    latency = interleaved(graphs, rounds=15 if args.quick else 30)
+                           "kept_input": out.kept_input, "origin": out.origin}
+    latency = time_interleaved(graphs, rounds=args.rounds)
     for method in METHODS:
-        results[method]["latency_ms"], results[method]["iqr_ms"] = latency[method]
-        results[method]["speedup"] = latency["input"][0] / latency[method][0]
-    return {"input_ms": latency["input"][0], "input_iqr_ms": latency["input"][1],
-            "nodes": len(graph.topo()), "methods": results}
+        results[method]["latency_ms"] = latency[method].median_ms
+        results[method]["iqr_ms"] = latency[method].iqr_ms
+        results[method]["speedup"] = latency["input"].median_ms / latency[method].median_ms
+    best = min(BASELINES, key=lambda m: latency[m].median_ms)
+    v = paired_verdict(latency[best], latency["rl"], args.rounds)
+    return {"input_ms": latency["input"].median_ms, "input_iqr_ms": latency["input"].iqr_ms,
+            "nodes": len(graph.topo()), "methods": results,
+            "rl_vs_best": {"baseline": best, "ratio": v.ratio, "ci95": [v.low, v.high],
+                           "verdict": v.outcome}}
 
 
 def generalisation(args: Args, rules, name: str = "bert") -> list[dict]:
@@ -99,14 +105,14 @@ def generalisation(args: Args, rules, name: str = "bert") -> list[dict]:
     config = PPOConfig()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "agent.pt")
-        optimize_with_agent(build(name, small=args.quick), rules, args.train_s, save=path,
+        optimize_with_agent(build(name, small=args.small), rules, args.train_s, save=path,
                             config=config, progress=False)
         rows = []
         for shape in WORKLOADS[name].shapes:
-            g = build(name, small=args.quick, **shape)
-            res = optimize_with_agent(g, rules, 1.0, load=path)
-            lat = interleaved({"input": g, "agent": res.graph}, rounds=6)
-            rows.append({"shape": shape, "speedup": lat["input"][0] / lat["agent"][0],
+            g = build(name, small=args.small, **shape)
+            res = optimize_with_agent(g, rules, 2.0, load=path)
+            lat = time_interleaved({"input": g, "agent": res.graph}, rounds=6)
+            rows.append({"shape": shape, "speedup": lat["input"].median_ms / lat["agent"].median_ms,
                          "applied": len(res.applied)})
     return rows
 
@@ -136,33 +142,32 @@ def heatmap(report: dict, path: str) -> None:
     fig.colorbar(im, ax=ax, label="applications")
     ax.set_title("Rewrite rules applied by the RL agent")
     fig.tight_layout()
-    _atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120), binary=True)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
+    write_bytes_atomic(path, buffer.getvalue())
     plt.close(fig)
 
 
-def _atomic(path: str, write, binary: bool = False) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "wb" if binary else "w") as fh:
-        write(fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def table(report: dict) -> str:
-    """Speed-ups with each method's latency IQR as a fraction of its median (the noise)."""
-    head = (f"| workload | nodes | input ms (IQR %) | " + " | ".join(f"{m} x (IQR %)" for m in METHODS)
-            + " | " + " | ".join(f"{m} s" for m in METHODS) + " |")
-    lines = [head, "|" + "---|" * (3 + 2 * len(METHODS))]
+    """Speed-ups (IQR as % of the median), RL vs the best baseline with its verdict, and times."""
+    head = ("| workload | nodes | input ms (IQR %) | "
+            + " | ".join(f"{m} x (IQR %)" for m in METHODS)
+            + " | best baseline | best / rl [95% CI] | verdict | "
+            + " | ".join(f"{m} s" for m in METHODS) + " |")
+    lines = [head, "|" + "---|" * (6 + 2 * len(METHODS))]
     for w, r in report["workloads"].items():
-        ms = r["methods"]
+        ms, cmp = r["methods"], r["rl_vs_best"]
         noise = {m: 100 * ms[m]["iqr_ms"] / ms[m]["latency_ms"] for m in METHODS}
         lines.append(f"| {w} | {r['nodes']} | {r['input_ms']:.3f} "
                      f"({100 * r['input_iqr_ms'] / r['input_ms']:.0f}) | "
-                     + " | ".join(f"{ms[m]['speedup']:.3f} ({noise[m]:.0f})" for m in METHODS) + " | "
+                     + " | ".join(f"{ms[m]['speedup']:.3f} ({noise[m]:.0f})" for m in METHODS)
+                     + f" | {cmp['baseline']} | {cmp['ratio']:.3f} [{cmp['ci95'][0]:.3f}, "
+                     f"{cmp['ci95'][1]:.3f}] | {cmp['verdict']} | "
                      + " | ".join(f"{ms[m]['optimise_s']:.1f}" for m in METHODS) + " |")
+    verdicts = [r["rl_vs_best"]["verdict"] for r in report["workloads"].values()]
+    lines.append("")
+    lines.append(f"RL vs best baseline: {verdicts.count('win')} win, {verdicts.count('tie')} tie, "
+                 f"{verdicts.count('loss')} loss")
     lines.append("")
     lines.append("| Fig. 7 (bert agent, other shapes) | speed-up | rewrites |")
     lines.append("|---|---|---|")
@@ -176,14 +181,16 @@ def main() -> int:
     torch.set_num_threads(1)
     rules = load_rules()
     start = time.perf_counter()
-    report = {"quick": args.quick, "device": "cpu, torch, 1 thread", "workloads": {}}
-    for name in args.workloads:
-        print(f"[{time.perf_counter() - start:6.1f}s] {name}", file=sys.stderr)
+    report = {"quick": args.quick, "small_shapes": args.small, "budgets_s": {
+        "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds,
+        "device": "cpu, torch, 1 thread", "workloads": {}}
+    for name in tqdm(args.workloads, desc="workloads", unit="workload"):
         report["workloads"][name] = run_workload(name, args, rules)
     print(f"[{time.perf_counter() - start:6.1f}s] generalisation", file=sys.stderr)
     report["generalisation"] = generalisation(args, rules)
     report["seconds"] = time.perf_counter() - start
-    _atomic(args.out, lambda fh: json.dump(report, fh, indent=1))
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    write_bytes_atomic(args.out, json.dumps(report, indent=1).encode())
     heatmap(report, os.path.join(os.path.dirname(args.out), "superopt_rules.png"))
     print(table(report))
     print(f"\n{report['seconds']:.0f} s; JSON: {args.out}")

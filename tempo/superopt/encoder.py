@@ -5,8 +5,10 @@
 3. Global update (Eq. 8): ``g' = relu(W [sum_i h_i || g])`` with ``g`` initialised to 0.
 
 Policy and value heads read the graph embeddings: each candidate graph (and
-the current graph, for the stop action) gets a logit from the policy MLP; the
-value MLP reads the current graph's embedding with the candidates' mean.
+the current graph, for the stop action) gets a logit from the policy MLP,
+which also reads a learned embedding of the rule that made the candidate (a
+separate entry stands for "stop"); the value MLP reads the current graph's
+embedding with the candidates' mean.
 """
 from __future__ import annotations
 
@@ -60,18 +62,25 @@ def _mlp(inp: int, sizes: tuple[int, ...], out: int) -> nn.Sequential:
 class PolicyValue(nn.Module):
     """Masked action logits over [stop, candidate 1..K] and a state value."""
 
-    def __init__(self, node_dim: int, edge_dim: int, max_candidates: int, hidden: int = 64,
-                 gat_layers: int = 5, head: tuple[int, ...] = (256, 64)):
+    def __init__(self, node_dim: int, edge_dim: int, max_candidates: int, num_rules: int,
+                 hidden: int = 64, gat_layers: int = 5, head: tuple[int, ...] = (256, 64),
+                 rule_dim: int = 16):
         super().__init__()
         self.max_candidates = max_candidates
         self.encoder = GraphEncoder(node_dim, edge_dim, hidden, gat_layers)
-        self.policy = _mlp(2 * hidden, head, 1)
+        self.rule_embedding = nn.Embedding(num_rules + 1, rule_dim)   # the last entry: stop
+        self.policy = _mlp(2 * hidden + rule_dim, head, 1)
         self.value = _mlp(2 * hidden, head, 1)
 
-    def forward(self, states: list[tuple[Data, list[Data]]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits [S, K+1] (masked entries -1e9) and values [S] for a list of states."""
+    def forward(self, states: list[tuple[Data, list[Data], torch.Tensor]]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [S, K+1] (masked entries -1e9) and values [S] for a list of states.
+
+        A state is the current graph, the candidate graphs and the rule index of
+        each action (stop first).
+        """
         graphs, spans = [], []
-        for current, cands in states:
+        for current, cands, _ in states:
             spans.append((len(graphs), len(cands)))
             graphs.extend([current, *cands])
         emb = self.encoder(Batch.from_data_list(graphs))
@@ -80,7 +89,8 @@ class PolicyValue(nn.Module):
         for s, (start, n) in enumerate(spans):
             cur = emb[start].expand(n + 1, -1)
             options = emb[start:start + n + 1]          # the stop action scores the current graph
-            logits[s, : n + 1] = self.policy(torch.cat([cur, options], dim=-1)).squeeze(-1)
+            made_by = self.rule_embedding(states[s][2][: n + 1])
+            logits[s, : n + 1] = self.policy(torch.cat([cur, options, made_by], dim=-1)).squeeze(-1)
             context = emb[start + 1:start + n + 1].mean(0) if n else emb[start]
             values.append(self.value(torch.cat([emb[start], context])).squeeze(-1))
         return logits, torch.stack(values)

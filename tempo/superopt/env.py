@@ -5,12 +5,17 @@ graph is a :class:`gymnasium.spaces.GraphInstance`: node features are a
 one-hot op type, edge features the tensor's shape (padded to rank 4 with
 leading zeros) divided by ``M``. Action ``0`` stops (keeps the current
 graph); action ``i >= 1`` takes candidate ``i``; ``mask`` marks the valid
-actions (the action space is padded to ``max_candidates + 1``).
+actions (the action space is padded to ``max_candidates + 1``). ``rules``
+names, per action, the rule that made the candidate (its index in the rule
+list; ``len(rules)`` for the stop action and padding), so a policy can learn
+what each rule tends to do to latency without inferring the rule from two
+graph embeddings.
 
 Reward: every ``feedback_every`` steps, and when the episode ends, the graph's
 end-to-end latency is measured and the reward is Eq. 2,
 ``(RT_prev - RT_now) / RT_0 * 100``; between measurements it is a small
-constant (0.1). Both are a callback, :class:`RewardFn`, that users can swap.
+constant (0.01: larger, it pays an agent to keep taking neutral rewrites
+such as ``add_comm`` back and forth instead of stopping). Both are a callback, :class:`RewardFn`, that users can swap.
 """
 from __future__ import annotations
 
@@ -59,7 +64,7 @@ class Feedback:
 RewardFn = Callable[[Feedback], float]
 
 
-def eq2_reward(fb: Feedback, between: float = 0.1) -> float:
+def eq2_reward(fb: Feedback, between: float = 0.01) -> float:
     """X-RLflow's Eq. 2 when a measurement is available, a small constant otherwise."""
     if not fb.measured:
         return between
@@ -83,14 +88,17 @@ class RewriteEnv(gym.Env):
             "current": graph_space,
             "candidates": spaces.Sequence(graph_space),
             "mask": spaces.MultiBinary(max_candidates + 1),
+            "rules": spaces.MultiDiscrete([len(rules) + 1] * (max_candidates + 1)),
         })
+        self._rule_index = {id(r): i for i, r in enumerate(rules)}
         self.action_space = spaces.Discrete(max_candidates + 1)
-        self.initial_ms = self._measure(graph)
+        self.initial_ms = self._measure(graph, 3 * repeats)     # RT_0 scales every reward
         self.best = (self.initial_ms, graph, [])
         self._encoded: dict = {}
+        self._listed: dict = {}
 
-    def _measure(self, graph: Graph) -> float:
-        return measure_latency(graph, repeats=self.repeats, warmup=2).median_ms
+    def _measure(self, graph: Graph, repeats: int | None = None) -> float:
+        return measure_latency(graph, repeats=repeats or self.repeats, warmup=2).median_ms
 
     def _graph_obs(self, graph: Graph) -> spaces.GraphInstance:
         key = graph.key()
@@ -100,12 +108,24 @@ class RewriteEnv(gym.Env):
             self._encoded[key] = (graph, encode(graph, self.edge_scale))
         return self._encoded[key][1]
 
+    def _candidates(self, graph: Graph) -> list[Candidate]:
+        """The capped candidate list, remembered: episodes revisit the same graphs."""
+        key = graph.key()
+        if key not in self._listed:
+            if len(self._listed) > 4096:
+                self._listed.clear()
+            self._listed[key] = candidates(graph, self.rules)[: self.max_candidates]
+        return self._listed[key]
+
     def _observe(self) -> dict:
-        self.cands: list[Candidate] = candidates(self.graph, self.rules)[: self.max_candidates]
+        self.cands = self._candidates(self.graph)
         mask = np.zeros(self.max_candidates + 1, np.int8)
         mask[: len(self.cands) + 1] = 1
+        made_by = np.full(self.max_candidates + 1, len(self.rules), np.int64)
+        made_by[1: len(self.cands) + 1] = [self._rule_index[id(c.rule)] for c in self.cands]
         return {"current": self._graph_obs(self.graph),
-                "candidates": tuple(self._graph_obs(c.graph) for c in self.cands), "mask": mask}
+                "candidates": tuple(self._graph_obs(c.graph) for c in self.cands), "mask": mask,
+                "rules": made_by}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Start again from the input graph."""

@@ -33,6 +33,24 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str = "torch") -
     return [np.asarray(o) for o in compile_graph(graph, backend)(feeds)]
 
 
+def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int = 10,
+                     backend: str = "torch", seed: int = 0) -> dict[str, Latency]:
+    """Latencies of several graphs with the same inputs, timed in alternating rounds.
+
+    Each round runs every graph ``repeats`` times (after one warm-up run); the
+    order rotates every round, so no graph always runs first or last and all
+    share the same background noise. The samples of all rounds are pooled.
+    """
+    fns = {k: compile_graph(g, backend) for k, g in graphs.items()}
+    feeds = random_feeds(next(iter(graphs.values())), seed)
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    keys = list(fns)
+    for r in range(rounds):
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            samples[k].extend(time_runs(lambda: fns[k](feeds), 1, repeats).samples_ms)
+    return {k: Latency(tuple(v)) for k, v in samples.items()}
+
+
 def measure_latency(graph: Graph, backend: str = "torch", warmup: int = 3, repeats: int = 20,
                     seed: int = 0) -> Latency:
     """End-to-end inference latency of ``graph`` on random inputs (warm-up, repeats, median)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -331,6 +332,21 @@ class Graph:
 
     def topo(self) -> list[Node]:
         """Every node reachable from the outputs, each after its sources."""
+        return list(self._order)
+
+    def nodes_of(self, op: str) -> tuple[Node, ...]:
+        """The graph's nodes of type ``op``, in topological order."""
+        return self._by_op.get(op, ())
+
+    @cached_property
+    def _by_op(self) -> dict[str, tuple[Node, ...]]:
+        index: dict[str, list[Node]] = {}
+        for n in self._order:
+            index.setdefault(n.op, []).append(n)
+        return {op: tuple(ns) for op, ns in index.items()}
+
+    @cached_property
+    def _order(self) -> tuple[Node, ...]:
         order, seen, stack = [], set(), [(o, False) for o in reversed(self.outputs)]
         while stack:
             n, expanded = stack.pop()
@@ -342,7 +358,7 @@ class Graph:
             seen.add(id(n))
             stack.append((n, True))
             stack.extend((s, False) for s in reversed(n.src) if id(s) not in seen)
-        return order
+        return tuple(order)
 
     def consumers(self) -> dict[int, list[Node]]:
         """For each node id, the nodes that read it."""
@@ -354,12 +370,16 @@ class Graph:
 
     def constant_ids(self) -> set[int]:
         """Ids of nodes that depend on no input: weights, scalars and ops on them only."""
+        return set(self._constant)
+
+    @cached_property
+    def _constant(self) -> frozenset[int]:
         const: set[int] = set()
-        for n in self.topo():
+        for n in self._order:
             if n.op in ("weight", "scalar") or (n.src and n.op != "opaque"
                                                and all(id(s) in const for s in n.src)):
                 const.add(id(n))
-        return const
+        return frozenset(const)
 
     def replace(self, mapping: Mapping[int, Node]) -> Graph:
         """The graph with each node whose id is in ``mapping`` replaced by its value."""

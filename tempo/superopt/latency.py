@@ -19,6 +19,11 @@ class Latency:
         """The median run time."""
         return float(np.median(self.samples_ms))
 
+    @property
+    def iqr_ms(self) -> float:
+        """The interquartile range of the run times (the spread of the middle half)."""
+        return float(np.subtract(*np.percentile(self.samples_ms, [75, 25])))
+
 
 def time_runs(run: Callable[[], object], warmup: int = 3, repeats: int = 20) -> Latency:
     """Call ``run`` ``warmup`` times untimed, then ``repeats`` times timed."""

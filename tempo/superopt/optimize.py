@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tempo.errors import TempoError
-from tempo.superopt.execute import compile_graph
+from tempo.superopt.execute import compile_graph, time_interleaved
 from tempo.superopt.graph import Graph
-from tempo.superopt.latency import time_runs
 from tempo.superopt.reference import random_feeds
 from tempo.superopt.rules import Rule, load_rules
 
@@ -41,6 +40,7 @@ class Outcome:
     after_ms: float
     kept_input: bool
     reason: str = ""
+    origin: str = ""                # how the search found the graph (RL: which rollout)
 
     @property
     def speedup(self) -> float:
@@ -58,13 +58,8 @@ def agent_function(name: str) -> Callable:
 
 def compare_latency(a: Graph, b: Graph, rounds: int = 5, repeats: int = 10) -> tuple[float, float]:
     """Median latencies of ``a`` and ``b``, timed in alternating rounds to share the noise."""
-    fa, fb = compile_graph(a), compile_graph(b)
-    feeds = random_feeds(a)
-    sa, sb = [], []
-    for _ in range(rounds):
-        sa.extend(time_runs(lambda: fa(feeds), 1, repeats).samples_ms)
-        sb.extend(time_runs(lambda: fb(feeds), 1, repeats).samples_ms)
-    return float(np.median(sa)), float(np.median(sb))
+    lat = time_interleaved({"a": a, "b": b}, rounds, repeats)
+    return lat["a"].median_ms, lat["b"].median_ms
 
 
 def same_outputs(a: Graph, b: Graph, seed: int = 0) -> bool:
@@ -95,4 +90,4 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
     before, after = compare_latency(graph, result.graph)
     if after >= before:
         return Outcome(graph, [], elapsed, before, before, True, "not faster when measured")
-    return Outcome(result.graph, result.applied, elapsed, before, after, False)
+    return Outcome(result.graph, result.applied, elapsed, before, after, False, origin=result.origin)

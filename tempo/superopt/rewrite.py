@@ -114,11 +114,10 @@ def _ancestors(nodes: list[Node]) -> set[int]:
 def matches(rule: Rule, graph: Graph, const: set[int] | None = None) -> list[Match]:
     """Every location of ``rule`` in ``graph`` whose roots are not all weight-only."""
     const = graph.constant_ids() if const is None else const
-    order = graph.topo()
     per_root = []
     for p in rule.source:
         found = []
-        for n in order:
+        for n in graph.topo() if isinstance(p, PVar) else graph.nodes_of(p.op):
             deferred: list = []
             env = _match(p, n, {}, deferred)
             if env is not None:

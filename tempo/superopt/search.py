@@ -27,6 +27,7 @@ class SearchResult:
     cost: float
     explored: int = 0
     trace: list[float] = field(default_factory=list)
+    origin: str = ""                # how the graph was found, where a search has several ways
 
 
 def greedy(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | None = None

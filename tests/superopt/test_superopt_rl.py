@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from tempo.superopt.agent import Agent, PPOConfig, Step, make_env, optimize_with_agent
+from tempo.errors import TempoError
+from tempo.superopt.agent import (Agent, PPOConfig, Step, best_of_k, make_env,
+                                  optimize_with_agent)
 from tempo.superopt.env import OP_NAMES, Feedback, RewriteEnv, encode, eq2_reward
 from tempo.superopt.models import build
 from tempo.superopt.optimize import same_outputs
@@ -29,7 +31,7 @@ def test_encoding_has_one_hot_ops_and_normalised_shape_edges():
 def test_eq2_reward_and_the_constant_between_measurements():
     assert eq2_reward(Feedback(True, 8.0, 10.0, 20.0)) == pytest.approx(10.0)
     assert eq2_reward(Feedback(True, 12.0, 10.0, 20.0)) == pytest.approx(-10.0)
-    assert eq2_reward(Feedback(False, 10.0, 10.0, 20.0)) == pytest.approx(0.1)
+    assert eq2_reward(Feedback(False, 10.0, 10.0, 20.0)) == pytest.approx(0.01)
 
 
 def test_env_masks_steps_and_measures_every_n_steps():
@@ -39,9 +41,12 @@ def test_env_masks_steps_and_measures_every_n_steps():
     assert env.observation_space["mask"].contains(obs["mask"])
     n = len(obs["candidates"])
     assert obs["mask"].sum() == n + 1 and 1 <= n <= 8
+    assert env.observation_space["rules"].contains(obs["rules"])
+    assert obs["rules"][0] == len(RULES) and np.all(obs["rules"][n + 1:] == len(RULES))
+    assert [RULES[i].name for i in obs["rules"][1: n + 1]] == [c.rule.name for c in env.cands]
     _, r1, *_, i1 = env.step(1)
     _, r2, *_, i2 = env.step(1)
-    assert not i1["measured"] and r1 == pytest.approx(0.1)
+    assert not i1["measured"] and r1 == pytest.approx(0.01)
     assert i2["measured"] and len(i2["applied"]) == 2
     with pytest.raises(ValueError, match="masked out"):
         env.step(len(env.cands) + 1)
@@ -50,7 +55,7 @@ def test_env_masks_steps_and_measures_every_n_steps():
 
 
 def test_policy_gives_masked_actions_no_probability():
-    agent = Agent(TINY)
+    agent = Agent(TINY, RULES)
     env = make_env(build("bert", small=True), RULES, TINY)
     obs, _ = env.reset()
     logits, values = agent.net([agent.state(obs)])
@@ -61,7 +66,7 @@ def test_policy_gives_masked_actions_no_probability():
 
 
 def test_ppo_update_moves_the_policy_towards_rewarded_actions():
-    agent = Agent(PPOConfig(hidden=16, gat_layers=2, max_candidates=8, lr=1e-2, epochs=8, seed=1))
+    agent = Agent(PPOConfig(hidden=16, gat_layers=2, max_candidates=8, lr=1e-2, epochs=8, seed=1), RULES)
     env = make_env(build("bert", small=True), RULES, agent.config)
     obs, _ = env.reset()
     state = agent.state(obs)
@@ -79,12 +84,27 @@ def test_train_save_load_and_optimise(tmp_path):
     path = str(tmp_path / "agent.pt")
     res = optimize_with_agent(g, RULES, budget_s=3, save=path, config=TINY, progress=False)
     assert same_outputs(g, res.graph)
-    loaded = Agent.load(path)
-    for a, b in zip(loaded.net.state_dict().values(), Agent(TINY).net.state_dict().values()):
+    loaded = Agent.load(path, RULES)
+    for a, b in zip(loaded.net.state_dict().values(), Agent(TINY, RULES).net.state_dict().values()):
         assert a.shape == b.shape
     obs = make_env(g, RULES, TINY).reset()[0]
-    saved = Agent(TINY)
+    saved = Agent(TINY, RULES)
     saved.net.load_state_dict(torch.load(path, weights_only=True)["state"])
     torch.testing.assert_close(loaded.net([loaded.state(obs)])[0], saved.net([saved.state(obs)])[0])
+    with pytest.raises(TempoError, match="different rule set"):
+        Agent.load(path, RULES[:-1])
     again = optimize_with_agent(build("resnext", small=True, size=7), RULES, budget_s=1, load=path)
     assert again.cost > 0
+
+
+def test_best_of_k_returns_an_equivalent_graph_from_its_own_rollouts():
+    g = build("squeezenet", small=True)
+    agent = Agent(TINY, RULES)
+    env = make_env(g, RULES, TINY, inference=True)
+    assert env.feedback_every > TINY.max_steps          # measured only when an episode ends
+    chosen, latency, rollouts = best_of_k(agent, env, budget_s=0.0)
+    assert rollouts == TINY.min_samples + 1             # the greedy rollout and the minimum samples
+    assert chosen.origin in ("greedy rollout", "sampled rollout")
+    assert latency > 0 and 0 < len(chosen.applied) <= TINY.max_steps
+    assert same_outputs(g, chosen.graph)
+

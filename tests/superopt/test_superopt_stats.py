@@ -1,0 +1,53 @@
+"""Interleaved timing and the win / tie / loss rule."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tempo.superopt.execute import time_interleaved
+from tempo.superopt.graph import GraphBuilder, node
+from tempo.superopt.latency import Latency
+from tempo.superopt.stats import paired_verdict, round_medians
+
+
+def _latency(medians: list[float], rng: np.random.Generator, spread: float = 0.05) -> Latency:
+    """Ten samples per round around each round's median, stored round after round."""
+    return Latency(tuple(float(m * (1 + spread * rng.standard_normal())) for m in medians
+                         for _ in range(10)))
+
+
+def test_verdict_follows_the_interval_of_paired_ratios():
+    rng = np.random.default_rng(0)
+    drift = 1.0 + 0.3 * rng.random(20)                  # load that changes from round to round
+    reference = _latency(list(drift), rng)
+    assert paired_verdict(reference, _latency(list(0.9 * drift), rng), 20).outcome == "win"
+    assert paired_verdict(reference, _latency(list(1.1 * drift), rng), 20).outcome == "loss"
+    same = paired_verdict(reference, _latency(list(drift), rng), 20)
+    assert same.outcome == "tie" and same.low < 1.0 < same.high
+    assert same.ratio == pytest.approx(1.0, abs=0.05)
+
+
+def test_round_medians_split_the_samples_round_by_round():
+    lat = Latency((1.0, 2.0, 3.0, 10.0, 11.0, 30.0))
+    np.testing.assert_allclose(round_medians(lat, 2), [2.0, 11.0])
+
+
+@pytest.fixture
+def one_thread():
+    """Time on one torch thread, as the optimiser does (more spin on a shared machine)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_interleaved_timing_tells_a_big_matmul_from_a_small_one(one_thread):
+    b = GraphBuilder(0)
+    x = b.input("x", (256, 256))
+    small = b.build([node("matmul", node("slice", x, axis=1, start=0, end=8), b.weight((8, 8)))])
+    big = b.build([node("matmul", x, b.weight((256, 256)))])
+    lat = time_interleaved({"small": small, "big": big}, rounds=4, repeats=5)
+    assert all(len(v.samples_ms) == 20 for v in lat.values())
+    assert paired_verdict(lat["small"], lat["big"], 4).outcome == "loss"
