@@ -6,14 +6,16 @@ over the learned model (the root masks illegal actions), sample from the
 visit distribution. Transitions go to a replay buffer once their ``n``-step
 value target is known; the networks train on K-step unrolls in between moves.
 
-**Drop-backup (§4.3.2).** Each game keeps a backup: the latest prefix after
-which no alias group placed in fast memory has undecided buffers, so dropping
-everything after it completes the game. When a move leads to a lost state,
-the game is rewound to the backup, the alias group of the buffer that could
-not be placed is forced to Drop from then on, and the losing move is stored
-with the local negative reward (the return lost since the backup). When the
-budget runs out, the games in flight are completed from their backups by Drop
-moves, so the agent always has an answer.
+The agent searches only at decision points: moves with one legal action, and
+free reuses, are played automatically (:mod:`episode`), and a decision's
+reward includes the automatic moves that follow it.
+
+**Drop-backup (§4.3.2).** When a move leads to a lost state the game is
+rewound to its backup and the stuck alias group is forced to Drop
+(:class:`Episode`); the losing move is stored with the local negative reward
+(the return lost since the backup). When the budget runs out, the games in
+flight are completed from their backups by Drop moves, so the agent always
+has an answer: the best complete game it played.
 
 ``num_simulations = 0`` is the no-search ablation of Fig. 7: actions are
 sampled from the policy network, whose target is then the softmax of one-step
@@ -27,8 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tempo.memplan.agents.base import SearchResult, Tracker
+from tempo.memplan.agents.episode import Episode
 from tempo.memplan.features import SHAPES, Observer
-from tempo.memplan.game import DROP, GameState
 from tempo.memplan.problem import Instance
 
 
@@ -36,9 +38,9 @@ from tempo.memplan.problem import Instance
 class MuZeroConfig:
     """Hyper-parameters (Appendix C where they apply at this scale)."""
 
-    parallel: int = 8             # games played at once (one batched search)
-    num_simulations: int = 16     # MCTS simulations per move (0: no search)
-    discount: float = 0.997
+    parallel: int = 16            # games played at once (one batched search)
+    num_simulations: int = 8      # MCTS simulations per move (0: no search)
+    discount: float = 0.99
     td_steps: int = 10            # n of the n-step value target
     unroll: int = 3               # K of the K-step model unroll
     batch_size: int = 32
@@ -63,6 +65,7 @@ def _unpack(packed: np.ndarray) -> np.ndarray:
 
 @dataclass
 class _Move:
+    index: int
     packed: tuple
     action: int
     reward: float
@@ -84,43 +87,7 @@ class _Replay:
             self.cursor = (self.cursor + 1) % self.size
 
 
-class _Episode:
-    """One self-play game with its backup, forced drops and trajectory."""
-
-    def __init__(self, inst: Instance):
-        self.game = GameState(inst)
-        self.start()
-
-    def start(self) -> None:
-        self.game.reset()
-        self.backup, self.forced, self.moves = 0, set(), []
-
-    def legal(self) -> np.ndarray:
-        mask = self.game.legal()
-        if self.game.current.alias_id in self.forced:
-            mask = np.array([False, False, True])
-        return mask
-
-    def after_move(self) -> bool:
-        """Apply Drop-backup after a move; returns True when it rewound the game."""
-        game = self.game
-        if game.lost:
-            stuck = game.buffers[game.index].alias_id
-            game.rewind(self.backup)
-            self.forced.add(stuck)
-            del self.moves[self.backup:]
-            return True
-        if game.can_drop_rest():
-            self.backup = game.index
-        return False
-
-    def finish_from_backup(self) -> None:
-        self.game.rewind(self.backup)
-        while not self.game.done:
-            self.game.step(DROP)
-
-
-def _search(params, key, obs, invalid, config: MuZeroConfig):
+def _search(params, seed, obs, invalid, config: MuZeroConfig):
     """Batched root search: (behaviour distribution, policy target, root value) per state."""
     import jax
     import jax.numpy as jnp
@@ -128,6 +95,7 @@ def _search(params, key, obs, invalid, config: MuZeroConfig):
 
     from tempo.memplan.agents import muzero_nets as nets
 
+    key = jax.random.PRNGKey(seed)
     latent = nets.represent(params, obs)
     prior, value = nets.predict(params, latent)
     value = nets.to_scalar(value)
@@ -183,26 +151,21 @@ class MuZeroAgent:
         self.jax, self.nets, self.config = jax, nets, config
         self.inst = inst
         self.rng = np.random.default_rng(seed)
-        self.key = jax.random.PRNGKey(seed)
         self.params = nets.init_params(seed)
         self.opt = nets.adam_init(self.params)
         positive = [b.benefit for b in inst.buffers if b.benefit > 0]
         self.scale = float(np.mean(positive)) if positive else 1.0
         self.replay = _Replay(config.replay_size)
-        self.episodes = [_Episode(inst) for _ in range(config.parallel)]
+        self.episodes = [Episode(inst) for _ in range(config.parallel)]
         self.observer = Observer(self.episodes[0].game)
         self._search = _compiled_search()
-
-    def _next_key(self):
-        self.key, sub = self.jax.random.split(self.key)
-        return sub
 
     # ------------------------------------------------------------- search
 
     def act(self, observations: list[dict], legal: np.ndarray):
         """Behaviour distributions, policy targets and root values for a batch of states."""
         batch = {k: np.stack([o[k] for o in observations]) for k in SHAPES}
-        behaviour, target, value = self._search(self.params, self._next_key(), batch, ~legal,
+        behaviour, target, value = self._search(self.params, int(self.rng.integers(2 ** 31)), batch, ~legal,
                                                  config=self.config)
         return np.asarray(behaviour), np.asarray(target), np.asarray(value)
 
@@ -253,6 +216,8 @@ class MuZeroAgent:
         """Self-play and learn until the tracker's budget is spent."""
         cfg = self.config
         moves_made = 0
+        for ep in self.episodes:
+            self._settle(ep, tracker)
         while not tracker.out_of_time():
             observations = [self.observer(e.game) for e in self.episodes]
             legal = np.stack([e.legal() for e in self.episodes])
@@ -268,19 +233,17 @@ class MuZeroAgent:
                     p = (p / p.max()) ** (1 / temperature)
                     action = int(self.rng.choice(3, p=p / p.sum()))
                 before = ep.game.total
-                reward = ep.game.step(action)
-                move = _Move(_pack(observations[i]), action, reward / self.scale,
+                move = _Move(ep.game.index, _pack(observations[i]), action, 0.0,
                              target[i], float(value[i]))
-                if ep.after_move():
-                    move.reward = (ep.game.total - before) / self.scale
+                ep.game.step(action)
+                rewound = ep.after_move() or ep.advance()
+                move.reward = (ep.game.total - before) / self.scale
+                if rewound:
                     self.replay.add(self._record([move], 0, final=True))
-                    continue
-                ep.moves.append(move)
-                self._mature(ep, final=False)
-                if ep.game.done:
-                    self._mature(ep, final=True)
-                    tracker.offer(ep.game)
-                    ep.start()
+                else:
+                    ep.moves.append(move)
+                    self._mature(ep, final=False)
+                self._settle(ep, tracker)
             moves_made += len(self.episodes)
             if moves_made % cfg.train_every < len(self.episodes):
                 self._train()
@@ -289,7 +252,16 @@ class MuZeroAgent:
                 ep.finish_from_backup()
                 tracker.offer(ep.game)
 
-    def _mature(self, ep: _Episode, final: bool) -> None:
+    def _settle(self, ep: Episode, tracker: Tracker) -> None:
+        """Bring ``ep`` to a decision point, finishing (and restarting) games that end on the way."""
+        ep.settle()
+        while ep.game.done:
+            self._mature(ep, final=True)
+            tracker.offer(ep.game)
+            ep.start()
+            ep.settle()
+
+    def _mature(self, ep: Episode, final: bool) -> None:
         """Move transitions whose targets are complete into the replay buffer."""
         cfg = self.config
         if final:
