@@ -5,7 +5,7 @@ import numpy as np
 from memplan_instances import random_instance
 
 from tempo.memplan.agents.episode import Episode
-from tempo.memplan.game import COPY, DROP, NOCOPY
+from tempo.memplan.game import COPY, DROP, NOCOPY, GameState
 from tempo.memplan.validate import validate
 
 
@@ -53,3 +53,26 @@ def test_settle_plays_the_same_game_as_taking_automatic_moves_one_by_one():
         auto.settle()
     assert auto.game.total == by_hand.game.total
     assert auto.game.solution() == by_hand.game.solution()
+
+
+def test_drop_rest_equals_dropping_move_by_move_and_undoes():
+    inst = random_instance(4, steps=40, alias_rate=0.4)
+    rng = np.random.default_rng(1)
+    ep = Episode(inst)
+    while not ep.game.can_drop_rest() or ep.game.index < len(inst.buffers) // 2:
+        ep.game.step(int(rng.choice(np.flatnonzero(ep.legal()))))
+        ep.after_move()
+    fast, half, total = ep.game, ep.game.index, ep.game.total
+    slow = GameState(inst)
+    for step in fast.history:
+        slow.step(step.action)
+    fast.drop_rest()
+    while not slow.done:
+        slow.step(DROP)
+    assert fast.done and not slow.lost and fast.solution() == slow.solution()
+    validate(inst, fast.solution())
+    fast.rewind(half)
+    slow.rewind(half)
+    assert fast.index == half and fast.total == total and fast.alias == slow.alias
+    fast.rewind(0)
+    assert not fast.memory.rects and not fast.alias and fast.open_groups == 0

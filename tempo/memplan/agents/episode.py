@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from tempo.memplan.game import DROP, NOCOPY, GameState
+from tempo.memplan.agents.base import Tracker
+from tempo.memplan.game import NOCOPY, GameState
 from tempo.memplan.problem import Instance
 
 
 class Episode:
-    """A game on ``inst`` with its backup, forced drops and the agent's moves (each with an ``index``)."""
+    """A game on ``inst`` with its backup (and the return there), forced drops and the agent's moves.
+
+    ``moves`` is the agent's trajectory; each move has the ``index`` of the buffer it decided.
+    """
 
     def __init__(self, inst: Instance):
         self.game = GameState(inst)
@@ -30,7 +34,7 @@ class Episode:
     def start(self) -> None:
         """A fresh game (forced drops forgotten)."""
         self.game.reset()
-        self.backup, self.forced, self.moves = 0, set(), []
+        self.backup, self.backup_total, self.forced, self.moves = 0, 0.0, set(), []
 
     def legal(self) -> np.ndarray:
         """Legal actions of the current buffer, Drop only when its alias group is forced to Drop."""
@@ -60,7 +64,7 @@ class Episode:
                 self.moves.pop()
             return True
         if game.can_drop_rest():
-            self.backup = game.index
+            self.backup, self.backup_total = game.index, game.total
         return False
 
     def advance(self) -> bool:
@@ -82,5 +86,15 @@ class Episode:
     def finish_from_backup(self) -> None:
         """Complete the game: rewind to the backup and drop everything after it."""
         self.game.rewind(self.backup)
-        while not self.game.done:
-            self.game.step(DROP)
+        self.game.drop_rest()
+
+
+def finish_best_in_flight(episodes: list[Episode], tracker: Tracker) -> None:
+    """At the deadline: complete the game in flight with the best backup from its backup, if it beats the best so far."""
+    started = [ep for ep in episodes if ep.game.index > 0]
+    if not started:
+        return
+    best = max(started, key=lambda ep: ep.backup_total)
+    if tracker.best is None or best.backup_total > tracker.best.reward:
+        best.finish_from_backup()
+        tracker.offer(best.game)

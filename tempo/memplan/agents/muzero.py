@@ -1,9 +1,11 @@
 """MMap-MuZero (§4.3): learned model + MCTS (``mctx``) self-play with Drop-backup.
 
 Self-play runs ``parallel`` games at once, so one batched search serves them
-all. Each move: observe (§4.3.1 features), search with ``mctx.muzero_policy``
-over the learned model (the root masks illegal actions), sample from the
-visit distribution. Transitions go to a replay buffer once their ``n``-step
+all. Each move: observe (§4.3.1 features), search over the learned model with
+``mctx.gumbel_muzero_policy`` (Gumbel MuZero: with 3 actions and a handful of
+simulations it still improves the policy, where visit counts would be too
+coarse; the root masks illegal actions), and play from the improved policy
+(greedily in one game, sampled with a decaying temperature in the others). Transitions go to a replay buffer once their ``n``-step
 value target is known; the networks train on K-step unrolls in between moves.
 
 The agent searches only at decision points: moves with one legal action, and
@@ -29,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tempo.memplan.agents.base import SearchResult, Tracker
-from tempo.memplan.agents.episode import Episode
-from tempo.memplan.features import SHAPES, Observer
+from tempo.memplan.agents.episode import Episode, finish_best_in_flight
+from tempo.memplan.features import SHAPES, Observer, benefit_scale
 from tempo.memplan.problem import Instance
 
 
@@ -38,10 +40,10 @@ from tempo.memplan.problem import Instance
 class MuZeroConfig:
     """Hyper-parameters (Appendix C where they apply at this scale)."""
 
-    parallel: int = 16            # games played at once (one batched search)
+    parallel: int | None = None   # games played at once (one batched search); None: games_in_flight()
     num_simulations: int = 8      # MCTS simulations per move (0: no search)
     discount: float = 0.99
-    td_steps: int = 10            # n of the n-step value target
+    td_steps: int = 100           # n of the n-step value target (decisions)
     unroll: int = 3               # K of the K-step model unroll
     batch_size: int = 32
     replay_size: int = 20_000
@@ -49,9 +51,14 @@ class MuZeroConfig:
     train_every: int = 32         # moves (of all games) between gradient steps
     init_temperature: float = 1.0   # visit-count sampling temperature, decayed linearly
     final_temperature: float = 0.2  # over the budget (Appendix C decays over steps)
-    greedy_actors: int = 1          # games that always play the most visited action
-    dirichlet_fraction: float = 0.25
-    dirichlet_alpha: float = 0.03
+    greedy_actors: int = 0          # games that always play the improved policy's best action
+
+
+def games_in_flight(inst: Instance) -> int:
+    """Games to play at once: 16 share one batched search cheaply, but each batched move costs
+    a few milliseconds more per game, so big programs run fewer games to finish one in time."""
+    n = len(inst.buffers)
+    return 16 if n <= 2_000 else 8 if n <= 5_000 else 4
 
 
 def _pack(obs: dict) -> tuple[np.ndarray, dict]:
@@ -118,10 +125,8 @@ def _search(params, seed, obs, invalid, config: MuZeroConfig):
         return out, nxt
 
     root = mctx.RootFnOutput(prior_logits=prior, value=value, embedding=latent)
-    out = mctx.muzero_policy(params, key, root, recurrent, config.num_simulations,
-                             invalid_actions=invalid,
-                             dirichlet_fraction=config.dirichlet_fraction,
-                             dirichlet_alpha=config.dirichlet_alpha)
+    out = mctx.gumbel_muzero_policy(params, key, root, recurrent, config.num_simulations,
+                                    invalid_actions=invalid, max_num_considered_actions=3)
     return out.action_weights, out.action_weights, value
 
 
@@ -153,10 +158,9 @@ class MuZeroAgent:
         self.rng = np.random.default_rng(seed)
         self.params = nets.init_params(seed)
         self.opt = nets.adam_init(self.params)
-        positive = [b.benefit for b in inst.buffers if b.benefit > 0]
-        self.scale = float(np.mean(positive)) if positive else 1.0
+        self.scale = benefit_scale(inst)
         self.replay = _Replay(config.replay_size)
-        self.episodes = [Episode(inst) for _ in range(config.parallel)]
+        self.episodes = [Episode(inst) for _ in range(config.parallel or games_in_flight(inst))]
         self.observer = Observer(self.episodes[0].game)
         self._search = _compiled_search()
 
@@ -176,15 +180,15 @@ class MuZeroAgent:
         horizon = len(moves)
         if not final and t + cfg.td_steps + cfg.unroll >= horizon:
             return None
+        window = np.array([m.reward for m in moves[t:t + cfg.unroll + cfg.td_steps]])
+        powers = cfg.discount ** np.arange(cfg.td_steps + 1)
         values, mask = [], []
         for k in range(cfg.unroll + 1):
             i = t + k
-            z, g = 0.0, 1.0
-            for j in range(i, min(i + cfg.td_steps, horizon)):
-                z += g * moves[j].reward
-                g *= cfg.discount
+            rewards = window[k:k + cfg.td_steps]
+            z = float(rewards @ powers[:rewards.size])
             if i + cfg.td_steps < horizon:
-                z += g * moves[i + cfg.td_steps].value
+                z += powers[-1] * moves[i + cfg.td_steps].value
             values.append(z)
             mask.append(float(i < horizon))
         pad = lambda i, f, d: f(moves[i]) if i < horizon else d  # noqa: E731
@@ -247,10 +251,7 @@ class MuZeroAgent:
             moves_made += len(self.episodes)
             if moves_made % cfg.train_every < len(self.episodes):
                 self._train()
-        for ep in self.episodes:
-            if ep.game.index > 0:
-                ep.finish_from_backup()
-                tracker.offer(ep.game)
+        finish_best_in_flight(self.episodes, tracker)
 
     def _settle(self, ep: Episode, tracker: Tracker) -> None:
         """Bring ``ep`` to a decision point, finishing (and restarting) games that end on the way."""

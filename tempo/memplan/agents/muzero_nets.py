@@ -17,7 +17,7 @@ import numpy as np
 
 from tempo.memplan.features import SHAPES
 
-SUPPORT = 15
+SUPPORT = 20
 BINS = 2 * SUPPORT + 1
 LATENT = 128
 CHANNELS = 8

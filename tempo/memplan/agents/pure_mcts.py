@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tempo.memplan.agents.base import SearchResult, Tracker
-from tempo.memplan.agents.episode import Episode
+from tempo.memplan.agents.episode import Episode, finish_best_in_flight
 from tempo.memplan.game import GameState
 from tempo.memplan.problem import Instance
 
@@ -95,7 +95,5 @@ def solve(inst: Instance, budget_seconds: float, seed: int = 0,
         if ep.game.done:
             tracker.offer(ep.game)
             ep.start()
-    if ep.game.index > 0:
-        ep.finish_from_backup()
-        tracker.offer(ep.game)
+    finish_best_in_flight([ep], tracker)
     return tracker.result()
