@@ -47,11 +47,14 @@ class MuZeroConfig:
     unroll: int = 3               # K of the K-step model unroll
     batch_size: int = 32
     replay_size: int = 20_000
-    learning_rate: float = 2e-3
+    learning_rate: float = 5e-4
     train_every: int = 32         # moves (of all games) between gradient steps
     init_temperature: float = 1.0   # visit-count sampling temperature, decayed linearly
     final_temperature: float = 0.2  # over the budget (Appendix C decays over steps)
     greedy_actors: int = 0          # games that always play the improved policy's best action
+
+
+SEARCH_BATCH = 16   # searches are padded to this many states: one compiled shape for every program
 
 
 def games_in_flight(inst: Instance) -> int:
@@ -168,10 +171,14 @@ class MuZeroAgent:
 
     def act(self, observations: list[dict], legal: np.ndarray):
         """Behaviour distributions, policy targets and root values for a batch of states."""
-        batch = {k: np.stack([o[k] for o in observations]) for k in SHAPES}
-        behaviour, target, value = self._search(self.params, int(self.rng.integers(2 ** 31)), batch, ~legal,
-                                                 config=self.config)
-        return np.asarray(behaviour), np.asarray(target), np.asarray(value)
+        n = len(observations)
+        pad = max(SEARCH_BATCH - n, 0)
+        batch = {k: np.concatenate([np.stack([o[k] for o in observations]),
+                                    np.zeros((pad, *SHAPES[k]), np.float32)]) for k in SHAPES}
+        invalid = np.concatenate([~legal, np.zeros((pad, 3), bool)])
+        out = self._search(self.params, int(self.rng.integers(2 ** 31)), batch, invalid,
+                           config=self.config)
+        return tuple(np.asarray(x)[:n] for x in out)
 
     # ------------------------------------------------------------- learning
 
