@@ -37,6 +37,12 @@ SHAPES = {
 }
 
 
+def benefit_scale(inst) -> float:
+    """The mean positive benefit: the unit of benefits in the features and of the agents' rewards."""
+    positive = [b.benefit for b in inst.buffers if b.benefit > 0]
+    return float(np.mean(positive)) if positive else 1.0
+
+
 class Observer:
     """Builds observations for games on one instance (static tables computed once)."""
 
@@ -45,7 +51,7 @@ class Observer:
         self.steps = inst.num_steps
         self.capacity = inst.capacity
         self.mean_supply = max(float(np.mean(inst.supply)), 1e-12)
-        self.max_benefit = max(max(abs(b.benefit) for b in inst.buffers), 1e-12)
+        self.benefit_scale = benefit_scale(inst)
         n = len(inst.buffers)
         self.next_same = np.full(n, -1)
         last: dict[int, int] = {}
@@ -71,7 +77,7 @@ class Observer:
             float(b.tensor_id == cur.tensor_id),
             float(b.alias_id is not None and b.alias_id == cur.alias_id),
             (b.live_range[0] - now) / self.steps, (b.live_range[1] - now) / self.steps,
-            b.demand / self.mean_supply, b.benefit / self.max_benefit], np.float32)
+            b.demand / self.mean_supply, b.benefit / self.benefit_scale], np.float32)
 
     def buffer_rows(self, game: GameState) -> np.ndarray:
         """The buffer features (current, next K, next L of the same tensor)."""

@@ -47,6 +47,9 @@ class Placement:
     plan: CopyPlan | None = None
 
 
+_DROPPED = Placement(None, None)
+
+
 @dataclass
 class _Step:
     """What one move changed, so it can be undone."""
@@ -246,6 +249,18 @@ class GameState:
             del self.alias[b.alias_id]
         self.open_groups -= int(s.opened_group) - int(s.closed_group)
         self.total -= s.reward
+        self._options = None
+
+    def drop_rest(self) -> None:
+        """Drop every remaining buffer without searching for placements (needs :meth:`can_drop_rest`)."""
+        if self.lost or not self.can_drop_rest():
+            raise ValueError("an alias group placed in fast memory still has undecided buffers")
+        for b in self.buffers[self.index:]:
+            alias_set = b.alias_id is not None and b.alias_id not in self.alias
+            if alias_set:
+                self.alias[b.alias_id] = None
+            self.history.append(_Step(DROP, _DROPPED, 0.0, alias_set, None, False, False))
+        self.index = len(self.buffers)
         self._options = None
 
     def rewind(self, index: int) -> None:

@@ -1,55 +1,61 @@
 """An interval/offset index of fast-memory allocations (no dense time x memory grid).
 
 Each allocation is a rectangle: offsets ``[offset, offset + size)`` during the
-logical steps ``[start, end]`` (inclusive). Rectangles are filed in fixed-width
-time buckets, so a query touches only the allocations live in its time window;
-free offsets come from one sweep over those allocations sorted by offset.
+logical steps ``[start, end]`` (inclusive). Rectangles live in flat NumPy
+columns indexed by their key, so a query over any time window is a handful of
+vectorised passes over the allocations (no per-step or per-byte grid, and no
+Python loop over allocations); free offsets come from one sweep over the live
+allocations sorted by offset.
 """
 from __future__ import annotations
 
 import numpy as np
 
-BUCKET = 32
-
 
 class OffsetIndex:
     """Allocations in fast memory of ``capacity`` units over ``num_steps`` logical steps."""
 
-    def __init__(self, capacity: int, num_steps: int):
+    def __init__(self, capacity: int, num_steps: int, keys: int = 64):
         self.capacity = capacity
         self.num_steps = num_steps
         self.rects: dict[int, tuple[int, int, int, int]] = {}
-        self._buckets: list[set[int]] = [set() for _ in range(num_steps // BUCKET + 1)]
+        self._cols = np.zeros((4, keys), np.int64)     # offset, offset end, start, end
+        self._on = np.zeros(keys, bool)
 
     def add(self, key: int, offset: int, size: int, start: int, end: int) -> None:
         """Record allocation ``key``; the caller guarantees it is free (see :meth:`fits`)."""
+        if key >= self._on.size:
+            grow = max(2 * self._on.size, key + 1)
+            self._cols = np.pad(self._cols, ((0, 0), (0, grow - self._on.size)))
+            self._on = np.pad(self._on, (0, grow - self._on.size))
         self.rects[key] = (offset, offset + size, start, end)
-        for b in range(start // BUCKET, end // BUCKET + 1):
-            self._buckets[b].add(key)
+        self._cols[:, key] = self.rects[key]
+        self._on[key] = True
 
     def remove(self, key: int) -> None:
         """Forget allocation ``key``."""
-        _, _, start, end = self.rects.pop(key)
-        for b in range(start // BUCKET, end // BUCKET + 1):
-            self._buckets[b].discard(key)
+        del self.rects[key]
+        self._on[key] = False
 
-    def live(self, start: int, end: int) -> list[tuple[int, int, int, int]]:
-        """The allocations (offset, offset end, start, end) overlapping steps ``[start, end]``."""
-        keys: set[int] = set()
-        for b in range(start // BUCKET, end // BUCKET + 1):
-            keys |= self._buckets[b]
-        rects = self.rects
-        return [r for r in (rects[k] for k in keys) if r[2] <= end and r[3] >= start]
+    def _live_mask(self, start: int, end: int) -> np.ndarray:
+        return self._on & (self._cols[2] <= end) & (self._cols[3] >= start)
+
+    def live(self, start: int, end: int) -> np.ndarray:
+        """The allocations overlapping steps ``[start, end]``: rows (offset, offset end, start, end)."""
+        return self._cols[:, self._live_mask(start, end)].T
 
     def gaps(self, start: int, end: int) -> list[tuple[int, int]]:
         """Free offset ranges [lo, hi) throughout steps ``[start, end]``, lowest first."""
-        gaps, cursor = [], 0
-        for lo, hi, _, _ in sorted(self.live(start, end)):
-            if lo > cursor:
-                gaps.append((cursor, lo))
-            cursor = max(cursor, hi)
-        if cursor < self.capacity:
-            gaps.append((cursor, self.capacity))
+        lo, hi = self._cols[:2, self._live_mask(start, end)]
+        if lo.size == 0:
+            return [(0, self.capacity)]
+        order = np.argsort(lo, kind="stable")
+        lo, reach = lo[order], np.maximum.accumulate(hi[order])
+        before = np.concatenate(([0], reach[:-1]))
+        open_ = np.flatnonzero(lo > before)
+        gaps = list(zip(before[open_].tolist(), lo[open_].tolist()))
+        if reach[-1] < self.capacity:
+            gaps.append((int(reach[-1]), self.capacity))
         return gaps
 
     def lowest_fit(self, size: int, start: int, end: int) -> int | None:
@@ -72,38 +78,29 @@ class OffsetIndex:
         """
         if offset < 0 or offset + size > self.capacity:
             return False
-        top = offset + size
-        keys: set[int] = set()
-        for b in range(start // BUCKET, end // BUCKET + 1):
-            keys |= self._buckets[b]
-        rects = self.rects
-        return all(hi <= offset or lo >= top or s > end or e < start
-                   for lo, hi, s, e in (rects[k] for k in keys - shared))
+        hit = self._live_mask(start, end) & (self._cols[1] > offset) & (self._cols[0] < offset + size)
+        if shared:
+            hit[list(shared)] = False
+        return not hit.any()
 
     def profile(self, time: int, bins: int) -> np.ndarray:
         """Occupied fraction of each of ``bins`` equal offset ranges at step ``time``."""
-        out = np.zeros(bins, np.float32)
-        scale = bins / self.capacity
-        for lo, hi, _, _ in self.live(time, time):
-            _paint(out, lo * scale, hi * scale)
-        return out
+        lo, hi = self.live(time, time)[:, :2].T * (bins / self.capacity)
+        edges = np.arange(bins + 1)
+        covered = np.minimum(hi[:, None], edges[1:]) - np.maximum(lo[:, None], edges[:-1])
+        return np.clip(covered, 0.0, None).sum(0).astype(np.float32)
 
     def image(self, start: int, end: int, rows: int, cols: int) -> np.ndarray:
         """A ``rows x cols`` binary picture of steps ``[start, end]`` (columns) x offsets (rows)."""
-        img = np.zeros((rows, cols), np.float32)
+        lo, hi, s, e = self.live(start, end).T
         tscale = cols / (end - start + 1)
         oscale = rows / self.capacity
-        for lo, hi, s, e in self.live(start, end):
-            c0 = int((max(s, start) - start) * tscale)
-            c1 = max(c0 + 1, int(np.ceil((min(e, end) - start + 1) * tscale)))
-            r0 = int(lo * oscale)
-            r1 = max(r0 + 1, int(np.ceil(hi * oscale)))
-            img[r0:r1, c0:c1] = 1.0
-        return img
-
-
-def _paint(out: np.ndarray, lo: float, hi: float) -> None:
-    """Add the covered fraction of [lo, hi) to each unit bin of ``out``."""
-    first, last = int(lo), min(int(np.ceil(hi)), len(out))
-    for i in range(first, last):
-        out[i] += min(hi, i + 1) - max(lo, i)
+        c0 = ((np.maximum(s, start) - start) * tscale).astype(np.int64)
+        c1 = np.maximum(c0 + 1, np.ceil((np.minimum(e, end) - start + 1) * tscale).astype(np.int64))
+        r0 = (lo * oscale).astype(np.int64)
+        r1 = np.minimum(np.maximum(r0 + 1, np.ceil(hi * oscale).astype(np.int64)), rows)
+        c1 = np.minimum(c1, cols)
+        corners = np.zeros((rows + 1, cols + 1), np.int32)
+        for r, c, sign in ((r0, c0, 1), (r0, c1, -1), (r1, c0, -1), (r1, c1, 1)):
+            np.add.at(corners, (r, c), sign)
+        return (corners.cumsum(0).cumsum(1)[:rows, :cols] > 0).astype(np.float32)

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from memplan_instances import random_instance
 
-from tempo.memplan.agents.muzero import MuZeroConfig, _Episode, solve
+from tempo.memplan.agents.episode import Episode
+from tempo.memplan.agents.muzero import MuZeroConfig, solve
 from tempo.memplan.game import COPY
 from tempo.memplan.validate import validate
 
@@ -25,7 +26,7 @@ def test_two_hot_and_h_transform_round_trip():
 
 def test_drop_backup_rewinds_and_forces_the_stuck_group_to_drop():
     inst = random_instance(4, steps=40, alias_rate=0.5)
-    ep = _Episode(inst)
+    ep = Episode(inst)
     rewinds = 0
     while not ep.game.done:
         legal = ep.legal()
@@ -43,7 +44,7 @@ def test_drop_backup_rewinds_and_forces_the_stuck_group_to_drop():
 
 def test_finish_from_backup_completes_any_partial_game():
     inst = random_instance(6, steps=40, alias_rate=0.5)
-    ep = _Episode(inst)
+    ep = Episode(inst)
     for _ in range(len(inst.buffers) // 2):
         legal = ep.legal()
         ep.game.step(COPY if legal[COPY] else int(np.flatnonzero(legal)[0]))

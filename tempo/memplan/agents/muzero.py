@@ -1,19 +1,23 @@
 """MMap-MuZero (§4.3): learned model + MCTS (``mctx``) self-play with Drop-backup.
 
 Self-play runs ``parallel`` games at once, so one batched search serves them
-all. Each move: observe (§4.3.1 features), search with ``mctx.muzero_policy``
-over the learned model (the root masks illegal actions), sample from the
-visit distribution. Transitions go to a replay buffer once their ``n``-step
+all. Each move: observe (§4.3.1 features), search over the learned model with
+``mctx.gumbel_muzero_policy`` (Gumbel MuZero: with 3 actions and a handful of
+simulations it still improves the policy, where visit counts would be too
+coarse; the root masks illegal actions), and play from the improved policy
+(greedily in one game, sampled with a decaying temperature in the others). Transitions go to a replay buffer once their ``n``-step
 value target is known; the networks train on K-step unrolls in between moves.
 
-**Drop-backup (§4.3.2).** Each game keeps a backup: the latest prefix after
-which no alias group placed in fast memory has undecided buffers, so dropping
-everything after it completes the game. When a move leads to a lost state,
-the game is rewound to the backup, the alias group of the buffer that could
-not be placed is forced to Drop from then on, and the losing move is stored
-with the local negative reward (the return lost since the backup). When the
-budget runs out, the games in flight are completed from their backups by Drop
-moves, so the agent always has an answer.
+The agent searches only at decision points: moves with one legal action, and
+free reuses, are played automatically (:mod:`episode`), and a decision's
+reward includes the automatic moves that follow it.
+
+**Drop-backup (§4.3.2).** When a move leads to a lost state the game is
+rewound to its backup and the stuck alias group is forced to Drop
+(:class:`Episode`); the losing move is stored with the local negative reward
+(the return lost since the backup). When the budget runs out, the games in
+flight are completed from their backups by Drop moves, so the agent always
+has an answer: the best complete game it played.
 
 ``num_simulations = 0`` is the no-search ablation of Fig. 7: actions are
 sampled from the policy network, whose target is then the softmax of one-step
@@ -27,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tempo.memplan.agents.base import SearchResult, Tracker
-from tempo.memplan.features import SHAPES, Observer
-from tempo.memplan.game import DROP, GameState
+from tempo.memplan.agents.episode import Episode, finish_best_in_flight
+from tempo.memplan.features import SHAPES, Observer, benefit_scale
 from tempo.memplan.problem import Instance
 
 
@@ -36,20 +40,28 @@ from tempo.memplan.problem import Instance
 class MuZeroConfig:
     """Hyper-parameters (Appendix C where they apply at this scale)."""
 
-    parallel: int = 8             # games played at once (one batched search)
-    num_simulations: int = 16     # MCTS simulations per move (0: no search)
-    discount: float = 0.997
-    td_steps: int = 10            # n of the n-step value target
+    parallel: int | None = None   # games played at once (one batched search); None: games_in_flight()
+    num_simulations: int = 8      # MCTS simulations per move (0: no search)
+    discount: float = 0.99
+    td_steps: int = 100           # n of the n-step value target (decisions)
     unroll: int = 3               # K of the K-step model unroll
     batch_size: int = 32
     replay_size: int = 20_000
-    learning_rate: float = 2e-3
+    learning_rate: float = 5e-4
     train_every: int = 32         # moves (of all games) between gradient steps
     init_temperature: float = 1.0   # visit-count sampling temperature, decayed linearly
     final_temperature: float = 0.2  # over the budget (Appendix C decays over steps)
-    greedy_actors: int = 1          # games that always play the most visited action
-    dirichlet_fraction: float = 0.25
-    dirichlet_alpha: float = 0.03
+    greedy_actors: int = 0          # games that always play the improved policy's best action
+
+
+SEARCH_BATCH = 16   # searches are padded to this many states: one compiled shape for every program
+
+
+def games_in_flight(inst: Instance) -> int:
+    """Games to play at once: 16 share one batched search cheaply, but each batched move costs
+    a few milliseconds more per game, so big programs run fewer games to finish one in time."""
+    n = len(inst.buffers)
+    return 16 if n <= 2_000 else 8 if n <= 5_000 else 4
 
 
 def _pack(obs: dict) -> tuple[np.ndarray, dict]:
@@ -63,6 +75,7 @@ def _unpack(packed: np.ndarray) -> np.ndarray:
 
 @dataclass
 class _Move:
+    index: int
     packed: tuple
     action: int
     reward: float
@@ -84,43 +97,7 @@ class _Replay:
             self.cursor = (self.cursor + 1) % self.size
 
 
-class _Episode:
-    """One self-play game with its backup, forced drops and trajectory."""
-
-    def __init__(self, inst: Instance):
-        self.game = GameState(inst)
-        self.start()
-
-    def start(self) -> None:
-        self.game.reset()
-        self.backup, self.forced, self.moves = 0, set(), []
-
-    def legal(self) -> np.ndarray:
-        mask = self.game.legal()
-        if self.game.current.alias_id in self.forced:
-            mask = np.array([False, False, True])
-        return mask
-
-    def after_move(self) -> bool:
-        """Apply Drop-backup after a move; returns True when it rewound the game."""
-        game = self.game
-        if game.lost:
-            stuck = game.buffers[game.index].alias_id
-            game.rewind(self.backup)
-            self.forced.add(stuck)
-            del self.moves[self.backup:]
-            return True
-        if game.can_drop_rest():
-            self.backup = game.index
-        return False
-
-    def finish_from_backup(self) -> None:
-        self.game.rewind(self.backup)
-        while not self.game.done:
-            self.game.step(DROP)
-
-
-def _search(params, key, obs, invalid, config: MuZeroConfig):
+def _search(params, seed, obs, invalid, config: MuZeroConfig):
     """Batched root search: (behaviour distribution, policy target, root value) per state."""
     import jax
     import jax.numpy as jnp
@@ -128,6 +105,7 @@ def _search(params, key, obs, invalid, config: MuZeroConfig):
 
     from tempo.memplan.agents import muzero_nets as nets
 
+    key = jax.random.PRNGKey(seed)
     latent = nets.represent(params, obs)
     prior, value = nets.predict(params, latent)
     value = nets.to_scalar(value)
@@ -150,10 +128,8 @@ def _search(params, key, obs, invalid, config: MuZeroConfig):
         return out, nxt
 
     root = mctx.RootFnOutput(prior_logits=prior, value=value, embedding=latent)
-    out = mctx.muzero_policy(params, key, root, recurrent, config.num_simulations,
-                             invalid_actions=invalid,
-                             dirichlet_fraction=config.dirichlet_fraction,
-                             dirichlet_alpha=config.dirichlet_alpha)
+    out = mctx.gumbel_muzero_policy(params, key, root, recurrent, config.num_simulations,
+                                    invalid_actions=invalid, max_num_considered_actions=3)
     return out.action_weights, out.action_weights, value
 
 
@@ -183,28 +159,26 @@ class MuZeroAgent:
         self.jax, self.nets, self.config = jax, nets, config
         self.inst = inst
         self.rng = np.random.default_rng(seed)
-        self.key = jax.random.PRNGKey(seed)
         self.params = nets.init_params(seed)
         self.opt = nets.adam_init(self.params)
-        positive = [b.benefit for b in inst.buffers if b.benefit > 0]
-        self.scale = float(np.mean(positive)) if positive else 1.0
+        self.scale = benefit_scale(inst)
         self.replay = _Replay(config.replay_size)
-        self.episodes = [_Episode(inst) for _ in range(config.parallel)]
+        self.episodes = [Episode(inst) for _ in range(config.parallel or games_in_flight(inst))]
         self.observer = Observer(self.episodes[0].game)
         self._search = _compiled_search()
-
-    def _next_key(self):
-        self.key, sub = self.jax.random.split(self.key)
-        return sub
 
     # ------------------------------------------------------------- search
 
     def act(self, observations: list[dict], legal: np.ndarray):
         """Behaviour distributions, policy targets and root values for a batch of states."""
-        batch = {k: np.stack([o[k] for o in observations]) for k in SHAPES}
-        behaviour, target, value = self._search(self.params, self._next_key(), batch, ~legal,
-                                                 config=self.config)
-        return np.asarray(behaviour), np.asarray(target), np.asarray(value)
+        n = len(observations)
+        pad = max(SEARCH_BATCH - n, 0)
+        batch = {k: np.concatenate([np.stack([o[k] for o in observations]),
+                                    np.zeros((pad, *SHAPES[k]), np.float32)]) for k in SHAPES}
+        invalid = np.concatenate([~legal, np.zeros((pad, 3), bool)])
+        out = self._search(self.params, int(self.rng.integers(2 ** 31)), batch, invalid,
+                           config=self.config)
+        return tuple(np.asarray(x)[:n] for x in out)
 
     # ------------------------------------------------------------- learning
 
@@ -213,15 +187,15 @@ class MuZeroAgent:
         horizon = len(moves)
         if not final and t + cfg.td_steps + cfg.unroll >= horizon:
             return None
+        window = np.array([m.reward for m in moves[t:t + cfg.unroll + cfg.td_steps]])
+        powers = cfg.discount ** np.arange(cfg.td_steps + 1)
         values, mask = [], []
         for k in range(cfg.unroll + 1):
             i = t + k
-            z, g = 0.0, 1.0
-            for j in range(i, min(i + cfg.td_steps, horizon)):
-                z += g * moves[j].reward
-                g *= cfg.discount
+            rewards = window[k:k + cfg.td_steps]
+            z = float(rewards @ powers[:rewards.size])
             if i + cfg.td_steps < horizon:
-                z += g * moves[i + cfg.td_steps].value
+                z += powers[-1] * moves[i + cfg.td_steps].value
             values.append(z)
             mask.append(float(i < horizon))
         pad = lambda i, f, d: f(moves[i]) if i < horizon else d  # noqa: E731
@@ -253,6 +227,8 @@ class MuZeroAgent:
         """Self-play and learn until the tracker's budget is spent."""
         cfg = self.config
         moves_made = 0
+        for ep in self.episodes:
+            self._settle(ep, tracker)
         while not tracker.out_of_time():
             observations = [self.observer(e.game) for e in self.episodes]
             legal = np.stack([e.legal() for e in self.episodes])
@@ -268,28 +244,32 @@ class MuZeroAgent:
                     p = (p / p.max()) ** (1 / temperature)
                     action = int(self.rng.choice(3, p=p / p.sum()))
                 before = ep.game.total
-                reward = ep.game.step(action)
-                move = _Move(_pack(observations[i]), action, reward / self.scale,
+                move = _Move(ep.game.index, _pack(observations[i]), action, 0.0,
                              target[i], float(value[i]))
-                if ep.after_move():
-                    move.reward = (ep.game.total - before) / self.scale
+                ep.game.step(action)
+                rewound = ep.after_move() or ep.advance()
+                move.reward = (ep.game.total - before) / self.scale
+                if rewound:
                     self.replay.add(self._record([move], 0, final=True))
-                    continue
-                ep.moves.append(move)
-                self._mature(ep, final=False)
-                if ep.game.done:
-                    self._mature(ep, final=True)
-                    tracker.offer(ep.game)
-                    ep.start()
+                else:
+                    ep.moves.append(move)
+                    self._mature(ep, final=False)
+                self._settle(ep, tracker)
             moves_made += len(self.episodes)
             if moves_made % cfg.train_every < len(self.episodes):
                 self._train()
-        for ep in self.episodes:
-            if ep.game.index > 0:
-                ep.finish_from_backup()
-                tracker.offer(ep.game)
+        finish_best_in_flight(self.episodes, tracker)
 
-    def _mature(self, ep: _Episode, final: bool) -> None:
+    def _settle(self, ep: Episode, tracker: Tracker) -> None:
+        """Bring ``ep`` to a decision point, finishing (and restarting) games that end on the way."""
+        ep.settle()
+        while ep.game.done:
+            self._mature(ep, final=True)
+            tracker.offer(ep.game)
+            ep.start()
+            ep.settle()
+
+    def _mature(self, ep: Episode, final: bool) -> None:
         """Move transitions whose targets are complete into the replay buffer."""
         cfg = self.config
         if final:

@@ -1,7 +1,8 @@
 """MMap-MuZero's networks in JAX: representation, dynamics, reward, value and policy (§4.3.1).
 
-The representation encoder runs a residual convolution stack over the
-128x128 memory map and embeds each other feature group (buffers, memory
+The representation encoder averages the 128x128 memory map down to 32x32
+(4x4 blocks; convolutions at full resolution cost more than all the rest on a
+CPU) and runs a residual convolution stack over it and embeds each other feature group (buffers, memory
 profile, supply, action features, globals) with its own layer; the embeddings
 are concatenated and an MLP gives the latent state. Dynamics maps (latent,
 action) to the next latent and a categorical reward; prediction gives policy
@@ -16,7 +17,7 @@ import numpy as np
 
 from tempo.memplan.features import SHAPES
 
-SUPPORT = 15
+SUPPORT = 20
 BINS = 2 * SUPPORT + 1
 LATENT = 128
 CHANNELS = 8
@@ -69,6 +70,12 @@ def _conv2d(x, w, stride: int = 1):
                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
 
+def _pool(x, k: int):
+    """Average ``k x k`` blocks of a batch of NHWC images."""
+    n, h, w, c = x.shape
+    return x.reshape(n, h // k, k, w // k, k, c).mean((2, 4))
+
+
 def _scale(h):
     """Min-max normalise each latent to [0, 1] (as MuZero does)."""
     lo, hi = h.min(-1, keepdims=True), h.max(-1, keepdims=True)
@@ -77,12 +84,11 @@ def _scale(h):
 
 def represent(params: dict, obs: dict):
     """Latent state of a batch of observations (dict of arrays with a leading batch axis)."""
-    x = obs["memory_map"][..., None]
-    x = jax.nn.relu(_conv2d(x, params["conv_in"], stride=4))
+    x = _pool(obs["memory_map"][..., None], 4)
+    x = jax.nn.relu(_conv2d(x, params["conv_in"], stride=2))
     y = jax.nn.relu(_conv2d(x, params["res1"]))
     x = jax.nn.relu(x + _conv2d(y, params["res2"]))
-    n, h, w, c = x.shape
-    x = x.reshape(n, h // 4, 4, w // 4, 4, c).mean((2, 4)).reshape(n, -1)
+    x = _pool(x, 2).reshape(x.shape[0], -1)
     parts = [jax.nn.relu(_apply(params["map"], x))]
     for name in VECTOR_GROUPS:
         flat = obs[name].reshape(obs[name].shape[0], -1)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tempo.memplan.agents.base import SearchResult, Tracker
-from tempo.memplan.agents.muzero import _Episode
+from tempo.memplan.agents.episode import Episode, finish_best_in_flight
 from tempo.memplan.game import GameState
 from tempo.memplan.problem import Instance
 
@@ -49,7 +49,7 @@ def _rollout(game: GameState, length: int) -> float:
     return total
 
 
-def _simulate(ep: _Episode, node: _Node, cfg: MCTSConfig) -> float:
+def _simulate(ep: Episode, node: _Node, cfg: MCTSConfig) -> float:
     game = ep.game
     if game.done:
         node.visits += 1
@@ -84,7 +84,7 @@ def solve(inst: Instance, budget_seconds: float, seed: int = 0,
           config: MCTSConfig = MCTSConfig()) -> SearchResult:
     """Pure MCTS episodes until the budget is spent; the best complete game wins."""
     tracker = Tracker(inst, budget_seconds)
-    ep = _Episode(inst)
+    ep = Episode(inst)
     while not tracker.out_of_time():
         root = _Node()
         for _ in range(config.simulations):
@@ -95,7 +95,5 @@ def solve(inst: Instance, budget_seconds: float, seed: int = 0,
         if ep.game.done:
             tracker.offer(ep.game)
             ep.start()
-    if ep.game.index > 0:
-        ep.finish_from_backup()
-        tracker.offer(ep.game)
+    finish_best_in_flight([ep], tracker)
     return tracker.result()
