@@ -105,6 +105,6 @@ def test_best_of_k_returns_an_equivalent_graph_from_its_own_rollouts():
     chosen, latency, rollouts = best_of_k(agent, env, budget_s=0.0)
     assert rollouts == TINY.min_samples + 1             # the greedy rollout and the minimum samples
     assert chosen.origin in ("greedy rollout", "sampled rollout")
-    assert latency > 0 and 0 < len(chosen.applied) <= TINY.max_steps
+    assert latency > 0 and len(chosen.applied) <= TINY.max_steps  # an untrained policy may stop at once
     assert same_outputs(g, chosen.graph)
 
