@@ -59,9 +59,7 @@ def main(args: Args) -> dict:
         # ----- learning: n-step targets bootstrapped from the critic -----
         v = critic(o).squeeze(0)
         target = tpo.rl.n_step_returns(r, args.gamma, args.nstep, value=v.detach(), done=d).detach()
-        alive = tpo.placeholder((), "float32", dims=(b, i, t))
-        alive[b, i, 0] = 1.0
-        alive[b, i, t + 1] = tpo.where(d[b, i, t], 0.0, alive[b, i, t])
+        alive = tpo.rl.alive(d)                                      # 1 until the episode has ended
         advantage = (target - v).detach()
         per_step = (-dist.log_prob(a) * advantage + args.value_coef * (target - v) ** 2.0
                     - args.entropy_coef * dist.entropy()) * alive

@@ -66,9 +66,7 @@ def main(args: Args) -> dict:
         o[b, i, t + 1], r, d = env.step(a)
         logp_old = dist.log_prob(a).detach()
         advantage, target = tpo.rl.gae(r, critic(o).squeeze(0).detach(), d, args.gamma, args.lam)
-        alive = tpo.placeholder((), "float32", dims=(b, i, t))
-        alive[b, i, 0] = 1.0
-        alive[b, i, t + 1] = tpo.where(d[b, i, t], 0.0, alive[b, i, t])
+        alive = tpo.rl.alive(d)                                      # 1 until the episode has ended
 
         # ----- learning: update i trains on the episodes of update k -----
         k = (i // args.epochs) * args.epochs

@@ -61,9 +61,7 @@ def main(args: Args) -> dict:
         # ----- learning: returns, the REINFORCE loss and Adam -----
         end = T if args.nstep == 0 else tpo.min(t + args.nstep, T)
         g = r[b, i, t:end].discounted_sum(args.gamma)
-        alive = tpo.placeholder((), "float32", dims=(b, i, t))      # 1 until the episode has ended
-        alive[b, i, 0] = 1.0
-        alive[b, i, t + 1] = tpo.where(d[b, i, t], 0.0, alive[b, i, t])
+        alive = tpo.rl.alive(d)                                      # 1 until the episode has ended
         baseline = g[0:B, i, t].mean()                               # mean return over the batch, per step
         spread = ((g[0:B, i, t] - baseline) ** 2.0).mean().sqrt() + 1e-6
         advantage = (g - baseline) / spread

@@ -15,7 +15,7 @@
 from tempo.rl import training
 from tempo.rl.env import Env, make
 from tempo.rl.losses import masked_mean, ppo_clip_loss
-from tempo.rl.returns import discounted_returns, gae, n_step_returns
+from tempo.rl.returns import alive, discounted_returns, gae, n_step_returns
 
-__all__ = ["Env", "discounted_returns", "gae", "make", "masked_mean", "n_step_returns", "ppo_clip_loss",
+__all__ = ["Env", "alive", "discounted_returns", "gae", "make", "masked_mean", "n_step_returns", "ppo_clip_loss",
            "training"]

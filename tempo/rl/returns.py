@@ -81,6 +81,19 @@ def gae(reward: RT, value: RT, done: RT | None, gamma: float, lam: float,
     return adv, returns
 
 
+def alive(done: RT) -> RT:
+    """1.0 at the steps of an episode up to and including its ending transition, 0.0 after it.
+
+    ``alive[t] = 1 - done[t - 1]`` (``done`` holds from the ending transition
+    on, see the mask semantics in ``tempo.rl.env``) and ``alive[0] = 1``.
+    """
+    t = _time_dim(done)
+    mask = _placeholder_over(t, "float32", done)
+    mask[_at_time(mask, t, 0)] = 1.0
+    mask[_at_time(mask, t, t + 1)] = _not(done)
+    return mask
+
+
 # ----- helpers -----
 def _time_dim(x: RT, t: Expr | None = None) -> Expr:
     if not isinstance(x, RT) or not x.domain:

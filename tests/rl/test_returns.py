@@ -128,3 +128,11 @@ def test_bad_inputs_are_named():
             tempo.rl.discounted_returns(tpo.from_numpy(np.zeros((2, 3), np.float32), dims=(b,)), GAMMA)
         with pytest.raises(tpo.TempoError, match=r"does not vary with the time dim t"):
             tempo.rl.gae(r, tpo.from_numpy(np.zeros(2, np.float32), dims=(b,)), None, GAMMA, LAM)
+
+
+def test_alive_is_one_through_the_ending_transition_then_zero():
+    done = np.array([[False, False, True, True, True], [False, False, False, False, False]])
+    with tpo.Context() as ctx:
+        (b, B), (t, T) = ctx.dims("b", "t")
+        mask, = ctx.run({B: 2, T: 5}, fetch=[tpo.rl.alive(tpo.from_numpy(done, dims=(b, t)))])
+    np.testing.assert_array_equal(mask, [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
