@@ -17,11 +17,14 @@ def instance_file(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("agent", ["heuristic", "random"])
-def test_solve_then_validate(agent, instance_file, tmp_path, capsys):
+@pytest.mark.parametrize("agent, budget", [
+    ("heuristic", 0.5), ("random", 0.5),
+    pytest.param("muzero", 15.0, marks=pytest.mark.slow),
+    pytest.param("hybrid", 15.0, marks=pytest.mark.slow)])
+def test_solve_then_validate(agent, budget, instance_file, tmp_path, capsys):
     out = tmp_path / f"{agent}.json"
     assert main(["memplan", "solve", str(instance_file), "--agent", agent,
-                 "--budget-seconds", "0.5", "--output", str(out)]) == 0
+                 "--budget-seconds", str(budget), "--output", str(out)]) == 0
     sol = json.loads(out.read_text())
     assert len(sol["decisions"]) == len(json.loads(instance_file.read_text())["buffers"])
     assert sol["reward"] > 0

@@ -168,4 +168,3 @@ def test_step_is_well_under_a_millisecond_on_16k_buffers():
     assert not game.lost
     assert per_step < 5e-4
     validate(inst, game.solution())
-

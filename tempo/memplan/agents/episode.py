@@ -90,7 +90,10 @@ class Episode:
 
 
 def finish_best_in_flight(episodes: list[Episode], tracker: Tracker) -> None:
-    """At the deadline: complete the game in flight with the best backup from its backup, if it beats the best so far."""
+    """At the deadline, complete the game in flight with the best backup (by Drop from there).
+
+    Only when its backup beats the best complete game so far; the others are left as they are.
+    """
     started = [ep for ep in episodes if ep.game.index > 0]
     if not started:
         return

@@ -5,7 +5,8 @@ all. Each move: observe (§4.3.1 features), search over the learned model with
 ``mctx.gumbel_muzero_policy`` (Gumbel MuZero: with 3 actions and a handful of
 simulations it still improves the policy, where visit counts would be too
 coarse; the root masks illegal actions), and play from the improved policy
-(greedily in one game, sampled with a decaying temperature in the others). Transitions go to a replay buffer once their ``n``-step
+(greedily in the first ``greedy_actors`` games, sampled with a decaying
+temperature in the others). Transitions go to a replay buffer once their ``n``-step
 value target is known; the networks train on K-step unrolls in between moves.
 
 The agent searches only at decision points: moves with one legal action, and
