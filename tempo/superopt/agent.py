@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -238,7 +239,7 @@ class Finalist:
     screened_ms: float              # the end-of-episode measurement that ranked it
 
 
-def best_of_k(agent: Agent, env: RewriteEnv, budget_s: float, extra: list[Finalist] = ()
+def best_of_k(agent: Agent, env: RewriteEnv, budget_s: float, extra: Sequence[Finalist] = ()
               ) -> tuple[Finalist, float, int]:
     """The fastest of the policy's greedy rollout and stochastic rollouts within ``budget_s``.
 
