@@ -185,7 +185,10 @@ def main() -> int:
         "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds,
         "device": "cpu, torch, 1 thread", "workloads": {}}
     for name in tqdm(args.workloads, desc="workloads", unit="workload"):
-        report["workloads"][name] = run_workload(name, args, rules)
+        r = report["workloads"][name] = run_workload(name, args, rules)
+        tqdm.write(f"{name}: " + ", ".join(f"{m} x{r['methods'][m]['speedup']:.3f}" for m in METHODS)
+                   + f"; rl vs {r['rl_vs_best']['baseline']}: {r['rl_vs_best']['verdict']}",
+                   file=sys.stderr)
     print(f"[{time.perf_counter() - start:6.1f}s] generalisation", file=sys.stderr)
     report["generalisation"] = generalisation(args, rules)
     report["seconds"] = time.perf_counter() - start

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -42,6 +43,8 @@ class PPOConfig:
     clip: float = 0.2                # PPO clip epsilon
     c_value: float = 0.5             # value loss coefficient c1
     c_entropy: float = 0.01          # entropy coefficient c2
+    reward_scale: float = 0.1        # Eq. 2 is in percent; scaled, the shared encoder's value
+                                     # gradients do not drown the policy's
     episodes_per_update: int = 4     # roll-outs collected before each update
     epochs: int = 4                  # passes over each batch
     minibatch: int = 16              # batch size of an update step
@@ -132,7 +135,8 @@ class Agent:
                 obs, reward, terminated, truncated, info = env.step(action)
                 done = terminated or truncated
                 total += reward
-                steps.append(Step(state, action, logprob, value, reward, done))
+                steps.append(Step(state, action, logprob, value, reward * self.config.reward_scale,
+                                  done))
             log.returns.append(total)
             log.latencies_ms.append(info["latency_ms"])
         return steps
@@ -238,7 +242,7 @@ class Finalist:
     screened_ms: float              # the end-of-episode measurement that ranked it
 
 
-def best_of_k(agent: Agent, env: RewriteEnv, budget_s: float, extra: list[Finalist] = ()
+def best_of_k(agent: Agent, env: RewriteEnv, budget_s: float, extra: Sequence[Finalist] = ()
               ) -> tuple[Finalist, float, int]:
     """The fastest of the policy's greedy rollout and stochastic rollouts within ``budget_s``.
 

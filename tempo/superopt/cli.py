@@ -20,7 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", metavar="OUT.onnx", required=True, help="where to write it")
     p.add_argument("--agent", choices=sorted(AGENTS), default="greedy", help="the optimiser")
     p.add_argument("--budget-seconds", type=float, default=30.0, metavar="S",
-                   help="time for the search (and for training the RL agent)")
+                   help="time for the search (RL: training, then sampling rollouts of the "
+                   "trained policy and keeping the fastest by measurement)")
     p.add_argument("--load-agent", metavar="PATH", help="a trained RL agent to use instead of training")
     p.add_argument("--save-agent", metavar="PATH", help="where to save the RL agent it trains")
     p.add_argument("--rules", metavar="FILE", help="a rule file (default: the shipped taso.rules)")

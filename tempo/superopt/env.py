@@ -5,7 +5,10 @@ graph is a :class:`gymnasium.spaces.GraphInstance`: node features are a
 one-hot op type, edge features the tensor's shape (padded to rank 4 with
 leading zeros) divided by ``M``. Action ``0`` stops (keeps the current
 graph); action ``i >= 1`` takes candidate ``i``; ``mask`` marks the valid
-actions (the action space is padded to ``max_candidates + 1``). ``rules``
+actions (the action space is padded to ``max_candidates + 1``). Candidates
+that return to a graph already visited in the episode are left out, so an
+episode cannot spend its steps undoing and redoing an involution such as
+``add_comm``. ``rules``
 names, per action, the rule that made the candidate (its index in the rule
 list; ``len(rules)`` for the stop action and padding), so a policy can learn
 what each rule tends to do to latency without inferring the rule from two
@@ -109,16 +112,18 @@ class RewriteEnv(gym.Env):
         return self._encoded[key][1]
 
     def _candidates(self, graph: Graph) -> list[Candidate]:
-        """The capped candidate list, remembered: episodes revisit the same graphs."""
+        """Every candidate of ``graph``, remembered: episodes revisit the same graphs."""
         key = graph.key()
         if key not in self._listed:
             if len(self._listed) > 4096:
                 self._listed.clear()
-            self._listed[key] = candidates(graph, self.rules)[: self.max_candidates]
+            self._listed[key] = candidates(graph, self.rules)
         return self._listed[key]
 
     def _observe(self) -> dict:
-        self.cands = self._candidates(self.graph)
+        self.visited.add(self.graph.key())
+        fresh = [c for c in self._candidates(self.graph) if c.graph.key() not in self.visited]
+        self.cands = fresh[: self.max_candidates]
         mask = np.zeros(self.max_candidates + 1, np.int8)
         mask[: len(self.cands) + 1] = 1
         made_by = np.full(self.max_candidates + 1, len(self.rules), np.int64)
@@ -130,7 +135,7 @@ class RewriteEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Start again from the input graph."""
         super().reset(seed=seed)
-        self.graph, self.applied, self.steps = self.start, [], 0
+        self.graph, self.applied, self.steps, self.visited = self.start, [], 0, set()
         self.last_ms = self.initial_ms
         obs = self._observe()
         return obs, {"latency_ms": self.initial_ms, "candidates": len(self.cands)}

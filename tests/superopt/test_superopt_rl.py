@@ -108,3 +108,14 @@ def test_best_of_k_returns_an_equivalent_graph_from_its_own_rollouts():
     assert latency > 0 and len(chosen.applied) <= TINY.max_steps  # an untrained policy may stop at once
     assert same_outputs(g, chosen.graph)
 
+
+
+def test_an_episode_never_offers_a_graph_it_has_visited():
+    g = build("bert", small=True)
+    env = RewriteEnv(g, RULES, max_candidates=64, feedback_every=100, max_steps=10, repeats=2)
+    env.reset()
+    flip = next(i for i, c in enumerate(env.cands) if c.rule.name == "add_comm")
+    env.step(flip + 1)
+    assert env.applied == ["add_comm"]
+    assert all(c.graph.key() != g.key() for c in env.cands)   # undoing add_comm is not offered
+    assert any(c.rule.name == "add_comm" for c in env.cands)   # the other addition still is
