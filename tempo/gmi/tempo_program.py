@@ -52,7 +52,13 @@ def program_args(args_type: type, overrides: dict) -> object:
     if unknown:
         raise GMIError(f"the program has no argument {', '.join(unknown)}; it takes "
                        f"{', '.join(fields)}")
-    values = {name: type(fields[name].default)(value) for name, value in overrides.items()}
+    values = {}
+    for name, value in overrides.items():
+        kind = type(fields[name].default)
+        try:
+            values[name] = kind(value)
+        except ValueError:
+            raise GMIError(f"program argument {name}={value!r} is not of type {kind.__name__}") from None
     return args_type(**values)
 
 

@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from tempo.api.rt import RecurrentTensor
 from tempo.api.sinks import sink
+from tempo.errors import TempoError
 
 
 def parse_args(args_type, description: str = ""):
@@ -32,6 +33,8 @@ class ReturnReport:
         self.returns: list[float] = []
         self.times: list[float] = []  # when each iteration's return arrived
         self.batch, self.steps = batch, steps  # episodes per iteration, steps per episode
+        if every < 1:
+            raise TempoError(f"ReturnReport(every=...) must be >= 1, got {every}")
         self.every = every
         self.bar = tqdm(total=iterations, desc=desc, unit="it")
         sink(mean_return, self._update)

@@ -83,10 +83,13 @@ def test_a_program_without_args_and_main_is_refused(tmp_path):
         train(TrainJob(Layout.parse("1x2"), "tempo", program=str(bad)), echo=lambda line: None)
 
 
-def test_unknown_program_arguments_are_named(program):
+def test_unknown_or_mistyped_program_arguments_are_named(program):
     with pytest.raises(GMIError, match="no argument batch_size"):
         train(TrainJob(Layout.parse("1x2"), "tempo", program=program,
                        program_args={"batch_size": "4"}), echo=lambda line: None)
+    with pytest.raises(GMIError, match="program argument iterations='many' is not of type int"):
+        train(TrainJob(Layout.parse("1x2"), "tempo", program=program,
+                       program_args={"iterations": "many"}), echo=lambda line: None)
 
 
 @pytest.mark.slow
