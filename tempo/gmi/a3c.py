@@ -1,7 +1,8 @@
 """Asynchronous advantage actor-critic over agent and trainer instances (TDG_EX).
 
-Agent instances (simulator + agent) roll out with a copy of the policy they
-refresh from host shared memory, and ship experience through channels.
+Agent instances (simulator + agent) roll out with a copy of the policy, on
+their share's device, that they refresh from host shared memory, and ship
+experience through channels.
 Trainer instances take batches as they come and update the shared parameters
 in place (Hogwild-style, as in A3C), so agents see new weights at their next
 rollout without any message.
@@ -44,13 +45,16 @@ class A3CAgent(_A3CRole):
 
     def run(self) -> None:
         torch.distributed.barrier()  # the first trainer has published the initial weights
-        shard = Shard(self.cfg, self.agents.index(self.gmi_id))
+        device = self.ctx.torch_device
+        shard = Shard(self.cfg, self.agents.index(self.gmi_id), device)
+        policy = self.policy.to(device)
         service = ExperienceService(Migrator(self.ctx, self.table), self.rows)
         start, started = time.perf_counter(), time.time()
         while time.perf_counter() - start < self.seconds:
             tick = time.perf_counter()
-            torch.nn.utils.vector_to_parameters(self.shared.clone(), self.policy.parameters())
-            service.submit(shard.collect(self.policy))
+            torch.nn.utils.vector_to_parameters(self.shared.to(device, copy=True), policy.parameters())
+            experience = shard.collect(policy)
+            service.submit({name: tensor.cpu() for name, tensor in experience.items()})
             self.ctx.report(kind="progress", started=started,
                             steps=self.cfg.num_envs * self.cfg.num_steps,
                             seconds=time.perf_counter() - tick, returns=shard.take_returns())

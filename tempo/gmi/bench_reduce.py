@@ -47,11 +47,11 @@ class ReduceBench(Role):
         self.ranks = [r for ids in self.mpl for r in ids]
 
     def run(self) -> None:
-        grad = gradient(self.seed, self.gmi_id, self.numel)
+        grad = gradient(self.seed, self.gmi_id, self.numel).to(self.ctx.torch_device)
         reference = reference_sum(self.seed, self.ranks, self.numel) if self.gmi_id == 0 else None
         for name in self.strategies:
             reduce = make_reducer(name, self.ctx, self.mpl, self.numel, tag=f"bench-{name}")
-            result = reduce(grad.clone())
+            result = reduce(grad.clone()).cpu()
             error = self._error(result, reference)
             seconds = self._time(reduce, grad)
             if self.gmi_id == 0:
@@ -78,6 +78,8 @@ class ReduceBench(Role):
             dist.barrier()
             start = time.perf_counter()
             reduce(buffer)
+            if buffer.is_cuda:
+                torch.cuda.synchronize(buffer.device)
             elapsed += time.perf_counter() - start
         slowest = torch.tensor([elapsed / self.repeats], dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)

@@ -20,5 +20,5 @@ def save(run_dir: str, iteration: int, policy: torch.nn.Module, optimizer) -> st
 
 
 def load(run_dir: str) -> dict:
-    """The last checkpoint of a run."""
-    return torch.load(os.path.join(run_dir, CHECKPOINT), weights_only=True)
+    """The last checkpoint of a run, in host memory."""
+    return torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=True)

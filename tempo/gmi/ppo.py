@@ -83,11 +83,11 @@ def make_policy(cfg: PPOConfig, obs_dim: int, num_actions: int) -> ActorCritic:
 class Shard:
     """One instance's environments, generator and episode bookkeeping."""
 
-    def __init__(self, cfg: PPOConfig, index: int):
-        self.cfg = cfg
+    def __init__(self, cfg: PPOConfig, index: int, device: torch.device | str = "cpu"):
+        self.cfg, self.device = cfg, torch.device(device)
         self.envs = make_envs(cfg.env_id, cfg.num_envs)
         obs, _ = self.envs.reset(seed=cfg.seed * 10_007 + index * cfg.num_envs)
-        self.obs = torch.as_tensor(obs, dtype=torch.float32)
+        self.obs = self._tensor(obs)
         self.generator = torch.Generator().manual_seed(cfg.seed * 7_919 + index)
         self.running = np.zeros(cfg.num_envs)
         self.finished: list[float] = []
@@ -102,22 +102,29 @@ class Shard:
 
     @torch.no_grad()
     def collect(self, policy: ActorCritic) -> dict[str, torch.Tensor]:
-        """Run ``num_steps`` steps; return flat obs, actions, log-probs, advantages, returns."""
+        """Run ``num_steps`` steps; return flat obs, actions, log-probs, advantages, returns.
+
+        The policy runs on the shard's device; actions are sampled on the host
+        with the shard's generator, so a seed gives the same actions anywhere.
+        """
         cfg, steps = self.cfg, []
         for _ in range(cfg.num_steps):
             dist, value = policy(self.obs)
-            action = torch.multinomial(dist.probs, 1, generator=self.generator).squeeze(-1)
+            action = torch.multinomial(dist.probs.cpu(), 1, generator=self.generator).squeeze(-1)
             obs, reward, terminated, truncated, _ = self.envs.step(action.numpy())
             done = np.logical_or(terminated, truncated)
             self._track(reward, done)
+            action = action.to(self.device)
             steps.append((self.obs, action, dist.log_prob(action), value,
-                          torch.as_tensor(reward, dtype=torch.float32),
-                          torch.as_tensor(done, dtype=torch.float32)))
-            self.obs = torch.as_tensor(obs, dtype=torch.float32)
+                          self._tensor(reward), self._tensor(done)))
+            self.obs = self._tensor(obs)
         obs, actions, logp, values, rewards, dones = (torch.stack(x) for x in zip(*steps))
         advantages = gae(rewards, values, dones, policy(self.obs)[1], cfg.gamma, cfg.gae_lambda)
         return {"obs": obs.flatten(0, 1), "actions": actions.flatten(), "logp": logp.flatten(),
                 "advantages": advantages.flatten(), "returns": (advantages + values).flatten()}
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(array, dtype=torch.float32, device=self.device)
 
     def _track(self, reward: np.ndarray, done: np.ndarray) -> None:
         self.running += reward
@@ -180,7 +187,7 @@ def _unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
 
 def _advantage_stats(batches: list[dict], reduce_: Reduce) -> tuple[float, float]:
     adv = torch.cat([b["advantages"] for b in batches]).double()
-    count = torch.tensor(float(adv.numel()), dtype=torch.float64)
+    count = torch.tensor(float(adv.numel()), dtype=torch.float64, device=adv.device)
     sums = reduce_(torch.stack([adv.sum(), (adv * adv).sum(), count]).float()).double()
     mean = sums[0] / sums[2]
     return mean.item(), (sums[1] / sums[2] - mean * mean).clamp_min(0).sqrt().item() + 1e-8

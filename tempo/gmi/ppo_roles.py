@@ -31,8 +31,8 @@ class HolisticPPO(Role):
         self.world = sum(len(ids) for ids in self.mpl)
 
     def run(self) -> None:
-        shard = Shard(self.cfg, self.gmi_id)
-        policy = make_policy(self.cfg, shard.obs_dim, shard.num_actions)
+        shard = Shard(self.cfg, self.gmi_id, self.ctx.torch_device)
+        policy = make_policy(self.cfg, shard.obs_dim, shard.num_actions).to(self.ctx.torch_device)
         optimizer = make_optimizer(policy, self.cfg)
         reduce_ = Reducer(self.strategy, self.ctx, self.mpl)
         start, iteration, started = time.perf_counter(), 0, time.time()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.distributed as dist
 
 from tempo.gmi.comm import GMIContext
 from tempo.gmi.strategy import check_strategy
@@ -68,7 +67,7 @@ class MultiRingReduction:
             if self.ctx.gmi_id in self.representatives:
                 self.ctx.allreduce(flat, self.representatives)
             if len(self.ring) > 1:
-                dist.broadcast(flat, self.representative, group=self.ctx.group(self.ring))
+                self.ctx.broadcast(flat, self.representative, self.ring)
         return flat
 
 
@@ -128,5 +127,7 @@ class Reducer:
                                                 f"{self.tag}-{numel}")
         start = time.perf_counter()
         self._by_size[numel](flat)
+        if flat.is_cuda:
+            torch.cuda.synchronize(flat.device)
         self.seconds += time.perf_counter() - start
         return flat

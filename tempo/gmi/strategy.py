@@ -57,6 +57,22 @@ def strategy_groups(mpl) -> list[tuple[int, ...]]:
     return list(unique)
 
 
+def group_backend(ranks, mpl, share_backend: str) -> str:
+    """The ``torch.distributed`` backend of the process group over ``ranks``.
+
+    NCCL when the instances compute on whole GPUs through MPS and the group has
+    one instance per GPU (MRR's rings, HAR's leaders). NCCL supports neither two
+    ranks on one GPU nor MIG slices (no CUDA IPC or peer access between them),
+    so every other group, and every group on CPU shares, runs gloo over host
+    memory.
+    """
+    if share_backend != "mps":
+        return "gloo"
+    device_of = {gmi_id: device for device, ids in enumerate(mpl) for gmi_id in ids}
+    devices = [device_of[gmi_id] for gmi_id in ranks]
+    return "nccl" if len(set(devices)) == len(devices) else "gloo"
+
+
 def table2_cost(name: str, g: int, t: int, size_bytes: float, b1: float, b2: float) -> float:
     """Table 2's time for reducing ``size_bytes`` with ``g`` devices of ``t`` instances.
 

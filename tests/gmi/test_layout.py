@@ -4,11 +4,14 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
+from tempo.gmi.comm import torch_device
 from tempo.gmi.errors import GMIError
 from tempo.gmi.layout import Layout
 from tempo.gmi.resources import GPU, choose_backend, plan_shares
-from tempo.gmi.strategy import resolve_strategy, select_strategy, strategy_groups, table2_cost
+from tempo.gmi.strategy import (group_backend, resolve_strategy, select_strategy, strategy_groups,
+                                table2_cost)
 
 
 @pytest.mark.parametrize("text, per_device", [("2x3", (3, 3)), ("1x1", (1,)), ("3,2,2", (3, 2, 2)),
@@ -88,3 +91,20 @@ def test_mps_and_mig_shares():
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in mig] == ["MIG-x", "MIG-y", "MIG-z"]
     with pytest.raises(GMIError, match="1 MIG instance"):
         plan_shares(Layout.parse("1,2"), "mig", gpus)
+
+
+def test_nccl_only_for_mps_groups_with_one_instance_per_gpu():
+    mpl = Layout.parse("2x2").mpl  # devices: (0, 1), (2, 3)
+    backends = {ranks: group_backend(ranks, mpl, "mps") for ranks in strategy_groups(mpl)}
+    assert backends[(0, 2)] == backends[(1, 3)] == "nccl"  # MRR rings and HAR leaders
+    assert backends[(0, 1)] == backends[(0, 1, 2, 3)] == "gloo"  # two ranks share a GPU
+    assert {group_backend(ranks, mpl, "mig") for ranks in backends} == {"gloo"}
+    assert {group_backend(ranks, mpl, "cpu") for ranks in backends} == {"gloo"}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a CPU-only torch")
+def test_a_gpu_share_without_cuda_says_so():
+    share = plan_shares(Layout.parse("1x2"), "mps", [GPU(0, 80)])[1]
+    assert torch_device(plan_shares(Layout.parse("1x1"), "cpu", [])[0]).type == "cpu"
+    with pytest.raises(GMIError, match="instance 1 has a GPU share .*sees no CUDA device"):
+        torch_device(share)
