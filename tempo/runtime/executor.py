@@ -8,6 +8,7 @@ backend kernel and writes the outputs back at that point.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from tempo.errors import BoundError, TempoError
@@ -17,7 +18,7 @@ from tempo.runtime.backends.base import Backend
 from tempo.runtime.stores import PointStore
 from tempo.schedule import ast
 from tempo.symbolic.evaluate import compile_expr
-from tempo.symbolic.expr import Expr, bound_of
+from tempo.symbolic.expr import Expr, bound_of, symbol
 from tempo.symbolic.simplify import simplify
 
 
@@ -86,11 +87,12 @@ class Executor:
 
     def _evict(self, iteration: int) -> None:
         """Free the points no later iteration reads (see :func:`_iteration_evictions`)."""
-        for n, axis, lag in self.evictions:
-            done = iteration - lag
+        later = {self.main_loop.var: iteration + 1}
+        for n, axis, floors in self.evictions:
+            live = min(floor(later) for floor in floors)
             for j in range(len(self.sdg.nodes[n].shapes)):
                 data = self.stores[(n, j)].data
-                for point in [p for p in data if p[axis] <= done]:
+                for point in [p for p in data if p[axis] < live]:
                     del data[point]
 
     # ----- launchers -----
@@ -138,42 +140,110 @@ def _iteration_evictions(sdg: SDG, program: ast.Stmt, keep) -> tuple[ast.Loop | 
 
     A typical training program is one loop over the iteration dim ``i`` holding
     almost every statement. A tensor computed in that loop whose every reader
-    is in the loop and reads it at ``i - c`` (``c >= 0``) is dead ``c``
-    iterations later; its points are freed then, so memory stays flat over
-    thousands of iterations. ``keep``: nodes whose values must survive (fetched).
+    is in the loop and reads it along ``i`` at an index that never decreases
+    as ``i`` grows (``i - c``, ``(i // K) * K``, a slice ``max(0, i - W):i + 1``)
+    is dead below the lowest index the next iteration reads; its points are
+    freed after each iteration, so memory stays flat over thousands of
+    iterations. ``keep``: nodes whose values must survive (fetched).
+
+    Returns the loop and ``(node, axis, floors)`` triples: each floor maps
+    ``{loop counter: next iteration}`` to the lowest index one reader can read
+    from then on.
     """
     top = program.body if isinstance(program, ast.Sequence) else (program,)
     loops = [s for s in top if isinstance(s, ast.Loop)]
     if not loops:
         return None, []
     loop = max(loops, key=lambda s: sum(1 for _ in ast.statements(s)))
-    inside, dim = {}, None
+    inside, dim = {}, None  # node -> (axis of dim, shift: the node runs dim = counter + shift)
     for ex in ast.statements(loop):
         node = sdg.nodes[ex.node_id]
-        axes = [k for k, e in enumerate(ex.point) if e.op == "sym" and e.name == loop.var]
-        if len(axes) != 1 or (dim is not None and node.domain[axes[0]] is not dim):
+        axes = [(k, _shift(e, loop.var)) for k, e in enumerate(ex.point) if loop.var in _names(e)]
+        if len(axes) != 1 or axes[0][1] is None or (dim is not None and node.domain[axes[0][0]] is not dim):
             return None, []
-        dim = node.domain[axes[0]]
-        inside[ex.node_id] = axes[0]
+        dim = node.domain[axes[0][0]]
+        if inside.setdefault(ex.node_id, axes[0]) != axes[0]:
+            return None, []
     for other in top:
         if other is not loop:
             for ex in ast.statements(other):  # also run outside the loop (a peeled piece): keep
                 inside.pop(ex.node_id, None)
     evictions = []
-    for n, axis in inside.items():
+    for n, (axis, _) in inside.items():
         if n in keep:
             continue
-        lags = [_lag(e, axis, dim, inside) for e in sdg.edges if e.src == n]
-        if lags and all(lag is not None for lag in lags):
-            evictions.append((n, axis, max(lags)))
+        floors = [_read_floor(e, axis, dim, loop.var, inside) for e in sdg.edges if e.src == n]
+        if floors and all(floor is not None for floor in floors):
+            evictions.append((n, axis, floors))
     return loop, evictions
 
 
-def _lag(e, axis: int, dim: Expr, inside: dict) -> int | None:
+def _names(e: Expr) -> set[str]:
+    return {s.name for s in e.free_symbols()}
+
+
+def _shift(e: Expr, var: str) -> int | None:
+    """``k`` when the point expression ``e`` is ``var + k``."""
+    counter = next(s for s in e.free_symbols() if s.name == var)
+    k = simplify(e - counter)
+    return int(k.value) if k.is_const else None
+
+
+def _read_floor(e, axis: int, dim: Expr, var: str, inside: dict) -> Callable | None:
+    """``{var: counter} -> the lowest index along axis`` that edge ``e`` reads from that
+    loop counter on (``inf`` once its condition never holds again), when the index
+    never decreases as ``dim`` grows; None when it might, or the reader is outside
+    the loop."""
     if e.sink not in inside:
         return None
-    lag = simplify(dim - e.index.args[axis])
-    return int(lag.value) if lag.is_const and lag.value >= 0 else None
+    index = simplify(e.index.args[axis])
+    low = index.args[0] if index.op == "slice" else index
+    if not _nondecreasing_in(low, dim):
+        return None
+    at = symbol(var) + inside[e.sink][1]  # the reader's dim at a loop counter
+    lowest = compile_expr(low.substitute({dim: at}))
+    last = _last_true(e.cond, dim) if e.cond is not None else None
+    if last is None:
+        return lowest
+    first = compile_expr(at)
+    return lambda env: lowest(env) if first(env) <= last else math.inf
+
+
+def _last_true(cond: Expr, dim: Expr) -> int | None:
+    """The largest ``dim`` for which ``cond`` can hold, when ``cond`` bounds it above
+    by a constant (``dim == c``, ``dim <= c``, ``dim < c``, or a conjunction with one)."""
+    if cond.op == "and":
+        lasts = [last for last in (_last_true(c, dim) for c in cond.args) if last is not None]
+        return min(lasts) if lasts else None
+    if cond.op not in ("eq", "le", "lt") or len(cond.args) != 2:
+        return None
+    left, right = cond.args
+    if cond.op == "eq" and right is dim and left.is_const:
+        left, right = right, left
+    if left is not dim or not right.is_const:
+        return None
+    return int(right.value) - (cond.op == "lt")
+
+
+def _nondecreasing_in(expr: Expr, dim: Expr) -> bool:
+    """Whether ``expr`` depends on no symbol but ``dim`` and never decreases as it grows."""
+    if expr.op == "const":
+        return True
+    if expr.op == "sym":
+        return expr is dim
+    if expr.op in ("add", "min", "max"):
+        return all(_nondecreasing_in(a, dim) for a in expr.args)
+    if expr.op == "mul":
+        scale = [a for a in expr.args if a.is_const]
+        varying = [a for a in expr.args if not a.is_const]
+        product = 1
+        for a in scale:
+            product *= a.value
+        return len(varying) <= 1 and product >= 0 and all(_nondecreasing_in(a, dim) for a in varying)
+    if expr.op == "floordiv":
+        divisor = expr.args[1]
+        return divisor.is_const and divisor.value > 0 and _nondecreasing_in(expr.args[0], dim)
+    return False
 
 
 def _empty_shape(shape: tuple, bounds: dict[str, int]) -> Callable[[], tuple]:
