@@ -168,11 +168,13 @@ def _iteration_evictions(sdg: SDG, program: ast.Stmt, keep) -> tuple[ast.Loop | 
         if other is not loop:
             for ex in ast.statements(other):  # also run outside the loop (a peeled piece): keep
                 inside.pop(ex.node_id, None)
+    executed = {ex.node_id for ex in ast.statements(program)}  # the others never read anything
     evictions = []
     for n, (axis, _) in inside.items():
         if n in keep:
             continue
-        floors = [_read_floor(e, axis, dim, loop.var, inside) for e in sdg.edges if e.src == n]
+        floors = [_read_floor(e, axis, dim, loop.var, inside) for e in sdg.edges
+                  if e.src == n and e.sink in executed]
         if floors and all(floor is not None for floor in floors):
             evictions.append((n, axis, floors))
     return loop, evictions

@@ -11,7 +11,8 @@ K, ITERATIONS = 4, 10
 
 def _block_reader_program():
     """s sums x at the start of each block of K iterations; x adds up s, so the two
-    recurrences share one loop over i (as parameters and episodes do in PPO)."""
+    recurrences share one loop over i (as parameters and episodes do in PPO).
+    ``never_run`` reads x but nothing needs it, so it is never scheduled."""
     ctx = tpo.Context()
     with ctx:
         ((i, I),) = ctx.dims("i")
@@ -21,6 +22,7 @@ def _block_reader_program():
         x[i + 1] = x[i] + s[i]
         s[0] = x[0]
         s[i + 1] = s[i] + x[((i + 1) // K) * K]
+        never_run = x * 3.0  # noqa: F841 - a reader that never runs must not pin x
         program = ctx.compile(fetch=[s], passes={"vectorize": False})
     return program, x, s
 
