@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tempo as tpo
-from tempo.runtime.executor import Executor
+from tempo.runtime.executor import Executor, _nondecreasing_in
+from tempo.symbolic.evaluate import compile_expr
+from tempo.symbolic.expr import const, max_, min_, step_and_bound
+from tempo.symbolic.simplify import simplify
 
 K, ITERATIONS = 4, 10
 
@@ -69,3 +74,40 @@ def test_window_reads_keep_only_the_window():
         xs.append(xs[u - 1] + ss[u - 1] * 0.5)
         ss.append(ss[u - 1] + sum(xs[max(0, u - 2):u + 1]))
     np.testing.assert_allclose(got, ss, rtol=1e-12)
+
+
+# ----- the monotonicity test eviction relies on: never claimed for a decreasing index -----
+i_sym, _ = step_and_bound("i")
+
+
+def _arith(children):
+    small, positive = st.integers(-3, 3), st.integers(1, 5)
+    return st.one_of(
+        st.tuples(children, children).map(lambda p: p[0] + p[1]),
+        st.tuples(children, children).map(lambda p: p[0] - p[1]),
+        st.tuples(children, small).map(lambda p: p[0] * p[1]),
+        st.tuples(children, positive).map(lambda p: p[0] // p[1]),
+        st.tuples(children, positive).map(lambda p: p[0] % p[1]),
+        st.lists(children, min_size=2, max_size=3).map(lambda xs: min_(*xs)),
+        st.lists(children, min_size=2, max_size=3).map(lambda xs: max_(*xs)),
+    )
+
+
+indices = st.recursive(st.one_of(st.integers(-5, 5).map(const), st.just(i_sym)), _arith, max_leaves=6)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(indices)
+def test_claimed_nondecreasing_indices_never_decrease(index):
+    index = simplify(index)
+    if not _nondecreasing_in(index, i_sym):
+        return
+    values = [compile_expr(index)({"i": u}) for u in range(40)]
+    assert all(a <= b for a, b in zip(values, values[1:])), (index, values)
+
+
+def test_block_and_window_starts_are_recognised():
+    for index in [i_sym - 1, (i_sym // K) * K, max_(0, i_sym - 3), const(0)]:
+        assert _nondecreasing_in(simplify(index), i_sym), index
+    for index in [-i_sym, 5 - i_sym, i_sym % K]:
+        assert not _nondecreasing_in(simplify(index), i_sym), index
