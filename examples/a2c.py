@@ -31,8 +31,8 @@ class Args:
     """discount factor"""
     nstep: int = 16
     """bootstrap horizon n of the returns r[t:min(t + n, T)] + gamma**n v[t + n]"""
-    lr: float = 0.01
-    """Adam learning rate (actor and critic)"""
+    lr: float = 0.005
+    """Adam learning rate (actor and critic); at 0.01 training is unstable"""
     value_coef: float = 0.5
     """weight of the critic's squared error"""
     entropy_coef: float = 0.01
