@@ -9,6 +9,12 @@ ignore those steps.
 
     tempo run examples/reinforce.py                 # Monte-Carlo returns
     tempo run examples/reinforce.py --nstep 8       # 8-step returns
+    tempo run examples/reinforce.py --checkpoint run.safetensors --iterations 50
+    tempo run examples/reinforce.py --resume run.safetensors --iterations 50
+
+A resumed run continues the weights, Adam's moments and step count, and the
+lr schedule; its sampling restarts its random streams, so it is not
+bit-identical to a run that never stopped.
 """
 from __future__ import annotations
 
@@ -42,6 +48,12 @@ class Args:
     """learning rate multiplier per iteration: lr * lr_decay ** i"""
     hidden: int = 32
     """width of the two hidden layers"""
+    checkpoint: str = ""
+    """write the policy and Adam state to this safetensors file (atomically) every `checkpoint_every` iterations"""
+    checkpoint_every: int = 10
+    """iterations between checkpoints"""
+    resume: str = ""
+    """start from a checkpoint written with --checkpoint: its weights, Adam state and lr schedule position"""
 
 
 def main(args: Args) -> dict:
@@ -67,7 +79,16 @@ def main(args: Args) -> dict:
         advantage = (g - baseline) / spread
         loss = -(dist.log_prob(a) * advantage * alive)[0:B, i, 0:T].sum() / alive[0:B, i, 0:T].sum()
         loss.backward()
-        tpo.optim.Adam(policy.parameters(), lr=args.lr * args.lr_decay ** tpo.eval_symbol(i).cast("float32")).step()
+        resumed = tpo.load_checkpoint(args.resume) if args.resume else None
+        done = int(resumed.tensors["iterations"]) if resumed else 0  # iterations trained before this run
+        decay = args.lr_decay ** tpo.eval_symbol(i + done).cast("float32")
+        adam = tpo.optim.Adam(policy.parameters(), lr=args.lr * decay)
+        adam.step()
+        if resumed:
+            adam.resume(resumed)
+        if args.checkpoint:
+            state = {**adam.state_dict(), "iterations": tpo.eval_symbol(i + done + 1)}
+            tpo.checkpoint(state, args.checkpoint, when=(i + 1) % args.checkpoint_every == 0)
 
         # ----- reporting: the mean episode return of every iteration -----
         report = tpo.rl.training.ReturnReport(r[0:B, i, 0:T].sum(axis=1).mean(), args.iterations,

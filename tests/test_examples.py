@@ -40,3 +40,29 @@ def test_ppo_collects_episodes_once_per_batch(monkeypatch):
     assert len(resets) == args.iterations * args.batch  # not iterations * epochs * batch
     assert sorted({key[1] for key in resets}) == [0, 4, 8]  # the first update of each batch
     assert len(summary["returns"]) == args.iterations
+
+
+def test_reinforce_checkpoints_and_resumes(tmp_path):
+    """A resumed run continues the saved weights, Adam moments and step count, and the
+    iteration count that positions the lr schedule."""
+    import runpy
+
+    import numpy as np
+
+    import tempo as tpo
+
+    reinforce = runpy.run_path(str(ROOT / "examples" / "reinforce.py"), run_name="reinforce")
+    first, second = str(tmp_path / "first.safetensors"), str(tmp_path / "second.safetensors")
+    small = dict(batch=2, steps=20)
+    reinforce["main"](reinforce["Args"](iterations=4, checkpoint=first, checkpoint_every=2, **small))
+    saved = tpo.load_checkpoint(first)
+    assert int(saved.tensors["iterations"]) == 4 and saved.point == {"i": 3}
+    reinforce["main"](reinforce["Args"](iterations=1, resume=first, checkpoint=second,
+                                        checkpoint_every=1, **small))
+    after = tpo.load_checkpoint(second)
+    assert int(after.tensors["iterations"]) == 5
+    steps = [name for name in saved.tensors if name.endswith("/step")]
+    assert steps and all(int(after.tensors[name]) == 5 for name in steps)  # Adam's count goes on
+    weight = "0.Linear.weight"
+    moved = np.abs(after.tensors[weight] - saved.tensors[weight]).max()
+    assert 0 < moved < 0.1  # one Adam step from the saved weights, not from a fresh init
