@@ -13,6 +13,16 @@ The agent searches only at decision points: moves with one legal action, and
 free reuses, are played automatically (:mod:`episode`), and a decision's
 reward includes the automatic moves that follow it.
 
+**Rewards centred by the capture rate.** Rewards are in units of the
+instance's mean positive benefit, minus ``rate x`` the benefit of the buffers
+each move decided, ``rate`` being the share of the decided buffers' benefit
+that this agent's own games have earned so far. This is potential-based
+shaping (potential ``rate x`` the benefit still to be decided: it keeps the
+ranking of moves exactly for an undiscounted return and a fixed rate; here the
+discount is 0.999 and the rate moves slowly), but values become small deviations from the agent's
+usual capture instead of sums of hundreds of rewards, where the categorical
+value head is coarse (its support is ``h``-transformed).
+
 **Drop-backup (§4.3.2).** When a move leads to a lost state the game is
 rewound to its backup and the stuck alias group is forced to Drop
 (:class:`Episode`); the losing move is stored with the local negative reward
