@@ -11,8 +11,8 @@ On the benchmark's transformer programs, keeping outputs resident (NoCopy:
 the whole live range) instead of evicting them (Copy) loses most of the
 reward; that is the choice MMap-MuZero's learning gets wrong (docs/memplan.md).
 The ``density >= x`` columns also skip any placement whose benefit per unit of
-memory-time (MMap-MuZero's action feature, before its log) is below ``x``:
-which placements are worth their memory matters as much.
+memory-time is below ``x``: which placements are worth their memory matters
+as much.
 """
 import argparse
 

@@ -8,10 +8,7 @@
   offset ranges (the paper's full resolution would be one entry per byte);
 - ``supply``: remaining copy supply in a window centred on the target time;
 - ``actions``: for Copy / NoCopy / Drop: legal, interval start and end
-  (relative to the target time), offset, and two derived placement features
-  (an extension of the paper's list): the memory-time area the action
-  reserves, ``size * interval length``, and the buffer's benefit per unit of
-  that area (both log-scaled; zero when the action reserves nothing);
+  (relative to the target time), offset;
 - ``globals``: move number, buffer index, position in its alias group and
   buffers left in it.
 """
@@ -27,7 +24,7 @@ BUFFER_FEATURES = 10
 MAP_SIZE, MAP_WINDOW = 128, 512
 PROFILE_BINS = 256
 SUPPLY_WINDOW = 64
-ACTION_FEATURES = 6
+ACTION_FEATURES = 4
 GLOBAL_FEATURES = 4
 
 SHAPES = {
@@ -100,18 +97,15 @@ class Observer:
         return out
 
     def action_rows(self, game: GameState) -> np.ndarray:
-        """Legal, interval start/end relative to the target time, offset, area, density; per action."""
+        """Legal, interval start/end relative to the target time, offset; per action."""
         out = np.zeros(SHAPES["actions"], np.float32)
-        b = game.current
-        now = b.target_time
+        now = game.current.target_time
         for a, p in enumerate(game.options()):
             if p is None:
                 continue
             out[a, 0] = 1.0
             if p.interval is not None:
                 out[a, 1:3] = [(p.interval[0] - now) / self.steps, (p.interval[1] - now) / self.steps]
-                area = b.size / self.capacity * (p.interval[1] - p.interval[0] + 1)
-                out[a, 4:6] = [np.log1p(area), np.log1p(max(b.benefit, 0.0) / self.benefit_scale / area)]
             if p.offset is not None:
                 out[a, 3] = p.offset / self.capacity
         return out

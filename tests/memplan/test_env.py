@@ -6,8 +6,7 @@ from gymnasium.utils.env_checker import check_env
 from memplan_instances import random_instance
 
 from tempo.memplan.env import MMapGame
-from tempo.memplan.features import MAP_SIZE, Observer, benefit_scale
-from tempo.memplan.game import DROP, GameState
+from tempo.memplan.features import MAP_SIZE
 from tempo.memplan.validate import validate
 
 
@@ -35,24 +34,3 @@ def test_episode_returns_the_solution_reward_and_observations_track_the_state():
     sol = env.game.solution()
     assert total == sol.reward
     validate(env.game.inst, sol)
-
-
-def test_action_features_give_each_placements_area_and_benefit_density():
-    inst = random_instance(3, steps=30, alias_rate=0.0)
-    game = GameState(inst)
-    observer = Observer(game)
-    scale = benefit_scale(inst)
-    seen = 0
-    while not game.done:
-        rows = observer.action_rows(game)
-        b = game.current
-        for a, p in enumerate(game.options()):
-            if p is None or p.interval is None:
-                np.testing.assert_array_equal(rows[a, 4:], 0.0)
-                continue
-            area = b.size / inst.capacity * (p.interval[1] - p.interval[0] + 1)
-            np.testing.assert_allclose(np.expm1(rows[a, 4:]), [area, b.benefit / scale / area],
-                                       rtol=1e-5)
-            seen += 1
-        game.step(DROP if game.legal()[DROP] else int(np.flatnonzero(game.legal())[0]))
-    assert seen > 0

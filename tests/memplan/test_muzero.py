@@ -85,20 +85,3 @@ def test_training_lowers_the_loss_on_a_fixed_batch():
     for _ in range(30):
         params, opt, _ = nets.train_step(params, opt, batch, 3e-3)
     assert float(nets.loss(params, batch)) < 0.7 * first
-
-
-def test_capture_rate_is_the_share_of_the_decided_benefit_that_the_games_earned():
-    pytest.importorskip("jax")
-    from tempo.memplan.agents.muzero import MuZeroAgent
-
-    inst = random_instance(5, steps=30, alias_rate=0.0)
-    agent = MuZeroAgent(inst, MuZeroConfig(parallel=2), seed=0)
-    assert agent._capture_rate() == 0.0
-    for ep, moves in zip(agent.episodes, (10, 25)):
-        for _ in range(moves):
-            legal = ep.legal()
-            ep.game.step(COPY if legal[COPY] else int(np.flatnonzero(legal)[0]))
-    earned = sum(ep.game.total for ep in agent.episodes)
-    offered = sum(max(b.benefit, 0.0) for ep in agent.episodes for b in inst.buffers[:ep.game.index])
-    assert 0.0 < earned < offered
-    np.testing.assert_allclose(agent._capture_rate(), earned / offered, rtol=1e-9)

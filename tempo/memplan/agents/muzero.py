@@ -13,16 +13,6 @@ The agent searches only at decision points: moves with one legal action, and
 free reuses, are played automatically (:mod:`episode`), and a decision's
 reward includes the automatic moves that follow it.
 
-**Rewards centred by the capture rate.** Rewards are in units of the
-instance's mean positive benefit, minus ``rate x`` the benefit of the buffers
-each move decided, ``rate`` being the share of the decided buffers' benefit
-that this agent's own games have earned so far. This is potential-based
-shaping (potential ``rate x`` the benefit still to be decided: it keeps the
-ranking of moves exactly for an undiscounted return and a fixed rate; here the
-discount is 0.999 and the rate moves slowly), but values become small deviations from the agent's
-usual capture instead of sums of hundreds of rewards, where the categorical
-value head is coarse (its support is ``h``-transformed).
-
 **Drop-backup (§4.3.2).** When a move leads to a lost state the game is
 rewound to its backup and the stuck alias group is forced to Drop
 (:class:`Episode`); the losing move is stored with the local negative reward
@@ -53,8 +43,8 @@ class MuZeroConfig:
 
     parallel: int | None = None   # games played at once (one batched search); None: games_in_flight()
     num_simulations: int = 8      # MCTS simulations per move (0: no search)
-    discount: float = 0.999
-    td_steps: int = 300           # n of the n-step value target (decisions)
+    discount: float = 0.99
+    td_steps: int = 100           # n of the n-step value target (decisions)
     unroll: int = 3               # K of the K-step model unroll
     batch_size: int = 32
     replay_size: int = 20_000
@@ -173,9 +163,6 @@ class MuZeroAgent:
         self.params = nets.init_params(seed)
         self.opt = nets.adam_init(self.params)
         self.scale = benefit_scale(inst)
-        benefits = np.maximum([b.benefit for b in inst.buffers], 0.0) / self.scale
-        self.remaining = np.concatenate([np.cumsum(benefits[::-1])[::-1], [0.0]])
-        self.finished = np.zeros(2)   # return and benefit of the games played to the end
         self.replay = _Replay(config.replay_size)
         self.episodes = [Episode(inst) for _ in range(config.parallel or games_in_flight(inst))]
         self.observer = Observer(self.episodes[0].game)
@@ -250,7 +237,6 @@ class MuZeroAgent:
             progress = min(tracker.elapsed() / (tracker.deadline - tracker.start), 1.0)
             temperature = cfg.init_temperature + progress * (
                 cfg.final_temperature - cfg.init_temperature)
-            rate = self._capture_rate()
             for i, ep in enumerate(self.episodes):
                 p = np.where(legal[i], behaviour[i], 0.0)
                 if i < cfg.greedy_actors:
@@ -258,13 +244,12 @@ class MuZeroAgent:
                 else:
                     p = (p / p.max()) ** (1 / temperature)
                     action = int(self.rng.choice(3, p=p / p.sum()))
-                before, index = ep.game.total, ep.game.index
-                move = _Move(index, _pack(observations[i]), action, 0.0,
+                before = ep.game.total
+                move = _Move(ep.game.index, _pack(observations[i]), action, 0.0,
                              target[i], float(value[i]))
                 ep.game.step(action)
                 rewound = ep.after_move() or ep.advance()
-                move.reward = (ep.game.total - before) / self.scale + rate * (
-                    self.remaining[ep.game.index] - self.remaining[index])
+                move.reward = (ep.game.total - before) / self.scale
                 if rewound:
                     self.replay.add(self._record([move], 0, final=True))
                 else:
@@ -276,20 +261,12 @@ class MuZeroAgent:
                 self._train()
         finish_best_in_flight(self.episodes, tracker)
 
-    def _capture_rate(self) -> float:
-        """The fraction of the decided buffers' benefit that this agent's games have earned so far."""
-        earned = self.finished[0] + sum(ep.game.total for ep in self.episodes) / self.scale
-        offered = self.finished[1] + sum(self.remaining[0] - self.remaining[ep.game.index]
-                                         for ep in self.episodes)
-        return float(np.clip(earned / offered, 0.0, 1.0)) if offered > 0 else 0.0
-
     def _settle(self, ep: Episode, tracker: Tracker) -> None:
         """Bring ``ep`` to a decision point, finishing (and restarting) games that end on the way."""
         ep.settle()
         while ep.game.done:
             self._mature(ep, final=True)
             tracker.offer(ep.game)
-            self.finished += [ep.game.total / self.scale, self.remaining[0]]
             ep.start()
             ep.settle()
 
