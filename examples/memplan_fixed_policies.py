@@ -10,30 +10,50 @@ orders); automatic moves and Drop-backup are those of MMap-MuZero.
 On the benchmark's transformer programs, keeping outputs resident (NoCopy:
 the whole live range) instead of evicting them (Copy) loses most of the
 reward; that is the choice MMap-MuZero's learning gets wrong (docs/memplan.md).
+The ``density >= x`` columns also skip any placement whose benefit per unit of
+memory-time is below ``x``: which placements are worth their memory matters
+as much.
 """
 import argparse
 
 from tempo.memplan.agents.episode import Episode
+from tempo.memplan.features import benefit_scale
 from tempo.memplan.game import COPY, DROP, NOCOPY
 from tempo.memplan.problem import Instance, load_instance
 
-# name -> (preference for output buffers, preference for operand buffers)
+COPY_FIRST, NOCOPY_FIRST = (COPY, NOCOPY, DROP), (NOCOPY, COPY, DROP)
+# name -> (preference for output buffers, preference for operand buffers, least density placed)
 POLICIES = {
-    "copy first": ((COPY, NOCOPY, DROP), (COPY, NOCOPY, DROP)),
-    "nocopy first": ((NOCOPY, COPY, DROP), (NOCOPY, COPY, DROP)),
-    "outputs copy, operands nocopy": ((COPY, NOCOPY, DROP), (NOCOPY, COPY, DROP)),
-    "outputs nocopy, operands copy": ((NOCOPY, COPY, DROP), (COPY, NOCOPY, DROP)),
+    "copy first": (COPY_FIRST, COPY_FIRST, 0.0),
+    "nocopy first": (NOCOPY_FIRST, NOCOPY_FIRST, 0.0),
+    "outputs copy, operands nocopy": (COPY_FIRST, NOCOPY_FIRST, 0.0),
+    "outputs nocopy, operands copy": (NOCOPY_FIRST, COPY_FIRST, 0.0),
+    "copy first, density >= 0.3": (COPY_FIRST, COPY_FIRST, 0.3),
+    "nocopy first, density >= 0.3": (NOCOPY_FIRST, NOCOPY_FIRST, 0.3),
 }
 
 
-def play(inst: Instance, outputs: tuple, operands: tuple) -> float:
-    """The return of one game that always plays the first legal action of the buffer's order."""
+def dense_enough(game, action: int, least_density: float, scale: float) -> bool:
+    """Whether ``action`` reserves no memory, or its buffer's benefit (in units of ``scale``) per
+    unit of the memory-time it reserves (capacity fractions x steps) is at least ``least_density``."""
+    p, b = game.options()[action], game.current
+    if p.interval is None:
+        return True
+    area = b.size / game.inst.capacity * (p.interval[1] - p.interval[0] + 1)
+    return b.benefit / scale >= least_density * area
+
+
+def play(inst: Instance, outputs: tuple, operands: tuple, least_density: float) -> float:
+    """The return of one game that plays the first legal, dense enough action of the buffer's order
+    (the last legal action when none is)."""
+    scale = benefit_scale(inst)
     ep = Episode(inst)
     ep.settle()
     while not ep.game.done:
         legal = ep.legal()
         order = outputs if ep.game.current.is_output else operands
-        ep.game.step(next(a for a in order if legal[a]))
+        fine = [a for a in order if legal[a] and dense_enough(ep.game, a, least_density, scale)]
+        ep.game.step(fine[0] if fine else int(legal.nonzero()[0][-1]))
         ep.after_move()
         ep.settle()
     return ep.game.total
