@@ -31,6 +31,7 @@ from tempo.superopt.env import EDGE_RANK, OP_NAMES, RewriteEnv
 from tempo.superopt.graph import Graph
 from tempo.superopt.rules import Rule
 from tempo.superopt.search import SearchResult
+from tempo.superopt.windows import windows
 
 
 @dataclass
@@ -54,6 +55,8 @@ class PPOConfig:
     hidden: int = 32                 # GNN width
     gat_layers: int = 3              # k graph-attention layers
     train_share: float = 0.75        # share of the budget spent training; the rest on inference
+    window_ops: int = 16             # operators per window of the curriculum (windows.py)
+    window_share: float = 0.4        # share of the training time spent on windows first
     min_samples: int = 4             # stochastic inference rollouts taken even past the budget
     finalists: int = 8               # distinct graphs re-timed interleaved at the end
     seed: int = 0
@@ -291,13 +294,20 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
     """Train an agent on ``graph`` (or load one), then return its best-of-K inference result.
 
     Training takes ``config.train_share`` of ``budget_s`` and inference the
-    rest; a loaded agent spends the whole budget on inference.
+    rest; a loaded agent spends the whole budget on inference. Training
+    starts on windows of the graph (a curriculum, ``config.window_share`` of
+    the training time), then goes on with the whole graph.
     """
     agent = Agent.load(load, rules) if load else Agent(config or PPOConfig(seed=seed), rules)
     extra: list[Finalist] = []
     if load is None:
+        train_s = budget_s * agent.config.train_share
+        parts = [make_env(w, rules, agent.config) for w in windows(graph, agent.config.window_ops)]
+        if parts:
+            agent.train(parts, train_s * agent.config.window_share, progress)
+            train_s *= 1.0 - agent.config.window_share
         env = make_env(graph, rules, agent.config)
-        agent.train(env, budget_s * agent.config.train_share, progress)
+        agent.train(env, train_s, progress)
         extra += [Finalist(g, applied, "fast in training", ms)
                   for ms, g, applied in env.fastest(agent.config.finalists)]
         budget_s *= 1.0 - agent.config.train_share
