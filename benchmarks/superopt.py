@@ -11,7 +11,7 @@ shape, evaluated on three others) and the Fig. 5 heatmap of the rules the RL
 agent applied.
 
     .venv/bin/python benchmarks/superopt.py --quick        # short budgets, ~4 minutes
-    .venv/bin/python benchmarks/superopt.py                # the headline run, ~30 minutes
+    .venv/bin/python benchmarks/superopt.py                # the headline run, ~45 minutes
     .venv/bin/python benchmarks/superopt.py --full-shapes  # the published shapes (hours on CPU)
 
 All modes but ``--full-shapes`` use each workload's small shapes: on a shared
@@ -71,7 +71,7 @@ def parse_args() -> Args:
     p.add_argument("--out", default="benchmarks/results/superopt.json")
     ns = p.parse_args()
     return Args(ns.quick, not ns.full_shapes, ns.workloads,
-                ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 180.0),
+                ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 360.0),
                 ns.rounds or (20 if ns.quick else 40), ns.out)
 
 

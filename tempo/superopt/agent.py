@@ -7,7 +7,7 @@ them a logit of -1e9, which zeroes their probability and their gradient.
 Training runs for a share of the wall-clock budget; the rest goes to
 inference (:func:`best_of_k`): the trained policy's greedy (arg-max) rollout
 and stochastic rollouts sampled from it, kept coming until the budget is
-spent. The final graphs of those rollouts, with the best graph measured
+spent. The final graphs of those rollouts, with the graphs measured fastest
 during training, are timed against each other in one interleaved loop and the
 fastest by measured median wins. Every graph in that pool was produced by the
 agent's own rollouts from the input graph; nothing comes from another search.
@@ -26,11 +26,12 @@ from tqdm import tqdm
 
 from tempo.errors import TempoError
 from tempo.files import write_bytes_atomic
-from tempo.superopt.encoder import PolicyValue, to_data
+from tempo.superopt.encoder import PolicyValue, State, to_data
 from tempo.superopt.env import EDGE_RANK, OP_NAMES, RewriteEnv
 from tempo.superopt.graph import Graph
 from tempo.superopt.rules import Rule
 from tempo.superopt.search import SearchResult
+from tempo.superopt.windows import windows
 
 
 @dataclass
@@ -48,21 +49,23 @@ class PPOConfig:
     episodes_per_update: int = 4     # roll-outs collected before each update
     epochs: int = 4                  # passes over each batch
     minibatch: int = 16              # batch size of an update step
-    max_candidates: int = 64         # padded action space (plus the stop action)
+    max_candidates: int = 128        # padded action space (plus the stop action)
     feedback_every: int = 1          # N: measure end-to-end latency every N steps
     max_steps: int = 60              # episode length limit (squeezenet needs ~30 fusions)
     hidden: int = 32                 # GNN width
     gat_layers: int = 3              # k graph-attention layers
     train_share: float = 0.75        # share of the budget spent training; the rest on inference
+    window_ops: int = 16             # operators per window of the curriculum (windows.py)
+    window_share: float = 0.4        # share of the training time spent on windows first
     min_samples: int = 4             # stochastic inference rollouts taken even past the budget
-    finalists: int = 4               # distinct rollout results re-timed interleaved at the end
+    finalists: int = 8               # distinct graphs re-timed interleaved at the end
     seed: int = 0
     rule_names: tuple[str, ...] = ()  # the rule set the agent acts with (set when it is made)
 
 
 @dataclass
 class Step:
-    state: tuple
+    state: State
     action: int
     logprob: float
     value: float
@@ -99,10 +102,10 @@ class Agent:
             self._data[id(g)] = (g, to_data(g))
         return self._data[id(g)][1]
 
-    def state(self, obs: dict) -> tuple:
+    def state(self, obs: dict) -> State:
         """The network's input for an observation."""
-        return (self._convert(obs["current"]), [self._convert(c) for c in obs["candidates"]],
-                torch.as_tensor(obs["rules"]))
+        return (self._convert(obs["current"]), torch.as_tensor(obs["roots"]),
+                torch.as_tensor(obs["rules"]), torch.as_tensor(obs["mask"]))
 
     def act(self, obs: dict, greedy: bool = False) -> tuple[int, float, float, tuple]:
         """An action (masked), its log-probability, the state value and the state."""
@@ -125,9 +128,10 @@ class Agent:
         return env.graph, env.applied, latency
 
     # ---------------------------------------------------------------- learning
-    def _collect(self, env: RewriteEnv, log: TrainLog) -> list[Step]:
+    def _collect(self, envs: Sequence[RewriteEnv], log: TrainLog) -> list[Step]:
         steps: list[Step] = []
         for _ in range(self.config.episodes_per_update):
+            env = envs[len(log.returns) % len(envs)]
             obs, _ = env.reset()
             done, total = False, 0.0
             while not done:
@@ -182,17 +186,23 @@ class Agent:
                 stats = {"policy": pg.item(), "value": v_loss.item(), "entropy": entropy.item()}
         return stats
 
-    def train(self, env: RewriteEnv, budget_s: float, progress: bool = True) -> TrainLog:
-        """Alternate roll-outs and PPO updates until ``budget_s`` seconds have passed."""
+    def train(self, envs: RewriteEnv | Sequence[RewriteEnv], budget_s: float, progress: bool = True
+              ) -> TrainLog:
+        """Alternate roll-outs and PPO updates until ``budget_s`` seconds have passed.
+
+        With several environments (graphs), episodes take them in turn: one
+        policy learns what the rules do across graphs (pre-training).
+        """
+        envs = [envs] if isinstance(envs, RewriteEnv) else list(envs)
         log = TrainLog()
         start = time.perf_counter()
         with tqdm(total=round(budget_s), unit="s", desc="PPO", disable=not progress,
                   leave=False) as bar:
             while time.perf_counter() - start < budget_s:
-                stats = self.update(self._collect(env, log))
+                stats = self.update(self._collect(envs, log))
                 log.updates += 1
                 bar.n = min(round(time.perf_counter() - start), bar.total)
-                bar.set_postfix(best_ms=f"{env.best[0]:.3f}", **{k: f"{v:.3f}" for k, v in stats.items()})
+                bar.set_postfix(**{k: f"{v:.3f}" for k, v in stats.items()})
         return log
 
     # ---------------------------------------------------------------- persistence
@@ -229,7 +239,8 @@ def make_env(graph: Graph, rules: list[Rule], config: PPOConfig, inference: bool
     intermediate rewards are not used, so their measurements would waste time.
     """
     every = config.max_steps + 1 if inference else config.feedback_every
-    return RewriteEnv(graph, rules, config.max_candidates, every, config.max_steps)
+    return RewriteEnv(graph, rules, config.max_candidates, every, config.max_steps,
+                      candidate_graphs=False)
 
 
 @dataclass
@@ -238,7 +249,7 @@ class Finalist:
 
     graph: Graph
     applied: list[str]
-    origin: str                     # "greedy rollout", "sampled rollout" or "best in training"
+    origin: str                     # "greedy rollout", "sampled rollout" or "fast in training"
     screened_ms: float              # the end-of-episode measurement that ranked it
 
 
@@ -283,15 +294,22 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
     """Train an agent on ``graph`` (or load one), then return its best-of-K inference result.
 
     Training takes ``config.train_share`` of ``budget_s`` and inference the
-    rest; a loaded agent spends the whole budget on inference.
+    rest; a loaded agent spends the whole budget on inference. Training
+    starts on windows of the graph (a curriculum, ``config.window_share`` of
+    the training time), then goes on with the whole graph.
     """
     agent = Agent.load(load, rules) if load else Agent(config or PPOConfig(seed=seed), rules)
     extra: list[Finalist] = []
     if load is None:
+        train_s = budget_s * agent.config.train_share
+        parts = [make_env(w, rules, agent.config) for w in windows(graph, agent.config.window_ops)]
+        if parts:
+            agent.train(parts, train_s * agent.config.window_share, progress)
+            train_s *= 1.0 - agent.config.window_share
         env = make_env(graph, rules, agent.config)
-        agent.train(env, budget_s * agent.config.train_share, progress)
-        best_ms, best_graph, best_applied = env.best
-        extra.append(Finalist(best_graph, best_applied, "best in training", best_ms))
+        agent.train(env, train_s, progress)
+        extra += [Finalist(g, applied, "fast in training", ms)
+                  for ms, g, applied in env.fastest(agent.config.finalists)]
         budget_s *= 1.0 - agent.config.train_share
     if save:
         agent.save(save)

@@ -12,7 +12,12 @@ episode cannot spend its steps undoing and redoing an involution such as
 names, per action, the rule that made the candidate (its index in the rule
 list; ``len(rules)`` for the stop action and padding), so a policy can learn
 what each rule tends to do to latency without inferring the rule from two
-graph embeddings.
+graph embeddings. ``roots`` gives, per action, the positions (in the current
+graph's node order, ``-1`` padded) of the nodes the rewrite replaces, so a
+policy can score a candidate by where it rewrites the current graph; with
+``candidate_graphs=False`` the candidate graphs themselves are left out of the
+observation (``candidates`` is empty), which saves encoding them when the
+policy reads only the locations.
 
 Reward: every ``feedback_every`` steps, and when the episode ends, the graph's
 end-to-end latency is measured and the reward is Eq. 2,
@@ -36,6 +41,7 @@ from tempo.superopt.rules import Rule
 
 OP_NAMES = tuple(sorted(OPS))
 EDGE_RANK = 4
+MAX_ROOTS = 2                   # the most roots a rule's source pattern has
 
 
 def encode(graph: Graph, scale: float = 4096.0) -> spaces.GraphInstance:
@@ -81,8 +87,8 @@ class RewriteEnv(gym.Env):
 
     def __init__(self, graph: Graph, rules: list[Rule], max_candidates: int = 64,
                  feedback_every: int = 5, max_steps: int = 30, reward_fn: RewardFn = eq2_reward,
-                 repeats: int = 10, edge_scale: float = 4096.0):
-        self.start, self.rules = graph, rules
+                 repeats: int = 10, edge_scale: float = 4096.0, candidate_graphs: bool = True):
+        self.start, self.rules, self.candidate_graphs = graph, rules, candidate_graphs
         self.max_candidates, self.feedback_every, self.max_steps = max_candidates, feedback_every, max_steps
         self.reward_fn, self.repeats, self.edge_scale = reward_fn, repeats, edge_scale
         graph_space = spaces.Graph(spaces.Box(0.0, 1.0, (len(OP_NAMES),)),
@@ -92,11 +98,12 @@ class RewriteEnv(gym.Env):
             "candidates": spaces.Sequence(graph_space),
             "mask": spaces.MultiBinary(max_candidates + 1),
             "rules": spaces.MultiDiscrete([len(rules) + 1] * (max_candidates + 1)),
+            "roots": spaces.Box(-1, np.iinfo(np.int64).max, (max_candidates + 1, MAX_ROOTS), np.int64),
         })
         self._rule_index = {id(r): i for i, r in enumerate(rules)}
         self.action_space = spaces.Discrete(max_candidates + 1)
         self.initial_ms = self._measure(graph, 3 * repeats)     # RT_0 scales every reward
-        self.best = (self.initial_ms, graph, [])
+        self.measured: dict[tuple, tuple[float, Graph, list[str]]] = {}   # graph key -> fastest
         self._encoded: dict = {}
         self._listed: dict = {}
 
@@ -104,12 +111,17 @@ class RewriteEnv(gym.Env):
         return measure_latency(graph, repeats=repeats or self.repeats, warmup=2).median_ms
 
     def _graph_obs(self, graph: Graph) -> spaces.GraphInstance:
+        return self._encoding(graph)[1]
+
+    def _encoding(self, graph: Graph) -> tuple[dict[int, int], spaces.GraphInstance]:
+        """The graph's observation and each node's position in it (by node id)."""
         key = graph.key()
         if key not in self._encoded:
             if len(self._encoded) > 4096:
                 self._encoded.clear()
-            self._encoded[key] = (graph, encode(graph, self.edge_scale))
-        return self._encoded[key][1]
+            position = {id(n): i for i, n in enumerate(graph.topo())}
+            self._encoded[key] = (graph, position, encode(graph, self.edge_scale))
+        return self._encoded[key][1:]
 
     def _candidates(self, graph: Graph) -> list[Candidate]:
         """Every candidate of ``graph``, remembered: episodes revisit the same graphs."""
@@ -128,9 +140,17 @@ class RewriteEnv(gym.Env):
         mask[: len(self.cands) + 1] = 1
         made_by = np.full(self.max_candidates + 1, len(self.rules), np.int64)
         made_by[1: len(self.cands) + 1] = [self._rule_index[id(c.rule)] for c in self.cands]
-        return {"current": self._graph_obs(self.graph),
-                "candidates": tuple(self._graph_obs(c.graph) for c in self.cands), "mask": mask,
-                "rules": made_by}
+        position, current = self._encoding(self.graph)
+        roots = np.full((self.max_candidates + 1, MAX_ROOTS), -1, np.int64)
+        for i, c in enumerate(self.cands, start=1):
+            roots[i, : len(c.match.roots)] = [position[id(r)] for r in c.match.roots]
+        others = tuple(self._graph_obs(c.graph) for c in self.cands) if self.candidate_graphs else ()
+        return {"current": current, "candidates": others, "mask": mask, "rules": made_by,
+                "roots": roots}
+
+    def fastest(self, k: int) -> list[tuple[float, Graph, list[str]]]:
+        """The ``k`` distinct graphs with the lowest measurement so far (latency, graph, rules)."""
+        return sorted(self.measured.values(), key=lambda m: m[0])[:k]
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Start again from the input graph."""
@@ -158,7 +178,8 @@ class RewriteEnv(gym.Env):
         reward = self.reward_fn(Feedback(measured, now, self.last_ms, self.initial_ms))
         if measured:
             self.last_ms = now
-            if now < self.best[0]:
-                self.best = (now, self.graph, list(self.applied))
+            known = self.measured.get(self.graph.key())
+            if known is None or now < known[0]:
+                self.measured[self.graph.key()] = (now, self.graph, list(self.applied))
         info = {"latency_ms": now, "measured": measured, "applied": list(self.applied)}
         return obs, float(reward), done, truncated, info

@@ -301,8 +301,20 @@ def node(op: str, *src: Node, **attrs: Any) -> Node:
 
 
 def rebuild(n: Node, src: Iterable[Node]) -> Node:
-    """``n`` with its sources replaced by ``src`` (same op and attributes)."""
-    return node(n.op, *src, **dict(n.attrs))
+    """``n`` with its sources replaced by ``src`` (same op and attributes).
+
+    When the new sources have the old ones' shapes, the attributes are already
+    normalised and the output shape is unchanged, so both are reused (a rewrite
+    rebuilds every node downstream of it, mostly with unchanged shapes).
+    """
+    src = tuple(src)
+    if len(src) != len(n.src) or any(a.shape != b.shape for a, b in zip(src, n.src)):
+        return node(n.op, *src, **dict(n.attrs))
+    key = (n.op, tuple(id(s) for s in src), n.attrs)
+    found = _INTERNED.get(key)
+    if found is None:
+        found = _INTERNED[key] = Node(n.op, src, n.attrs, n.shape)
+    return found
 
 
 # ---------------------------------------------------------------- graphs

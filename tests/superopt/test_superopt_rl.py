@@ -54,12 +54,27 @@ def test_env_masks_steps_and_measures_every_n_steps():
     assert done and not truncated
 
 
+def test_roots_locate_each_rewrite_in_the_current_graph():
+    g = build("squeezenet", small=True)
+    env = RewriteEnv(g, RULES, max_candidates=64, feedback_every=100, max_steps=4, repeats=2,
+                     candidate_graphs=False)
+    obs, _ = env.reset()
+    assert obs["candidates"] == () and env.observation_space["roots"].contains(obs["roots"])
+    order = g.topo()
+    assert np.all(obs["roots"][0] == -1)                       # stop rewrites nothing
+    for i, c in enumerate(env.cands, start=1):
+        located = [order[j] for j in obs["roots"][i] if j >= 0]
+        assert located == list(c.match.roots)
+    assert np.all(obs["roots"][len(env.cands) + 1:] == -1)
+
+
 def test_policy_gives_masked_actions_no_probability():
     agent = Agent(TINY, RULES)
     env = make_env(build("bert", small=True), RULES, TINY)
     obs, _ = env.reset()
     logits, values = agent.net([agent.state(obs)])
-    n = len(obs["candidates"])
+    n = int(obs["mask"].sum()) - 1
+    assert n >= 1
     probs = torch.softmax(logits[0], -1)
     assert torch.all(probs[n + 1:] == 0) and probs[: n + 1].sum().item() == pytest.approx(1.0)
     assert values.shape == (1,)
@@ -107,7 +122,6 @@ def test_best_of_k_returns_an_equivalent_graph_from_its_own_rollouts():
     assert chosen.origin in ("greedy rollout", "sampled rollout")
     assert latency > 0 and len(chosen.applied) <= TINY.max_steps  # an untrained policy may stop at once
     assert same_outputs(g, chosen.graph)
-
 
 
 def test_an_episode_never_offers_a_graph_it_has_visited():
