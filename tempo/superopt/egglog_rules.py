@@ -183,23 +183,27 @@ def _expr(e: ast.expr) -> str:
     raise Untranslatable(f"uses '{ast.unparse(e)}', which egglog cannot compute here")
 
 
-def _source(p: Pattern, q: _Query) -> str:
+def _written(p: Pattern, q: _Query, direct) -> str:
+    """``p`` as an egglog term; an attribute expression for which ``direct`` is false
+    is bound to a fresh variable by a fact of ``q``."""
     if isinstance(p, PVar):
         return f"v_{p.name}"
     given = dict(p.attrs)
     attrs = {}
     for k in attr_keys(p.op):
-        e = given.get(k)
-        if e is None:
+        if k not in given:
             attrs[k] = literal(OPS[p.op].defaults[k])
-        elif isinstance(e, (ast.Name, ast.Constant)):
-            attrs[k] = _expr(e)
+        elif direct(given[k]):
+            attrs[k] = _expr(given[k])
         else:
-            t = q.temp()
-            attrs[k] = t
-            q.facts.append(f"(= {t} {_expr(e)})")
-    srcs = [_source(a, q) for a in p.args]
-    return _call(p.op, srcs, attrs)
+            attrs[k] = q.temp()
+            q.facts.append(f"(= {attrs[k]} {_expr(given[k])})")
+    return _call(p.op, [_written(a, q, direct) for a in p.args], attrs)
+
+
+def _source(p: Pattern, q: _Query) -> str:
+    """A rule's source pattern, as a query term: only names and literals inline."""
+    return _written(p, q, lambda e: isinstance(e, (ast.Name, ast.Constant)))
 
 
 def _plain(e: ast.expr) -> bool:
@@ -209,19 +213,8 @@ def _plain(e: ast.expr) -> bool:
 
 
 def _target(p: Pattern, q: _Query) -> str:
-    if isinstance(p, PVar):
-        return f"v_{p.name}"
-    given = dict(p.attrs)
-    attrs = {}
-    for k in attr_keys(p.op):
-        if k not in given:
-            attrs[k] = literal(OPS[p.op].defaults[k])
-        elif _plain(given[k]):
-            attrs[k] = _expr(given[k])
-        else:
-            attrs[k] = q.temp()
-            q.facts.append(f"(= {attrs[k]} {_expr(given[k])})")
-    return _call(p.op, [_target(a, q) for a in p.args], attrs)
+    """A rule's target pattern, as an action term."""
+    return _written(p, q, _plain)
 
 
 def _masked(s: str, k: int) -> str:
