@@ -38,6 +38,7 @@ INSTANCES = [("mlp", 2), ("convnet", 4), ("transformer", 1), ("mlp", 8), ("trans
              ("mlp", 24), ("convnet", 8), ("transformer", 12), ("mlp", 64),
              ("transformer", 24), ("mlp", 176), ("transformer", 52)]
 AGENTS = ("muzero", "es", "random")
+LEARNERS = ("muzero", "es")   # agents whose every game's return is kept (learning curves)
 WARM_UP_SECONDS = 5.0   # one discarded run per JAX agent: compiles its functions outside the budgets
 
 
@@ -49,6 +50,7 @@ class Args:
     budget: float = 60.0       # seconds per agent and instance (quick: 4)
     seed: int = 0
     ablation_budget: float = 60.0   # seconds per ablation agent (quick: 8)
+    instances: tuple[str, ...] = ()  # names of the instances run (empty: all)
 
 
 def _instance(program: str, scale: int):
@@ -64,7 +66,7 @@ def _run(agent: str, inst, budget: float, seed: int) -> dict:
     start = time.perf_counter()
     result = get_agent(agent)(inst, budget, seed)
     validate(inst, result.solution)
-    return {"reward": result.solution.reward, "curve": result.curve,
+    return {"reward": result.solution.reward, "curve": result.curve, "games": result.games,
             "episodes": result.episodes, "seconds": time.perf_counter() - start,
             "solution": result.solution}
 
@@ -84,7 +86,8 @@ def _plots(rows: list[dict], ablation: dict, layout: tuple) -> list[str]:
 
     paths = []
     picks = [rows[i] for i in sorted({0, len(rows) // 3, 2 * len(rows) // 3, len(rows) - 1})]
-    fig, axes = plt.subplots(1, len(picks), figsize=(4 * len(picks), 3.2))
+    fig, axes = plt.subplots(1, len(picks), figsize=(4 * len(picks), 3.2), squeeze=False)
+    axes = axes[0]
     for ax, row in zip(axes, picks):
         for agent in AGENTS:
             curve = row["curves"][agent]
@@ -98,6 +101,22 @@ def _plots(rows: list[dict], ablation: dict, layout: tuple) -> list[str]:
     axes[0].legend()
     fig.tight_layout()
     paths.append(os.path.join(RESULTS, "memplan_reward_curves.png"))
+    fig.savefig(paths[-1], dpi=110)
+
+    big = [r for r in rows if r["buffers"] > 1000] or rows[-1:]
+    fig, axes = plt.subplots(1, len(big), figsize=(4 * len(big), 3.2), squeeze=False)
+    for ax, row in zip(axes[0], big):
+        for agent in LEARNERS:
+            if row["games"][agent]:
+                xs, ys = zip(*row["games"][agent])
+                ax.plot(xs, ys, ".", ms=3, alpha=0.6, label=agent)
+        ax.axhline(row["reward"]["heuristic"], color="k", ls=":", label="heuristic")
+        ax.set_title(f"{row['name']} ({row['buffers']} buffers)")
+        ax.set_xlabel("seconds")
+    axes[0][0].set_ylabel("return of each game (us saved)")
+    axes[0][0].legend()
+    fig.tight_layout()
+    paths.append(os.path.join(RESULTS, "memplan_learning_curves.png"))
     fig.savefig(paths[-1], dpi=110)
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
@@ -114,7 +133,9 @@ def _plots(rows: list[dict], ablation: dict, layout: tuple) -> list[str]:
     fig.savefig(paths[-1], dpi=110)
 
     inst, solutions = layout
-    fig, axes = plt.subplots(1, len(solutions), figsize=(6 * len(solutions), 4), sharey=True)
+    fig, axes = plt.subplots(1, len(solutions), figsize=(6 * len(solutions), 4), sharey=True,
+                             squeeze=False)
+    axes = axes[0]
     cmap = plt.get_cmap("tab20")
     for ax, (label, sol) in zip(axes, solutions.items()):
         for b, d in zip(inst.buffers, sol.decisions):
@@ -138,16 +159,23 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--budget", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--instances", nargs="+", metavar="NAME",
+                        help="run only these instances (e.g. transformer12 mlp64)")
     ns = parser.parse_args()
+    names = [f"{p}{s}" for p, s in INSTANCES]
+    unknown = sorted(set(ns.instances or ()) - set(names))
+    if unknown:
+        parser.error(f"unknown instance(s) {', '.join(unknown)}; choose from {', '.join(names)}")
+    chosen = [(p, s) for p, s in INSTANCES if not ns.instances or f"{p}{s}" in ns.instances]
     args = Args(quick=ns.quick, seed=ns.seed,
                 budget=ns.budget or (4.0 if ns.quick else 60.0),
-                ablation_budget=8.0 if ns.quick else 60.0)
+                ablation_budget=8.0 if ns.quick else 60.0, instances=tuple(ns.instances or ()))
     os.makedirs(RESULTS, exist_ok=True)
     rows, keep = [], {}
     warm = _instance(*INSTANCES[0])
     for agent in tqdm(("muzero", "nosearch"), desc="JIT warm-up"):
         get_agent(agent)(warm, WARM_UP_SECONDS, args.seed)
-    for program, scale in tqdm(INSTANCES, desc="instances"):
+    for program, scale in tqdm(chosen, desc="instances"):
         inst = _instance(program, scale)
         runs = {"heuristic": _run("heuristic", inst, 1.0, args.seed)}
         for agent in AGENTS:
@@ -163,7 +191,8 @@ def main() -> None:
             "seconds": {a: r["seconds"] for a, r in runs.items() if a != "hybrid"},
             "latency": latency,
             "speedup": {a: latency["heuristic"] / latency[a] for a in runs},
-            "curves": {a: runs[a]["curve"] for a in AGENTS}})
+            "curves": {a: runs[a]["curve"] for a in AGENTS},
+            "games": {a: runs[a]["games"] for a in LEARNERS}})
         keep[inst.name] = (inst, runs)
 
     small = rows[0]["name"]
@@ -174,7 +203,7 @@ def main() -> None:
         ablation["curves"][agent] = run["curve"]
         ablation["reward"][agent] = run["reward"]
 
-    layout_name = rows[1]["name"]
+    layout_name = rows[min(1, len(rows) - 1)]["name"]
     layout_inst, layout_runs = keep[layout_name]
     layout = (layout_inst, {"MMap-MuZero": layout_runs["muzero"]["solution"],
                             "heuristic": layout_runs["heuristic"]["solution"]})

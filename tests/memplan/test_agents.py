@@ -18,6 +18,10 @@ def test_search_agents_return_valid_solutions_and_monotone_curves(agent):
     rewards = [r for _, r in result.curve]
     assert rewards == sorted(rewards) and rewards[-1] == result.solution.reward
     assert result.episodes > 5
+    assert len(result.games) == result.episodes
+    assert max(r for _, r in result.games) == result.solution.reward
+    times = [t for t, _ in result.games]
+    assert times == sorted(times)
 
 
 def test_centred_ranks():

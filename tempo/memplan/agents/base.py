@@ -10,11 +10,13 @@ from tempo.memplan.problem import Instance, Solution
 
 @dataclass
 class SearchResult:
-    """The best complete solution an agent found and ``curve``: (seconds, best reward) points."""
+    """The best complete solution an agent found, ``curve``: (seconds, best reward) points, and
+    ``games``: (seconds, return) of every finished game (0 for a lost one), the agent's learning curve."""
 
     solution: Solution
     curve: list[tuple[float, float]] = field(default_factory=list)
     episodes: int = 0
+    games: list[tuple[float, float]] = field(default_factory=list)
 
 
 class Tracker:
@@ -26,6 +28,7 @@ class Tracker:
         self.deadline = self.start + budget_seconds
         self.best: Solution | None = None
         self.curve: list[tuple[float, float]] = []
+        self.games: list[tuple[float, float]] = []
         self.episodes = 0
 
     def elapsed(self) -> float:
@@ -40,7 +43,9 @@ class Tracker:
         """Record a finished episode; returns its return (0 when the game was lost)."""
         self.episodes += 1
         if game.lost or not game.done:
+            self.games.append((self.elapsed(), 0.0))
             return 0.0
+        self.games.append((self.elapsed(), game.total))
         if self.best is None or game.total > self.best.reward:
             self.best = game.solution()
             self.curve.append((self.elapsed(), game.total))
@@ -49,6 +54,7 @@ class Tracker:
     def offer_solution(self, sol: Solution) -> None:
         """Record a complete solution found outside the game (e.g. by the heuristic)."""
         self.episodes += 1
+        self.games.append((self.elapsed(), sol.reward))
         if self.best is None or sol.reward > self.best.reward:
             self.best = sol
             self.curve.append((self.elapsed(), sol.reward))
@@ -60,4 +66,4 @@ class Tracker:
             while not game.done:
                 game.step(DROP)
             self.offer(game)
-        return SearchResult(self.best, self.curve, self.episodes)
+        return SearchResult(self.best, self.curve, self.episodes, self.games)

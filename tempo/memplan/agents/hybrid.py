@@ -18,4 +18,5 @@ def solve(inst: Instance, budget_seconds: float, seed: int = 0) -> SearchResult:
     if found.solution.reward > tracker.best.reward:
         tracker.best = found.solution
     tracker.episodes += found.episodes
+    tracker.games += [(started + seconds, reward) for seconds, reward in found.games]
     return tracker.result()
