@@ -13,8 +13,9 @@ ignore those steps.
     tempo run examples/reinforce.py --resume run.safetensors --iterations 50
 
 A resumed run continues the weights, Adam's moments and step count, and the
-lr schedule; its sampling restarts its random streams, so it is not
-bit-identical to a run that never stopped.
+lr schedule, and ``Context(start=...)`` makes it sample the actions and
+environment episodes the uninterrupted run would have: resuming is bit-identical
+to never stopping.
 """
 from __future__ import annotations
 
@@ -57,7 +58,9 @@ class Args:
 
 
 def main(args: Args) -> dict:
-    with tpo.Context(seed=args.seed) as ctx:
+    resumed = tpo.load_checkpoint(args.resume) if args.resume else None
+    done = int(resumed.tensors["iterations"]) if resumed else 0  # iterations trained before this run
+    with tpo.Context(seed=args.seed, start={"i": done}) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
 
         # ----- acting: the environment and the policy -----
@@ -79,8 +82,6 @@ def main(args: Args) -> dict:
         advantage = (g - baseline) / spread
         loss = -(dist.log_prob(a) * advantage * alive)[0:B, i, 0:T].sum() / alive[0:B, i, 0:T].sum()
         loss.backward()
-        resumed = tpo.load_checkpoint(args.resume) if args.resume else None
-        done = int(resumed.tensors["iterations"]) if resumed else 0  # iterations trained before this run
         decay = args.lr_decay ** tpo.eval_symbol(i + done).cast("float32")
         adam = tpo.optim.Adam(policy.parameters(), lr=args.lr * decay)
         adam.step()

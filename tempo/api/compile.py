@@ -124,6 +124,9 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes:
     from tempo.api.rt import RecurrentTensor, materialize
 
     chosen = get_backend(backend, site)
+    unknown = sorted(set(ctx.start) - {d.name for d in ctx.dim_order})
+    if unknown:
+        raise TempoError(f"Context(start=...) names {', '.join(unknown)}, not a dimension of this context", site)
     for x in fetch:
         if not isinstance(x, RecurrentTensor):
             raise TempoError(f"fetch takes recurrent tensors, got {type(x).__name__}", site)

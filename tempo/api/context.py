@@ -29,14 +29,25 @@ class Context:
     tensors and environments are also keyed by the replica's rank, module
     initialisation is not.
 
+    ``start`` continues an earlier run: ``start={"i": 100}`` makes step ``i``
+    of this program draw the random numbers and environment episodes of step
+    ``i + 100`` of a run from 0, so a run resumed from a checkpoint taken
+    after 100 iterations repeats, bit for bit, what the uninterrupted run
+    would have computed (the program itself shifts anything else that
+    depends on the step, such as a learning-rate schedule).
+
     >>> ctx = Context()
     >>> with ctx:
     ...     (t, T), = ctx.dims("t")
     """
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, start: dict[str, int] | None = None) -> None:
         if not isinstance(seed, int) or not 0 <= seed < 2 ** 38:
             raise TempoError(f"seed must be an int in [0, 2**38), got {seed!r}", user_site())
+        for name, first in (start or {}).items():
+            if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+                raise TempoError(f"start[{name!r}] must be a non-negative int, got {first!r}", user_site())
+        self.start = dict(start or {})
         self.sdg = SDG()
         self.dim_order: list[Expr] = []
         self.seed = seed
@@ -85,6 +96,10 @@ class Context:
             self.dim_order.append(step)
             out.append((step, bound))
         return tuple(out)
+
+    def offset(self, step: Expr) -> int:
+        """How many steps of ``step``'s dim an earlier run already took (``start``; 0 by default)."""
+        return self.start.get(step.name, 0)
 
     def order(self, steps) -> tuple[Expr, ...]:
         """``steps`` in the context's dimension order; unknown symbols are an error."""

@@ -2,7 +2,7 @@
 
 A random RT's value at a point depends only on the context seed (and
 replica, under ``tpo.data_parallel``), the RT's stream (its creation order in
-the program) and the point, so it is the same
+the program) and the point (shifted by the context's ``start``), so it is the same
 whatever the schedule, the backend or how a dim is vectorized.
 """
 from __future__ import annotations
@@ -23,7 +23,9 @@ def _draw(dist: str, shape, dims: Sequence[Expr], dtype: str) -> RecurrentTensor
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     if np.dtype(dtype).kind != "f":
         raise ShapeError(f"random tensors are floating point, not {dtype}", site)
-    op = ops.RandomOp(shape, str(np.dtype(dtype)), dist, ctx.sample_stream(), ctx.order(dims))
+    ordered = ctx.order(dims)
+    op = ops.RandomOp(shape, str(np.dtype(dtype)), dist, ctx.sample_stream(), ordered,
+                      tuple(ctx.offset(d) for d in ordered))
     return apply(op, [], site=site, ctx=ctx)
 
 

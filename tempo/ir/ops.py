@@ -68,8 +68,10 @@ class RandomOp(Op):
     """Counter-based random numbers: a pure function of (stream, point, element).
 
     ``dist`` is ``uniform`` (on [0, 1)) or ``normal`` (standard); ``dims``
-    are the step symbols the numbers vary over (the node's domain). The same
-    program gives the same numbers whatever the schedule or backend.
+    are the step symbols the numbers vary over (the node's domain), and
+    ``offsets`` (one per dim) are added to the point's coordinates (a resumed
+    run's ``Context(start=...)``). The same program gives the same numbers
+    whatever the schedule or backend.
     """
 
     shape: Shape
@@ -77,6 +79,7 @@ class RandomOp(Op):
     dist: str
     stream: int
     dims: tuple[Expr, ...] = ()
+    offsets: tuple[int, ...] = ()
     vectorized: tuple[Expr, ...] = ()  # dims of ``dims`` that are leading axes (outermost first)
 
 

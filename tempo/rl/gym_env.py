@@ -117,7 +117,8 @@ class GymEnv(Env):
 
     ``max_episode_steps`` is the truncation limit of the gymnasium spec (None
     when it has none). ``reset_seed(key)`` gives the seed the episode at
-    ``key = (b, i)`` is reset with.
+    ``key = (b, i)`` is reset with (``i`` counted from the first run: the
+    context's ``start`` shifts it).
     """
 
     def __init__(self, name: str, dims: tuple[Expr, ...], **kwargs):
@@ -140,6 +141,7 @@ class GymEnv(Env):
         self._host = _Episodes(name, kwargs, current().sample_key, env, obs_dtype, len(action_shape),
                                num_actions is not None)
         self._reset: tuple[RecurrentTensor, RecurrentTensor] | None = None
+        self._offsets = tuple(current().offset(d) for d in self.episode_dims)
 
     def reset_seed(self, key: tuple[int, ...]) -> int:
         return self._host.reset_seed(tuple(key))
@@ -176,4 +178,5 @@ class GymEnv(Env):
         return self._reset
 
     def _episode_key(self) -> RecurrentTensor:
-        return cat([eval_symbol(d).unsqueeze(0) for d in self.episode_dims])
+        return cat([eval_symbol(d + k if k else d).unsqueeze(0)
+                    for d, k in zip(self.episode_dims, self._offsets)])

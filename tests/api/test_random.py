@@ -49,3 +49,27 @@ def test_array_coordinates_equal_the_loop_over_points():
 def test_integer_dtype_is_rejected():
     with tpo.Context(), pytest.raises(tpo.ShapeError, match="floating point"):
         tpo.random.uniform((2,), dtype="int32")
+
+
+def draw_from(start: dict, bounds: dict[str, int], passes: dict):
+    with tpo.Context(seed=3, start=start) as ctx:
+        (b, B), (t, T) = ctx.dims("b", "t")
+        u = tpo.random.uniform((2,), dims=(b, t))
+        return ctx.run({B: bounds["B"], T: bounds["T"]}, fetch=[u], passes=passes)[0]
+
+
+@pytest.mark.parametrize("passes", [{}, {"vectorize": False}])
+def test_start_continues_the_numbers_of_a_run_from_zero(passes):
+    whole = draw_from({}, {"B": 3, "T": 7}, passes)
+    later = draw_from({"t": 4, "b": 1}, {"B": 2, "T": 3}, passes)
+    np.testing.assert_array_equal(later, whole[1:, 4:])
+
+
+def test_start_must_name_a_dimension_and_count_steps():
+    with pytest.raises(tpo.TempoError, match="non-negative int"):
+        tpo.Context(start={"t": -1})
+    with tpo.Context(start={"s": 2}) as ctx:
+        (t, T), = ctx.dims("t")
+        u = tpo.random.uniform((), dims=(t,))
+        with pytest.raises(tpo.TempoError, match="names s, not a dimension"):
+            ctx.run({T: 2}, fetch=[u])

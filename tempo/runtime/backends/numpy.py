@@ -69,21 +69,23 @@ def _eval_symbol(op: ops.EvalSymbolOp) -> Kernel:
 @kernel_for(ops.RandomOp)
 def _random(op: ops.RandomOp) -> Kernel:
     draw, sizes = counter_rng.DISTRIBUTIONS[op.dist], _sizes(op.shape)
+    offsets = op.offsets or (0,) * len(op.dims)
     if not op.vectorized:
-        return lambda inputs, env, point: (draw(op.stream, point, sizes(env), op.dtype),)
+        return lambda inputs, env, point: (draw(op.stream, [c + k for c, k in zip(point, offsets)],
+                                                sizes(env), op.dtype),)
     lead = len(op.vectorized)
     axis_of = {d: k for k, d in enumerate(op.vectorized)}
     bounds = {d: bound_of(d).name for d in op.vectorized}
 
     def run(inputs, env, point):
         rest, coords = iter(point), []
-        for d in op.dims:
+        for d, first in zip(op.dims, offsets):
             if d in axis_of:
                 shape = [1] * lead
                 shape[axis_of[d]] = env[bounds[d]]
-                coords.append(np.arange(env[bounds[d]]).reshape(shape))
+                coords.append(first + np.arange(env[bounds[d]]).reshape(shape))
             else:
-                coords.append(next(rest))
+                coords.append(first + next(rest))
         return (draw(op.stream, coords, sizes(env), op.dtype),)
 
     return run
