@@ -85,3 +85,29 @@ def test_training_lowers_the_loss_on_a_fixed_batch():
     for _ in range(30):
         params, opt, _ = nets.train_step(params, opt, batch, 3e-3)
     assert float(nets.loss(params, batch)) < 0.7 * first
+
+
+def test_reanalyse_refreshes_the_root_targets_of_its_share_of_the_batch():
+    pytest.importorskip("mctx")
+    from tempo.memplan.agents.base import Tracker
+    from tempo.memplan.agents.muzero import MuZeroAgent, _observation
+
+    inst = random_instance(3, steps=30)
+    config = MuZeroConfig(parallel=2, td_steps=5, reanalyse=0.25, batch_size=8)
+    agent = MuZeroAgent(inst, config, seed=0)
+    agent.run(Tracker(inst, 3.0))
+    assert int(agent.opt["t"]) > 0  # the networks trained, so stale and fresh bootstraps differ
+    booted = [p for p in agent.replay.items if p["boot"] is not None]
+    assert len(booted) >= 8
+    picks = booted[:8]
+    fresh = agent._reanalyse(picks)
+    assert all(a is b for a, b in zip(fresh[2:], picks[2:]))  # 25 % of 8: the first two are reanalysed
+    for old, new in zip(picks[:2], fresh[:2]):
+        np.testing.assert_allclose(new["policy"][0].sum(), 1.0, rtol=1e-5)
+        assert np.all(new["policy"][0][~old["legal"]] == 0)  # illegal actions keep no mass
+        np.testing.assert_array_equal(new["policy"][1:], old["policy"][1:])
+        np.testing.assert_array_equal(new["value"][1:], old["value"][1:])
+        _, _, value = agent.act([_observation(old["boot"][0])], old["boot"][1][None])
+        expected = old["rewards0"] + config.discount ** config.td_steps * value[0]
+        assert new["value"][0] == pytest.approx(expected, rel=1e-5, abs=1e-5)
+        assert new["value"][0] != pytest.approx(old["value"][0], rel=1e-6)  # the stale bootstrap is gone

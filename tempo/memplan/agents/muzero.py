@@ -53,6 +53,7 @@ class MuZeroConfig:
     init_temperature: float = 1.0   # visit-count sampling temperature, decayed linearly
     final_temperature: float = 0.2  # over the budget (Appendix C decays over steps)
     greedy_actors: int = 0          # games that always play the improved policy's best action
+    reanalyse: float = 0.5          # share of each batch whose root targets are recomputed (Appendix C)
 
 
 SEARCH_BATCH = 16   # searches are padded to this many states: one compiled shape for every program
@@ -74,10 +75,16 @@ def _unpack(packed: np.ndarray) -> np.ndarray:
     return np.unpackbits(packed)[: side * side].reshape(side, side).astype(np.float32)
 
 
+def _observation(packed: tuple) -> dict:
+    """The observation :func:`_pack` stored."""
+    return {**packed[1], "memory_map": _unpack(packed[0])}
+
+
 @dataclass
 class _Move:
     index: int
     packed: tuple
+    legal: np.ndarray
     action: int
     reward: float
     policy: np.ndarray
@@ -200,8 +207,12 @@ class MuZeroAgent:
             values.append(z)
             mask.append(float(i < horizon))
         pad = lambda i, f, d: f(moves[i]) if i < horizon else d  # noqa: E731
+        boot = t + cfg.td_steps
         return {
-            "obs": moves[t].packed,
+            "obs": moves[t].packed, "legal": moves[t].legal,
+            # the root value target is rewards[0] + discount^n * value(boot) (boot None: no bootstrap)
+            "rewards0": float(window[:cfg.td_steps] @ powers[:window[:cfg.td_steps].size]),
+            "boot": (moves[boot].packed, moves[boot].legal) if boot < horizon else None,
             "actions": np.array([pad(t + k, lambda m: m.action, 0) for k in range(cfg.unroll)]),
             "reward": np.array([pad(t + k, lambda m: m.reward, 0.0) for k in range(cfg.unroll)]),
             "policy": np.stack([pad(t + k, lambda m: m.policy, np.full(3, 1 / 3))
@@ -212,8 +223,8 @@ class MuZeroAgent:
         cfg = self.config
         if len(self.replay.items) < cfg.batch_size:
             return
-        picks = [self.replay.items[i] for i in
-                 self.rng.integers(0, len(self.replay.items), cfg.batch_size)]
+        picks = self._reanalyse([self.replay.items[i] for i in
+                                 self.rng.integers(0, len(self.replay.items), cfg.batch_size)])
         obs = {k: np.stack([p["obs"][1][k] for p in picks]) for k in SHAPES if k != "memory_map"}
         obs["memory_map"] = np.stack([_unpack(p["obs"][0]) for p in picks])
         batch = {k: np.stack([p[k] for p in picks]) for k in ("actions", "reward", "policy",
@@ -221,6 +232,32 @@ class MuZeroAgent:
         batch["obs"] = obs
         self.params, self.opt, _ = self.nets.train_step(self.params, self.opt, batch,
                                                          cfg.learning_rate)
+
+    def _reanalyse(self, picks: list[dict]) -> list[dict]:
+        """Reanalyse (MuZero Reanalyse; Appendix C's reanalyse fraction): for the first
+        ``reanalyse`` share of the batch, a fresh search with the current networks gives the root's
+        policy target, and the current value of the bootstrap state its n-step value target."""
+        cfg = self.config
+        n = min(round(cfg.reanalyse * len(picks)), SEARCH_BATCH)
+        if n == 0:
+            return picks
+        fresh = picks[:n]
+        _, policy, _ = self.act([_observation(p["obs"]) for p in fresh],
+                                np.stack([p["legal"] for p in fresh]))
+        boots = [i for i, p in enumerate(fresh) if p["boot"] is not None]
+        bootstrap = np.zeros(n)
+        if boots:
+            _, _, values = self.act([_observation(fresh[i]["boot"][0]) for i in boots],
+                                    np.stack([fresh[i]["boot"][1] for i in boots]))
+            bootstrap[boots] = values
+        out = []
+        for i, p in enumerate(fresh):
+            value = p["value"].copy()
+            value[0] = p["rewards0"] + cfg.discount ** cfg.td_steps * bootstrap[i]
+            targets = p["policy"].copy()
+            targets[0] = policy[i]
+            out.append({**p, "policy": targets, "value": value})
+        return out + picks[n:]
 
     # ------------------------------------------------------------- self-play
 
@@ -245,7 +282,7 @@ class MuZeroAgent:
                     p = (p / p.max()) ** (1 / temperature)
                     action = int(self.rng.choice(3, p=p / p.sum()))
                 before = ep.game.total
-                move = _Move(ep.game.index, _pack(observations[i]), action, 0.0,
+                move = _Move(ep.game.index, _pack(observations[i]), legal[i].copy(), action, 0.0,
                              target[i], float(value[i]))
                 ep.game.step(action)
                 rewound = ep.after_move() or ep.advance()
