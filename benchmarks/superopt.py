@@ -72,7 +72,7 @@ def parse_args() -> Args:
     p.add_argument("--out", default="benchmarks/results/superopt.json")
     ns = p.parse_args()
     return Args(ns.quick, not ns.full_shapes, ns.workloads,
-                ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 360.0),
+                ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 420.0),
                 ns.rounds or (20 if ns.quick else 40), ns.out)
 
 

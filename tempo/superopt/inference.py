@@ -84,7 +84,7 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
     Every other branch is finished by the greedy policy, the others by
     sampling it (a sharp policy finishes most greedy branches in graphs
     already judged). Each new final graph is timed against the incumbent in
-    3 interleaved rounds and replaces it when its fastest run is faster (see
+    4 interleaved rounds and replaces it when its fastest run is faster (see
     :attr:`~tempo.superopt.latency.Latency.min_ms`). Returns the incumbent,
     every distinct graph reached and the number of branched rollouts.
     """
@@ -98,7 +98,7 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
             continue
         tried.add(found.graph.key())
         reached.append(found)
-        timed = time_interleaved({"best": best.graph, "new": found.graph}, rounds=3, repeats=5)
+        timed = time_interleaved({"best": best.graph, "new": found.graph}, rounds=4, repeats=8)
         if timed["new"].min_ms < timed["best"].min_ms:
             best = found
     return best, reached, count
@@ -112,8 +112,8 @@ def best_of_k(agent, env: RewriteEnv, budget_s: float, extra: Sequence[Finalist]
     sampled rollouts (at least ``config.min_samples``), the rest to
     :func:`refine`, started from the best of those and ``extra`` by their
     end-of-episode measurement. The refined incumbent and the best distinct
-    other graphs (``config.finalists`` in all) are re-timed in one
-    interleaved loop, so the choice does not rest on one lucky measurement;
+    other graphs (``config.finalists`` in all) are re-timed in 20
+    interleaved rounds, so the choice does not rest on one lucky measurement;
     the fastest run decides, as in training (``Latency.min_ms``).
     Returns the winner, its re-timed median and the number of rollouts.
     """
@@ -141,6 +141,6 @@ def best_of_k(agent, env: RewriteEnv, budget_s: float, extra: Sequence[Finalist]
     others = [f for f in sorted(pool.values(), key=lambda f: f.screened_ms)
               if f.graph.key() != refined.graph.key()]
     ranked = [refined, *others[: config.finalists - 1]]
-    timed = time_interleaved({str(i): f.graph for i, f in enumerate(ranked)})
+    timed = time_interleaved({str(i): f.graph for i, f in enumerate(ranked)}, rounds=20)
     best = min(range(len(ranked)), key=lambda i: timed[str(i)].min_ms)
     return ranked[best], timed[str(best)].median_ms, rollouts + count
