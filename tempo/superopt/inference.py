@@ -10,9 +10,9 @@ new final graph when it is faster than the incumbent, timed interleaved with
 it. A multi-step rewrite the policy has learned to finish (enlarge, merge,
 drop the concat) is added where the sampled action starts it, and the
 measurement of the *finished* rollout judges it, so rewrites that are
-temporarily slower are not rejected half-way. Every graph is the final graph
-of a rollout of the agent's policy from the input graph; nothing is seeded
-from another search.
+temporarily slower are not rejected half-way. Every graph considered was
+reached by a rollout of the agent's policy from the input graph (and is
+stored with the actions that reach it); nothing is seeded from another search.
 """
 from __future__ import annotations
 
