@@ -5,12 +5,11 @@ is subtracted from the minimised loss). Invalid actions are masked by giving
 them a logit of -1e9, which zeroes their probability and their gradient.
 
 Training runs for a share of the wall-clock budget; the rest goes to
-inference (:func:`best_of_k`): the trained policy's greedy (arg-max) rollout
-and stochastic rollouts sampled from it, kept coming until the budget is
-spent. The final graphs of those rollouts, with the graphs measured fastest
-during training, are timed against each other in one interleaved loop and the
-fastest by measured median wins. Every graph in that pool was produced by the
-agent's own rollouts from the input graph; nothing comes from another search.
+inference (:func:`~tempo.superopt.inference.best_of_k`): rollouts of the
+trained policy, then a refinement of the best of them by branching the
+policy's own rollouts; the graphs measured fastest during training join the
+pool. Every graph in that pool was produced by the agent's own rollouts from
+the input graph; nothing comes from another search.
 """
 from __future__ import annotations
 
@@ -29,6 +28,7 @@ from tempo.files import write_bytes_atomic
 from tempo.superopt.encoder import PolicyValue, State, to_data
 from tempo.superopt.env import EDGE_RANK, OP_NAMES, RewriteEnv
 from tempo.superopt.graph import Graph
+from tempo.superopt.inference import Finalist, best_of_k
 from tempo.superopt.rules import Rule
 from tempo.superopt.search import SearchResult
 from tempo.superopt.windows import windows
@@ -58,6 +58,7 @@ class PPOConfig:
     window_ops: int = 16             # operators per window of the curriculum (windows.py)
     window_share: float = 0.4        # share of the training time spent on windows first
     min_samples: int = 4             # stochastic inference rollouts taken even past the budget
+    refine_share: float = 0.75       # share of the inference time spent refining (inference.py)
     finalists: int = 8               # distinct graphs re-timed interleaved at the end
     seed: int = 0
     rule_names: tuple[str, ...] = ()  # the rule set the agent acts with (set when it is made)
@@ -115,17 +116,6 @@ class Agent:
         dist = Categorical(logits=logits[0])
         action = int(logits[0].argmax()) if greedy else int(dist.sample())
         return action, float(dist.log_prob(torch.tensor(action))), float(value[0]), state
-
-    def rollout(self, env: RewriteEnv, greedy: bool = True) -> tuple[Graph, list[str], float]:
-        """One episode with the current policy: final graph, applied rules, measured latency."""
-        obs, info = env.reset()
-        latency, done = info["latency_ms"], False
-        while not done:
-            action, *_ = self.act(obs, greedy)
-            obs, _, terminated, truncated, info = env.step(action)
-            done = terminated or truncated
-            latency = info["latency_ms"]
-        return env.graph, env.applied, latency
 
     # ---------------------------------------------------------------- learning
     def _collect(self, envs: Sequence[RewriteEnv], log: TrainLog) -> list[Step]:
@@ -243,51 +233,6 @@ def make_env(graph: Graph, rules: list[Rule], config: PPOConfig, inference: bool
                       candidate_graphs=False)
 
 
-@dataclass
-class Finalist:
-    """One graph the agent's inference considered, and where it came from."""
-
-    graph: Graph
-    applied: list[str]
-    origin: str                     # "greedy rollout", "sampled rollout" or "fast in training"
-    screened_ms: float              # the end-of-episode measurement that ranked it
-
-
-def best_of_k(agent: Agent, env: RewriteEnv, budget_s: float, extra: Sequence[Finalist] = ()
-              ) -> tuple[Finalist, float, int]:
-    """The fastest of the policy's greedy rollout and stochastic rollouts within ``budget_s``.
-
-    At least ``config.min_samples`` stochastic rollouts are taken. Results are
-    ranked by their end-of-episode measurement, and the ``config.finalists``
-    best distinct ones (with ``extra``) are re-timed in one interleaved loop,
-    so the choice does not rest on one lucky measurement. Returns the winner,
-    its re-timed median and the number of rollouts.
-    """
-    from tempo.superopt.execute import time_interleaved
-
-    deadline = time.perf_counter() + budget_s
-    pool: dict[tuple, Finalist] = {}
-
-    def add(f: Finalist) -> None:
-        known = pool.get(f.graph.key())
-        if known is None or f.screened_ms < known.screened_ms:
-            pool[f.graph.key()] = f
-
-    graph, applied, ms = agent.rollout(env, greedy=True)
-    add(Finalist(graph, applied, "greedy rollout", ms))
-    rollouts = 1
-    while rollouts <= agent.config.min_samples or time.perf_counter() < deadline:
-        graph, applied, ms = agent.rollout(env, greedy=False)
-        add(Finalist(graph, applied, "sampled rollout", ms))
-        rollouts += 1
-    for f in extra:
-        add(f)
-    ranked = sorted(pool.values(), key=lambda f: f.screened_ms)[: agent.config.finalists]
-    timed = time_interleaved({str(i): f.graph for i, f in enumerate(ranked)})
-    best = min(range(len(ranked)), key=lambda i: timed[str(i)].median_ms)
-    return ranked[best], timed[str(best)].median_ms, rollouts
-
-
 def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: str | None = None,
                         save: str | None = None, seed: int = 0, config: PPOConfig | None = None,
                         progress: bool = True) -> SearchResult:
@@ -308,8 +253,8 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
             train_s *= 1.0 - agent.config.window_share
         env = make_env(graph, rules, agent.config)
         agent.train(env, train_s, progress)
-        extra += [Finalist(g, applied, "fast in training", ms)
-                  for ms, g, applied in env.fastest(agent.config.finalists)]
+        extra += [Finalist(m.graph, m.applied, "fast in training", m.latency_ms, m.actions)
+                  for m in env.fastest(agent.config.finalists)]
         budget_s *= 1.0 - agent.config.train_share
     if save:
         agent.save(save)

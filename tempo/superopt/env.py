@@ -20,7 +20,9 @@ observation (``candidates`` is empty), which saves encoding them when the
 policy reads only the locations.
 
 Reward: every ``feedback_every`` steps, and when the episode ends, the graph's
-end-to-end latency is measured and the reward is Eq. 2,
+end-to-end latency is measured (the fastest of ``repeats`` runs: on a shared
+machine other load only adds time, and the fastest run varies far less than
+the median) and the reward is Eq. 2,
 ``(RT_prev - RT_now) / RT_0 * 100``; between measurements it is a small
 constant (0.01: larger, it pays an agent to keep taking neutral rewrites
 such as ``add_comm`` back and forth instead of stopping). Both are a callback, :class:`RewardFn`, that users can swap.
@@ -73,6 +75,17 @@ class Feedback:
 RewardFn = Callable[[Feedback], float]
 
 
+@dataclass(frozen=True)
+class Measured:
+    """A graph reached in an episode, its measured latency and how it was reached."""
+
+    latency_ms: float
+    graph: Graph
+    applied: list[str]          # the rules applied, in order
+    actions: list[int]          # the actions taken from the input graph (replayable on any env
+                                # of the same graph, rules and ``max_candidates``)
+
+
 def eq2_reward(fb: Feedback, between: float = 0.01) -> float:
     """X-RLflow's Eq. 2 when a measurement is available, a small constant otherwise."""
     if not fb.measured:
@@ -102,13 +115,14 @@ class RewriteEnv(gym.Env):
         })
         self._rule_index = {id(r): i for i, r in enumerate(rules)}
         self.action_space = spaces.Discrete(max_candidates + 1)
-        self.initial_ms = self._measure(graph, 3 * repeats)     # RT_0 scales every reward
-        self.measured: dict[tuple, tuple[float, Graph, list[str]]] = {}   # graph key -> fastest
+        # RT_0 scales every reward: the median of three measurements, each like every other one
+        self.initial_ms = float(np.median([self._measure(graph) for _ in range(3)]))
+        self.measured: dict[tuple, Measured] = {}   # graph key -> its fastest measurement
         self._encoded: dict = {}
         self._listed: dict = {}
 
-    def _measure(self, graph: Graph, repeats: int | None = None) -> float:
-        return measure_latency(graph, repeats=repeats or self.repeats, warmup=2).median_ms
+    def _measure(self, graph: Graph) -> float:
+        return measure_latency(graph, repeats=self.repeats, warmup=2).min_ms
 
     def _graph_obs(self, graph: Graph) -> spaces.GraphInstance:
         return self._encoding(graph)[1]
@@ -148,14 +162,15 @@ class RewriteEnv(gym.Env):
         return {"current": current, "candidates": others, "mask": mask, "rules": made_by,
                 "roots": roots}
 
-    def fastest(self, k: int) -> list[tuple[float, Graph, list[str]]]:
-        """The ``k`` distinct graphs with the lowest measurement so far (latency, graph, rules)."""
-        return sorted(self.measured.values(), key=lambda m: m[0])[:k]
+    def fastest(self, k: int) -> list[Measured]:
+        """The ``k`` distinct graphs with the lowest measurement so far."""
+        return sorted(self.measured.values(), key=lambda m: m.latency_ms)[:k]
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Start again from the input graph."""
         super().reset(seed=seed)
-        self.graph, self.applied, self.steps, self.visited = self.start, [], 0, set()
+        self.graph, self.applied, self.actions, self.steps = self.start, [], [], 0
+        self.visited: set = set()
         self.last_ms = self.initial_ms
         obs = self._observe()
         return obs, {"latency_ms": self.initial_ms, "candidates": len(self.cands)}
@@ -169,6 +184,7 @@ class RewriteEnv(gym.Env):
         if not stop:
             chosen = self.cands[action - 1]
             self.graph, self.applied = chosen.graph, [*self.applied, chosen.rule.name]
+        self.actions = [*self.actions, action]
         self.steps += 1
         obs = self._observe()
         done = stop or not self.cands
@@ -179,7 +195,8 @@ class RewriteEnv(gym.Env):
         if measured:
             self.last_ms = now
             known = self.measured.get(self.graph.key())
-            if known is None or now < known[0]:
-                self.measured[self.graph.key()] = (now, self.graph, list(self.applied))
+            if known is None or now < known.latency_ms:
+                self.measured[self.graph.key()] = Measured(now, self.graph, list(self.applied),
+                                                           list(self.actions))
         info = {"latency_ms": now, "measured": measured, "applied": list(self.applied)}
         return obs, float(reward), done, truncated, info

@@ -20,6 +20,12 @@ class Latency:
         return float(np.median(self.samples_ms))
 
     @property
+    def min_ms(self) -> float:
+        """The fastest run: on a shared machine, other load only ever adds time to a run, so
+        the minimum is the estimate least disturbed by it (ranking graphs, not reporting)."""
+        return float(np.min(self.samples_ms))
+
+    @property
     def iqr_ms(self) -> float:
         """The interquartile range of the run times (the spread of the middle half)."""
         return float(np.subtract(*np.percentile(self.samples_ms, [75, 25])))

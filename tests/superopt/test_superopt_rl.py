@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tempo.errors import TempoError
-from tempo.superopt.agent import (Agent, PPOConfig, Step, best_of_k, make_env,
-                                  optimize_with_agent)
+from tempo.superopt.agent import Agent, PPOConfig, Step, make_env, optimize_with_agent
+from tempo.superopt.inference import best_of_k
 from tempo.superopt.env import OP_NAMES, Feedback, RewriteEnv, encode, eq2_reward
 from tempo.superopt.models import build
 from tempo.superopt.optimize import same_outputs

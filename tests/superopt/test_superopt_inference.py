@@ -1,0 +1,65 @@
+"""Inference of the RL agent: replayable rollouts, branching and refinement stay the policy's own."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from tempo.superopt.agent import Agent, PPOConfig, make_env
+from tempo.superopt.inference import branch, refine, rollout
+from tempo.superopt.models import build
+from tempo.superopt.optimize import same_outputs
+from tempo.superopt.rules import load_rules
+
+RULES = load_rules()
+SMALL = PPOConfig(max_steps=12, hidden=16, gat_layers=2, max_candidates=64, seed=3)
+
+
+def _replay(env, actions):
+    env.reset()
+    for a in actions:
+        env.step(a)
+    return env.graph
+
+
+def test_recorded_actions_replay_to_the_measured_graph():
+    g = build("inception", small=True)
+    agent = Agent(SMALL, RULES)
+    train_env = make_env(g, RULES, SMALL)
+    for _ in range(3):
+        rollout(agent, train_env, greedy=False)
+    fresh = make_env(g, RULES, SMALL, inference=True)     # another env of the same graph
+    for m in train_env.fastest(5):
+        assert _replay(fresh, m.actions).key() == m.graph.key()
+        assert fresh.applied == m.applied
+
+
+def test_a_branch_shares_the_prefix_and_differs_at_the_branch_step():
+    g = build("squeezenet", small=True)
+    agent = Agent(SMALL, RULES)
+    env = make_env(g, RULES, SMALL, inference=True)
+    first = rollout(agent, env, greedy=False)
+    while len(first.actions) < 3:
+        first = rollout(agent, env, greedy=False)
+    rng = np.random.default_rng(0)
+    for at in range(len(first.actions)):
+        b = branch(agent, env, first.actions, at, rng)
+        assert b is not None and b.origin == "refined rollout"
+        assert b.actions[:at] == first.actions[:at] and b.actions[at] != first.actions[at]
+        assert _replay(env, b.actions).key() == b.graph.key()
+        assert same_outputs(g, b.graph)
+
+
+def test_refine_keeps_a_rollout_of_the_policy_and_never_the_unmeasured():
+    g = build("resnext", small=True)
+    agent = Agent(SMALL, RULES)
+    env = make_env(g, RULES, SMALL, inference=True)
+    start = rollout(agent, env, greedy=True)
+    if not start.actions:                     # untrained policy may stop at once; any rollout will do
+        start = rollout(agent, env, greedy=False)
+    best, reached, count = refine(agent, env, start, time.perf_counter() + 3.0, seed=1)
+    assert count >= 1 and len(reached) <= count
+    assert best is start or any(best is f for f in reached)
+    assert _replay(env, best.actions).key() == best.graph.key()
+    assert same_outputs(g, best.graph)
+    assert len({f.graph.key() for f in reached}) == len(reached)   # each distinct graph judged once
