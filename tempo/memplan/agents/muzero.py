@@ -225,8 +225,8 @@ class MuZeroAgent:
             return
         picks = self._reanalyse([self.replay.items[i] for i in
                                  self.rng.integers(0, len(self.replay.items), cfg.batch_size)])
-        obs = {k: np.stack([p["obs"][1][k] for p in picks]) for k in SHAPES if k != "memory_map"}
-        obs["memory_map"] = np.stack([_unpack(p["obs"][0]) for p in picks])
+        observations = [_observation(p["obs"]) for p in picks]
+        obs = {k: np.stack([o[k] for o in observations]) for k in SHAPES}
         batch = {k: np.stack([p[k] for p in picks]) for k in ("actions", "reward", "policy",
                                                               "value", "mask")}
         batch["obs"] = obs
