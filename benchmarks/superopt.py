@@ -88,7 +88,8 @@ def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
         assert same_outputs(graph, out.graph), f"{method} changed {name}'s outputs"
         graphs[method] = out.graph
         results[method] = {"optimise_s": out.optimise_s, "applied": out.applied,
-                           "kept_input": out.kept_input, "origin": out.origin}
+                           "kept_input": out.kept_input, "origin": out.origin,
+                           "reason": out.reason, "rejected": out.rejected}
     latency = time_interleaved(graphs, rounds=args.rounds)
     for method in METHODS:
         results[method]["latency_ms"] = latency[method].median_ms

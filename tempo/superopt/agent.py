@@ -26,7 +26,8 @@ from tqdm import tqdm
 from tempo.errors import TempoError
 from tempo.files import write_bytes_atomic
 from tempo.superopt.encoder import PolicyValue, State, to_data
-from tempo.superopt.env import EDGE_RANK, OP_NAMES, RewriteEnv
+from tempo.superopt.costmodel import CostModel
+from tempo.superopt.env import EDGE_RANK, OP_NAMES, CostShapedReward, RewriteEnv, eq2_reward
 from tempo.superopt.graph import Graph
 from tempo.superopt.inference import Finalist, best_of_k
 from tempo.superopt.rules import Rule
@@ -60,6 +61,8 @@ class PPOConfig:
     min_samples: int = 4             # stochastic inference rollouts taken even past the budget
     refine_share: float = 0.75       # share of the inference time spent refining (inference.py)
     finalists: int = 8               # distinct graphs re-timed interleaved at the end
+    shaping: float = 1.0             # weight of the cost-model shaping of the reward (env.py; 0: none)
+    confirm: int = 3                 # best finalists re-timed in fresh rounds to decide (inference.py)
     seed: int = 0
     rule_names: tuple[str, ...] = ()  # the rule set the agent acts with (set when it is made)
 
@@ -221,15 +224,20 @@ class Agent:
         return agent
 
 
-def make_env(graph: Graph, rules: list[Rule], config: PPOConfig, inference: bool = False
-             ) -> RewriteEnv:
+def make_env(graph: Graph, rules: list[Rule], config: PPOConfig, inference: bool = False,
+             model: CostModel | None = None) -> RewriteEnv:
     """The environment an agent with ``config`` plays on ``graph``.
 
     For ``inference`` the graph is measured only when an episode ends: the
     intermediate rewards are not used, so their measurements would waste time.
+    Training rewards are shaped by the cost model (``config.shaping``; pass
+    ``model`` to share its measured operators between environments).
     """
     every = config.max_steps + 1 if inference else config.feedback_every
-    return RewriteEnv(graph, rules, config.max_candidates, every, config.max_steps,
+    reward = eq2_reward
+    if config.shaping and not inference:
+        reward = CostShapedReward(model or CostModel(), config.shaping)
+    return RewriteEnv(graph, rules, config.max_candidates, every, config.max_steps, reward,
                       candidate_graphs=False)
 
 
@@ -247,11 +255,13 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
     extra: list[Finalist] = []
     if load is None:
         train_s = budget_s * agent.config.train_share
-        parts = [make_env(w, rules, agent.config) for w in windows(graph, agent.config.window_ops)]
+        model = CostModel()
+        parts = [make_env(w, rules, agent.config, model=model)
+                 for w in windows(graph, agent.config.window_ops)]
         if parts:
             agent.train(parts, train_s * agent.config.window_share, progress)
             train_s *= 1.0 - agent.config.window_share
-        env = make_env(graph, rules, agent.config)
+        env = make_env(graph, rules, agent.config, model=model)
         agent.train(env, train_s, progress)
         extra += [Finalist(m.graph, m.applied, "fast in training", m.latency_ms, m.actions)
                   for m in env.fastest(agent.config.finalists)]

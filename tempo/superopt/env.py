@@ -25,17 +25,19 @@ machine other load only adds time, and the fastest run varies far less than
 the median) and the reward is Eq. 2,
 ``(RT_prev - RT_now) / RT_0 * 100``; between measurements it is a small
 constant (0.01: larger, it pays an agent to keep taking neutral rewrites
-such as ``add_comm`` back and forth instead of stopping). Both are a callback, :class:`RewardFn`, that users can swap.
+such as ``add_comm`` back and forth instead of stopping). Both are a callback, :class:`RewardFn`, that users can swap;
+:class:`CostShapedReward` adds dense shaping by the cost model.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from tempo.superopt.costmodel import CostModel
 from tempo.superopt.execute import measure_latency
 from tempo.superopt.graph import OPS, Graph
 from tempo.superopt.rewrite import Candidate, candidates
@@ -70,6 +72,9 @@ class Feedback:
     latency_ms: float           # the new measurement (when measured)
     previous_ms: float          # the last measurement before it
     initial_ms: float           # RT_0
+    graph: Graph | None = None      # the graph after the step
+    previous: Graph | None = None   # the graph before it
+    start: Graph | None = None      # the episode's input graph
 
 
 RewardFn = Callable[[Feedback], float]
@@ -91,6 +96,38 @@ def eq2_reward(fb: Feedback, between: float = 0.01) -> float:
     if not fb.measured:
         return between
     return (fb.previous_ms - fb.latency_ms) / fb.initial_ms * 100.0
+
+
+@dataclass
+class CostShapedReward:
+    """Eq. 2 plus shaping by TASO's cost model: ``weight * (C(previous) - C(now)) / C(input) * 100``.
+
+    Over an episode the shaping terms sum to the cost model's improvement of
+    the final graph (in percent of the input's modelled cost), so a multi-step
+    rewrite that the model judges good when finished is not penalised on the
+    way. They come at every step, measured or not, and carry no measurement
+    noise, so the policy learns the rewrites every cost model agrees on (fuse a
+    conv and its relu) in a few updates; the measured term still decides
+    where the model is wrong.
+    """
+
+    model: CostModel
+    weight: float = 1.0
+    between: float = 0.01
+    costs: dict = field(default_factory=dict)   # graph key -> modelled cost
+
+    def cost(self, graph: Graph) -> float:
+        """The modelled cost of ``graph`` (remembered: episodes revisit the same graphs)."""
+        key = graph.key()
+        if key not in self.costs:
+            if len(self.costs) > 4096:
+                self.costs.clear()
+            self.costs[key] = self.model.cost(graph)
+        return self.costs[key]
+
+    def __call__(self, fb: Feedback) -> float:
+        shaping = (self.cost(fb.previous) - self.cost(fb.graph)) / self.cost(fb.start)
+        return eq2_reward(fb, self.between) + self.weight * shaping * 100.0
 
 
 class RewriteEnv(gym.Env):
@@ -181,6 +218,7 @@ class RewriteEnv(gym.Env):
         if not 0 <= action <= len(self.cands):
             raise ValueError(f"action {action} is masked out ({len(self.cands)} candidates)")
         stop = action == 0
+        previous = self.graph
         if not stop:
             chosen = self.cands[action - 1]
             self.graph, self.applied = chosen.graph, [*self.applied, chosen.rule.name]
@@ -191,7 +229,8 @@ class RewriteEnv(gym.Env):
         truncated = not done and self.steps >= self.max_steps
         measured = done or truncated or self.steps % self.feedback_every == 0
         now = self._measure(self.graph) if measured else self.last_ms
-        reward = self.reward_fn(Feedback(measured, now, self.last_ms, self.initial_ms))
+        reward = self.reward_fn(Feedback(measured, now, self.last_ms, self.initial_ms, self.graph,
+                                         previous, self.start))
         if measured:
             self.last_ms = now
             known = self.measured.get(self.graph.key())

@@ -41,6 +41,7 @@ class Outcome:
     kept_input: bool
     reason: str = ""
     origin: str = ""                # how the search found the graph (RL: which rollout)
+    rejected: list[str] | None = None   # when the input was kept: the rewrites of the graph refused
 
     @property
     def speedup(self) -> float:
@@ -86,8 +87,11 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
         return Outcome(graph, [], elapsed, before, before, True, "no rewrite found")
     if not same_outputs(graph, result.graph):
         before, _ = compare_latency(graph, graph, rounds=1)
-        return Outcome(graph, [], elapsed, before, before, True, "outputs differed; input kept")
+        return Outcome(graph, [], elapsed, before, before, True, "outputs differed; input kept",
+                       result.origin, result.applied)
     before, after = compare_latency(graph, result.graph)
     if after >= before:
-        return Outcome(graph, [], elapsed, before, before, True, "not faster when measured")
+        return Outcome(graph, [], elapsed, before, before, True,
+                       f"not faster when measured ({after:.4f} ms against the input's {before:.4f} ms)",
+                       result.origin, result.applied)
     return Outcome(result.graph, result.applied, elapsed, before, after, False, origin=result.origin)

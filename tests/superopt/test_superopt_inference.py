@@ -6,9 +6,10 @@ import time
 import numpy as np
 
 from tempo.superopt.agent import Agent, PPOConfig, make_env
-from tempo.superopt.inference import branch, refine, rollout
+from tempo.superopt.inference import Finalist, branch, final_choice, refine, rollout
 from tempo.superopt.models import build
 from tempo.superopt.optimize import same_outputs
+from tempo.superopt.rewrite import candidates
 from tempo.superopt.rules import load_rules
 
 RULES = load_rules()
@@ -63,3 +64,13 @@ def test_refine_keeps_a_rollout_of_the_policy_and_never_the_unmeasured():
     assert _replay(env, best.actions).key() == best.graph.key()
     assert same_outputs(g, best.graph)
     assert len({f.graph.key() for f in reached}) == len(reached)   # each distinct graph judged once
+
+
+def test_final_choice_takes_the_faster_graph_on_fresh_measurements():
+    g = build("resnext", small=True)
+    finalists = [Finalist(g, [], "greedy rollout", 1.0, [])]
+    found = [c for c in candidates(g, RULES) if c.rule.name.startswith("enlarge")]
+    assert found, "resnext has a 1x1 convolution to enlarge"
+    finalists.append(Finalist(found[0].graph, [found[0].rule.name], "sampled rollout", 0.5, [1]))
+    chosen, median = final_choice(finalists, confirm=2)
+    assert chosen is finalists[0] and median > 0

@@ -8,7 +8,8 @@ import torch
 from tempo.errors import TempoError
 from tempo.superopt.agent import Agent, PPOConfig, Step, make_env, optimize_with_agent
 from tempo.superopt.inference import best_of_k
-from tempo.superopt.env import OP_NAMES, Feedback, RewriteEnv, encode, eq2_reward
+from tempo.superopt.costmodel import CostModel
+from tempo.superopt.env import OP_NAMES, CostShapedReward, Feedback, RewriteEnv, encode, eq2_reward
 from tempo.superopt.models import build
 from tempo.superopt.optimize import same_outputs
 from tempo.superopt.rules import load_rules
@@ -133,3 +134,21 @@ def test_an_episode_never_offers_a_graph_it_has_visited():
     assert env.applied == ["add_comm"]
     assert all(c.graph.key() != g.key() for c in env.cands)   # undoing add_comm is not offered
     assert any(c.rule.name == "add_comm" for c in env.cands)   # the other addition still is
+
+
+def test_cost_shaping_sums_to_the_cost_models_improvement_over_an_episode():
+    g = build("resnext", small=True)
+    model = CostModel(repeats=1)
+    env = RewriteEnv(g, RULES, max_candidates=8, feedback_every=100, max_steps=5, repeats=1,
+                     reward_fn=CostShapedReward(model, weight=2.0))
+    env.reset(seed=0)
+    total, steps, done = 0.0, 0, False
+    while not done:
+        _, reward, terminated, truncated, _ = env.step(1)
+        total += reward
+        steps += 1
+        done = terminated or truncated
+    assert env.graph.key() != g.key() and steps >= 2
+    modelled = 2.0 * (model.cost(g) - model.cost(env.graph)) / model.cost(g) * 100.0
+    measured = (env.initial_ms - env.last_ms) / env.initial_ms * 100.0   # measured once, at the end
+    assert total == pytest.approx(modelled + measured + 0.01 * (steps - 1))
