@@ -27,11 +27,13 @@ model values ``r(s, a) + gamma * v(s')``.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tempo.memplan.agents.base import SearchResult, Tracker
+from tempo.memplan.agents.demonstration import Demonstrator, policy_target, returns_to_go
 from tempo.memplan.agents.episode import Episode, finish_best_in_flight
 from tempo.memplan.features import SHAPES, Observer, benefit_scale
 from tempo.memplan.problem import Instance
@@ -54,6 +56,9 @@ class MuZeroConfig:
     final_temperature: float = 0.2  # over the budget (Appendix C decays over steps)
     greedy_actors: int = 0          # games that always play the improved policy's best action
     reanalyse: float = 0.5          # share of each batch whose root targets are recomputed (Appendix C)
+    demonstrations: bool = False    # replay the heuristic's decisions as a demonstration game first
+    demo_steps: int = 200           # gradient steps on the demonstration before self-play starts
+    demo_share: float = 0.15        # at most this share of the budget for the demonstration and its steps
 
 
 SEARCH_BATCH = 16   # searches are padded to this many states: one compiled shape for every program
@@ -93,8 +98,11 @@ class _Move:
 
 @dataclass
 class _Replay:
+    """Self-play transitions (a ring of ``size``) and demonstration transitions (kept for good)."""
+
     size: int
     items: list = field(default_factory=list)
+    demos: list = field(default_factory=list)
     cursor: int = 0
 
     def add(self, item) -> None:
@@ -103,6 +111,15 @@ class _Replay:
         else:
             self.items[self.cursor] = item
             self.cursor = (self.cursor + 1) % self.size
+
+    def __len__(self) -> int:
+        return len(self.items) + len(self.demos)
+
+    def sample(self, rng: np.random.Generator, n: int) -> list:
+        """``n`` transitions drawn uniformly, demonstrations first (Reanalyse refreshes those)."""
+        picks = [self.demos[i - len(self.items)] if i >= len(self.items) else self.items[i]
+                 for i in rng.integers(0, len(self), n)]
+        return sorted(picks, key=lambda p: not p.get("demo", False))
 
 
 def _search(params, seed, obs, invalid, config: MuZeroConfig):
@@ -219,12 +236,13 @@ class MuZeroAgent:
                                 for k in range(cfg.unroll + 1)]),
             "value": np.array(values, np.float32), "mask": np.array(mask, np.float32)}
 
-    def _train(self) -> None:
+    def _train(self, reanalyse: bool = True) -> None:
         cfg = self.config
-        if len(self.replay.items) < cfg.batch_size:
+        if len(self.replay) < cfg.batch_size:
             return
-        picks = self._reanalyse([self.replay.items[i] for i in
-                                 self.rng.integers(0, len(self.replay.items), cfg.batch_size)])
+        picks = self.replay.sample(self.rng, cfg.batch_size)
+        if reanalyse:
+            picks = self._reanalyse(picks)
         observations = [_observation(p["obs"]) for p in picks]
         obs = {k: np.stack([o[k] for o in observations]) for k in SHAPES}
         batch = {k: np.stack([p[k] for p in picks]) for k in ("actions", "reward", "policy",
@@ -261,10 +279,54 @@ class MuZeroAgent:
 
     # ------------------------------------------------------------- self-play
 
+    def demonstrate(self, tracker: Tracker) -> None:
+        """Put the heuristic's game (:mod:`demonstration`) into the replay buffer as demonstration
+        transitions, with Monte Carlo value targets and the demonstrator's policy targets, and train
+        on it (without Reanalyse) for up to ``demo_steps`` steps or ``demo_share`` of the budget.
+        The game is never offered to ``tracker``: the agent's answer is one of its own games."""
+        cfg = self.config
+        stop = tracker.start + cfg.demo_share * (tracker.deadline - tracker.start)
+        demonstrator = Demonstrator(self.inst)
+        ep = Episode(self.inst)
+        ep.settle()
+        while not ep.game.done and time.perf_counter() < stop:
+            legal = ep.legal()
+            action = demonstrator.action(ep.game.index, legal)
+            move, rewound = self._apply(ep, _pack(self.observer(ep.game)), legal, action,
+                                        policy_target(action, legal), 0.0)
+            if rewound:
+                self.replay.demos.append({**self._record([move], 0, final=True), "demo": True})
+            ep.settle()
+        if not ep.game.done:
+            return
+        for move, value in zip(ep.moves, returns_to_go([m.reward for m in ep.moves], cfg.discount)):
+            move.value = float(value)
+        self.replay.demos.extend({**self._record(ep.moves, t, final=True), "demo": True}
+                                 for t in range(len(ep.moves)))
+        for _ in range(cfg.demo_steps):
+            if time.perf_counter() >= stop:
+                break
+            self._train(reanalyse=False)
+
+    def _apply(self, ep: Episode, packed: tuple, legal: np.ndarray, action: int,
+               policy: np.ndarray, value: float) -> tuple[_Move, bool]:
+        """Play ``action`` and the automatic moves after it; the move, and whether it was rewound
+        (Drop-backup; otherwise it joins ``ep.moves``)."""
+        before = ep.game.total
+        move = _Move(ep.game.index, packed, legal.copy(), action, 0.0, policy, value)
+        ep.game.step(action)
+        rewound = ep.after_move() or ep.advance()
+        move.reward = (ep.game.total - before) / self.scale
+        if not rewound:
+            ep.moves.append(move)
+        return move, rewound
+
     def run(self, tracker: Tracker) -> None:
-        """Self-play and learn until the tracker's budget is spent."""
+        """Self-play and learn until the tracker's budget is spent (after the demonstration, if on)."""
         cfg = self.config
         moves_made = 0
+        if cfg.demonstrations:
+            self.demonstrate(tracker)
         for ep in self.episodes:
             self._settle(ep, tracker)
         while not tracker.out_of_time():
@@ -281,16 +343,11 @@ class MuZeroAgent:
                 else:
                     p = (p / p.max()) ** (1 / temperature)
                     action = int(self.rng.choice(3, p=p / p.sum()))
-                before = ep.game.total
-                move = _Move(ep.game.index, _pack(observations[i]), legal[i].copy(), action, 0.0,
-                             target[i], float(value[i]))
-                ep.game.step(action)
-                rewound = ep.after_move() or ep.advance()
-                move.reward = (ep.game.total - before) / self.scale
+                move, rewound = self._apply(ep, _pack(observations[i]), legal[i], action,
+                                            target[i], float(value[i]))
                 if rewound:
                     self.replay.add(self._record([move], 0, final=True))
                 else:
-                    ep.moves.append(move)
                     self._mature(ep, final=False)
                 self._settle(ep, tracker)
             moves_made += len(self.episodes)
