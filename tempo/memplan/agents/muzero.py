@@ -158,11 +158,19 @@ def _search(params, seed, obs, invalid, config: MuZeroConfig):
     return out.action_weights, out.action_weights, value
 
 
+def _value(params, obs):
+    """The value network's estimate of a batch of states (no search)."""
+    from tempo.memplan.agents import muzero_nets as nets
+
+    return nets.to_scalar(nets.predict(params, nets.represent(params, obs))[1])
+
+
 _SEARCH = {}
 
 
 def _compiled_search():
-    """The jitted search, compiled once per process (and cached on disk across processes)."""
+    """The jitted search and value functions, compiled once per process (and cached on disk
+    across processes)."""
     if not _SEARCH:
         import jax
 
@@ -170,7 +178,8 @@ def _compiled_search():
                           os.path.expanduser("~/.cache/tempo-memplan/jax"))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
         _SEARCH["fn"] = jax.jit(_search, static_argnames="config")
-    return _SEARCH["fn"]
+        _SEARCH["value"] = jax.jit(_value)
+    return _SEARCH["fn"], _SEARCH["value"]
 
 
 class MuZeroAgent:
@@ -190,20 +199,27 @@ class MuZeroAgent:
         self.replay = _Replay(config.replay_size)
         self.episodes = [Episode(inst) for _ in range(config.parallel or games_in_flight(inst))]
         self.observer = Observer(self.episodes[0].game)
-        self._search = _compiled_search()
+        self._search, self._value = _compiled_search()
 
     # ------------------------------------------------------------- search
+
+    @staticmethod
+    def _batch(observations: list[dict]) -> dict:
+        pad = max(SEARCH_BATCH - len(observations), 0)
+        return {k: np.concatenate([np.stack([o[k] for o in observations]),
+                                   np.zeros((pad, *SHAPES[k]), np.float32)]) for k in SHAPES}
 
     def act(self, observations: list[dict], legal: np.ndarray):
         """Behaviour distributions, policy targets and root values for a batch of states."""
         n = len(observations)
-        pad = max(SEARCH_BATCH - n, 0)
-        batch = {k: np.concatenate([np.stack([o[k] for o in observations]),
-                                    np.zeros((pad, *SHAPES[k]), np.float32)]) for k in SHAPES}
-        invalid = np.concatenate([~legal, np.zeros((pad, 3), bool)])
-        out = self._search(self.params, int(self.rng.integers(2 ** 31)), batch, invalid,
-                           config=self.config)
-        return tuple(np.asarray(x)[:n] for x in out)
+        invalid = np.concatenate([~legal, np.zeros((max(SEARCH_BATCH - n, 0), 3), bool)])
+        out = self._search(self.params, int(self.rng.integers(2 ** 31)),
+                           self._batch(observations), invalid, config=self.config)
+        return tuple(x[:n] for x in self.jax.device_get(out))
+
+    def values(self, observations: list[dict]) -> np.ndarray:
+        """The value network's estimates for a batch of states (the root values :meth:`act` gives)."""
+        return np.asarray(self._value(self.params, self._batch(observations)))[:len(observations)]
 
     # ------------------------------------------------------------- learning
 
@@ -265,9 +281,7 @@ class MuZeroAgent:
         boots = [i for i, p in enumerate(fresh) if p["boot"] is not None]
         bootstrap = np.zeros(n)
         if boots:
-            _, _, values = self.act([_observation(fresh[i]["boot"][0]) for i in boots],
-                                    np.stack([fresh[i]["boot"][1] for i in boots]))
-            bootstrap[boots] = values
+            bootstrap[boots] = self.values([_observation(fresh[i]["boot"][0]) for i in boots])
         out = []
         for i, p in enumerate(fresh):
             value = p["value"].copy()
