@@ -20,6 +20,13 @@ rewound to its backup and the stuck alias group is forced to Drop
 flight are completed from their backups by Drop moves, so the agent always
 has an answer: the best complete game it played.
 
+**Demonstrations** (``demonstrations``, off by default: it did not measurably
+help). Before self-play, the heuristic's decisions are replayed as one game
+(:mod:`demonstration`); its transitions join the replay buffer, marked so that
+Reanalyse refreshes their targets, and the networks train on them for a few
+seconds. That game is never offered to the tracker: the answer is one of the
+agent's own self-play games.
+
 ``num_simulations = 0`` is the no-search ablation of Fig. 7: actions are
 sampled from the policy network, whose target is then the softmax of one-step
 model values ``r(s, a) + gamma * v(s')``.
