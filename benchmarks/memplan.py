@@ -55,7 +55,7 @@ class Args:
     seed: int = 0
     ablation_budget: float = 60.0   # seconds per ablation agent (quick: 8)
     instances: tuple[str, ...] = ()  # names of the instances run (empty: all)
-    demo_ablation: bool = False      # also run MuZero with its demonstrations switch flipped on every instance
+    demo_ablation: bool = False      # also run MuZero with demonstrations flipped on every instance
 
 
 def _instance(program: str, scale: int):
