@@ -8,11 +8,14 @@ curves of Fig. 7 and a memory-layout picture like Fig. 8 (PNGs next to it).
 
     python benchmarks/memplan.py --quick     # short budgets (a few minutes)
     python benchmarks/memplan.py             # 60 s per agent and instance
+    python benchmarks/memplan.py --demo-ablation   # + MuZero with demonstrations flipped
 
 Modelled latency is ``hbm_latency - reward`` (the cost model's latency with
 every buffer in slow memory, minus the latency the placed buffers save);
 MMap-MuZero-prod is the better of the heuristic's and MMap-MuZero's solutions
-from the same run. Extracted instances are cached under the results folder.
+from the same run. The ablation (and, with ``--demo-ablation``, every
+instance) also runs MMap-MuZero with its ``demonstrations`` switch flipped.
+Extracted instances are cached under the results folder.
 Before timing, each JAX agent (MMap-MuZero and its no-search ablation) plays
 one discarded 5 s run on the smallest instance, so the one-off JIT compilation
 (seconds on a CPU) is not charged to the first instance's budget.
@@ -23,7 +26,8 @@ import argparse
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 
 from tqdm import tqdm
 
@@ -51,6 +55,7 @@ class Args:
     seed: int = 0
     ablation_budget: float = 60.0   # seconds per ablation agent (quick: 8)
     instances: tuple[str, ...] = ()  # names of the instances run (empty: all)
+    demo_ablation: bool = False      # also run MuZero with demonstrations flipped on every instance
 
 
 def _instance(program: str, scale: int):
@@ -62,9 +67,18 @@ def _instance(program: str, scale: int):
     return inst
 
 
-def _run(agent: str, inst, budget: float, seed: int) -> dict:
+def _muzero_flipped() -> tuple[str, object]:
+    """The name and ``solve`` of MMap-MuZero with its ``demonstrations`` switch flipped."""
+    from tempo.memplan.agents import muzero
+
+    on = not muzero.MuZeroConfig().demonstrations
+    config = replace(muzero.MuZeroConfig(), demonstrations=on)
+    return f"muzero-demos-{'on' if on else 'off'}", partial(muzero.solve, config=config)
+
+
+def _run(agent: str, inst, budget: float, seed: int, solve=None) -> dict:
     start = time.perf_counter()
-    result = get_agent(agent)(inst, budget, seed)
+    result = (solve or get_agent(agent))(inst, budget, seed)
     validate(inst, result.solution)
     return {"reward": result.solution.reward, "curve": result.curve, "games": result.games,
             "episodes": result.episodes, "seconds": time.perf_counter() - start,
@@ -161,6 +175,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--instances", nargs="+", metavar="NAME",
                         help="run only these instances (e.g. transformer12 mlp64)")
+    parser.add_argument("--demo-ablation", action="store_true",
+                        help="also run MuZero with its demonstrations switch flipped on every instance")
     ns = parser.parse_args()
     names = [f"{p}{s}" for p, s in INSTANCES]
     unknown = sorted(set(ns.instances or ()) - set(names))
@@ -169,9 +185,11 @@ def main() -> None:
     chosen = [(p, s) for p, s in INSTANCES if not ns.instances or f"{p}{s}" in ns.instances]
     args = Args(quick=ns.quick, seed=ns.seed,
                 budget=ns.budget or (4.0 if ns.quick else 60.0),
-                ablation_budget=8.0 if ns.quick else 60.0, instances=tuple(ns.instances or ()))
+                ablation_budget=8.0 if ns.quick else 60.0, instances=tuple(ns.instances or ()),
+                demo_ablation=ns.demo_ablation)
     os.makedirs(RESULTS, exist_ok=True)
     rows, keep = [], {}
+    flipped, flipped_solve = _muzero_flipped()
     warm = _instance(*INSTANCES[0])
     for agent in tqdm(("muzero", "nosearch"), desc="JIT warm-up"):
         get_agent(agent)(warm, WARM_UP_SECONDS, args.seed)
@@ -180,6 +198,8 @@ def main() -> None:
         runs = {"heuristic": _run("heuristic", inst, 1.0, args.seed)}
         for agent in AGENTS:
             runs[agent] = _run(agent, inst, args.budget, args.seed)
+        if args.demo_ablation:
+            runs[flipped] = _run(flipped, inst, args.budget, args.seed, flipped_solve)
         best = max(("heuristic", "muzero"), key=lambda a: runs[a]["reward"])
         runs["hybrid"] = dict(runs[best])
         latency = {a: inst.hbm_latency - r["reward"] for a, r in runs.items()}
@@ -198,8 +218,9 @@ def main() -> None:
     small = rows[0]["name"]
     inst = keep[small][0]
     ablation = {"name": small, "budget": args.ablation_budget, "curves": {}, "reward": {}}
-    for agent in tqdm(("muzero", "mcts", "nosearch"), desc="ablation"):
-        run = _run(agent, inst, args.ablation_budget, args.seed)
+    for agent in tqdm(("muzero", flipped, "mcts", "nosearch"), desc="ablation"):
+        run = _run(agent, inst, args.ablation_budget, args.seed,
+                   flipped_solve if agent == flipped else None)
         ablation["curves"][agent] = run["curve"]
         ablation["reward"][agent] = run["reward"]
 
@@ -222,6 +243,14 @@ def main() -> None:
         print(f"| {r['name']} | {r['buffers']} | {rw['heuristic']:.1f} | {rw['muzero']:.1f} | "
               f"{rw['es']:.1f} | {rw['random']:.1f} | {'yes' if rw['muzero'] > rw['es'] else 'no'} | "
               f"{ep['muzero']} / {ep['es']} |")
+    if args.demo_ablation:
+        print(f"\nMuZero with its demonstrations switch flipped ({flipped}), same budget")
+        print(f"| instance | MMap-MuZero | {flipped} | ES | games MuZero / {flipped} |")
+        print("|---|---:|---:|---:|---:|")
+        for r in rows:
+            rw, ep = r["reward"], r["episodes"]
+            print(f"| {r['name']} | {rw['muzero']:.1f} | {rw[flipped]:.1f} | {rw['es']:.1f} | "
+                  f"{ep['muzero']} / {ep[flipped]} |")
     print("\nTable 3: modelled latency speed-up over the heuristic")
     print("| agent | mean | min | max | improved |")
     print("|---|---:|---:|---:|---:|")

@@ -86,9 +86,14 @@ class OffsetIndex:
     def profile(self, time: int, bins: int) -> np.ndarray:
         """Occupied fraction of each of ``bins`` equal offset ranges at step ``time``."""
         lo, hi = self.live(time, time)[:, :2].T * (bins / self.capacity)
-        edges = np.arange(bins + 1)
-        covered = np.minimum(hi[:, None], edges[1:]) - np.maximum(lo[:, None], edges[:-1])
-        return np.clip(covered, 0.0, None).sum(0).astype(np.float32)
+        # coverage is a step function with +1 at each lo and -1 at each hi; a breakpoint p
+        # covers part (floor(p) + 1 - p) of its own bin and all of every later bin
+        points = np.concatenate([lo, hi])
+        weight = np.concatenate([np.ones(lo.size), -np.ones(hi.size)])
+        first = np.floor(points).astype(np.int64)
+        full = np.bincount(first + 1, weight, minlength=bins + 2).cumsum()
+        part = np.bincount(first, weight * (first + 1 - points), minlength=bins + 2)
+        return np.clip(full[:bins] + part[:bins], 0.0, None).astype(np.float32)
 
     def image(self, start: int, end: int, rows: int, cols: int) -> np.ndarray:
         """A ``rows x cols`` binary picture of steps ``[start, end]`` (columns) x offsets (rows)."""
@@ -101,6 +106,6 @@ class OffsetIndex:
         r1 = np.minimum(np.maximum(r0 + 1, np.ceil(hi * oscale).astype(np.int64)), rows)
         c1 = np.minimum(c1, cols)
         corners = np.zeros((rows + 1, cols + 1), np.int32)
-        for r, c, sign in ((r0, c0, 1), (r0, c1, -1), (r1, c0, -1), (r1, c1, 1)):
-            np.add.at(corners, (r, c), sign)
+        np.add.at(corners, (np.concatenate([r0, r0, r1, r1]), np.concatenate([c0, c1, c0, c1])),
+                  np.repeat(np.array([1, -1, -1, 1], np.int32), lo.size))
         return (corners.cumsum(0).cumsum(1)[:rows, :cols] > 0).astype(np.float32)

@@ -111,3 +111,83 @@ def test_reanalyse_refreshes_the_root_targets_of_its_share_of_the_batch():
         expected = old["rewards0"] + config.discount ** config.td_steps * value[0]
         assert new["value"][0] == pytest.approx(expected, rel=1e-5, abs=1e-5)
         assert new["value"][0] != pytest.approx(old["value"][0], rel=1e-6)  # the stale bootstrap is gone
+
+
+def test_demonstration_replays_the_heuristic_as_a_legal_game():
+    from tempo.memplan.agents.demonstration import CLOSEST, Demonstrator
+    from tempo.memplan.agents.heuristic import heuristic_solution
+    from tempo.memplan.game import ACTION_NAMES
+
+    inst = random_instance(5, steps=40, alias_rate=0.3)
+    wanted = [ACTION_NAMES.index(d.action) for d in heuristic_solution(inst).decisions]
+    demonstrator = Demonstrator(inst)
+    ep = Episode(inst)
+    ep.settle()
+    while not ep.game.done:
+        legal = ep.legal()
+        action = demonstrator.action(ep.game.index, legal)
+        assert legal[action]
+        closest = CLOSEST[wanted[ep.game.index]]
+        assert all(not legal[a] for a in closest[:closest.index(action)])
+        ep.game.step(action)
+        ep.after_move()
+        ep.settle()
+    assert not ep.game.lost
+    validate(inst, ep.game.solution())
+
+
+def test_returns_to_go_and_policy_target():
+    from tempo.memplan.agents.demonstration import policy_target, returns_to_go
+
+    np.testing.assert_allclose(returns_to_go([1.0, 2.0, 4.0], 0.5), [3.0, 4.0, 4.0])
+    target = policy_target(1, np.array([True, True, False]))
+    np.testing.assert_allclose(target, [0.05, 0.95, 0.0])
+
+
+def test_demonstration_transitions_reach_the_replay_buffer_but_never_the_tracker():
+    pytest.importorskip("mctx")
+    from tempo.memplan.agents.base import Tracker
+    from tempo.memplan.agents.muzero import MuZeroAgent
+
+    inst = random_instance(3, steps=30)
+    config = MuZeroConfig(parallel=2, td_steps=5, batch_size=8, demonstrations=True, demo_steps=5,
+                          demo_share=1.0)
+    agent = MuZeroAgent(inst, config, seed=0)
+    tracker = Tracker(inst, 60.0)
+    agent.demonstrate(tracker)
+    demos = agent.replay.demos
+    assert demos and all(p["demo"] for p in demos) and not agent.replay.items
+    assert int(agent.opt["t"]) == 5  # trained on the demonstration alone
+    assert tracker.episodes == 0 and tracker.best is None  # the demonstration game is not an answer
+    assert all(p["legal"][p["actions"][0]] for p in demos)
+    # Monte Carlo values: each state's target is its reward plus the discounted next target
+    whole = [p for p in demos if p["mask"][1]]
+    for p in whole[:5]:
+        assert p["value"][0] == pytest.approx(p["reward"][0] + config.discount * p["value"][1],
+                                              rel=1e-4, abs=1e-4)
+    picks = agent.replay.sample(agent.rng, 8)
+    assert all(p.get("demo") for p in picks)  # only demonstrations so far
+    fresh = agent._reanalyse(picks)
+    assert any(not np.array_equal(a["policy"][0], b["policy"][0]) for a, b in zip(fresh, picks))
+
+
+def test_sampling_puts_demonstrations_first_so_reanalyse_refreshes_them():
+    from tempo.memplan.agents.muzero import _Replay
+
+    replay = _Replay(4)
+    for i in range(4):
+        replay.add({"i": i})
+    replay.demos.extend({"i": 10 + i, "demo": True} for i in range(4))
+    picks = replay.sample(np.random.default_rng(0), 50)
+    flags = [p.get("demo", False) for p in picks]
+    assert any(flags) and not all(flags)
+    assert flags == sorted(flags, reverse=True)
+
+
+@pytest.mark.slow
+def test_self_play_with_demonstrations_returns_its_own_game():
+    inst = random_instance(7, steps=30)
+    result = solve(inst, 20.0, 0, MuZeroConfig(parallel=4, demonstrations=True))
+    validate(inst, result.solution)
+    assert result.episodes >= 4 and result.solution.reward > 0
+    assert len(result.games) == result.episodes  # every answer is a self-play game

@@ -20,6 +20,13 @@ rewound to its backup and the stuck alias group is forced to Drop
 flight are completed from their backups by Drop moves, so the agent always
 has an answer: the best complete game it played.
 
+**Demonstrations** (``demonstrations``, off by default: it did not measurably
+help). Before self-play, the heuristic's decisions are replayed as one game
+(:mod:`demonstration`); its transitions join the replay buffer, marked so that
+Reanalyse refreshes their targets, and the networks train on them for a few
+seconds. That game is never offered to the tracker: the answer is one of the
+agent's own self-play games.
+
 ``num_simulations = 0`` is the no-search ablation of Fig. 7: actions are
 sampled from the policy network, whose target is then the softmax of one-step
 model values ``r(s, a) + gamma * v(s')``.
@@ -27,11 +34,13 @@ model values ``r(s, a) + gamma * v(s')``.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tempo.memplan.agents.base import SearchResult, Tracker
+from tempo.memplan.agents.demonstration import Demonstrator, policy_target, returns_to_go
 from tempo.memplan.agents.episode import Episode, finish_best_in_flight
 from tempo.memplan.features import SHAPES, Observer, benefit_scale
 from tempo.memplan.problem import Instance
@@ -54,6 +63,9 @@ class MuZeroConfig:
     final_temperature: float = 0.2  # over the budget (Appendix C decays over steps)
     greedy_actors: int = 0          # games that always play the improved policy's best action
     reanalyse: float = 0.5          # share of each batch whose root targets are recomputed (Appendix C)
+    demonstrations: bool = False    # replay the heuristic's decisions as a demonstration game first
+    demo_steps: int = 200           # gradient steps on the demonstration before self-play starts
+    demo_share: float = 0.15        # at most this share of the budget for the demonstration and its steps
 
 
 SEARCH_BATCH = 16   # searches are padded to this many states: one compiled shape for every program
@@ -93,8 +105,11 @@ class _Move:
 
 @dataclass
 class _Replay:
+    """Self-play transitions (a ring of ``size``) and demonstration transitions (kept for good)."""
+
     size: int
     items: list = field(default_factory=list)
+    demos: list = field(default_factory=list)
     cursor: int = 0
 
     def add(self, item) -> None:
@@ -103,6 +118,15 @@ class _Replay:
         else:
             self.items[self.cursor] = item
             self.cursor = (self.cursor + 1) % self.size
+
+    def __len__(self) -> int:
+        return len(self.items) + len(self.demos)
+
+    def sample(self, rng: np.random.Generator, n: int) -> list:
+        """``n`` transitions drawn uniformly, demonstrations first (Reanalyse refreshes those)."""
+        picks = [self.demos[i - len(self.items)] if i >= len(self.items) else self.items[i]
+                 for i in rng.integers(0, len(self), n)]
+        return sorted(picks, key=lambda p: not p.get("demo", False))
 
 
 def _search(params, seed, obs, invalid, config: MuZeroConfig):
@@ -141,11 +165,19 @@ def _search(params, seed, obs, invalid, config: MuZeroConfig):
     return out.action_weights, out.action_weights, value
 
 
+def _value(params, obs):
+    """The value network's estimate of a batch of states (no search)."""
+    from tempo.memplan.agents import muzero_nets as nets
+
+    return nets.to_scalar(nets.predict(params, nets.represent(params, obs))[1])
+
+
 _SEARCH = {}
 
 
 def _compiled_search():
-    """The jitted search, compiled once per process (and cached on disk across processes)."""
+    """The jitted search and value functions, compiled once per process (and cached on disk
+    across processes)."""
     if not _SEARCH:
         import jax
 
@@ -153,7 +185,8 @@ def _compiled_search():
                           os.path.expanduser("~/.cache/tempo-memplan/jax"))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
         _SEARCH["fn"] = jax.jit(_search, static_argnames="config")
-    return _SEARCH["fn"]
+        _SEARCH["value"] = jax.jit(_value)
+    return _SEARCH["fn"], _SEARCH["value"]
 
 
 class MuZeroAgent:
@@ -173,20 +206,27 @@ class MuZeroAgent:
         self.replay = _Replay(config.replay_size)
         self.episodes = [Episode(inst) for _ in range(config.parallel or games_in_flight(inst))]
         self.observer = Observer(self.episodes[0].game)
-        self._search = _compiled_search()
+        self._search, self._value = _compiled_search()
 
     # ------------------------------------------------------------- search
+
+    @staticmethod
+    def _batch(observations: list[dict]) -> dict:
+        pad = max(SEARCH_BATCH - len(observations), 0)
+        return {k: np.concatenate([np.stack([o[k] for o in observations]),
+                                   np.zeros((pad, *SHAPES[k]), np.float32)]) for k in SHAPES}
 
     def act(self, observations: list[dict], legal: np.ndarray):
         """Behaviour distributions, policy targets and root values for a batch of states."""
         n = len(observations)
-        pad = max(SEARCH_BATCH - n, 0)
-        batch = {k: np.concatenate([np.stack([o[k] for o in observations]),
-                                    np.zeros((pad, *SHAPES[k]), np.float32)]) for k in SHAPES}
-        invalid = np.concatenate([~legal, np.zeros((pad, 3), bool)])
-        out = self._search(self.params, int(self.rng.integers(2 ** 31)), batch, invalid,
-                           config=self.config)
-        return tuple(np.asarray(x)[:n] for x in out)
+        invalid = np.concatenate([~legal, np.zeros((max(SEARCH_BATCH - n, 0), 3), bool)])
+        out = self._search(self.params, int(self.rng.integers(2 ** 31)),
+                           self._batch(observations), invalid, config=self.config)
+        return tuple(x[:n] for x in self.jax.device_get(out))
+
+    def values(self, observations: list[dict]) -> np.ndarray:
+        """The value network's estimates for a batch of states (the root values :meth:`act` gives)."""
+        return np.asarray(self._value(self.params, self._batch(observations)))[:len(observations)]
 
     # ------------------------------------------------------------- learning
 
@@ -219,12 +259,13 @@ class MuZeroAgent:
                                 for k in range(cfg.unroll + 1)]),
             "value": np.array(values, np.float32), "mask": np.array(mask, np.float32)}
 
-    def _train(self) -> None:
+    def _train(self, reanalyse: bool = True) -> None:
         cfg = self.config
-        if len(self.replay.items) < cfg.batch_size:
+        if len(self.replay) < cfg.batch_size:
             return
-        picks = self._reanalyse([self.replay.items[i] for i in
-                                 self.rng.integers(0, len(self.replay.items), cfg.batch_size)])
+        picks = self.replay.sample(self.rng, cfg.batch_size)
+        if reanalyse:
+            picks = self._reanalyse(picks)
         observations = [_observation(p["obs"]) for p in picks]
         obs = {k: np.stack([o[k] for o in observations]) for k in SHAPES}
         batch = {k: np.stack([p[k] for p in picks]) for k in ("actions", "reward", "policy",
@@ -247,9 +288,7 @@ class MuZeroAgent:
         boots = [i for i, p in enumerate(fresh) if p["boot"] is not None]
         bootstrap = np.zeros(n)
         if boots:
-            _, _, values = self.act([_observation(fresh[i]["boot"][0]) for i in boots],
-                                    np.stack([fresh[i]["boot"][1] for i in boots]))
-            bootstrap[boots] = values
+            bootstrap[boots] = self.values([_observation(fresh[i]["boot"][0]) for i in boots])
         out = []
         for i, p in enumerate(fresh):
             value = p["value"].copy()
@@ -261,10 +300,54 @@ class MuZeroAgent:
 
     # ------------------------------------------------------------- self-play
 
+    def demonstrate(self, tracker: Tracker) -> None:
+        """Put the heuristic's game (:mod:`demonstration`) into the replay buffer as demonstration
+        transitions, with Monte Carlo value targets and the demonstrator's policy targets, and train
+        on it (without Reanalyse) for up to ``demo_steps`` steps or ``demo_share`` of the budget.
+        The game is never offered to ``tracker``: the agent's answer is one of its own games."""
+        cfg = self.config
+        stop = tracker.start + cfg.demo_share * (tracker.deadline - tracker.start)
+        demonstrator = Demonstrator(self.inst)
+        ep = Episode(self.inst)
+        ep.settle()
+        while not ep.game.done and time.perf_counter() < stop:
+            legal = ep.legal()
+            action = demonstrator.action(ep.game.index, legal)
+            move, rewound = self._apply(ep, _pack(self.observer(ep.game)), legal, action,
+                                        policy_target(action, legal), 0.0)
+            if rewound:
+                self.replay.demos.append({**self._record([move], 0, final=True), "demo": True})
+            ep.settle()
+        if not ep.game.done:
+            return
+        for move, value in zip(ep.moves, returns_to_go([m.reward for m in ep.moves], cfg.discount)):
+            move.value = float(value)
+        self.replay.demos.extend({**self._record(ep.moves, t, final=True), "demo": True}
+                                 for t in range(len(ep.moves)))
+        for _ in range(cfg.demo_steps):
+            if time.perf_counter() >= stop:
+                break
+            self._train(reanalyse=False)
+
+    def _apply(self, ep: Episode, packed: tuple, legal: np.ndarray, action: int,
+               policy: np.ndarray, value: float) -> tuple[_Move, bool]:
+        """Play ``action`` and the automatic moves after it; the move, and whether it was rewound
+        (Drop-backup; otherwise it joins ``ep.moves``)."""
+        before = ep.game.total
+        move = _Move(ep.game.index, packed, legal.copy(), action, 0.0, policy, value)
+        ep.game.step(action)
+        rewound = ep.after_move() or ep.advance()
+        move.reward = (ep.game.total - before) / self.scale
+        if not rewound:
+            ep.moves.append(move)
+        return move, rewound
+
     def run(self, tracker: Tracker) -> None:
-        """Self-play and learn until the tracker's budget is spent."""
+        """Self-play and learn until the tracker's budget is spent (after the demonstration, if on)."""
         cfg = self.config
         moves_made = 0
+        if cfg.demonstrations:
+            self.demonstrate(tracker)
         for ep in self.episodes:
             self._settle(ep, tracker)
         while not tracker.out_of_time():
@@ -281,16 +364,11 @@ class MuZeroAgent:
                 else:
                     p = (p / p.max()) ** (1 / temperature)
                     action = int(self.rng.choice(3, p=p / p.sum()))
-                before = ep.game.total
-                move = _Move(ep.game.index, _pack(observations[i]), legal[i].copy(), action, 0.0,
-                             target[i], float(value[i]))
-                ep.game.step(action)
-                rewound = ep.after_move() or ep.advance()
-                move.reward = (ep.game.total - before) / self.scale
+                move, rewound = self._apply(ep, _pack(observations[i]), legal[i], action,
+                                            target[i], float(value[i]))
                 if rewound:
                     self.replay.add(self._record([move], 0, final=True))
                 else:
-                    ep.moves.append(move)
                     self._mature(ep, final=False)
                 self._settle(ep, tracker)
             moves_made += len(self.episodes)
