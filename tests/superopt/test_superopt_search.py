@@ -4,9 +4,11 @@ from __future__ import annotations
 from tempo.superopt.costmodel import CostModel
 from tempo.superopt.graph import GraphBuilder, node
 from tempo.superopt.models import build
+from tempo.superopt import optimize as optimize_module
 from tempo.superopt.optimize import optimize, same_outputs
+from tempo.superopt.rewrite import candidates
 from tempo.superopt.rules import load_rules
-from tempo.superopt.search import backtrack, greedy
+from tempo.superopt.search import SearchResult, backtrack, greedy
 
 RULES = load_rules()
 
@@ -45,3 +47,20 @@ def test_optimize_never_returns_a_slower_graph():
     assert out.after_ms <= out.before_ms
     assert same_outputs(g, out.graph)
     assert out.kept_input == (out.graph is g)
+
+
+def test_optimize_keeps_the_input_and_names_what_it_refused(monkeypatch):
+    g = build("resnext", small=True)
+    slower = g
+    for _ in range(4):                       # every 1x1 convolution enlarged to 3x3: 9x the flops
+        found = [c for c in candidates(slower, RULES) if c.rule.name.startswith("enlarge_1x1")]
+        if not found:
+            break
+        slower = found[0].graph
+    assert slower.key() != g.key()
+    refused = SearchResult(slower, ["enlarge_1x1b"] * 4, 0.0, origin="test")
+    monkeypatch.setattr(optimize_module, "agent_function", lambda name: lambda *a, **k: refused)
+    out = optimize(g, "slower", budget_s=1, rules=RULES)
+    assert out.kept_input and out.graph is g and out.applied == []
+    assert out.rejected == refused.applied and out.origin == "test"
+    assert out.reason.startswith("not faster when measured (")
