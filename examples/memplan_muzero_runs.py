@@ -33,7 +33,10 @@ def main() -> None:
         name, _, value = item.partition("=")
         if name not in known:
             parser.error(f"unknown MuZeroConfig field '{name}'")
-        overrides[name] = ast.literal_eval(value)
+        try:
+            overrides[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            parser.error(f"'{item}': the value must be a Python literal (e.g. {name}=True)")
     config = MuZeroConfig(**overrides)
     inst = load_instance(args.instance)
     solve(inst, 3.0, args.seed, config)
