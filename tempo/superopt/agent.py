@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -27,7 +27,8 @@ from tempo.errors import TempoError
 from tempo.files import write_bytes_atomic
 from tempo.superopt.encoder import PolicyValue, State, to_data
 from tempo.superopt.costmodel import CostModel
-from tempo.superopt.env import EDGE_RANK, OP_NAMES, CostShapedReward, RewriteEnv, eq2_reward
+from tempo.superopt.env import (EDGE_RANK, OP_NAMES, CostShapedReward, LinearDecay, RewriteEnv,
+                                eq2_reward)
 from tempo.superopt.graph import Graph
 from tempo.superopt.inference import Finalist, best_of_k
 from tempo.superopt.rules import Rule
@@ -61,10 +62,16 @@ class PPOConfig:
     min_samples: int = 4             # stochastic inference rollouts taken even past the budget
     refine_share: float = 0.75       # share of the inference time spent refining (inference.py)
     finalists: int = 8               # distinct graphs re-timed interleaved at the end
-    shaping: float = 0.3             # weight of the cost-model shaping of the reward (env.py; 0: none)
+    shaping: float = 1.0             # weight of the cost-model shaping of the reward (env.py) when
+    shaping_final: float = 0.0       # training starts, and when it ends (linear in between; 0, 0: none)
     confirm: int = 3                 # best finalists re-timed in fresh rounds to decide (inference.py)
     seed: int = 0
     rule_names: tuple[str, ...] = ()  # the rule set the agent acts with (set when it is made)
+
+    def __post_init__(self) -> None:
+        if self.shaping < 0 or self.shaping_final < 0:
+            raise TempoError(f"PPOConfig: shaping weights must be >= 0, not shaping={self.shaping}, "
+                             f"shaping_final={self.shaping_final}")
 
 
 @dataclass
@@ -225,18 +232,22 @@ class Agent:
 
 
 def make_env(graph: Graph, rules: list[Rule], config: PPOConfig, inference: bool = False,
-             model: CostModel | None = None) -> RewriteEnv:
+             model: CostModel | None = None,
+             shaping: float | Callable[[], float] | None = None) -> RewriteEnv:
     """The environment an agent with ``config`` plays on ``graph``.
 
     For ``inference`` the graph is measured only when an episode ends: the
     intermediate rewards are not used, so their measurements would waste time.
-    Training rewards are shaped by the cost model (``config.shaping``; pass
-    ``model`` to share its measured operators between environments).
+    Training rewards are shaped by the cost model with weight ``shaping`` (a
+    number, or a callable such as :class:`~tempo.superopt.env.LinearDecay`;
+    default ``config.shaping``, constant); pass ``model`` to share its
+    measured operators between environments.
     """
     every = config.max_steps + 1 if inference else config.feedback_every
+    weight = config.shaping if shaping is None else shaping
     reward = eq2_reward
-    if config.shaping and not inference:
-        reward = CostShapedReward(model or CostModel(), config.shaping)
+    if not inference and (callable(weight) or weight):
+        reward = CostShapedReward(model or CostModel(), weight)
     return RewriteEnv(graph, rules, config.max_candidates, every, config.max_steps, reward,
                       candidate_graphs=False)
 
@@ -249,19 +260,22 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
     Training takes ``config.train_share`` of ``budget_s`` and inference the
     rest; a loaded agent spends the whole budget on inference. Training
     starts on windows of the graph (a curriculum, ``config.window_share`` of
-    the training time), then goes on with the whole graph.
+    the training time), then goes on with the whole graph. The cost-model
+    shaping weight decays linearly from ``config.shaping`` to
+    ``config.shaping_final`` over the whole training time.
     """
     agent = Agent.load(load, rules) if load else Agent(config or PPOConfig(seed=seed), rules)
     extra: list[Finalist] = []
     if load is None:
         train_s = budget_s * agent.config.train_share
         model = CostModel()
-        parts = [make_env(w, rules, agent.config, model=model)
+        shaping = LinearDecay(agent.config.shaping, agent.config.shaping_final, train_s)
+        parts = [make_env(w, rules, agent.config, model=model, shaping=shaping)
                  for w in windows(graph, agent.config.window_ops)]
         if parts:
             agent.train(parts, train_s * agent.config.window_share, progress)
             train_s *= 1.0 - agent.config.window_share
-        env = make_env(graph, rules, agent.config, model=model)
+        env = make_env(graph, rules, agent.config, model=model, shaping=shaping)
         agent.train(env, train_s, progress)
         extra += [Finalist(m.graph, m.applied, "fast in training", m.latency_ms, m.actions)
                   for m in env.fastest(agent.config.finalists)]

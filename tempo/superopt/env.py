@@ -30,6 +30,7 @@ such as ``add_comm`` back and forth instead of stopping). Both are a callback, :
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -99,6 +100,22 @@ def eq2_reward(fb: Feedback, between: float = 0.01) -> float:
 
 
 @dataclass
+class LinearDecay:
+    """A weight that goes linearly from ``initial`` to ``final`` over ``seconds`` of wall-clock
+    time from its creation, then stays at ``final``."""
+
+    initial: float
+    final: float
+    seconds: float
+    born: float = field(default_factory=time.perf_counter)
+
+    def __call__(self) -> float:
+        elapsed = time.perf_counter() - self.born
+        progress = min(elapsed / self.seconds, 1.0) if self.seconds > 0 else 1.0
+        return self.initial + progress * (self.final - self.initial)
+
+
+@dataclass
 class CostShapedReward:
     """Eq. 2 plus shaping by TASO's cost model: ``weight * (C(previous) - C(now)) / C(input) * 100``.
 
@@ -108,11 +125,13 @@ class CostShapedReward:
     way. They come at every step, measured or not, and carry no measurement
     noise, so the policy learns the rewrites every cost model agrees on (fuse a
     conv and its relu) in a few updates; the measured term still decides
-    where the model is wrong.
+    where the model is wrong. ``weight`` is a number or a callable giving the
+    current weight (:class:`LinearDecay`: the model leads early in training,
+    the measurements have the last word).
     """
 
     model: CostModel
-    weight: float = 1.0
+    weight: float | Callable[[], float] = 1.0
     between: float = 0.01
     costs: dict = field(default_factory=dict)   # graph key -> modelled cost
 
@@ -126,8 +145,9 @@ class CostShapedReward:
         return self.costs[key]
 
     def __call__(self, fb: Feedback) -> float:
+        weight = self.weight() if callable(self.weight) else self.weight
         shaping = (self.cost(fb.previous) - self.cost(fb.graph)) / self.cost(fb.start)
-        return eq2_reward(fb, self.between) + self.weight * shaping * 100.0
+        return eq2_reward(fb, self.between) + weight * shaping * 100.0
 
 
 class RewriteEnv(gym.Env):
