@@ -1,6 +1,8 @@
 """The rewriting environment (real gymnasium) and the PPO agent with the GNN encoder."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,8 @@ from tempo.errors import TempoError
 from tempo.superopt.agent import Agent, PPOConfig, Step, make_env, optimize_with_agent
 from tempo.superopt.inference import best_of_k
 from tempo.superopt.costmodel import CostModel
-from tempo.superopt.env import OP_NAMES, CostShapedReward, Feedback, RewriteEnv, encode, eq2_reward
+from tempo.superopt.env import (OP_NAMES, CostShapedReward, Feedback, LinearDecay, RewriteEnv, encode,
+                               eq2_reward)
 from tempo.superopt.models import build
 from tempo.superopt.optimize import same_outputs
 from tempo.superopt.rules import load_rules
@@ -152,3 +155,31 @@ def test_cost_shaping_sums_to_the_cost_models_improvement_over_an_episode():
     modelled = 2.0 * (model.cost(g) - model.cost(env.graph)) / model.cost(g) * 100.0
     measured = (env.initial_ms - env.last_ms) / env.initial_ms * 100.0   # measured once, at the end
     assert total == pytest.approx(modelled + measured + 0.01 * (steps - 1))
+
+
+def test_linear_decay_goes_from_initial_to_final_over_its_seconds_then_stays():
+    now = time.perf_counter()
+    assert LinearDecay(1.0, 0.2, 100.0, born=now)() == pytest.approx(1.0, abs=1e-3)
+    assert LinearDecay(1.0, 0.2, 100.0, born=now - 50.0)() == pytest.approx(0.6, abs=1e-3)
+    assert LinearDecay(1.0, 0.2, 100.0, born=now - 500.0)() == pytest.approx(0.2)
+    assert LinearDecay(1.0, 0.0, 0.0)() == 0.0
+
+
+def test_shaping_weight_is_read_at_every_step_when_it_is_a_callable():
+    g = build("resnext", small=True)
+    weights = iter([0.0, 3.0])
+    reward = CostShapedReward(CostModel(repeats=1), weight=lambda: next(weights))
+    env = RewriteEnv(g, RULES, max_candidates=8, feedback_every=100, max_steps=5, repeats=1,
+                     reward_fn=reward)
+    env.reset(seed=0)
+    assert env.step(1)[1] == pytest.approx(0.01)          # weight 0: Eq. 2's constant alone
+    before = env.graph
+    second = env.step(1)[1]
+    gain = (reward.cost(before) - reward.cost(env.graph)) / reward.cost(g) * 100.0
+    assert gain != 0.0 and second == pytest.approx(0.01 + 3.0 * gain)
+
+
+@pytest.mark.parametrize("field", ["shaping", "shaping_final"])
+def test_negative_shaping_weights_are_refused(field):
+    with pytest.raises(TempoError, match=field):
+        PPOConfig(**{field: -0.5})
