@@ -73,9 +73,9 @@ class Feedback:
     latency_ms: float           # the new measurement (when measured)
     previous_ms: float          # the last measurement before it
     initial_ms: float           # RT_0
-    graph: Graph | None = None      # the graph after the step
-    previous: Graph | None = None   # the graph before it
-    start: Graph | None = None      # the episode's input graph
+    graph: Graph                # the graph after the step
+    previous: Graph             # the graph before it
+    start: Graph                # the episode's input graph
 
 
 RewardFn = Callable[[Feedback], float]

@@ -33,9 +33,10 @@ def test_encoding_has_one_hot_ops_and_normalised_shape_edges():
 
 
 def test_eq2_reward_and_the_constant_between_measurements():
-    assert eq2_reward(Feedback(True, 8.0, 10.0, 20.0)) == pytest.approx(10.0)
-    assert eq2_reward(Feedback(True, 12.0, 10.0, 20.0)) == pytest.approx(-10.0)
-    assert eq2_reward(Feedback(False, 10.0, 10.0, 20.0)) == pytest.approx(0.01)
+    g = build("resnext", small=True)
+    assert eq2_reward(Feedback(True, 8.0, 10.0, 20.0, g, g, g)) == pytest.approx(10.0)
+    assert eq2_reward(Feedback(True, 12.0, 10.0, 20.0, g, g, g)) == pytest.approx(-10.0)
+    assert eq2_reward(Feedback(False, 10.0, 10.0, 20.0, g, g, g)) == pytest.approx(0.01)
 
 
 def test_env_masks_steps_and_measures_every_n_steps():
