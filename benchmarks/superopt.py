@@ -5,7 +5,9 @@ in one interleaved session (torch backend, one thread, median of repeats), so
 the speed-ups share the same noise. The RL agent is compared with the best
 baseline (the fastest of greedy, backtracking and eqsat in that same session)
 by :func:`tempo.superopt.stats.paired_verdict`: win / tie / loss from the
-bootstrap 95% interval of the median per-round latency ratio. Also: each
+bootstrap 95% interval of the median per-round latency ratio; a tie without
+timing when the two graphs are structurally identical (timing the same graph
+twice only measures noise). Also: each
 method's optimisation time, the Fig. 7 run (an agent trained on one input
 shape, evaluated on three others) and the Fig. 5 heatmap of the rules the RL
 agent applied.
@@ -97,10 +99,11 @@ def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
         results[method]["speedup"] = latency["input"].median_ms / latency[method].median_ms
     best = min(BASELINES, key=lambda m: latency[m].median_ms)
     v = paired_verdict(latency[best], latency["rl"], args.rounds)
+    same = graphs["rl"].key() == graphs[best].key()   # hash-consed: structurally identical graphs
     return {"input_ms": latency["input"].median_ms, "input_iqr_ms": latency["input"].iqr_ms,
             "nodes": len(graph.topo()), "methods": results,
             "rl_vs_best": {"baseline": best, "ratio": v.ratio, "ci95": [v.low, v.high],
-                           "verdict": v.outcome}}
+                           "same_graph": same, "verdict": "tie" if same else v.outcome}}
 
 
 def generalisation(args: Args, rules, path: str) -> list[dict]:
@@ -164,7 +167,7 @@ def table(report: dict) -> str:
                      f"({100 * r['input_iqr_ms'] / r['input_ms']:.0f}) | "
                      + " | ".join(f"{ms[m]['speedup']:.3f} ({noise[m]:.0f})" for m in METHODS)
                      + f" | {cmp['baseline']} | {cmp['ratio']:.3f} [{cmp['ci95'][0]:.3f}, "
-                     f"{cmp['ci95'][1]:.3f}] | {cmp['verdict']} | "
+                     f"{cmp['ci95'][1]:.3f}] | {cmp['verdict']}{' (same graph)' if cmp['same_graph'] else ''} | "
                      + " | ".join(f"{ms[m]['optimise_s']:.1f}" for m in METHODS) + " |")
     verdicts = [r["rl_vs_best"]["verdict"] for r in report["workloads"].values()]
     lines.append("")
