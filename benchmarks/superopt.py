@@ -59,6 +59,7 @@ class Args:
     search_s: float      # budget of the backtracking search per workload
     train_s: float       # RL budget per workload (training, then best-of-K inference)
     rounds: int          # interleaved timing rounds of the final graphs
+    seed: int            # the RL agent's seed
     out: str             # JSON output path
 
 
@@ -71,11 +72,12 @@ def parse_args() -> Args:
     p.add_argument("--train-s", type=float, default=None,
                    help="RL budget (s): training, then best-of-K inference")
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds")
+    p.add_argument("--seed", type=int, default=0, help="the RL agent's seed")
     p.add_argument("--out", default="benchmarks/results/superopt.json")
     ns = p.parse_args()
     return Args(ns.quick, not ns.full_shapes, ns.workloads,
                 ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 420.0),
-                ns.rounds or (20 if ns.quick else 40), ns.out)
+                ns.rounds or (20 if ns.quick else 40), ns.seed, ns.out)
 
 
 def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
@@ -85,7 +87,7 @@ def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
                "rl": args.train_s}
     results, graphs = {}, {"input": graph}
     for method in METHODS:
-        options = {"progress": False, "save": save} if method == "rl" else {}
+        options = {"progress": False, "save": save, "seed": args.seed} if method == "rl" else {}
         out = optimize(graph, method, budgets[method], rules, **options)
         assert same_outputs(graph, out.graph), f"{method} changed {name}'s outputs"
         graphs[method] = out.graph
@@ -111,7 +113,7 @@ def generalisation(args: Args, rules, path: str) -> list[dict]:
     file is missing), evaluated on three other shapes."""
     if not os.path.exists(path):
         optimize_with_agent(build(FIG7, small=args.small), rules, args.train_s, save=path,
-                            config=PPOConfig(), progress=False)
+                            config=PPOConfig(seed=args.seed), progress=False)
     rows = []
     for shape in WORKLOADS[FIG7].shapes:
         g = build(FIG7, small=args.small, **shape)
@@ -187,7 +189,7 @@ def main() -> int:
     rules = load_rules()
     start = time.perf_counter()
     report = {"quick": args.quick, "small_shapes": args.small, "budgets_s": {
-        "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds,
+        "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds, "seed": args.seed,
         "device": "cpu, torch, 1 thread", "workloads": {}}
     tmp = tempfile.TemporaryDirectory()
     agent_path = os.path.join(tmp.name, "agent.pt")
