@@ -65,6 +65,7 @@ class PPOConfig:
     shaping: float = 1.0             # weight of the cost-model shaping of the reward (env.py) when
     shaping_final: float = 0.0       # training starts, and when it ends (linear in between; 0, 0: none)
     confirm: int = 3                 # best finalists re-timed in fresh rounds to decide (inference.py)
+    measurements_per_graph: int = 3  # a graph's latency: the median of its first N measurements (env.py)
     seed: int = 0
     rule_names: tuple[str, ...] = ()  # the rule set the agent acts with (set when it is made)
 
@@ -249,7 +250,7 @@ def make_env(graph: Graph, rules: list[Rule], config: PPOConfig, inference: bool
     if not inference and (callable(weight) or weight):
         reward = CostShapedReward(model or CostModel(), weight)
     return RewriteEnv(graph, rules, config.max_candidates, every, config.max_steps, reward,
-                      candidate_graphs=False)
+                      candidate_graphs=False, measurements_per_graph=config.measurements_per_graph)
 
 
 def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: str | None = None,

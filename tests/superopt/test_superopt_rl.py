@@ -184,3 +184,27 @@ def test_shaping_weight_is_read_at_every_step_when_it_is_a_callable():
 def test_negative_shaping_weights_are_refused(field):
     with pytest.raises(TempoError, match=field):
         PPOConfig(**{field: -0.5})
+
+
+def test_a_graph_is_measured_at_most_measurements_per_graph_times_then_its_median_is_reused():
+    g = build("resnext", small=True)
+    env = RewriteEnv(g, RULES, max_candidates=8, feedback_every=1, max_steps=1, repeats=1,
+                     measurements_per_graph=2)
+    taken = []
+    measure = env._measure
+    env._measure = lambda graph: taken.append(measure(graph)) or taken[-1]
+    latencies = []
+    for _ in range(4):
+        env.reset()
+        latencies.append(env.step(1)[4]["latency_ms"])     # the same first candidate, every time
+    assert len(taken) == 2
+    assert latencies[:2] == [taken[0], float(np.median(taken))]
+    assert latencies[2:] == [float(np.median(taken))] * 2
+    env.reset()
+    env.step(0)                                            # stop: the input, measured 3 times already
+    assert len(taken) == 2
+
+
+def test_measurements_per_graph_must_be_positive():
+    with pytest.raises(ValueError, match="measurements_per_graph"):
+        RewriteEnv(build("resnext", small=True), RULES, repeats=1, measurements_per_graph=0)
