@@ -65,7 +65,7 @@ class PPOConfig:
     shaping: float = 1.0             # weight of the cost-model shaping of the reward (env.py) when
     shaping_final: float = 0.0       # training starts, and when it ends (linear in between; 0, 0: none)
     confirm: int = 3                 # best finalists re-timed in fresh rounds to decide (inference.py)
-    measurements_per_graph: int = 3  # a graph's latency: the median of its first N measurements (env.py)
+    measurements_per_graph: int | None = None  # N: re-use a graph's first N measurements (env.py)
     seed: int = 0
     rule_names: tuple[str, ...] = ()  # the rule set the agent acts with (set when it is made)
 

@@ -25,9 +25,11 @@ machine other load only adds time, and the fastest run varies far less than
 the median) and the reward is Eq. 2, ``(RT_prev - RT_now) / RT_0 * 100``;
 between measurements it is a small constant (0.01: larger, it pays an agent
 to keep taking neutral rewrites such as ``add_comm`` back and forth instead of
-stopping). A graph's latency is the median of its first
-``measurements_per_graph`` measurements: later visits reuse them, so a graph
-keeps a steady reward and the time goes to graphs not yet measured. Both
+stopping). With ``measurements_per_graph = N`` a graph's latency is the
+median of its first N measurements and later visits reuse them: about twice
+the training steps in the same time, but a re-used value can be minutes older
+than the measurement it is compared with (default None: every visit is
+measured). Both
 rewards are a callback, :class:`RewardFn`, that users can swap;
 :class:`CostShapedReward` adds dense shaping by the cost model.
 """
@@ -161,8 +163,8 @@ class RewriteEnv(gym.Env):
     def __init__(self, graph: Graph, rules: list[Rule], max_candidates: int = 64,
                  feedback_every: int = 5, max_steps: int = 30, reward_fn: RewardFn = eq2_reward,
                  repeats: int = 10, edge_scale: float = 4096.0, candidate_graphs: bool = True,
-                 measurements_per_graph: int = 3):
-        if measurements_per_graph < 1:
+                 measurements_per_graph: int | None = None):
+        if measurements_per_graph is not None and measurements_per_graph < 1:
             raise ValueError(f"measurements_per_graph must be >= 1, not {measurements_per_graph}")
         self.start, self.rules, self.candidate_graphs = graph, rules, candidate_graphs
         self.measurements_per_graph = measurements_per_graph
@@ -190,8 +192,10 @@ class RewriteEnv(gym.Env):
         return measure_latency(graph, repeats=self.repeats, warmup=2).min_ms
 
     def _latency(self, graph: Graph) -> float:
-        """The median of the graph's first ``measurements_per_graph`` measurements (taken as it
-        is visited; later visits reuse them)."""
+        """A fresh measurement, or with ``measurements_per_graph`` the median of the graph's first
+        that many measurements (taken as it is visited; later visits reuse them)."""
+        if self.measurements_per_graph is None:
+            return self._measure(graph)
         samples = self._samples.setdefault(graph.key(), [])
         if len(samples) < self.measurements_per_graph:
             samples.append(self._measure(graph))
