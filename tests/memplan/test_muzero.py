@@ -95,9 +95,12 @@ def test_reanalyse_refreshes_the_root_targets_of_its_share_of_the_batch():
     inst = random_instance(3, steps=30)
     config = MuZeroConfig(parallel=2, td_steps=5, reanalyse=0.25, batch_size=8)
     agent = MuZeroAgent(inst, config, seed=0)
-    agent.run(Tracker(inst, 3.0))
+    for _ in range(10):  # a time budget: on a loaded machine one may not be enough
+        agent.run(Tracker(inst, 3.0))
+        booted = [p for p in agent.replay.items if p["boot"] is not None]
+        if int(agent.opt["t"]) > 0 and len(booted) >= 8:
+            break
     assert int(agent.opt["t"]) > 0  # the networks trained, so stale and fresh bootstraps differ
-    booted = [p for p in agent.replay.items if p["boot"] is not None]
     assert len(booted) >= 8
     picks = booted[:8]
     fresh = agent._reanalyse(picks)
