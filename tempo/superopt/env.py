@@ -26,11 +26,11 @@ the median) and the reward is Eq. 2, ``(RT_prev - RT_now) / RT_0 * 100``;
 between measurements it is a small constant (0.01: larger, it pays an agent
 to keep taking neutral rewrites such as ``add_comm`` back and forth instead of
 stopping). With ``measurements_per_graph = N`` a graph's latency is the
-median of its first N measurements and later visits reuse them: about twice
-the training steps in the same time, but a re-used value can be minutes older
-than the measurement it is compared with (default None: every visit is
-measured). Both
-rewards are a callback, :class:`RewardFn`, that users can swap;
+median of its first N measurements and later visits reuse them: fewer
+measurements per step, but a re-used value can be minutes older than the
+measurement it is compared with, and in the runs of ``docs/superopt.md`` it
+did not reliably buy more training (default None: every visit is measured).
+Both rewards are a callback, :class:`RewardFn`, that users can swap;
 :class:`CostShapedReward` adds dense shaping by the cost model.
 """
 from __future__ import annotations
