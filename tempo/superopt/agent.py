@@ -73,6 +73,9 @@ class PPOConfig:
         if self.shaping < 0 or self.shaping_final < 0:
             raise TempoError(f"PPOConfig: shaping weights must be >= 0, not shaping={self.shaping}, "
                              f"shaping_final={self.shaping_final}")
+        if self.measurements_per_graph is not None and self.measurements_per_graph < 1:
+            raise TempoError(f"PPOConfig: measurements_per_graph must be None or >= 1, not "
+                             f"{self.measurements_per_graph}")
 
 
 @dataclass
