@@ -1,10 +1,11 @@
 """Benchmark of the memory-mapping agents on instances from XLA-compiled JAX trainers.
 
 Prints Table 2 (final reward of MMap-MuZero, evolutionary search and random
-play under the same time budget) and Table 3 (modelled latency speed-up of
+play under the same time budget; ES as in §5.1, over the actions, and ES over a
+linear policy of action features, a stronger baseline than the paper's) and Table 3 (modelled latency speed-up of
 MMap-MuZero and of MMap-MuZero-prod over the heuristic), writes
-``benchmarks/results/memplan.json``, reward curves like Fig. 5, the ablation
-curves of Fig. 7 and a memory-layout picture like Fig. 8 (PNGs next to it).
+``benchmarks/results/memplan.json`` (or ``--out``), reward curves like Fig. 5, the ablation
+curves of Fig. 7 and a memory-layout picture like Fig. 8 (PNGs next to it, named after it).
 
     python benchmarks/memplan.py --quick     # short budgets (a few minutes)
     python benchmarks/memplan.py             # 60 s per agent and instance
@@ -41,8 +42,8 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 INSTANCES = [("mlp", 2), ("convnet", 4), ("transformer", 1), ("mlp", 8), ("transformer", 4),
              ("mlp", 24), ("convnet", 8), ("transformer", 12), ("mlp", 64),
              ("transformer", 24), ("mlp", 176), ("transformer", 52)]
-AGENTS = ("muzero", "es", "random")
-LEARNERS = ("muzero", "es")   # agents whose every game's return is kept (learning curves)
+AGENTS = ("muzero", "es", "es-linear", "random")
+LEARNERS = ("muzero", "es", "es-linear")   # agents whose every game's return is kept (learning curves)
 WARM_UP_SECONDS = 5.0   # one discarded run per JAX agent: compiles its functions outside the budgets
 
 
@@ -56,6 +57,7 @@ class Args:
     ablation_budget: float = 60.0   # seconds per ablation agent (quick: 8)
     instances: tuple[str, ...] = ()  # names of the instances run (empty: all)
     demo_ablation: bool = False      # also run MuZero with demonstrations flipped on every instance
+    out: str = os.path.join(RESULTS, "memplan.json")   # the JSON; pictures are named after it
 
 
 def _instance(program: str, scale: int):
@@ -91,7 +93,7 @@ def _speedups(rows: list[dict], agent: str) -> dict:
             "improved": sum(v > 1 + 1e-9 for v in values), "total": len(values)}
 
 
-def _plots(rows: list[dict], ablation: dict, layout: tuple) -> list[str]:
+def _plots(rows: list[dict], ablation: dict, layout: tuple, prefix: str) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -114,7 +116,7 @@ def _plots(rows: list[dict], ablation: dict, layout: tuple) -> list[str]:
     axes[0].set_ylabel("best reward (us saved)")
     axes[0].legend()
     fig.tight_layout()
-    paths.append(os.path.join(RESULTS, "memplan_reward_curves.png"))
+    paths.append(f"{prefix}_reward_curves.png")
     fig.savefig(paths[-1], dpi=110)
 
     big = [r for r in rows if r["buffers"] > 1000] or rows[-1:]
@@ -130,7 +132,7 @@ def _plots(rows: list[dict], ablation: dict, layout: tuple) -> list[str]:
     axes[0][0].set_ylabel("return of each game (us saved)")
     axes[0][0].legend()
     fig.tight_layout()
-    paths.append(os.path.join(RESULTS, "memplan_learning_curves.png"))
+    paths.append(f"{prefix}_learning_curves.png")
     fig.savefig(paths[-1], dpi=110)
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
@@ -143,7 +145,7 @@ def _plots(rows: list[dict], ablation: dict, layout: tuple) -> list[str]:
     ax.set_ylabel("best reward")
     ax.legend()
     fig.tight_layout()
-    paths.append(os.path.join(RESULTS, "memplan_ablation.png"))
+    paths.append(f"{prefix}_ablation.png")
     fig.savefig(paths[-1], dpi=110)
 
     inst, solutions = layout
@@ -163,7 +165,7 @@ def _plots(rows: list[dict], ablation: dict, layout: tuple) -> list[str]:
         ax.set_xlabel("logical time")
     axes[0].set_ylabel("fast-memory offset (bytes)")
     fig.tight_layout()
-    paths.append(os.path.join(RESULTS, "memplan_layout.png"))
+    paths.append(f"{prefix}_layout.png")
     fig.savefig(paths[-1], dpi=110)
     return paths
 
@@ -177,6 +179,7 @@ def main() -> None:
                         help="run only these instances (e.g. transformer12 mlp64)")
     parser.add_argument("--demo-ablation", action="store_true",
                         help="also run MuZero with its demonstrations switch flipped on every instance")
+    parser.add_argument("--out", default=Args.out, help="the JSON written (pictures next to it)")
     ns = parser.parse_args()
     names = [f"{p}{s}" for p, s in INSTANCES]
     unknown = sorted(set(ns.instances or ()) - set(names))
@@ -186,8 +189,9 @@ def main() -> None:
     args = Args(quick=ns.quick, seed=ns.seed,
                 budget=ns.budget or (4.0 if ns.quick else 60.0),
                 ablation_budget=8.0 if ns.quick else 60.0, instances=tuple(ns.instances or ()),
-                demo_ablation=ns.demo_ablation)
+                demo_ablation=ns.demo_ablation, out=ns.out)
     os.makedirs(RESULTS, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     rows, keep = [], {}
     flipped, flipped_solve = _muzero_flipped()
     warm = _instance(*INSTANCES[0])
@@ -228,21 +232,24 @@ def main() -> None:
     layout_inst, layout_runs = keep[layout_name]
     layout = (layout_inst, {"MMap-MuZero": layout_runs["muzero"]["solution"],
                             "heuristic": layout_runs["heuristic"]["solution"]})
-    pictures = _plots(rows, ablation, layout)
-    tables = {a: _speedups(rows, a) for a in ("muzero", "hybrid", "es")}
-    write_json_atomic(os.path.join(RESULTS, "memplan.json"), {
+    pictures = _plots(rows, ablation, layout, os.path.splitext(args.out)[0])
+    tables = {a: _speedups(rows, a) for a in ("muzero", "hybrid", "es", "es-linear")}
+    write_json_atomic(args.out, {
         "args": asdict(args), "instances": rows, "table3": tables, "ablation": ablation,
         "pictures": pictures,
         "layout_solutions": {k: solution_to_json(v) for k, v in layout[1].items()}})
 
     print(f"\nTable 2: final reward (us of modelled latency saved), {args.budget:g} s per agent")
-    print("| instance | buffers | heuristic | MMap-MuZero | ES | random | MuZero > ES | games MuZero / ES |")
-    print("|---|---:|---:|---:|---:|---:|:-:|---:|")
+    print("| instance | buffers | heuristic | MMap-MuZero | ES (§5.1) | ES-linear | random | "
+          "MuZero > ES | MuZero > ES-linear | games MuZero / ES / ES-linear |")
+    print("|---|---:|---:|---:|---:|---:|---:|:-:|:-:|---:|")
     for r in rows:
         rw, ep = r["reward"], r["episodes"]
         print(f"| {r['name']} | {r['buffers']} | {rw['heuristic']:.1f} | {rw['muzero']:.1f} | "
-              f"{rw['es']:.1f} | {rw['random']:.1f} | {'yes' if rw['muzero'] > rw['es'] else 'no'} | "
-              f"{ep['muzero']} / {ep['es']} |")
+              f"{rw['es']:.1f} | {rw['es-linear']:.1f} | {rw['random']:.1f} | "
+              f"{'yes' if rw['muzero'] > rw['es'] else 'no'} | "
+              f"{'yes' if rw['muzero'] > rw['es-linear'] else 'no'} | "
+              f"{ep['muzero']} / {ep['es']} / {ep['es-linear']} |")
     if args.demo_ablation:
         print(f"\nMuZero with its demonstrations switch flipped ({flipped}), same budget")
         print(f"| instance | MMap-MuZero | {flipped} | ES | games MuZero / {flipped} |")
@@ -255,7 +262,8 @@ def main() -> None:
     print("| agent | mean | min | max | improved |")
     print("|---|---:|---:|---:|---:|")
     for agent, t in tables.items():
-        label = {"muzero": "MMap-MuZero", "hybrid": "MMap-MuZero-prod", "es": "ES"}[agent]
+        label = {"muzero": "MMap-MuZero", "hybrid": "MMap-MuZero-prod", "es": "ES (§5.1)",
+                 "es-linear": "ES-linear"}[agent]
         print(f"| {label} | {t['mean']:.4f} | {t['min']:.4f} | {t['max']:.4f} | "
               f"{t['improved']}/{t['total']} |")
     print("\nwall seconds per run (max over instances; budget %g s): " % args.budget + ", ".join(
@@ -263,7 +271,7 @@ def main() -> None:
     print(f"\nAblation on {small} ({args.ablation_budget:g} s): " + ", ".join(
         f"{a} {v:.1f}" for a, v in ablation["reward"].items()))
     print("pictures: " + ", ".join(os.path.relpath(p) for p in pictures))
-    print(json.dumps({"results": os.path.relpath(os.path.join(RESULTS, "memplan.json"))}))
+    print(json.dumps({"results": os.path.relpath(args.out)}))
 
 
 if __name__ == "__main__":

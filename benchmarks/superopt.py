@@ -15,6 +15,7 @@ agent applied.
     .venv/bin/python benchmarks/superopt.py --quick        # short budgets, ~4 minutes
     .venv/bin/python benchmarks/superopt.py                # the headline run, ~45 minutes
     .venv/bin/python benchmarks/superopt.py --full-shapes  # the published shapes (hours on CPU)
+    .venv/bin/python benchmarks/superopt.py --seed 1 --shaping 0.3 --shaping-final 0.3  # constant weight
 
 All modes but ``--full-shapes`` use each workload's small shapes: on a shared
 CPU one run of a full-size graph takes 20-100 ms with an interquartile range
@@ -61,6 +62,8 @@ class Args:
     rounds: int          # interleaved timing rounds of the final graphs
     seed: int            # the RL agent's seed
     out: str             # JSON output path
+    shaping: float       # cost-model shaping weight at the start of training
+    shaping_final: float  # ... and at its end (linear in between)
 
 
 def parse_args() -> Args:
@@ -74,10 +77,19 @@ def parse_args() -> Args:
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds")
     p.add_argument("--seed", type=int, default=0, help="the RL agent's seed")
     p.add_argument("--out", default="benchmarks/results/superopt.json")
+    p.add_argument("--shaping", type=float, default=PPOConfig.shaping,
+                   help="the RL agent's cost-model shaping weight at the start of training")
+    p.add_argument("--shaping-final", type=float, default=PPOConfig.shaping_final,
+                   help="... and at its end, linear in between (equal to --shaping: constant)")
     ns = p.parse_args()
     return Args(ns.quick, not ns.full_shapes, ns.workloads,
                 ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 420.0),
-                ns.rounds or (20 if ns.quick else 40), ns.seed, ns.out)
+                ns.rounds or (20 if ns.quick else 40), ns.seed, ns.out, ns.shaping, ns.shaping_final)
+
+
+def agent_config(args: Args) -> PPOConfig:
+    """The RL agent's configuration: its seed and shaping schedule from the command line."""
+    return PPOConfig(seed=args.seed, shaping=args.shaping, shaping_final=args.shaping_final)
 
 
 def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
@@ -87,7 +99,7 @@ def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
                "rl": args.train_s}
     results, graphs = {}, {"input": graph}
     for method in METHODS:
-        options = {"progress": False, "save": save, "seed": args.seed} if method == "rl" else {}
+        options = {"progress": False, "save": save, "config": agent_config(args)} if method == "rl" else {}
         out = optimize(graph, method, budgets[method], rules, **options)
         assert same_outputs(graph, out.graph), f"{method} changed {name}'s outputs"
         graphs[method] = out.graph
@@ -113,7 +125,7 @@ def generalisation(args: Args, rules, path: str) -> list[dict]:
     file is missing), evaluated on three other shapes."""
     if not os.path.exists(path):
         optimize_with_agent(build(FIG7, small=args.small), rules, args.train_s, save=path,
-                            config=PPOConfig(seed=args.seed), progress=False)
+                            config=agent_config(args), progress=False)
     rows = []
     for shape in WORKLOADS[FIG7].shapes:
         g = build(FIG7, small=args.small, **shape)
@@ -190,6 +202,7 @@ def main() -> int:
     start = time.perf_counter()
     report = {"quick": args.quick, "small_shapes": args.small, "budgets_s": {
         "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds, "seed": args.seed,
+        "shaping": [args.shaping, args.shaping_final],
         "device": "cpu, torch, 1 thread", "workloads": {}}
     tmp = tempfile.TemporaryDirectory()
     agent_path = os.path.join(tmp.name, "agent.pt")

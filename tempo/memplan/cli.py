@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     solve = commands.add_parser("solve", help="solve an instance with an agent")
     solve.add_argument("instance", metavar="INSTANCE.json")
     solve.add_argument("--agent", default="heuristic",
-                       help="heuristic, random, es, muzero, mcts, nosearch or hybrid")
+                       help="heuristic, random, es, es-linear, muzero, mcts, nosearch or hybrid")
     solve.add_argument("--budget-seconds", type=float, default=10.0)
     solve.add_argument("--seed", type=int, default=0)
     solve.add_argument("--output", required=True, metavar="SOLUTION.json")

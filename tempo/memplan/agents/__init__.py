@@ -14,6 +14,7 @@ AGENTS = {
     "heuristic": "tempo.memplan.agents.heuristic",
     "random": "tempo.memplan.agents.random_play",
     "es": "tempo.memplan.agents.es",
+    "es-linear": "tempo.memplan.agents.es_linear",
     "muzero": "tempo.memplan.agents.muzero",
     "nosearch": "tempo.memplan.agents.nosearch",
     "mcts": "tempo.memplan.agents.pure_mcts",

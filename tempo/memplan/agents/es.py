@@ -1,23 +1,31 @@
-"""Evolutionary search (Salimans et al., 2017) over a policy that scores legal actions (§5.1).
+"""Evolutionary search (Salimans et al., 2017) over the actions to play, as in §5.1.
 
-The policy is linear: each legal action gets the score ``theta . phi(s, a)``
-(features of the buffer and of the action's placement, one weight block per
-action kind) and the highest score is played. Each generation evaluates
-``population`` mirrored perturbations ``theta +- sigma * eps`` by playing full
-episodes (a lost game scores 0), turns returns into centred ranks and moves
-``theta`` along ``sum(rank_i * eps_i) / (n * sigma)`` with Adam.
+The paper's baseline "performs a guided search across the search space of
+actions to play in the MMapGame", a space that "grows too large to explore
+efficiently" as programs grow. Here ``theta`` holds one preference per buffer
+and action (Copy, NoCopy, Drop), so the search space has three numbers per
+buffer; a game plays, at each decision point, the legal action the decided
+buffer prefers most. Games run with the automatic moves and the Drop-backup of
+MMap-MuZero's self-play (:mod:`~tempo.memplan.agents.episode`), so no game is
+lost. ``theta`` starts at zero (the first generation plays the perturbations'
+random preferences); each generation plays ``population`` mirrored
+perturbations ``theta +- sigma * eps``, turns the returns into centred ranks and
+moves ``theta`` along ``sum(rank_i * eps_i) / (n * sigma)`` with Adam.
+
+:mod:`~tempo.memplan.agents.es_linear` is the same search over a linear policy
+of buffer and placement features (a handful of weights whatever the program's
+size), a stronger baseline than the paper's.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from tempo.memplan.agents.base import SearchResult, Tracker
-from tempo.memplan.game import GameState
+from tempo.memplan.agents.episode import Episode
 from tempo.memplan.problem import Instance
-
-BLOCK = 7
 
 
 @dataclass(frozen=True)
@@ -29,64 +37,53 @@ class ESConfig:
     learning_rate: float = 0.05  # Adam step
 
 
-class LinearPolicy:
-    """Scores Copy / NoCopy / Drop from per-action features; plays the best legal one."""
-
-    def __init__(self, inst: Instance):
-        self.steps = inst.num_steps
-        self.capacity = inst.capacity
-        self.benefit = max(max(b.benefit for b in inst.buffers), 1e-12)
-        self.dim = 3 * BLOCK
-
-    def features(self, game: GameState) -> np.ndarray:
-        """One row per action; zeros in the other actions' weight blocks."""
-        b = game.current
-        phi = np.zeros((3, self.dim))
-        for a, p in enumerate(game.options()):
-            length = 0.0 if p is None or p.interval is None else p.interval[1] - p.interval[0] + 1
-            offset = 0.0 if p is None or p.offset is None else p.offset / self.capacity
-            phi[a, a * BLOCK:(a + 1) * BLOCK] = [
-                1.0, b.benefit / self.benefit, b.size / self.capacity, length / self.steps,
-                offset, float(b.is_output), float(b.alias_id is not None)]
-        return phi
-
-    def play(self, game: GameState, theta: np.ndarray, tracker: Tracker) -> float:
-        """Play one episode from the start with weights ``theta``; returns its return."""
-        game.reset()
-        while not game.done:
-            scores = self.features(game) @ theta
-            scores[~game.legal()] = -np.inf
-            game.step(int(np.argmax(scores)))
-        return tracker.offer(game)
-
-
-def _centred_ranks(x: np.ndarray) -> np.ndarray:
+def centred_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks of ``x`` scaled to [-0.5, 0.5] (ties keep their order)."""
     ranks = np.empty(len(x))
     ranks[np.argsort(x, kind="stable")] = np.arange(len(x))
     return ranks / max(len(x) - 1, 1) - 0.5
 
 
-def solve(inst: Instance, budget_seconds: float, seed: int = 0,
-          config: ESConfig = ESConfig()) -> SearchResult:
-    """Evolutionary search until the budget is spent; the best complete episode wins."""
-    rng = np.random.default_rng(seed)
-    tracker = Tracker(inst, budget_seconds)
-    policy, game = LinearPolicy(inst), GameState(inst)
-    theta = rng.normal(0, config.sigma, policy.dim)
+def evolve(play: Callable[[np.ndarray], float], theta: np.ndarray, tracker: Tracker,
+           rng: np.random.Generator, config: ESConfig) -> SearchResult:
+    """Salimans et al.'s ES on ``play`` (parameters -> return) from ``theta`` until the budget is spent."""
     m, v, t = np.zeros_like(theta), np.zeros_like(theta), 0
     while not tracker.out_of_time():
-        eps = rng.normal(size=(config.population, policy.dim))
+        eps = rng.normal(size=(config.population, *theta.shape))
         returns = []
         for e in eps:
             for sign in (1, -1):
-                returns.append(policy.play(game, theta + sign * config.sigma * e, tracker))
+                returns.append(play(theta + sign * config.sigma * e))
                 if tracker.out_of_time():
                     return tracker.result()
-        ranks = _centred_ranks(np.array(returns)).reshape(-1, 2)
-        grad = ((ranks[:, 0] - ranks[:, 1]) @ eps) / (2 * config.population * config.sigma)
+        ranks = centred_ranks(np.array(returns)).reshape(-1, 2)
+        grad = np.tensordot(ranks[:, 0] - ranks[:, 1], eps, axes=1) / (
+            2 * config.population * config.sigma)
         t += 1
         m = 0.9 * m + 0.1 * grad
         v = 0.999 * v + 0.001 * grad ** 2
         theta = theta + config.learning_rate * (m / (1 - 0.9 ** t)) / (
             np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
     return tracker.result()
+
+
+def play_preferences(ep: Episode, preferences: np.ndarray, tracker: Tracker) -> float:
+    """One game in which each decision takes the legal action its buffer prefers; returns its return."""
+    ep.start()
+    ep.settle()
+    while not ep.game.done:
+        scores = np.where(ep.legal(), preferences[ep.game.index], -np.inf)
+        ep.game.step(int(np.argmax(scores)))
+        ep.after_move()
+        ep.settle()
+    return tracker.offer(ep.game)
+
+
+def solve(inst: Instance, budget_seconds: float, seed: int = 0,
+          config: ESConfig = ESConfig()) -> SearchResult:
+    """Evolutionary search over per-buffer action preferences; the best complete game wins."""
+    tracker = Tracker(inst, budget_seconds)
+    ep = Episode(inst)
+    theta = np.zeros((len(inst.buffers), 3))
+    return evolve(lambda p: play_preferences(ep, p, tracker), theta, tracker,
+                  np.random.default_rng(seed), config)
