@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from memplan_instances import random_instance
 
+from tempo.memplan.agents.episode import Episode
 from tempo.memplan.agents.heuristic import heuristic_solution
 from tempo.memplan.agents.random_play import play_random
 from tempo.memplan.game import GameState
@@ -17,15 +18,12 @@ from tempo.memplan.validate import Violation, is_valid, placed_reward, validate
 
 
 def finished_game(seed: int, steps: int = 25, alias_rate: float = 0.15) -> GameState:
-    """A random legal game played to completion (restarting on a loss)."""
+    """A random legal game played to completion (Drop-backup rewinds lost states)."""
     inst = random_instance(seed, steps=steps, alias_rate=alias_rate)
-    rng = np.random.default_rng(seed)
-    game = GameState(inst)
-    while True:
-        play_random(game, rng)
-        if not game.lost:
-            return game
-        game.reset()
+    ep = Episode(inst)
+    play_random(ep, np.random.default_rng(seed))
+    assert ep.game.done and not ep.game.lost
+    return ep.game
 
 
 @settings(max_examples=60, deadline=None)

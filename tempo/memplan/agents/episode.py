@@ -14,6 +14,8 @@ other states, the decision points.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tempo.memplan.agents.base import Tracker
@@ -82,6 +84,15 @@ class Episode:
         """Advance to the next decision point or the end, through any rewinds."""
         while self.advance():
             pass
+
+    def play(self, choose: Callable[[], int]) -> None:
+        """Play a fresh game to its end; ``choose()`` picks the action at each decision point."""
+        self.start()
+        self.settle()
+        while not self.game.done:
+            self.game.step(choose())
+            self.after_move()
+            self.settle()
 
     def finish_from_backup(self) -> None:
         """Complete the game: rewind to the backup and drop everything after it."""

@@ -69,13 +69,7 @@ def evolve(play: Callable[[np.ndarray], float], theta: np.ndarray, tracker: Trac
 
 def play_preferences(ep: Episode, preferences: np.ndarray, tracker: Tracker) -> float:
     """One game in which each decision takes the legal action its buffer prefers; returns its return."""
-    ep.start()
-    ep.settle()
-    while not ep.game.done:
-        scores = np.where(ep.legal(), preferences[ep.game.index], -np.inf)
-        ep.game.step(int(np.argmax(scores)))
-        ep.after_move()
-        ep.settle()
+    ep.play(lambda: int(np.argmax(np.where(ep.legal(), preferences[ep.game.index], -np.inf))))
     return tracker.offer(ep.game)
 
 
