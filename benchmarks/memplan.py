@@ -43,7 +43,6 @@ INSTANCES = [("mlp", 2), ("convnet", 4), ("transformer", 1), ("mlp", 8), ("trans
              ("mlp", 24), ("convnet", 8), ("transformer", 12), ("mlp", 64),
              ("transformer", 24), ("mlp", 176), ("transformer", 52)]
 AGENTS = ("muzero", "es", "es-linear", "random")
-LEARNERS = ("muzero", "es", "es-linear")   # agents whose every game's return is kept (learning curves)
 WARM_UP_SECONDS = 5.0   # one discarded run per JAX agent: compiles its functions outside the budgets
 
 
@@ -122,7 +121,7 @@ def _plots(rows: list[dict], ablation: dict, layout: tuple, prefix: str) -> list
     big = [r for r in rows if r["buffers"] > 1000] or rows[-1:]
     fig, axes = plt.subplots(1, len(big), figsize=(4 * len(big), 3.2), squeeze=False)
     for ax, row in zip(axes[0], big):
-        for agent in LEARNERS:
+        for agent in AGENTS:
             if row["games"][agent]:
                 xs, ys = zip(*row["games"][agent])
                 ax.plot(xs, ys, ".", ms=3, alpha=0.6, label=agent)
@@ -216,7 +215,7 @@ def main() -> None:
             "latency": latency,
             "speedup": {a: latency["heuristic"] / latency[a] for a in runs},
             "curves": {a: runs[a]["curve"] for a in AGENTS},
-            "games": {a: runs[a]["games"] for a in LEARNERS}})
+            "games": {a: runs[a]["games"] for a in AGENTS}})
         keep[inst.name] = (inst, runs)
 
     small = rows[0]["name"]
