@@ -62,8 +62,8 @@ class PPOConfig:
     min_samples: int = 4             # stochastic inference rollouts taken even past the budget
     refine_share: float = 0.75       # share of the inference time spent refining (inference.py)
     finalists: int = 8               # distinct graphs re-timed interleaved at the end
-    shaping: float = 1.0             # weight of the cost-model shaping of the reward (env.py) when
-    shaping_final: float = 0.0       # training starts, and when it ends (linear in between; 0, 0: none)
+    shaping: float = 0.3             # weight of the cost-model shaping of the reward (env.py) when
+    shaping_final: float = 0.3       # training starts, and when it ends (linear in between; 0, 0: none)
     confirm: int = 3                 # best finalists re-timed in fresh rounds to decide (inference.py)
     measurements_per_graph: int | None = None  # N: re-use a graph's first N measurements (env.py)
     seed: int = 0
