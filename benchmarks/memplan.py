@@ -1,11 +1,12 @@
 """Benchmark of the memory-mapping agents on instances from XLA-compiled JAX trainers.
 
 Prints Table 2 (final reward of MMap-MuZero, evolutionary search and random
-play under the same time budget; ES as in §5.1, over the actions, and ES over a
-linear policy of action features, a stronger baseline than the paper's) and Table 3 (modelled latency speed-up of
-MMap-MuZero and of MMap-MuZero-prod over the heuristic), writes
-``benchmarks/results/memplan.json`` (or ``--out``), reward curves like Fig. 5, the ablation
-curves of Fig. 7 and a memory-layout picture like Fig. 8 (PNGs next to it, named after it).
+play under the same time budget; ES as in §5.1, over the actions, and ES over
+a linear policy of action features, a stronger baseline than the paper's) and
+Table 3 (modelled latency speed-up of MMap-MuZero and of MMap-MuZero-prod over
+the heuristic), writes ``benchmarks/results/memplan.json`` (or ``--out``),
+reward curves like Fig. 5, the ablation curves of Fig. 7 and a memory-layout
+picture like Fig. 8 (PNGs next to the JSON, named after it).
 
     python benchmarks/memplan.py --quick     # short budgets (a few minutes)
     python benchmarks/memplan.py             # 60 s per agent and instance
