@@ -43,6 +43,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from tempo.errors import TempoError
 from tempo.superopt.costmodel import CostModel
 from tempo.superopt.execute import measure_latency
 from tempo.superopt.graph import OPS, Graph
@@ -165,7 +166,8 @@ class RewriteEnv(gym.Env):
                  repeats: int = 10, edge_scale: float = 4096.0, candidate_graphs: bool = True,
                  measurements_per_graph: int | None = None):
         if measurements_per_graph is not None and measurements_per_graph < 1:
-            raise ValueError(f"measurements_per_graph must be >= 1, not {measurements_per_graph}")
+            raise TempoError(f"RewriteEnv: measurements_per_graph must be None or >= 1, not "
+                             f"{measurements_per_graph}")
         self.start, self.rules, self.candidate_graphs = graph, rules, candidate_graphs
         self.measurements_per_graph = measurements_per_graph
         self.max_candidates, self.feedback_every, self.max_steps = max_candidates, feedback_every, max_steps

@@ -206,7 +206,7 @@ def test_a_graph_is_measured_at_most_measurements_per_graph_times_then_its_media
 
 
 def test_measurements_per_graph_must_be_positive():
-    with pytest.raises(ValueError, match="measurements_per_graph"):
+    with pytest.raises(TempoError, match="measurements_per_graph"):
         RewriteEnv(build("resnext", small=True), RULES, repeats=1, measurements_per_graph=0)
     with pytest.raises(TempoError, match="measurements_per_graph"):
         PPOConfig(measurements_per_graph=0)
