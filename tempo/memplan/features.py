@@ -43,6 +43,20 @@ def benefit_scale(inst) -> float:
     return float(np.mean(positive)) if positive else 1.0
 
 
+def memory_price(inst) -> float:
+    """The price of fast memory, benefit per byte x step: the dual price of the fractional knapsack.
+
+    Buffers are taken by benefit per byte-step of their live range until their live ranges fill
+    ``capacity x num_steps``; the price is the benefit density of the buffer that overflows it
+    (0 when every buffer fits). An instance statistic, known before any game is played.
+    """
+    area = np.array([b.size * (b.live_range[1] - b.live_range[0] + 1) for b in inst.buffers], float)
+    density = np.array([b.benefit for b in inst.buffers]) / np.maximum(area, 1.0)
+    order = np.argsort(-density, kind="stable")
+    full = np.searchsorted(np.cumsum(area[order]), float(inst.capacity) * inst.num_steps, side="right")
+    return float(density[order[full]]) if full < len(order) else 0.0
+
+
 class Observer:
     """Builds observations for games on one instance (static tables computed once)."""
 

@@ -92,6 +92,7 @@ class GameState:
         self.ledger = CopyLedger(self.inst.supply)
         self.index = 0
         self.total = 0.0
+        self.reserved = 0.0   # fast memory held by the placements so far, in bytes x steps
         self.lost = False
         self.history: list[_Step] = []
         self.alias: dict[int, int | None] = {}       # alias id -> offset (None: dropped)
@@ -191,6 +192,7 @@ class GameState:
                 self.masks[table_bit[0]] |= table_bit[1]
             if placement.interval is not None:
                 self.memory.add(self.index, placement.offset, b.size, *placement.interval)
+                self.reserved += b.size * (placement.interval[1] - placement.interval[0] + 1)
                 if b.alias_id is not None:
                     self.members.setdefault(b.alias_id, set()).add(self.index)
                 self.tensor.setdefault(b.tensor_id, []).append((*placement.interval, placement.offset))
@@ -241,6 +243,7 @@ class GameState:
                 self.masks[s.table_bit[0]] &= ~s.table_bit[1]
             if s.placement.interval is not None:
                 self.memory.remove(self.index)
+                self.reserved -= b.size * (s.placement.interval[1] - s.placement.interval[0] + 1)
                 self.members.get(b.alias_id, set()).discard(self.index)
                 self.tensor[b.tensor_id].pop()
             if s.placement.plan is not None:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from memplan_instances import random_instance
 
+from tempo.memplan.agents.episode import Episode
 from tempo.memplan.game import COPY, DROP, NOCOPY, GameState
 from tempo.memplan.problem import Buffer, Instance, LatencyTable
 from tempo.memplan.validate import validate
@@ -144,17 +145,30 @@ def test_undo_restores_the_exact_state():
     game = GameState(inst)
     trail = []
     while not game.done:
-        trail.append((game.index, game.total, game.legal().tolist(), game.ledger.remaining.copy()))
+        trail.append((game.index, game.total, game.reserved, game.legal().tolist(),
+                      game.ledger.remaining.copy()))
         game.step(int(rng.choice(np.flatnonzero(game.legal()))))
     while trail:
-        index, total, legal, remaining = trail.pop()
+        index, total, reserved, legal, remaining = trail.pop()
         game.undo() if game.lost else None
         if game.index > index:
             game.undo()
         assert game.index == index and game.total == pytest.approx(total)
+        assert game.reserved == reserved
         assert game.legal().tolist() == legal
         np.testing.assert_allclose(game.ledger.remaining, remaining)
     assert not game.memory.rects and not game.ledger.pairs.any()
+
+
+def test_reserved_counts_the_bytes_x_steps_of_every_fast_memory_interval():
+    inst = random_instance(12, steps=40)
+    rng = np.random.default_rng(1)
+    ep = Episode(inst)
+    ep.play(lambda: int(rng.choice(np.flatnonzero(ep.legal()))))
+    game = ep.game
+    held = sum(b.size * (d.interval[1] - d.interval[0] + 1)
+               for b, d in zip(inst.buffers, game.solution().decisions) if d.interval is not None)
+    assert held > 0 and game.reserved == held
 
 
 def test_step_is_well_under_a_millisecond_on_16k_buffers():

@@ -194,3 +194,26 @@ def test_self_play_with_demonstrations_returns_its_own_game():
     validate(inst, result.solution)
     assert result.episodes >= 4 and result.solution.reward > 0
     assert len(result.games) == result.episodes  # every answer is a self-play game
+
+
+def test_training_reward_pays_the_memory_price_of_the_bytes_x_steps_a_move_holds():
+    pytest.importorskip("mctx")
+    from tempo.memplan.agents.muzero import MuZeroAgent
+    from tempo.memplan.features import memory_price
+
+    inst = random_instance(5, steps=30, capacity=24)
+    agent = MuZeroAgent(inst, MuZeroConfig(parallel=1, memory_price=2.0), seed=0)
+    assert agent.price == pytest.approx(2.0 * memory_price(inst)) and agent.price > 0
+    ep = agent.episodes[0]
+    ep.settle()
+    held_moves = 0
+    while not ep.game.done:
+        legal = ep.legal()
+        action = int(np.flatnonzero(legal)[0])
+        total, held = ep.game.total, ep.game.reserved
+        move, _ = agent._apply(ep, None, legal, action, np.full(3, 1 / 3), 0.0)
+        spent = ep.game.reserved - held
+        held_moves += spent > 0
+        assert move.reward == pytest.approx((ep.game.total - total - agent.price * spent) / agent.scale)
+        ep.settle()
+    assert held_moves > 0

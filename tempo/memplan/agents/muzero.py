@@ -9,6 +9,12 @@ coarse; the root masks illegal actions), and play from the improved policy
 temperature in the others). Transitions go to a replay buffer once their ``n``-step
 value target is known; the networks train on K-step unrolls in between moves.
 
+**Memory price.** A move's training reward is its benefit less the fast memory it holds
+(bytes x steps of the intervals it placed) at the dual price of the fractional knapsack
+(:func:`~tempo.memplan.features.memory_price`). Without it the learned model prices fast memory
+at nothing, and on programs whose big buffers live long (the transformers) the search drifted to
+filling it with whatever pays now. The answer is still judged by the game's own return.
+
 The agent searches only at decision points: moves with one legal action, and
 free reuses, are played automatically (:mod:`episode`), and a decision's
 reward includes the automatic moves that follow it.
@@ -42,7 +48,7 @@ import numpy as np
 from tempo.memplan.agents.base import SearchResult, Tracker
 from tempo.memplan.agents.demonstration import Demonstrator, policy_target, returns_to_go
 from tempo.memplan.agents.episode import Episode, finish_best_in_flight
-from tempo.memplan.features import SHAPES, Observer, benefit_scale
+from tempo.memplan.features import SHAPES, Observer, benefit_scale, memory_price
 from tempo.memplan.problem import Instance
 
 
@@ -52,8 +58,8 @@ class MuZeroConfig:
 
     parallel: int | None = None   # games played at once (one batched search); None: games_in_flight()
     num_simulations: int = 8      # MCTS simulations per move (0: no search)
-    discount: float = 0.99
-    td_steps: int = 100           # n of the n-step value target (decisions)
+    discount: float = 0.999
+    td_steps: int = 1000          # n of the n-step value target (decisions)
     unroll: int = 3               # K of the K-step model unroll
     batch_size: int = 32
     replay_size: int = 20_000
@@ -66,6 +72,7 @@ class MuZeroConfig:
     demonstrations: bool = False    # replay the heuristic's decisions as a demonstration game first
     demo_steps: int = 200           # gradient steps on the demonstration before self-play starts
     demo_share: float = 0.15        # at most this share of the budget for the demonstration and its steps
+    memory_price: float = 1.0       # training rewards pay this times features.memory_price per byte-step
 
 
 SEARCH_BATCH = 16   # searches are padded to this many states: one compiled shape for every program
@@ -203,6 +210,7 @@ class MuZeroAgent:
         self.params = nets.init_params(seed)
         self.opt = nets.adam_init(self.params)
         self.scale = benefit_scale(inst)
+        self.price = config.memory_price * memory_price(inst)
         self.replay = _Replay(config.replay_size)
         self.episodes = [Episode(inst) for _ in range(config.parallel or games_in_flight(inst))]
         self.observer = Observer(self.episodes[0].game)
@@ -333,11 +341,11 @@ class MuZeroAgent:
                policy: np.ndarray, value: float) -> tuple[_Move, bool]:
         """Play ``action`` and the automatic moves after it; the move, and whether it was rewound
         (Drop-backup; otherwise it joins ``ep.moves``)."""
-        before = ep.game.total
+        before, held = ep.game.total, ep.game.reserved
         move = _Move(ep.game.index, packed, legal.copy(), action, 0.0, policy, value)
         ep.game.step(action)
         rewound = ep.after_move() or ep.advance()
-        move.reward = (ep.game.total - before) / self.scale
+        move.reward = (ep.game.total - before - self.price * (ep.game.reserved - held)) / self.scale
         if not rewound:
             ep.moves.append(move)
         return move, rewound
