@@ -11,6 +11,7 @@ picture like Fig. 8 (PNGs next to the JSON, named after it).
     python benchmarks/memplan.py --quick     # short budgets (a few minutes)
     python benchmarks/memplan.py             # 60 s per agent and instance
     python benchmarks/memplan.py --demo-ablation   # + MuZero with demonstrations flipped
+    python benchmarks/memplan.py --muzero memory_price=1.0 td_steps=1000 discount=0.999
 
 Modelled latency is ``hbm_latency - reward`` (the cost model's latency with
 every buffer in slow memory, minus the latency the placed buffers save);
@@ -35,7 +36,7 @@ from tqdm import tqdm
 
 from tempo.memplan.agents import get_agent
 from tempo.memplan.extract import extract_instance
-from tempo.memplan.problem import (instance_to_json, load_instance, solution_to_json,
+from tempo.memplan.problem import (MemplanError, instance_to_json, load_instance, solution_to_json,
                                    write_json_atomic)
 from tempo.memplan.validate import validate
 
@@ -58,6 +59,7 @@ class Args:
     instances: tuple[str, ...] = ()  # names of the instances run (empty: all)
     demo_ablation: bool = False      # also run MuZero with demonstrations flipped on every instance
     out: str = os.path.join(RESULTS, "memplan.json")   # the JSON; pictures are named after it
+    muzero: tuple[str, ...] = ()     # MuZeroConfig FIELD=VALUE overrides for every MuZero run
 
 
 def _instance(program: str, scale: int):
@@ -69,13 +71,16 @@ def _instance(program: str, scale: int):
     return inst
 
 
-def _muzero_flipped() -> tuple[str, object]:
-    """The name and ``solve`` of MMap-MuZero with its ``demonstrations`` switch flipped."""
+def _muzero_solvers(overrides: tuple[str, ...]) -> tuple[object, str, object]:
+    """MMap-MuZero's ``solve`` with ``overrides``, and the name and ``solve`` of the same agent
+    with its ``demonstrations`` switch flipped."""
     from tempo.memplan.agents import muzero
 
-    on = not muzero.MuZeroConfig().demonstrations
-    config = replace(muzero.MuZeroConfig(), demonstrations=on)
-    return f"muzero-demos-{'on' if on else 'off'}", partial(muzero.solve, config=config)
+    config = muzero.config_with(list(overrides))
+    on = not config.demonstrations
+    flipped = replace(config, demonstrations=on)
+    return (partial(muzero.solve, config=config), f"muzero-demos-{'on' if on else 'off'}",
+            partial(muzero.solve, config=flipped))
 
 
 def _run(agent: str, inst, budget: float, seed: int, solve=None) -> dict:
@@ -180,6 +185,8 @@ def main() -> None:
     parser.add_argument("--demo-ablation", action="store_true",
                         help="also run MuZero with its demonstrations switch flipped on every instance")
     parser.add_argument("--out", default=Args.out, help="the JSON written (pictures next to it)")
+    parser.add_argument("--muzero", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="MuZeroConfig overrides for every MuZero run (e.g. memory_price=1.0)")
     ns = parser.parse_args()
     names = [f"{p}{s}" for p, s in INSTANCES]
     unknown = sorted(set(ns.instances or ()) - set(names))
@@ -189,19 +196,23 @@ def main() -> None:
     args = Args(quick=ns.quick, seed=ns.seed,
                 budget=ns.budget or (4.0 if ns.quick else 60.0),
                 ablation_budget=8.0 if ns.quick else 60.0, instances=tuple(ns.instances or ()),
-                demo_ablation=ns.demo_ablation, out=ns.out)
+                demo_ablation=ns.demo_ablation, out=ns.out, muzero=tuple(ns.muzero))
     os.makedirs(RESULTS, exist_ok=True)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     rows, keep = [], {}
-    flipped, flipped_solve = _muzero_flipped()
+    try:
+        muzero_solve, flipped, flipped_solve = _muzero_solvers(args.muzero)
+    except MemplanError as err:
+        parser.error(str(err))
+    solvers = {"muzero": muzero_solve, flipped: flipped_solve}
     warm = _instance(*INSTANCES[0])
     for agent in tqdm(("muzero", "nosearch"), desc="JIT warm-up"):
-        get_agent(agent)(warm, WARM_UP_SECONDS, args.seed)
+        (solvers.get(agent) or get_agent(agent))(warm, WARM_UP_SECONDS, args.seed)
     for program, scale in tqdm(chosen, desc="instances"):
         inst = _instance(program, scale)
         runs = {"heuristic": _run("heuristic", inst, 1.0, args.seed)}
         for agent in AGENTS:
-            runs[agent] = _run(agent, inst, args.budget, args.seed)
+            runs[agent] = _run(agent, inst, args.budget, args.seed, solvers.get(agent))
         if args.demo_ablation:
             runs[flipped] = _run(flipped, inst, args.budget, args.seed, flipped_solve)
         best = max(("heuristic", "muzero"), key=lambda a: runs[a]["reward"])
@@ -223,8 +234,7 @@ def main() -> None:
     inst = keep[small][0]
     ablation = {"name": small, "budget": args.ablation_budget, "curves": {}, "reward": {}}
     for agent in tqdm(("muzero", flipped, "mcts", "nosearch"), desc="ablation"):
-        run = _run(agent, inst, args.ablation_budget, args.seed,
-                   flipped_solve if agent == flipped else None)
+        run = _run(agent, inst, args.ablation_budget, args.seed, solvers.get(agent))
         ablation["curves"][agent] = run["curve"]
         ablation["reward"][agent] = run["reward"]
 

@@ -8,15 +8,13 @@ discarded 3 s run first compiles the JAX functions outside the budget.
     python examples/memplan_muzero_runs.py INSTANCE.json --budget 60 --seed 0 demonstrations=True
 """
 import argparse
-import ast
 import json
 import time
-from dataclasses import fields
 
 import numpy as np
 
-from tempo.memplan.agents.muzero import MuZeroConfig, solve
-from tempo.memplan.problem import load_instance
+from tempo.memplan.agents.muzero import config_with, solve
+from tempo.memplan.problem import MemplanError, load_instance
 from tempo.memplan.validate import validate
 
 
@@ -27,17 +25,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE")
     args = parser.parse_intermixed_args()
-    known = {f.name for f in fields(MuZeroConfig)}
-    overrides = {}
-    for item in args.overrides:
-        name, _, value = item.partition("=")
-        if name not in known:
-            parser.error(f"unknown MuZeroConfig field '{name}'")
-        try:
-            overrides[name] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            parser.error(f"'{item}': the value must be a Python literal (e.g. {name}=True)")
-    config = MuZeroConfig(**overrides)
+    try:
+        config = config_with(args.overrides)
+    except MemplanError as err:
+        parser.error(str(err))
     inst = load_instance(args.instance)
     solve(inst, 3.0, args.seed, config)
     start = time.perf_counter()
@@ -46,7 +37,7 @@ def main() -> None:
     returns = [r for _, r in result.games]
     quarter = max(len(returns) // 4, 1)
     print(json.dumps({
-        "instance": inst.name, "seed": args.seed, "overrides": overrides,
+        "instance": inst.name, "seed": args.seed, "overrides": args.overrides,
         "reward": round(result.solution.reward, 1), "games": len(returns),
         "seconds": round(time.perf_counter() - start, 1),
         "first_quarter_mean": round(float(np.mean(returns[:quarter])), 1),

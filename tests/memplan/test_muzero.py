@@ -217,3 +217,16 @@ def test_training_reward_pays_the_memory_price_of_the_bytes_x_steps_a_move_holds
         assert move.reward == pytest.approx((ep.game.total - total - agent.price * spent) / agent.scale)
         ep.settle()
     assert held_moves > 0
+
+
+def test_config_with_applies_literal_overrides_and_names_a_bad_item():
+    from tempo.memplan.agents.muzero import config_with
+    from tempo.memplan.problem import MemplanError
+
+    config = config_with(["memory_price=1.0", "td_steps=1000", "demonstrations=True"])
+    assert (config.memory_price, config.td_steps, config.demonstrations) == (1.0, 1000, True)
+    assert config_with([]) == MuZeroConfig()
+    with pytest.raises(MemplanError, match="'tdsteps=5'"):
+        config_with(["tdsteps=5"])
+    with pytest.raises(MemplanError, match="literal"):
+        config_with(["td_steps=many"])

@@ -41,9 +41,10 @@ model values ``r(s, a) + gamma * v(s')``.
 """
 from __future__ import annotations
 
+import ast
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -51,7 +52,7 @@ from tempo.memplan.agents.base import SearchResult, Tracker
 from tempo.memplan.agents.demonstration import Demonstrator, policy_target, returns_to_go
 from tempo.memplan.agents.episode import Episode, finish_best_in_flight
 from tempo.memplan.features import SHAPES, Observer, benefit_scale, memory_price
-from tempo.memplan.problem import Instance
+from tempo.memplan.problem import Instance, MemplanError
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,25 @@ class MuZeroConfig:
     demo_steps: int = 200           # gradient steps on the demonstration before self-play starts
     demo_share: float = 0.15        # at most this share of the budget for the demonstration and its steps
     memory_price: float = 0.0       # training rewards pay this times features.memory_price per byte-step
+
+
+def config_with(overrides: list[str], base: MuZeroConfig = MuZeroConfig()) -> MuZeroConfig:
+    """``base`` with ``FIELD=VALUE`` items applied (each value a Python literal, e.g. ``td_steps=1000``).
+
+    Raises :class:`~tempo.memplan.problem.MemplanError` naming the first item that is not a field
+    or whose value is not a literal.
+    """
+    known = {f.name for f in fields(MuZeroConfig)}
+    changes = {}
+    for item in overrides:
+        name, sep, value = item.partition("=")
+        if not sep or name not in known:
+            raise MemplanError(f"'{item}': expected FIELD=VALUE with FIELD one of {', '.join(sorted(known))}")
+        try:
+            changes[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise MemplanError(f"'{item}': the value must be a Python literal (e.g. {name}=True)") from None
+    return replace(base, **changes)
 
 
 SEARCH_BATCH = 16   # searches are padded to this many states: one compiled shape for every program
