@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tempo.memplan.game import GameState
+from tempo.memplan.game import GameState, held
 
 K_NEXT, L_SAME = 5, 3
 BUFFER_ROWS = 1 + K_NEXT + L_SAME
@@ -50,7 +50,7 @@ def memory_price(inst) -> float:
     ``capacity x num_steps``; the price is the benefit density of the buffer that overflows it
     (0 when every buffer fits). An instance statistic, known before any game is played.
     """
-    area = np.array([b.size * (b.live_range[1] - b.live_range[0] + 1) for b in inst.buffers], float)
+    area = np.array([held(b.size, b.live_range) for b in inst.buffers], float)
     density = np.array([b.benefit for b in inst.buffers]) / np.maximum(area, 1.0)
     order = np.argsort(-density, kind="stable")
     full = np.searchsorted(np.cumsum(area[order]), float(inst.capacity) * inst.num_steps, side="right")

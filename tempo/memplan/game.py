@@ -63,6 +63,11 @@ class _Step:
     opened_group: bool
 
 
+def held(size: int, interval: tuple[int, int]) -> int:
+    """Fast memory an allocation of ``size`` bytes over ``interval`` (inclusive) holds, in bytes x steps."""
+    return size * (interval[1] - interval[0] + 1)
+
+
 class GameState:
     """A game in progress on one instance: apply moves with :meth:`step`, take them back with :meth:`undo`."""
 
@@ -192,7 +197,7 @@ class GameState:
                 self.masks[table_bit[0]] |= table_bit[1]
             if placement.interval is not None:
                 self.memory.add(self.index, placement.offset, b.size, *placement.interval)
-                self.reserved += b.size * (placement.interval[1] - placement.interval[0] + 1)
+                self.reserved += held(b.size, placement.interval)
                 if b.alias_id is not None:
                     self.members.setdefault(b.alias_id, set()).add(self.index)
                 self.tensor.setdefault(b.tensor_id, []).append((*placement.interval, placement.offset))
@@ -243,7 +248,7 @@ class GameState:
                 self.masks[s.table_bit[0]] &= ~s.table_bit[1]
             if s.placement.interval is not None:
                 self.memory.remove(self.index)
-                self.reserved -= b.size * (s.placement.interval[1] - s.placement.interval[0] + 1)
+                self.reserved -= held(b.size, s.placement.interval)
                 self.members.get(b.alias_id, set()).discard(self.index)
                 self.tensor[b.tensor_id].pop()
             if s.placement.plan is not None:

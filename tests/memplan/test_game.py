@@ -166,9 +166,9 @@ def test_reserved_counts_the_bytes_x_steps_of_every_fast_memory_interval():
     ep = Episode(inst)
     ep.play(lambda: int(rng.choice(np.flatnonzero(ep.legal()))))
     game = ep.game
-    held = sum(b.size * (d.interval[1] - d.interval[0] + 1)
-               for b, d in zip(inst.buffers, game.solution().decisions) if d.interval is not None)
-    assert held > 0 and game.reserved == held
+    total = sum(b.size * (d.interval[1] - d.interval[0] + 1)
+                for b, d in zip(inst.buffers, game.solution().decisions) if d.interval is not None)
+    assert total > 0 and game.reserved == total
 
 
 def test_step_is_well_under_a_millisecond_on_16k_buffers():

@@ -89,11 +89,13 @@ def config_with(overrides: list[str], base: MuZeroConfig = MuZeroConfig()) -> Mu
     for item in overrides:
         name, sep, value = item.partition("=")
         if not sep or name not in known:
-            raise MemplanError(f"'{item}': expected FIELD=VALUE with FIELD one of {', '.join(sorted(known))}")
+            raise MemplanError(f"'{item}': expected FIELD=VALUE with FIELD one of "
+                               f"{', '.join(sorted(known))}")
         try:
             changes[name] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
-            raise MemplanError(f"'{item}': the value must be a Python literal (e.g. {name}=True)") from None
+            raise MemplanError(f"'{item}': the value must be a Python literal "
+                               f"(e.g. {name}=True)") from None
     return replace(base, **changes)
 
 
