@@ -8,7 +8,8 @@
   offset ranges (the paper's full resolution would be one entry per byte);
 - ``supply``: remaining copy supply in a window centred on the target time;
 - ``actions``: for Copy / NoCopy / Drop: legal, interval start and end
-  (relative to the target time), offset;
+  (relative to the target time), offset, and the price of the fast memory it
+  holds (bytes x steps at :func:`memory_price`, in benefit units, ``log1p``);
 - ``globals``: move number, buffer index, position in its alias group and
   buffers left in it.
 """
@@ -24,7 +25,7 @@ BUFFER_FEATURES = 10
 MAP_SIZE, MAP_WINDOW = 128, 512
 PROFILE_BINS = 256
 SUPPLY_WINDOW = 64
-ACTION_FEATURES = 4
+ACTION_FEATURES = 5
 GLOBAL_FEATURES = 4
 
 SHAPES = {
@@ -66,6 +67,7 @@ class Observer:
         self.capacity = inst.capacity
         self.mean_supply = max(float(np.mean(inst.supply)), 1e-12)
         self.benefit_scale = benefit_scale(inst)
+        self.price = memory_price(inst) / self.benefit_scale
         n = len(inst.buffers)
         self.next_same = np.full(n, -1)
         last: dict[int, int] = {}
@@ -111,7 +113,7 @@ class Observer:
         return out
 
     def action_rows(self, game: GameState) -> np.ndarray:
-        """Legal, interval start/end relative to the target time, offset; per action."""
+        """Legal, interval start/end relative to the target time, offset, priced memory; per action."""
         out = np.zeros(SHAPES["actions"], np.float32)
         now = game.current.target_time
         for a, p in enumerate(game.options()):
@@ -120,6 +122,7 @@ class Observer:
             out[a, 0] = 1.0
             if p.interval is not None:
                 out[a, 1:3] = [(p.interval[0] - now) / self.steps, (p.interval[1] - now) / self.steps]
+                out[a, 4] = np.log1p(self.price * held(game.current.size, p.interval))
             if p.offset is not None:
                 out[a, 3] = p.offset / self.capacity
         return out

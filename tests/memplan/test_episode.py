@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from memplan_instances import random_instance
 
 from tempo.memplan.agents.episode import Episode
@@ -76,3 +77,37 @@ def test_drop_rest_equals_dropping_move_by_move_and_undoes():
     assert fast.index == half and fast.total == total and fast.alias == slow.alias
     fast.rewind(0)
     assert not fast.memory.rects and not fast.alias and fast.open_groups == 0
+
+
+def test_lookahead_reports_a_move_and_its_automatic_moves_then_takes_them_back():
+    """What lookahead(a) reports is what playing a (and the automatic moves up to the next decision)
+    does to a replica of the game; the game itself is left as it was."""
+    inst = random_instance(2, steps=40, capacity=24, alias_rate=0.4)
+    rng = np.random.default_rng(0)
+    ep = Episode(inst)
+    ep.settle()
+    checked = lost = 0
+    while not ep.game.done:
+        game = ep.game
+        before = (game.index, game.total, game.reserved, len(game.history), game.legal().tolist())
+        for action in np.flatnonzero(ep.legal()):
+            gained = ep.lookahead(int(action))
+            assert (game.index, game.total, game.reserved, len(game.history),
+                    game.legal().tolist()) == before
+            replica = Episode(inst)
+            replica.forced = set(ep.forced)
+            for step in game.history:
+                replica.game.step(step.action)
+            total, reserved = replica.game.total, replica.game.reserved
+            replica.game.step(int(action))
+            if replica.game.lost or replica.advance():
+                assert gained is None
+                lost += 1
+            else:
+                assert gained == pytest.approx((replica.game.total - total,
+                                                replica.game.reserved - reserved))
+            checked += 1
+        ep.game.step(int(rng.choice(np.flatnonzero(ep.legal()))))
+        ep.after_move()
+        ep.settle()
+    assert checked > 20 and lost > 0

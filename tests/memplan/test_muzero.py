@@ -78,7 +78,8 @@ def test_training_lowers_the_loss_on_a_fixed_batch():
              "reward": jnp.asarray(rng.random((n, k)) * 3),
              "policy": jnp.asarray(rng.dirichlet(np.ones(3), (n, k + 1))),
              "value": jnp.asarray(rng.random((n, k + 1)) * 20),
-             "mask": jnp.ones((n, k + 1))}
+             "mask": jnp.ones((n, k + 1)),
+             "siblings": jnp.asarray(np.where(rng.random((n, 3)) < 0.5, np.nan, 2.0), jnp.float32)}
     params = nets.init_params(0)
     opt = nets.adam_init(params)
     first = float(nets.loss(params, batch))
@@ -154,7 +155,7 @@ def test_demonstration_transitions_reach_the_replay_buffer_but_never_the_tracker
 
     inst = random_instance(3, steps=30)
     config = MuZeroConfig(parallel=2, td_steps=5, batch_size=8, demonstrations=True, demo_steps=5,
-                          demo_share=1.0)
+                          demo_share=1.0, reanalyse=0.5)
     agent = MuZeroAgent(inst, config, seed=0)
     tracker = Tracker(inst, 60.0)
     agent.demonstrate(tracker)
@@ -217,6 +218,80 @@ def test_training_reward_pays_the_memory_price_of_the_bytes_x_steps_a_move_holds
         assert move.reward == pytest.approx((ep.game.total - total - agent.price * spent) / agent.scale)
         ep.settle()
     assert held_moves > 0
+
+
+def test_lookahead_rewards_are_the_training_rewards_the_moves_get_when_played():
+    """Each legal move's looked-ahead reward, found before the move, is the training reward
+    ``_apply`` gives it when it is the move played; the move keeps the others' as reward targets."""
+    pytest.importorskip("mctx")
+    from tempo.memplan.agents.muzero import MuZeroAgent
+
+    inst = random_instance(5, steps=30, capacity=24)
+    agent = MuZeroAgent(inst, MuZeroConfig(parallel=1, memory_price=1.0, lookahead=True), seed=0)
+    rng = np.random.default_rng(1)
+    ep = agent.episodes[0]
+    ep.settle()
+    compared = 0
+    while not ep.game.done:
+        legal = ep.legal()
+        looked = agent._lookahead(ep, legal)
+        assert np.isnan(looked[~legal]).all()
+        action = int(rng.choice(np.flatnonzero(legal)))
+        move, rewound = agent._apply(ep, None, legal, action, np.full(3, 1 / 3), 0.0, looked)
+        assert np.isnan(move.siblings[action])
+        others = legal.copy()
+        others[action] = False
+        np.testing.assert_array_equal(move.siblings[others], looked[others])
+        if not rewound:
+            assert move.reward == pytest.approx(looked[action])
+            compared += 1
+        ep.settle()
+    assert compared > 5
+
+
+def test_search_takes_the_root_rewards_it_is_given():
+    """With rewards given for the root's actions, the search prefers the one given the most,
+    whatever the (untrained) reward network says; without them it follows the network."""
+    pytest.importorskip("mctx")
+    from tempo.memplan.agents.muzero import MuZeroAgent
+
+    inst = random_instance(5, steps=30, capacity=24)
+    agent = MuZeroAgent(inst, MuZeroConfig(parallel=1), seed=0)
+    ep = agent.episodes[0]
+    ep.settle()
+    observation, legal = agent.observer(ep.game), np.ones((1, 3), bool)
+    for best in range(3):
+        given = np.zeros((1, 3), np.float32)
+        given[0, best] = 50.0
+        _, target, _ = agent.act([observation], legal, given)
+        assert int(np.argmax(target[0])) == best
+    unknown = np.full((1, 3), np.nan, np.float32)
+    _, with_nan, _ = agent.act([observation], legal, unknown)
+    _, without, _ = agent.act([observation], legal)
+    np.testing.assert_allclose(with_nan, without, atol=0.2)
+
+
+def test_root_rewards_of_moves_not_played_enter_the_loss_only_where_known():
+    import jax.numpy as jnp
+
+    from tempo.memplan.agents import muzero_nets as nets
+    from tempo.memplan.features import SHAPES
+
+    rng = np.random.default_rng(0)
+    n, k = 8, 2
+    batch = {"obs": {name: jnp.asarray(rng.random((n, *shape), np.float32))
+                     for name, shape in SHAPES.items()},
+             "actions": jnp.asarray(rng.integers(0, 3, (n, k))),
+             "reward": jnp.asarray(rng.random((n, k))),
+             "policy": jnp.asarray(rng.dirichlet(np.ones(3), (n, k + 1))),
+             "value": jnp.asarray(rng.random((n, k + 1))),
+             "mask": jnp.ones((n, k + 1)),
+             "siblings": jnp.full((n, 3), jnp.nan)}
+    params = nets.init_params(0)
+    without = float(nets.loss(params, batch))
+    assert np.isfinite(without)
+    known = {**batch, "siblings": jnp.asarray(rng.random((n, 3)) * 5, jnp.float32)}
+    assert float(nets.loss(params, known)) > without
 
 
 def test_config_with_applies_literal_overrides_and_names_a_bad_item():

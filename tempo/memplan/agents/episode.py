@@ -55,6 +55,26 @@ class Episode:
             return NOCOPY
         return None
 
+    def lookahead(self, action: int) -> tuple[float, float] | None:
+        """What ``action`` and the automatic moves after it would add to the game's return and to its
+        reserved fast memory (bytes x steps), found by playing them and taking them back; None when
+        they lose the game."""
+        game = self.game
+        total, reserved = game.total, game.reserved
+        game.step(action)
+        moves = 1
+        while not game.done and not game.lost:
+            auto = self.automatic()
+            if auto is None:
+                break
+            game.step(auto)
+            moves += 1
+        gained = None if game.lost else (game.total - total, game.reserved - reserved)
+        for _ in range(moves + int(game.lost)):
+            game.undo()
+        game.total, game.reserved = total, reserved   # no float drift over thousands of lookaheads
+        return gained
+
     def after_move(self) -> bool:
         """Apply Drop-backup after a move; returns True when it rewound the game."""
         game = self.game

@@ -9,13 +9,20 @@ coarse; the root masks illegal actions), and play from the improved policy
 temperature in the others). Transitions go to a replay buffer once their ``n``-step
 value target is known; the networks train on K-step unrolls in between moves.
 
-**Memory price** (``memory_price``, off by default: over four seeds it did not win more programs
-than it lost). A move's training reward is its benefit less the fast memory it holds (bytes x
-steps of the intervals it placed) at ``memory_price`` times the dual price of the fractional
-knapsack (:func:`~tempo.memplan.features.memory_price`). Without it the learned model prices
-fast memory at nothing, and on transformer12 the search drifts to filling it with whatever pays
-now; with it (and ``td_steps=1000, discount=0.999``) its games improve over the run there, but
-mlp176's get worse. The answer is always judged by the game's own return.
+**Memory price** (``memory_price``). A move's training reward is its benefit less the fast memory
+it holds (bytes x steps of the intervals it placed) at ``memory_price`` times the dual price of the
+fractional knapsack (:func:`~tempo.memplan.features.memory_price`). Without it the learned model
+prices fast memory at nothing, and on transformer programs the search drifts to filling it with
+whatever pays now. The answer is always judged by the game's own return.
+
+**Root lookahead** (``lookahead``; a departure from the paper's MuZero, whose search uses the
+learned reward everywhere). Before each search, every legal move at the root is played on the game
+(with the automatic moves after it) and taken back (:meth:`Episode.lookahead`): its training reward
+becomes that root action's reward in the search, and the rewards of the moves not played become
+targets of the reward head, which otherwise only ever learns the reward of the move played. Below
+the root the search uses the learned dynamics, reward and value. Measured (docs/memplan.md): the
+learned reward head alone did not learn within a minute what Copy would have paid where self-play
+had settled on NoCopy, so the search could not leave NoCopy.
 
 The agent searches only at decision points: moves with one legal action, and
 free reuses, are played automatically (:mod:`episode`), and a decision's
@@ -61,21 +68,22 @@ class MuZeroConfig:
 
     parallel: int | None = None   # games played at once (one batched search); None: games_in_flight()
     num_simulations: int = 8      # MCTS simulations per move (0: no search)
-    discount: float = 0.99
-    td_steps: int = 100           # n of the n-step value target (decisions)
+    discount: float = 0.9
+    td_steps: int = 10            # n of the n-step value target (decisions)
     unroll: int = 3               # K of the K-step model unroll
     batch_size: int = 32
     replay_size: int = 20_000
     learning_rate: float = 5e-4
-    train_every: int = 32         # moves (of all games) between gradient steps
+    train_every: int = 8          # moves (of all games) between gradient steps
     init_temperature: float = 1.0   # visit-count sampling temperature, decayed linearly
     final_temperature: float = 0.2  # over the budget (Appendix C decays over steps)
-    greedy_actors: int = 0          # games that always play the improved policy's best action
-    reanalyse: float = 0.5          # share of each batch whose root targets are recomputed (Appendix C)
+    greedy_actors: int = 2          # games that always play the improved policy's best action
+    reanalyse: float = 0.0          # share of each batch whose root targets are recomputed (Appendix C)
     demonstrations: bool = False    # replay the heuristic's decisions as a demonstration game first
     demo_steps: int = 200           # gradient steps on the demonstration before self-play starts
     demo_share: float = 0.15        # at most this share of the budget for the demonstration and its steps
-    memory_price: float = 0.0       # training rewards pay this times features.memory_price per byte-step
+    memory_price: float = 1.0       # training rewards pay this times features.memory_price per byte-step
+    lookahead: bool = True          # root rewards from the game: each legal move played and undone
 
 
 def config_with(overrides: list[str], base: MuZeroConfig = MuZeroConfig()) -> MuZeroConfig:
@@ -99,6 +107,7 @@ def config_with(overrides: list[str], base: MuZeroConfig = MuZeroConfig()) -> Mu
     return replace(base, **changes)
 
 
+_NO_SIBLINGS = np.full(3, np.nan, np.float32)
 SEARCH_BATCH = 16   # searches are padded to this many states: one compiled shape for every program
 
 
@@ -132,6 +141,7 @@ class _Move:
     reward: float
     policy: np.ndarray
     value: float
+    siblings: np.ndarray | None = None   # training rewards of the other legal actions (NaN: none)
 
 
 @dataclass
@@ -160,8 +170,11 @@ class _Replay:
         return sorted(picks, key=lambda p: not p.get("demo", False))
 
 
-def _search(params, seed, obs, invalid, config: MuZeroConfig):
-    """Batched root search: (behaviour distribution, policy target, root value) per state."""
+def _search(params, seed, obs, invalid, root_rewards, config: MuZeroConfig):
+    """Batched root search: (behaviour distribution, policy target, root value) per state.
+
+    ``root_rewards`` (state x action) replaces the learned reward of a root action where it is not
+    NaN (``MuZeroConfig.root_rewards``)."""
     import jax
     import jax.numpy as jnp
     import mctx
@@ -182,15 +195,19 @@ def _search(params, seed, obs, invalid, config: MuZeroConfig):
         logits = jnp.where(invalid, -jnp.inf, prior)
         return jax.nn.softmax(logits), jax.nn.softmax(q / spread), value
 
-    def recurrent(params, _, action, latent):
+    def recurrent(params, _, action, embedding):
+        latent, given, at_root = embedding
         nxt, reward = nets.dynamics(params, latent, action)
         policy, value = nets.predict(params, nxt)
+        given = given[jnp.arange(action.shape[0]), action]
+        reward = jnp.where(at_root & ~jnp.isnan(given), given, nets.to_scalar(reward))
         out = mctx.RecurrentFnOutput(
-            reward=nets.to_scalar(reward), discount=jnp.full(action.shape, config.discount),
+            reward=reward, discount=jnp.full(action.shape, config.discount),
             prior_logits=policy, value=nets.to_scalar(value))
-        return out, nxt
+        return out, (nxt, embedding[1], jnp.zeros_like(at_root))
 
-    root = mctx.RootFnOutput(prior_logits=prior, value=value, embedding=latent)
+    root = mctx.RootFnOutput(prior_logits=prior, value=value,
+                             embedding=(latent, root_rewards, jnp.ones(latent.shape[0], bool)))
     out = mctx.gumbel_muzero_policy(params, key, root, recurrent, config.num_simulations,
                                     invalid_actions=invalid, max_num_considered_actions=3)
     return out.action_weights, out.action_weights, value
@@ -218,6 +235,14 @@ def _compiled_search():
         _SEARCH["fn"] = jax.jit(_search, static_argnames="config")
         _SEARCH["value"] = jax.jit(_value)
     return _SEARCH["fn"], _SEARCH["value"]
+
+
+def _root_rewards(item: dict) -> np.ndarray:
+    """The root rewards a replay item's search had: the looked-ahead rewards of the moves not
+    played and the training reward of the move played."""
+    rewards = item["siblings"].copy()
+    rewards[item["actions"][0]] = item["reward"][0]
+    return rewards
 
 
 class MuZeroAgent:
@@ -248,12 +273,17 @@ class MuZeroAgent:
         return {k: np.concatenate([np.stack([o[k] for o in observations]),
                                    np.zeros((pad, *SHAPES[k]), np.float32)]) for k in SHAPES}
 
-    def act(self, observations: list[dict], legal: np.ndarray):
-        """Behaviour distributions, policy targets and root values for a batch of states."""
+    def act(self, observations: list[dict], legal: np.ndarray, root_rewards: np.ndarray | None = None):
+        """Behaviour distributions, policy targets and root values for a batch of states (the
+        search's root rewards from ``root_rewards`` where given and not NaN)."""
         n = len(observations)
-        invalid = np.concatenate([~legal, np.zeros((max(SEARCH_BATCH - n, 0), 3), bool)])
+        pad = max(SEARCH_BATCH - n, 0)
+        invalid = np.concatenate([~legal, np.zeros((pad, 3), bool)])
+        given = np.full((n + pad, 3), np.nan, np.float32)
+        if root_rewards is not None:
+            given[:n] = root_rewards
         out = self._search(self.params, int(self.rng.integers(2 ** 31)),
-                           self._batch(observations), invalid, config=self.config)
+                           self._batch(observations), invalid, given, config=self.config)
         return tuple(x[:n] for x in self.jax.device_get(out))
 
     def values(self, observations: list[dict]) -> np.ndarray:
@@ -289,7 +319,8 @@ class MuZeroAgent:
             "reward": np.array([pad(t + k, lambda m: m.reward, 0.0) for k in range(cfg.unroll)]),
             "policy": np.stack([pad(t + k, lambda m: m.policy, np.full(3, 1 / 3))
                                 for k in range(cfg.unroll + 1)]),
-            "value": np.array(values, np.float32), "mask": np.array(mask, np.float32)}
+            "value": np.array(values, np.float32), "mask": np.array(mask, np.float32),
+            "siblings": moves[t].siblings if moves[t].siblings is not None else _NO_SIBLINGS}
 
     def _train(self, reanalyse: bool = True) -> None:
         cfg = self.config
@@ -301,7 +332,7 @@ class MuZeroAgent:
         observations = [_observation(p["obs"]) for p in picks]
         obs = {k: np.stack([o[k] for o in observations]) for k in SHAPES}
         batch = {k: np.stack([p[k] for p in picks]) for k in ("actions", "reward", "policy",
-                                                              "value", "mask")}
+                                                              "value", "mask", "siblings")}
         batch["obs"] = obs
         self.params, self.opt, _ = self.nets.train_step(self.params, self.opt, batch,
                                                          cfg.learning_rate)
@@ -316,7 +347,8 @@ class MuZeroAgent:
             return picks
         fresh = picks[:n]
         _, policy, _ = self.act([_observation(p["obs"]) for p in fresh],
-                                np.stack([p["legal"] for p in fresh]))
+                                np.stack([p["legal"] for p in fresh]),
+                                np.stack([_root_rewards(p) for p in fresh]) if cfg.lookahead else None)
         boots = [i for i, p in enumerate(fresh) if p["boot"] is not None]
         bootstrap = np.zeros(n)
         if boots:
@@ -362,17 +394,35 @@ class MuZeroAgent:
             self._train(reanalyse=False)
 
     def _apply(self, ep: Episode, packed: tuple, legal: np.ndarray, action: int,
-               policy: np.ndarray, value: float) -> tuple[_Move, bool]:
+               policy: np.ndarray, value: float,
+               looked: np.ndarray | None = None) -> tuple[_Move, bool]:
         """Play ``action`` and the automatic moves after it; the move, and whether it was rewound
-        (Drop-backup; otherwise it joins ``ep.moves``)."""
+        (Drop-backup; otherwise it joins ``ep.moves``). ``looked``: the training rewards of every
+        legal action (:meth:`_lookahead`), kept for the actions not played."""
         before, held = ep.game.total, ep.game.reserved
         move = _Move(ep.game.index, packed, legal.copy(), action, 0.0, policy, value)
+        if looked is not None:
+            move.siblings = looked.copy()
+            move.siblings[action] = np.nan
         ep.game.step(action)
         rewound = ep.after_move() or ep.advance()
-        move.reward = (ep.game.total - before - self.price * (ep.game.reserved - held)) / self.scale
+        move.reward = self._priced(ep.game.total - before, ep.game.reserved - held)
         if not rewound:
             ep.moves.append(move)
         return move, rewound
+
+    def _priced(self, gained: float, reserved: float) -> float:
+        """The training reward of a move: return gained less the price of the memory reserved."""
+        return (gained - self.price * reserved) / self.scale
+
+    def _lookahead(self, ep: Episode, legal: np.ndarray) -> np.ndarray:
+        """The training reward of each legal action, each played and taken back (NaN for illegal
+        actions and actions that lose the game)."""
+        out = _NO_SIBLINGS.copy()
+        for a in np.flatnonzero(legal):
+            if (gained := ep.lookahead(int(a))) is not None:
+                out[a] = self._priced(*gained)
+        return out
 
     def run(self, tracker: Tracker) -> None:
         """Self-play and learn until the tracker's budget is spent (after the demonstration, if on)."""
@@ -385,7 +435,10 @@ class MuZeroAgent:
         while not tracker.out_of_time():
             observations = [self.observer(e.game) for e in self.episodes]
             legal = np.stack([e.legal() for e in self.episodes])
-            behaviour, target, value = self.act(observations, legal)
+            looked = ([self._lookahead(e, m) for e, m in zip(self.episodes, legal)]
+                      if cfg.lookahead else [None] * len(self.episodes))
+            behaviour, target, value = self.act(
+                observations, legal, np.stack(looked) if cfg.lookahead else None)
             progress = min(tracker.elapsed() / (tracker.deadline - tracker.start), 1.0)
             temperature = cfg.init_temperature + progress * (
                 cfg.final_temperature - cfg.init_temperature)
@@ -397,7 +450,7 @@ class MuZeroAgent:
                     p = (p / p.max()) ** (1 / temperature)
                     action = int(self.rng.choice(3, p=p / p.sum()))
                 move, rewound = self._apply(ep, _pack(observations[i]), legal[i], action,
-                                            target[i], float(value[i]))
+                                            target[i], float(value[i]), looked[i])
                 if rewound:
                     self.replay.add(self._record([move], 0, final=True))
                 else:

@@ -139,9 +139,16 @@ def two_hot(x):
 
 
 def loss(params: dict, batch: dict):
-    """MuZero loss over a K-step unroll: policy, value and reward cross-entropies."""
+    """MuZero loss over a K-step unroll: policy, value and reward cross-entropies, plus the reward
+    cross-entropy of each root action whose reward ``batch["siblings"]`` knows (not NaN)."""
     latent = represent(params, batch["obs"])
+    siblings = batch["siblings"]
+    known = ~jnp.isnan(siblings)
     total = 0.0
+    for a in range(3):
+        _, reward = dynamics(params, latent, jnp.full(latent.shape[0], a))
+        target = two_hot(jnp.where(known[:, a], siblings[:, a], 0.0))
+        total += (known[:, a] * -(target * jax.nn.log_softmax(reward)).sum(-1)).mean()
     steps = batch["actions"].shape[1]
     for k in range(steps + 1):
         policy, value = predict(params, latent)
