@@ -12,12 +12,18 @@ the whole live range) instead of evicting them (Copy) loses most of the
 reward; that is the choice MMap-MuZero's learning gets wrong (docs/memplan.md).
 The ``density >= x`` columns also skip any placement whose benefit per unit of
 memory-time is below ``x``: which placements are worth their memory matters
-as much.
+as much. The last column takes, at every decision point, the legal move with
+the best one-move priced reward: the return that move and the automatic moves
+after it add, less the fast memory they hold at the fractional knapsack's
+price (``memory_price``), each move played and taken back. That is the
+lookahead MMap-MuZero's search starts from at its root, without any network.
 """
 import argparse
 
+import numpy as np
+
 from tempo.memplan.agents.episode import Episode
-from tempo.memplan.features import benefit_scale
+from tempo.memplan.features import benefit_scale, memory_price
 from tempo.memplan.game import COPY, DROP, NOCOPY
 from tempo.memplan.problem import Instance, load_instance
 
@@ -59,15 +65,34 @@ def play(inst: Instance, outputs: tuple, operands: tuple, least_density: float) 
     return ep.game.total
 
 
+def play_lookahead(inst: Instance) -> float:
+    """The return of one game that plays the legal move with the best one-move priced reward
+    (Drop when every move loses the game)."""
+    price = memory_price(inst)
+    ep = Episode(inst)
+    ep.settle()
+    while not ep.game.done:
+        legal = ep.legal()
+        best, choice = -np.inf, int(np.flatnonzero(legal)[-1])
+        for a in np.flatnonzero(legal):
+            gained = ep.lookahead(int(a))
+            if gained is not None and gained[0] - price * gained[1] > best:
+                best, choice = gained[0] - price * gained[1], int(a)
+        ep.game.step(choice)
+        ep.after_move()
+        ep.settle()
+    return ep.game.total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("instances", nargs="+")
     args = parser.parse_args()
-    print("| instance | " + " | ".join(POLICIES) + " |")
-    print("|---|" + "---:|" * len(POLICIES))
+    print("| instance | " + " | ".join(POLICIES) + " | best one-move priced reward |")
+    print("|---|" + "---:|" * (len(POLICIES) + 1))
     for path in args.instances:
         inst = load_instance(path)
-        returns = [play(inst, *orders) for orders in POLICIES.values()]
+        returns = [play(inst, *orders) for orders in POLICIES.values()] + [play_lookahead(inst)]
         print(f"| {inst.name} | " + " | ".join(f"{r:.1f}" for r in returns) + " |")
 
 

@@ -305,3 +305,22 @@ def test_config_with_applies_literal_overrides_and_names_a_bad_item():
         config_with(["tdsteps=5"])
     with pytest.raises(MemplanError, match="literal"):
         config_with(["td_steps=many"])
+
+
+def test_probe_example_compares_the_model_with_the_game_on_a_small_program():
+    import runpy
+    from pathlib import Path
+
+    pytest.importorskip("mctx")
+    from tempo.memplan.agents.muzero import MuZeroAgent
+
+    probe = runpy.run_path(str(Path(__file__).parents[2] / "examples" / "memplan_muzero_probe.py"),
+                           run_name="probe")["probe"]
+    inst = random_instance(5, steps=30, capacity=24)
+    row = probe(MuZeroAgent(inst, MuZeroConfig(parallel=1), seed=0), decisions=50)
+    assert row["decisions"] > 5
+    shares = [v for k, v in row.items() if "prefers" in k or "picks" in k]
+    assert len(shares) == 5 and all(0.0 <= v <= 1.0 for v in shares)
+    # at discount 0 a search given the game's root rewards ranks moves by them alone
+    myopic = probe(MuZeroAgent(inst, MuZeroConfig(parallel=1, discount=0.0), seed=0), decisions=50)
+    assert myopic["search picks the best one-move reward"] > 0.9

@@ -174,7 +174,7 @@ def _search(params, seed, obs, invalid, root_rewards, config: MuZeroConfig):
     """Batched root search: (behaviour distribution, policy target, root value) per state.
 
     ``root_rewards`` (state x action) replaces the learned reward of a root action where it is not
-    NaN (``MuZeroConfig.root_rewards``)."""
+    NaN (``MuZeroConfig.lookahead``)."""
     import jax
     import jax.numpy as jnp
     import mctx
