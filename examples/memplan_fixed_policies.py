@@ -54,14 +54,14 @@ def play(inst: Instance, outputs: tuple, operands: tuple, least_density: float) 
     (the last legal action when none is)."""
     scale = benefit_scale(inst)
     ep = Episode(inst)
-    ep.settle()
-    while not ep.game.done:
+
+    def choose() -> int:
         legal = ep.legal()
         order = outputs if ep.game.current.is_output else operands
         fine = [a for a in order if legal[a] and dense_enough(ep.game, a, least_density, scale)]
-        ep.game.step(fine[0] if fine else int(legal.nonzero()[0][-1]))
-        ep.after_move()
-        ep.settle()
+        return fine[0] if fine else int(legal.nonzero()[0][-1])
+
+    ep.play(choose)
     return ep.game.total
 
 
@@ -70,17 +70,17 @@ def play_lookahead(inst: Instance) -> float:
     (Drop when every move loses the game)."""
     price = memory_price(inst)
     ep = Episode(inst)
-    ep.settle()
-    while not ep.game.done:
+
+    def choose() -> int:
         legal = ep.legal()
         best, choice = -np.inf, int(np.flatnonzero(legal)[-1])
         for a in np.flatnonzero(legal):
             gained = ep.lookahead(int(a))
             if gained is not None and gained[0] - price * gained[1] > best:
                 best, choice = gained[0] - price * gained[1], int(a)
-        ep.game.step(choice)
-        ep.after_move()
-        ep.settle()
+        return choice
+
+    ep.play(choose)
     return ep.game.total
 
 

@@ -21,9 +21,9 @@ import numpy as np
 
 from tempo.memplan.agents.base import Tracker
 from tempo.memplan.agents.episode import Episode
-from tempo.memplan.agents.muzero import MuZeroAgent, config_with
+from tempo.memplan.agents.muzero import MuZeroAgent, parsed_config
 from tempo.memplan.game import COPY, NOCOPY
-from tempo.memplan.problem import MemplanError, load_instance
+from tempo.memplan.problem import load_instance
 
 
 def probe(agent: MuZeroAgent, decisions: int) -> dict:
@@ -77,12 +77,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE")
     args = parser.parse_intermixed_args()
-    try:
-        config = config_with(args.overrides)
-    except MemplanError as err:
-        parser.error(str(err))
     inst = load_instance(args.instance)
-    agent = MuZeroAgent(inst, config, args.seed)
+    agent = MuZeroAgent(inst, parsed_config(parser, args.overrides), args.seed)
     results = [("untrained", probe(agent, args.decisions))]
     for r in range(args.rounds):
         agent.run(Tracker(inst, args.seconds))

@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from tempo.memplan.agents.muzero import config_with, solve
-from tempo.memplan.problem import MemplanError, load_instance
+from tempo.memplan.agents.muzero import parsed_config, solve
+from tempo.memplan.problem import load_instance
 from tempo.memplan.validate import validate
 
 
@@ -25,10 +25,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE")
     args = parser.parse_intermixed_args()
-    try:
-        config = config_with(args.overrides)
-    except MemplanError as err:
-        parser.error(str(err))
+    config = parsed_config(parser, args.overrides)
     inst = load_instance(args.instance)
     solve(inst, 3.0, args.seed, config)
     start = time.perf_counter()

@@ -11,6 +11,23 @@ from tempo.memplan.game import COPY
 from tempo.memplan.validate import validate
 
 
+def _random_batch(rng: np.random.Generator, n: int, k: int, scale: float) -> dict:
+    """A training batch of ``n`` random observations and ``k``-step targets (rewards and values up
+    to ``scale``) with no sibling rewards known."""
+    import jax.numpy as jnp
+
+    from tempo.memplan.features import SHAPES
+
+    return {"obs": {name: jnp.asarray(rng.random((n, *shape), np.float32))
+                    for name, shape in SHAPES.items()},
+            "actions": jnp.asarray(rng.integers(0, 3, (n, k))),
+            "reward": jnp.asarray(rng.random((n, k)) * scale),
+            "policy": jnp.asarray(rng.dirichlet(np.ones(3), (n, k + 1))),
+            "value": jnp.asarray(rng.random((n, k + 1)) * scale),
+            "mask": jnp.ones((n, k + 1)),
+            "siblings": jnp.full((n, 3), jnp.nan)}
+
+
 def test_two_hot_and_h_transform_round_trip():
     nets = pytest.importorskip("tempo.memplan.agents.muzero_nets")
     import jax.numpy as jnp
@@ -68,18 +85,10 @@ def test_training_lowers_the_loss_on_a_fixed_batch():
     import jax.numpy as jnp
 
     from tempo.memplan.agents import muzero_nets as nets
-    from tempo.memplan.features import SHAPES
 
     rng = np.random.default_rng(0)
-    n, k = 16, 3
-    batch = {"obs": {name: jnp.asarray(rng.random((n, *shape), np.float32))
-                     for name, shape in SHAPES.items()},
-             "actions": jnp.asarray(rng.integers(0, 3, (n, k))),
-             "reward": jnp.asarray(rng.random((n, k)) * 3),
-             "policy": jnp.asarray(rng.dirichlet(np.ones(3), (n, k + 1))),
-             "value": jnp.asarray(rng.random((n, k + 1)) * 20),
-             "mask": jnp.ones((n, k + 1)),
-             "siblings": jnp.asarray(np.where(rng.random((n, 3)) < 0.5, np.nan, 2.0), jnp.float32)}
+    batch = _random_batch(rng, 16, 3, scale=10.0)
+    batch["siblings"] = jnp.asarray(np.where(rng.random((16, 3)) < 0.5, np.nan, 2.0), jnp.float32)
     params = nets.init_params(0)
     opt = nets.adam_init(params)
     first = float(nets.loss(params, batch))
@@ -275,22 +284,13 @@ def test_root_rewards_of_moves_not_played_enter_the_loss_only_where_known():
     import jax.numpy as jnp
 
     from tempo.memplan.agents import muzero_nets as nets
-    from tempo.memplan.features import SHAPES
 
     rng = np.random.default_rng(0)
-    n, k = 8, 2
-    batch = {"obs": {name: jnp.asarray(rng.random((n, *shape), np.float32))
-                     for name, shape in SHAPES.items()},
-             "actions": jnp.asarray(rng.integers(0, 3, (n, k))),
-             "reward": jnp.asarray(rng.random((n, k))),
-             "policy": jnp.asarray(rng.dirichlet(np.ones(3), (n, k + 1))),
-             "value": jnp.asarray(rng.random((n, k + 1))),
-             "mask": jnp.ones((n, k + 1)),
-             "siblings": jnp.full((n, 3), jnp.nan)}
+    batch = _random_batch(rng, 8, 2, scale=1.0)
     params = nets.init_params(0)
     without = float(nets.loss(params, batch))
     assert np.isfinite(without)
-    known = {**batch, "siblings": jnp.asarray(rng.random((n, 3)) * 5, jnp.float32)}
+    known = {**batch, "siblings": jnp.asarray(rng.random((8, 3)) * 5, jnp.float32)}
     assert float(nets.loss(params, known)) > without
 
 

@@ -108,6 +108,14 @@ def config_with(overrides: list[str], base: MuZeroConfig = MuZeroConfig()) -> Mu
 
 
 _NO_SIBLINGS = np.full(3, np.nan, np.float32)
+def parsed_config(parser, overrides: list[str]) -> MuZeroConfig:
+    """:func:`config_with` for a command line: a bad item is ``parser``'s usage error."""
+    try:
+        return config_with(overrides)
+    except MemplanError as err:
+        parser.error(str(err))
+
+
 SEARCH_BATCH = 16   # searches are padded to this many states: one compiled shape for every program
 
 
