@@ -11,7 +11,7 @@ picture like Fig. 8 (PNGs next to the JSON, named after it).
     python benchmarks/memplan.py --quick     # short budgets (a few minutes)
     python benchmarks/memplan.py             # 60 s per agent and instance
     python benchmarks/memplan.py --demo-ablation   # + MuZero with demonstrations flipped
-    python benchmarks/memplan.py --muzero memory_price=1.0 td_steps=1000 discount=0.999
+    python benchmarks/memplan.py --muzero lookahead=False   # MuZeroConfig overrides
 
 Modelled latency is ``hbm_latency - reward`` (the cost model's latency with
 every buffer in slow memory, minus the latency the placed buffers save);
@@ -35,9 +35,9 @@ from functools import partial
 from tqdm import tqdm
 
 from tempo.memplan.agents import get_agent
+from tempo.memplan.agents.muzero import parsed_config
 from tempo.memplan.extract import extract_instance
-from tempo.memplan.problem import (MemplanError, instance_to_json, load_instance, solution_to_json,
-                                   write_json_atomic)
+from tempo.memplan.problem import instance_to_json, load_instance, solution_to_json, write_json_atomic
 from tempo.memplan.validate import validate
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -71,12 +71,11 @@ def _instance(program: str, scale: int):
     return inst
 
 
-def _muzero_solvers(overrides: tuple[str, ...]) -> tuple[object, str, object]:
-    """MMap-MuZero's ``solve`` with ``overrides``, and the name and ``solve`` of the same agent
+def _muzero_solvers(config) -> tuple[object, str, object]:
+    """MMap-MuZero's ``solve`` with ``config``, and the name and ``solve`` of the same agent
     with its ``demonstrations`` switch flipped."""
     from tempo.memplan.agents import muzero
 
-    config = muzero.config_with(list(overrides))
     on = not config.demonstrations
     flipped = replace(config, demonstrations=on)
     return (partial(muzero.solve, config=config), f"muzero-demos-{'on' if on else 'off'}",
@@ -200,10 +199,7 @@ def main() -> None:
     os.makedirs(RESULTS, exist_ok=True)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     rows, keep = [], {}
-    try:
-        muzero_solve, flipped, flipped_solve = _muzero_solvers(args.muzero)
-    except MemplanError as err:
-        parser.error(str(err))
+    muzero_solve, flipped, flipped_solve = _muzero_solvers(parsed_config(parser, list(args.muzero)))
     solvers = {"muzero": muzero_solve, flipped: flipped_solve}
     warm = _instance(*INSTANCES[0])
     for agent in tqdm(("muzero", "nosearch"), desc="JIT warm-up"):

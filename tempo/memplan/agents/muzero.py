@@ -107,7 +107,6 @@ def config_with(overrides: list[str], base: MuZeroConfig = MuZeroConfig()) -> Mu
     return replace(base, **changes)
 
 
-_NO_SIBLINGS = np.full(3, np.nan, np.float32)
 def parsed_config(parser, overrides: list[str]) -> MuZeroConfig:
     """:func:`config_with` for a command line: a bad item is ``parser``'s usage error."""
     try:
@@ -117,6 +116,7 @@ def parsed_config(parser, overrides: list[str]) -> MuZeroConfig:
 
 
 SEARCH_BATCH = 16   # searches are padded to this many states: one compiled shape for every program
+_NO_SIBLINGS = np.full(3, np.nan, np.float32)   # no reward known for any root action
 
 
 def games_in_flight(inst: Instance) -> int:
