@@ -97,7 +97,7 @@ def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
     graph = build(name, small=args.small)
     budgets = {"greedy": args.search_s, "backtrack": args.search_s, "eqsat": args.search_s,
                "rl": args.train_s}
-    results, graphs = {}, {"input": graph}
+    results, graphs, stages = {}, {"input": graph}, {}
     for method in METHODS:
         options = {"progress": False, "save": save, "config": agent_config(args)} if method == "rl" else {}
         out = optimize(graph, method, budgets[method], rules, **options)
@@ -106,18 +106,29 @@ def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
         results[method] = {"optimise_s": out.optimise_s, "applied": out.applied,
                            "kept_input": out.kept_input, "origin": out.origin,
                            "reason": out.reason, "rejected": out.rejected}
+        if method == "rl":          # the agent's graph before polishing, to time the polish's effect
+            stages = {f"rl {stage}": g for stage, g in out.stages.items() if same_outputs(graph, g)}
+    graphs.update(stages)
     latency = time_interleaved(graphs, rounds=args.rounds)
     for method in METHODS:
         results[method]["latency_ms"] = latency[method].median_ms
         results[method]["iqr_ms"] = latency[method].iqr_ms
         results[method]["speedup"] = latency["input"].median_ms / latency[method].median_ms
     best = min(BASELINES, key=lambda m: latency[m].median_ms)
-    v = paired_verdict(latency[best], latency["rl"], args.rounds)
-    same = graphs["rl"].key() == graphs[best].key()   # hash-consed: structurally identical graphs
     return {"input_ms": latency["input"].median_ms, "input_iqr_ms": latency["input"].iqr_ms,
             "nodes": len(graph.topo()), "methods": results,
-            "rl_vs_best": {"baseline": best, "ratio": v.ratio, "ci95": [v.low, v.high],
-                           "same_graph": same, "verdict": "tie" if same else v.outcome}}
+            "rl_vs_best": {"baseline": best, **comparison(graphs, latency, best, "rl", args.rounds)},
+            "rl_vs_stages": {stage: comparison(graphs, latency, stage, "rl", args.rounds)
+                             for stage in stages}}
+
+
+def comparison(graphs: dict, latency: dict, reference: str, challenger: str, rounds: int) -> dict:
+    """The paired verdict of ``challenger`` against ``reference`` (a tie, untimed, for the same
+    graph: hash-consed graphs are structurally identical exactly when their keys are equal)."""
+    v = paired_verdict(latency[reference], latency[challenger], rounds)
+    same = graphs[challenger].key() == graphs[reference].key()
+    return {"ratio": v.ratio, "ci95": [v.low, v.high], "same_graph": same,
+            "verdict": "tie" if same else v.outcome}
 
 
 def generalisation(args: Args, rules, path: str) -> list[dict]:
@@ -167,21 +178,30 @@ def heatmap(report: dict, path: str) -> None:
     plt.close(fig)
 
 
+def cell(cmp: dict) -> str:
+    """A comparison as two table cells, ``ratio [low, high] | verdict``."""
+    return (f"{cmp['ratio']:.3f} [{cmp['ci95'][0]:.3f}, {cmp['ci95'][1]:.3f}] | {cmp['verdict']}"
+            + (" (same graph)" if cmp["same_graph"] else ""))
+
+
 def table(report: dict) -> str:
     """Speed-ups (IQR as % of the median), RL vs the best baseline with its verdict, and times."""
+    stages = sorted({s for r in report["workloads"].values() for s in r.get("rl_vs_stages", {})})
     head = ("| workload | nodes | input ms (IQR %) | "
             + " | ".join(f"{m} x (IQR %)" for m in METHODS)
             + " | best baseline | best / rl [95% CI] | verdict | "
+            + "".join(f"{s} / rl [95% CI] | {s} verdict | " for s in stages)
             + " | ".join(f"{m} s" for m in METHODS) + " |")
-    lines = [head, "|" + "---|" * (6 + 2 * len(METHODS))]
+    lines = [head, "|" + "---|" * (6 + 2 * len(stages) + 2 * len(METHODS))]
     for w, r in report["workloads"].items():
-        ms, cmp = r["methods"], r["rl_vs_best"]
+        ms = r["methods"]
         noise = {m: 100 * ms[m]["iqr_ms"] / ms[m]["latency_ms"] for m in METHODS}
         lines.append(f"| {w} | {r['nodes']} | {r['input_ms']:.3f} "
                      f"({100 * r['input_iqr_ms'] / r['input_ms']:.0f}) | "
                      + " | ".join(f"{ms[m]['speedup']:.3f} ({noise[m]:.0f})" for m in METHODS)
-                     + f" | {cmp['baseline']} | {cmp['ratio']:.3f} [{cmp['ci95'][0]:.3f}, "
-                     f"{cmp['ci95'][1]:.3f}] | {cmp['verdict']}{' (same graph)' if cmp['same_graph'] else ''} | "
+                     + f" | {r['rl_vs_best']['baseline']} | {cell(r['rl_vs_best'])} | "
+                     + "".join(f"{cell(r['rl_vs_stages'][s]) if s in r.get('rl_vs_stages', {}) else '- | -'}"
+                               " | " for s in stages)
                      + " | ".join(f"{ms[m]['optimise_s']:.1f}" for m in METHODS) + " |")
     verdicts = [r["rl_vs_best"]["verdict"] for r in report["workloads"].values()]
     lines.append("")

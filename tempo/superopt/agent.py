@@ -60,7 +60,9 @@ class PPOConfig:
     window_ops: int = 16             # operators per window of the curriculum (windows.py)
     window_share: float = 0.4        # share of the training time spent on windows first
     min_samples: int = 4             # stochastic inference rollouts taken even past the budget
-    refine_share: float = 0.75       # share of the inference time spent refining (inference.py)
+    refine_share: float = 0.5        # share of the inference time spent refining (inference.py)
+    polish_share: float = 0.25       # ... and polishing the chosen graph (inference.py)
+    polish_top_k: int = 16           # the policy's likeliest moves tried per polishing pass
     finalists: int = 8               # distinct graphs re-timed interleaved at the end
     shaping: float = 0.3             # weight of the cost-model shaping of the reward (env.py) when
     shaping_final: float = 0.3       # training starts, and when it ends (linear in between; 0, 0: none)
@@ -286,6 +288,7 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
         budget_s *= 1.0 - agent.config.train_share
     if save:
         agent.save(save)
-    chosen, latency, rollouts = best_of_k(agent, make_env(graph, rules, agent.config, inference=True),
-                                          budget_s, extra)
-    return SearchResult(chosen.graph, chosen.applied, latency, explored=rollouts, origin=chosen.origin)
+    choice = best_of_k(agent, make_env(graph, rules, agent.config, inference=True), budget_s, extra)
+    chosen = choice.finalist
+    return SearchResult(chosen.graph, chosen.applied, choice.median_ms, explored=choice.rollouts,
+                        origin=chosen.origin, stages={"unpolished": choice.unpolished.graph})

@@ -1,6 +1,6 @@
-"""Inference with a trained RL agent: best of K rollouts, then policy-guided refinement.
+"""Inference with a trained RL agent: best of K rollouts, policy-guided refinement, polishing.
 
-:func:`best_of_k` spends its budget in two phases. First the policy's greedy
+:func:`best_of_k` spends its budget in three phases. First the policy's greedy
 (arg-max) rollout and stochastic rollouts sampled from it. Then
 :func:`refine` improves the best of them by a local search in the space of
 the policy's own rollouts: it replays the incumbent's actions up to a random
@@ -13,12 +13,19 @@ measurement of the *finished* rollout judges it, so rewrites that are
 temporarily slower are not rejected half-way. Every graph considered was
 reached by a rollout of the agent's policy from the input graph (and is
 stored with the actions that reach it); nothing is seeded from another search.
+Last, :func:`polish` extends the chosen graph where the policy points: its
+most likely rewrites there, each taken alone and finished by the policy, are
+timed against the chosen graph, and one is kept only when a fresh paired
+verdict (:mod:`tempo.superopt.stats`) says it is faster. The refinement's
+quick comparisons accept an equally fast graph about as often as not, so a
+rollout that stops one rewrite short can win there; the verdict does not take
+a graph on a coin toss.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -26,6 +33,7 @@ import torch
 from tempo.superopt.env import RewriteEnv
 from tempo.superopt.execute import time_interleaved
 from tempo.superopt.graph import Graph
+from tempo.superopt.stats import paired_verdict
 
 
 @dataclass
@@ -38,6 +46,17 @@ class Finalist:
                                     # or "fast in training"
     screened_ms: float              # the end-of-episode measurement that ranked it
     actions: list[int]              # the actions that reach it from the input graph
+
+
+@dataclass
+class Choice:
+    """What :func:`best_of_k` chose: the polished graph, its estimated median latency, the
+    rollouts taken, and the graph as the final choice left it (before polishing)."""
+
+    finalist: Finalist
+    median_ms: float
+    rollouts: int
+    unpolished: Finalist
 
 
 def _finish(agent, env: RewriteEnv, obs: dict, done: bool, greedy: bool, origin: str,
@@ -56,19 +75,31 @@ def rollout(agent, env: RewriteEnv, greedy: bool) -> Finalist:
                    info)
 
 
+def _replay(env: RewriteEnv, actions: Sequence[int]) -> tuple[dict, bool]:
+    """Reset ``env`` and take ``actions``; the last observation and whether the episode ended."""
+    obs, _ = env.reset()
+    for a in actions:
+        obs, _, terminated, truncated, _ = env.step(a)
+        if terminated or truncated:
+            return obs, True
+    return obs, False
+
+
+def _logits(agent, obs: dict) -> torch.Tensor:
+    with torch.no_grad():
+        logits, _ = agent.net([agent.state(obs)])
+    return logits[0]
+
+
 def branch(agent, env: RewriteEnv, actions: Sequence[int], at: int, rng: np.random.Generator,
            greedy: bool = True) -> Finalist | None:
     """Replay ``actions[:at]``, sample another action than ``actions[at]`` from the policy there,
     then finish the episode with the policy (arg-max when ``greedy``, else sampled). None when
     the policy allows no other action."""
-    obs, info = env.reset()
-    for a in actions[:at]:
-        obs, _, terminated, truncated, info = env.step(a)
-        if terminated or truncated:
-            raise ValueError(f"the episode ended before step {at}: not a replayable prefix")
-    with torch.no_grad():
-        logits, _ = agent.net([agent.state(obs)])
-    probs = torch.softmax(logits[0].double(), -1).numpy()
+    obs, done = _replay(env, actions[:at])
+    if done:
+        raise ValueError(f"the episode ended before step {at}: not a replayable prefix")
+    probs = torch.softmax(_logits(agent, obs).double(), -1).numpy()
     probs[actions[at]] = 0.0
     if probs.sum() < 1e-9:
         return None
@@ -104,22 +135,92 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
     return best, reached, count
 
 
+def extensions(agent, env: RewriteEnv, start: Finalist, top_k: int) -> list[Finalist]:
+    """Graphs one policy move past ``start``: its ``top_k`` most likely rewrites at ``start``'s
+    graph, each taken alone (then stop) and finished by the greedy policy. Empty when
+    ``start``'s episode was cut off (no move is left to take)."""
+    path = start.actions[:-1] if start.actions and start.actions[-1] == 0 else start.actions
+    obs, done = _replay(env, path)
+    if done:
+        return []
+    order = torch.argsort(_logits(agent, obs), descending=True).tolist()
+    moves = [a for a in order if a != 0 and obs["mask"][a]][:top_k]
+    found: dict[tuple, Finalist] = {}
+    for move in moves:
+        for finish in (False, True):
+            _replay(env, path)
+            obs, _, terminated, truncated, info = env.step(move)
+            done = terminated or truncated
+            if not finish and not done:
+                obs, _, terminated, truncated, info = env.step(0)
+            f = _finish(agent, env, obs, done or not finish, True, "polished", info)
+            found.setdefault(f.graph.key(), f)
+    return [f for key, f in found.items() if key != start.graph.key()]
+
+
+def _confirmed(best: Finalist, proposals: Sequence[Finalist], screen_rounds: int,
+               rounds: int, tries: int = 2) -> tuple[Finalist, float] | None:
+    """The first of the ``tries`` fastest ``proposals`` (screened with ``best``) that a fresh
+    paired verdict over ``rounds`` rounds finds faster than ``best``, with its ratio."""
+    screen = time_interleaved({"best": best.graph, **{str(i): f.graph for i, f in
+                                                      enumerate(proposals)}}, rounds=screen_rounds)
+    ranked = sorted(range(len(proposals)), key=lambda i: screen[str(i)].median_ms)[:tries]
+    for i in ranked:
+        if screen[str(i)].median_ms >= screen["best"].median_ms:
+            return None
+        timed = time_interleaved({"best": best.graph, "new": proposals[i].graph}, rounds=rounds)
+        verdict = paired_verdict(timed["best"], timed["new"], rounds)
+        if verdict.outcome == "win":
+            return proposals[i], verdict.ratio
+    return None
+
+
+def polish(agent, env: RewriteEnv, start: Finalist, deadline: float, top_k: int = 16,
+           screen_rounds: int = 10, rounds: int = 40) -> tuple[Finalist, list[float]]:
+    """Extend ``start`` one policy move at a time while a move is confirmed faster.
+
+    Each pass screens :func:`extensions` with the incumbent in ``screen_rounds``
+    interleaved rounds, re-times the two fastest against it in ``rounds`` fresh
+    rounds and keeps the first whose paired verdict is a win (the screen picks,
+    fresh rounds judge, so picking the luckiest of many does not decide). It
+    stops when no extension wins, none is left, or at ``deadline`` (one pass is
+    always made). Returns the incumbent, its origin marked with the passes kept,
+    and the median ratio (old / new latency) of each kept pass.
+    """
+    best, gains, tried = start, [], {start.graph.key()}
+    while True:
+        proposals = [f for f in extensions(agent, env, best, top_k) if f.graph.key() not in tried]
+        tried.update(f.graph.key() for f in proposals)
+        kept = _confirmed(best, proposals, screen_rounds, rounds) if proposals else None
+        if kept is None:
+            break
+        best, gains = kept[0], [*gains, kept[1]]
+        if time.perf_counter() >= deadline:
+            break
+    if gains:
+        best = replace(best, origin=f"{start.origin}, polished x{len(gains)}")
+    return best, gains
+
+
 def best_of_k(agent, env: RewriteEnv, budget_s: float, extra: Sequence[Finalist] = ()
-              ) -> tuple[Finalist, float, int]:
+              ) -> Choice:
     """The fastest graph of the policy's rollouts within ``budget_s`` (see the module doc).
 
-    ``1 - config.refine_share`` of the budget goes to the greedy rollout and
-    sampled rollouts (at least ``config.min_samples``), the rest to
-    :func:`refine`, started from the best of those and ``extra`` by their
-    end-of-episode measurement. The refined incumbent and the best distinct
-    other graphs (``config.finalists`` in all) go to :func:`final_choice`;
-    the median decides there, the statistic ``optimize``'s never-slower check
-    and the benchmark's verdict use (screening and training rank by the
-    fastest run, which load disturbs least).
-    Returns the winner, its re-timed median and the number of rollouts.
+    ``1 - config.refine_share - config.polish_share`` of the budget goes to
+    the greedy rollout and sampled rollouts (at least ``config.min_samples``),
+    ``config.refine_share`` to :func:`refine`, started from the best of those
+    and ``extra`` by their end-of-episode measurement. The refined incumbent
+    and the best distinct other graphs (``config.finalists`` in all) go to
+    :func:`final_choice`; the median decides there, the statistic
+    ``optimize``'s never-slower check and the benchmark's verdict use
+    (screening and training rank by the fastest run, which load disturbs
+    least). The rest of the budget goes to :func:`polish` of the winner.
+    The estimated median of the polished winner is the final choice's,
+    divided by the polishing gains.
     """
     config = agent.config
     start = time.perf_counter()
+    deadline = start + budget_s
     pool: dict[tuple, Finalist] = {}
 
     def add(f: Finalist) -> None:
@@ -129,20 +230,22 @@ def best_of_k(agent, env: RewriteEnv, budget_s: float, extra: Sequence[Finalist]
 
     add(rollout(agent, env, greedy=True))
     rollouts = 1
-    sampling_s = budget_s * (1.0 - config.refine_share)
+    sampling_s = budget_s * (1.0 - config.refine_share - config.polish_share)
     while rollouts <= config.min_samples or time.perf_counter() - start < sampling_s:
         add(rollout(agent, env, greedy=False))
         rollouts += 1
     for f in extra:
         add(f)
     first = min(pool.values(), key=lambda f: f.screened_ms)
-    refined, reached, count = refine(agent, env, first, start + budget_s, config.seed)
+    refined, reached, count = refine(agent, env, first, deadline - budget_s * config.polish_share,
+                                     config.seed)
     for f in reached:
         add(f)
     others = [f for f in sorted(pool.values(), key=lambda f: f.screened_ms)
               if f.graph.key() != refined.graph.key()]
     chosen, median = final_choice([refined, *others[: config.finalists - 1]], config.confirm)
-    return chosen, median, rollouts + count
+    polished, gains = polish(agent, env, chosen, deadline, config.polish_top_k)
+    return Choice(polished, median / float(np.prod(gains)), rollouts + count, chosen)
 
 
 def final_choice(finalists: Sequence[Finalist], confirm: int) -> tuple[Finalist, float]:

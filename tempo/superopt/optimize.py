@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,6 +42,7 @@ class Outcome:
     reason: str = ""
     origin: str = ""                # how the search found the graph (RL: which rollout)
     rejected: list[str] | None = None   # when the input was kept: the rewrites of the graph refused
+    stages: dict[str, Graph] = field(default_factory=dict)  # the search's earlier graphs (SearchResult)
 
     @property
     def speedup(self) -> float:
@@ -88,10 +89,11 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
     if not same_outputs(graph, result.graph):
         before, _ = compare_latency(graph, graph, rounds=1)
         return Outcome(graph, [], elapsed, before, before, True, "outputs differed; input kept",
-                       result.origin, result.applied)
+                       result.origin, result.applied, result.stages)
     before, after = compare_latency(graph, result.graph)
     if after >= before:
         return Outcome(graph, [], elapsed, before, before, True,
                        f"not faster when measured ({after:.4f} ms against the input's {before:.4f} ms)",
-                       result.origin, result.applied)
-    return Outcome(result.graph, result.applied, elapsed, before, after, False, origin=result.origin)
+                       result.origin, result.applied, result.stages)
+    return Outcome(result.graph, result.applied, elapsed, before, after, False, origin=result.origin,
+                   stages=result.stages)

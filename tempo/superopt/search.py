@@ -28,6 +28,8 @@ class SearchResult:
     explored: int = 0
     trace: list[float] = field(default_factory=list)
     origin: str = ""                # how the graph was found, where a search has several ways
+    stages: dict[str, Graph] = field(default_factory=dict)  # earlier graphs of the search worth
+                                                            # timing beside the result, by name
 
 
 def greedy(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | None = None

@@ -6,7 +6,8 @@ import time
 import numpy as np
 
 from tempo.superopt.agent import Agent, PPOConfig, make_env
-from tempo.superopt.inference import Finalist, branch, final_choice, refine, rollout
+from tempo.superopt.inference import (Finalist, branch, extensions, final_choice, polish, refine,
+                                      rollout)
 from tempo.superopt.models import build
 from tempo.superopt.optimize import same_outputs
 from tempo.superopt.rewrite import candidates
@@ -74,3 +75,45 @@ def test_final_choice_takes_the_faster_graph_on_fresh_measurements():
     finalists.append(Finalist(found[0].graph, [found[0].rule.name], "sampled rollout", 0.5, [1]))
     chosen, median = final_choice(finalists, confirm=2)
     assert chosen is finalists[0] and median > 0
+
+
+def _some_rollout(agent, env):
+    start = rollout(agent, env, greedy=True)
+    while len(start.actions) < 2:             # untrained policy may stop at once; any rollout will do
+        start = rollout(agent, env, greedy=False)
+    return start
+
+
+def test_extensions_take_one_more_policy_move_from_the_chosen_graph():
+    g = build("squeezenet", small=True)
+    agent = Agent(SMALL, RULES)
+    env = make_env(g, RULES, SMALL, inference=True)
+    start = _some_rollout(agent, env)
+    path = start.actions[:-1] if start.actions[-1] == 0 else start.actions
+    found = extensions(agent, env, start, top_k=3)
+    if len(path) == SMALL.max_steps:          # cut off: no move is left to take
+        assert found == []
+        return
+    assert found and all(f.graph.key() != start.graph.key() for f in found)
+    assert len({f.graph.key() for f in found}) == len(found)
+    assert len({f.actions[len(path)] for f in found}) <= 3          # at most top_k first moves
+    for f in found:
+        assert f.actions[:len(path)] == path and f.actions[len(path)] != 0
+        assert _replay(env, f.actions).key() == f.graph.key()
+        assert same_outputs(g, f.graph)
+
+
+def test_polish_keeps_the_start_or_an_extension_it_confirmed():
+    g = build("resnext", small=True)
+    agent = Agent(SMALL, RULES)
+    env = make_env(g, RULES, SMALL, inference=True)
+    start = _some_rollout(agent, env)
+    best, gains = polish(agent, env, start, time.perf_counter() + 2.0, top_k=4, rounds=10)
+    assert all(ratio > 1.0 for ratio in gains)
+    if gains:
+        assert best.origin == f"{start.origin}, polished x{len(gains)}"
+        assert best.actions[:len(start.actions) - 1] == start.actions[:-1]
+    else:
+        assert best is start
+    assert _replay(env, best.actions).key() == best.graph.key()
+    assert same_outputs(g, best.graph)

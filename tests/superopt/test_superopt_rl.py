@@ -122,10 +122,12 @@ def test_best_of_k_returns_an_equivalent_graph_from_its_own_rollouts():
     agent = Agent(TINY, RULES)
     env = make_env(g, RULES, TINY, inference=True)
     assert env.feedback_every > TINY.max_steps          # measured only when an episode ends
-    chosen, latency, rollouts = best_of_k(agent, env, budget_s=0.0)
-    assert rollouts == TINY.min_samples + 1             # the greedy rollout and the minimum samples
-    assert chosen.origin in ("greedy rollout", "sampled rollout")
-    assert latency > 0 and len(chosen.applied) <= TINY.max_steps  # an untrained policy may stop at once
+    choice = best_of_k(agent, env, budget_s=0.0)
+    chosen = choice.finalist
+    assert choice.rollouts == TINY.min_samples + 1      # the greedy rollout and the minimum samples
+    assert choice.unpolished.origin in ("greedy rollout", "sampled rollout")
+    assert chosen is choice.unpolished or chosen.origin.startswith(f"{choice.unpolished.origin}, polished")
+    assert choice.median_ms > 0 and len(chosen.applied) <= TINY.max_steps  # may stop at once
     assert same_outputs(g, chosen.graph)
 
 
