@@ -5,7 +5,7 @@ in one interleaved session (torch backend, one thread, median of repeats), so
 the speed-ups share the same noise. The RL agent is compared with the best
 baseline (the fastest of greedy, backtracking and eqsat in that same session)
 by :func:`tempo.superopt.stats.paired_verdict`: win / tie / loss from the
-bootstrap 95% interval of the median per-round latency ratio; a tie without
+distribution-free 95% interval of the median per-round latency ratio; a tie without
 timing when the two graphs are structurally identical (timing the same graph
 twice only measures noise). Also: each
 method's optimisation time, the Fig. 7 run (an agent trained on one input
@@ -43,7 +43,7 @@ from tempo.superopt.execute import time_interleaved
 from tempo.superopt.models import WORKLOADS, build
 from tempo.superopt.optimize import optimize, same_outputs
 from tempo.superopt.rules import load_rules
-from tempo.superopt.stats import paired_verdict
+from tempo.superopt.stats import paired_verdict, round_medians
 
 BASELINES = ("greedy", "backtrack", "eqsat")
 FIG7 = "bert"            # the workload whose agent is evaluated on other shapes
@@ -109,6 +109,7 @@ def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
         if method == "rl":          # the agent's graph before polishing, to time the polish's effect
             stages = {f"rl {stage}": g for stage, g in out.stages.items() if same_outputs(graph, g)}
     graphs.update(stages)
+    graphs["greedy again"] = graphs["greedy"]      # an A/A control: one graph timed under two names
     latency = time_interleaved(graphs, rounds=args.rounds)
     for method in METHODS:
         results[method]["latency_ms"] = latency[method].median_ms
@@ -119,7 +120,16 @@ def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
             "nodes": len(graph.topo()), "methods": results,
             "rl_vs_best": {"baseline": best, **comparison(graphs, latency, best, "rl", args.rounds)},
             "rl_vs_stages": {stage: comparison(graphs, latency, stage, "rl", args.rounds)
-                             for stage in stages}}
+                             for stage in stages},
+            "control": control(latency, args.rounds),
+            "round_medians_ms": {k: round_medians(v, args.rounds).tolist() for k, v in latency.items()}}
+
+
+def control(latency: dict, rounds: int) -> dict:
+    """The verdict on greedy's graph against itself timed under another name: how often the rule
+    calls a win or a loss where there is none."""
+    v = paired_verdict(latency["greedy"], latency["greedy again"], rounds)
+    return {"ratio": v.ratio, "ci95": [v.low, v.high], "same_graph": False, "verdict": v.outcome}
 
 
 def comparison(graphs: dict, latency: dict, reference: str, challenger: str, rounds: int) -> dict:
@@ -191,8 +201,9 @@ def table(report: dict) -> str:
             + " | ".join(f"{m} x (IQR %)" for m in METHODS)
             + " | best baseline | best / rl [95% CI] | verdict | "
             + "".join(f"{s} / rl [95% CI] | {s} verdict | " for s in stages)
+            + "A/A control [95% CI] | A/A verdict | "
             + " | ".join(f"{m} s" for m in METHODS) + " |")
-    lines = [head, "|" + "---|" * (6 + 2 * len(stages) + 2 * len(METHODS))]
+    lines = [head, "|" + "---|" * (8 + 2 * len(stages) + 2 * len(METHODS))]
     for w, r in report["workloads"].items():
         ms = r["methods"]
         noise = {m: 100 * ms[m]["iqr_ms"] / ms[m]["latency_ms"] for m in METHODS}
@@ -202,6 +213,7 @@ def table(report: dict) -> str:
                      + f" | {r['rl_vs_best']['baseline']} | {cell(r['rl_vs_best'])} | "
                      + "".join(f"{cell(r['rl_vs_stages'][s]) if s in r.get('rl_vs_stages', {}) else '- | -'}"
                                " | " for s in stages)
+                     + (f"{cell(r['control'])} | " if "control" in r else "- | - | ")
                      + " | ".join(f"{ms[m]['optimise_s']:.1f}" for m in METHODS) + " |")
     verdicts = [r["rl_vs_best"]["verdict"] for r in report["workloads"].values()]
     lines.append("")

@@ -7,7 +7,7 @@ away from B: every candidate one rewrite away, and for rewrites of the
 reject as temporarily slower) up to two further rewrites of the ``merge`` and
 ``concat`` families. Each graph is screened against B in a short interleaved
 loop; the best screened graphs are re-timed against B and judged by the same
-bootstrap verdict as the benchmark (:func:`tempo.superopt.stats.paired_verdict`).
+verdict as the benchmark (:func:`tempo.superopt.stats.paired_verdict`).
 A *win* here means the rules can reach a graph faster than every baseline's
 result, so a latency-driven agent has something to find.
 

@@ -37,16 +37,20 @@ def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int 
                      backend: str = "torch", seed: int = 0) -> dict[str, Latency]:
     """Latencies of several graphs with the same inputs, timed in alternating rounds.
 
-    Each round runs every graph ``repeats`` times (after one warm-up run); the
-    order rotates every round, so no graph always runs first or last and all
-    share the same background noise. The samples of all rounds are pooled.
+    Each round runs every graph ``repeats`` times (after one warm-up run), in a
+    fresh random order (seeded by ``seed``), so all share the same background
+    noise and no graph always follows the same one: a graph runs faster after
+    one that shares its weights, and in a fixed order that bias did not
+    average out (see :mod:`tempo.superopt.stats`). The samples of all rounds
+    are pooled, round after round.
     """
     fns = {k: compile_graph(g, backend) for k, g in graphs.items()}
     feeds = random_feeds(next(iter(graphs.values())), seed)
     samples: dict[str, list[float]] = {k: [] for k in fns}
     keys = list(fns)
-    for r in range(rounds):
-        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+    rng = np.random.default_rng(seed)
+    for _ in range(rounds):
+        for k in (keys[i] for i in rng.permutation(len(keys))):
             samples[k].extend(time_runs(lambda: fns[k](feeds), 1, repeats).samples_ms)
     return {k: Latency(tuple(v)) for k, v in samples.items()}
 

@@ -24,6 +24,12 @@ def _replay(env, actions):
     return env.graph
 
 
+def _assert_reached_by_its_actions(env, g, f: Finalist):
+    """``f`` is what its recorded actions reach from ``g``, and computes what ``g`` computes."""
+    assert _replay(env, f.actions).key() == f.graph.key()
+    assert same_outputs(g, f.graph)
+
+
 def test_recorded_actions_replay_to_the_measured_graph():
     g = build("inception", small=True)
     agent = Agent(SMALL, RULES)
@@ -48,8 +54,7 @@ def test_a_branch_shares_the_prefix_and_differs_at_the_branch_step():
         b = branch(agent, env, first.actions, at, rng)
         assert b is not None and b.origin == "refined rollout"
         assert b.actions[:at] == first.actions[:at] and b.actions[at] != first.actions[at]
-        assert _replay(env, b.actions).key() == b.graph.key()
-        assert same_outputs(g, b.graph)
+        _assert_reached_by_its_actions(env, g, b)
 
 
 def test_refine_keeps_a_rollout_of_the_policy_and_never_the_unmeasured():
@@ -62,8 +67,7 @@ def test_refine_keeps_a_rollout_of_the_policy_and_never_the_unmeasured():
     best, reached, count = refine(agent, env, start, time.perf_counter() + 3.0, seed=1)
     assert count >= 1 and len(reached) <= count
     assert best is start or any(best is f for f in reached)
-    assert _replay(env, best.actions).key() == best.graph.key()
-    assert same_outputs(g, best.graph)
+    _assert_reached_by_its_actions(env, g, best)
     assert len({f.graph.key() for f in reached}) == len(reached)   # each distinct graph judged once
 
 
@@ -99,8 +103,7 @@ def test_extensions_take_one_more_policy_move_from_the_chosen_graph():
     assert len({f.actions[len(path)] for f in found}) <= 3          # at most top_k first moves
     for f in found:
         assert f.actions[:len(path)] == path and f.actions[len(path)] != 0
-        assert _replay(env, f.actions).key() == f.graph.key()
-        assert same_outputs(g, f.graph)
+        _assert_reached_by_its_actions(env, g, f)
 
 
 def test_polish_keeps_the_start_or_an_extension_it_confirmed():
@@ -115,5 +118,4 @@ def test_polish_keeps_the_start_or_an_extension_it_confirmed():
         assert best.actions[:len(start.actions) - 1] == start.actions[:-1]
     else:
         assert best is start
-    assert _replay(env, best.actions).key() == best.graph.key()
-    assert same_outputs(g, best.graph)
+    _assert_reached_by_its_actions(env, g, best)

@@ -7,7 +7,7 @@ import pytest
 from tempo.superopt.execute import time_interleaved
 from tempo.superopt.graph import GraphBuilder, node
 from tempo.superopt.latency import Latency
-from tempo.superopt.stats import paired_verdict, round_medians
+from tempo.superopt.stats import median_interval, paired_verdict, round_medians
 
 
 def _latency(medians: list[float], rng: np.random.Generator, spread: float = 0.05) -> Latency:
@@ -25,6 +25,25 @@ def test_verdict_follows_the_interval_of_paired_ratios():
     same = paired_verdict(reference, _latency(list(drift), rng), 20)
     assert same.outcome == "tie" and same.low < 1.0 < same.high
     assert same.ratio == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.parametrize("n, k", [(6, 1), (10, 2), (20, 6), (40, 14), (60, 22)])
+def test_median_interval_is_the_sign_tests_order_statistics(n, k):
+    """The k-th smallest and k-th largest of n values, k the largest index whose binomial tail
+    P(Binomial(n, 1/2) < k) is at most 2.5% (tabulated values)."""
+    values = np.random.default_rng(n).permutation(np.arange(1.0, n + 1))
+    assert median_interval(values) == (k, n + 1 - k)
+
+
+def test_median_interval_of_too_few_values_is_their_range():
+    assert median_interval(np.array([3.0, 1.0, 2.0])) == (1.0, 3.0)
+
+
+def test_median_interval_covers_the_median_about_95_percent_of_the_time():
+    rng = np.random.default_rng(0)
+    samples = rng.lognormal(0.0, 0.5, size=(2000, 40))        # skewed; true median exactly 1
+    covered = np.mean([lo <= 1.0 <= hi for lo, hi in map(median_interval, samples)])
+    assert 0.94 <= covered <= 0.98                            # exact level 96.2% at n = 40
 
 
 def test_round_medians_split_the_samples_round_by_round():
