@@ -75,6 +75,13 @@ class PPOConfig:
         if self.shaping < 0 or self.shaping_final < 0:
             raise TempoError(f"PPOConfig: shaping weights must be >= 0, not shaping={self.shaping}, "
                              f"shaping_final={self.shaping_final}")
+        if not (self.refine_share >= 0 and self.polish_share >= 0
+                and self.refine_share + self.polish_share <= 1):
+            raise TempoError(f"PPOConfig: refine_share and polish_share must be >= 0 with a sum of at "
+                             f"most 1 (shares of the inference time), not refine_share="
+                             f"{self.refine_share}, polish_share={self.polish_share}")
+        if self.polish_top_k < 1:
+            raise TempoError(f"PPOConfig: polish_top_k must be >= 1, not {self.polish_top_k}")
         if self.measurements_per_graph is not None and self.measurements_per_graph < 1:
             raise TempoError(f"PPOConfig: measurements_per_graph must be None or >= 1, not "
                              f"{self.measurements_per_graph}")

@@ -188,6 +188,14 @@ def test_negative_shaping_weights_are_refused(field):
         PPOConfig(**{field: -0.5})
 
 
+@pytest.mark.parametrize("options, field", [({"polish_share": -0.1}, "polish_share"),
+                                            ({"refine_share": 0.8, "polish_share": 0.3}, "polish_share"),
+                                            ({"polish_top_k": 0}, "polish_top_k")])
+def test_inference_shares_and_polish_width_are_checked(options, field):
+    with pytest.raises(TempoError, match=field):
+        PPOConfig(**options)
+
+
 def test_a_graph_is_measured_at_most_measurements_per_graph_times_then_its_median_is_reused():
     g = build("resnext", small=True)
     env = RewriteEnv(g, RULES, max_candidates=8, feedback_every=1, max_steps=1, repeats=1,
