@@ -128,15 +128,18 @@ def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
 def control(latency: dict, rounds: int) -> dict:
     """The verdict on greedy's graph against itself timed under another name: how often the rule
     calls a win or a loss where there is none."""
-    v = paired_verdict(latency["greedy"], latency["greedy again"], rounds)
-    return {"ratio": v.ratio, "ci95": [v.low, v.high], "same_graph": False, "verdict": v.outcome}
+    return verdict_entry(paired_verdict(latency["greedy"], latency["greedy again"], rounds), False)
 
 
 def comparison(graphs: dict, latency: dict, reference: str, challenger: str, rounds: int) -> dict:
     """The paired verdict of ``challenger`` against ``reference`` (a tie, untimed, for the same
     graph: hash-consed graphs are structurally identical exactly when their keys are equal)."""
-    v = paired_verdict(latency[reference], latency[challenger], rounds)
     same = graphs[challenger].key() == graphs[reference].key()
+    return verdict_entry(paired_verdict(latency[reference], latency[challenger], rounds), same)
+
+
+def verdict_entry(v, same: bool) -> dict:
+    """A verdict as the JSON records it (a tie, whatever was timed, for the same graph)."""
     return {"ratio": v.ratio, "ci95": [v.low, v.high], "same_graph": same,
             "verdict": "tie" if same else v.outcome}
 
