@@ -39,9 +39,9 @@ def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int 
 
     Each round runs every graph ``repeats`` times (after one warm-up run), in a
     fresh random order (seeded by ``seed``), so all share the same background
-    noise and no graph always follows the same one: a graph runs faster after
-    one that shares its weights, and in a fixed order that bias did not
-    average out (see :mod:`tempo.superopt.stats`). The samples of all rounds
+    noise and no graph always follows the same one: in a fixed order the
+    graph that ran second was measurably faster in an A/A test, a bias that
+    did not average out (see :mod:`tempo.superopt.stats`). The samples of all rounds
     are pooled, round after round.
     """
     fns = {k: compile_graph(g, backend) for k, g in graphs.items()}

@@ -14,8 +14,8 @@ Until the tenth session the interval was a percentile bootstrap of the median
 and the rounds ran the graphs in a fixed cyclic order. Timing one graph under
 two names (an A/A test, squeezenet, 30 pairs of 40 rounds) showed both to be
 wrong: in the fixed order the graph that ran second was faster in 28 of 30
-pairs (a graph runs faster after one that shares its weights, which are then
-in cache), and 8 of 30 identical pairs were called a win or a loss. With a
+pairs (probably because a graph runs faster after one that shares its
+weights, still in cache; the cause was not isolated), and 8 of 30 identical pairs were called a win or a loss. With a
 random order per round the median ratios scatter around 1, and 4 of 30 were
 called a win or a loss by the bootstrap, 2 of 30 by this interval (1.5
 expected at 95%).
