@@ -11,12 +11,15 @@ it. A multi-step rewrite the policy has learned to finish (enlarge, merge,
 drop the concat) is added where the sampled action starts it, and the
 measurement of the *finished* rollout judges it, so rewrites that are
 temporarily slower are not rejected half-way. Every graph considered was
-reached by a rollout of the agent's policy from the input graph (and is
-stored with the actions that reach it); nothing is seeded from another search.
-Last, :func:`polish` extends the chosen graph where the policy points: its
-most likely rewrites there, each taken alone and finished by the policy, are
-timed against the chosen graph, and one is kept only when a fresh paired
-verdict (:mod:`tempo.superopt.stats`) says it is faster. The refinement's
+reached from the input graph by the agent's own rewrites (and is stored with
+the actions that reach it); nothing is seeded from another search.
+Last, :func:`polish` moves the chosen graph one rewrite at a time: one more
+where the policy points (its most likely rewrites there, each taken alone and
+finished by the policy), or one fewer (the chosen path replayed with one of its
+rewrites left out, which undoes a rewrite that is slower on its own, such as
+a merge of two matmuls). These are timed against the chosen graph, and one is
+kept only when a fresh paired verdict (:mod:`tempo.superopt.stats`) says it is
+faster. The refinement's
 quick comparisons accept an equally fast graph about as often as not, so a
 rollout that stops one rewrite short can win there; the verdict does not take
 a graph on a coin toss.
@@ -32,7 +35,8 @@ import torch
 
 from tempo.superopt.env import RewriteEnv
 from tempo.superopt.execute import time_interleaved
-from tempo.superopt.graph import Graph
+from tempo.superopt.graph import Graph, Node
+from tempo.superopt.rewrite import Candidate
 from tempo.superopt.stats import paired_verdict
 
 
@@ -158,6 +162,58 @@ def extensions(agent, env: RewriteEnv, start: Finalist, top_k: int) -> list[Fina
     return [f for key, f in found.items() if key != start.graph.key()]
 
 
+def _near(n: Node, depth: int) -> object:
+    """``n``'s structure up to ``depth`` levels up (weights and inputs by identity, nodes further
+    up by op and shape): what a rewrite elsewhere in the graph leaves unchanged."""
+    if not n.src:
+        return n
+    if depth == 0:
+        return n.op, n.shape
+    return n.op, n.attrs, n.shape, tuple(_near(s, depth - 1) for s in n.src)
+
+
+def _location(c: Candidate, depth: int = 3) -> tuple:
+    """Which rewrite ``c`` is, recognisable in another graph of the same lineage: its rule and
+    the nearby structure of its roots and of every node it binds."""
+    bound = tuple((k, _near(v, depth) if isinstance(v, Node) else v)
+                  for k, v in sorted(c.match.env.items(), key=lambda kv: kv[0]))
+    return c.rule.name, tuple(_near(r, depth) for r in c.match.roots), bound
+
+
+def omissions(env: RewriteEnv, start: Finalist) -> list[Finalist]:
+    """Graphs one rewrite short of ``start``: its rewrites replayed, in order, with one left out.
+
+    A later rewrite is found again by :func:`_location` (rule and nearby
+    structure); one that no longer applies without the left-out rewrite (it
+    rewrote that rewrite's output) is left out too. Each graph is stored with
+    the actions that reach it, so polishing can extend it further. Where the
+    policy took a rewrite that is slower on its own (merging two matmuls that
+    run faster apart), no extension can undo it; leaving it out can.
+    """
+    path = start.actions[:-1] if start.actions and start.actions[-1] == 0 else start.actions
+    env.reset()
+    locations = []
+    for a in path:
+        locations.append(_location(env.cands[a - 1]))
+        env.step(a)
+    found: dict[tuple, Finalist] = {}
+    for left_out in range(len(locations)):
+        env.reset()
+        done, info = False, {}
+        for loc in locations[:left_out] + locations[left_out + 1:]:
+            action = next((i for i, c in enumerate(env.cands, 1) if _location(c) == loc), None)
+            if action is not None:
+                _, _, terminated, truncated, info = env.step(action)
+                if terminated or truncated:
+                    done = True
+                    break
+        if not done:
+            _, _, _, _, info = env.step(0)
+        found.setdefault(env.graph.key(), Finalist(env.graph, list(env.applied), "pruned",
+                                                   info["latency_ms"], list(env.actions)))
+    return [f for key, f in found.items() if key != start.graph.key()]
+
+
 def _confirmed(best: Finalist, proposals: Sequence[Finalist], screen_rounds: int,
                rounds: int, tries: int = 2) -> tuple[Finalist, float] | None:
     """The first of the ``tries`` fastest ``proposals`` (screened with ``best``) that a fresh
@@ -177,28 +233,32 @@ def _confirmed(best: Finalist, proposals: Sequence[Finalist], screen_rounds: int
 
 def polish(agent, env: RewriteEnv, start: Finalist, deadline: float, top_k: int = 16,
            screen_rounds: int = 10, rounds: int = 40) -> tuple[Finalist, list[float]]:
-    """Extend ``start`` one policy move at a time while a move is confirmed faster.
+    """Move ``start`` one rewrite at a time, more or fewer, while a move is confirmed faster.
 
-    Each pass screens :func:`extensions` with the incumbent in ``screen_rounds``
+    Each pass screens :func:`extensions` (one policy move more) and
+    :func:`omissions` (one of its rewrites fewer) with the incumbent in ``screen_rounds``
     interleaved rounds, re-times the two fastest against it in ``rounds`` fresh
     rounds and keeps the first whose paired verdict is a win (the screen picks,
     fresh rounds judge, so picking the luckiest of many does not decide). It
     stops when no extension wins, none is left, or at ``deadline`` (one pass is
-    always made). Returns the incumbent, its origin marked with the passes kept,
-    and the median ratio (old / new latency) of each kept pass.
+    always made). Returns the incumbent, its origin marked with the passes kept
+    (and how many of them left a rewrite out), and the median ratio (old / new
+    latency) of each kept pass.
     """
-    best, gains, tried = start, [], {start.graph.key()}
+    best, gains, pruned, tried = start, [], 0, {start.graph.key()}
     while True:
-        proposals = [f for f in extensions(agent, env, best, top_k) if f.graph.key() not in tried]
+        proposals = [f for f in (*extensions(agent, env, best, top_k), *omissions(env, best))
+                     if f.graph.key() not in tried]
         tried.update(f.graph.key() for f in proposals)
         kept = _confirmed(best, proposals, screen_rounds, rounds) if proposals else None
         if kept is None:
             break
-        best, gains = kept[0], [*gains, kept[1]]
+        best, gains, pruned = kept[0], [*gains, kept[1]], pruned + (kept[0].origin == "pruned")
         if time.perf_counter() >= deadline:
             break
     if gains:
-        best = replace(best, origin=f"{start.origin}, polished x{len(gains)}")
+        best = replace(best, origin=f"{start.origin}, polished x{len(gains)}"
+                       + (f" ({pruned} by leaving a rewrite out)" if pruned else ""))
     return best, gains
 
 
