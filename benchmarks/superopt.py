@@ -16,6 +16,7 @@ agent applied.
     .venv/bin/python benchmarks/superopt.py                # the headline run, ~45 minutes
     .venv/bin/python benchmarks/superopt.py --full-shapes  # the published shapes (hours on CPU)
     .venv/bin/python benchmarks/superopt.py --seed 1 --shaping 0.3 --shaping-final 0.3  # constant weight
+    python benchmarks/superopt.py --backend torch-cuda --train-s 120  # measured on a GPU
 
 All modes but ``--full-shapes`` use each workload's small shapes: on a shared
 CPU one run of a full-size graph takes 20-100 ms with an interquartile range
@@ -39,7 +40,7 @@ from tqdm import tqdm
 
 from tempo.files import write_bytes_atomic
 from tempo.superopt.agent import PPOConfig, optimize_with_agent
-from tempo.superopt.execute import time_interleaved
+from tempo.superopt.execute import BACKENDS, set_default_backend, time_interleaved
 from tempo.superopt.models import WORKLOADS, build
 from tempo.superopt.optimize import optimize, same_outputs
 from tempo.superopt.rules import load_rules
@@ -64,6 +65,7 @@ class Args:
     out: str             # JSON output path
     shaping: float       # cost-model shaping weight at the start of training
     shaping_final: float  # ... and at its end (linear in between)
+    backend: str         # where graphs are measured and run (execute.BACKENDS)
 
 
 def parse_args() -> Args:
@@ -81,10 +83,13 @@ def parse_args() -> Args:
                    help="the RL agent's cost-model shaping weight at the start of training")
     p.add_argument("--shaping-final", type=float, default=PPOConfig.shaping_final,
                    help="... and at its end, linear in between (equal to --shaping: constant)")
+    p.add_argument("--backend", default="torch", choices=list(BACKENDS),
+                   help="where every graph is measured and timed (torch-cuda: on the GPU)")
     ns = p.parse_args()
     return Args(ns.quick, not ns.full_shapes, ns.workloads,
                 ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 420.0),
-                ns.rounds or (20 if ns.quick else 40), ns.seed, ns.out, ns.shaping, ns.shaping_final)
+                ns.rounds or (20 if ns.quick else 40), ns.seed, ns.out, ns.shaping, ns.shaping_final,
+                ns.backend)
 
 
 def agent_config(args: Args) -> PPOConfig:
@@ -230,15 +235,23 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def device_name(backend: str) -> str:
+    """Where the graphs ran, in words."""
+    if backend == "torch-cuda":
+        return f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
+    return f"cpu, {backend}, 1 thread"
+
+
 def main() -> int:
     args = parse_args()
+    set_default_backend(args.backend)
     torch.set_num_threads(1)
     rules = load_rules()
     start = time.perf_counter()
     report = {"quick": args.quick, "small_shapes": args.small, "budgets_s": {
         "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds, "seed": args.seed,
         "shaping": [args.shaping, args.shaping_final],
-        "device": "cpu, torch, 1 thread", "workloads": {}}
+        "device": device_name(args.backend), "workloads": {}}
     tmp = tempfile.TemporaryDirectory()
     agent_path = os.path.join(tmp.name, "agent.pt")
     for name in tqdm(args.workloads, desc="workloads", unit="workload"):

@@ -11,6 +11,7 @@ PROG = "tempo superopt"
 
 
 def _parser() -> argparse.ArgumentParser:
+    from tempo.superopt.execute import BACKENDS
     from tempo.superopt.optimize import AGENTS
 
     p = argparse.ArgumentParser(
@@ -27,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rules", metavar="FILE", help="a rule file (default: the shipped taso.rules)")
     p.add_argument("--alpha", type=float, default=1.05, help="backtracking slack (default 1.05)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default="torch", choices=list(BACKENDS),
+                   help="where graphs are measured: the search optimises for it (default torch, CPU)")
     return p
 
 
@@ -41,11 +44,13 @@ def _options(ns: argparse.Namespace) -> dict:
 def run(ns: argparse.Namespace) -> int:
     """Load, optimise, export and report; raises TempoError for bad input."""
     from tempo.superopt import onnx_export, onnx_import
+    from tempo.superopt.execute import set_default_backend
     from tempo.superopt.optimize import optimize
     from tempo.superopt.rules import load_rules
 
     if ns.budget_seconds <= 0:
         raise TempoError(f"--budget-seconds must be positive, not {ns.budget_seconds}")
+    set_default_backend(ns.backend)
     graph, warnings, model = onnx_import.load(ns.input)
     for w in warnings:
         print(f"{PROG}: warning: {w}", file=sys.stderr)

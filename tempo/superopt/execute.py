@@ -1,8 +1,12 @@
 """Run a graph on a backend and measure its end-to-end latency.
 
-Backends are a registry of ``compile_graph(graph) -> run(feeds)`` functions,
-imported lazily so that the NumPy-only parts never load torch or JAX. Every
-run constant-folds first (:mod:`tempo.superopt.fold`).
+Backends are a registry of ``compile_graph(graph, **options) -> run(feeds)``
+functions with their options, imported lazily so that the NumPy-only parts
+never load torch or JAX. Every run constant-folds first
+(:mod:`tempo.superopt.fold`). Everything that measures a graph (the
+environment, the cost model, the searches, the final timings) uses the
+default backend unless told otherwise; :func:`set_default_backend` switches
+them all, e.g. to ``torch-cuda`` to optimise for a GPU.
 """
 from __future__ import annotations
 
@@ -17,24 +21,55 @@ from tempo.superopt.graph import Graph
 from tempo.superopt.latency import Latency, time_runs
 from tempo.superopt.reference import random_feeds
 
-BACKENDS = {"torch": "tempo.superopt.torch_backend", "jax": "tempo.superopt.jax_backend"}
+BACKENDS: dict[str, tuple[str, dict]] = {
+    "torch": ("tempo.superopt.torch_backend", {}),
+    "torch-cuda": ("tempo.superopt.torch_backend", {"device": "cuda"}),
+    "jax": ("tempo.superopt.jax_backend", {}),
+}
+_default = {"backend": "torch"}
 
 
-def compile_graph(graph: Graph, backend: str = "torch") -> Callable[[Mapping[str, np.ndarray]], list]:
-    """``run(feeds) -> outputs`` for the constant-folded ``graph`` on ``backend``."""
+def _known(backend: str) -> None:
     if backend not in BACKENDS:
         raise TempoError(f"unknown backend '{backend}' (known: {', '.join(BACKENDS)})")
-    module = importlib.import_module(BACKENDS[backend])
-    return module.compile_graph(fold_constants(graph))
 
 
-def run(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str = "torch") -> list[np.ndarray]:
-    """The graph's outputs on ``backend``, as NumPy arrays."""
-    return [np.asarray(o) for o in compile_graph(graph, backend)(feeds)]
+def set_default_backend(backend: str) -> None:
+    """Measure and run graphs on ``backend`` wherever no backend is named (TempoError for an
+    unknown one, or for ``torch-cuda`` where torch sees no GPU)."""
+    _known(backend)
+    if BACKENDS[backend][1].get("device") == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise TempoError(f"backend '{backend}' needs a CUDA GPU, and torch sees none")
+    _default["backend"] = backend
+
+
+def default_backend() -> str:
+    """The backend used where none is named (``torch`` unless :func:`set_default_backend`)."""
+    return _default["backend"]
+
+
+def compile_graph(graph: Graph, backend: str | None = None
+                  ) -> Callable[[Mapping[str, np.ndarray]], list]:
+    """``run(feeds) -> outputs`` for the constant-folded ``graph`` on ``backend``."""
+    backend = backend or default_backend()
+    _known(backend)
+    module, options = BACKENDS[backend]
+    return importlib.import_module(module).compile_graph(fold_constants(graph), **options)
+
+
+def run(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str | None = None
+        ) -> list[np.ndarray]:
+    """The graph's outputs on ``backend``, as NumPy arrays (copied from the device if need be:
+    torch tensors have ``cpu()``, JAX and NumPy arrays convert as they are)."""
+    return [np.asarray(o.cpu() if hasattr(o, "cpu") else o)
+            for o in compile_graph(graph, backend)(feeds)]
 
 
 def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int = 10,
-                     backend: str = "torch", seed: int = 0) -> dict[str, Latency]:
+                     backend: str | None = None, seed: int = 0) -> dict[str, Latency]:
     """Latencies of several graphs with the same inputs, timed in alternating rounds.
 
     Each round runs every graph ``repeats`` times (after one warm-up run), in a
@@ -55,7 +90,7 @@ def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int 
     return {k: Latency(tuple(v)) for k, v in samples.items()}
 
 
-def measure_latency(graph: Graph, backend: str = "torch", warmup: int = 3, repeats: int = 20,
+def measure_latency(graph: Graph, backend: str | None = None, warmup: int = 3, repeats: int = 20,
                     seed: int = 0) -> Latency:
     """End-to-end inference latency of ``graph`` on random inputs (warm-up, repeats, median)."""
     fn = compile_graph(graph, backend)

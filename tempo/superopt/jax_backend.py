@@ -12,17 +12,18 @@ from tempo.superopt.graph import Graph
 from tempo.superopt.reference import ARITHMETIC
 
 ACT = {"none": lambda x: x, "relu": jax.nn.relu, "sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh}
+FLOAT32 = jax.lax.Precision.HIGHEST     # on a GPU JAX's default is TF32-like; compute as the reference does
 
 
 def _conv2d(a, x, w, b=None):
     p = a["pad"]
     out = jax.lax.conv_general_dilated(x, w, (a["stride"],) * 2, [(p, p), (p, p)],
-                                       feature_group_count=a["groups"])
+                                       feature_group_count=a["groups"], precision=FLOAT32)
     return ACT[a["act"]](out if b is None else out + b.reshape(1, -1, 1, 1))
 
 
 def _matmul(a, x, w, b=None):
-    out = x @ w
+    out = jnp.matmul(x, w, precision=FLOAT32)
     return ACT[a["act"]](out if b is None else out + b)
 
 

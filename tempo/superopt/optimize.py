@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tempo.errors import TempoError
-from tempo.superopt.execute import compile_graph, time_interleaved
+from tempo.superopt.execute import run, time_interleaved
 from tempo.superopt.graph import Graph
 from tempo.superopt.reference import random_feeds
 from tempo.superopt.rules import Rule, load_rules
@@ -67,9 +67,7 @@ def compare_latency(a: Graph, b: Graph, rounds: int = 5, repeats: int = 10) -> t
 def same_outputs(a: Graph, b: Graph, seed: int = 0) -> bool:
     """Whether ``a`` and ``b`` agree (to float32 tolerance) on random inputs."""
     feeds = random_feeds(a, seed)
-    outs_a, outs_b = compile_graph(a)(feeds), compile_graph(b)(feeds)
-    return all(np.allclose(np.asarray(x), np.asarray(y), rtol=1e-3, atol=1e-4)
-               for x, y in zip(outs_a, outs_b))
+    return all(np.allclose(x, y, rtol=1e-3, atol=1e-4) for x, y in zip(run(a, feeds), run(b, feeds)))
 
 
 def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,

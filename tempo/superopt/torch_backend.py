@@ -38,8 +38,8 @@ def _enlarge(a, w):
 
 
 def _opaque(a, *xs):
-    out = opaque_kernel(a, *(x.numpy() for x in xs))
-    return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
+    out = opaque_kernel(a, *(x.cpu().numpy() for x in xs))
+    return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32)).to(xs[0].device)
 
 
 KERNELS: dict[str, Callable] = {
@@ -69,12 +69,20 @@ KERNELS: dict[str, Callable] = {
 }
 
 
-def compile_graph(graph: Graph) -> Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]:
-    """A function from input arrays to output arrays that runs ``graph`` with torch.
+def compile_graph(graph: Graph, device: str = "cpu") -> Callable[[Mapping[str, np.ndarray]], list]:
+    """A function from input arrays to output tensors that runs ``graph`` with torch on ``device``.
 
-    The steps are prepared once (kernel, attributes and argument slots per node);
-    a call only dispatches kernels.
+    The steps are prepared once (kernel, attributes and argument slots per node,
+    weights already on the device); a call copies the inputs to the device,
+    dispatches the kernels and, on a GPU, waits for them to finish, so a timed
+    call is the end-to-end latency from host inputs to computed outputs. On a
+    GPU, TF32 is switched off (for the whole process): float32 is computed as
+    the reference backend computes it.
     """
+    dev = torch.device(device)
+    on_gpu = dev.type == "cuda"
+    if on_gpu:                    # float32 as the reference computes it: no TF32 matmuls or convs
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     slot: dict[int, int] = {}
     env: list = []
     inputs: list[tuple[int, str]] = []
@@ -85,9 +93,9 @@ def compile_graph(graph: Graph) -> Callable[[Mapping[str, np.ndarray]], list[np.
         if n.op == "input":
             inputs.append((slot[id(n)], n.attr("name")))
         elif n.op == "weight":
-            env[-1] = torch.from_numpy(np.asarray(graph.weights[n.attr("name")], np.float32))
+            env[-1] = torch.from_numpy(np.asarray(graph.weights[n.attr("name")], np.float32)).to(dev)
         elif n.op == "scalar":
-            env[-1] = torch.tensor(float(n.attr("value")))
+            env[-1] = torch.tensor(float(n.attr("value")), device=dev)
         else:
             steps.append((KERNELS[n.op], dict(n.attrs), tuple(slot[id(s)] for s in n.src),
                           slot[id(n)]))
@@ -96,10 +104,12 @@ def compile_graph(graph: Graph) -> Callable[[Mapping[str, np.ndarray]], list[np.
     def run(feeds: Mapping[str, np.ndarray]) -> list:
         values = list(env)
         for index, name in inputs:
-            values[index] = torch.as_tensor(feeds[name])
+            values[index] = torch.as_tensor(feeds[name]).to(dev)
         with torch.inference_mode():
             for kernel, attrs, args, out in steps:
                 values[out] = kernel(attrs, *(values[i] for i in args))
+        if on_gpu:
+            torch.cuda.synchronize()
         return [values[i] for i in outs]
 
     return run

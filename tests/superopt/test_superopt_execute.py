@@ -5,10 +5,12 @@ import importlib
 
 import numpy as np
 import pytest
+import torch
 
 from superopt_graphs import every_op_graph
 from tempo.errors import TempoError
-from tempo.superopt.execute import BACKENDS, measure_latency, run
+from tempo.superopt.execute import (BACKENDS, default_backend, measure_latency, run,
+                                    set_default_backend)
 from tempo.superopt.fold import fold_constants
 from tempo.superopt.graph import OPS, GraphBuilder, node
 from tempo.superopt.reference import KERNELS, evaluate, random_feeds
@@ -16,12 +18,14 @@ from tempo.superopt.reference import KERNELS, evaluate, random_feeds
 
 def test_every_op_has_a_kernel_on_every_backend():
     assert set(KERNELS) == set(OPS) - {"input", "weight", "scalar"}
-    for module in BACKENDS.values():
+    for module, _ in BACKENDS.values():
         assert set(importlib.import_module(module).KERNELS) == set(KERNELS)
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_backends_agree_with_the_reference(backend):
+    if backend == "torch-cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
     g = every_op_graph(seed=3)
     feeds = random_feeds(g, seed=1)
     want = evaluate(g, feeds)
@@ -62,3 +66,25 @@ def test_heavier_graphs_measure_slower():
 def test_unknown_backend_is_an_error():
     with pytest.raises(TempoError, match="unknown backend 'tpu'"):
         run(every_op_graph(), {}, "tpu")
+    with pytest.raises(TempoError, match="unknown backend 'tpu'"):
+        set_default_backend("tpu")
+
+
+def test_the_default_backend_is_used_where_none_is_named():
+    g = every_op_graph(seed=2)
+    feeds = random_feeds(g, seed=0)
+    try:
+        set_default_backend("jax")
+        assert default_backend() == "jax"
+        got = run(g, feeds)
+    finally:
+        set_default_backend("torch")
+    for a, b in zip(got, evaluate(g, feeds)):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")
+def test_the_gpu_backend_without_a_gpu_is_an_error():
+    with pytest.raises(TempoError, match="needs a CUDA GPU"):
+        set_default_backend("torch-cuda")
+    assert default_backend() == "torch"
