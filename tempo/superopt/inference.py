@@ -240,7 +240,7 @@ def polish(agent, env: RewriteEnv, start: Finalist, deadline: float, top_k: int 
     interleaved rounds, re-times the two fastest against it in ``rounds`` fresh
     rounds and keeps the first whose paired verdict is a win (the screen picks,
     fresh rounds judge, so picking the luckiest of many does not decide). It
-    stops when no extension wins, none is left, or at ``deadline`` (one pass is
+    stops when no move wins, none is left, or at ``deadline`` (one pass is
     always made). Returns the incumbent, its origin marked with the passes kept
     (and how many of them left a rewrite out), and the median ratio (old / new
     latency) of each kept pass.
