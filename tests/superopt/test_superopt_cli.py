@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 from onnx.reference import ReferenceEvaluator
 
 from tempo.cli import main
@@ -31,6 +32,10 @@ def test_bad_input_is_one_clean_error(tmp_path, capsys):
     assert main(["superopt", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
                  "--budget-seconds", "0"]) == 1
     assert "--budget-seconds must be positive" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["superopt", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
+                     "--backend", "torch-cuda"]) == 1
+        assert "backend 'torch-cuda' needs a CUDA GPU" in capsys.readouterr().err
 
 
 def test_rl_agent_trains_saves_and_loads(tmp_path, capsys):
