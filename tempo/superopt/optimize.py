@@ -42,8 +42,8 @@ class Outcome:
     reason: str = ""
     origin: str = ""                # how the search found the graph (RL: which rollout)
     rejected: list[str] | None = None   # when the input was kept: the rewrites of the graph refused
-    stages: dict[str, Graph] = field(default_factory=dict)  # the search's earlier graphs (SearchResult),
-                                    # and its result as "searched" when that measured no faster
+    stages: dict[str, Graph] = field(default_factory=dict)  # the search's earlier graphs (SearchResult)
+    refused: Graph | None = None    # the search's result when it measured no faster than the input
 
     @property
     def speedup(self) -> float:
@@ -93,6 +93,6 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
     if after >= before:
         return Outcome(graph, [], elapsed, before, before, True,
                        f"not faster when measured ({after:.4f} ms against the input's {before:.4f} ms)",
-                       result.origin, result.applied, {**result.stages, "searched": result.graph})
+                       result.origin, result.applied, result.stages, result.graph)
     return Outcome(result.graph, result.applied, elapsed, before, after, False, origin=result.origin,
                    stages=result.stages)
