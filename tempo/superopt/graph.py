@@ -43,6 +43,10 @@ class Node:
         """The value of attribute ``key`` (every attribute has a value: defaults are filled in)."""
         return dict(self.attrs)[key]
 
+    def __reduce__(self):
+        # unpickled nodes are hash-consed again, so structurally equal graphs keep equal keys
+        return _revive, (self.op, self.src, self.attrs, self.shape)
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.attrs if k != "proto")
         return f"{self.op}[{args}]{list(self.shape)}"
@@ -300,6 +304,15 @@ def node(op: str, *src: Node, **attrs: Any) -> Node:
     return made
 
 
+def _revive(op: str, src: tuple[Node, ...], attrs: tuple, shape: Shape) -> Node:
+    """The interned node with these fields (for unpickling: the attributes are normalised)."""
+    key = (op, tuple(id(s) for s in src), attrs)
+    found = _INTERNED.get(key)
+    if found is None:
+        found = _INTERNED[key] = Node(op, src, attrs, shape)
+    return found
+
+
 def rebuild(n: Node, src: Iterable[Node]) -> Node:
     """``n`` with its sources replaced by ``src`` (same op and attributes).
 
@@ -310,11 +323,7 @@ def rebuild(n: Node, src: Iterable[Node]) -> Node:
     src = tuple(src)
     if len(src) != len(n.src) or any(a.shape != b.shape for a, b in zip(src, n.src)):
         return node(n.op, *src, **dict(n.attrs))
-    key = (n.op, tuple(id(s) for s in src), n.attrs)
-    found = _INTERNED.get(key)
-    if found is None:
-        found = _INTERNED[key] = Node(n.op, src, n.attrs, n.shape)
-    return found
+    return _revive(n.op, src, n.attrs, n.shape)
 
 
 # ---------------------------------------------------------------- graphs
@@ -335,6 +344,10 @@ class Graph:
         if not self.output_names:
             object.__setattr__(self, "output_names",
                                tuple(f"out{i}" for i in range(len(self.outputs))))
+
+    def __reduce__(self):
+        # the cached properties hold node ids, which mean nothing in another process
+        return Graph, (self.inputs, self.outputs, dict(self.weights), self.output_names)
 
     def with_outputs(self, outputs: Iterable[Node], weights: Mapping[str, np.ndarray] | None = None
                      ) -> Graph:

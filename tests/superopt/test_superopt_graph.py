@@ -1,6 +1,10 @@
 """The graph IR: shape inference, hash-consing, rebuilding, constant analysis."""
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -80,3 +84,18 @@ def test_constant_ids_are_exactly_the_input_free_nodes():
     const = b.build([y]).constant_ids()
     assert id(w) in const and id(w.src[0]) in const
     assert id(y) not in const and id(x) not in const
+
+
+def test_pickled_graphs_are_interned_again_and_fold_in_another_process():
+    b = GraphBuilder()
+    x = b.input("x", (2, 4))
+    g = b.build([node("matmul", x, node("concat", b.weight((4, 3)), b.weight((4, 3)), axis=1))])
+    g.constant_ids()                        # fill the id-keyed caches before pickling
+    assert pickle.loads(pickle.dumps(g)).key() == g.key()
+    # node ids differ in a fresh process: the concat of weights must still be found constant
+    code = ("import pickle, sys; from tempo.superopt.fold import fold_constants; "
+            "g = pickle.loads(sys.stdin.buffer.read()); "
+            "print(sorted(fold_constants(g).op_counts()))")
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(g), capture_output=True,
+                         check=True).stdout.decode()
+    assert out.strip() == str(sorted(["input", "matmul", "weight"]))
