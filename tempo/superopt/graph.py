@@ -13,6 +13,7 @@ from its outputs with some nodes substituted.
 """
 from __future__ import annotations
 
+import heapq
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -406,15 +407,32 @@ class Graph:
                 const.add(id(n))
         return frozenset(const)
 
+    @cached_property
+    def _readers(self) -> dict[int, tuple[tuple[int, Node], ...]]:
+        """For each node id, its consumers with their positions in the topological order."""
+        readers: dict[int, list[tuple[int, Node]]] = {}
+        for i, n in enumerate(self._order):
+            for s in n.src:
+                readers.setdefault(id(s), []).append((i, n))
+        return {k: tuple(v) for k, v in readers.items()}
+
     def replace(self, mapping: Mapping[int, Node]) -> Graph:
-        """The graph with each node whose id is in ``mapping`` replaced by its value."""
+        """The graph with each node whose id is in ``mapping`` replaced by its value.
+
+        Only the nodes downstream of a replaced one are rebuilt, in topological
+        order (a heap of positions: a node is rebuilt after every changed source).
+        """
         done: dict[int, Node] = dict(mapping)
-        for n in self.topo():
-            if id(n) not in done:
-                new_src = [done[id(s)] for s in n.src]
-                same = all(a is b for a, b in zip(new_src, n.src))
-                done[id(n)] = n if same else rebuild(n, new_src)
-        return self.with_outputs(done[id(o)] for o in self.outputs)
+        pending = [(i, id(n), n) for k in mapping for i, n in self._readers.get(k, ())]
+        heapq.heapify(pending)
+        while pending:
+            _, key, n = heapq.heappop(pending)
+            if key in done:
+                continue
+            done[key] = rebuild(n, [done.get(id(s), s) for s in n.src])
+            for item in self._readers.get(key, ()):
+                heapq.heappush(pending, (item[0], id(item[1]), item[1]))
+        return self.with_outputs(done.get(id(o), o) for o in self.outputs)
 
     def key(self) -> tuple[Node, ...]:
         """A key equal for structurally equal graphs (nodes are hash-consed)."""
