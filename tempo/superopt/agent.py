@@ -13,6 +13,7 @@ the input graph; nothing comes from another search.
 """
 from __future__ import annotations
 
+import heapq
 import io
 import time
 from collections.abc import Callable, Sequence
@@ -68,6 +69,8 @@ class PPOConfig:
     shaping_final: float = 0.3       # training starts, and when it ends (linear in between; 0, 0: none)
     confirm: int = 3                 # best finalists re-timed in fresh rounds to decide (inference.py)
     measurements_per_graph: int | None = None  # N: re-use a graph's first N measurements (env.py)
+    imitate_best: int = 0            # self-imitation: the best episodes kept and re-learnt after each
+                                     # update (0: none; Agent.imitate)
     seed: int = 0
     rule_names: tuple[str, ...] = ()  # the rule set the agent acts with (set when it is made)
 
@@ -85,6 +88,8 @@ class PPOConfig:
         if self.measurements_per_graph is not None and self.measurements_per_graph < 1:
             raise TempoError(f"PPOConfig: measurements_per_graph must be None or >= 1, not "
                              f"{self.measurements_per_graph}")
+        if self.imitate_best < 0:
+            raise TempoError(f"PPOConfig: imitate_best must be >= 0, not {self.imitate_best}")
 
 
 @dataclass
@@ -95,6 +100,16 @@ class Step:
     value: float
     reward: float
     done: bool
+
+
+@dataclass(order=True)
+class Episode:
+    """A finished episode for self-imitation: its return and each step's discounted return-to-go."""
+
+    total: float
+    tie: int                                            # insertion order, so totals may repeat
+    steps: list[Step] = field(compare=False)
+    to_go: list[float] = field(compare=False)
 
 
 @dataclass
@@ -117,6 +132,8 @@ class Agent:
         self.opt = torch.optim.Adam(self.net.parameters(), lr=self.config.lr)
         self._data: dict[int, tuple] = {}
         self.rng = np.random.default_rng(self.config.seed)
+        self.best: list[Episode] = []       # a min-heap of the best episodes (imitate_best of them)
+        self._episodes = 0
 
     # ---------------------------------------------------------------- acting
     def _convert(self, g):
@@ -146,14 +163,16 @@ class Agent:
         for _ in range(self.config.episodes_per_update):
             env = envs[len(log.returns) % len(envs)]
             obs, _ = env.reset()
-            done, total = False, 0.0
+            done, total, episode = False, 0.0, []
             while not done:
                 action, logprob, value, state = self.act(obs)
                 obs, reward, terminated, truncated, info = env.step(action)
                 done = terminated or truncated
                 total += reward
-                steps.append(Step(state, action, logprob, value, reward * self.config.reward_scale,
-                                  done))
+                episode.append(Step(state, action, logprob, value,
+                                    reward * self.config.reward_scale, done))
+            steps += episode
+            self._remember(episode, total)
             log.returns.append(total)
             log.latencies_ms.append(info["latency_ms"])
         return steps
@@ -169,6 +188,51 @@ class Agent:
             adv[t] = last
         returns = adv + np.array([s.value for s in steps], np.float32)
         return adv, returns
+
+    def _remember(self, episode: list[Step], total: float) -> None:
+        """Keep ``episode`` if it is among the ``imitate_best`` best returns so far."""
+        if not self.config.imitate_best:
+            return
+        to_go, running = [], 0.0
+        for s in reversed(episode):
+            running = s.reward + self.config.gamma * running
+            to_go.append(running)
+        self._episodes += 1
+        item = Episode(total, self._episodes, episode, to_go[::-1])
+        if len(self.best) < self.config.imitate_best:
+            heapq.heappush(self.best, item)
+        elif item > self.best[0]:
+            heapq.heapreplace(self.best, item)
+
+    def imitate(self) -> float:
+        """Self-imitation (Oh et al., 2018): one pass over the best episodes kept, raising the
+        probability of each action whose return-to-go beat the value estimate, in proportion to
+        that gap, and lifting the value towards it. Returns the mean loss (0.0 with none kept).
+
+        A sequence that is slower before it is faster (X-RLflow's case: enlarge a convolution,
+        then merge it) may turn up in a few stochastic roll-outs only; PPO learns from each once
+        and its noisy advantage can wash it out, while this keeps learning from it.
+        """
+        c = self.config
+        pairs = [(s, g) for ep in self.best for s, g in zip(ep.steps, ep.to_go)]
+        if not pairs:
+            return 0.0
+        losses = []
+        order = self.rng.permutation(len(pairs))
+        for lo in range(0, len(pairs), c.minibatch):
+            batch = [pairs[i] for i in order[lo:lo + c.minibatch]]
+            logits, values = self.net([s.state for s, _ in batch])
+            logp = Categorical(logits=logits).log_prob(torch.tensor([s.action for s, _ in batch]))
+            gap = (torch.tensor([g for _, g in batch]) - values).clamp(min=0.0)
+            if not bool((gap > 0).any()):      # nothing to learn: no optimiser step (momentum)
+                continue
+            loss = -(logp * gap.detach()).mean() + 0.5 * c.c_value * (gap ** 2).mean()
+            self.opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.net.parameters(), 0.5)
+            self.opt.step()
+            losses.append(loss.item())
+        return float(np.mean(losses)) if losses else 0.0
 
     def update(self, steps: list[Step]) -> dict[str, float]:
         """PPO-clip epochs over ``steps``; the mean losses of the last epoch."""
@@ -204,15 +268,20 @@ class Agent:
         """Alternate roll-outs and PPO updates until ``budget_s`` seconds have passed.
 
         With several environments (graphs), episodes take them in turn: one
-        policy learns what the rules do across graphs (pre-training).
+        policy learns what the rules do across graphs (pre-training). With
+        ``imitate_best``, each update is followed by :meth:`imitate` on the best
+        episodes of this call (returns on other graphs are not comparable).
         """
         envs = [envs] if isinstance(envs, RewriteEnv) else list(envs)
         log = TrainLog()
+        self.best = []
         start = time.perf_counter()
         with tqdm(total=round(budget_s), unit="s", desc="PPO", disable=not progress,
                   leave=False) as bar:
             while time.perf_counter() - start < budget_s:
                 stats = self.update(self._collect(envs, log))
+                if self.config.imitate_best:
+                    stats["imitate"] = self.imitate()
                 log.updates += 1
                 bar.n = min(round(time.perf_counter() - start), bar.total)
                 bar.set_postfix(**{k: f"{v:.3f}" for k, v in stats.items()})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -220,3 +221,44 @@ def test_measurements_per_graph_must_be_positive():
         RewriteEnv(build("resnext", small=True), RULES, repeats=1, measurements_per_graph=0)
     with pytest.raises(TempoError, match="measurements_per_graph"):
         PPOConfig(measurements_per_graph=0)
+
+
+def _bert_state(agent):
+    obs, _ = make_env(build("bert", small=True), RULES, agent.config).reset()
+    return agent.state(obs)
+
+
+def test_self_imitation_keeps_the_best_episodes_with_their_returns_to_go():
+    agent = Agent(replace(TINY, imitate_best=2, gamma=0.5), RULES)
+    state = _bert_state(agent)
+    for total in (1.0, 3.0, 2.0):
+        agent._remember([Step(state, 1, 0.0, 0.0, total, False), Step(state, 0, 0.0, 0.0, 2.0, True)],
+                        total)
+    assert sorted(ep.total for ep in agent.best) == [2.0, 3.0]
+    assert max(agent.best).to_go == [3.0 + 0.5 * 2.0, 2.0]
+
+
+def test_self_imitation_raises_actions_that_beat_the_value_and_leaves_the_rest():
+    agent = Agent(replace(TINY, imitate_best=1, lr=1e-2, seed=1), RULES)
+    state = _bert_state(agent)
+
+    def prob():
+        with torch.no_grad():
+            return torch.softmax(agent.net([state])[0][0], -1)[1].item()
+
+    before = prob()
+    agent._remember([Step(state, 1, 0.0, 0.0, -50.0, True)], -50.0)   # far below any value
+    assert agent.imitate() == 0.0 and prob() == before
+    agent.best = []
+    agent._remember([Step(state, 1, 0.0, 0.0, 50.0, True)], 50.0)
+    for _ in range(5):
+        agent.imitate()
+    assert prob() > before
+
+
+def test_training_with_self_imitation_runs_and_fills_its_buffer():
+    agent = Agent(replace(TINY, imitate_best=3), RULES)
+    log = agent.train(make_env(build("resnext", small=True), RULES, agent.config), 2.0, progress=False)
+    assert log.updates >= 1 and 1 <= len(agent.best) <= 3
+    with pytest.raises(TempoError, match="imitate_best"):
+        PPOConfig(imitate_best=-1)
