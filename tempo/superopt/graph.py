@@ -388,11 +388,7 @@ class Graph:
 
     def consumers(self) -> dict[int, list[Node]]:
         """For each node id, the nodes that read it."""
-        users: dict[int, list[Node]] = {}
-        for n in self.topo():
-            for s in n.src:
-                users.setdefault(id(s), []).append(n)
-        return users
+        return {k: [n for _, n in readers] for k, readers in self._readers.items()}
 
     def constant_ids(self) -> set[int]:
         """Ids of nodes that depend on no input: weights, scalars and ops on them only."""
