@@ -69,7 +69,7 @@ class PPOConfig:
     shaping_final: float = 0.3       # training starts, and when it ends (linear in between; 0, 0: none)
     confirm: int = 3                 # best finalists re-timed in fresh rounds to decide (inference.py)
     measurements_per_graph: int | None = None  # N: re-use a graph's first N measurements (env.py)
-    imitate_best: int = 8            # self-imitation: the best episodes kept and re-learnt after each
+    imitate_best: int = 0            # self-imitation: the best episodes kept and re-learnt after each
                                      # update (0: none; Agent.imitate)
     seed: int = 0
     rule_names: tuple[str, ...] = ()  # the rule set the agent acts with (set when it is made)
