@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from tempo.errors import TempoError
 from tempo.files import write_bytes_atomic
 from tempo.superopt.agent import PPOConfig
 from tempo.superopt.execute import BACKENDS, set_default_backend, time_interleaved
@@ -69,8 +70,16 @@ def parse_setting(text: str) -> tuple[str, dict]:
         if not eq or key not in known:
             raise ValueError(f"setting '{text}': '{item}' is not KEY=VALUE with KEY one of "
                              f"{', '.join(sorted(known))}")
-        kind = type(getattr(defaults, key))
-        overrides[key] = None if value == "None" else (int if kind is type(None) else kind)(value)
+        default = getattr(defaults, key)
+        kind = int if default is None else type(default)     # None-default fields count things
+        try:
+            overrides[key] = None if value == "None" else kind(value)
+        except ValueError:
+            raise ValueError(f"setting '{text}': {key} takes {kind.__name__} values, not '{value}'") from None
+    try:
+        PPOConfig(**overrides)
+    except TempoError as err:
+        raise ValueError(f"setting '{text}': {err}") from None
     return name, overrides
 
 
