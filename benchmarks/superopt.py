@@ -113,7 +113,8 @@ def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
         graphs[method] = out.graph
         results[method] = {"optimise_s": out.optimise_s, "applied": out.applied,
                            "kept_input": out.kept_input, "origin": out.origin,
-                           "reason": out.reason, "rejected": out.rejected}
+                           "reason": out.reason, "rejected": out.rejected,
+                           "training_episodes": out.episodes}
         if method == "rl":          # the agent's graph before polishing, to time the polish's effect
             stages = {f"rl {stage}": g for stage, g in out.stages.items() if same_outputs(graph, g)}
         if out.refused is not None:  # refused by the never-slower check: to compare the searches

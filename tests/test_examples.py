@@ -88,3 +88,16 @@ def test_reinforce_resumed_run_is_bit_identical(tmp_path):
     assert expected.keys() == got.keys()
     for name in expected:
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+def test_superopt_example_writes_equivalent_models(tmp_path):
+    """The ONNX example: every agent's written model computes the input's outputs (the example
+    checks with onnx.reference), and the timing table lists each."""
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "superopt_onnx.py"), "--workload",
+                          "resnext", "--agents", "greedy", "rl", "--budget-seconds", "3",
+                          "--rounds", "2", "--dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    for agent in ("greedy", "rl"):
+        assert f"{agent}: {tmp_path / f'resnext_{agent}.onnx'} computes the input's outputs: True" in out.stdout
+        assert f"| {agent} | " in out.stdout

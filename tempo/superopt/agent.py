@@ -348,6 +348,7 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
     """
     agent = Agent.load(load, rules) if load else Agent(config or PPOConfig(seed=seed), rules)
     extra: list[Finalist] = []
+    episodes = 0
     if load is None:
         train_s = budget_s * agent.config.train_share
         model = CostModel()
@@ -355,10 +356,10 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
         parts = [make_env(w, rules, agent.config, model=model, shaping=shaping)
                  for w in windows(graph, agent.config.window_ops)]
         if parts:
-            agent.train(parts, train_s * agent.config.window_share, progress)
+            episodes += len(agent.train(parts, train_s * agent.config.window_share, progress).returns)
             train_s *= 1.0 - agent.config.window_share
         env = make_env(graph, rules, agent.config, model=model, shaping=shaping)
-        agent.train(env, train_s, progress)
+        episodes += len(agent.train(env, train_s, progress).returns)
         extra += [Finalist(m.graph, m.applied, "fast in training", m.latency_ms, m.actions)
                   for m in env.fastest(agent.config.finalists)]
         budget_s *= 1.0 - agent.config.train_share
@@ -367,4 +368,5 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
     choice = best_of_k(agent, make_env(graph, rules, agent.config, inference=True), budget_s, extra)
     chosen = choice.finalist
     return SearchResult(chosen.graph, chosen.applied, choice.median_ms, explored=choice.rollouts,
-                        origin=chosen.origin, stages={"unpolished": choice.unpolished.graph})
+                        origin=chosen.origin, stages={"unpolished": choice.unpolished.graph},
+                        episodes=episodes)

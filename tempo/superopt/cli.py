@@ -59,7 +59,9 @@ def run(ns: argparse.Namespace) -> int:
     onnx_export.save(onnx_export.export_model(outcome.graph, extra), ns.output)
     print(f"{ns.agent}: {outcome.before_ms:.3f} ms -> {outcome.after_ms:.3f} ms "
           f"(x{outcome.speedup:.3f}) in {outcome.optimise_s:.1f} s; "
-          f"{len(outcome.applied)} rewrites" + (f"; {outcome.reason}" if outcome.reason else ""))
+          f"{len(outcome.applied)} rewrites"
+          + (f" after {outcome.episodes} training episodes" if outcome.episodes else "")
+          + (f"; {outcome.reason}" if outcome.reason else ""))
     return 0
 
 

@@ -44,6 +44,7 @@ class Outcome:
     rejected: list[str] | None = None   # when the input was kept: the rewrites of the graph refused
     stages: dict[str, Graph] = field(default_factory=dict)  # the search's earlier graphs (SearchResult)
     refused: Graph | None = None    # the search's result when it measured no faster than the input
+    episodes: int = 0               # training episodes the search played first (the RL agent)
 
     @property
     def speedup(self) -> float:
@@ -84,15 +85,16 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
     elapsed = time.perf_counter() - start
     if result.graph.key() == graph.key():
         before, _ = compare_latency(graph, graph, rounds=1)
-        return Outcome(graph, [], elapsed, before, before, True, "no rewrite found")
+        return Outcome(graph, [], elapsed, before, before, True, "no rewrite found",
+                       episodes=result.episodes)
     if not same_outputs(graph, result.graph):
         before, _ = compare_latency(graph, graph, rounds=1)
         return Outcome(graph, [], elapsed, before, before, True, "outputs differed; input kept",
-                       result.origin, result.applied, result.stages)
+                       result.origin, result.applied, result.stages, episodes=result.episodes)
     before, after = compare_latency(graph, result.graph)
     if after >= before:
         return Outcome(graph, [], elapsed, before, before, True,
                        f"not faster when measured ({after:.4f} ms against the input's {before:.4f} ms)",
-                       result.origin, result.applied, result.stages, result.graph)
+                       result.origin, result.applied, result.stages, result.graph, result.episodes)
     return Outcome(result.graph, result.applied, elapsed, before, after, False, origin=result.origin,
-                   stages=result.stages)
+                   stages=result.stages, episodes=result.episodes)

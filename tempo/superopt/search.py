@@ -30,6 +30,7 @@ class SearchResult:
     origin: str = ""                # how the graph was found, where a search has several ways
     stages: dict[str, Graph] = field(default_factory=dict)  # earlier graphs of the search worth
                                                             # timing beside the result, by name
+    episodes: int = 0               # training episodes played first (a learned search)
 
 
 def greedy(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | None = None

@@ -105,6 +105,7 @@ def test_train_save_load_and_optimise(tmp_path):
     path = str(tmp_path / "agent.pt")
     res = optimize_with_agent(g, RULES, budget_s=3, save=path, config=TINY, progress=False)
     assert same_outputs(g, res.graph)
+    assert res.episodes >= TINY.episodes_per_update         # trained: one update at least
     loaded = Agent.load(path, RULES)
     for a, b in zip(loaded.net.state_dict().values(), Agent(TINY, RULES).net.state_dict().values()):
         assert a.shape == b.shape
@@ -115,7 +116,7 @@ def test_train_save_load_and_optimise(tmp_path):
     with pytest.raises(TempoError, match="different rule set"):
         Agent.load(path, RULES[:-1])
     again = optimize_with_agent(build("resnext", small=True, size=7), RULES, budget_s=1, load=path)
-    assert again.cost > 0
+    assert again.cost > 0 and again.episodes == 0           # a loaded agent is not trained again
 
 
 def test_best_of_k_returns_an_equivalent_graph_from_its_own_rollouts():
