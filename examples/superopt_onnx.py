@@ -38,6 +38,7 @@ def main() -> int:
     args = p.parse_args()
     torch.set_num_threads(1)
     folder = args.dir or tempfile.mkdtemp(prefix="superopt_")
+    os.makedirs(folder, exist_ok=True)
     source = os.path.join(folder, f"{args.workload}.onnx")
     onnx_export.save(onnx_export.export_model(build(args.workload, small=True)), source)
     graph, _, model = onnx_import.load(source)

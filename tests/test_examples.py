@@ -95,9 +95,9 @@ def test_superopt_example_writes_equivalent_models(tmp_path):
     checks with onnx.reference), and the timing table lists each."""
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "superopt_onnx.py"), "--workload",
                           "resnext", "--agents", "greedy", "rl", "--budget-seconds", "3",
-                          "--rounds", "2", "--dir", str(tmp_path)],
+                          "--rounds", "2", "--dir", str(tmp_path / "new")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     for agent in ("greedy", "rl"):
-        assert f"{agent}: {tmp_path / f'resnext_{agent}.onnx'} computes the input's outputs: True" in out.stdout
+        assert f"{agent}: {tmp_path / 'new' / f'resnext_{agent}.onnx'} computes the input's outputs: True" in out.stdout
         assert f"| {agent} | " in out.stdout
