@@ -99,5 +99,6 @@ def test_superopt_example_writes_equivalent_models(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     for agent in ("greedy", "rl"):
-        assert f"{agent}: {tmp_path / 'new' / f'resnext_{agent}.onnx'} computes the input's outputs: True" in out.stdout
+        written = tmp_path / "new" / f"resnext_{agent}.onnx"
+        assert f"{agent}: {written} computes the input's outputs: True" in out.stdout
         assert f"| {agent} | " in out.stdout
