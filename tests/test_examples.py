@@ -102,3 +102,5 @@ def test_superopt_example_writes_equivalent_models(tmp_path):
         written = tmp_path / "new" / f"resnext_{agent}.onnx"
         assert f"{agent}: {written} computes the input's outputs: True" in out.stdout
         assert f"| {agent} | " in out.stdout
+    assert "rewrites after" in out.stdout.split("rl: ", 1)[1]     # the CLI names the RL training
+    assert "rewrites after" not in out.stdout.split("rl: ", 1)[0]  # ... and only for it
