@@ -20,6 +20,12 @@ agent applied.
     .venv/bin/python benchmarks/superopt.py --full-shapes  # the published shapes (hours on CPU)
     .venv/bin/python benchmarks/superopt.py --seed 1 --shaping 0.3 --shaping-final 0.3  # constant weight
     python benchmarks/superopt.py --backend torch-cuda --train-s 120  # measured on a GPU
+    .venv/bin/python benchmarks/superopt.py --seed 0 1 --jobs 2   # two seeds, searches side by side
+
+With ``--jobs N`` the searches (every method, workload and seed) run N at a
+time, each in its own process on its own core; their measurements (rewards,
+cost model, never-slower checks) then share the machine, as two runs side by
+side always did. The final interleaved timing runs afterwards, alone.
 
 All modes but ``--full-shapes`` use each workload's small shapes: on a shared
 CPU one run of a full-size graph takes 20-100 ms with an interquartile range
@@ -35,6 +41,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +53,8 @@ from tempo.files import write_bytes_atomic
 from tempo.superopt.agent import PPOConfig, optimize_with_agent
 from tempo.superopt.execute import BACKENDS, set_default_backend, time_interleaved
 from tempo.superopt.models import WORKLOADS, build
-from tempo.superopt.optimize import optimize, same_outputs
+from tempo.superopt.optimize import Outcome, optimize, same_outputs
+from tempo.superopt.parallel import pinned_pool
 from tempo.superopt.rules import load_rules
 from tempo.superopt.stats import paired_verdict, round_medians
 
@@ -64,8 +73,9 @@ class Args:
     search_s: float      # budget of the backtracking search per workload
     train_s: float       # RL budget per workload (training, then best-of-K inference)
     rounds: int          # interleaved timing rounds of the final graphs
-    seed: int            # the RL agent's seed
-    out: str             # JSON output path
+    seeds: list[int]     # the RL agent's seeds: one report per seed
+    jobs: int            # searches run at once, one process and core each
+    out: str             # JSON output path (with several seeds: one per seed, _sS before .json)
     shaping: float       # cost-model shaping weight at the start of training
     shaping_final: float  # ... and at its end (linear in between)
     backend: str         # where graphs are measured and run (execute.BACKENDS)
@@ -80,7 +90,11 @@ def parse_args() -> Args:
     p.add_argument("--train-s", type=float, default=None,
                    help="RL budget (s): training, then best-of-K inference")
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds")
-    p.add_argument("--seed", type=int, default=0, help="the RL agent's seed")
+    p.add_argument("--seed", type=int, nargs="+", default=[0],
+                   help="the RL agent's seed; several: one report each")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="searches at once, each in its own process on its own core; the final "
+                        "timing always runs alone, after every search")
     p.add_argument("--out", default="benchmarks/results/superopt.json")
     p.add_argument("--shaping", type=float, default=PPOConfig.shaping,
                    help="the RL agent's cost-model shaping weight at the start of training")
@@ -91,24 +105,56 @@ def parse_args() -> Args:
     ns = p.parse_args()
     return Args(ns.quick, not ns.full_shapes, ns.workloads,
                 ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 420.0),
-                ns.rounds or (20 if ns.quick else 40), ns.seed, ns.out, ns.shaping, ns.shaping_final,
-                ns.backend)
+                ns.rounds or (20 if ns.quick else 40), ns.seed, max(1, ns.jobs), ns.out,
+                ns.shaping, ns.shaping_final, ns.backend)
 
 
-def agent_config(args: Args) -> PPOConfig:
-    """The RL agent's configuration: its seed and shaping schedule from the command line."""
-    return PPOConfig(seed=args.seed, shaping=args.shaping, shaping_final=args.shaping_final)
+def agent_config(args: Args, seed: int) -> PPOConfig:
+    """The RL agent's configuration: ``seed`` and the shaping schedule from the command line."""
+    return PPOConfig(seed=seed, shaping=args.shaping, shaping_final=args.shaping_final)
 
 
-def run_workload(name: str, args: Args, rules, save: str | None = None) -> dict:
-    """Every method on one workload, timed interleaved; the RL agent is saved to ``save``."""
+@dataclass(frozen=True)
+class Search:
+    """One method run on one workload, for one seed's report."""
+
+    seed: int
+    workload: str
+    method: str
+
+
+def run_search(search: Search, args: Args, save: str | None) -> Outcome:
+    """``search.method`` on its workload within its budget; an RL agent is saved to ``save``."""
+    graph = build(search.workload, small=args.small)
+    options = {}
+    budget = args.search_s
+    if search.method == "rl":
+        options = {"progress": False, "save": save, "config": agent_config(args, search.seed)}
+        budget = args.train_s
+    return optimize(graph, search.method, budget, load_rules(), **options)
+
+
+def run_searches(args: Args, agent_path: Callable[[int], str]) -> dict[Search, Outcome]:
+    """Every method on every workload for every seed: one at a time, or ``args.jobs`` at once
+    (longest first); Fig. 7's RL agent of each seed is saved to ``agent_path(seed)``."""
+    searches = [Search(seed, w, m) for seed in args.seeds for w in args.workloads for m in METHODS]
+    searches.sort(key=lambda s: s.method != "rl")
+    saves = {s: agent_path(s.seed) if s.method == "rl" and s.workload == FIG7 else None
+             for s in searches}
+    bar = dict(desc="searches", unit="search", total=len(searches))
+    if args.jobs == 1:
+        return {s: run_search(s, args, saves[s]) for s in tqdm(searches, **bar)}
+    with pinned_pool(min(args.jobs, len(searches)), args.backend) as pool:
+        futures = {pool.submit(run_search, s, args, saves[s]): s for s in searches}
+        return {futures[f]: f.result() for f in tqdm(as_completed(futures), **bar)}
+
+
+def time_workload(name: str, args: Args, outcomes: dict[str, Outcome]) -> dict:
+    """Every method's result on one workload (``outcomes``, by method), timed interleaved."""
     graph = build(name, small=args.small)
-    budgets = {"greedy": args.search_s, "backtrack": args.search_s, "eqsat": args.search_s,
-               "rl": args.train_s}
     results, graphs, stages = {}, {"input": graph}, {}
     for method in METHODS:
-        options = {"progress": False, "save": save, "config": agent_config(args)} if method == "rl" else {}
-        out = optimize(graph, method, budgets[method], rules, **options)
+        out = outcomes[method]
         assert same_outputs(graph, out.graph), f"{method} changed {name}'s outputs"
         graphs[method] = out.graph
         results[method] = {"optimise_s": out.optimise_s, "applied": out.applied,
@@ -159,12 +205,12 @@ def verdict_entry(v, same: bool) -> dict:
             "verdict": "tie" if same else v.outcome}
 
 
-def generalisation(args: Args, rules, path: str) -> list[dict]:
-    """Fig. 7: the agent trained on FIG7's default shape (saved at ``path``; trained here if the
-    file is missing), evaluated on three other shapes."""
+def generalisation(args: Args, rules, path: str, seed: int) -> list[dict]:
+    """Fig. 7: the agent trained on FIG7's default shape (saved at ``path``; trained here with
+    ``seed`` if the file is missing), evaluated on three other shapes."""
     if not os.path.exists(path):
         optimize_with_agent(build(FIG7, small=args.small), rules, args.train_s, save=path,
-                            config=agent_config(args), progress=False)
+                            config=agent_config(args, seed), progress=False)
     rows = []
     for shape in WORKLOADS[FIG7].shapes:
         g = build(FIG7, small=args.small, **shape)
@@ -258,33 +304,47 @@ def device_name(backend: str) -> str:
     return f"cpu, {backend}, 1 thread"
 
 
+def report_path(out: str, seed: int, several: bool) -> str:
+    """Where one seed's report goes: ``out`` itself, or with ``_sSEED`` before its extension."""
+    root, ext = os.path.splitext(out)
+    return f"{root}_s{seed}{ext}" if several else out
+
+
 def main() -> int:
     args = parse_args()
     set_default_backend(args.backend)
     torch.set_num_threads(1)
     rules = load_rules()
     start = time.perf_counter()
-    report = {"quick": args.quick, "small_shapes": args.small, "budgets_s": {
-        "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds, "seed": args.seed,
-        "shaping": [args.shaping, args.shaping_final],
-        "device": device_name(args.backend), "workloads": {}}
     tmp = tempfile.TemporaryDirectory()
-    agent_path = os.path.join(tmp.name, "agent.pt")
-    for name in tqdm(args.workloads, desc="workloads", unit="workload"):
-        save = agent_path if name == FIG7 else None
-        r = report["workloads"][name] = run_workload(name, args, rules, save)
-        tqdm.write(f"{name}: " + ", ".join(f"{m} x{r['methods'][m]['speedup']:.3f}" for m in METHODS)
-                   + f"; rl vs {r['rl_vs_best']['baseline']}: {r['rl_vs_best']['verdict']}",
-                   file=sys.stderr)
-    print(f"[{time.perf_counter() - start:6.1f}s] generalisation", file=sys.stderr)
-    report["generalisation"] = generalisation(args, rules, agent_path)
+
+    def agent_path(seed: int) -> str:
+        return os.path.join(tmp.name, f"agent_s{seed}.pt")
+
+    outcomes = run_searches(args, agent_path)
+    searched_s = time.perf_counter() - start
+    for seed in args.seeds:
+        report = {"quick": args.quick, "small_shapes": args.small, "budgets_s": {
+            "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds, "seed": seed,
+            "jobs": args.jobs, "shaping": [args.shaping, args.shaping_final],
+            "device": device_name(args.backend), "workloads": {}}
+        for name in tqdm(args.workloads, desc=f"timing seed {seed}", unit="workload"):
+            r = report["workloads"][name] = time_workload(
+                name, args, {m: outcomes[Search(seed, name, m)] for m in METHODS})
+            tqdm.write(f"{name}: " + ", ".join(f"{m} x{r['methods'][m]['speedup']:.3f}" for m in METHODS)
+                       + f"; rl vs {r['rl_vs_best']['baseline']}: {r['rl_vs_best']['verdict']}",
+                       file=sys.stderr)
+        print(f"[{time.perf_counter() - start:6.1f}s] generalisation", file=sys.stderr)
+        report["generalisation"] = generalisation(args, rules, agent_path(seed), seed)
+        report["searches_s"] = searched_s
+        report["seconds"] = time.perf_counter() - start
+        out = report_path(args.out, seed, len(args.seeds) > 1)
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        write_bytes_atomic(out, json.dumps(report, indent=1).encode())
+        heatmap(report, os.path.splitext(out)[0] + "_rules.png")
+        print(f"seed {seed}\n" + table(report))
+        print(f"\n{report['seconds']:.0f} s; JSON: {out}")
     tmp.cleanup()
-    report["seconds"] = time.perf_counter() - start
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    write_bytes_atomic(args.out, json.dumps(report, indent=1).encode())
-    heatmap(report, os.path.join(os.path.dirname(args.out), "superopt_rules.png"))
-    print(table(report))
-    print(f"\n{report['seconds']:.0f} s; JSON: {args.out}")
     return 0
 
 

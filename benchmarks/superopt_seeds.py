@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -40,6 +39,7 @@ from tempo.superopt.agent import PPOConfig
 from tempo.superopt.execute import BACKENDS, set_default_backend, time_interleaved
 from tempo.superopt.models import WORKLOADS, build
 from tempo.superopt.optimize import agent_function, same_outputs
+from tempo.superopt.parallel import pinned_pool
 from tempo.superopt.rules import load_rules
 from tempo.superopt.stats import paired_verdict
 
@@ -83,13 +83,6 @@ def parse_setting(text: str) -> tuple[str, dict]:
     return name, overrides
 
 
-def _pin(cores: mp.Queue, backend: str) -> None:
-    """Worker start: take a core of its own, one torch thread, the run's backend."""
-    os.sched_setaffinity(0, {cores.get()})
-    torch.set_num_threads(1)
-    set_default_backend(backend)
-
-
 def _optimise(job: Job, workload: str):
     graph = build(workload, small=True)
     options = {}
@@ -102,12 +95,8 @@ def _optimise(job: Job, workload: str):
 
 def run_jobs(jobs: list[Job], workload: str, backend: str, workers: int) -> dict:
     """Every job in a pool of ``workers`` processes, one core each: label -> (graph, applied, s)."""
-    ctx = mp.get_context("spawn")
-    cores = ctx.Manager().Queue()
-    for core in sorted(os.sched_getaffinity(0))[:workers]:
-        cores.put(core)
     done = {}
-    with ProcessPoolExecutor(workers, ctx, initializer=_pin, initargs=(cores, backend)) as pool:
+    with pinned_pool(workers, backend) as pool:
         futures = [pool.submit(_optimise, job, workload) for job in jobs]
         for future in tqdm(as_completed(futures), total=len(futures), desc="jobs", unit="job"):
             job, graph, applied, seconds = future.result()
