@@ -42,7 +42,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import as_completed
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,6 +133,11 @@ def run_search(search: Search, args: Args, save: str | None) -> Outcome:
     return optimize(graph, search.method, budget, load_rules(), **options)
 
 
+def run_job(job: tuple[Search, Args, str | None]) -> tuple[Search, Outcome]:
+    """:func:`run_search` on one ``(search, args, save)``, returning the search with its outcome."""
+    return job[0], run_search(*job)
+
+
 def run_searches(args: Args, agent_path: Callable[[int], str]) -> dict[Search, Outcome]:
     """Every method on every workload for every seed: one at a time, or ``args.jobs`` at once
     (longest first); Fig. 7's RL agent of each seed is saved to ``agent_path(seed)``."""
@@ -145,8 +149,8 @@ def run_searches(args: Args, agent_path: Callable[[int], str]) -> dict[Search, O
     if args.jobs == 1:
         return {s: run_search(s, args, saves[s]) for s in tqdm(searches, **bar)}
     with pinned_pool(min(args.jobs, len(searches)), args.backend) as pool:
-        futures = {pool.submit(run_search, s, args, saves[s]): s for s in searches}
-        return {futures[f]: f.result() for f in tqdm(as_completed(futures), **bar)}
+        jobs = [(s, args, saves[s]) for s in searches]
+        return dict(tqdm(pool.imap_unordered(run_job, jobs), **bar))
 
 
 def time_workload(name: str, args: Args, outcomes: dict[str, Outcome]) -> dict:
@@ -312,6 +316,10 @@ def report_path(out: str, seed: int, several: bool) -> str:
 
 def main() -> int:
     args = parse_args()
+    if args.jobs > 1 and args.backend == "torch-cuda":
+        print("warning: --jobs > 1 runs the searches side by side on one GPU, where each measures "
+              "the others' kernels too; on an H100 that lost RL 8 of 12 pairs (docs/superopt.md)",
+              file=sys.stderr)
     set_default_backend(args.backend)
     torch.set_num_threads(1)
     rules = load_rules()

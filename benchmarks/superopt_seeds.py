@@ -26,7 +26,6 @@ import os
 import sys
 import time
 from collections import Counter
-from concurrent.futures import as_completed
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -83,7 +82,8 @@ def parse_setting(text: str) -> tuple[str, dict]:
     return name, overrides
 
 
-def _optimise(job: Job, workload: str):
+def _optimise(job_workload: tuple[Job, str]):
+    job, workload = job_workload
     graph = build(workload, small=True)
     options = {}
     if job.agent == "rl":
@@ -97,9 +97,8 @@ def run_jobs(jobs: list[Job], workload: str, backend: str, workers: int) -> dict
     """Every job in a pool of ``workers`` processes, one core each: label -> (graph, applied, s)."""
     done = {}
     with pinned_pool(workers, backend) as pool:
-        futures = [pool.submit(_optimise, job, workload) for job in jobs]
-        for future in tqdm(as_completed(futures), total=len(futures), desc="jobs", unit="job"):
-            job, graph, applied, seconds = future.result()
+        results = pool.imap_unordered(_optimise, [(job, workload) for job in jobs])
+        for job, graph, applied, seconds in tqdm(results, total=len(jobs), desc="jobs", unit="job"):
             done[job.label] = (graph, applied, seconds)
     return done
 

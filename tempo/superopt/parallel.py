@@ -4,14 +4,16 @@ Training an agent or running a cost-model search is single-threaded work, so
 several run at once on a multi-core machine. Each worker takes one core
 (round-robin over the cores this process may use), one torch thread and the
 run's measurement backend. Workers are spawned, not forked, so a parent that
-has touched the GPU or torch's thread pools passes none of that on.
+has touched the GPU or torch's thread pools passes none of that on. Leaving
+the pool terminates its workers, so the first search to fail stops the rest
+instead of leaving them to run out their budgets.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.pool import Pool
 from contextlib import contextmanager
 
 
@@ -27,15 +29,15 @@ def _start(cores, backend: str) -> None:
 
 
 @contextmanager
-def pinned_pool(workers: int, backend: str) -> Iterator[ProcessPoolExecutor]:
-    """A process pool of ``workers`` spawned workers, each pinned to one core, measuring on
-    ``backend`` (:data:`~tempo.superopt.execute.BACKENDS`). With more workers than cores,
-    cores are shared round-robin."""
+def pinned_pool(workers: int, backend: str) -> Iterator[Pool]:
+    """A pool of ``workers`` spawned processes, each pinned to one core, measuring on
+    ``backend`` (:data:`~tempo.superopt.execute.BACKENDS`); terminated on leaving. With more
+    workers than cores, cores are shared round-robin."""
     ctx = mp.get_context("spawn")
     available = sorted(os.sched_getaffinity(0))
     with ctx.Manager() as manager:
         cores = manager.Queue()
         for i in range(workers):
             cores.put(available[i % len(available)])
-        with ProcessPoolExecutor(workers, ctx, initializer=_start, initargs=(cores, backend)) as pool:
+        with ctx.Pool(workers, initializer=_start, initargs=(cores, backend)) as pool:
             yield pool
