@@ -104,7 +104,7 @@ def parse_args() -> Args:
     ns = p.parse_args()
     return Args(ns.quick, not ns.full_shapes, ns.workloads,
                 ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 420.0),
-                ns.rounds or (20 if ns.quick else 40), ns.seed, max(1, ns.jobs), ns.out,
+                ns.rounds or (20 if ns.quick else 40), list(dict.fromkeys(ns.seed)), max(1, ns.jobs), ns.out,
                 ns.shaping, ns.shaping_final, ns.backend)
 
 
