@@ -329,8 +329,12 @@ def main() -> int:
     def agent_path(seed: int) -> str:
         return os.path.join(tmp.name, f"agent_s{seed}.pt")
 
+    one_core = {min(os.sched_getaffinity(0))}
+    if args.jobs == 1:          # searches and timing on one core, as each worker of the pool
+        os.sched_setaffinity(0, one_core)
     outcomes = run_searches(args, agent_path)
     searched_s = time.perf_counter() - start
+    os.sched_setaffinity(0, one_core)       # the timing, alone, on one core (not migrating)
     for seed in args.seeds:
         report = {"quick": args.quick, "small_shapes": args.small, "budgets_s": {
             "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds, "seed": seed,
