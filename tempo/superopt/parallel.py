@@ -41,3 +41,5 @@ def pinned_pool(workers: int, backend: str) -> Iterator[Pool]:
             cores.put(available[i % len(available)])
         with ctx.Pool(workers, initializer=_start, initargs=(cores, backend)) as pool:
             yield pool
+            pool.close()        # all went well: let the workers exit (leaving terminates them)
+            pool.join()
