@@ -83,6 +83,7 @@ def parse_setting(text: str) -> tuple[str, dict]:
 
 
 def _optimise(job_workload: tuple[Job, str]):
+    """One job on the workload, in a worker: the job, its graph, rules applied and seconds."""
     job, workload = job_workload
     graph = build(workload, small=True)
     options = {}

@@ -60,8 +60,8 @@ def agent_function(name: str) -> Callable:
     return getattr(importlib.import_module(module), func)
 
 
-# Rounds of the never-slower check. With 5, on a loaded 2-core machine, the check refused three RL
-# results of 14 that the benchmark's 40-round timing found 2-5% faster than the input (and 10 of
+# Rounds of the never-slower check. With 5, on a loaded 2-core machine, the check refused three of
+# twelve RL results that the benchmark's 40-round timing found 2-5% faster than the input (and 10 of
 # 72 baseline results in the eleventh session): a burst of load over one or two of one graph's
 # rounds moves its median. 40 rounds of two graphs at 0.1-1 ms cost well under a second.
 CHECK_ROUNDS = 40

@@ -5,16 +5,16 @@ several run at once on a multi-core machine. Each worker takes one core
 (round-robin over the cores this process may use), one torch thread and the
 run's measurement backend. Workers are spawned, not forked, so a parent that
 has touched the GPU or torch's thread pools passes none of that on. Leaving
-the pool terminates its workers, so the first search to fail stops the rest
-instead of leaving them to run out their budgets.
+the pool on an error terminates its workers, so the first search to fail
+stops the rest instead of leaving them to run out their budgets.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
 from collections.abc import Iterator
-from multiprocessing.pool import Pool
 from contextlib import contextmanager
+from multiprocessing.pool import Pool
 
 
 def _start(cores, backend: str) -> None:
@@ -31,8 +31,9 @@ def _start(cores, backend: str) -> None:
 @contextmanager
 def pinned_pool(workers: int, backend: str) -> Iterator[Pool]:
     """A pool of ``workers`` spawned processes, each pinned to one core, measuring on
-    ``backend`` (:data:`~tempo.superopt.execute.BACKENDS`); terminated on leaving. With more
-    workers than cores, cores are shared round-robin."""
+    ``backend`` (:data:`~tempo.superopt.execute.BACKENDS`). Left normally, the workers finish
+    and exit; left on an error, they are terminated. With more workers than cores, cores are
+    shared round-robin."""
     ctx = mp.get_context("spawn")
     available = sorted(os.sched_getaffinity(0))
     with ctx.Manager() as manager:
@@ -41,5 +42,5 @@ def pinned_pool(workers: int, backend: str) -> Iterator[Pool]:
             cores.put(available[i % len(available)])
         with ctx.Pool(workers, initializer=_start, initargs=(cores, backend)) as pool:
             yield pool
-            pool.close()        # all went well: let the workers exit (leaving terminates them)
+            pool.close()        # all went well: let the workers exit
             pool.join()
