@@ -102,9 +102,11 @@ def parse_args() -> Args:
     p.add_argument("--backend", default="torch", choices=list(BACKENDS),
                    help="where every graph is measured and timed (torch-cuda: on the GPU)")
     ns = p.parse_args()
+    if ns.jobs < 1:
+        p.error(f"--jobs must be at least 1, not {ns.jobs}")
     return Args(ns.quick, not ns.full_shapes, ns.workloads,
                 ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 420.0),
-                ns.rounds or (20 if ns.quick else 40), list(dict.fromkeys(ns.seed)), max(1, ns.jobs), ns.out,
+                ns.rounds or (20 if ns.quick else 40), list(dict.fromkeys(ns.seed)), ns.jobs, ns.out,
                 ns.shaping, ns.shaping_final, ns.backend)
 
 

@@ -65,3 +65,20 @@ def test_optimize_keeps_the_input_and_names_what_it_refused(monkeypatch):
     assert out.rejected == refused.applied and out.origin == "test"
     assert out.reason.startswith("not faster when measured (")
     assert out.refused is slower                     # the refused graph, for the benchmark to time
+
+
+def test_the_never_slower_check_times_check_rounds_rounds(monkeypatch):
+    g = build("resnext", small=True)
+    faster = next(c.graph for c in candidates(g, RULES) if c.rule.name == "bn_conv")
+    monkeypatch.setattr(optimize_module, "agent_function",
+                        lambda name: lambda *a, **k: SearchResult(faster, ["bn_conv"], 0.0))
+    timed = []
+    real = optimize_module.time_interleaved
+
+    def recording(graphs, rounds=5, repeats=10):
+        timed.append(rounds)
+        return real(graphs, rounds, repeats)
+
+    monkeypatch.setattr(optimize_module, "time_interleaved", recording)
+    optimize(g, "faster", budget_s=1, rules=RULES)
+    assert optimize_module.CHECK_ROUNDS == 40 and timed == [40]
