@@ -17,7 +17,8 @@ agent applied.
 
     .venv/bin/python benchmarks/superopt.py --quick        # short budgets, ~4 minutes
     .venv/bin/python benchmarks/superopt.py                # the headline run, ~45 minutes
-    .venv/bin/python benchmarks/superopt.py --full-shapes  # the published shapes (hours on CPU)
+    .venv/bin/python benchmarks/superopt.py --scale medium  # between the small and published shapes
+    .venv/bin/python benchmarks/superopt.py --scale full    # the published shapes (hours on CPU)
     .venv/bin/python benchmarks/superopt.py --seed 1 --shaping 0.3 --shaping-final 0.3  # constant weight
     python benchmarks/superopt.py --backend torch-cuda --train-s 120  # measured on a GPU
     .venv/bin/python benchmarks/superopt.py --seed 0 1 --jobs 2   # two seeds, searches side by side
@@ -27,7 +28,7 @@ time, each in its own process on its own core; their measurements (rewards,
 cost model, never-slower checks) then share the machine, as two runs side by
 side always did. The final interleaved timing runs afterwards, alone.
 
-All modes but ``--full-shapes`` use each workload's small shapes: on a shared
+The default is each workload's small shapes (``--scale small``): on a shared
 CPU one run of a full-size graph takes 20-100 ms with an interquartile range
 of 20-80% of the median, too slow for RL training and too noisy to rank
 graphs.
@@ -51,7 +52,7 @@ from tqdm import tqdm
 from tempo.files import write_bytes_atomic
 from tempo.superopt.agent import PPOConfig, optimize_with_agent
 from tempo.superopt.execute import BACKENDS, set_default_backend, time_interleaved
-from tempo.superopt.models import WORKLOADS, build
+from tempo.superopt.models import SCALES, WORKLOADS, build
 from tempo.superopt.optimize import Outcome, optimize, same_outputs
 from tempo.superopt.parallel import pinned_pool
 from tempo.superopt.rules import load_rules
@@ -67,7 +68,7 @@ class Args:
     """Benchmark settings."""
 
     quick: bool          # short budgets
-    small: bool          # the workloads' small shapes (not the published ones)
+    scale: str           # the workloads' sizes (models.SCALES)
     workloads: list[str]  # which workloads to run
     search_s: float      # budget of the backtracking search per workload
     train_s: float       # RL budget per workload (training, then best-of-K inference)
@@ -83,7 +84,8 @@ class Args:
 def parse_args() -> Args:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="short budgets")
-    p.add_argument("--full-shapes", action="store_true", help="the published (full-size) shapes")
+    p.add_argument("--scale", default="small", choices=SCALES,
+                   help="the workloads' sizes: small (default), medium, or full (the published ones)")
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     p.add_argument("--search-s", type=float, default=None, help="backtracking budget (s)")
     p.add_argument("--train-s", type=float, default=None,
@@ -104,7 +106,7 @@ def parse_args() -> Args:
     ns = p.parse_args()
     if ns.jobs < 1:
         p.error(f"--jobs must be at least 1, not {ns.jobs}")
-    return Args(ns.quick, not ns.full_shapes, ns.workloads,
+    return Args(ns.quick, ns.scale, ns.workloads,
                 ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 420.0),
                 ns.rounds or (20 if ns.quick else 40), list(dict.fromkeys(ns.seed)), ns.jobs, ns.out,
                 ns.shaping, ns.shaping_final, ns.backend)
@@ -126,7 +128,7 @@ class Search:
 
 def run_search(search: Search, args: Args, save: str | None) -> Outcome:
     """``search.method`` on its workload within its budget; an RL agent is saved to ``save``."""
-    graph = build(search.workload, small=args.small)
+    graph = build(search.workload, scale=args.scale)
     options = {}
     budget = args.search_s
     if search.method == "rl":
@@ -157,7 +159,7 @@ def run_searches(args: Args, agent_path: Callable[[int], str]) -> dict[Search, O
 
 def time_workload(name: str, args: Args, outcomes: dict[str, Outcome]) -> dict:
     """Every method's result on one workload (``outcomes``, by method), timed interleaved."""
-    graph = build(name, small=args.small)
+    graph = build(name, scale=args.scale)
     results, graphs, stages = {}, {"input": graph}, {}
     for method in METHODS:
         out = outcomes[method]
@@ -215,11 +217,11 @@ def generalisation(args: Args, rules, path: str, seed: int) -> list[dict]:
     """Fig. 7: the agent trained on FIG7's default shape (saved at ``path``; trained here with
     ``seed`` if the file is missing), evaluated on three other shapes."""
     if not os.path.exists(path):
-        optimize_with_agent(build(FIG7, small=args.small), rules, args.train_s, save=path,
+        optimize_with_agent(build(FIG7, scale=args.scale), rules, args.train_s, save=path,
                             config=agent_config(args, seed), progress=False)
     rows = []
-    for shape in WORKLOADS[FIG7].shapes:
-        g = build(FIG7, small=args.small, **shape)
+    for shape in WORKLOADS[FIG7].shapes[args.scale]:
+        g = build(FIG7, scale=args.scale, **shape)
         res = optimize_with_agent(g, rules, 2.0, load=path)
         lat = time_interleaved({"input": g, "agent": res.graph}, rounds=6)
         rows.append({"shape": shape, "speedup": lat["input"].median_ms / lat["agent"].median_ms,
@@ -338,7 +340,7 @@ def main() -> int:
     searched_s = time.perf_counter() - start
     os.sched_setaffinity(0, one_core)       # the timing, alone, on one core (not migrating)
     for seed in args.seeds:
-        report = {"quick": args.quick, "small_shapes": args.small, "budgets_s": {
+        report = {"quick": args.quick, "scale": args.scale, "budgets_s": {
             "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds, "seed": seed,
             "jobs": args.jobs, "shaping": [args.shaping, args.shaping_final],
             "device": device_name(args.backend), "workloads": {}}

@@ -19,6 +19,7 @@ the two expand convolutions of every fire module and drops its concat), and
 times the result against the best baseline's.
 
     .venv/bin/python benchmarks/superopt_reachable.py --workloads bert vit
+    .venv/bin/python benchmarks/superopt_reachable.py --scale medium
     .venv/bin/python benchmarks/superopt_reachable.py --workloads squeezenet \
         --chain convb_relu enlarge_1x1b merge_convb concat_slices_c
 """
@@ -35,7 +36,7 @@ from tqdm import tqdm
 from tempo.files import write_bytes_atomic
 from tempo.superopt.execute import time_interleaved
 from tempo.superopt.graph import Graph
-from tempo.superopt.models import WORKLOADS, build
+from tempo.superopt.models import SCALES, WORKLOADS, build
 from tempo.superopt.optimize import optimize, same_outputs
 from tempo.superopt.rewrite import candidates
 from tempo.superopt.rules import load_rules
@@ -98,10 +99,10 @@ def best_baseline(graph: Graph, rules, search_s: float, rounds: int) -> tuple[st
     return name, results[name]
 
 
-def check_chain(name: str, rules, chain: list[str], search_s: float, rounds: int) -> dict:
+def check_chain(name: str, scale: str, rules, chain: list[str], search_s: float, rounds: int) -> dict:
     """The input with ``chain[0]`` exhausted and ``chain[1:]`` applied everywhere, against B."""
     by_name = {r.name: r for r in rules}
-    graph = build(name, small=True)
+    graph = build(name, scale=scale)
     best_name, best = best_baseline(graph, rules, search_s, rounds)
     first, n_first = exhaust(graph, [by_name[chain[0]]])
     chained, n_chain = apply_chain(first, [by_name[c] for c in chain[1:]])
@@ -113,9 +114,9 @@ def check_chain(name: str, rules, chain: list[str], search_s: float, rounds: int
             "verdict": v.outcome}
 
 
-def explore(name: str, rules, search_s: float, finalists: int, rounds: int) -> dict:
+def explore(name: str, scale: str, rules, search_s: float, finalists: int, rounds: int) -> dict:
     """The best baseline's result against its neighbourhood, screened then re-timed."""
-    best_name, best = best_baseline(build(name, small=True), rules, search_s, rounds)
+    best_name, best = best_baseline(build(name, scale=scale), rules, search_s, rounds)
     near = neighbourhood(best, rules)
     screened = []
     for key, (g, applied) in tqdm(near.items(), desc=f"{name} screen", leave=False):
@@ -136,6 +137,7 @@ def explore(name: str, rules, search_s: float, finalists: int, rounds: int) -> d
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    p.add_argument("--scale", default="small", choices=SCALES, help="the workloads' sizes")
     p.add_argument("--search-s", type=float, default=30.0, help="backtracking budget (s)")
     p.add_argument("--finalists", type=int, default=5, help="screened graphs re-timed")
     p.add_argument("--rounds", type=int, default=20, help="interleaved rounds of a re-timing")
@@ -148,12 +150,12 @@ def main() -> int:
     report = {}
     for name in ns.workloads:
         if ns.chain:
-            report[name] = r = check_chain(name, rules, ns.chain, ns.search_s, ns.rounds)
+            report[name] = r = check_chain(name, ns.scale, rules, ns.chain, ns.search_s, ns.rounds)
             print(f"{name}: {r['first_rule_applied']} x {ns.chain[0]}, {r['chain_applied']} x "
                   f"{' -> '.join(ns.chain[1:])}; vs {r['best_baseline']}: {r['ratio']:.3f} "
                   f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['verdict']}")
             continue
-        report[name] = r = explore(name, rules, ns.search_s, ns.finalists, ns.rounds)
+        report[name] = r = explore(name, ns.scale, rules, ns.search_s, ns.finalists, ns.rounds)
         tqdm.write(f"{name}: best baseline {r['best_baseline']}, {r['graphs_screened']} graphs screened")
         for row in r["finalists"]:
             tqdm.write(f"  {row['ratio']:.3f} [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}] "
@@ -161,6 +163,7 @@ def main() -> int:
     os.makedirs(os.path.dirname(os.path.abspath(ns.out)), exist_ok=True)
     write_bytes_atomic(ns.out, json.dumps(report, indent=1).encode())
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -85,7 +85,7 @@ def parse_setting(text: str) -> tuple[str, dict]:
 def _optimise(job_workload: tuple[Job, str]):
     """One job on the workload, in a worker: the job, its graph, rules applied and seconds."""
     job, workload = job_workload
-    graph = build(workload, small=True)
+    graph = build(workload, scale="small")
     options = {}
     if job.agent == "rl":
         options = {"progress": False, "config": PPOConfig(seed=job.seed, **dict(job.overrides))}
@@ -129,7 +129,7 @@ def main() -> int:
              for name, over in settings.items() for seed in args.seeds]
     start = time.perf_counter()
     done = run_jobs(jobs, args.workload, args.backend, min(args.jobs, len(jobs)))
-    graph = build(args.workload, small=True)
+    graph = build(args.workload, scale="small")
     for label, (result, _, _) in done.items():
         assert same_outputs(graph, result), f"{label} changed {args.workload}'s outputs"
     latency = time_interleaved({"input": graph, **{k: v[0] for k, v in done.items()}},

@@ -71,7 +71,7 @@ def main() -> int:
     p.add_argument("--out", default="benchmarks/results/superopt_timing.json")
     args = p.parse_args()
     torch.set_num_threads(1)
-    graph = build(args.workload, small=True)
+    graph = build(args.workload, scale="small")
     same = greedy(graph, load_rules(), 30.0).graph
     graphs = {"input": graph, "eq": same, "A": same, "B": same}
     orders = {"rotating": lambda s: rotating(graphs, args.rounds),

@@ -29,7 +29,7 @@ SETTINGS = {"every visit measured": None, "first 3 re-used": 3}
 def train_once(name: str, seconds: float, measurements_per_graph: int | None, rules) -> dict:
     """Train a fresh agent on ``name`` for ``seconds``; what it got through."""
     config = replace(PPOConfig(), measurements_per_graph=measurements_per_graph)
-    env = make_env(build(name, small=True), rules, config)
+    env = make_env(build(name, scale="small"), rules, config)
     taken = [0]
     measure = env._measure
 

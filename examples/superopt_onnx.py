@@ -40,7 +40,7 @@ def main() -> int:
     folder = args.dir or tempfile.mkdtemp(prefix="superopt_")
     os.makedirs(folder, exist_ok=True)
     source = os.path.join(folder, f"{args.workload}.onnx")
-    onnx_export.save(onnx_export.export_model(build(args.workload, small=True)), source)
+    onnx_export.save(onnx_export.export_model(build(args.workload, scale="small")), source)
     graph, _, model = onnx_import.load(source)
     feeds = random_feeds(graph)
     expected = ReferenceEvaluator(model).run(None, feeds)

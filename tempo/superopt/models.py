@@ -2,7 +2,8 @@
 
 Each builder takes its sizes as keyword arguments whose defaults are the
 published models' shapes; :data:`WORKLOADS` lists them by name with a
-``small`` variant of the sizes for quick runs and tests.
+``small`` variant of the sizes for quick runs and tests and a ``medium`` one
+in between.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tempo.errors import TempoError
 from tempo.superopt.graph import Graph, GraphBuilder, Node, node
 
 
@@ -149,32 +151,64 @@ def inception(channels: int = 192, size: int = 35, seed: int = 0) -> Graph:
     return b.build([node("concat", b1, b5, b3, bp, axis=1)])
 
 
+SCALES = ("small", "medium", "full")
+
+
 @dataclass(frozen=True)
 class Workload:
-    """A named model builder with its full-size and small keyword arguments."""
+    """A named model builder, its sizes at each scale, and three other input shapes per scale.
+
+    ``sizes`` holds the keyword arguments of the ``small`` and ``medium``
+    scales (``full`` is the builder's defaults, the published shapes);
+    ``shapes`` holds, per scale, three other input shapes for the
+    generalisation run (X-RLflow Fig. 7)."""
 
     build: Callable[..., Graph]
-    small: dict
-    shapes: tuple[dict, ...]        # three other input shapes, for the generalisation run
+    sizes: dict[str, dict]
+    shapes: dict[str, tuple[dict, ...]]
 
 
 WORKLOADS: dict[str, Workload] = {
-    "bert": Workload(bert, {"seq": 32, "hidden": 128, "heads": 4, "inner": 512},
-                     ({"seq": 16}, {"seq": 48}, {"seq": 64})),
-    "vit": Workload(vit, {"tokens": 50, "hidden": 128, "heads": 4, "inner": 512},
-                    ({"tokens": 17}, {"tokens": 65}, {"tokens": 101})),
-    "decoder": Workload(decoder, {"seq": 16, "memory": 16, "hidden": 128, "heads": 4, "inner": 512},
-                        ({"seq": 8}, {"seq": 32}, {"seq": 48})),
-    "resnext": Workload(resnext, {"channels": 64, "size": 14, "width": 32, "groups": 8, "blocks": 1},
-                        ({"size": 7}, {"size": 21}, {"size": 28})),
-    "squeezenet": Workload(squeezenet, {"size": 64, "width": 0.25},
-                           ({"size": 48}, {"size": 80}, {"size": 96})),
-    "inception": Workload(inception, {"channels": 32, "size": 9},
-                          ({"size": 7}, {"size": 13}, {"size": 17})),
+    "bert": Workload(
+        bert, {"small": {"seq": 32, "hidden": 128, "heads": 4, "inner": 512},
+               "medium": {"seq": 64, "hidden": 256, "heads": 4, "inner": 1024}},
+        {"small": ({"seq": 16}, {"seq": 48}, {"seq": 64}),
+         "medium": ({"seq": 32}, {"seq": 96}, {"seq": 128}),
+         "full": ({"seq": 64}, {"seq": 192}, {"seq": 256})}),
+    "vit": Workload(
+        vit, {"small": {"tokens": 50, "hidden": 128, "heads": 4, "inner": 512},
+              "medium": {"tokens": 65, "hidden": 256, "heads": 4, "inner": 1024}},
+        {"small": ({"tokens": 17}, {"tokens": 65}, {"tokens": 101}),
+         "medium": ({"tokens": 50}, {"tokens": 101}, {"tokens": 197}),
+         "full": ({"tokens": 50}, {"tokens": 145}, {"tokens": 257})}),
+    "decoder": Workload(
+        decoder, {"small": {"seq": 16, "memory": 16, "hidden": 128, "heads": 4, "inner": 512},
+                  "medium": {"seq": 32, "memory": 32, "hidden": 256, "heads": 4, "inner": 1024}},
+        {"small": ({"seq": 8}, {"seq": 32}, {"seq": 48}),
+         "medium": ({"seq": 16}, {"seq": 48}, {"seq": 64}),
+         "full": ({"seq": 32}, {"seq": 96}, {"seq": 128})}),
+    "resnext": Workload(
+        resnext, {"small": {"channels": 64, "size": 14, "width": 32, "groups": 8, "blocks": 1},
+                  "medium": {"channels": 128, "size": 28, "width": 64, "groups": 16, "blocks": 1}},
+        {"small": ({"size": 7}, {"size": 21}, {"size": 28}),
+         "medium": ({"size": 14}, {"size": 21}, {"size": 42}),
+         "full": ({"size": 28}, {"size": 42}, {"size": 84})}),
+    "squeezenet": Workload(
+        squeezenet, {"small": {"size": 64, "width": 0.25}, "medium": {"size": 112, "width": 0.5}},
+        {"small": ({"size": 48}, {"size": 80}, {"size": 96}),
+         "medium": ({"size": 96}, {"size": 128}, {"size": 160}),
+         "full": ({"size": 160}, {"size": 192}, {"size": 256})}),
+    "inception": Workload(
+        inception, {"small": {"channels": 32, "size": 9}, "medium": {"channels": 96, "size": 17}},
+        {"small": ({"size": 7}, {"size": 13}, {"size": 17}),
+         "medium": ({"size": 13}, {"size": 21}, {"size": 25}),
+         "full": ({"size": 17}, {"size": 27}, {"size": 43})}),
 }
 
 
-def build(name: str, small: bool = False, **overrides) -> Graph:
-    """The workload ``name`` at full size (or its small variant), with size overrides."""
+def build(name: str, scale: str = "full", **overrides) -> Graph:
+    """The workload ``name`` at ``scale`` (one of :data:`SCALES`), with size overrides."""
+    if scale not in SCALES:
+        raise TempoError(f"unknown scale '{scale}' (one of {', '.join(SCALES)})")
     w = WORKLOADS[name]
-    return w.build(**{**(w.small if small else {}), **overrides})
+    return w.build(**{**w.sizes.get(scale, {}), **overrides})

@@ -12,7 +12,7 @@ from tempo.superopt.reference import random_feeds
 
 
 def test_greedy_writes_an_equivalent_model(tmp_path, capsys):
-    g = build("inception", small=True)
+    g = build("inception", scale="small")
     src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
     save(export_model(g), str(src))
     assert main(["superopt", str(src), "--output", str(dst), "--agent", "greedy",
@@ -28,7 +28,7 @@ def test_bad_input_is_one_clean_error(tmp_path, capsys):
     assert main(["superopt", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "o.onnx")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("tempo superopt: error: no such ONNX file") and "Traceback" not in err
-    save(export_model(build("resnext", small=True)), str(tmp_path / "m.onnx"))
+    save(export_model(build("resnext", scale="small")), str(tmp_path / "m.onnx"))
     assert main(["superopt", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
                  "--budget-seconds", "0"]) == 1
     assert "--budget-seconds must be positive" in capsys.readouterr().err
@@ -39,7 +39,7 @@ def test_bad_input_is_one_clean_error(tmp_path, capsys):
 
 
 def test_rl_agent_trains_saves_and_loads(tmp_path, capsys):
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     src, agent = tmp_path / "in.onnx", tmp_path / "agent.pt"
     save(export_model(g), str(src))
     assert main(["superopt", str(src), "-o", str(tmp_path / "a.onnx"), "--agent", "rl",

@@ -32,7 +32,7 @@ def test_a_rule_with_a_python_function_is_left_out_with_the_reason():
 
 @pytest.mark.parametrize("name", ["resnext", "inception"])
 def test_extracted_graph_is_equivalent_and_never_costlier(name):
-    g = build(name, small=True)
+    g = build(name, scale="small")
     model = CostModel(repeats=3)
     res = eqsat(g, RULES, budget_s=20, model=model)
     assert res.cost <= model.cost(g)
@@ -44,6 +44,6 @@ def test_extracted_graph_is_equivalent_and_never_costlier(name):
 
 
 def test_eqsat_keeps_the_input_when_nothing_applies():
-    g = build("bert", small=True)
+    g = build("bert", scale="small")
     res = eqsat(g, [], budget_s=5, model=CostModel(repeats=1))
     assert res.graph is g and res.applied == []

@@ -31,7 +31,7 @@ def _assert_reached_by_its_actions(env, g, f: Finalist):
 
 
 def test_recorded_actions_replay_to_the_measured_graph():
-    g = build("inception", small=True)
+    g = build("inception", scale="small")
     agent = Agent(SMALL, RULES)
     train_env = make_env(g, RULES, SMALL)
     for _ in range(3):
@@ -43,7 +43,7 @@ def test_recorded_actions_replay_to_the_measured_graph():
 
 
 def test_a_branch_shares_the_prefix_and_differs_at_the_branch_step():
-    g = build("squeezenet", small=True)
+    g = build("squeezenet", scale="small")
     agent = Agent(SMALL, RULES)
     env = make_env(g, RULES, SMALL, inference=True)
     first = rollout(agent, env, greedy=False)
@@ -58,7 +58,7 @@ def test_a_branch_shares_the_prefix_and_differs_at_the_branch_step():
 
 
 def test_refine_keeps_a_rollout_of_the_policy_and_never_the_unmeasured():
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     agent = Agent(SMALL, RULES)
     env = make_env(g, RULES, SMALL, inference=True)
     start = rollout(agent, env, greedy=True)
@@ -72,7 +72,7 @@ def test_refine_keeps_a_rollout_of_the_policy_and_never_the_unmeasured():
 
 
 def test_final_choice_takes_the_faster_graph_on_fresh_measurements():
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     finalists = [Finalist(g, [], "greedy rollout", 1.0, [])]
     found = [c for c in candidates(g, RULES) if c.rule.name.startswith("enlarge")]
     assert found, "resnext has a 1x1 convolution to enlarge"
@@ -89,7 +89,7 @@ def _some_rollout(agent, env):
 
 
 def test_extensions_take_one_more_policy_move_from_the_chosen_graph():
-    g = build("squeezenet", small=True)
+    g = build("squeezenet", scale="small")
     agent = Agent(SMALL, RULES)
     env = make_env(g, RULES, SMALL, inference=True)
     start = _some_rollout(agent, env)
@@ -107,7 +107,7 @@ def test_extensions_take_one_more_policy_move_from_the_chosen_graph():
 
 
 def test_omissions_leave_out_one_rewrite_and_what_needed_it():
-    g = build("squeezenet", small=True)
+    g = build("squeezenet", scale="small")
     env = make_env(g, RULES, SMALL, inference=True)
     env.reset()
     first = env.cands[0]
@@ -130,7 +130,7 @@ def test_omissions_leave_out_one_rewrite_and_what_needed_it():
 
 
 def test_polish_keeps_the_start_or_a_neighbour_it_confirmed():
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     agent = Agent(SMALL, RULES)
     env = make_env(g, RULES, SMALL, inference=True)
     start = _some_rollout(agent, env)

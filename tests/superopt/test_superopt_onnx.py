@@ -20,7 +20,7 @@ def _close(a, b):
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
 def test_exported_workloads_run_in_onnx_reference(name):
-    g = build(name, small=True)
+    g = build(name, scale="small")
     feeds = random_feeds(g)
     got = ReferenceEvaluator(export_model(g)).run(None, feeds)
     _close(got[0], evaluate(g, feeds)[0])
@@ -92,6 +92,6 @@ def test_dynamic_shapes_and_bad_files_are_errors(tmp_path):
 
 def test_save_is_atomic_and_readable(tmp_path):
     path = tmp_path / "m.onnx"
-    save(export_model(build("resnext", small=True)), str(path))
+    save(export_model(build("resnext", scale="small")), str(path))
     assert onnx.load(str(path)).graph.node
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]

@@ -24,7 +24,7 @@ TINY = PPOConfig(episodes_per_update=2, max_steps=4, epochs=1, hidden=16, gat_la
 
 
 def test_encoding_has_one_hot_ops_and_normalised_shape_edges():
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     obs = encode(g, scale=4096.0)
     assert obs.nodes.shape == (len(g.topo()), len(OP_NAMES))
     assert np.all(obs.nodes.sum(1) == 1)
@@ -34,14 +34,14 @@ def test_encoding_has_one_hot_ops_and_normalised_shape_edges():
 
 
 def test_eq2_reward_and_the_constant_between_measurements():
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     assert eq2_reward(Feedback(True, 8.0, 10.0, 20.0, g, g, g)) == pytest.approx(10.0)
     assert eq2_reward(Feedback(True, 12.0, 10.0, 20.0, g, g, g)) == pytest.approx(-10.0)
     assert eq2_reward(Feedback(False, 10.0, 10.0, 20.0, g, g, g)) == pytest.approx(0.01)
 
 
 def test_env_masks_steps_and_measures_every_n_steps():
-    env = RewriteEnv(build("bert", small=True), RULES, max_candidates=8, feedback_every=2,
+    env = RewriteEnv(build("bert", scale="small"), RULES, max_candidates=8, feedback_every=2,
                      max_steps=6, repeats=3)
     obs, info = env.reset(seed=0)
     assert env.observation_space["mask"].contains(obs["mask"])
@@ -61,7 +61,7 @@ def test_env_masks_steps_and_measures_every_n_steps():
 
 
 def test_roots_locate_each_rewrite_in_the_current_graph():
-    g = build("squeezenet", small=True)
+    g = build("squeezenet", scale="small")
     env = RewriteEnv(g, RULES, max_candidates=64, feedback_every=100, max_steps=4, repeats=2,
                      candidate_graphs=False)
     obs, _ = env.reset()
@@ -76,7 +76,7 @@ def test_roots_locate_each_rewrite_in_the_current_graph():
 
 def test_policy_gives_masked_actions_no_probability():
     agent = Agent(TINY, RULES)
-    env = make_env(build("bert", small=True), RULES, TINY)
+    env = make_env(build("bert", scale="small"), RULES, TINY)
     obs, _ = env.reset()
     logits, values = agent.net([agent.state(obs)])
     n = int(obs["mask"].sum()) - 1
@@ -88,7 +88,7 @@ def test_policy_gives_masked_actions_no_probability():
 
 def test_ppo_update_moves_the_policy_towards_rewarded_actions():
     agent = Agent(PPOConfig(hidden=16, gat_layers=2, max_candidates=8, lr=1e-2, epochs=8, seed=1), RULES)
-    env = make_env(build("bert", small=True), RULES, agent.config)
+    env = make_env(build("bert", scale="small"), RULES, agent.config)
     obs, _ = env.reset()
     state = agent.state(obs)
     before = torch.softmax(agent.net([state])[0][0], -1)[1].item()
@@ -101,7 +101,7 @@ def test_ppo_update_moves_the_policy_towards_rewarded_actions():
 
 
 def test_train_save_load_and_optimise(tmp_path):
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     path = str(tmp_path / "agent.pt")
     res = optimize_with_agent(g, RULES, budget_s=3, save=path, config=TINY, progress=False)
     assert same_outputs(g, res.graph)
@@ -115,12 +115,12 @@ def test_train_save_load_and_optimise(tmp_path):
     torch.testing.assert_close(loaded.net([loaded.state(obs)])[0], saved.net([saved.state(obs)])[0])
     with pytest.raises(TempoError, match="different rule set"):
         Agent.load(path, RULES[:-1])
-    again = optimize_with_agent(build("resnext", small=True, size=7), RULES, budget_s=1, load=path)
+    again = optimize_with_agent(build("resnext", scale="small", size=7), RULES, budget_s=1, load=path)
     assert again.cost > 0 and again.episodes == 0           # a loaded agent is not trained again
 
 
 def test_best_of_k_returns_an_equivalent_graph_from_its_own_rollouts():
-    g = build("squeezenet", small=True)
+    g = build("squeezenet", scale="small")
     agent = Agent(TINY, RULES)
     env = make_env(g, RULES, TINY, inference=True)
     assert env.feedback_every > TINY.max_steps          # measured only when an episode ends
@@ -134,7 +134,7 @@ def test_best_of_k_returns_an_equivalent_graph_from_its_own_rollouts():
 
 
 def test_an_episode_never_offers_a_graph_it_has_visited():
-    g = build("bert", small=True)
+    g = build("bert", scale="small")
     env = RewriteEnv(g, RULES, max_candidates=64, feedback_every=100, max_steps=10, repeats=2)
     env.reset()
     flip = next(i for i, c in enumerate(env.cands) if c.rule.name == "add_comm")
@@ -145,7 +145,7 @@ def test_an_episode_never_offers_a_graph_it_has_visited():
 
 
 def test_cost_shaping_sums_to_the_cost_models_improvement_over_an_episode():
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     model = CostModel(repeats=1)
     env = RewriteEnv(g, RULES, max_candidates=8, feedback_every=100, max_steps=5, repeats=1,
                      reward_fn=CostShapedReward(model, weight=2.0))
@@ -171,7 +171,7 @@ def test_linear_decay_goes_from_initial_to_final_over_its_seconds_then_stays():
 
 
 def test_shaping_weight_is_read_at_every_step_when_it_is_a_callable():
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     weights = iter([0.0, 3.0])
     reward = CostShapedReward(CostModel(repeats=1), weight=lambda: next(weights))
     env = RewriteEnv(g, RULES, max_candidates=8, feedback_every=100, max_steps=5, repeats=1,
@@ -199,7 +199,7 @@ def test_inference_shares_and_polish_width_are_checked(options, field):
 
 
 def test_a_graph_is_measured_at_most_measurements_per_graph_times_then_its_median_is_reused():
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     env = RewriteEnv(g, RULES, max_candidates=8, feedback_every=1, max_steps=1, repeats=1,
                      measurements_per_graph=2)
     taken = []
@@ -219,13 +219,13 @@ def test_a_graph_is_measured_at_most_measurements_per_graph_times_then_its_media
 
 def test_measurements_per_graph_must_be_positive():
     with pytest.raises(TempoError, match="measurements_per_graph"):
-        RewriteEnv(build("resnext", small=True), RULES, repeats=1, measurements_per_graph=0)
+        RewriteEnv(build("resnext", scale="small"), RULES, repeats=1, measurements_per_graph=0)
     with pytest.raises(TempoError, match="measurements_per_graph"):
         PPOConfig(measurements_per_graph=0)
 
 
 def _bert_state(agent):
-    obs, _ = make_env(build("bert", small=True), RULES, agent.config).reset()
+    obs, _ = make_env(build("bert", scale="small"), RULES, agent.config).reset()
     return agent.state(obs)
 
 
@@ -259,7 +259,7 @@ def test_self_imitation_raises_actions_that_beat_the_value_and_leaves_the_rest()
 
 def test_training_with_self_imitation_runs_and_fills_its_buffer():
     agent = Agent(replace(TINY, imitate_best=3), RULES)
-    log = agent.train(make_env(build("resnext", small=True), RULES, agent.config), 2.0, progress=False)
+    log = agent.train(make_env(build("resnext", scale="small"), RULES, agent.config), 2.0, progress=False)
     assert log.updates >= 1 and 1 <= len(agent.best) <= 3
     with pytest.raises(TempoError, match="imitate_best"):
         PPOConfig(imitate_best=-1)

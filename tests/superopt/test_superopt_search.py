@@ -25,7 +25,7 @@ def test_cost_model_caches_and_skips_weight_only_ops():
 
 
 def test_greedy_lowers_the_cost_and_keeps_outputs():
-    g = build("inception", small=True)
+    g = build("inception", scale="small")
     model = CostModel(repeats=3)
     res = greedy(g, RULES, budget_s=20, model=model)
     assert res.applied and res.cost < model.cost(g)
@@ -34,7 +34,7 @@ def test_greedy_lowers_the_cost_and_keeps_outputs():
 
 
 def test_backtracking_is_at_least_as_good_as_its_start():
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     model = CostModel(repeats=3)
     res = backtrack(g, RULES, budget_s=5, model=model)
     assert res.explored > 0 and res.cost <= model.cost(g)
@@ -42,7 +42,7 @@ def test_backtracking_is_at_least_as_good_as_its_start():
 
 
 def test_optimize_never_returns_a_slower_graph():
-    g = build("bert", small=True)
+    g = build("bert", scale="small")
     out = optimize(g, "greedy", budget_s=10, rules=RULES)
     assert out.after_ms <= out.before_ms
     assert same_outputs(g, out.graph)
@@ -50,7 +50,7 @@ def test_optimize_never_returns_a_slower_graph():
 
 
 def test_optimize_keeps_the_input_and_names_what_it_refused(monkeypatch):
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     slower = g
     for _ in range(4):                       # every 1x1 convolution enlarged to 3x3: 9x the flops
         found = [c for c in candidates(slower, RULES) if c.rule.name.startswith("enlarge_1x1")]
@@ -68,7 +68,7 @@ def test_optimize_keeps_the_input_and_names_what_it_refused(monkeypatch):
 
 
 def test_the_never_slower_check_times_check_rounds_rounds(monkeypatch):
-    g = build("resnext", small=True)
+    g = build("resnext", scale="small")
     faster = next(c.graph for c in candidates(g, RULES) if c.rule.name == "bn_conv")
     monkeypatch.setattr(optimize_module, "agent_function",
                         lambda name: lambda *a, **k: SearchResult(faster, ["bn_conv"], 0.0))

@@ -25,7 +25,7 @@ def test_a_window_of_every_operator_computes_the_graph():
 
 
 def test_windows_cover_every_operator_and_cut_at_the_right_values():
-    g = build("squeezenet", small=True)
+    g = build("squeezenet", scale="small")
     ops = _ops(g)
     parts = windows(g, 16)
     assert len(parts) == len(range(0, len(ops) - 16 + 8, 8))
