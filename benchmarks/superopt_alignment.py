@@ -23,14 +23,14 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from tempo.files import write_bytes_atomic
 from tempo.superopt.graph import Graph
-from tempo.superopt.latency import Latency, time_runs
+from tempo.superopt.execute import time_calls
+from tempo.superopt.latency import Latency
 from tempo.superopt.models import WORKLOADS, build
 from tempo.superopt.reference import random_feeds
 from tempo.superopt.stats import paired_verdict
@@ -47,16 +47,6 @@ def at_offset(array: np.ndarray, offset: int) -> np.ndarray:
     placed = buffer[start:start + array.nbytes].view(np.float32).reshape(array.shape)
     placed[...] = array
     return placed
-
-
-def interleaved(calls: dict[int, Callable[[], object]], rounds: int) -> dict[int, Latency]:
-    """Every call ``rounds`` times 10 runs, in a fresh random order each round."""
-    samples: dict[int, list[float]] = {k: [] for k in calls}
-    rng = np.random.default_rng(0)
-    for _ in range(rounds):
-        for k in (list(calls)[i] for i in rng.permutation(len(calls))):
-            samples[k].extend(time_runs(calls[k], 1, 10).samples_ms)
-    return {k: Latency(tuple(v)) for k, v in samples.items()}
 
 
 def largest_weighted(graph: Graph):
@@ -83,7 +73,7 @@ def kernel_check(graph: Graph, rounds: int) -> dict:
     weight = rng.standard_normal(op.src[1].shape)
     ws = {k: torch.from_numpy(at_offset(weight, k)) for k in OFFSETS}
     kernel, attrs = KERNELS[op.op], dict(op.attrs)
-    lat = interleaved({k: (lambda w=w: kernel(attrs, x, w)) for k, w in ws.items()}, rounds)
+    lat = time_calls({k: (lambda w=w: kernel(attrs, x, w)) for k, w in ws.items()}, rounds)
     return {"op": op.op, "shapes": [list(op.src[0].shape), list(op.src[1].shape)],
             "median_ms": lat[0].median_ms, "vs_offset_0": verdicts(lat, rounds)}
 
@@ -93,7 +83,7 @@ def graph_check(graph: Graph, rounds: int) -> dict:
     feeds = random_feeds(graph, 0)
     fns = {k: compile_graph(dataclasses.replace(
         graph, weights={n: at_offset(w, k) for n, w in graph.weights.items()})) for k in OFFSETS}
-    lat = interleaved({k: (lambda f=f: f(feeds)) for k, f in fns.items()}, rounds)
+    lat = time_calls({k: (lambda f=f: f(feeds)) for k, f in fns.items()}, rounds)
     return {"median_ms": lat[0].median_ms, "vs_offset_0": verdicts(lat, rounds)}
 
 

@@ -10,8 +10,9 @@ them all, e.g. to ``torch-cuda`` to optimise for a GPU.
 """
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 
 import numpy as np
 
@@ -70,23 +71,30 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str | None = Non
 
 def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int = 10,
                      backend: str | None = None, seed: int = 0) -> dict[str, Latency]:
-    """Latencies of several graphs with the same inputs, timed in alternating rounds.
+    """Latencies of several graphs with the same inputs, timed in alternating rounds
+    (:func:`time_calls`)."""
+    fns = {k: compile_graph(g, backend) for k, g in graphs.items()}
+    feeds = random_feeds(next(iter(graphs.values())), seed)
+    return time_calls({k: functools.partial(fn, feeds) for k, fn in fns.items()}, rounds, repeats, seed)
 
-    Each round runs every graph ``repeats`` times (after one warm-up run), in a
+
+def time_calls(calls: Mapping[Hashable, Callable[[], object]], rounds: int = 5, repeats: int = 10,
+               seed: int = 0) -> dict[Hashable, Latency]:
+    """Latencies of several calls, timed in alternating rounds.
+
+    Each round runs every call ``repeats`` times (after one warm-up run), in a
     fresh random order (seeded by ``seed``), so all share the same background
-    noise and no graph always follows the same one: in a fixed order the
+    noise and no call always follows the same one: in a fixed order the
     graph that ran second was measurably faster in an A/A test, a bias that
     did not average out (see :mod:`tempo.superopt.stats`). The samples of all rounds
     are pooled, round after round.
     """
-    fns = {k: compile_graph(g, backend) for k, g in graphs.items()}
-    feeds = random_feeds(next(iter(graphs.values())), seed)
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    keys = list(fns)
+    samples: dict[Hashable, list[float]] = {k: [] for k in calls}
+    keys = list(calls)
     rng = np.random.default_rng(seed)
     for _ in range(rounds):
         for k in (keys[i] for i in rng.permutation(len(keys))):
-            samples[k].extend(time_runs(lambda: fns[k](feeds), 1, repeats).samples_ms)
+            samples[k].extend(time_runs(calls[k], 1, repeats).samples_ms)
     return {k: Latency(tuple(v)) for k, v in samples.items()}
 
 

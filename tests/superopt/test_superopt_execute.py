@@ -108,3 +108,13 @@ def test_the_torch_runner_uses_its_own_copies_of_weights_and_inputs():
         w[...] = 0.0
     assert torch.equal(aliased, reshaped) and reshaped.abs().sum() > 0
     assert torch.equal(fn(random_feeds(g, 0))[0], product) and product.abs().sum() > 0
+
+
+def test_time_calls_times_every_call_in_every_round():
+    import time
+
+    from tempo.superopt.execute import time_calls
+
+    lat = time_calls({"sleeps": lambda: time.sleep(0.002), "returns": lambda: None}, rounds=3, repeats=4)
+    assert len(lat["sleeps"].samples_ms) == len(lat["returns"].samples_ms) == 12
+    assert lat["sleeps"].median_ms >= 2.0 > lat["returns"].median_ms
