@@ -73,6 +73,7 @@ class Args:
     search_s: float      # budget of the backtracking search per workload
     train_s: float       # RL budget per workload (training, then best-of-K inference)
     rounds: int          # interleaved timing rounds of the final graphs
+    compiles: int        # compiles per graph in that timing, taken in turn round by round
     seeds: list[int]     # the RL agent's seeds: one report per seed
     jobs: int            # searches run at once, one process and core each
     out: str             # JSON output path (with several seeds: one per seed, _sS before .json)
@@ -91,6 +92,9 @@ def parse_args() -> Args:
     p.add_argument("--train-s", type=float, default=None,
                    help="RL budget (s): training, then best-of-K inference")
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds")
+    p.add_argument("--compiles", type=int, default=1,
+                   help="compiles per graph in the final timing, taken in turn round by round "
+                        "(execute.time_interleaved)")
     p.add_argument("--seed", type=int, nargs="+", default=[0],
                    help="the RL agent's seed; several: one report each")
     p.add_argument("--jobs", type=int, default=1,
@@ -106,9 +110,11 @@ def parse_args() -> Args:
     ns = p.parse_args()
     if ns.jobs < 1:
         p.error(f"--jobs must be at least 1, not {ns.jobs}")
+    if ns.compiles < 1:
+        p.error(f"--compiles must be at least 1, not {ns.compiles}")
     return Args(ns.quick, ns.scale, ns.workloads,
                 ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 420.0),
-                ns.rounds or (20 if ns.quick else 40), list(dict.fromkeys(ns.seed)), ns.jobs, ns.out,
+                ns.rounds or (20 if ns.quick else 40), ns.compiles, list(dict.fromkeys(ns.seed)), ns.jobs, ns.out,
                 ns.shaping, ns.shaping_final, ns.backend)
 
 
@@ -175,7 +181,7 @@ def time_workload(name: str, args: Args, outcomes: dict[str, Outcome]) -> dict:
             graphs[f"{method} searched"] = out.refused
     graphs.update(stages)
     graphs["greedy again"] = graphs["greedy"]      # an A/A control: one graph timed under two names
-    latency = time_interleaved(graphs, rounds=args.rounds)
+    latency = time_interleaved(graphs, rounds=args.rounds, compiles=args.compiles)
     for method in METHODS:
         results[method]["latency_ms"] = latency[method].median_ms
         results[method]["iqr_ms"] = latency[method].iqr_ms
@@ -341,7 +347,7 @@ def main() -> int:
     os.sched_setaffinity(0, one_core)       # the timing, alone, on one core (not migrating)
     for seed in args.seeds:
         report = {"quick": args.quick, "scale": args.scale, "budgets_s": {
-            "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds, "seed": seed,
+            "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds, "compiles": args.compiles, "seed": seed,
             "jobs": args.jobs, "shaping": [args.shaping, args.shaping_final],
             "device": device_name(args.backend), "workloads": {}}
         for name in tqdm(args.workloads, desc=f"timing seed {seed}", unit="workload"):

@@ -73,7 +73,7 @@ def kernel_check(graph: Graph, rounds: int) -> dict:
     weight = rng.standard_normal(op.src[1].shape)
     ws = {k: torch.from_numpy(at_offset(weight, k)) for k in OFFSETS}
     kernel, attrs = KERNELS[op.op], dict(op.attrs)
-    lat = time_calls({k: (lambda w=w: kernel(attrs, x, w)) for k, w in ws.items()}, rounds)
+    lat = time_calls({k: [lambda w=w: kernel(attrs, x, w)] for k, w in ws.items()}, rounds)
     return {"op": op.op, "shapes": [list(op.src[0].shape), list(op.src[1].shape)],
             "median_ms": lat[0].median_ms, "vs_offset_0": verdicts(lat, rounds)}
 
@@ -83,7 +83,7 @@ def graph_check(graph: Graph, rounds: int) -> dict:
     feeds = random_feeds(graph, 0)
     fns = {k: compile_graph(dataclasses.replace(
         graph, weights={n: at_offset(w, k) for n, w in graph.weights.items()})) for k in OFFSETS}
-    lat = time_calls({k: (lambda f=f: f(feeds)) for k, f in fns.items()}, rounds)
+    lat = time_calls({k: [lambda f=f: f(feeds)] for k, f in fns.items()}, rounds)
     return {"median_ms": lat[0].median_ms, "vs_offset_0": verdicts(lat, rounds)}
 
 

@@ -2,14 +2,17 @@
 
 Greedy's result for a workload is timed four times per round, under the
 names ``input`` (the unoptimised graph, as company), ``eq``, ``A`` and ``B``
-(one graph, three names), for ``--pairs`` sessions of ``--rounds`` rounds.
-Any win or loss between ``eq``, ``A`` and ``B`` is a false one. Two orders
-of the graphs within a round are compared:
+(one graph, three names, each compiled on its own), for ``--pairs``
+sessions of ``--rounds`` rounds. Any win or loss between ``eq``, ``A`` and
+``B`` is a false one. Three ways of timing are compared:
 
 - ``rotating``: a fixed cyclic order, shifted by one every round (the
   benchmark's order until the tenth session);
 - ``random``: a fresh random order every round
   (:func:`tempo.superopt.execute.time_interleaved`, the order now);
+- ``random, N compiles``: the same, with every graph compiled ``--compiles``
+  times and the compiles taken in turn, round by round (where a compile's
+  weights lie moves its speed by about 1%; fifteenth session);
 
 and two intervals for the median of the per-round ratios:
 
@@ -17,7 +20,7 @@ and two intervals for the median of the per-round ratios:
   tenth session);
 - ``order statistics``: :func:`tempo.superopt.stats.median_interval` (now).
 
-    .venv/bin/python benchmarks/superopt_timing.py                  # squeezenet, ~4 minutes
+    .venv/bin/python benchmarks/superopt_timing.py                  # squeezenet, ~6 minutes
     .venv/bin/python benchmarks/superopt_timing.py --workload bert --pairs 20
 """
 from __future__ import annotations
@@ -68,6 +71,8 @@ def main() -> int:
     p.add_argument("--workload", default="squeezenet", choices=list(WORKLOADS))
     p.add_argument("--pairs", type=int, default=10, help="timing sessions per order")
     p.add_argument("--rounds", type=int, default=40)
+    p.add_argument("--compiles", type=int, default=8,
+                   help="compiles per graph taken in turn, in the third way of timing")
     p.add_argument("--out", default="benchmarks/results/superopt_timing.json")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -75,7 +80,9 @@ def main() -> int:
     same = greedy(graph, load_rules(), 30.0).graph
     graphs = {"input": graph, "eq": same, "A": same, "B": same}
     orders = {"rotating": lambda s: rotating(graphs, args.rounds),
-              "random": lambda s: time_interleaved(graphs, rounds=args.rounds, seed=s)}
+              "random": lambda s: time_interleaved(graphs, rounds=args.rounds, seed=s),
+              f"random, {args.compiles} compiles": lambda s: time_interleaved(
+                  graphs, rounds=args.rounds, seed=s, compiles=args.compiles)}
     report = {"workload": args.workload, "pairs": args.pairs, "rounds": args.rounds, "orders": {}}
     for order, timed in orders.items():
         ratios = []
@@ -89,7 +96,7 @@ def main() -> int:
         report["orders"][order] = {"median_ratios": medians, "false_verdicts": false,
                                    "above_one": sum(m > 1.0 for m in medians)}
         print(f"{order}: done", file=sys.stderr)
-    lines = ["| order | identical pairs | median ratio > 1 | mean median ratio | "
+    lines = ["| timing | identical pairs | median ratio > 1 | mean median ratio | "
              + " | ".join(f"false win/loss, {name}" for name in INTERVALS) + " |",
              "|---|---|---|---|" + "---|" * len(INTERVALS)]
     for order, r in report["orders"].items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -70,31 +70,45 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str | None = Non
 
 
 def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int = 10,
-                     backend: str | None = None, seed: int = 0) -> dict[str, Latency]:
+                     backend: str | None = None, seed: int = 0, compiles: int = 1
+                     ) -> dict[str, Latency]:
     """Latencies of several graphs with the same inputs, timed in alternating rounds
-    (:func:`time_calls`)."""
-    fns = {k: compile_graph(g, backend) for k, g in graphs.items()}
+    (:func:`time_calls`).
+
+    With ``compiles`` above 1 each graph is compiled that many times and the
+    rounds take the compiles in turn. Where a compile's weights lie in memory
+    moves its speed by about 1% (pages, cache sets), and a compile keeps its
+    placement: two compiles of one graph, timed as two graphs, came out apart
+    in 7 of 12 A/A controls once the weights were aligned and the noise fell
+    (fifteenth session). Taking several compiles in turn puts that effect
+    into the spread between rounds, where the verdict's interval sees it,
+    instead of into the difference between two graphs.
+    """
+    fns = {k: [compile_graph(g, backend) for _ in range(compiles)] for k, g in graphs.items()}
     feeds = random_feeds(next(iter(graphs.values())), seed)
-    return time_calls({k: functools.partial(fn, feeds) for k, fn in fns.items()}, rounds, repeats, seed)
+    return time_calls({k: [functools.partial(fn, feeds) for fn in f] for k, f in fns.items()},
+                      rounds, repeats, seed)
 
 
-def time_calls(calls: Mapping[Hashable, Callable[[], object]], rounds: int = 5, repeats: int = 10,
-               seed: int = 0) -> dict[Hashable, Latency]:
+def time_calls(calls: Mapping[Hashable, Sequence[Callable[[], object]]], rounds: int = 5,
+               repeats: int = 10, seed: int = 0) -> dict[Hashable, Latency]:
     """Latencies of several calls, timed in alternating rounds.
 
-    Each round runs every call ``repeats`` times (after one warm-up run), in a
-    fresh random order (seeded by ``seed``), so all share the same background
-    noise and no call always follows the same one: in a fixed order the
-    graph that ran second was measurably faster in an A/A test, a bias that
-    did not average out (see :mod:`tempo.superopt.stats`). The samples of all rounds
-    are pooled, round after round.
+    Each key has one call or several equivalent ones, which round ``r`` takes
+    in turn (``r`` modulo their number). Each round runs every key's call
+    ``repeats`` times (after one warm-up run), in a fresh random order
+    (seeded by ``seed``), so all share the same background noise and no call
+    always follows the same one: in a fixed order the graph that ran second
+    was measurably faster in an A/A test, a bias that did not average out
+    (see :mod:`tempo.superopt.stats`). The samples of all rounds are pooled,
+    round after round.
     """
     samples: dict[Hashable, list[float]] = {k: [] for k in calls}
     keys = list(calls)
     rng = np.random.default_rng(seed)
-    for _ in range(rounds):
+    for r in range(rounds):
         for k in (keys[i] for i in rng.permutation(len(keys))):
-            samples[k].extend(time_runs(calls[k], 1, repeats).samples_ms)
+            samples[k].extend(time_runs(calls[k][r % len(calls[k])], 1, repeats).samples_ms)
     return {k: Latency(tuple(v)) for k, v in samples.items()}
 
 

@@ -115,6 +115,29 @@ def test_time_calls_times_every_call_in_every_round():
 
     from tempo.superopt.execute import time_calls
 
-    lat = time_calls({"sleeps": lambda: time.sleep(0.002), "returns": lambda: None}, rounds=3, repeats=4)
+    lat = time_calls({"sleeps": [lambda: time.sleep(0.002)], "returns": [lambda: None]}, rounds=3,
+                     repeats=4)
     assert len(lat["sleeps"].samples_ms) == len(lat["returns"].samples_ms) == 12
     assert lat["sleeps"].median_ms >= 2.0 > lat["returns"].median_ms
+
+
+def test_time_calls_takes_equivalent_calls_in_turn_round_by_round():
+    from tempo.superopt.execute import time_calls
+
+    used = []
+    calls = [lambda i=i: used.append(i) for i in range(3)]
+    time_calls({"g": calls}, rounds=4, repeats=2)
+    assert used == [0] * 3 + [1] * 3 + [2] * 3 + [0] * 3       # one warm-up and two runs a round
+
+
+def test_several_compiles_of_a_graph_are_timed_in_turn(monkeypatch):
+    from tempo.superopt import execute
+
+    compiled = []
+    real = execute.compile_graph
+    monkeypatch.setattr(execute, "compile_graph",
+                        lambda g, backend=None: compiled.append(g) or real(g, backend))
+    b = GraphBuilder(0)
+    g = b.build([node("relu", b.input("x", (2, 3)))])
+    lat = execute.time_interleaved({"a": g, "b": g}, rounds=3, repeats=2, compiles=3)
+    assert len(compiled) == 6 and len(lat["a"].samples_ms) == 6
