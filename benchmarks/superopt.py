@@ -92,9 +92,9 @@ def parse_args() -> Args:
     p.add_argument("--train-s", type=float, default=None,
                    help="RL budget (s): training, then best-of-K inference")
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds")
-    p.add_argument("--compiles", type=int, default=1,
+    p.add_argument("--compiles", type=int, default=24,
                    help="compiles per graph in the final timing, taken in turn round by round "
-                        "(execute.time_interleaved)")
+                        "(execute.time_interleaved; 1: the timing until the fifteenth session)")
     p.add_argument("--seed", type=int, nargs="+", default=[0],
                    help="the RL agent's seed; several: one report each")
     p.add_argument("--jobs", type=int, default=1,

@@ -65,12 +65,15 @@ def agent_function(name: str) -> Callable:
 # 72 baseline results in the eleventh session): a burst of load over one or two of one graph's
 # rounds moves its median. 40 rounds of two graphs at 0.1-1 ms cost well under a second.
 CHECK_ROUNDS = 40
+# Compiles of each graph the check takes in turn (execute.time_interleaved): where a compile's
+# weights lie moves its speed by about 1%, so one compile per graph can decide by its placement.
+CHECK_COMPILES = 8
 
 
-def compare_latency(a: Graph, b: Graph, rounds: int = CHECK_ROUNDS, repeats: int = 10
-                    ) -> tuple[float, float]:
+def compare_latency(a: Graph, b: Graph, rounds: int = CHECK_ROUNDS, repeats: int = 10,
+                    compiles: int = CHECK_COMPILES) -> tuple[float, float]:
     """Median latencies of ``a`` and ``b``, timed in alternating rounds to share the noise."""
-    lat = time_interleaved({"a": a, "b": b}, rounds, repeats)
+    lat = time_interleaved({"a": a, "b": b}, rounds, repeats, compiles=compiles)
     return lat["a"].median_ms, lat["b"].median_ms
 
 
@@ -92,11 +95,11 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
     result = search(graph, rules, budget_s, **options)
     elapsed = time.perf_counter() - start
     if result.graph.key() == graph.key():
-        before, _ = compare_latency(graph, graph, rounds=1)
+        before, _ = compare_latency(graph, graph, rounds=1, compiles=1)
         return Outcome(graph, [], elapsed, before, before, True, "no rewrite found",
                        episodes=result.episodes)
     if not same_outputs(graph, result.graph):
-        before, _ = compare_latency(graph, graph, rounds=1)
+        before, _ = compare_latency(graph, graph, rounds=1, compiles=1)
         return Outcome(graph, [], elapsed, before, before, True, "outputs differed; input kept",
                        result.origin, result.applied, result.stages, episodes=result.episodes)
     before, after = compare_latency(graph, result.graph)

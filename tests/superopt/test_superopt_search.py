@@ -67,7 +67,7 @@ def test_optimize_keeps_the_input_and_names_what_it_refused(monkeypatch):
     assert out.refused is slower                     # the refused graph, for the benchmark to time
 
 
-def test_the_never_slower_check_times_check_rounds_rounds(monkeypatch):
+def test_the_never_slower_check_times_check_rounds_rounds_of_check_compiles(monkeypatch):
     g = build("resnext", scale="small")
     faster = next(c.graph for c in candidates(g, RULES) if c.rule.name == "bn_conv")
     monkeypatch.setattr(optimize_module, "agent_function",
@@ -75,10 +75,11 @@ def test_the_never_slower_check_times_check_rounds_rounds(monkeypatch):
     timed = []
     real = optimize_module.time_interleaved
 
-    def recording(graphs, rounds=5, repeats=10):
-        timed.append(rounds)
-        return real(graphs, rounds, repeats)
+    def recording(graphs, rounds=5, repeats=10, compiles=1):
+        timed.append((rounds, compiles))
+        return real(graphs, rounds, repeats, compiles=compiles)
 
     monkeypatch.setattr(optimize_module, "time_interleaved", recording)
     optimize(g, "faster", budget_s=1, rules=RULES)
-    assert optimize_module.CHECK_ROUNDS == 40 and timed == [40]
+    assert (optimize_module.CHECK_ROUNDS, optimize_module.CHECK_COMPILES) == (40, 8)
+    assert timed == [(40, 8)]
