@@ -32,6 +32,12 @@ The default is each workload's small shapes (``--scale small``): on a shared
 CPU one run of a full-size graph takes 20-100 ms with an interquartile range
 of 20-80% of the median, too slow for RL training and too noisy to rank
 graphs.
+
+The final timing compiles every graph ``--compiles`` times (default 24) and
+takes the compiles in turn, round by round, so that where one compile's
+weights lie does not decide a verdict (docs/superopt.md, fifteenth session).
+Each compile holds its own copy of the weights: at the full scale that is
+gigabytes, so pass a smaller ``--compiles`` there.
 """
 from __future__ import annotations
 
@@ -114,8 +120,8 @@ def parse_args() -> Args:
         p.error(f"--compiles must be at least 1, not {ns.compiles}")
     return Args(ns.quick, ns.scale, ns.workloads,
                 ns.search_s or (5.0 if ns.quick else 30.0), ns.train_s or (20.0 if ns.quick else 420.0),
-                ns.rounds or (20 if ns.quick else 40), ns.compiles, list(dict.fromkeys(ns.seed)), ns.jobs, ns.out,
-                ns.shaping, ns.shaping_final, ns.backend)
+                ns.rounds or (20 if ns.quick else 40), ns.compiles, list(dict.fromkeys(ns.seed)),
+                ns.jobs, ns.out, ns.shaping, ns.shaping_final, ns.backend)
 
 
 def agent_config(args: Args, seed: int) -> PPOConfig:

@@ -77,10 +77,10 @@ def compile_graph(graph: Graph, device: str = "cpu") -> Callable[[Mapping[str, n
     dispatches the kernels and, on a GPU, waits for them to finish, so a timed
     call is the end-to-end latency from host inputs to computed outputs.
     Weights and inputs are copied into memory torch allocates (64-byte aligned)
-    on the CPU too: kernels run several percent slower on arrays that are not
-    (bert's matmuls 4% on weights 4 or 16 bytes off; NumPy aligns to 16), so
-    without the copy a graph's speed would depend on where its arrays happened
-    to be allocated, and two compiles of equal graphs would time apart. On a
+    on the CPU too: matmuls run 2-14% slower on weights 4-32 bytes off a
+    64-byte boundary (``benchmarks/superopt_alignment.py``; NumPy aligns to
+    16), so without the copy a graph's speed would depend on where NumPy had
+    happened to place its arrays. On a
     GPU, TF32 is switched off (for the whole process): float32 is computed as
     the reference backend computes it.
     """
