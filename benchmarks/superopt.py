@@ -221,8 +221,7 @@ def comparison(graphs: dict, latency: dict, reference: str, challenger: str, rou
 
 def verdict_entry(v, same: bool) -> dict:
     """A verdict as the JSON records it (a tie, whatever was timed, for the same graph)."""
-    return {"ratio": v.ratio, "ci95": [v.low, v.high], "same_graph": same,
-            "verdict": "tie" if same else v.outcome}
+    return {**v.record(), "same_graph": same, "verdict": "tie" if same else v.outcome}
 
 
 def generalisation(args: Args, rules, path: str, seed: int) -> list[dict]:

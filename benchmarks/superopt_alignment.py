@@ -31,7 +31,7 @@ from tempo.files import write_bytes_atomic
 from tempo.superopt.graph import Graph
 from tempo.superopt.execute import time_calls
 from tempo.superopt.latency import Latency
-from tempo.superopt.models import WORKLOADS, build
+from tempo.superopt.models import SCALES, WORKLOADS, build
 from tempo.superopt.reference import random_feeds
 from tempo.superopt.stats import paired_verdict
 from tempo.superopt.torch_backend import KERNELS, compile_graph
@@ -57,11 +57,7 @@ def largest_weighted(graph: Graph):
 
 def verdicts(lat: dict[int, Latency], rounds: int) -> dict[int, dict]:
     """Each offset against offset 0."""
-    out = {}
-    for k in OFFSETS[1:]:
-        v = paired_verdict(lat[k], lat[0], rounds)
-        out[k] = {"ratio": v.ratio, "ci95": [v.low, v.high], "verdict": v.outcome}
-    return out
+    return {k: paired_verdict(lat[k], lat[0], rounds).record() for k in OFFSETS[1:]}
 
 
 def kernel_check(graph: Graph, rounds: int) -> dict:
@@ -90,7 +86,7 @@ def graph_check(graph: Graph, rounds: int) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
-    p.add_argument("--scale", default="small", choices=("small", "medium", "full"))
+    p.add_argument("--scale", default="small", choices=SCALES)
     p.add_argument("--rounds", type=int, default=40, help="interleaved rounds")
     p.add_argument("--out", default="benchmarks/results/superopt_alignment.json")
     ns = p.parse_args()

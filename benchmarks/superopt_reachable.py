@@ -110,8 +110,7 @@ def check_chain(name: str, scale: str, rules, chain: list[str], search_s: float,
     t = time_interleaved({"best": best, "chained": chained}, rounds=rounds)
     v = paired_verdict(t["best"], t["chained"], rounds)
     return {"best_baseline": best_name, "chain": chain, "first_rule_applied": n_first,
-            "chain_applied": n_chain, "ratio": v.ratio, "ci95": [v.low, v.high],
-            "verdict": v.outcome}
+            "chain_applied": n_chain, **v.record()}
 
 
 def explore(name: str, scale: str, rules, search_s: float, finalists: int, rounds: int) -> dict:
@@ -129,8 +128,7 @@ def explore(name: str, scale: str, rules, search_s: float, finalists: int, round
         assert same_outputs(best, g), f"{applied} changed {name}'s outputs"
         t = time_interleaved({"best": best, "near": g}, rounds=rounds)
         v = paired_verdict(t["best"], t["near"], rounds)
-        rows.append({"applied": applied, "ratio": v.ratio, "ci95": [v.low, v.high],
-                     "verdict": v.outcome})
+        rows.append({"applied": applied, **v.record()})
     return {"best_baseline": best_name, "graphs_screened": len(near), "finalists": rows}
 
 

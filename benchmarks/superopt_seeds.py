@@ -140,8 +140,7 @@ def main() -> int:
         graph_, applied, seconds = done[job.label]
         v = paired_verdict(latency[best], latency[job.label], args.rounds)
         rows[job.label] = {"speedup": latency["input"].median_ms / latency[job.label].median_ms,
-                           "vs_best": {"ratio": v.ratio, "ci95": [v.low, v.high],
-                                       "verdict": v.outcome},
+                           "vs_best": v.record(),
                            "applied": applied, "optimise_s": seconds}
     report = {"workload": args.workload, "backend": args.backend, "seeds": args.seeds,
               "settings": settings, "budgets_s": {"rl": args.train_s, "search": args.search_s},

@@ -47,6 +47,10 @@ class Verdict:
             return "loss"
         return "tie"
 
+    def record(self) -> dict:
+        """The verdict as the benchmarks' JSON records it: ratio, 95% interval and outcome."""
+        return {"ratio": self.ratio, "ci95": [self.low, self.high], "verdict": self.outcome}
+
 
 def round_medians(latency: Latency, rounds: int) -> np.ndarray:
     """The median of each round's samples (the samples are stored round after round)."""

@@ -7,7 +7,7 @@ import pytest
 from tempo.superopt.execute import time_interleaved
 from tempo.superopt.graph import GraphBuilder, node
 from tempo.superopt.latency import Latency
-from tempo.superopt.stats import median_interval, paired_verdict, round_medians
+from tempo.superopt.stats import Verdict, median_interval, paired_verdict, round_medians
 
 
 def _latency(medians: list[float], rng: np.random.Generator, spread: float = 0.05) -> Latency:
@@ -70,3 +70,8 @@ def test_interleaved_timing_tells_a_big_matmul_from_a_small_one(one_thread):
     lat = time_interleaved({"small": small, "big": big}, rounds=4, repeats=5)
     assert all(len(v.samples_ms) == 20 for v in lat.values())
     assert paired_verdict(lat["small"], lat["big"], 4).outcome == "loss"
+
+
+def test_a_verdict_records_its_ratio_interval_and_outcome():
+    assert Verdict(1.02, 1.01, 1.03).record() == {"ratio": 1.02, "ci95": [1.01, 1.03], "verdict": "win"}
+    assert Verdict(0.99, 0.98, 1.01).record()["verdict"] == "tie"
