@@ -28,6 +28,10 @@ BACKENDS: dict[str, tuple[str, dict]] = {
     "jax": ("tempo.superopt.jax_backend", {}),
 }
 _default = {"backend": "torch"}
+# Compiles per graph wherever graphs are timed against each other to decide between them (the
+# never-slower check, the agent's final choice, refinement and polishing): where a compile's
+# weights lie moves its speed by about 1%, so with one compile per graph its placement can decide.
+DECISION_COMPILES = 8
 
 
 def _known(backend: str) -> None:
@@ -52,13 +56,18 @@ def default_backend() -> str:
     return _default["backend"]
 
 
-def compile_graph(graph: Graph, backend: str | None = None
-                  ) -> Callable[[Mapping[str, np.ndarray]], list]:
-    """``run(feeds) -> outputs`` for the constant-folded ``graph`` on ``backend``."""
+def _compiler(backend: str | None) -> Callable[[Graph], Callable[[Mapping[str, np.ndarray]], list]]:
+    """``backend``'s ``compile_graph`` with its options (of an already folded graph)."""
     backend = backend or default_backend()
     _known(backend)
     module, options = BACKENDS[backend]
-    return importlib.import_module(module).compile_graph(fold_constants(graph), **options)
+    return functools.partial(importlib.import_module(module).compile_graph, **options)
+
+
+def compile_graph(graph: Graph, backend: str | None = None
+                  ) -> Callable[[Mapping[str, np.ndarray]], list]:
+    """``run(feeds) -> outputs`` for the constant-folded ``graph`` on ``backend``."""
+    return _compiler(backend)(fold_constants(graph))
 
 
 def run(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str | None = None
@@ -75,8 +84,9 @@ def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int 
     """Latencies of several graphs with the same inputs, timed in alternating rounds
     (:func:`time_calls`).
 
-    With ``compiles`` above 1 each graph is compiled that many times and the
-    rounds take the compiles in turn. Where a compile's weights lie in memory
+    With ``compiles`` above 1 each graph is folded once, compiled that many
+    times (at most ``rounds``: more would not be timed) and the rounds take
+    the compiles in turn. Where a compile's weights lie in memory
     moves its speed by about 1% (pages, cache sets), and a compile keeps its
     placement: two compiles of one graph, timed as two graphs, came out apart
     in 7 of 12 A/A controls once the weights were aligned and the noise fell
@@ -84,7 +94,9 @@ def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int 
     into the spread between rounds, where the verdict's interval sees it,
     instead of into the difference between two graphs.
     """
-    fns = {k: [compile_graph(g, backend) for _ in range(compiles)] for k, g in graphs.items()}
+    compile_folded = _compiler(backend)
+    folded = {k: fold_constants(g) for k, g in graphs.items()}
+    fns = {k: [compile_folded(g) for _ in range(min(compiles, rounds))] for k, g in folded.items()}
     feeds = random_feeds(next(iter(graphs.values())), seed)
     return time_calls({k: [functools.partial(fn, feeds) for fn in f] for k, f in fns.items()},
                       rounds, repeats, seed)

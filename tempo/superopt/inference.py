@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from tempo.superopt.env import RewriteEnv
-from tempo.superopt.execute import time_interleaved
+from tempo.superopt.execute import DECISION_COMPILES, time_interleaved
 from tempo.superopt.graph import Graph, Node
 from tempo.superopt.rewrite import Candidate
 from tempo.superopt.stats import paired_verdict
@@ -119,7 +119,7 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
     Every other branch is finished by the greedy policy, the others by
     sampling it (a sharp policy finishes most greedy branches in graphs
     already judged). Each new final graph is timed against the incumbent in
-    4 interleaved rounds and replaces it when its fastest run is faster (see
+    4 interleaved rounds (a fresh compile of each a round) and replaces it when its fastest run is faster (see
     :attr:`~tempo.superopt.latency.Latency.min_ms`). Returns the incumbent,
     every distinct graph reached and the number of branched rollouts.
     """
@@ -133,7 +133,8 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
             continue
         tried.add(found.graph.key())
         reached.append(found)
-        timed = time_interleaved({"best": best.graph, "new": found.graph}, rounds=4, repeats=8)
+        timed = time_interleaved({"best": best.graph, "new": found.graph}, rounds=4, repeats=8,
+                                 compiles=DECISION_COMPILES)
         if timed["new"].min_ms < timed["best"].min_ms:
             best = found
     return best, reached, count
@@ -219,12 +220,14 @@ def _confirmed(best: Finalist, proposals: Sequence[Finalist], screen_rounds: int
     """The first of the ``tries`` fastest ``proposals`` (screened with ``best``) that a fresh
     paired verdict over ``rounds`` rounds finds faster than ``best``, with its ratio."""
     screen = time_interleaved({"best": best.graph, **{str(i): f.graph for i, f in
-                                                      enumerate(proposals)}}, rounds=screen_rounds)
+                                                      enumerate(proposals)}}, rounds=screen_rounds,
+                              compiles=DECISION_COMPILES)
     ranked = sorted(range(len(proposals)), key=lambda i: screen[str(i)].median_ms)[:tries]
     for i in ranked:
         if screen[str(i)].median_ms >= screen["best"].median_ms:
             return None
-        timed = time_interleaved({"best": best.graph, "new": proposals[i].graph}, rounds=rounds)
+        timed = time_interleaved({"best": best.graph, "new": proposals[i].graph}, rounds=rounds,
+                                 compiles=DECISION_COMPILES)
         verdict = paired_verdict(timed["best"], timed["new"], rounds)
         if verdict.outcome == "win":
             return proposals[i], verdict.ratio
@@ -238,7 +241,8 @@ def polish(agent, env: RewriteEnv, start: Finalist, deadline: float, top_k: int 
     Each pass screens :func:`extensions` (one policy move more) and
     :func:`omissions` (one of its rewrites fewer) with the incumbent in ``screen_rounds``
     interleaved rounds, re-times the two fastest against it in ``rounds`` fresh
-    rounds and keeps the first whose paired verdict is a win (the screen picks,
+    rounds (both with several compiles of each graph, as :func:`final_choice`)
+    and keeps the first whose paired verdict is a win (the screen picks,
     fresh rounds judge, so picking the luckiest of many does not decide). It
     stops when no move wins, none is left, or at ``deadline`` (one pass is
     always made). Returns the incumbent, its origin marked with the passes kept
@@ -312,15 +316,19 @@ def final_choice(finalists: Sequence[Finalist], confirm: int) -> tuple[Finalist,
     """The finalist with the lowest median latency, and that median.
 
     All are timed in 20 interleaved rounds; the ``confirm`` best of those are
-    timed again in 60 fresh rounds, and those alone decide. Taking the lowest
+    timed again in 60 fresh rounds, and those alone decide. Each graph has
+    :data:`~tempo.superopt.execute.DECISION_COMPILES` compiles, taken in turn
+    (one compile's placement in memory moves its speed by about 1%). Taking the lowest
     of eight noisy medians favours a graph that was lucky in that sample (with
     differences of ~1% and IQRs of 10-20%, often a slower one); fresh
     measurements of the few best are free of that selection bias.
     """
-    screen = time_interleaved({str(i): f.graph for i, f in enumerate(finalists)}, rounds=20)
+    screen = time_interleaved({str(i): f.graph for i, f in enumerate(finalists)}, rounds=20,
+                              compiles=DECISION_COMPILES)
     best = sorted(range(len(finalists)), key=lambda i: screen[str(i)].median_ms)[:confirm]
     if len(best) == 1:
         return finalists[best[0]], screen[str(best[0])].median_ms
-    timed = time_interleaved({str(i): finalists[i].graph for i in best}, rounds=60)
+    timed = time_interleaved({str(i): finalists[i].graph for i in best}, rounds=60,
+                             compiles=DECISION_COMPILES)
     winner = min(best, key=lambda i: timed[str(i)].median_ms)
     return finalists[winner], timed[str(winner)].median_ms

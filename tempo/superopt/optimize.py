@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tempo.errors import TempoError
-from tempo.superopt.execute import run, time_interleaved
+from tempo.superopt.execute import DECISION_COMPILES, run, time_interleaved
 from tempo.superopt.graph import Graph
 from tempo.superopt.reference import random_feeds
 from tempo.superopt.rules import Rule, load_rules
@@ -65,13 +65,10 @@ def agent_function(name: str) -> Callable:
 # 72 baseline results in the eleventh session): a burst of load over one or two of one graph's
 # rounds moves its median. 40 rounds of two graphs at 0.1-1 ms cost well under a second.
 CHECK_ROUNDS = 40
-# Compiles of each graph the check takes in turn (execute.time_interleaved): where a compile's
-# weights lie moves its speed by about 1%, so one compile per graph can decide by its placement.
-CHECK_COMPILES = 8
 
 
 def compare_latency(a: Graph, b: Graph, rounds: int = CHECK_ROUNDS, repeats: int = 10,
-                    compiles: int = CHECK_COMPILES) -> tuple[float, float]:
+                    compiles: int = DECISION_COMPILES) -> tuple[float, float]:
     """Median latencies of ``a`` and ``b``, timed in alternating rounds to share the noise."""
     lat = time_interleaved({"a": a, "b": b}, rounds, repeats, compiles=compiles)
     return lat["a"].median_ms, lat["b"].median_ms

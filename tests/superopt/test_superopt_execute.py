@@ -130,14 +130,18 @@ def test_time_calls_takes_equivalent_calls_in_turn_round_by_round():
     assert used == [0] * 3 + [1] * 3 + [2] * 3 + [0] * 3       # one warm-up and two runs a round
 
 
-def test_several_compiles_of_a_graph_are_timed_in_turn(monkeypatch):
-    from tempo.superopt import execute
+def test_several_compiles_of_a_graph_are_timed_in_turn_each_graph_folded_once(monkeypatch):
+    from tempo.superopt import execute, torch_backend
 
-    compiled = []
-    real = execute.compile_graph
-    monkeypatch.setattr(execute, "compile_graph",
-                        lambda g, backend=None: compiled.append(g) or real(g, backend))
+    compiled, folded = [], []
+    real_compile, real_fold = torch_backend.compile_graph, execute.fold_constants
+    monkeypatch.setattr(torch_backend, "compile_graph",
+                        lambda g, **options: compiled.append(g) or real_compile(g, **options))
+    monkeypatch.setattr(execute, "fold_constants", lambda g: folded.append(g) or real_fold(g))
     b = GraphBuilder(0)
     g = b.build([node("relu", b.input("x", (2, 3)))])
     lat = execute.time_interleaved({"a": g, "b": g}, rounds=3, repeats=2, compiles=3)
-    assert len(compiled) == 6 and len(lat["a"].samples_ms) == 6
+    assert len(compiled) == 6 and len(folded) == 2 and len(lat["a"].samples_ms) == 6
+    compiled.clear()
+    execute.time_interleaved({"a": g, "b": g}, rounds=2, repeats=2, compiles=8)
+    assert len(compiled) == 4                     # compiles beyond the rounds would not be timed

@@ -81,6 +81,29 @@ def test_final_choice_takes_the_faster_graph_on_fresh_measurements():
     assert chosen is finalists[0] and median > 0
 
 
+def test_every_inference_decision_takes_several_compiles_of_each_graph(monkeypatch):
+    from tempo.superopt import inference
+    from tempo.superopt.execute import DECISION_COMPILES
+
+    timed = []
+    real = inference.time_interleaved
+
+    def recording(graphs, rounds=5, repeats=10, compiles=1):
+        timed.append(compiles)
+        return real(graphs, rounds, repeats, compiles=compiles)
+
+    monkeypatch.setattr(inference, "time_interleaved", recording)
+    g = build("resnext", scale="small")
+    agent = Agent(SMALL, RULES)
+    env = make_env(g, RULES, SMALL, inference=True)
+    start = _some_rollout(agent, env)
+    refine(agent, env, start, time.perf_counter() + 0.5, seed=1)
+    polish(agent, env, start, time.perf_counter() + 0.5, top_k=2, rounds=4)
+    found = next(c for c in candidates(g, RULES) if c.rule.name.startswith("enlarge"))
+    final_choice([start, Finalist(found.graph, [found.rule.name], "sampled rollout", 0.5, [1])], 2)
+    assert timed and set(timed) == {DECISION_COMPILES} and DECISION_COMPILES > 1
+
+
 def _some_rollout(agent, env):
     start = rollout(agent, env, greedy=True)
     while len(start.actions) < 2:             # untrained policy may stop at once; any rollout will do
