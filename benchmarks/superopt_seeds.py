@@ -113,11 +113,16 @@ def main() -> int:
     p.add_argument("--train-s", type=float, default=420.0, help="RL budget per agent (s)")
     p.add_argument("--search-s", type=float, default=30.0, help="backtracking budget (s)")
     p.add_argument("--rounds", type=int, default=40, help="interleaved timing rounds")
+    p.add_argument("--compiles", type=int, default=24,
+                   help="compiles per graph in the timing, taken in turn round by round "
+                        "(as benchmarks/superopt.py)")
     p.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
                    help="processes at once, one core each")
     p.add_argument("--backend", default="torch", choices=list(BACKENDS))
     p.add_argument("--out", default="benchmarks/results/superopt_seeds.json")
     args = p.parse_args()
+    if args.compiles < 1:
+        p.error(f"--compiles must be at least 1, not {args.compiles}")
     try:
         settings = dict(parse_setting(s) for s in args.setting or ["default"])
     except ValueError as err:
@@ -133,7 +138,7 @@ def main() -> int:
     for label, (result, _, _) in done.items():
         assert same_outputs(graph, result), f"{label} changed {args.workload}'s outputs"
     latency = time_interleaved({"input": graph, **{k: v[0] for k, v in done.items()}},
-                               rounds=args.rounds)
+                               rounds=args.rounds, compiles=args.compiles)
     best = min(BASELINES, key=lambda b: latency[b].median_ms)
     rows = {}
     for job in jobs:
@@ -144,7 +149,7 @@ def main() -> int:
                            "applied": applied, "optimise_s": seconds}
     report = {"workload": args.workload, "backend": args.backend, "seeds": args.seeds,
               "settings": settings, "budgets_s": {"rl": args.train_s, "search": args.search_s},
-              "rounds": args.rounds, "best_baseline": best, "results": rows,
+              "rounds": args.rounds, "compiles": args.compiles, "best_baseline": best, "results": rows,
               "seconds": time.perf_counter() - start}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_bytes_atomic(args.out, json.dumps(report, indent=1).encode())
