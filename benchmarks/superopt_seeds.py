@@ -149,7 +149,8 @@ def main() -> int:
                            "applied": applied, "optimise_s": seconds}
     report = {"workload": args.workload, "backend": args.backend, "seeds": args.seeds,
               "settings": settings, "budgets_s": {"rl": args.train_s, "search": args.search_s},
-              "rounds": args.rounds, "compiles": args.compiles, "best_baseline": best, "results": rows,
+              "rounds": args.rounds, "compiles": args.compiles, "best_baseline": best,
+              "results": rows,
               "seconds": time.perf_counter() - start}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_bytes_atomic(args.out, json.dumps(report, indent=1).encode())

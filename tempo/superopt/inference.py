@@ -119,7 +119,8 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
     Every other branch is finished by the greedy policy, the others by
     sampling it (a sharp policy finishes most greedy branches in graphs
     already judged). Each new final graph is timed against the incumbent in
-    4 interleaved rounds (a fresh compile of each a round) and replaces it when its fastest run is faster (see
+    4 interleaved rounds, each round on another compile of both graphs, and
+    replaces it when its fastest run is faster (see
     :attr:`~tempo.superopt.latency.Latency.min_ms`). Returns the incumbent,
     every distinct graph reached and the number of branched rollouts.
     """
@@ -317,11 +318,12 @@ def final_choice(finalists: Sequence[Finalist], confirm: int) -> tuple[Finalist,
 
     All are timed in 20 interleaved rounds; the ``confirm`` best of those are
     timed again in 60 fresh rounds, and those alone decide. Each graph has
-    :data:`~tempo.superopt.execute.DECISION_COMPILES` compiles, taken in turn
-    (one compile's placement in memory moves its speed by about 1%). Taking the lowest
-    of eight noisy medians favours a graph that was lucky in that sample (with
-    differences of ~1% and IQRs of 10-20%, often a slower one); fresh
-    measurements of the few best are free of that selection bias.
+    :data:`~tempo.superopt.execute.DECISION_COMPILES` compiles, taken in
+    turn (one compile's placement in memory moves its speed by about 1%).
+    Taking the lowest of eight noisy medians favours a graph that was lucky
+    in that sample (with differences of ~1% and IQRs of 10-20%, often a
+    slower one); fresh measurements of the few best are free of that
+    selection bias.
     """
     screen = time_interleaved({str(i): f.graph for i, f in enumerate(finalists)}, rounds=20,
                               compiles=DECISION_COMPILES)
