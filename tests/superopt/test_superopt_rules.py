@@ -79,3 +79,18 @@ def test_candidates_are_distinct_graphs():
 def test_bad_rule_text_is_reported(text, words):
     with pytest.raises(RuleError, match=words):
         parse_rules(text)
+
+
+def test_a_squeezenet_fire_module_merges_in_one_rewrite_once_its_relus_are_fused():
+    from tempo.superopt.models import build
+    from tempo.superopt.optimize import same_outputs
+
+    g = build("squeezenet", scale="small")
+    fused = g
+    while fusion := next((c for c in candidates(fused, RULES) if c.rule.name == "convb_relu"), None):
+        fused = fusion.graph
+    merges = [c for c in candidates(fused, RULES) if c.rule.name == "merge_concat_1x1_3x3"]
+    assert len(merges) == 8                              # one per fire module
+    merged = merges[0].graph
+    convs = [sum(n.op == "conv2d" for n in h.topo()) for h in (fused, merged)]
+    assert convs[1] == convs[0] - 1 and same_outputs(g, merged)
