@@ -352,7 +352,8 @@ def main() -> int:
     os.sched_setaffinity(0, one_core)       # the timing, alone, on one core (not migrating)
     for seed in args.seeds:
         report = {"quick": args.quick, "scale": args.scale, "budgets_s": {
-            "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds, "compiles": args.compiles, "seed": seed,
+            "search": args.search_s, "rl": args.train_s}, "rounds": args.rounds,
+            "compiles": args.compiles, "seed": seed,
             "jobs": args.jobs, "shaping": [args.shaping, args.shaping_final],
             "device": device_name(args.backend), "workloads": {}}
         for name in tqdm(args.workloads, desc=f"timing seed {seed}", unit="workload"):

@@ -94,6 +94,8 @@ def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int 
     into the spread between rounds, where the verdict's interval sees it,
     instead of into the difference between two graphs.
     """
+    if compiles < 1:
+        raise TempoError(f"compiles must be at least 1, not {compiles}")
     compile_folded = _compiler(backend)
     folded = {k: fold_constants(g) for k, g in graphs.items()}
     fns = {k: [compile_folded(g) for _ in range(min(compiles, rounds))] for k, g in folded.items()}

@@ -145,3 +145,12 @@ def test_several_compiles_of_a_graph_are_timed_in_turn_each_graph_folded_once(mo
     compiled.clear()
     execute.time_interleaved({"a": g, "b": g}, rounds=2, repeats=2, compiles=8)
     assert len(compiled) == 4                     # compiles beyond the rounds would not be timed
+
+
+def test_time_interleaved_refuses_fewer_than_one_compile():
+    from tempo.superopt import execute
+
+    b = GraphBuilder(0)
+    g = b.build([node("relu", b.input("x", (2, 3)))])
+    with pytest.raises(TempoError, match="compiles must be at least 1, not 0"):
+        execute.time_interleaved({"a": g}, rounds=2, compiles=0)
