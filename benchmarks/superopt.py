@@ -5,7 +5,8 @@ in one interleaved session (torch backend, one thread, median of repeats), so
 the speed-ups share the same noise. The RL agent is compared with the best
 baseline (the fastest of greedy, backtracking and eqsat in that same session)
 by :func:`tempo.superopt.stats.paired_verdict`: win / tie / loss from the
-distribution-free 95% interval of the median per-round latency ratio; a tie without
+distribution-free 95% interval of the median latency ratio, one ratio per pair
+of compiles (the median of the rounds that ran that pair); a tie without
 timing when the two graphs are structurally identical (timing the same graph
 twice only measures noise). A method's result that ``optimize``'s never-slower
 check refused is timed too (``METHOD searched``), and the searches themselves
@@ -197,26 +198,29 @@ def time_workload(name: str, args: Args, outcomes: dict[str, Outcome]) -> dict:
     best_search = min(BASELINES, key=lambda m: latency[searched[m]].median_ms)
     return {"input_ms": latency["input"].median_ms, "input_iqr_ms": latency["input"].iqr_ms,
             "nodes": len(graph.topo()), "methods": results,
-            "rl_vs_best": {"baseline": best, **comparison(graphs, latency, best, "rl", args.rounds)},
+            "rl_vs_best": {"baseline": best, **comparison(graphs, latency, best, "rl", args)},
             "search_vs_search": {"baseline": best_search, **comparison(
-                graphs, latency, searched[best_search], searched["rl"], args.rounds)},
-            "rl_vs_stages": {stage: comparison(graphs, latency, stage, "rl", args.rounds)
+                graphs, latency, searched[best_search], searched["rl"], args)},
+            "rl_vs_stages": {stage: comparison(graphs, latency, stage, "rl", args)
                              for stage in stages},
-            "control": control(latency, args.rounds),
+            "control": control(latency, args),
             "round_medians_ms": {k: round_medians(v, args.rounds).tolist() for k, v in latency.items()}}
 
 
-def control(latency: dict, rounds: int) -> dict:
+def control(latency: dict, args: Args) -> dict:
     """The verdict on greedy's graph against itself timed under another name: how often the rule
     calls a win or a loss where there is none."""
-    return verdict_entry(paired_verdict(latency["greedy"], latency["greedy again"], rounds), False)
+    return verdict_entry(paired_verdict(latency["greedy"], latency["greedy again"], args.rounds,
+                                        args.compiles), False)
 
 
-def comparison(graphs: dict, latency: dict, reference: str, challenger: str, rounds: int) -> dict:
-    """The paired verdict of ``challenger`` against ``reference`` (a tie, untimed, for the same
-    graph: hash-consed graphs are structurally identical exactly when their keys are equal)."""
+def comparison(graphs: dict, latency: dict, reference: str, challenger: str, args: Args) -> dict:
+    """The paired verdict of ``challenger`` against ``reference``, per compile pair (a tie,
+    untimed, for the same graph: hash-consed graphs are structurally identical exactly when
+    their keys are equal)."""
     same = graphs[challenger].key() == graphs[reference].key()
-    return verdict_entry(paired_verdict(latency[reference], latency[challenger], rounds), same)
+    return verdict_entry(paired_verdict(latency[reference], latency[challenger], args.rounds,
+                                        args.compiles), same)
 
 
 def verdict_entry(v, same: bool) -> dict:

@@ -143,7 +143,7 @@ def main() -> int:
     rows = {}
     for job in jobs:
         graph_, applied, seconds = done[job.label]
-        v = paired_verdict(latency[best], latency[job.label], args.rounds)
+        v = paired_verdict(latency[best], latency[job.label], args.rounds, args.compiles)
         rows[job.label] = {"speedup": latency["input"].median_ms / latency[job.label].median_ms,
                            "vs_best": v.record(),
                            "applied": applied, "optimise_s": seconds}

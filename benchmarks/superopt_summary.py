@@ -6,6 +6,13 @@ win on at least three. This prints one row per workload with each report's
 verdict and its ratio, the counts per workload, and whether each report
 meets the target; the same goes to ``--out`` as JSON.
 
+Each verdict is taken again from the report's per-round medians by the
+current rule (:func:`tempo.superopt.stats.paired_verdict`, per compile pair
+where the report's timing took several compiles), so reports written under
+an older rule read alike; ``--as-recorded`` keeps the verdicts they
+recorded. Each report's A/A control (greedy's graph against itself) is
+judged the same way and counted when it is not a tie.
+
     .venv/bin/python benchmarks/superopt_summary.py docs/results/superopt/cpu_s14_s*.json
 """
 from __future__ import annotations
@@ -16,6 +23,8 @@ import os
 import sys
 
 from tempo.files import write_bytes_atomic
+from tempo.superopt.latency import Latency
+from tempo.superopt.stats import paired_verdict
 
 VERDICTS = ("win", "tie", "loss")
 WINS_NEEDED = 3
@@ -30,21 +39,46 @@ def load(paths: list[str]) -> dict[str, dict]:
     return reports
 
 
-def summarise(reports: dict[str, dict]) -> dict:
-    """Per workload: each report's verdict and ratio, and the counts; per report: the target."""
+def rejudge(report: dict, workload: dict, reference: str, challenger: str) -> tuple[str, float]:
+    """The verdict and ratio of ``challenger`` against ``reference`` by the current rule, from
+    the report's per-round medians (one sample per round)."""
+    medians = workload["round_medians_ms"]
+    rounds = len(medians[reference])
+    v = paired_verdict(Latency(tuple(medians[reference])), Latency(tuple(medians[challenger])),
+                       rounds, report.get("compiles", 1))
+    return v.outcome, v.ratio
+
+
+def rl_verdict(report: dict, workload: dict, as_recorded: bool) -> tuple[str, float]:
+    """RL against the best baseline: as recorded (also for a report without per-round medians,
+    and a tie for the same graph), or judged again."""
+    v = workload["rl_vs_best"]
+    if as_recorded or v.get("same_graph") or "round_medians_ms" not in workload:
+        return v["verdict"], v["ratio"]
+    return rejudge(report, workload, v["baseline"], "rl")
+
+
+def summarise(reports: dict[str, dict], as_recorded: bool = False) -> dict:
+    """Per workload: each report's verdict and ratio, and the counts; per report: the target
+    and the A/A controls that were not ties."""
     workloads: dict[str, dict] = {}
-    for name, report in reports.items():
-        for w, r in report["workloads"].items():
-            row = workloads.setdefault(w, {"reports": {}, **{v: 0 for v in VERDICTS}})
-            v = r["rl_vs_best"]
-            row["reports"][name] = {"verdict": v["verdict"], "ratio": v["ratio"],
-                                    "baseline": v["baseline"]}
-            row[v["verdict"]] += 1
     target = {}
     for name, report in reports.items():
-        verdicts = [r["rl_vs_best"]["verdict"] for r in report["workloads"].values()]
+        verdicts, controls = [], 0
+        for w, r in report["workloads"].items():
+            row = workloads.setdefault(w, {"reports": {}, **{v: 0 for v in VERDICTS}})
+            verdict, ratio = rl_verdict(report, r, as_recorded)
+            row["reports"][name] = {"verdict": verdict, "ratio": ratio,
+                                    "baseline": r["rl_vs_best"]["baseline"]}
+            row[verdict] += 1
+            verdicts.append(verdict)
+            if "control" in r:
+                control = r["control"]["verdict"] if as_recorded or "round_medians_ms" not in r \
+                    else rejudge(report, r, "greedy", "greedy again")[0]
+                controls += control != "tie"
         target[name] = {**{v: verdicts.count(v) for v in VERDICTS},
-                        "met": verdicts.count("loss") == 0 and verdicts.count("win") >= WINS_NEEDED}
+                        "met": verdicts.count("loss") == 0 and verdicts.count("win") >= WINS_NEEDED,
+                        "false_controls": controls}
     return {"workloads": workloads, "target": target}
 
 
@@ -60,7 +94,8 @@ def table(summary: dict, names: list[str]) -> str:
     lines.append("")
     for n, t in summary["target"].items():
         lines.append(f"{n}: {t['win']} win, {t['tie']} tie, {t['loss']} loss; target "
-                     f"(no loss, >= {WINS_NEEDED} wins) {'met' if t['met'] else 'not met'}")
+                     f"(no loss, >= {WINS_NEEDED} wins) {'met' if t['met'] else 'not met'}; "
+                     f"A/A controls not a tie: {t['false_controls']}")
     return "\n".join(lines)
 
 
@@ -68,9 +103,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("reports", nargs="+", help="JSON reports of benchmarks/superopt.py")
     p.add_argument("--out", default="benchmarks/results/superopt_summary.json")
+    p.add_argument("--as-recorded", action="store_true",
+                   help="the verdicts the reports recorded, not judged again by the current rule")
     ns = p.parse_args()
     reports = load(ns.reports)
-    summary = summarise(reports)
+    summary = summarise(reports, ns.as_recorded)
     print(table(summary, list(reports)))
     os.makedirs(os.path.dirname(os.path.abspath(ns.out)), exist_ok=True)
     write_bytes_atomic(ns.out, json.dumps(summary, indent=1).encode())

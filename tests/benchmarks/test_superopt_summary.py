@@ -25,10 +25,32 @@ def test_counts_per_workload_and_the_target_per_report(tmp_path):
         paths.append(str(tmp_path / f"{name}.json"))
         pathlib.Path(paths[-1]).write_text(json.dumps(r))
     summary = summary_module.summarise(summary_module.load(paths))
-    assert summary["target"]["s0"] == {"win": 3, "tie": 1, "loss": 0, "met": True}
+    assert summary["target"]["s0"] == {"win": 3, "tie": 1, "loss": 0, "met": True,
+                                       "false_controls": 0}
     assert summary["target"]["s1"]["met"] is False
     assert summary["workloads"]["d"]["tie"] == 1 and summary["workloads"]["d"]["loss"] == 1
     assert summary["workloads"]["a"]["reports"]["s1"]["ratio"] == 1.05
     text = summary_module.table(summary, ["s0", "s1"])
     assert "| d | tie (1.000) | loss (0.950) | 0 | 1 | 1 |" in text
     assert "s1: 3 win, 0 tie, 1 loss; target (no loss, >= 3 wins) not met" in text
+
+
+def test_verdicts_are_judged_again_per_compile_pair_from_the_round_medians(tmp_path):
+    # 40 rounds, 4 compiles: rl is 2% faster in the rounds of three compile pairs and 2% slower in
+    # the fourth's; recorded per round that was a win, per compile pair it is a tie
+    rl = [1 / 1.02 if r % 4 < 3 else 1 / 0.98 for r in range(40)]
+    control = [1.0] * 40                                    # greedy again: no difference
+    medians = {"greedy": [1.0] * 40, "rl": rl, "greedy again": control}
+    workload = {"rl_vs_best": {"verdict": "win", "ratio": 1.02, "baseline": "greedy",
+                               "same_graph": False},
+                "control": {"verdict": "loss"}, "round_medians_ms": medians}
+    path = tmp_path / "s0.json"
+    path.write_text(json.dumps({"compiles": 4, "workloads": {"a": workload}}))
+    reports = summary_module.load([str(path)])
+    judged = summary_module.summarise(reports)
+    assert judged["workloads"]["a"]["reports"]["s0"]["verdict"] == "tie"
+    assert judged["target"]["s0"]["false_controls"] == 0
+    recorded = summary_module.summarise(reports, as_recorded=True)
+    assert recorded["workloads"]["a"]["reports"]["s0"] == {"verdict": "win", "ratio": 1.02,
+                                                           "baseline": "greedy"}
+    assert recorded["target"]["s0"]["false_controls"] == 1

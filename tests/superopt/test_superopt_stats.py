@@ -7,7 +7,8 @@ import pytest
 from tempo.superopt.execute import time_interleaved
 from tempo.superopt.graph import GraphBuilder, node
 from tempo.superopt.latency import Latency
-from tempo.superopt.stats import Verdict, median_interval, paired_verdict, round_medians
+from tempo.superopt.stats import (Verdict, compile_pair_medians, median_interval, paired_verdict,
+                                  round_medians)
 
 
 def _latency(medians: list[float], rng: np.random.Generator, spread: float = 0.05) -> Latency:
@@ -75,3 +76,21 @@ def test_interleaved_timing_tells_a_big_matmul_from_a_small_one(one_thread):
 def test_a_verdict_records_its_ratio_interval_and_outcome():
     assert Verdict(1.02, 1.01, 1.03).record() == {"ratio": 1.02, "ci95": [1.01, 1.03], "verdict": "win"}
     assert Verdict(0.99, 0.98, 1.01).record()["verdict"] == "tie"
+
+
+def test_compile_pair_medians_group_the_rounds_that_ran_one_pair():
+    ratios = np.array([1.0, 2.0, 3.0, 1.2, 2.2, 3.2, 1.1])          # round r ran pair r % 3
+    assert compile_pair_medians(ratios, 3).tolist() == pytest.approx([1.1, 2.1, 3.1])
+    assert compile_pair_medians(ratios[:2], 3).tolist() == [1.0, 2.0]  # fewer rounds than compiles
+
+
+def test_rounds_that_share_a_compile_pair_count_once():
+    rng = np.random.default_rng(0)
+    # three of the challenger's four compiles happen to lie 2% faster, the fourth 2% slower:
+    # per round that is 30 rounds of 40 at 1.02, per compile pair 4 values, too few to tell
+    placement = [0.98, 0.98, 0.98, 1.02]
+    reference = _latency([1.0] * 40, rng, spread=0.001)
+    challenger = _latency([placement[r % 4] for r in range(40)], rng, spread=0.001)
+    assert paired_verdict(reference, challenger, 40).outcome == "win"
+    by_pair = paired_verdict(reference, challenger, 40, compiles=4)
+    assert by_pair.outcome == "tie" and by_pair.low < 1.0 < by_pair.high
