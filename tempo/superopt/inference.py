@@ -219,7 +219,8 @@ def omissions(env: RewriteEnv, start: Finalist) -> list[Finalist]:
 def _confirmed(best: Finalist, proposals: Sequence[Finalist], screen_rounds: int,
                rounds: int, tries: int = 2) -> tuple[Finalist, float] | None:
     """The first of the ``tries`` fastest ``proposals`` (screened with ``best``) that a fresh
-    paired verdict over ``rounds`` rounds finds faster than ``best``, with its ratio."""
+    paired verdict over ``rounds`` rounds finds faster than ``best``, with its ratio. The
+    verdict is per round: per compile pair, 8 values would leave only their range."""
     screen = time_interleaved({"best": best.graph, **{str(i): f.graph for i, f in
                                                       enumerate(proposals)}}, rounds=screen_rounds,
                               compiles=DECISION_COMPILES)
