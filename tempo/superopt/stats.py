@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tempo.errors import TempoError
 from tempo.superopt.latency import Latency
 
 
@@ -94,6 +95,8 @@ def paired_verdict(reference: Latency, challenger: Latency, rounds: int,
     """Is ``challenger`` faster than ``reference``? The median of the paired per-round ratios
     (reference / challenger) and its distribution-free 95% interval; with ``compiles`` above 1,
     of the ratios' medians per compile pair (:func:`compile_pair_medians`)."""
+    if compiles < 1:
+        raise TempoError(f"compiles must be at least 1, not {compiles}")
     ratios = round_medians(reference, rounds) / round_medians(challenger, rounds)
     if compiles > 1:
         ratios = compile_pair_medians(ratios, compiles)

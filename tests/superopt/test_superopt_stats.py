@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tempo.errors import TempoError
 from tempo.superopt.execute import time_interleaved
 from tempo.superopt.graph import GraphBuilder, node
 from tempo.superopt.latency import Latency
@@ -94,3 +95,10 @@ def test_rounds_that_share_a_compile_pair_count_once():
     assert paired_verdict(reference, challenger, 40).outcome == "win"
     by_pair = paired_verdict(reference, challenger, 40, compiles=4)
     assert by_pair.outcome == "tie" and by_pair.low < 1.0 < by_pair.high
+
+
+def test_a_verdict_needs_at_least_one_compile():
+    rng = np.random.default_rng(0)
+    same = _latency([1.0] * 8, rng)
+    with pytest.raises(TempoError, match="at least 1"):
+        paired_verdict(same, same, 8, compiles=0)
