@@ -93,12 +93,23 @@ def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int 
     (fifteenth session). Taking several compiles in turn puts that effect
     into the spread between rounds, where the verdict's interval sees it,
     instead of into the difference between two graphs.
+
+    The compiles are made in batches, one compile of every graph a batch, each
+    batch in a fresh random order (seeded by ``seed``), so that no graph's
+    compiles always come after another's: made one graph after another, the
+    last-made of two compiles of one graph was faster in 646 of 1152 compile
+    pairs of the benchmark's A/A controls (eighteenth session, docs/superopt.md).
     """
     if compiles < 1:
         raise TempoError(f"compiles must be at least 1, not {compiles}")
     compile_folded = _compiler(backend)
     folded = {k: fold_constants(g) for k, g in graphs.items()}
-    fns = {k: [compile_folded(g) for _ in range(min(compiles, rounds))] for k, g in folded.items()}
+    keys = list(folded)
+    order = np.random.default_rng([seed, 1])      # not the rounds' order: another stream
+    fns: dict[str, list] = {k: [] for k in keys}
+    for _ in range(min(compiles, rounds)):
+        for i in order.permutation(len(keys)):
+            fns[keys[i]].append(compile_folded(folded[keys[i]]))
     feeds = random_feeds(next(iter(graphs.values())), seed)
     return time_calls({k: [functools.partial(fn, feeds) for fn in f] for k, f in fns.items()},
                       rounds, repeats, seed)

@@ -147,6 +147,23 @@ def test_several_compiles_of_a_graph_are_timed_in_turn_each_graph_folded_once(mo
     assert len(compiled) == 4                     # compiles beyond the rounds would not be timed
 
 
+def test_compiles_are_made_in_batches_one_of_every_graph_each_in_a_fresh_order(monkeypatch):
+    from tempo.superopt import execute, torch_backend
+
+    made = []
+    real_compile = torch_backend.compile_graph
+    monkeypatch.setattr(torch_backend, "compile_graph",
+                        lambda g, **options: made.append(g.outputs[0].op) or real_compile(g, **options))
+    b = GraphBuilder(0)
+    x = b.input("x", (2, 3))
+    graphs = {op: b.build([node(op, x)]) for op in ("relu", "sigmoid", "tanh")}
+    execute.time_interleaved(graphs, rounds=6, repeats=1, compiles=6)
+    batches = [tuple(made[i:i + 3]) for i in range(0, len(made), 3)]
+    assert len(batches) == 6 and all(sorted(batch) == sorted(graphs) for batch in batches)
+    assert len(set(batches)) > 1                  # the order changes from batch to batch
+    assert {batch[-1] for batch in batches} != {"tanh"}   # the last key is not always made last
+
+
 def test_time_interleaved_refuses_fewer_than_one_compile():
     from tempo.superopt import execute
 
