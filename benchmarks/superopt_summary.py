@@ -11,7 +11,10 @@ current rule (:func:`tempo.superopt.stats.paired_verdict`, per compile pair
 where the report's timing took several compiles), so reports written under
 an older rule read alike; ``--as-recorded`` keeps the verdicts they
 recorded. Each report's A/A control (greedy's graph against itself) is
-judged the same way and counted when it is not a tie.
+judged the same way and counted when it is not a tie; and, pooled per
+workload and over all reports, the control's compile pairs in which it came
+out faster than greedy's graph (the sign test's p-value: a timing without
+bias puts about half there).
 
     .venv/bin/python benchmarks/superopt_summary.py docs/results/superopt/cpu_s14_s*.json
 """
@@ -22,9 +25,11 @@ import json
 import os
 import sys
 
+import numpy as np
+
 from tempo.files import write_bytes_atomic
 from tempo.superopt.latency import Latency
-from tempo.superopt.stats import paired_verdict
+from tempo.superopt.stats import compile_pair_medians, paired_verdict, sign_test_p
 
 VERDICTS = ("win", "tie", "loss")
 WINS_NEEDED = 3
@@ -58,11 +63,29 @@ def rl_verdict(report: dict, workload: dict, as_recorded: bool) -> tuple[str, fl
     return rejudge(report, workload, v["baseline"], "rl")
 
 
+def control_pairs(report: dict, workload: dict) -> np.ndarray:
+    """The A/A control's ratios (greedy's graph / its second name), one per compile pair (per
+    round for a report timed with one compile); none for a report without per-round medians."""
+    medians = workload.get("round_medians_ms", {})
+    if "greedy again" not in medians:
+        return np.empty(0)
+    ratios = np.asarray(medians["greedy"]) / np.asarray(medians["greedy again"])
+    return compile_pair_medians(ratios, report.get("compiles", 1))
+
+
+def lean(ratios: list[np.ndarray]) -> dict:
+    """How many of the ratios (not exactly 1) lie above 1, of how many, and the sign test's p."""
+    pooled = np.concatenate(ratios) if ratios else np.empty(0)
+    above, n = int(np.sum(pooled > 1.0)), int(np.sum(pooled != 1.0))
+    return {"above": above, "of": n, "p": sign_test_p(above, n)}
+
+
 def summarise(reports: dict[str, dict], as_recorded: bool = False) -> dict:
     """Per workload: each report's verdict and ratio, and the counts; per report: the target
-    and the A/A controls that were not ties."""
+    and the A/A controls that were not ties; per workload and over all: the controls' lean."""
     workloads: dict[str, dict] = {}
     target = {}
+    pairs: dict[str, list[np.ndarray]] = {}
     for name, report in reports.items():
         verdicts, controls = [], 0
         for w, r in report["workloads"].items():
@@ -72,6 +95,7 @@ def summarise(reports: dict[str, dict], as_recorded: bool = False) -> dict:
                                     "baseline": r["rl_vs_best"]["baseline"]}
             row[verdict] += 1
             verdicts.append(verdict)
+            pairs.setdefault(w, []).append(control_pairs(report, r))
             if "control" in r:
                 control = r["control"]["verdict"] if as_recorded or "round_medians_ms" not in r \
                     else rejudge(report, r, "greedy", "greedy again")[0]
@@ -79,7 +103,9 @@ def summarise(reports: dict[str, dict], as_recorded: bool = False) -> dict:
         target[name] = {**{v: verdicts.count(v) for v in VERDICTS},
                         "met": verdicts.count("loss") == 0 and verdicts.count("win") >= WINS_NEEDED,
                         "false_controls": controls}
-    return {"workloads": workloads, "target": target}
+    controls = {w: lean(p) for w, p in pairs.items()}
+    controls["all"] = lean([r for p in pairs.values() for r in p])
+    return {"workloads": workloads, "target": target, "control_lean": controls}
 
 
 def table(summary: dict, names: list[str]) -> str:
@@ -96,6 +122,10 @@ def table(summary: dict, names: list[str]) -> str:
         lines.append(f"{n}: {t['win']} win, {t['tie']} tie, {t['loss']} loss; target "
                      f"(no loss, >= {WINS_NEEDED} wins) {'met' if t['met'] else 'not met'}; "
                      f"A/A controls not a tie: {t['false_controls']}")
+    lines.append("")
+    lines.append("A/A control faster than greedy's graph, compile pairs: " + "; ".join(
+        f"{w} {c['above']} of {c['of']} (p={c['p']:.2g})"
+        for w, c in summary["control_lean"].items() if c["of"]))
     return "\n".join(lines)
 
 

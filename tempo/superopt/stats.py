@@ -82,6 +82,16 @@ def median_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, flo
     return float(ordered[k - 1]), float(ordered[n - k])
 
 
+def sign_test_p(above: int, n: int) -> float:
+    """The two-sided p-value of the sign test: ``above`` of ``n`` values on one side of the
+    median under the hypothesis that each side is equally likely."""
+    if not 0 <= above <= n:
+        raise TempoError(f"{above} of {n} values cannot lie above the median")
+    extreme = max(above, n - above)
+    tail = sum(math.comb(n, k) for k in range(extreme, n + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
 def compile_pair_medians(ratios: np.ndarray, compiles: int) -> np.ndarray:
     """The median of each compile pair's per-round ``ratios``, where round ``r`` ran compile
     ``r % C`` of both graphs and ``C = min(compiles, rounds)``

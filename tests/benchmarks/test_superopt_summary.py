@@ -54,3 +54,24 @@ def test_verdicts_are_judged_again_per_compile_pair_from_the_round_medians(tmp_p
     assert recorded["workloads"]["a"]["reports"]["s0"] == {"verdict": "win", "ratio": 1.02,
                                                            "baseline": "greedy"}
     assert recorded["target"]["s0"]["false_controls"] == 1
+
+
+def test_the_controls_lean_is_pooled_over_compile_pairs_per_workload_and_in_all(tmp_path):
+    # 8 rounds, 4 compiles: the control is faster in 3 of a's compile pairs and in 1 of b's
+    faster = {"a": [0.99, 0.99, 0.99, 1.01], "b": [1.01, 1.01, 1.01, 0.99]}
+    workloads = {}
+    for w, pairs in faster.items():
+        medians = {"greedy": [1.0] * 8, "rl": [1.0] * 8,
+                   "greedy again": [pairs[r % 4] for r in range(8)]}
+        workloads[w] = {"rl_vs_best": {"verdict": "tie", "ratio": 1.0, "baseline": "greedy",
+                                       "same_graph": False},
+                        "control": {"verdict": "tie"}, "round_medians_ms": medians}
+    path = tmp_path / "s0.json"
+    path.write_text(json.dumps({"compiles": 4, "workloads": workloads}))
+    summary = summary_module.summarise(summary_module.load([str(path)]))
+    lean = summary["control_lean"]
+    assert (lean["a"]["above"], lean["a"]["of"]) == (3, 4)
+    assert (lean["b"]["above"], lean["b"]["of"]) == (1, 4)
+    assert (lean["all"]["above"], lean["all"]["of"], lean["all"]["p"]) == (4, 8, 1.0)
+    assert "a 3 of 4 (p=0.62); b 1 of 4 (p=0.62); all 4 of 8 (p=1)" in \
+        summary_module.table(summary, ["s0"])

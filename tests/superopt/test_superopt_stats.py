@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tempo.errors import TempoError
 from tempo.superopt.execute import time_interleaved
 from tempo.superopt.graph import GraphBuilder, node
 from tempo.superopt.latency import Latency
 from tempo.superopt.stats import (Verdict, compile_pair_medians, median_interval, paired_verdict,
-                                  round_medians)
+                                  round_medians, sign_test_p)
 
 
 def _latency(medians: list[float], rng: np.random.Generator, spread: float = 0.05) -> Latency:
@@ -102,3 +104,20 @@ def test_a_verdict_needs_at_least_one_compile():
     same = _latency([1.0] * 8, rng)
     with pytest.raises(TempoError, match="at least 1"):
         paired_verdict(same, same, 8, compiles=0)
+
+
+def test_sign_test_p_is_the_two_sided_binomial_tail():
+    assert sign_test_p(10, 10) == sign_test_p(0, 10) == pytest.approx(2 / 1024)
+    assert sign_test_p(8, 10) == pytest.approx(2 * (45 + 10 + 1) / 1024)
+    assert sign_test_p(5, 10) == 1.0 and sign_test_p(0, 0) == 1.0
+    with pytest.raises(TempoError, match="11 of 10"):
+        sign_test_p(11, 10)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 200), st.data())
+def test_sign_test_p_is_symmetric_and_falls_away_from_the_middle(n, data):
+    above = data.draw(st.integers(0, n))
+    assert sign_test_p(above, n) == pytest.approx(sign_test_p(n - above, n))
+    if above > n / 2 and above < n:
+        assert sign_test_p(above + 1, n) <= sign_test_p(above, n)
