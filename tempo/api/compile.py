@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -134,13 +134,15 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes:
             raise TempoError("a fetched tensor belongs to another context", site)
     fetched = [materialize(x, x.node.site) for x in fetch]
     fetch_ids = [(x.node.id, x.out) for x in fetched]
-    sdg, timings, passes = ctx.sdg, {}, passes or {}
+    roots = tuple(dict.fromkeys([n for n, _ in fetch_ids] + ctx.roots or list(ctx.sdg.nodes)))
+    sdg, timings, passes = replace(ctx.sdg, roots=roots), {}, passes or {}
     for name, module in PIPELINE:
         if passes.get(name, True) is not False:
             start = time.perf_counter()
             sdg = module.apply(sdg, passes.get(name) or module.Config())
             timings[name] = time.perf_counter() - start
-    roots = [n for n, _ in fetch_ids] + ctx.roots or list(ctx.sdg.nodes)
+    fetch_ids = [sdg.resolve(n, out) for n, out in fetch_ids]
+    roots = list(sdg.roots)
     start = time.perf_counter()
     domains = isl_domains.analyse(sdg, roots)
     timings["analyse"] = time.perf_counter() - start

@@ -212,3 +212,33 @@ class UDFOp(Op):
 
 
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not")
+
+
+@dataclass(frozen=True)
+class FusedStep:
+    """One op of a fused island: its inputs are ``(-1, k)`` (the island's input ``k``)
+    or ``(j, out)`` (output ``out`` of step ``j``, an earlier step)."""
+
+    op: Op
+    inputs: tuple[tuple[int, int], ...]
+    dtypes: tuple[str, ...]
+    site: Any = None
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class FusedOp(Op):
+    """A static island: ops that run at the same points, as one kernel.
+
+    Built by :mod:`tempo.transforms.fuse`. The steps run in order on the
+    island's inputs; ``outputs`` names the step outputs the island exposes
+    (those read outside it or fetched). Values passed between steps are never
+    stored, and the island costs one launch per point instead of one per op.
+    """
+
+    steps: tuple[FusedStep, ...]
+    outputs: tuple[tuple[int, int], ...]
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.outputs)

@@ -56,6 +56,10 @@ class SDG:
     _next_id: int = 0
     # node id -> dims turned into leading spatial axes by vectorization (outermost first)
     vectorized: dict[int, tuple[Expr, ...]] = field(default_factory=dict)
+    # the nodes the program must compute (fetched tensors, sinks, state updates); set by compile
+    roots: tuple[int, ...] = ()
+    # (node, output) -> (node, output) now holding that value (fusion folds nodes into islands)
+    moved: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
 
     def add_node(self, op: Op, domain, shapes, dtypes, site=None, label="") -> Node:
         node = Node(self._next_id, op, tuple(domain), tuple(shapes), tuple(dtypes), site, label)
@@ -65,6 +69,10 @@ class SDG:
 
     def add_edge(self, edge: Edge) -> None:
         self.edges.append(edge)
+
+    def resolve(self, node_id: int, out: int = 0) -> tuple[int, int]:
+        """The (node, output) that holds output ``out`` of ``node_id`` after the passes."""
+        return self.moved.get((node_id, out), (node_id, out))
 
     def in_edges(self, node_id: int) -> list[Edge]:
         return sorted((e for e in self.edges if e.sink == node_id), key=lambda e: e.sink_in)

@@ -14,7 +14,7 @@ from typing import Callable
 from tempo.errors import BoundError, TempoError
 from tempo.ir.ops import ConstOp, MergeOp
 from tempo.ir.sdg import SDG, Node
-from tempo.runtime.backends.base import Backend
+from tempo.runtime.backends.base import Backend, StepFailed
 from tempo.runtime.stores import PointStore
 from tempo.schedule import ast
 from tempo.symbolic.evaluate import compile_expr
@@ -127,8 +127,10 @@ class Executor:
                 results = kernel(inputs, env, point)
             except Exception as err:  # re-raised naming the user's line, as torch.fx does
                 where = ", ".join([f"{n}={v}" for n, v in zip(names, point)] + batched)
-                raise TempoError(f"{node.op.name} failed at {where or 'its only point'}: "
-                                 f"{type(err).__name__}: {err}", node.site) from err
+                name, site, cause = ((err.op_name, err.site, err.error) if isinstance(err, StepFailed)
+                                     else (node.op.name, node.site, err))
+                raise TempoError(f"{name} failed at {where or 'its only point'}: "
+                                 f"{type(cause).__name__}: {cause}", site) from cause
             for store, value, dtype in zip(outs, results, dtypes):
                 store.write(point, backend.cast(value, dtype))
 

@@ -1,7 +1,7 @@
 """SDG-to-SDG passes, each ``apply(sdg, cfg) -> sdg``, run in the order of :data:`PIPELINE`."""
-from tempo.transforms import vectorize
+from tempo.transforms import fuse, vectorize
 
 # (name, module); a compile may switch any of them off by name.
-PIPELINE = (("vectorize", vectorize),)
+PIPELINE = (("vectorize", vectorize), ("fuse", fuse))
 
-__all__ = ["PIPELINE", "vectorize"]
+__all__ = ["PIPELINE", "fuse", "vectorize"]

@@ -234,7 +234,7 @@ def vectorize(sdg: SDG, d: Expr) -> SDG:
 class _Rewrite:
     def __init__(self, sdg: SDG, d: Expr) -> None:
         self.old, self.d, self.size = sdg, d, bound_of(d)
-        self.new = SDG({}, [], sdg._next_id, dict(sdg.vectorized))
+        self.new = SDG({}, [], sdg._next_id, dict(sdg.vectorized), sdg.roots, dict(sdg.moved))
 
     def run(self) -> SDG:
         for n in sorted(self.old.nodes):

@@ -10,7 +10,7 @@ from tempo.transforms import vectorize
 def both(build, bounds):
     """Run ``build(ctx)``'s fetches with and without vectorization."""
     out = []
-    for passes in ({}, {"vectorize": False}):
+    for passes in ({"fuse": False}, {"vectorize": False, "fuse": False}):
         with tpo.Context(seed=5) as ctx:
             fetch, named_bounds = build(ctx)
             program = ctx.compile(fetch, passes=passes)

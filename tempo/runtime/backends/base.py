@@ -9,6 +9,14 @@ from tempo.ir.ops import Op
 Kernel = Callable[[list, dict, tuple], tuple]  # (inputs, env, point) -> outputs
 
 
+class StepFailed(Exception):
+    """A step of a fused island failed; carries the step's op name and user site."""
+
+    def __init__(self, op_name: str, site, error: Exception):
+        super().__init__(str(error))
+        self.op_name, self.site, self.error = op_name, site, error
+
+
 class Backend:
     """Translate ops to kernels and handle the backend's tensors."""
 

@@ -11,7 +11,7 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime import counter_rng
-from tempo.runtime.backends.base import Backend, Kernel, register
+from tempo.runtime.backends.base import Backend, Kernel, StepFailed, register
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import bound_of, seq
 
@@ -180,15 +180,43 @@ for _op_type in SIMPLE:
     KERNELS[_op_type] = _simple
 
 
+@kernel_for(ops.FusedOp)
+def _fused(op: ops.FusedOp) -> Kernel:
+    steps = [(_factory(step.op)(step.op), step) for step in op.steps]
+    outputs = op.outputs
+
+    def run(inputs, env, point):
+        values = []
+        for kernel, step in steps:
+            args = [inputs[k] if j < 0 else values[j][k] for j, k in step.inputs]
+            try:
+                results = kernel(args, env, point)
+            except Exception as err:
+                raise StepFailed(step.op.name, step.site, err) from err
+            values.append([_cast(v, dtype) for v, dtype in zip(results, step.dtypes)])
+        return tuple(values[j][k] for j, k in outputs)
+
+    return run
+
+
+def _factory(op: ops.Op) -> Callable[[ops.Op], Kernel]:
+    factory = KERNELS.get(type(op))
+    if factory is None:
+        raise TempoError(f"the numpy backend has no kernel for {op.name}")
+    return factory
+
+
+def _cast(tensor, dtype: str):
+    tensor = np.asarray(tensor)
+    return tensor if tensor.dtype == dtype else tensor.astype(dtype)
+
+
 @register("numpy")
 class NumPyBackend(Backend):
     name = "numpy"
 
     def kernel(self, op: ops.Op) -> Kernel:
-        factory = KERNELS.get(type(op))
-        if factory is None:
-            raise TempoError(f"the numpy backend has no kernel for {op.name}")
-        return factory(op)
+        return _factory(op)(op)
 
     def stack(self, tensors: list, shape: tuple, dtype: str):
         if not tensors:
@@ -197,8 +225,7 @@ class NumPyBackend(Backend):
         return out.reshape(tuple(shape) + out.shape[1:])
 
     def cast(self, tensor, dtype: str):
-        tensor = np.asarray(tensor)
-        return tensor if tensor.dtype == dtype else tensor.astype(dtype)
+        return _cast(tensor, dtype)
 
     def broadcast(self, tensor, shape: tuple):
         return np.broadcast_to(tensor, shape)
