@@ -5,7 +5,8 @@ gymnasium's CartPole) trains for a few iterations, once with the default
 pass pipeline and once with the fuse pass left out, alternating which goes
 first, ``--repeats`` times. Reported per program and variant: SDG nodes,
 compile seconds (passes, analysis, scheduling, AST), run seconds (median of
-the repeats), and whether the training curves are identical.
+the repeats), the megabytes the tensor stores hold when the run ends (what
+the runtime did not free), and whether the training curves are identical.
 
     .venv/bin/python benchmarks/fusion.py [--repeats 3] [--out benchmarks/results/fusion.json]
 """
@@ -17,6 +18,8 @@ import json
 import os
 import statistics
 import sys
+
+import numpy as np
 
 import tempo.transforms as transforms
 from tempo.api import compile as compile_mod
@@ -34,28 +37,34 @@ VARIANTS = {"fused": transforms.PIPELINE,
 def _example(name: str):
     spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "examples", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
 def run_once(module, overrides: dict, pipeline) -> dict:
     """Train once with ``pipeline``; returns the program's size, timings and curve."""
-    seen = []
-    original = compile_mod.compile_program
+    seen, stored = [], []
+    original, executor = compile_mod.compile_program, compile_mod.Executor
 
     def recording(*args, **kwargs):
         program = original(*args, **kwargs)
         seen.append(program)
         return program
 
-    transforms.PIPELINE, compile_mod.compile_program = pipeline, recording
+    class Measured(executor):
+        def run(self) -> None:
+            super().run()
+            stored.append(sum(np.asarray(v).nbytes for store in self.stores.values() for v in store.data.values()))
+
+    transforms.PIPELINE, compile_mod.compile_program, compile_mod.Executor = pipeline, recording, Measured
     try:
         summary = module.main(module.Args(**overrides))
     finally:
-        transforms.PIPELINE, compile_mod.compile_program = VARIANTS["fused"], original
+        transforms.PIPELINE, compile_mod.compile_program, compile_mod.Executor = VARIANTS["fused"], original, executor
     program = seen[-1]
     timings = program.timings
-    return {"nodes": len(program.sdg.nodes), "run_s": timings["run"],
+    return {"nodes": len(program.sdg.nodes), "run_s": timings["run"], "stored_mb": stored[-1] / 2 ** 20,
             "compile_s": sum(v for k, v in timings.items() if k != "run"), "fuse_s": timings.get("fuse", 0.0),
             "returns": [float(r) for r in summary["returns"]]}
 
@@ -80,16 +89,17 @@ def main() -> None:
                          "compile_s": statistics.median(r["compile_s"] for r in results),
                          "fuse_s": statistics.median(r["fuse_s"] for r in results),
                          "run_s": statistics.median(r["run_s"] for r in results),
+                         "stored_mb": results[0]["stored_mb"],
                          "run_s_all": [r["run_s"] for r in results], "identical_returns": identical,
                          "overrides": PROGRAMS[name]})
     print(f"{'program':<10} {'variant':<8} {'nodes':>6} {'compile s':>10} {'fuse s':>7} {'run s':>8} "
-          f"{'run speed-up':>12} {'same returns':>12}")
+          f"{'run speed-up':>12} {'stored MB':>9} {'same returns':>12}")
     for row in rows:
         unfused = next(r for r in rows if r["program"] == row["program"] and r["variant"] == "unfused")
         row["run_speedup"] = unfused["run_s"] / row["run_s"]
         print(f"{row['program']:<10} {row['variant']:<8} {row['nodes']:>6} {row['compile_s']:>10.2f} "
               f"{row['fuse_s']:>7.2f} {row['run_s']:>8.2f} {row['run_speedup']:>11.2f}x "
-              f"{str(row['identical_returns']):>12}")
+              f"{row['stored_mb']:>9.2f} {str(row['identical_returns']):>12}")
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".tmp", "w") as f:
         json.dump({"repeats": args.repeats, "python": sys.version.split()[0], "rows": rows}, f, indent=1)

@@ -73,9 +73,10 @@ def analyse(sdg: SDG, roots: list[int]) -> Domains:
         sink, src = sdg.nodes[e.sink], sdg.nodes[e.src]
         reads[k] = isl_expr.access_map(statement(e.sink), sink.domain, statement(e.src), src.domain,
                                        e.index, params=params, src_box=False).intersect_params(context)
+    ins = _in_edges(sdg)
     for n, node in sdg.nodes.items():
         earlier = box[n].empty(box[n].get_space())
-        for k, e in _in_edges(sdg, n):
+        for k, e in ins[n]:
             where = box[n]
             if e.cond is not None:
                 where = where.intersect(isl_expr.domain_set(statement(n), node.domain, e.cond, params))
@@ -89,8 +90,14 @@ def analyse(sdg: SDG, roots: list[int]) -> Domains:
     return domains
 
 
-def _in_edges(sdg: SDG, n: int) -> list[tuple[int, Edge]]:
-    return sorted(((k, e) for k, e in enumerate(sdg.edges) if e.sink == n), key=lambda ke: ke[1].sink_in)
+def _in_edges(sdg: SDG) -> dict[int, list[tuple[int, Edge]]]:
+    """Each node's in-edges with their positions in ``sdg.edges``, in input order."""
+    ins: dict[int, list[tuple[int, Edge]]] = {n: [] for n in sdg.nodes}
+    for k, e in enumerate(sdg.edges):
+        ins[e.sink].append((k, e))
+    for edges in ins.values():
+        edges.sort(key=lambda ke: ke[1].sink_in)
+    return ins
 
 
 def _bad_points(d: Domains, k: int, e: Edge, defined: dict[int, isl.Set]) -> isl.Set:
@@ -99,11 +106,11 @@ def _bad_points(d: Domains, k: int, e: Edge, defined: dict[int, isl.Set]) -> isl
 
 
 def _defined(sdg: SDG, d: Domains) -> dict[int, isl.Set]:
-    defined = dict(d.box)
+    defined, ins = dict(d.box), _in_edges(sdg)
     for _ in range(_MAX_ROUNDS):
         changed = False
         for n, node in sdg.nodes.items():
-            edges = _in_edges(sdg, n)
+            edges = ins[n]
             if isinstance(node.op, MergeOp):
                 new = d.box[n].empty(d.box[n].get_space())
                 for k, e in edges:
@@ -175,10 +182,11 @@ def check_reads_in_range(sdg: SDG, d: Domains, context: isl.Set) -> None:
 
 def check_placeholders(sdg: SDG, d: Domains, context: isl.Set) -> None:
     """Every placeholder's branches must cover its whole domain under ``context``."""
+    ins = _in_edges(sdg)
     for n, node in sdg.nodes.items():
         if not (isinstance(node.op, MergeOp) and node.op.placeholder):
             continue
-        edges = _in_edges(sdg, n)
+        edges = ins[n]
         if not edges:
             raise DefinitionError("placeholder is never defined (assign it with x[...] = value)", node.site)
         covered = d.box[n].empty(d.box[n].get_space())

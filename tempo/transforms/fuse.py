@@ -11,14 +11,22 @@ with no condition) and both have the same domain, the same vectorized dims
 and the same executed points (from the isl analysis). Merges (control flow)
 and UDFs (host code) never fuse. An island must stay schedulable: its
 members read each other only at the same point, and no path that leaves the
-island comes back to it at the same point. A path through a strictly
-earlier point (the recurrence ``h[t - 1]``) comes back at another point and
-is fine; one through a slice or a node without the island's dims is not.
+island comes back to it at a point that may be the same. A path that comes
+back at a lexicographically earlier point is fine: ``h[t - 1]`` (the
+recurrence), ``i - 1`` with any ``t`` (a parameter update between
+iterations), ``(i // K) * K`` and then ``i - 1``. Where an index is not a
+constant offset, isl decides whether it reads at most the current step or
+strictly before it. A path that may come back at the same point or a later
+one is not fine: through a read of a later step (``r[t:T]``), or through a
+node without one of the island's dims before it moved back along an outer
+one.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
+
+import islpy as isl
 
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node
@@ -28,7 +36,10 @@ from tempo.symbolic.simplify import simplify
 
 UNFUSABLE = (ops.MergeOp, ops.UDFOp)
 
-SAME, EARLIER, ANY = 0, 1, 2  # where a path lands, relative to the point it left from
+# Where a path lands along one dim, relative to where it left: at the same
+# coordinate, at most there, strictly before, or anywhere. Following two edges
+# lands at the larger of their two (per dim).
+SAME, AT_MOST, EARLIER, ANY = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -39,8 +50,8 @@ class Config:
 def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     """The SDG with every static island of two or more nodes folded into a FusedOp."""
     roots = list(sdg.roots) or list(sdg.nodes)
-    executed = isl_domains.analyse(sdg, roots).executed
-    islands = [m for m in _islands(sdg, executed) if len(m) > 1]
+    moves = Moves(sdg, isl_domains.analyse(sdg, roots))
+    islands = [m for m in _islands(sdg, moves) if len(m) > 1]
     return _rebuild(sdg, islands) if islands else sdg
 
 
@@ -60,14 +71,62 @@ def _identity(e: Edge, src: Node) -> bool:
         item is d for item, d in zip(e.index.args, src.domain))
 
 
+def _joinable(sdg: SDG, e: Edge) -> bool:
+    src, sink = sdg.nodes[e.src], sdg.nodes[e.sink]
+    return fusable(src) and fusable(sink) and _same_domain(src, sink) and _identity(e, src)
+
+
+class Moves:
+    """Where each edge's sink reads its source, per dim (SAME, AT_MOST, EARLIER, ANY).
+
+    Constant offsets are read off the index; anything else (``(i // K) * K``,
+    ``max(t - 1, 0)``, a slice ``0:t + 1``) is asked of isl, over the points
+    where the sink runs and the edge is active.
+    """
+
+    def __init__(self, sdg: SDG, domains: isl_domains.Domains):
+        self.sdg, self.domains = sdg, domains
+        self.position = {id(e): k for k, e in enumerate(sdg.edges)}
+        self.cache: dict[tuple, tuple[int, ...]] = {}
+
+    def of(self, e: Edge, dims: tuple[Expr, ...]) -> tuple[int, ...]:
+        key = (id(e), dims)
+        if key not in self.cache:
+            self.cache[key] = tuple(self._along(e, d) for d in dims)
+        return self.cache[key]
+
+    def _along(self, e: Edge, d: Expr) -> int:
+        src, sink = self.sdg.nodes[e.src], self.sdg.nodes[e.sink]
+        if not any(x is d for x in src.domain) or not any(x is d for x in sink.domain):
+            return ANY
+        item = e.index.args[next(k for k, x in enumerate(src.domain) if x is d)]
+        if item is d:
+            return SAME
+        if item.op != "slice":
+            offset = simplify(item - d)
+            if offset.is_const:
+                return SAME if offset.value == 0 else EARLIER if offset.value < 0 else ANY
+        k = self.position[id(e)]
+        reads = self.domains.reads[k].intersect_domain(
+            self.domains.executed[e.sink].intersect(self.domains.active[k]))
+        space = reads.get_space()
+        later_or_same = isl.Constraint.ineq_from_names(space, {f"{d.name}__src": 1, d.name: -1})
+        if reads.add_constraint(later_or_same).is_empty():
+            return EARLIER
+        later = isl.Constraint.ineq_from_names(space, {f"{d.name}__src": 1, d.name: -1, 1: -1})
+        return AT_MOST if reads.add_constraint(later).is_empty() else ANY
+
+
 # ----- which nodes form islands -----
-def _islands(sdg: SDG, executed: dict) -> list[list[int]]:
+def _islands(sdg: SDG, moves: Moves) -> list[list[int]]:
     parent = {n: n for n in sdg.nodes}
     members = {n: [n] for n in sdg.nodes}
     outs: dict[int, list[Edge]] = {n: [] for n in sdg.nodes}
     for e in sdg.edges:
         outs[e.src].append(e)
-    points = {n: executed[n].reset_tuple_id() for n in sdg.nodes}
+    island_outs = {n: list(edges) for n, edges in outs.items()}  # by island root: its members' out-edges
+    points = {n: moves.domains.executed[n].reset_tuple_id() for n in sdg.nodes}
+    hazards: dict[tuple, list[set[int]]] = {}  # dims -> per dim, see _hazards
 
     def find(n: int) -> int:
         while parent[n] != n:
@@ -75,31 +134,41 @@ def _islands(sdg: SDG, executed: dict) -> list[list[int]]:
             n = parent[n]
         return n
 
+    def group(n: int) -> tuple[int, list[Edge]]:
+        root = find(n)
+        return root, island_outs[root]
+
     for e in sdg.edges:
-        src, sink = sdg.nodes[e.src], sdg.nodes[e.sink]
-        if not (fusable(src) and fusable(sink) and _same_domain(src, sink) and _identity(e, src)):
-            continue
-        if sdg.vectorized.get(e.src, ()) != sdg.vectorized.get(e.sink, ()):
+        if not _joinable(sdg, e) or sdg.vectorized.get(e.src, ()) != sdg.vectorized.get(e.sink, ()):
             continue
         a, b = find(e.src), find(e.sink)
         if a == b or not points[a].is_equal(points[b]):
             continue
-        joined = members[a] + members[b]
-        if _schedulable(sdg, set(joined), outs, src.domain, lambda n: members[find(n)]):
+        joined, dims = members[a] + members[b], sdg.nodes[e.src].domain
+        if dims not in hazards:
+            hazards[dims] = _hazards(sdg, dims, moves)
+        if _schedulable(sdg, set(joined), outs, dims, moves, group, hazards[dims]):
             parent[b] = a
             members[a] = joined
+            island_outs[a] = island_outs[a] + island_outs.pop(b)
             del members[b]
     return [sorted(m) for m in members.values()]
 
 
-def _schedulable(sdg: SDG, island: set[int], outs: dict[int, list[Edge]], dims: tuple[Expr, ...],
-                 together: Callable[[int], list[int]] = lambda n: [n]) -> bool:
-    """Members read each other only at the same point, and no path leaves the island
-    and comes back to it at a point that might be the same one.
+def _schedulable(sdg: SDG, island: set[int], outs: dict[int, list[Edge]], dims: tuple[Expr, ...], moves: Moves,
+                 group: Callable[[int], tuple[int, list[Edge]]] | None = None,
+                 hazards: list[set[int]] | None = None) -> bool:
+    """Members read each other only at the same point, and every path that leaves the
+    island comes back to it at a lexicographically earlier point.
 
-    ``together(n)``: the nodes of the island ``n`` already belongs to, which run
-    with ``n`` at each of its points; a path reaching one of them goes on from all.
+    ``group(n)``: a key for the island ``n`` already belongs to and its members'
+    out-edges; they run with ``n`` at each of its points, so a path reaching one
+    goes on from all. ``hazards`` (see :func:`_hazards`) lets a path that is
+    already earlier stop where it cannot become anything else.
     """
+    group = group or (lambda n: (n, outs[n]))
+    hazards = _hazards(sdg, dims, moves) if hazards is None else hazards
+    same = (SAME,) * len(dims)
     stack = []
     for m in island:
         for e in outs[m]:
@@ -107,43 +176,71 @@ def _schedulable(sdg: SDG, island: set[int], outs: dict[int, list[Edge]], dims: 
                 if not _identity(e, sdg.nodes[m]):
                     return False
             else:
-                stack.append((e.sink, _step(sdg, e, dims)))
+                stack.append((e.sink, moves.of(e, dims)))
     seen = set()
     while stack:
         n, where = stack.pop()
-        group = together(n)
-        if (group[0], where) in seen:
+        first = _first_move(where)
+        if first is not None and where[first] == EARLIER and n not in hazards[first]:
             continue
-        seen.add((group[0], where))
-        for e in (e for m in group for e in outs[m]):
-            then = max(where, _step(sdg, e, dims))  # ANY wins; EARLIER beats SAME
+        key, edges = group(n)
+        if (key, where) in seen:
+            continue
+        seen.add((key, where))
+        for e in edges:
+            moved = moves.of(e, dims)
+            then = where if moved == same else tuple(map(max, where, moved))
             if e.sink in island:
-                if then != EARLIER:
+                if not _earlier(then):
                     return False
             else:
                 stack.append((e.sink, then))
     return True
 
 
-def _step(sdg: SDG, e: Edge, dims: tuple[Expr, ...]) -> int:
-    """Where edge ``e``'s sink reads its source, on the island's dims: at the same
-    point, at a strictly earlier one (``<=`` on every dim, ``<`` on one), or anywhere."""
-    src, sink = sdg.nodes[e.src], sdg.nodes[e.sink]
-    where = SAME
-    for d in dims:
-        if not any(x is d for x in src.domain) or not any(x is d for x in sink.domain):
-            return ANY
-        item = e.index.args[next(k for k, x in enumerate(src.domain) if x is d)]
-        if item is d:
-            continue
-        if item.op == "slice":
-            return ANY
-        offset = simplify(item - d)
-        if not offset.is_const or offset.value > 0:
-            return ANY
-        if offset.value < 0:
-            where = EARLIER
-    return where
+def _first_move(where: tuple[int, ...]) -> int | None:
+    """The outermost dim along which the path surely moved (EARLIER or ANY)."""
+    return next((k for k, w in enumerate(where) if w > AT_MOST), None)
+
+
+def _earlier(where: tuple[int, ...]) -> bool:
+    """Whether a path landing ``where`` (per dim, outermost first) lands lexicographically
+    earlier: the first dim it surely moved along, it moved back."""
+    first = _first_move(where)
+    return first is not None and where[first] == EARLIER
+
+
+def _hazards(sdg: SDG, dims: tuple[Expr, ...], moves: Moves) -> list[set[int]]:
+    """Per dim ``k`` of ``dims``: the nodes from which a path may cross an edge that
+    reads anywhere along one of ``dims[:k + 1]``.
+
+    A path that has moved back along dim ``k`` (and not surely along an outer
+    one) lands lexicographically earlier unless it later crosses such an edge;
+    from a node outside this set it never does. Reachability runs backwards
+    over the edges, and both ways over every identity edge two fusable nodes
+    share (they may end up in one island, which a path may enter at one
+    member and leave from another).
+    """
+    back: dict[int, list[int]] = {n: [] for n in sdg.nodes}
+    for e in sdg.edges:
+        back[e.sink].append(e.src)
+        if _joinable(sdg, e):
+            back[e.src].append(e.sink)
+
+    def reaching(targets: set[int]) -> set[int]:
+        reached, stack = set(targets), list(targets)
+        while stack:
+            for m in back[stack.pop()]:
+                if m not in reached:
+                    reached.add(m)
+                    stack.append(m)
+        return reached
+
+    # only an edge after which the path can still reach a node that may join such an island
+    returning = reaching({n for n, node in sdg.nodes.items() if fusable(node) and len(node.domain) == len(dims)
+                         and all(x is d for x, d in zip(node.domain, dims))})
+    return [reaching({e.src for e in sdg.edges if e.sink in returning and ANY in moves.of(e, dims)[:k + 1]})
+            for k in range(len(dims))]
 
 
 # ----- the rewrite -----

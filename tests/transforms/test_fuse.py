@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import tempo as tpo
 from tempo.errors import TempoError
 from tempo.ir.ops import FusedOp
+from tempo.schedule import isl_domains
 from tempo.transforms import fuse
 
 W = np.random.default_rng(0).standard_normal((3, 3)) * 0.5
@@ -86,8 +87,27 @@ def test_the_decision_is_checked_path_by_path():
     outs = {n: [] for n in sdg.nodes}
     for e in sdg.edges:
         outs[e.src].append(e)
+    moves = fuse.Moves(sdg, isl_domains.analyse(sdg, list(sdg.nodes)))
+    dims = sdg.nodes[y.node.id].domain
     # r feeds the slice sum g, which y reads at the same point: r and y cannot share an island
-    assert not fuse._schedulable(sdg, {r.node.id, y.node.id}, outs, sdg.nodes[y.node.id].domain)
+    assert not fuse._schedulable(sdg, {r.node.id, y.node.id}, outs, dims, moves)
+    g_reads_r = next(e for e in sdg.edges if e.src == r.node.id and e.sink != y.node.id)
+    assert moves.of(g_reads_r, dims) == (fuse.ANY,)
+
+
+def test_isl_decides_reads_that_are_not_constant_offsets():
+    with tpo.Context() as ctx:
+        (i, I), = ctx.dims("i")
+        x = tpo.from_numpy(XS[:, 0], dims=(i,))
+        block = x[(i // 2) * 2] + x          # at most i
+        window = x[0:i + 1].sum() + x        # at most i
+        before = x[tpo.max(i - 1, 0)] + x    # at most i (equal at i = 0)
+        sdg = ctx.sdg
+        moves = fuse.Moves(sdg, isl_domains.analyse(sdg, list(sdg.nodes)))
+    reads = sorted(moves.of(e, (i,)) for e in sdg.edges if e.src == x.node.id)
+    assert reads == [(fuse.SAME,)] * 3 + [(fuse.AT_MOST,)] * 3
+    assert fuse._earlier((fuse.AT_MOST, fuse.EARLIER)) and not fuse._earlier((fuse.AT_MOST, fuse.SAME))
+    assert not fuse._earlier((fuse.ANY, fuse.EARLIER)) and fuse._earlier((fuse.EARLIER, fuse.ANY))
 
 
 def test_islands_in_a_forward_and_a_backward_recurrence_stay_schedulable():
