@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("script, args, expect", [
     ("examples/returns.py", ["--steps", "7"], "ok: returns and window means match"),
-    ("examples/inspect_program.py", ["--steps", "5"], "== schedule AST =="),
+    ("examples/inspect_program.py", ["--steps", "5"], "== fused islands"),
     ("examples/reinforce.py", ["--iterations", "2", "--batch", "2", "--steps", "20", "--nstep", "8"],
      "mean_return="),
     ("examples/a2c.py", ["--iterations", "2", "--batch", "2", "--steps", "20"], "mean_return="),

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from tempo.errors import Site
-from tempo.ir.ops import Op
+from tempo.ir.ops import FusedOp, Op
 from tempo.symbolic.expr import Expr, seq
 
 
@@ -118,6 +118,8 @@ def _shape_text(shape: tuple) -> str:
 
 
 def _op_text(op: Op) -> str:
+    if isinstance(op, FusedOp):  # its steps, one after another
+        return f"FusedOp[{'; '.join(_op_text(step.op) for step in op.steps)}]"
     defaults = {f.name: f.default for f in dataclasses.fields(op)}
     fields = [f"{k}={v}" for k, v in vars(op).items()
               if (k not in ("fn",) or isinstance(v, str)) and not (k in defaults and v == defaults[k])]
