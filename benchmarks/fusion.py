@@ -9,6 +9,7 @@ the repeats), the megabytes the tensor stores hold when the run ends (what
 the runtime did not free), and whether the training curves are identical.
 
     .venv/bin/python benchmarks/fusion.py [--repeats 3] [--out benchmarks/results/fusion.json]
+    .venv/bin/python benchmarks/fusion.py --batch 32 --steps 500   # the examples' own episode sizes
 """
 from __future__ import annotations
 
@@ -73,8 +74,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=list(PROGRAMS))
+    p.add_argument("--batch", type=int, default=None, help="episodes per iteration (default: PROGRAMS')")
+    p.add_argument("--steps", type=int, default=None, help="timesteps per episode (default: PROGRAMS')")
     p.add_argument("--out", default="benchmarks/results/fusion.json")
     args = p.parse_args()
+    sizes = {k: v for k, v in (("batch", args.batch), ("steps", args.steps)) if v is not None}
+    programs = {name: {**PROGRAMS[name], **sizes} for name in args.programs}
     rows = []
     for name in args.programs:
         module = _example(name)
@@ -82,7 +87,7 @@ def main() -> None:
         for k in range(args.repeats):
             order = list(VARIANTS) if k % 2 == 0 else list(reversed(VARIANTS))
             for variant in order:
-                runs[variant].append(run_once(module, PROGRAMS[name], VARIANTS[variant]))
+                runs[variant].append(run_once(module, programs[name], VARIANTS[variant]))
         identical = all(a["returns"] == b["returns"] for a, b in zip(runs["fused"], runs["unfused"]))
         for variant, results in runs.items():
             rows.append({"program": name, "variant": variant, "nodes": results[0]["nodes"],
@@ -91,7 +96,7 @@ def main() -> None:
                          "run_s": statistics.median(r["run_s"] for r in results),
                          "stored_mb": results[0]["stored_mb"],
                          "run_s_all": [r["run_s"] for r in results], "identical_returns": identical,
-                         "overrides": PROGRAMS[name]})
+                         "overrides": programs[name]})
     print(f"{'program':<10} {'variant':<8} {'nodes':>6} {'compile s':>10} {'fuse s':>7} {'run s':>8} "
           f"{'run speed-up':>12} {'stored MB':>9} {'same returns':>12}")
     for row in rows:
