@@ -132,6 +132,10 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes:
             raise TempoError(f"fetch takes recurrent tensors, got {type(x).__name__}", site)
         if x.ctx is not ctx:
             raise TempoError("a fetched tensor belongs to another context", site)
+    unknown_passes = sorted(set(passes or {}) - {name for name, _ in PIPELINE})
+    if unknown_passes:
+        raise TempoError(f"passes names {', '.join(map(repr, unknown_passes))}, not a pass of this compiler; "
+                         f"the passes are {', '.join(name for name, _ in PIPELINE)}", site)
     fetched = [materialize(x, x.node.site) for x in fetch]
     fetch_ids = [(x.node.id, x.out) for x in fetched]
     roots = tuple(dict.fromkeys([n for n, _ in fetch_ids] + ctx.roots or list(ctx.sdg.nodes)))

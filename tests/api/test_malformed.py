@@ -347,3 +347,15 @@ def test_unknown_backend():
     assert_reports(
         err, r"backend|fortran", 'out = ctx.run(bounds={T: 5}, fetch=[y], backend="fortran")'
     )
+
+
+def test_an_unknown_pass_name_is_named():
+    """A misspelt pass would otherwise be ignored silently, leaving the pass on."""
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        y = tpo.from_numpy(vec(), dims=(t,)) * 2.0
+        with pytest.raises(tpo.TempoError) as err:
+            ctx.run(bounds={T: 5}, fetch=[y], passes={"fusion": False})
+    msg = assert_reports(err, r"'fusion', not a pass", 'ctx.run(bounds={T: 5}, fetch=[y], passes={"fusion": False})')
+    assert "the passes are vectorize, fuse" in msg
