@@ -129,30 +129,49 @@ def _islands(sdg: SDG, moves: Moves) -> list[list[int]]:
     hazards: dict[tuple, list[set[int]]] = {}  # dims -> per dim, see _hazards
 
     def find(n: int) -> int:
-        while parent[n] != n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
+        return _root(parent, n)
 
     def group(n: int) -> tuple[int, list[Edge]]:
         root = find(n)
         return root, island_outs[root]
 
-    for e in sdg.edges:
-        if not _joinable(sdg, e) or sdg.vectorized.get(e.src, ()) != sdg.vectorized.get(e.sink, ()):
-            continue
-        a, b = find(e.src), find(e.sink)
-        if a == b or not points[a].is_equal(points[b]):
-            continue
-        joined, dims = members[a] + members[b], sdg.nodes[e.src].domain
+    def join(a: int, b: int) -> None:
+        parent[b] = a
+        members[a] = members[a] + members.pop(b)
+        island_outs[a] = island_outs[a] + island_outs.pop(b)
+
+    def try_join(nodes: list[int], dims: tuple[Expr, ...]) -> bool:
         if dims not in hazards:
             hazards[dims] = _hazards(sdg, dims, moves)
-        if _schedulable(sdg, set(joined), outs, dims, moves, group, hazards[dims]):
-            parent[b] = a
-            members[a] = joined
-            island_outs[a] = island_outs[a] + island_outs.pop(b)
-            del members[b]
+        return _schedulable(sdg, set(nodes), outs, dims, moves, group, hazards[dims])
+
+    candidates = [e for e in sdg.edges if _joinable(sdg, e) and points[e.src].is_equal(points[e.sink])
+                  and sdg.vectorized.get(e.src, ()) == sdg.vectorized.get(e.sink, ())]
+    # first each whole connected set of candidates at once (one check, usually enough) ...
+    linked = {n: n for n in sdg.nodes}
+    for e in candidates:
+        linked[_root(linked, e.sink)] = _root(linked, e.src)
+    whole: dict[int, list[int]] = {}
+    for n in sdg.nodes:
+        whole.setdefault(_root(linked, n), []).append(n)
+    for nodes in whole.values():
+        if len(nodes) > 1 and try_join(nodes, sdg.nodes[nodes[0]].domain):
+            for n in nodes[1:]:
+                join(nodes[0], n)
+    # ... then, where that failed, edge by edge
+    for e in candidates:
+        a, b = find(e.src), find(e.sink)
+        if a != b and try_join(members[a] + members[b], sdg.nodes[e.src].domain):
+            join(a, b)
     return [sorted(m) for m in members.values()]
+
+
+def _root(parent: dict[int, int], n: int) -> int:
+    """Union-find: the root of ``n``'s set, halving the path on the way."""
+    while parent[n] != n:
+        parent[n] = parent[parent[n]]
+        n = parent[n]
+    return n
 
 
 def _schedulable(sdg: SDG, island: set[int], outs: dict[int, list[Edge]], dims: tuple[Expr, ...], moves: Moves,
