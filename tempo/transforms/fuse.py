@@ -62,8 +62,8 @@ def fusable(node: Node) -> bool:
     return not (isinstance(node.op, ops.ConstOp) and node.op.num_domain_axes)
 
 
-def _same_domain(a: Node, b: Node) -> bool:
-    return len(a.domain) == len(b.domain) and all(x is y for x, y in zip(a.domain, b.domain))
+def _same_dims(a: tuple[Expr, ...], b: tuple[Expr, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def _identity(e: Edge, src: Node) -> bool:
@@ -73,7 +73,7 @@ def _identity(e: Edge, src: Node) -> bool:
 
 def _joinable(sdg: SDG, e: Edge) -> bool:
     src, sink = sdg.nodes[e.src], sdg.nodes[e.sink]
-    return fusable(src) and fusable(sink) and _same_domain(src, sink) and _identity(e, src)
+    return fusable(src) and fusable(sink) and _same_dims(src.domain, sink.domain) and _identity(e, src)
 
 
 class Moves:
@@ -256,8 +256,7 @@ def _hazards(sdg: SDG, dims: tuple[Expr, ...], moves: Moves) -> list[set[int]]:
         return reached
 
     # only an edge after which the path can still reach a node that may join such an island
-    returning = reaching({n for n, node in sdg.nodes.items() if fusable(node) and len(node.domain) == len(dims)
-                         and all(x is d for x, d in zip(node.domain, dims))})
+    returning = reaching({n for n, node in sdg.nodes.items() if fusable(node) and _same_dims(node.domain, dims)})
     return [reaching({e.src for e in sdg.edges if e.sink in returning and ANY in moves.of(e, dims)[:k + 1]})
             for k in range(len(dims))]
 
