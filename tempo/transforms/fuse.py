@@ -117,13 +117,23 @@ class Moves:
         return AT_MOST if reads.add_constraint(later).is_empty() else ANY
 
 
+def _adjacency(sdg: SDG) -> tuple[dict[int, list[Edge]], dict[int, list[Edge]]]:
+    """Each node's in-edges (in input order) and out-edges."""
+    ins: dict[int, list[Edge]] = {n: [] for n in sdg.nodes}
+    outs: dict[int, list[Edge]] = {n: [] for n in sdg.nodes}
+    for e in sdg.edges:
+        ins[e.sink].append(e)
+        outs[e.src].append(e)
+    for edges in ins.values():
+        edges.sort(key=lambda e: e.sink_in)
+    return ins, outs
+
+
 # ----- which nodes form islands -----
 def _islands(sdg: SDG, moves: Moves) -> list[list[int]]:
     parent = {n: n for n in sdg.nodes}
     members = {n: [n] for n in sdg.nodes}
-    outs: dict[int, list[Edge]] = {n: [] for n in sdg.nodes}
-    for e in sdg.edges:
-        outs[e.src].append(e)
+    _, outs = _adjacency(sdg)
     island_outs = {n: list(edges) for n, edges in outs.items()}  # by island root: its members' out-edges
     points = {n: moves.domains.executed[n].reset_tuple_id() for n in sdg.nodes}
     hazards: dict[tuple, list[set[int]]] = {}  # dims -> per dim, see _hazards
@@ -265,13 +275,7 @@ def _hazards(sdg: SDG, dims: tuple[Expr, ...], moves: Moves) -> list[set[int]]:
 def _rebuild(sdg: SDG, islands: list[list[int]]) -> SDG:
     new = SDG({}, [], sdg._next_id, dict(sdg.vectorized), (), dict(sdg.moved))
     island_of = {m: k for k, island in enumerate(islands) for m in island}
-    ins: dict[int, list[Edge]] = {n: [] for n in sdg.nodes}
-    outs: dict[int, list[Edge]] = {n: [] for n in sdg.nodes}
-    for e in sdg.edges:
-        ins[e.sink].append(e)
-        outs[e.src].append(e)
-    for edges in ins.values():
-        edges.sort(key=lambda e: e.sink_in)
+    ins, outs = _adjacency(sdg)
     fused, in_edges, moved = {}, {}, {}
     for k, island in enumerate(islands):
         node, reads, exposed = _fuse(sdg, island, ins, outs, new._next_id)
