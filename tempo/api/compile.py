@@ -136,6 +136,11 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes:
     if unknown_passes:
         raise TempoError(f"passes names {', '.join(map(repr, unknown_passes))}, not a pass of this compiler; "
                          f"the passes are {', '.join(name for name, _ in PIPELINE)}", site)
+    for name, module in PIPELINE:
+        cfg = (passes or {}).get(name)
+        if not (cfg is None or cfg is False or isinstance(cfg, module.Config)):
+            raise TempoError(f"passes[{name!r}] takes False (switch the pass off) or a {module.__name__}.Config, "
+                             f"got {cfg!r}", site)
     fetched = [materialize(x, x.node.site) for x in fetch]
     fetch_ids = [(x.node.id, x.out) for x in fetched]
     roots = tuple(dict.fromkeys([n for n, _ in fetch_ids] + ctx.roots or list(ctx.sdg.nodes)))

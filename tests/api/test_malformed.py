@@ -359,3 +359,14 @@ def test_an_unknown_pass_name_is_named():
             ctx.run(bounds={T: 5}, fetch=[y], passes={"fusion": False})
     msg = assert_reports(err, r"'fusion', not a pass", 'ctx.run(bounds={T: 5}, fetch=[y], passes={"fusion": False})')
     assert "the passes are vectorize, fuse" in msg
+
+
+def test_a_pass_config_of_the_wrong_kind_is_named():
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        y = tpo.from_numpy(vec(), dims=(t,)) * 2.0
+        with pytest.raises(tpo.TempoError) as err:
+            ctx.run(bounds={T: 5}, fetch=[y], passes={"vectorize": True})
+    assert_reports(err, r"passes\['vectorize'\] takes False .* or a tempo.transforms.vectorize.Config, got True",
+                   'ctx.run(bounds={T: 5}, fetch=[y], passes={"vectorize": True})')
