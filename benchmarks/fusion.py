@@ -1,12 +1,16 @@
-"""Fusion's effect on whole programs: the RL examples with and without the fuse pass.
+"""Fusion's effect on whole programs: the RL examples with and without the fuse pass,
+and with the superoptimiser on their islands.
 
 Each example (REINFORCE and PPO with CartPole written as tensor ops, A2C with
-gymnasium's CartPole) trains for a few iterations, once with the default
-pass pipeline and once with the fuse pass left out, alternating which goes
-first, ``--repeats`` times. Reported per program and variant: SDG nodes,
-compile seconds (passes, analysis, scheduling, AST), run seconds (median of
-the repeats), the megabytes the tensor stores hold when the run ends (what
-the runtime did not free), and whether the training curves are identical.
+gymnasium's CartPole) trains for a few iterations in three variants: the
+default pass pipeline (``fused``), the fuse pass left out (``unfused``), and
+the superopt pass on the fused islands (``superopt``: TASO's greedy search
+by default, operators timed at the run's batch and episode sizes), rotating
+which goes first, ``--repeats`` times. Reported per program and variant: SDG
+nodes, steps in fused islands, compile seconds (passes, analysis, scheduling,
+AST) and the fuse and superopt passes' share, run seconds (median of the
+repeats), the megabytes the tensor stores hold when the run ends (what the
+runtime did not free), and how far the training curve is from the fused one.
 
     .venv/bin/python benchmarks/fusion.py [--repeats 3] [--out benchmarks/results/fusion.json]
     .venv/bin/python benchmarks/fusion.py --batch 32 --steps 500   # the examples' own episode sizes
@@ -22,8 +26,9 @@ import sys
 
 import numpy as np
 
-import tempo.transforms as transforms
 from tempo.api import compile as compile_mod
+from tempo.ir.ops import FusedOp
+from tempo.transforms import superopt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAMS = {  # example -> Args overrides: short runs of the real training programs
@@ -31,8 +36,17 @@ PROGRAMS = {  # example -> Args overrides: short runs of the real training progr
     "a2c": {"iterations": 6, "batch": 16, "steps": 100},
     "ppo": {"impl": "tensor", "iterations": 3, "epochs": 2, "batch": 16, "steps": 100},
 }
-VARIANTS = {"fused": transforms.PIPELINE,
-            "unfused": tuple((name, module) for name, module in transforms.PIPELINE if name != "fuse")}
+VARIANTS = ("fused", "unfused", "superopt")
+
+
+def variant_passes(variant: str, overrides: dict, agent: str, budget_s: float) -> dict:
+    """The ``passes`` of a compile in ``variant`` (the superopt pass times operators at the run's sizes)."""
+    if variant == "unfused":
+        return {"fuse": False}
+    if variant == "superopt":
+        sizes = {"B": overrides["batch"], "T": overrides["steps"]}
+        return {"superopt": superopt.Config(agent=agent, budget_s=budget_s, sizes=sizes)}
+    return {}
 
 
 def _example(name: str):
@@ -43,13 +57,13 @@ def _example(name: str):
     return module
 
 
-def run_once(module, overrides: dict, pipeline) -> dict:
-    """Train once with ``pipeline``; returns the program's size, timings and curve."""
+def run_once(module, overrides: dict, passes: dict) -> dict:
+    """Train once, compiling with ``passes``; returns the program's size, timings and curve."""
     seen, stored = [], []
     original, executor = compile_mod.compile_program, compile_mod.Executor
 
     def recording(*args, **kwargs):
-        program = original(*args, **kwargs)
+        program = original(*args, **{**kwargs, "passes": passes})
         seen.append(program)
         return program
 
@@ -58,15 +72,17 @@ def run_once(module, overrides: dict, pipeline) -> dict:
             super().run()
             stored.append(sum(np.asarray(v).nbytes for store in self.stores.values() for v in store.data.values()))
 
-    transforms.PIPELINE, compile_mod.compile_program, compile_mod.Executor = pipeline, recording, Measured
+    compile_mod.compile_program, compile_mod.Executor = recording, Measured
     try:
         summary = module.main(module.Args(**overrides))
     finally:
-        transforms.PIPELINE, compile_mod.compile_program, compile_mod.Executor = VARIANTS["fused"], original, executor
+        compile_mod.compile_program, compile_mod.Executor = original, executor
     program = seen[-1]
     timings = program.timings
-    return {"nodes": len(program.sdg.nodes), "run_s": timings["run"], "stored_mb": stored[-1] / 2 ** 20,
-            "compile_s": sum(v for k, v in timings.items() if k != "run"), "fuse_s": timings.get("fuse", 0.0),
+    island_steps = sum(len(n.op.steps) for n in program.sdg.nodes.values() if isinstance(n.op, FusedOp))
+    return {"nodes": len(program.sdg.nodes), "island_steps": island_steps, "run_s": timings["run"],
+            "stored_mb": stored[-1] / 2 ** 20, "compile_s": sum(v for k, v in timings.items() if k != "run"),
+            "fuse_s": timings.get("fuse", 0.0), "superopt_s": timings.get("superopt", 0.0),
             "returns": [float(r) for r in summary["returns"]]}
 
 
@@ -76,6 +92,8 @@ def main() -> None:
     p.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=list(PROGRAMS))
     p.add_argument("--batch", type=int, default=None, help="episodes per iteration (default: PROGRAMS')")
     p.add_argument("--steps", type=int, default=None, help="timesteps per episode (default: PROGRAMS')")
+    p.add_argument("--agent", default="greedy", choices=superopt.SEARCHES, help="the superopt variant's search")
+    p.add_argument("--budget", type=float, default=1.0, help="the superopt variant's search seconds per island")
     p.add_argument("--out", default="benchmarks/results/fusion.json")
     args = p.parse_args()
     sizes = {k: v for k, v in (("batch", args.batch), ("steps", args.steps)) if v is not None}
@@ -85,29 +103,34 @@ def main() -> None:
         module = _example(name)
         runs = {variant: [] for variant in VARIANTS}
         for k in range(args.repeats):
-            order = list(VARIANTS) if k % 2 == 0 else list(reversed(VARIANTS))
-            for variant in order:
-                runs[variant].append(run_once(module, programs[name], VARIANTS[variant]))
-        identical = all(a["returns"] == b["returns"] for a, b in zip(runs["fused"], runs["unfused"]))
+            for variant in VARIANTS[k % 3:] + VARIANTS[:k % 3]:
+                passes = variant_passes(variant, programs[name], args.agent, args.budget)
+                runs[variant].append(run_once(module, programs[name], passes))
         for variant, results in runs.items():
+            gaps = [max(abs(x - y) for x, y in zip(a["returns"], b["returns"]))
+                    for a, b in zip(results, runs["fused"])]
             rows.append({"program": name, "variant": variant, "nodes": results[0]["nodes"],
+                         "island_steps": results[0]["island_steps"],
                          "compile_s": statistics.median(r["compile_s"] for r in results),
                          "fuse_s": statistics.median(r["fuse_s"] for r in results),
+                         "superopt_s": statistics.median(r["superopt_s"] for r in results),
                          "run_s": statistics.median(r["run_s"] for r in results),
                          "stored_mb": results[0]["stored_mb"],
-                         "run_s_all": [r["run_s"] for r in results], "identical_returns": identical,
-                         "overrides": programs[name]})
-    print(f"{'program':<10} {'variant':<8} {'nodes':>6} {'compile s':>10} {'fuse s':>7} {'run s':>8} "
-          f"{'run speed-up':>12} {'stored MB':>9} {'same returns':>12}")
+                         "run_s_all": [r["run_s"] for r in results], "returns": results[0]["returns"],
+                         "max_return_gap_to_fused": max(gaps), "overrides": programs[name]})
+    print(f"{'program':<10} {'variant':<8} {'nodes':>6} {'island steps':>12} {'compile s':>10} {'fuse s':>7} "
+          f"{'superopt s':>10} {'run s':>8} {'vs unfused':>10} {'vs fused':>8} {'stored MB':>9} {'return gap':>10}")
     for row in rows:
-        unfused = next(r for r in rows if r["program"] == row["program"] and r["variant"] == "unfused")
-        row["run_speedup"] = unfused["run_s"] / row["run_s"]
-        print(f"{row['program']:<10} {row['variant']:<8} {row['nodes']:>6} {row['compile_s']:>10.2f} "
-              f"{row['fuse_s']:>7.2f} {row['run_s']:>8.2f} {row['run_speedup']:>11.2f}x "
-              f"{row['stored_mb']:>9.2f} {str(row['identical_returns']):>12}")
+        base = {r["variant"]: r["run_s"] for r in rows if r["program"] == row["program"]}
+        row["run_speedup"], row["run_speedup_vs_fused"] = base["unfused"] / row["run_s"], base["fused"] / row["run_s"]
+        print(f"{row['program']:<10} {row['variant']:<8} {row['nodes']:>6} {row['island_steps']:>12} "
+              f"{row['compile_s']:>10.2f} {row['fuse_s']:>7.2f} {row['superopt_s']:>10.2f} {row['run_s']:>8.2f} "
+              f"{row['run_speedup']:>9.2f}x {row['run_speedup_vs_fused']:>7.2f}x {row['stored_mb']:>9.2f} "
+              f"{row['max_return_gap_to_fused']:>10.3g}")
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".tmp", "w") as f:
-        json.dump({"repeats": args.repeats, "python": sys.version.split()[0], "rows": rows}, f, indent=1)
+        json.dump({"repeats": args.repeats, "agent": args.agent, "budget_s": args.budget,
+                   "python": sys.version.split()[0], "rows": rows}, f, indent=1)
     os.replace(args.out + ".tmp", args.out)
     print(f"wrote {args.out}")
 

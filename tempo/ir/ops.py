@@ -217,13 +217,15 @@ COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not")
 @dataclass(frozen=True)
 class FusedStep:
     """One op of a fused island: its inputs are ``(-1, k)`` (the island's input ``k``)
-    or ``(j, out)`` (output ``out`` of step ``j``, an earlier step)."""
+    or ``(j, out)`` (output ``out`` of step ``j``, an earlier step); ``shapes`` are
+    its outputs' (symbolic) shapes."""
 
     op: Op
     inputs: tuple[tuple[int, int], ...]
     dtypes: tuple[str, ...]
     site: Any = None
     label: str = ""
+    shapes: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from tempo.errors import Site
 from tempo.ir.ops import FusedOp, Op
+from tempo.ir.shapes import size
 from tempo.symbolic.expr import Expr, seq
 
 
@@ -76,6 +77,12 @@ class SDG:
 
     def in_edges(self, node_id: int) -> list[Edge]:
         return sorted((e for e in self.edges if e.sink == node_id), key=lambda e: e.sink_in)
+
+    def read_shape(self, edge: Edge) -> tuple:
+        """The shape of the value ``edge`` reads: one leading axis per slice of its index
+        (the slice's length), then the source output's own shape."""
+        slices = tuple(size(a.args[1] - a.args[0]) for a in edge.index.args if a.op == "slice")
+        return slices + tuple(self.nodes[edge.src].shapes[edge.src_out])
 
     def describe(self, node_id: int) -> str:
         node = self.nodes[node_id]

@@ -1,8 +1,8 @@
 """TASO's cost model: a graph costs the sum of its operators' measured run times.
 
 Each distinct operator (op, attributes, input shapes) is timed once on its own
-with the torch backend and cached. Weight-only operators cost nothing: they
-are constant-folded before inference. The model ignores everything between
+on ``backend`` (the default backend unless given) and cached. Weight-only
+operators cost nothing: they are constant-folded before inference. The model ignores everything between
 operators (memory traffic, launch overlap), which is why X-RLflow measures
 whole graphs instead.
 """
@@ -15,8 +15,9 @@ from tempo.superopt.latency import time_runs
 class CostModel:
     """Per-operator latencies measured on demand, cached by operator signature."""
 
-    def __init__(self, repeats: int = 5):
+    def __init__(self, repeats: int = 5, backend: str | None = None):
         self.repeats = repeats
+        self.backend = backend
         self.cache: dict[tuple, float] = {}
 
     def op_cost(self, n: Node) -> float:
@@ -33,7 +34,7 @@ class CostModel:
         b = GraphBuilder(0)
         srcs = [b.input(f"i{i}", s.shape) if s.op != "scalar" else s for i, s in enumerate(n.src)]
         g = b.build([node(n.op, *srcs, **dict(n.attrs))])
-        fn = compile_graph(g)
+        fn = compile_graph(g, self.backend)
         feeds = random_feeds(g)
         return time_runs(lambda: fn(feeds), warmup=1, repeats=self.repeats).median_ms
 

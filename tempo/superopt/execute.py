@@ -26,6 +26,7 @@ BACKENDS: dict[str, tuple[str, dict]] = {
     "torch": ("tempo.superopt.torch_backend", {}),
     "torch-cuda": ("tempo.superopt.torch_backend", {"device": "cuda"}),
     "jax": ("tempo.superopt.jax_backend", {}),
+    "numpy": ("tempo.superopt.numpy_backend", {}),
 }
 _default = {"backend": "torch"}
 # Compiles per graph wherever graphs are timed against each other to decide between them (the

@@ -327,7 +327,7 @@ def _fuse(sdg: SDG, island: list[int], ins: dict[int, list[Edge]], outs: dict[in
                 key = (e.src, e.src_out, e.index, e.cond)
                 inputs.append((-1, reads.setdefault(key, len(reads))))
         node = sdg.nodes[m]
-        steps.append(ops.FusedStep(node.op, tuple(inputs), node.dtypes, node.site, node.label))
+        steps.append(ops.FusedStep(node.op, tuple(inputs), node.dtypes, node.site, node.label, node.shapes))
     roots = set(sdg.roots)
     exposed = [(m, out) for m in order for out in range(len(sdg.nodes[m].shapes))
                if m in roots or any(e.src_out == out and e.sink not in members for e in outs[m])]

@@ -279,11 +279,6 @@ class _Rewrite:
         src = self.old.nodes[e.src]
         return seq(*(item for dim, item in zip(src.domain, e.index.args) if dim is not self.d))
 
-    def _view_shape(self, e: Edge) -> tuple:
-        src = self.old.nodes[e.src]
-        slices = tuple(size(a.args[1] - a.args[0]) for a in e.index.args if a.op == "slice")
-        return slices + tuple(src.shapes[e.src_out])
-
     def _batch(self, node: Node) -> None:
         domain = tuple(x for x in node.domain if x is not self.d)
         self.new.vectorized[node.id] = (self.d, *self.old.vectorized.get(node.id, ()))
@@ -296,7 +291,7 @@ class _Rewrite:
         edges = self.old.in_edges(node.id)
         batched = [self.d in self.old.nodes[e.src].domain and e.index.args[self.old.nodes[e.src].domain.index(self.d)]
                    is self.d for e in edges]
-        shapes = [self._view_shape(e) for e in edges]
+        shapes = [self.old.read_shape(e) for e in edges]
         op_type = type(node.op)
         if op_type not in RULES:
             raise TempoError(f"no vectorization rule for {node.op.name}")

@@ -166,7 +166,7 @@ SIMPLE: dict[type, Callable] = {
     ops.SqueezeOp: lambda op, xs: np.squeeze(xs[0], axis=op.axis),
     ops.UnsqueezeOp: lambda op, xs: np.expand_dims(xs[0], axis=op.axis),
     ops.CatOp: lambda op, xs: np.concatenate(xs, axis=op.axis),
-    ops.CastOp: lambda op, xs: xs[0].astype(op.dtype),
+    ops.CastOp: lambda op, xs: xs[0].astype(op.dtype, copy=False),
     ops.IdentOp: lambda op, xs: xs[0],
 }
 
