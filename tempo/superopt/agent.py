@@ -336,25 +336,26 @@ def make_env(graph: Graph, rules: list[Rule], config: PPOConfig, inference: bool
 
 def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: str | None = None,
                         save: str | None = None, seed: int = 0, config: PPOConfig | None = None,
-                        progress: bool = True) -> SearchResult:
+                        progress: bool = True, model: CostModel | None = None) -> SearchResult:
     """Train an agent on ``graph`` (or load one), then return its best-of-K inference result.
 
     Training takes ``config.train_share`` of ``budget_s`` and inference the
     rest; a loaded agent spends the whole budget on inference. Training
     starts on windows of the graph (a curriculum, ``config.window_share`` of
     the training time), then goes on with the whole graph. The cost-model
-    shaping weight decays linearly from ``config.shaping`` to
-    ``config.shaping_final`` over the whole training time.
+    shaping weight (``model``'s costs; a torch-timed model unless given) decays
+    linearly from ``config.shaping`` to ``config.shaping_final`` over the whole
+    training time.
     """
     agent = Agent.load(load, rules) if load else Agent(config or PPOConfig(seed=seed), rules)
     extra: list[Finalist] = []
     episodes = 0
     if load is None:
         train_s = budget_s * agent.config.train_share
-        model = CostModel()
+        model = model or CostModel()
         shaping = LinearDecay(agent.config.shaping, agent.config.shaping_final, train_s)
         parts = [make_env(w, rules, agent.config, model=model, shaping=shaping)
-                 for w in windows(graph, agent.config.window_ops)]
+                 for w in windows(graph, agent.config.window_ops)] if agent.config.window_share > 0 else []
         if parts:
             episodes += len(agent.train(parts, train_s * agent.config.window_share, progress).returns)
             train_s *= 1.0 - agent.config.window_share

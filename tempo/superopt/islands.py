@@ -5,25 +5,34 @@ matmuls, element-wise arithmetic and activations, permutes, concatenations,
 static reshapes and scalar constants are translated to the TASO operator set;
 every other step becomes an ``opaque`` node that keeps its place in the
 dataflow (the rules never match it, the cost model does not count it), and a
-cast to the dtype its input already has is dropped. The search rewrites the
-graph, and the result is translated back to steps.
+cast to the dtype its input already has is dropped. Any of
+:data:`tempo.superopt.optimize.AGENTS` rewrites the graph through
+:func:`~tempo.superopt.optimize.optimize`, so the result computes the same
+outputs and is never slower by measurement; the result is translated back to
+steps.
 
-Island shapes are symbolic (``(B, 32)`` after vectorization). For the search
-each bound symbol stands for a concrete size (``sizes``, default
-:data:`DEFAULT_SIZE`), the size the cost model times. A rewrite found at those
-sizes is kept only if it holds at every size: the rewritten steps must infer,
-symbolically, the island's own output shapes (a concatenation of ``(B, 32)``
-and ``(32, 32)`` that was only legal because ``B`` stood for 32 fails here),
-and both islands are run on random inputs at other sizes and must agree.
+Island shapes are symbolic (``(B, 32)`` after vectorization). While an
+island is optimised each bound symbol stands for a concrete size (``sizes``,
+default :data:`DEFAULT_SIZE`: the run's sizes are the right choice), the size
+operators are timed at, and a graph is run (to be measured or compared) by
+translating it back to steps and running the NumPy FusedOp kernel, the
+runtime's own, at those sizes (:func:`island_backend`). A rewrite is kept only
+if it holds at every size: the rewritten steps must infer, symbolically, the
+island's own output shapes (a concatenation of ``(B, 32)`` and ``(32, 32)``
+that was only legal because ``B`` stood for 32 fails here), and both islands
+are run on random inputs at other sizes and must agree. Islands whose shapes
+depend on a step (``(T - t, 4)``) are left alone.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import contextlib
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
 from tempo.ir import ops
 from tempo.ir.shapes import infer, same_size
+from tempo.superopt import execute
 from tempo.superopt.graph import Graph, Node, ShapeError, node
 from tempo.symbolic.expr import Expr, as_expr, make_slice
 from tempo.symbolic.simplify import simplify
@@ -35,16 +44,19 @@ FLOAT = "float32"
 
 
 class Untranslatable(Exception):
-    """A rewritten graph holds something the island's steps cannot express."""
+    """An island, or a rewritten graph, that the translation cannot carry across."""
 
 
 @dataclass
 class Island:
-    """A FusedOp with the shapes and dtypes of its inputs (the reads of its node)."""
+    """A FusedOp with the shapes and dtypes of its inputs (the reads of its node), its
+    domain's step names (outermost first) and the size each bound stands for."""
 
     op: ops.FusedOp
     in_shapes: tuple[tuple, ...]
     in_dtypes: tuple[str, ...]
+    domain: tuple[str, ...] = ()
+    sizes: dict[str, int] = field(default_factory=dict)
 
     def symbols(self) -> dict[str, str]:
         """Every symbol the island's shapes and steps name, by name: its kind (``bound``, ``step``)."""
@@ -63,61 +75,54 @@ class Island:
             visit([getattr(step.op, f.name) for f in fields(step.op)])
         return found
 
+    def env(self, bounds: dict[str, int] | None = None) -> dict[str, int]:
+        """Values for the island's symbols: every step at 0, every bound at its size
+        (or at ``bounds[name]``)."""
+        sizes = {**self.sizes, **(bounds or {})}
+        return {name: sizes.get(name, DEFAULT_SIZE) if kind == "bound" else 0
+                for name, kind in {**self.symbols(), **dict.fromkeys(self.domain, "step")}.items()}
+
     def output_shapes(self) -> list[tuple]:
         """The shapes of the island's outputs."""
         return [self.op.steps[j].shapes[k] for j, k in self.op.outputs]
 
+    def with_op(self, op: ops.FusedOp) -> Island:
+        return replace(self, op=op)
 
-def concrete(shape: tuple, sizes: dict[str, int]) -> tuple[int, ...] | None:
-    """``shape`` with every bound symbol at its size; None where a dim depends on a step."""
+    def run(self, op: ops.FusedOp, inputs: list, bounds: dict[str, int] | None = None) -> tuple:
+        """``op`` (this island or a rewrite of it) on ``inputs``, by the NumPy runtime's kernel."""
+        from tempo.runtime.backends.numpy import KERNELS
+
+        with np.errstate(all="ignore"):
+            return KERNELS[ops.FusedOp](op)(inputs, self.env(bounds), (0,) * len(self.domain))
+
+
+def concrete(shape: tuple, sizes: dict[str, int]) -> tuple[int, ...]:
+    """``shape`` with every bound symbol at its size (Untranslatable where a dim depends on a step)."""
     out = []
     for dim in shape:
-        if isinstance(dim, int):
-            out.append(dim)
-            continue
         expr = simplify(as_expr(dim).substitute({s: sizes.get(s.name, DEFAULT_SIZE)
-                                                  for s in as_expr(dim).free_symbols()
-                                                  if s.kind == "bound"}))
+                                                  for s in as_expr(dim).free_symbols() if s.kind == "bound"}))
         if not expr.is_const:
-            return None
+            raise Untranslatable(f"a shape, {shape}, depends on a step")
         out.append(int(expr.value))
     return tuple(out)
 
 
 # ---------------------------------------------------------------- steps -> graph
-def to_graph(island: Island, sizes: dict[str, int]) -> Graph:
-    """The island as a superopt graph: inputs ``in0, in1, ...``, one output per island output.
-
-    A value whose shape depends on a step (not only on bounds) is opaque, and so is every
-    step that reads one.
-    """
-    values: dict[tuple[int, int], Node] = {}
-    dtypes: dict[tuple[int, int], str] = {}
-    unknown: set[int] = set()                     # ids of nodes whose shape is not concrete
-
-    def leaf(ref, made: Node, shape) -> None:
-        values[ref] = made
-        if shape is None:
-            unknown.add(id(made))
-
-    inputs = []
-    for k, (shape, dtype) in enumerate(zip(island.in_shapes, island.in_dtypes)):
-        fixed = concrete(shape, sizes)
-        inputs.append(node("input", name=f"in{k}", shape=fixed or ()))
-        leaf((-1, k), inputs[-1], fixed)
-        dtypes[(-1, k)] = dtype
+def to_graph(island: Island) -> Graph:
+    """The island as a superopt graph: inputs ``in0, in1, ...``, one output per island output."""
+    inputs = [node("input", name=f"in{k}", shape=concrete(shape, island.sizes))
+              for k, shape in enumerate(island.in_shapes)]
+    values: dict[tuple[int, int], Node] = {(-1, k): n for k, n in enumerate(inputs)}
+    dtypes: dict[tuple[int, int], str] = {(-1, k): d for k, d in enumerate(island.in_dtypes)}
     for j, step in enumerate(island.op.steps):
         srcs = [values[ref] for ref in step.inputs]
-        shapes = [concrete(s, sizes) for s in step.shapes]
-        made = None
-        if not any(id(s) in unknown for s in srcs) and None not in shapes:
-            made = _translate(step, srcs, [dtypes[ref] for ref in step.inputs])
-        if made is None:
-            made = [node("opaque", *srcs, proto=f"step{j}".encode(), index=k, shape=shape or ())
-                    for k, shape in enumerate(shapes)]
+        shapes = [concrete(shape, island.sizes) for shape in step.shapes]
+        made = _translate(step, srcs, [dtypes[ref] for ref in step.inputs]) or [
+            node("opaque", *srcs, proto=f"step{j}".encode(), index=k, shape=shape) for k, shape in enumerate(shapes)]
         for k, n in enumerate(made):
-            leaf((j, k), n, shapes[k])
-            dtypes[(j, k)] = step.dtypes[k]
+            values[(j, k)], dtypes[(j, k)] = n, step.dtypes[k]
     return Graph(tuple(inputs), tuple(values[ref] for ref in island.op.outputs))
 
 
@@ -176,9 +181,9 @@ class _Steps:
         return (j, 0)
 
 
-def to_steps(graph: Graph, island: Island, sizes: dict[str, int]) -> ops.FusedOp:
-    """The rewritten graph as the island's steps (Untranslatable where it cannot be)."""
-    stand_ins = set(sizes.values()) | {DEFAULT_SIZE}
+def to_steps(graph: Graph, island: Island) -> ops.FusedOp:
+    """The rewritten graph (or a constant-folded one) as the island's steps."""
+    stand_ins = set(island.sizes.values()) | {DEFAULT_SIZE}
     out = _Steps(island)
     refs: dict[int, tuple[int, int]] = {}
     kept: dict[int, int] = {}                    # original step -> its position among the new steps
@@ -191,6 +196,9 @@ def to_steps(graph: Graph, island: Island, sizes: dict[str, int]) -> ops.FusedOp
             if j not in kept:
                 kept[j] = out.keep(replace(island.op.steps[j], inputs=tuple(src)))[0]
             refs[id(n)] = (kept[j], n.attr("index"))
+        elif n.op == "weight":
+            value = np.asarray(graph.weights[n.attr("name")], np.float32)
+            refs[id(n)] = out.emit(ops.ConstOp(ops.Array(value)), [])
         else:
             refs[id(n)] = _emit_node(n, src, out, stand_ins)
     outputs = []
@@ -226,15 +234,46 @@ def _emit_node(n: Node, src: list, out: _Steps, stand_ins: set[int]) -> tuple[in
     raise Untranslatable(f"no island step for the rewritten graph's {n.op}")
 
 
-# ---------------------------------------------------------------- search and checks
+# ---------------------------------------------------------------- running island graphs
+def compile_graph(graph: Graph, island: Island):
+    """``run(feeds) -> outputs`` for a graph of ``island`` (its rewrites, constant-folded or
+    not): the graph as steps, run by the NumPy FusedOp kernel at the island's sizes; each
+    input ``in{k}`` is cast to the island's dtype for it."""
+    op = to_steps(graph, island)
+    names = [f"in{k}" for k in range(len(island.in_shapes))]
+
+    def run(feeds) -> list:
+        return list(island.run(op, [np.asarray(feeds[name]).astype(dtype, copy=False)
+                                    for name, dtype in zip(names, island.in_dtypes)]))
+
+    return run
+
+
+@contextlib.contextmanager
+def island_backend(island: Island):
+    """Within the block, graphs are run and timed as ``island``'s steps (see :func:`compile_graph`)."""
+    previous = execute.default_backend()
+    execute.BACKENDS["island"] = ("tempo.superopt.islands", {"island": island})
+    execute.set_default_backend("island")
+    try:
+        yield
+    finally:
+        execute.set_default_backend(previous)
+        del execute.BACKENDS["island"]
+
+
+# ---------------------------------------------------------------- optimising, and the checks
 @dataclass
 class Outcome:
-    """What happened to one island: its steps before and after, the rules applied, and,
-    where the island was kept as it was, why."""
+    """What happened to one island: its steps before and after, the rules applied, the
+    measured latencies (ms, at the island's sizes) and, where the island was kept as it
+    was (the cast-free translation aside), why."""
 
     op: ops.FusedOp
     steps_before: int
     applied: list[str]
+    before_ms: float = 0.0
+    after_ms: float = 0.0
     kept: str = ""
 
     @property
@@ -242,59 +281,55 @@ class Outcome:
         return len(self.op.steps)
 
 
-def optimise(island: Island, search, budget_s: float, sizes: dict[str, int], domain: list[str],
-             rules, model) -> Outcome:
-    """``island`` rewritten by ``search`` (a cost-model search of :mod:`tempo.superopt.search`)
-    within ``budget_s``; the island itself wherever the result fails a check.
+def optimise(island: Island, agent: str, budget_s: float, rules, **options) -> Outcome:
+    """``island`` rewritten by ``agent`` (a name of :data:`tempo.superopt.optimize.AGENTS`)
+    within ``budget_s``: the search's graph where it passes every check, else the island
+    translated as it is (the same steps less no-op casts), else the island itself."""
+    from tempo.superopt.optimize import optimize
 
-    ``domain`` names the island's step symbols, outermost first: the numerical check
-    runs both islands at the point where each is 0, with each bound at a size the
-    search did not use.
-    """
     before = len(island.op.steps)
-    graph = to_graph(island, sizes)
-    with np.errstate(all="ignore"):          # operators are timed on random inputs
-        result = search(graph, rules, budget_s, model=model)
     try:
-        new = to_steps(result.graph, island, sizes)
-        _check_shapes(island, new)
-        _check_values(island, new, domain, sizes)
+        graph = to_graph(island)
+        plain = to_steps(graph, island)
     except Untranslatable as err:
-        return Outcome(island.op, before, [], str(err))
-    return Outcome(new, before, result.applied)
+        return Outcome(island.op, before, [], kept=str(err))
+    with island_backend(island), np.errstate(all="ignore"):
+        result = optimize(graph, agent, budget_s, rules, **options)
+    outcome = Outcome(plain, before, [], result.before_ms, result.after_ms, result.reason)
+    if result.kept_input:
+        return outcome
+    try:
+        new = to_steps(result.graph, island)
+        _check_shapes(island, new)
+        _check_values(island, new)
+    except Untranslatable as err:
+        outcome.kept = str(err)
+        return outcome
+    return Outcome(new, before, result.applied, result.before_ms, result.after_ms)
 
 
 def _check_shapes(island: Island, new: ops.FusedOp) -> None:
-    got = Island(new, island.in_shapes, island.in_dtypes).output_shapes()
+    got = island.with_op(new).output_shapes()
     for a, b in zip(island.output_shapes(), got):
         if len(a) != len(b) or not all(same_size(x, y) for x, y in zip(a, b)):
             raise Untranslatable(f"an output's shape changed from {a} to {b}")
 
 
-def _check_values(island: Island, new: ops.FusedOp, domain: list[str], sizes: dict[str, int]) -> None:
-    from tempo.runtime.backends.numpy import KERNELS
-
-    symbols = island.symbols()
-    bounds = sorted(name for name, kind in symbols.items() if kind == "bound")
-    trial = {**{name: 0 for name, kind in symbols.items() if kind != "bound"}, **dict.fromkeys(domain, 0),
-             **dict(zip(bounds, _primes(len(bounds), set(sizes.values()))))}
+def _check_values(island: Island, new: ops.FusedOp) -> None:
+    """Both islands on the same random inputs, each bound at a prime the island's sizes avoid."""
+    bounds = sorted(name for name, kind in island.symbols().items() if kind == "bound")
+    trial = dict(zip(bounds, _primes(len(bounds), set(island.sizes.values()) | {DEFAULT_SIZE})))
+    env = island.env(trial)
     rng = np.random.default_rng(0)
     feeds = []
     for shape, dtype in zip(island.in_shapes, island.in_dtypes):
-        try:
-            dims = tuple(int(simplify(as_expr(d).substitute(
-                {s: trial[s.name] for s in as_expr(d).free_symbols()})).value) for d in shape)
-        except (KeyError, ValueError) as err:
-            raise Untranslatable(f"an input's shape {shape} names a symbol the check has no value for") from err
+        dims = concrete(shape, env)
         if np.issubdtype(np.dtype(dtype), np.floating):
             feeds.append(rng.standard_normal(dims).astype(dtype))
         else:
             feeds.append(rng.integers(0, 2, dims).astype(dtype))
-    point = (0,) * len(domain)
     try:
-        with np.errstate(all="ignore"):
-            want = KERNELS[ops.FusedOp](island.op)(feeds, trial, point)
-            got = KERNELS[ops.FusedOp](new)(feeds, trial, point)
+        want, got = island.run(island.op, feeds, trial), island.run(new, feeds, trial)
     except Exception as err:
         raise Untranslatable(f"the numerical check could not run: {err}") from err
     for a, b in zip(want, got):

@@ -58,9 +58,18 @@ def test_the_pass_is_off_unless_an_agent_is_named():
     assert [type(op) for op in steps(default)] == [type(op) for op in steps(plain)]
 
 
-def test_a_search_the_pass_cannot_run_is_an_error():
-    with pytest.raises(TempoError, match="cost-model search"):
-        compiled(layers, {"superopt": superopt.Config(agent="rl")})
+def test_an_unknown_agent_is_an_error_naming_the_agents():
+    with pytest.raises(TempoError, match="greedy, backtrack, eqsat, rl"):
+        compiled(layers, {"superopt": superopt.Config(agent="taso")})
+
+
+def test_the_rl_agent_rewrites_islands_measured_on_the_runtime_kernels():
+    plain, (h0, y0) = compiled(layers, {})
+    rewritten, (h, y) = compiled(layers, {"superopt": superopt.Config(agent="rl", budget_s=3.0, sizes={"T": 5})})
+    np.testing.assert_allclose(h, h0, rtol=1e-6)
+    np.testing.assert_allclose(y, y0, rtol=1e-6)
+    assert sum(isinstance(op, PermuteOp) for op in steps(plain)) == 2
+    assert not any(isinstance(op, (PermuteOp, CastOp)) for op in steps(rewritten))
 
 
 def rl_program(ctx):
