@@ -92,8 +92,8 @@ def main() -> None:
     p.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=list(PROGRAMS))
     p.add_argument("--batch", type=int, default=None, help="episodes per iteration (default: PROGRAMS')")
     p.add_argument("--steps", type=int, default=None, help="timesteps per episode (default: PROGRAMS')")
-    p.add_argument("--agent", default="greedy", choices=superopt.SEARCHES, help="the superopt variant's search")
-    p.add_argument("--budget", type=float, default=1.0, help="the superopt variant's search seconds per island")
+    p.add_argument("--agent", default="greedy", choices=superopt.AGENTS, help="the superopt variant's optimiser")
+    p.add_argument("--budget", type=float, default=1.0, help="the superopt variant's optimisation seconds per island")
     p.add_argument("--out", default="benchmarks/results/fusion.json")
     args = p.parse_args()
     sizes = {k: v for k, v in (("batch", args.batch), ("steps", args.steps)) if v is not None}

@@ -183,7 +183,6 @@ class _Steps:
 
 def to_steps(graph: Graph, island: Island) -> ops.FusedOp:
     """The rewritten graph (or a constant-folded one) as the island's steps."""
-    stand_ins = set(island.sizes.values()) | {DEFAULT_SIZE}
     out = _Steps(island)
     refs: dict[int, tuple[int, int]] = {}
     kept: dict[int, int] = {}                    # original step -> its position among the new steps
@@ -200,7 +199,7 @@ def to_steps(graph: Graph, island: Island) -> ops.FusedOp:
             value = np.asarray(graph.weights[n.attr("name")], np.float32)
             refs[id(n)] = out.emit(ops.ConstOp(ops.Array(value)), [])
         else:
-            refs[id(n)] = _emit_node(n, src, out, stand_ins)
+            refs[id(n)] = _emit_node(n, src, out)
     outputs = []
     for o in graph.outputs:
         ref = refs[id(o)]
@@ -210,7 +209,10 @@ def to_steps(graph: Graph, island: Island) -> ops.FusedOp:
     return ops.FusedOp(tuple(out.steps), tuple(outputs))
 
 
-def _emit_node(n: Node, src: list, out: _Steps, stand_ins: set[int]) -> tuple[int, int]:
+def _emit_node(n: Node, src: list, out: _Steps) -> tuple[int, int]:
+    """Steps computing ``n``. A reshape is only emitted on a source of static shape, and a
+    slice on an axis of static size: their sizes were read at the stand-in sizes, so on a
+    symbolic size they may mean nothing."""
     if n.op == "scalar":
         return out.emit(ops.ConstOp(ops.Array(np.asarray(n.attr("value"), np.float32))), [])
     if n.op in UNARY + BINARY:
@@ -225,10 +227,10 @@ def _emit_node(n: Node, src: list, out: _Steps, stand_ins: set[int]) -> tuple[in
         return out.emit(ops.PermuteOp(tuple(n.attr("perm"))), src)
     if n.op == "concat":
         return out.emit(ops.CatOp(n.attr("axis")), src)
-    if n.op == "reshape" and not stand_ins & set(n.attr("shape")):
+    shape = out.types[src[0]][0] if src else ()
+    if n.op == "reshape" and all(isinstance(d, int) for d in shape):
         return out.emit(ops.ReshapeOp(tuple(n.attr("shape"))), src)
-    if n.op == "slice" and not stand_ins & {n.attr("start"), n.attr("end")}:
-        shape = out.types[src[0]][0]
+    if n.op == "slice" and isinstance(shape[n.attr("axis")], int):
         lead = [make_slice(0, d) for d in shape[:len(shape) + n.attr("axis")]]
         return out.emit(ops.SpatialIndexOp((*lead, make_slice(n.attr("start"), n.attr("end")))), src)
     raise Untranslatable(f"no island step for the rewritten graph's {n.op}")
@@ -293,8 +295,11 @@ def optimise(island: Island, agent: str, budget_s: float, rules, **options) -> O
         plain = to_steps(graph, island)
     except Untranslatable as err:
         return Outcome(island.op, before, [], kept=str(err))
-    with island_backend(island), np.errstate(all="ignore"):
-        result = optimize(graph, agent, budget_s, rules, **options)
+    try:
+        with island_backend(island), np.errstate(all="ignore"):
+            result = optimize(graph, agent, budget_s, rules, **options)
+    except Untranslatable as err:        # a graph the search reached cannot be run as steps
+        return Outcome(plain, before, [], kept=f"the search reached a graph with no steps: {err}")
     outcome = Outcome(plain, before, [], result.before_ms, result.after_ms, result.reason)
     if result.kept_input:
         return outcome
