@@ -104,7 +104,7 @@ def concrete(shape: tuple, sizes: dict[str, int]) -> tuple[int, ...]:
         expr = simplify(as_expr(dim).substitute({s: sizes.get(s.name, DEFAULT_SIZE)
                                                   for s in as_expr(dim).free_symbols() if s.kind == "bound"}))
         if not expr.is_const:
-            raise Untranslatable(f"a shape, {shape}, depends on a step")
+            raise Untranslatable(f"a shape depends on a step: {shape}")
         out.append(int(expr.value))
     return tuple(out)
 

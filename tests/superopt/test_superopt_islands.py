@@ -73,7 +73,7 @@ def test_steps_of_other_dtypes_stay_opaque_and_come_back_unchanged_without_no_op
 def test_an_island_whose_shapes_depend_on_a_step_is_left_alone():
     x = island([step(ops.ElementwiseOp("tanh"), [(-1, 0)], (t + 1, 3))], [(0, 0)], [(t + 1, 3)])
     outcome = optimise(x, "greedy", 1.0, load_rules(), model=CostModel(backend="numpy"))
-    assert outcome.op is x.op and "depends on a step" in outcome.kept
+    assert outcome.op is x.op and outcome.kept.startswith("a shape depends on a step")
 
 
 def test_island_graphs_run_as_the_island_steps_inside_the_island_backend():
