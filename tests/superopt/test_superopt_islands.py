@@ -98,3 +98,16 @@ def test_a_double_transpose_in_an_island_is_cancelled(agent):
     assert "transpose_transpose_2d" in outcome.applied
     assert [type(s.op).__name__ for s in outcome.op.steps] == ["MatMulOp"]
     assert outcome.after_ms < outcome.before_ms
+
+
+def test_nans_in_the_same_places_are_the_same_outputs():
+    from tempo.superopt.graph import GraphBuilder
+    from tempo.superopt.optimize import same_outputs
+
+    g = GraphBuilder(0)
+    x = g.input("x", (4, 8))
+    root = node("sqrt", x)                      # NaN wherever the random input is negative
+    a, b = g.build([node("mul", root, root)]), g.build([node("mul", root, node("sqrt", x))])
+    c = g.build([node("add", root, root)])
+    assert same_outputs(a, b)
+    assert not same_outputs(a, c)
