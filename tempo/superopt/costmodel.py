@@ -2,9 +2,9 @@
 
 Each distinct operator (op, attributes, input shapes) is timed once on its own
 on ``backend`` (the default backend unless given) and cached. Weight-only
-operators cost nothing: they are constant-folded before inference. The model ignores everything between
-operators (memory traffic, launch overlap), which is why X-RLflow measures
-whole graphs instead.
+operators cost nothing: they are constant-folded before inference. The model
+ignores everything between operators (memory traffic, launch overlap), which
+is why X-RLflow measures whole graphs instead.
 """
 from __future__ import annotations
 

@@ -87,14 +87,21 @@ class Island:
         return [self.op.steps[j].shapes[k] for j, k in self.op.outputs]
 
     def with_op(self, op: ops.FusedOp) -> Island:
+        """The same island (inputs, domain, sizes) with other steps."""
         return replace(self, op=op)
 
-    def run(self, op: ops.FusedOp, inputs: list, bounds: dict[str, int] | None = None) -> tuple:
-        """``op`` (this island or a rewrite of it) on ``inputs``, by the NumPy runtime's kernel."""
+    def kernel(self, op: ops.FusedOp, bounds: dict[str, int] | None = None):
+        """``run(inputs) -> outputs``: ``op`` (this island or a rewrite of it) by the NumPy
+        runtime's kernel, at step 0 with the bounds of :meth:`env`."""
         from tempo.runtime.backends.numpy import KERNELS
 
-        with np.errstate(all="ignore"):
-            return KERNELS[ops.FusedOp](op)(inputs, self.env(bounds), (0,) * len(self.domain))
+        kernel, env, point = KERNELS[ops.FusedOp](op), self.env(bounds), (0,) * len(self.domain)
+
+        def run(inputs: list) -> tuple:
+            with np.errstate(all="ignore"):
+                return kernel(inputs, env, point)
+
+        return run
 
 
 def concrete(shape: tuple, sizes: dict[str, int]) -> tuple[int, ...]:
@@ -241,12 +248,12 @@ def compile_graph(graph: Graph, island: Island):
     """``run(feeds) -> outputs`` for a graph of ``island`` (its rewrites, constant-folded or
     not): the graph as steps, run by the NumPy FusedOp kernel at the island's sizes; each
     input ``in{k}`` is cast to the island's dtype for it."""
-    op = to_steps(graph, island)
+    kernel = island.kernel(to_steps(graph, island))
     names = [f"in{k}" for k in range(len(island.in_shapes))]
 
     def run(feeds) -> list:
-        return list(island.run(op, [np.asarray(feeds[name]).astype(dtype, copy=False)
-                                    for name, dtype in zip(names, island.in_dtypes)]))
+        return list(kernel([np.asarray(feeds[name]).astype(dtype, copy=False)
+                            for name, dtype in zip(names, island.in_dtypes)]))
 
     return run
 
@@ -334,7 +341,7 @@ def _check_values(island: Island, new: ops.FusedOp) -> None:
         else:
             feeds.append(rng.integers(0, 2, dims).astype(dtype))
     try:
-        want, got = island.run(island.op, feeds, trial), island.run(new, feeds, trial)
+        want, got = island.kernel(island.op, trial)(feeds), island.kernel(new, trial)(feeds)
     except Exception as err:
         raise Untranslatable(f"the numerical check could not run: {err}") from err
     for a, b in zip(want, got):

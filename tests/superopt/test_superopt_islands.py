@@ -66,7 +66,7 @@ def test_steps_of_other_dtypes_stay_opaque_and_come_back_unchanged_without_no_op
     back = to_steps(g, x)
     assert [type(s.op).__name__ for s in back.steps] == ["CastOp", "ElementwiseOp", "ElementwiseOp"]
     feeds = [np.arange(6, dtype=np.float32).reshape(2, 3)]
-    for a, c in zip(x.run(x.op, feeds), x.run(back, feeds)):
+    for a, c in zip(x.kernel(x.op)(feeds), x.kernel(back)(feeds)):
         np.testing.assert_array_equal(a, c)
 
 
