@@ -442,6 +442,38 @@ class Graph:
         return counts
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """A graph laid out for an executor: one slot per node (``values``, with each weight's
+    and scalar's value already in place), the input slots by name, the kernel steps
+    ``(kernel, attrs, argument slots, output slot)`` in order, and the output slots."""
+
+    values: list
+    inputs: list[tuple[int, str]]
+    steps: list[tuple[Callable, dict, tuple[int, ...], int]]
+    outputs: list[int]
+
+
+def run_plan(graph: Graph, kernels: Mapping[str, Callable], constant: Callable[[np.ndarray], Any]) -> RunPlan:
+    """The :class:`RunPlan` of ``graph`` with ``kernels``; ``constant`` turns a float32 array
+    (a weight's, or a scalar's 0-d one) into the executor's value."""
+    slot: dict[int, int] = {}
+    plan = RunPlan([], [], [], [])
+    for n in graph.topo():
+        slot[id(n)] = len(plan.values)
+        plan.values.append(None)
+        if n.op == "input":
+            plan.inputs.append((slot[id(n)], n.attr("name")))
+        elif n.op == "weight":
+            plan.values[-1] = constant(np.asarray(graph.weights[n.attr("name")], np.float32))
+        elif n.op == "scalar":
+            plan.values[-1] = constant(np.float32(n.attr("value")))
+        else:
+            plan.steps.append((kernels[n.op], dict(n.attrs), tuple(slot[id(s)] for s in n.src), slot[id(n)]))
+    plan.outputs.extend(slot[id(o)] for o in graph.outputs)
+    return plan
+
+
 class GraphBuilder:
     """Builds a graph with named inputs and randomly initialised weights.
 

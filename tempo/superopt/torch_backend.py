@@ -7,7 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tempo.superopt.graph import Graph
+from tempo.superopt.graph import Graph, run_plan
 from tempo.superopt.reference import ARITHMETIC, opaque_kernel
 
 ACT = {"none": lambda x: x, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
@@ -88,33 +88,17 @@ def compile_graph(graph: Graph, device: str = "cpu") -> Callable[[Mapping[str, n
     on_gpu = dev.type == "cuda"
     if on_gpu:                    # float32 as the reference computes it: no TF32 matmuls or convs
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    slot: dict[int, int] = {}
-    env: list = []
-    inputs: list[tuple[int, str]] = []
-    steps: list[tuple[Callable, dict, tuple[int, ...], int]] = []
-    for n in graph.topo():
-        slot[id(n)] = len(env)
-        env.append(None)
-        if n.op == "input":
-            inputs.append((slot[id(n)], n.attr("name")))
-        elif n.op == "weight":
-            env[-1] = torch.tensor(np.asarray(graph.weights[n.attr("name")], np.float32), device=dev)
-        elif n.op == "scalar":
-            env[-1] = torch.tensor(float(n.attr("value")), device=dev)
-        else:
-            steps.append((KERNELS[n.op], dict(n.attrs), tuple(slot[id(s)] for s in n.src),
-                          slot[id(n)]))
-    outs = [slot[id(o)] for o in graph.outputs]
+    plan = run_plan(graph, KERNELS, lambda array: torch.tensor(array, device=dev))
 
     def run(feeds: Mapping[str, np.ndarray]) -> list:
-        values = list(env)
-        for index, name in inputs:
+        values = list(plan.values)
+        for index, name in plan.inputs:
             values[index] = torch.tensor(feeds[name], device=dev)
         with torch.inference_mode():
-            for kernel, attrs, args, out in steps:
+            for kernel, attrs, args, out in plan.steps:
                 values[out] = kernel(attrs, *(values[i] for i in args))
         if on_gpu:
             torch.cuda.synchronize()
-        return [values[i] for i in outs]
+        return [values[i] for i in plan.outputs]
 
     return run
