@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from tempo.errors import TempoError
 from tempo.ir.ops import FusedOp
 from tempo.ir.sdg import SDG
+from tempo.symbolic.expr import bound_of
 
 AGENTS = ("greedy", "backtrack", "eqsat", "rl")
 log = logging.getLogger(__name__)
@@ -47,6 +48,12 @@ def optimise_islands(sdg: SDG, cfg: Config) -> tuple[SDG, dict]:
     """The rewritten SDG and, per FusedOp node id, its :class:`~tempo.superopt.islands.Outcome`."""
     if cfg.agent not in AGENTS:
         raise TempoError(f"the superopt pass runs one of {', '.join(AGENTS)}, not {cfg.agent!r}")
+    bounds = sorted({bound_of(d).name for node in sdg.nodes.values() for d in node.domain}
+                    | {bound_of(d).name for dims in sdg.vectorized.values() for d in dims})
+    unknown = sorted(set(cfg.sizes) - set(bounds))
+    if unknown:
+        raise TempoError(f"superopt.Config(sizes=...) names {', '.join(unknown)}, not a bound of this program "
+                         f"(its bounds: {', '.join(bounds) or 'none'})")
     import torch
 
     from tempo.superopt.agent import PPOConfig

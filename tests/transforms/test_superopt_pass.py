@@ -63,6 +63,11 @@ def test_an_unknown_agent_is_an_error_naming_the_agents():
         compiled(layers, {"superopt": superopt.Config(agent="taso")})
 
 
+def test_a_size_for_a_bound_the_program_does_not_have_is_an_error():
+    with pytest.raises(TempoError, match=r"names B, not a bound of this program \(its bounds: T\)"):
+        compiled(layers, {"superopt": superopt.Config(agent="greedy", sizes={"B": 4})})
+
+
 def test_the_rl_agent_rewrites_islands_measured_on_the_runtime_kernels():
     plain, (h0, y0) = compiled(layers, {})
     rewritten, (h, y) = compiled(layers, {"superopt": superopt.Config(agent="rl", budget_s=3.0, sizes={"T": 5})})
