@@ -11,7 +11,6 @@ the superopt pass and checks the values against the program without it.
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,13 +30,6 @@ class Args:
     """sequences (the vectorized dim b)"""
     steps: int = 20
     """steps per sequence"""
-
-
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, default in vars(Args()).items():
-        parser.add_argument(f"--{name}", type=type(default), default=default)
-    return Args(**vars(parser.parse_args()))
 
 
 def build(ctx, args: Args):
@@ -81,4 +73,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    main(tpo.rl.training.parse_args(Args, __doc__.splitlines()[0]))
