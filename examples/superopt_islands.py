@@ -41,7 +41,7 @@ def build(ctx, args: Args):
     h = x.unsqueeze(0)
     logits = (h @ w_pi).tanh() @ head_pi
     value = (h @ w_v).tanh() @ head_v
-    advantage = (logits - value).cast("float32").squeeze(0)
+    advantage = (logits - value).squeeze(0)
     return [advantage], {B: args.batch, T: args.steps}
 
 

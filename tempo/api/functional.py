@@ -199,7 +199,10 @@ def cat(xs: Sequence[RT], axis: int = 0) -> RT:
 
 
 def cast(x: RT, dtype: str) -> RT:
-    return apply(ops.CastOp(str(np.dtype(dtype))), [x], site=user_site())
+    """``x`` as ``dtype``; ``x`` itself where it already has that dtype (no op in the graph:
+    autodiff casts every gradient to its primal's dtype, which is nearly always the same)."""
+    dtype = str(np.dtype(dtype))
+    return x if x.dtype == dtype else apply(ops.CastOp(dtype), [x], site=user_site())
 
 
 def ident(x: RT) -> RT:

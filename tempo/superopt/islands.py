@@ -4,8 +4,7 @@ An island's steps become a :class:`~tempo.superopt.graph.Graph`: float32
 matmuls, element-wise arithmetic and activations, permutes, concatenations,
 static reshapes and scalar constants are translated to the TASO operator set;
 every other step becomes an ``opaque`` node that keeps its place in the
-dataflow (the rules never match it, the cost model does not count it), and a
-cast to the dtype its input already has is dropped. Any of
+dataflow (the rules never match it, the cost model does not count it). Any of
 :data:`tempo.superopt.optimize.AGENTS` rewrites the graph through
 :func:`~tempo.superopt.optimize.optimize`, so the result computes the same
 outputs and is never slower by measurement; the result is translated back to
@@ -136,8 +135,6 @@ def to_graph(island: Island) -> Graph:
 def _translate(step: ops.FusedStep, srcs: list[Node], in_dtypes: list[str]) -> list[Node] | None:
     """The step as TASO nodes, or None where it stays opaque."""
     op = step.op
-    if isinstance(op, ops.CastOp) and in_dtypes == [op.dtype]:
-        return srcs
     if any(d != FLOAT for d in (*in_dtypes, *step.dtypes)):
         return None
     try:
@@ -293,7 +290,7 @@ class Outcome:
 def optimise(island: Island, agent: str, budget_s: float, rules, **options) -> Outcome:
     """``island`` rewritten by ``agent`` (a name of :data:`tempo.superopt.optimize.AGENTS`)
     within ``budget_s``: the search's graph where it passes every check, else the island
-    translated as it is (the same steps less no-op casts), else the island itself."""
+    translated as it is, else the island itself."""
     from tempo.superopt.optimize import optimize
 
     before = len(island.op.steps)

@@ -196,6 +196,21 @@ def test_composite_program_matches_torch_autograd():
         np.testing.assert_allclose(mine, theirs.grad.numpy(), rtol=1e-9, atol=1e-12)
 
 
+def test_backward_adds_no_cast_to_a_dtype_a_gradient_already_has():
+    """Every VJP casts its gradient to its primal's dtype; where they agree (nearly always)
+    that is the gradient itself, not a CastOp the fuse pass would have to carry."""
+    with tpo.Context() as ctx:
+        x = tpo.from_numpy(arr(3, 4).astype(np.float32))
+        w = tpo.from_numpy(arr(4, 2).astype(np.float32))
+        assert x.cast("float32") is x and x.cast(np.float32) is x
+        half = x.cast("float16")
+        assert isinstance(half.node.op, ops.CastOp)
+        loss = ((x @ w).tanh() * 2.0).sum() + half.cast("float32").sum()
+        loss.backward()
+        casts = [n.op.dtype for n in ctx.sdg.nodes.values() if isinstance(n.op, ops.CastOp)]
+    assert sorted(casts) == ["float16", "float16", "float32", "float32"]   # the two casts and their VJPs
+
+
 def test_backward_needs_a_scalar_loss():
     with tpo.Context():
         x = tpo.from_numpy(np.ones(3))
