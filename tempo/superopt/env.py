@@ -133,7 +133,8 @@ class CostShapedReward:
     conv and its relu) in a few updates; the measured term still decides
     where the model is wrong. ``weight`` is a number or a callable giving the
     current weight (:class:`LinearDecay`: the model leads early in training,
-    the measurements have the last word).
+    the measurements have the last word). An input the model prices at nothing
+    (a Tempo island whose every operator reads only weights) gets no shaping.
     """
 
     model: CostModel
@@ -152,7 +153,8 @@ class CostShapedReward:
 
     def __call__(self, fb: Feedback) -> float:
         weight = self.weight() if callable(self.weight) else self.weight
-        shaping = (self.cost(fb.previous) - self.cost(fb.graph)) / self.cost(fb.start)
+        start = self.cost(fb.start)
+        shaping = (self.cost(fb.previous) - self.cost(fb.graph)) / start if start > 0 else 0.0
         return eq2_reward(fb, self.between) + weight * shaping * 100.0
 
 

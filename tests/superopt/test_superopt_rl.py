@@ -14,6 +14,7 @@ from tempo.superopt.inference import best_of_k
 from tempo.superopt.costmodel import CostModel
 from tempo.superopt.env import (OP_NAMES, CostShapedReward, Feedback, LinearDecay, RewriteEnv, encode,
                                eq2_reward)
+from tempo.superopt.graph import GraphBuilder, node
 from tempo.superopt.models import build
 from tempo.superopt.optimize import same_outputs
 from tempo.superopt.rules import load_rules
@@ -182,6 +183,16 @@ def test_shaping_weight_is_read_at_every_step_when_it_is_a_callable():
     second = env.step(1)[1]
     gain = (reward.cost(before) - reward.cost(env.graph)) / reward.cost(g) * 100.0
     assert gain != 0.0 and second == pytest.approx(0.01 + 3.0 * gain)
+
+
+def test_a_graph_the_cost_model_prices_at_nothing_gets_no_shaping():
+    """Weight-only operators are constant-folded, so a graph of them costs 0 (as does a Tempo
+    island of opaque steps): the shaping term is 0, not a division by zero."""
+    b = GraphBuilder(0)
+    g = b.build([node("transpose", b.weight((3, 4)), perm=(1, 0))])
+    reward = CostShapedReward(CostModel(repeats=1), weight=2.0)
+    assert reward.cost(g) == 0.0
+    assert reward(Feedback(False, 1.0, 1.0, 1.0, g, g, g)) == pytest.approx(0.01)   # Eq. 2's constant
 
 
 @pytest.mark.parametrize("field", ["shaping", "shaping_final"])
