@@ -134,7 +134,7 @@ class CostShapedReward:
     where the model is wrong. ``weight`` is a number or a callable giving the
     current weight (:class:`LinearDecay`: the model leads early in training,
     the measurements have the last word). An input the model prices at nothing
-    (a Tempo island whose every operator reads only weights) gets no shaping.
+    (opaque steps only, or operators that read only weights) gets no shaping.
     """
 
     model: CostModel
