@@ -63,7 +63,7 @@ from tempo.superopt.models import SCALES, WORKLOADS, build
 from tempo.superopt.optimize import Outcome, optimize, same_outputs
 from tempo.superopt.parallel import pinned_pool
 from tempo.superopt.rules import load_rules
-from tempo.superopt.stats import paired_verdict, round_medians
+from tempo.superopt.stats import paired_verdict, round_medians, round_ratios
 
 BASELINES = ("greedy", "backtrack", "eqsat")
 FIG7 = "bert"            # the workload whose agent is evaluated on other shapes
@@ -204,7 +204,10 @@ def time_workload(name: str, args: Args, outcomes: dict[str, Outcome]) -> dict:
             "rl_vs_stages": {stage: comparison(graphs, latency, stage, "rl", args)
                              for stage in stages},
             "control": control(latency, args),
-            "round_medians_ms": {k: round_medians(v, args.rounds).tolist() for k, v in latency.items()}}
+            "round_medians_ms": {k: round_medians(v, args.rounds).tolist() for k, v in latency.items()},
+            "round_ratios": {"rl_vs_best": round_ratios(latency[best], latency["rl"], args.rounds).tolist(),
+                             "control": round_ratios(latency["greedy"], latency["greedy again"],
+                                                     args.rounds).tolist()}}
 
 
 def control(latency: dict, args: Args) -> dict:

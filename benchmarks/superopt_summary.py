@@ -6,7 +6,8 @@ win on at least three. This prints one row per workload with each report's
 verdict and its ratio, the counts per workload, and whether each report
 meets the target; the same goes to ``--out`` as JSON.
 
-Each verdict is taken again from the report's per-round medians by the
+Each verdict is taken again from the report's per-round cycle-paired ratios
+(per-round medians in reports timed before the twenty-second session) by the
 current rule (:func:`tempo.superopt.stats.paired_verdict`, per compile pair
 where the report's timing took several compiles), so reports written under
 an older rule read alike; ``--as-recorded`` keeps the verdicts they
@@ -29,7 +30,7 @@ import numpy as np
 
 from tempo.files import write_bytes_atomic
 from tempo.superopt.latency import Latency
-from tempo.superopt.stats import compile_pair_medians, paired_verdict, sign_test_p
+from tempo.superopt.stats import compile_pair_medians, paired_verdict, ratio_verdict, sign_test_p
 
 VERDICTS = ("win", "tie", "loss")
 WINS_NEEDED = 3
@@ -44,9 +45,14 @@ def load(paths: list[str]) -> dict[str, dict]:
     return reports
 
 
-def rejudge(report: dict, workload: dict, reference: str, challenger: str) -> tuple[str, float]:
-    """The verdict and ratio of ``challenger`` against ``reference`` by the current rule, from
-    the report's per-round medians (one sample per round)."""
+def rejudge(report: dict, workload: dict, reference: str, challenger: str,
+            pair: str) -> tuple[str, float]:
+    """The verdict and ratio of ``challenger`` against ``reference`` by the current rule: from
+    the report's per-round cycle-paired ratios of ``pair`` (``rl_vs_best`` or ``control``), or
+    in a report timed before the twenty-second session, from its per-round medians."""
+    if "round_ratios" in workload:
+        v = ratio_verdict(np.asarray(workload["round_ratios"][pair]), report.get("compiles", 1))
+        return v.outcome, v.ratio
     medians = workload["round_medians_ms"]
     rounds = len(medians[reference])
     v = paired_verdict(Latency(tuple(medians[reference])), Latency(tuple(medians[challenger])),
@@ -60,17 +66,21 @@ def rl_verdict(report: dict, workload: dict, as_recorded: bool) -> tuple[str, fl
     v = workload["rl_vs_best"]
     if as_recorded or v.get("same_graph") or "round_medians_ms" not in workload:
         return v["verdict"], v["ratio"]
-    return rejudge(report, workload, v["baseline"], "rl")
+    return rejudge(report, workload, v["baseline"], "rl", "rl_vs_best")
 
 
 def control_pairs(report: dict, workload: dict) -> np.ndarray:
     """The A/A control's ratios (greedy's graph / its second name), one per compile pair (per
     round for a report timed with one compile); none for a report without per-round medians."""
-    medians = workload.get("round_medians_ms", {})
-    if "greedy again" not in medians:
-        return np.empty(0)
-    ratios = np.asarray(medians["greedy"]) / np.asarray(medians["greedy again"])
-    return compile_pair_medians(ratios, report.get("compiles", 1))
+    if "round_ratios" in workload:
+        ratios = np.asarray(workload["round_ratios"]["control"])
+    else:
+        medians = workload.get("round_medians_ms", {})
+        if "greedy again" not in medians:
+            return np.empty(0)
+        ratios = np.asarray(medians["greedy"]) / np.asarray(medians["greedy again"])
+    compiles = report.get("compiles", 1)
+    return compile_pair_medians(ratios, compiles) if compiles > 1 else ratios
 
 
 def lean(ratios: list[np.ndarray]) -> dict:
@@ -98,7 +108,7 @@ def summarise(reports: dict[str, dict], as_recorded: bool = False) -> dict:
             pairs.setdefault(w, []).append(control_pairs(report, r))
             if "control" in r:
                 control = r["control"]["verdict"] if as_recorded or "round_medians_ms" not in r \
-                    else rejudge(report, r, "greedy", "greedy again")[0]
+                    else rejudge(report, r, "greedy", "greedy again", "control")[0]
                 controls += control != "tie"
         target[name] = {**{v: verdicts.count(v) for v in VERDICTS},
                         "met": verdicts.count("loss") == 0 and verdicts.count("win") >= WINS_NEEDED,

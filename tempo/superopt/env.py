@@ -20,9 +20,15 @@ observation (``candidates`` is empty), which saves encoding them when the
 policy reads only the locations.
 
 Reward: every ``feedback_every`` steps, and when the episode ends, the graph's
-end-to-end latency is measured (the fastest of ``repeats`` runs: on a shared
-machine other load only adds time, and the fastest run varies far less than
-the median) and the reward is Eq. 2, ``(RT_prev - RT_now) / RT_0 * 100``;
+end-to-end latency is measured and the reward is Eq. 2,
+``(RT_prev - RT_now) / RT_0 * 100``. The graph is timed side by side with the
+graph of the previous measurement (``repeats`` cycles, each running both once
+in a random order) and ``RT_now`` is ``RT_prev`` over the median of the
+cycle-paired ratios: this machine's speed moves by up to 2x in phases of
+tens to hundreds of milliseconds, and a graph timed alone (until the
+twenty-second session: the fastest of ``repeats`` runs), against a
+measurement taken steps earlier, carried that into the reward whole.
+``RT_0`` is the input graph's own median of three such fastest runs;
 between measurements it is a small constant (0.01: larger, it pays an agent
 to keep taking neutral rewrites such as ``add_comm`` back and forth instead of
 stopping). With ``measurements_per_graph = N`` a graph's latency is the
@@ -45,10 +51,11 @@ from gymnasium import spaces
 
 from tempo.errors import TempoError
 from tempo.superopt.costmodel import CostModel
-from tempo.superopt.execute import measure_latency
+from tempo.superopt.execute import measure_latency, time_interleaved
 from tempo.superopt.graph import OPS, Graph
 from tempo.superopt.rewrite import Candidate, candidates
 from tempo.superopt.rules import Rule
+from tempo.superopt.stats import round_ratios
 
 OP_NAMES = tuple(sorted(OPS))
 EDGE_RANK = 4
@@ -185,15 +192,23 @@ class RewriteEnv(gym.Env):
         })
         self._rule_index = {id(r): i for i, r in enumerate(rules)}
         self.action_space = spaces.Discrete(max_candidates + 1)
-        # RT_0 scales every reward: the median of three measurements, each like every other one
-        self._samples = {graph.key(): [self._measure(graph) for _ in range(3)]}  # key -> measurements
+        # RT_0 scales every reward: the median of three measurements of the input alone
+        self._samples = {graph.key(): [measure_latency(graph, repeats=repeats, warmup=2).min_ms
+                                       for _ in range(3)]}       # key -> measurements
         self.initial_ms = float(np.median(self._samples[graph.key()]))
+        self.last_graph, self.last_ms = graph, self.initial_ms
         self.measured: dict[tuple, Measured] = {}   # graph key -> its fastest measurement
         self._encoded: dict = {}
         self._listed: dict = {}
 
     def _measure(self, graph: Graph) -> float:
-        return measure_latency(graph, repeats=self.repeats, warmup=2).min_ms
+        """``graph``'s latency: the last measured graph's over ``graph``'s speed-up on it, the two
+        timed side by side (:func:`~tempo.superopt.stats.round_ratios`)."""
+        if graph.key() == self.last_graph.key():
+            return self.last_ms
+        lat = time_interleaved({"last": self.last_graph, "now": graph}, rounds=1,
+                               repeats=self.repeats)
+        return self.last_ms / float(np.median(round_ratios(lat["last"], lat["now"], 1)))
 
     def _latency(self, graph: Graph) -> float:
         """A fresh measurement, or with ``measurements_per_graph`` the median of the graph's first
@@ -252,7 +267,7 @@ class RewriteEnv(gym.Env):
         super().reset(seed=seed)
         self.graph, self.applied, self.actions, self.steps = self.start, [], [], 0
         self.visited: set = set()
-        self.last_ms = self.initial_ms
+        self.last_graph, self.last_ms = self.start, self.initial_ms
         obs = self._observe()
         return obs, {"latency_ms": self.initial_ms, "candidates": len(self.cands)}
 
@@ -276,7 +291,7 @@ class RewriteEnv(gym.Env):
         reward = self.reward_fn(Feedback(measured, now, self.last_ms, self.initial_ms, self.graph,
                                          previous, self.start))
         if measured:
-            self.last_ms = now
+            self.last_graph, self.last_ms = self.graph, now
             known = self.measured.get(self.graph.key())
             if known is None or now < known.latency_ms:
                 self.measured[self.graph.key()] = Measured(now, self.graph, list(self.applied),

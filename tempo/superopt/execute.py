@@ -19,7 +19,7 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.superopt.fold import fold_constants
 from tempo.superopt.graph import Graph
-from tempo.superopt.latency import Latency, time_runs
+from tempo.superopt.latency import Latency, time_call, time_runs
 from tempo.superopt.reference import random_feeds
 
 BACKENDS: dict[str, tuple[str, dict]] = {
@@ -80,10 +80,10 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str | None = Non
 
 
 def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int = 10,
-                     backend: str | None = None, seed: int = 0, compiles: int = 1
-                     ) -> dict[str, Latency]:
+                     backend: str | None = None, seed: int = 0, compiles: int = 1,
+                     interleave: str = "calls") -> dict[str, Latency]:
     """Latencies of several graphs with the same inputs, timed in alternating rounds
-    (:func:`time_calls`).
+    (:func:`time_calls`, which ``interleave`` is passed to).
 
     With ``compiles`` above 1 each graph is folded once, compiled that many
     times (at most ``rounds``: more would not be timed) and the rounds take
@@ -113,28 +113,47 @@ def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int 
             fns[keys[i]].append(compile_folded(folded[keys[i]]))
     feeds = random_feeds(next(iter(graphs.values())), seed)
     return time_calls({k: [functools.partial(fn, feeds) for fn in f] for k, f in fns.items()},
-                      rounds, repeats, seed)
+                      rounds, repeats, seed, interleave)
 
 
 def time_calls(calls: Mapping[Hashable, Sequence[Callable[[], object]]], rounds: int = 5,
-               repeats: int = 10, seed: int = 0) -> dict[Hashable, Latency]:
+               repeats: int = 10, seed: int = 0, interleave: str = "calls") -> dict[Hashable, Latency]:
     """Latencies of several calls, timed in alternating rounds.
 
     Each key has one call or several equivalent ones, which round ``r`` takes
-    in turn (``r`` modulo their number). Each round runs every key's call
-    ``repeats`` times (after one warm-up run), in a fresh random order
-    (seeded by ``seed``), so all share the same background noise and no call
-    always follows the same one: in a fixed order the graph that ran second
-    was measurably faster in an A/A test, a bias that did not average out
-    (see :mod:`tempo.superopt.stats`). The samples of all rounds are pooled,
-    round after round.
+    in turn (``r`` modulo their number). Each round runs every key's call once
+    untimed, then ``repeats`` cycles, each calling every key once in a fresh
+    random order (seeded by ``seed``), so that sample ``i`` of every key was
+    taken within one cycle: this machine's speed moves by up to 2x in phases of
+    tens to hundreds of milliseconds (a pure-Python loop ran at 0.23 and 0.48 ms
+    within one second, twenty-second session), and two calls side by side
+    share the phase that a block of ``repeats`` calls of one key, then of the
+    next, does not. :func:`tempo.superopt.stats.round_ratios` pairs the samples
+    cycle by cycle. In a fixed order the graph that ran second was measurably
+    faster in an A/A test, a bias that did not average out (see
+    :mod:`tempo.superopt.stats`). The samples are stored round after round,
+    cycle after cycle.
+
+    ``interleave="rounds"`` is the timing until the twenty-second session: in
+    each round, every key's ``repeats`` runs one after another (kept to compare
+    the two in ``benchmarks/superopt_timing.py``).
     """
+    if interleave not in ("calls", "rounds"):
+        raise TempoError(f"interleave must be 'calls' or 'rounds', not {interleave!r}")
     samples: dict[Hashable, list[float]] = {k: [] for k in calls}
     keys = list(calls)
     rng = np.random.default_rng(seed)
     for r in range(rounds):
-        for k in (keys[i] for i in rng.permutation(len(keys))):
-            samples[k].extend(time_runs(calls[k][r % len(calls[k])], 1, repeats).samples_ms)
+        now = {k: calls[k][r % len(calls[k])] for k in keys}
+        if interleave == "rounds":
+            for k in (keys[i] for i in rng.permutation(len(keys))):
+                samples[k].extend(time_runs(now[k], 1, repeats).samples_ms)
+            continue
+        for k in keys:
+            now[k]()
+        for _ in range(repeats):
+            for k in (keys[i] for i in rng.permutation(len(keys))):
+                samples[k].append(time_call(now[k]))
     return {k: Latency(tuple(v)) for k, v in samples.items()}
 
 

@@ -37,7 +37,7 @@ from tempo.superopt.env import RewriteEnv
 from tempo.superopt.execute import DECISION_COMPILES, time_interleaved
 from tempo.superopt.graph import Graph, Node
 from tempo.superopt.rewrite import Candidate
-from tempo.superopt.stats import paired_verdict
+from tempo.superopt.stats import paired_verdict, round_ratios
 
 
 @dataclass
@@ -120,8 +120,8 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
     sampling it (a sharp policy finishes most greedy branches in graphs
     already judged). Each new final graph is timed against the incumbent in
     4 interleaved rounds, each round on another compile of both graphs, and
-    replaces it when its fastest run is faster (see
-    :attr:`~tempo.superopt.latency.Latency.min_ms`). Returns the incumbent,
+    replaces it when the median of the rounds' cycle-paired ratios says it is
+    faster (:func:`~tempo.superopt.stats.round_ratios`). Returns the incumbent,
     every distinct graph reached and the number of branched rollouts.
     """
     rng = np.random.default_rng(seed)
@@ -136,7 +136,7 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
         reached.append(found)
         timed = time_interleaved({"best": best.graph, "new": found.graph}, rounds=4, repeats=8,
                                  compiles=DECISION_COMPILES)
-        if timed["new"].min_ms < timed["best"].min_ms:
+        if np.median(round_ratios(timed["best"], timed["new"], 4)) > 1.0:
             best = found
     return best, reached, count
 
@@ -224,9 +224,11 @@ def _confirmed(best: Finalist, proposals: Sequence[Finalist], screen_rounds: int
     screen = time_interleaved({"best": best.graph, **{str(i): f.graph for i, f in
                                                       enumerate(proposals)}}, rounds=screen_rounds,
                               compiles=DECISION_COMPILES)
-    ranked = sorted(range(len(proposals)), key=lambda i: screen[str(i)].median_ms)[:tries]
+    speedup = {i: float(np.median(round_ratios(screen["best"], screen[str(i)], screen_rounds)))
+               for i in range(len(proposals))}
+    ranked = sorted(speedup, key=speedup.get, reverse=True)[:tries]
     for i in ranked:
-        if screen[str(i)].median_ms >= screen["best"].median_ms:
+        if speedup[i] <= 1.0:
             return None
         timed = time_interleaved({"best": best.graph, "new": proposals[i].graph}, rounds=rounds,
                                  compiles=DECISION_COMPILES)

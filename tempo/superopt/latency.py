@@ -31,13 +31,15 @@ class Latency:
         return float(np.subtract(*np.percentile(self.samples_ms, [75, 25])))
 
 
+def time_call(run: Callable[[], object]) -> float:
+    """The milliseconds one call of ``run`` takes."""
+    start = time.perf_counter()
+    run()
+    return (time.perf_counter() - start) * 1e3
+
+
 def time_runs(run: Callable[[], object], warmup: int = 3, repeats: int = 20) -> Latency:
     """Call ``run`` ``warmup`` times untimed, then ``repeats`` times timed."""
     for _ in range(warmup):
         run()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return Latency(tuple(samples))
+    return Latency(tuple(time_call(run) for _ in range(repeats)))

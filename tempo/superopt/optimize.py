@@ -19,6 +19,7 @@ from tempo.superopt.execute import DECISION_COMPILES, run, time_interleaved
 from tempo.superopt.graph import Graph
 from tempo.superopt.reference import random_feeds
 from tempo.superopt.rules import Rule, load_rules
+from tempo.superopt.stats import round_ratios
 
 # agent name -> "module:function"; each function is (graph, rules, budget_s, **options) -> SearchResult
 AGENTS = {
@@ -36,8 +37,8 @@ class Outcome:
     graph: Graph
     applied: list[str]
     optimise_s: float
-    before_ms: float
-    after_ms: float
+    before_ms: float                # the input's median latency
+    after_ms: float                 # before_ms over the paired speed-up (compare_latency)
     kept_input: bool
     reason: str = ""
     origin: str = ""                # how the search found the graph (RL: which rollout)
@@ -69,9 +70,11 @@ CHECK_ROUNDS = 40
 
 def compare_latency(a: Graph, b: Graph, rounds: int = CHECK_ROUNDS, repeats: int = 10,
                     compiles: int = DECISION_COMPILES) -> tuple[float, float]:
-    """Median latencies of ``a`` and ``b``, timed in alternating rounds to share the noise."""
+    """The median latency of ``a`` and ``b``'s speed-up over it (the median of the per-round
+    cycle-paired ratios ``a / b``, :func:`~tempo.superopt.stats.round_ratios`), timed
+    interleaved to share the noise."""
     lat = time_interleaved({"a": a, "b": b}, rounds, repeats, compiles=compiles)
-    return lat["a"].median_ms, lat["b"].median_ms
+    return lat["a"].median_ms, float(np.median(round_ratios(lat["a"], lat["b"], rounds)))
 
 
 def same_outputs(a: Graph, b: Graph, seed: int = 0) -> bool:
@@ -101,10 +104,11 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
         before, _ = compare_latency(graph, graph, rounds=1, compiles=1)
         return Outcome(graph, [], elapsed, before, before, True, "outputs differed; input kept",
                        result.origin, result.applied, result.stages, episodes=result.episodes)
-    before, after = compare_latency(graph, result.graph)
-    if after >= before:
+    before, speedup = compare_latency(graph, result.graph)
+    if speedup <= 1.0:
         return Outcome(graph, [], elapsed, before, before, True,
-                       f"not faster when measured ({after:.4f} ms against the input's {before:.4f} ms)",
+                       f"not faster when measured ({speedup:.3f}x the input's speed, "
+                       f"{before:.4f} ms)",
                        result.origin, result.applied, result.stages, result.graph, result.episodes)
-    return Outcome(result.graph, result.applied, elapsed, before, after, False, origin=result.origin,
-                   stages=result.stages, episodes=result.episodes)
+    return Outcome(result.graph, result.applied, elapsed, before, before / speedup, False,
+                   origin=result.origin, stages=result.stages, episodes=result.episodes)

@@ -1,10 +1,15 @@
 """Deciding whether one graph is faster than another beyond measurement noise.
 
 Both graphs are timed in the same interleaved rounds
-(:func:`~tempo.superopt.execute.time_interleaved`, a fresh random order of the
-graphs every round), so each round gives a paired ratio of their median run
-times, and load that drifts between rounds affects both sides of a ratio
-alike. The verdict takes the distribution-free 95% interval of the median of
+(:func:`~tempo.superopt.execute.time_interleaved`: every round a number of
+cycles, each calling every graph once in a fresh random order), so each cycle
+gives a paired ratio of two run times taken side by side and each round the
+median of its cycles' ratios; the machine's speed, which moves by up to 2x
+in phases of tens to hundreds of milliseconds, affects both sides of a ratio
+alike. (Until the twenty-second session each round ran one graph's repeats
+and then the other's, and the ratio was of the two rounds' medians; on this
+machine that left 1.7-2.7 times the spread of per-round ratios, measured in
+``docs/superopt.md``.) The verdict takes the distribution-free 95% interval of the median of
 those per-round ratios (order statistics, the sign test's interval: exact for
 rounds that are independent and alike, whatever the distribution of the
 ratios): a *win* when the whole interval lies above 1 (the challenger is
@@ -100,15 +105,29 @@ def compile_pair_medians(ratios: np.ndarray, compiles: int) -> np.ndarray:
     return np.array([np.median(ratios[k::count]) for k in range(count)])
 
 
-def paired_verdict(reference: Latency, challenger: Latency, rounds: int,
-                   compiles: int = 1) -> Verdict:
-    """Is ``challenger`` faster than ``reference``? The median of the paired per-round ratios
-    (reference / challenger) and its distribution-free 95% interval; with ``compiles`` above 1,
-    of the ratios' medians per compile pair (:func:`compile_pair_medians`)."""
+def round_ratios(reference: Latency, challenger: Latency, rounds: int) -> np.ndarray:
+    """Per round, the median of the cycle-paired ratios ``reference / challenger``: sample ``i``
+    of both was taken in one cycle of :func:`~tempo.superopt.execute.time_calls`, side by side,
+    where the machine's speed phase is shared."""
+    ref, chal = np.asarray(reference.samples_ms), np.asarray(challenger.samples_ms)
+    if ref.shape != chal.shape:
+        raise TempoError(f"paired samples differ in number: {ref.size} against {chal.size}")
+    return np.median((ref / chal).reshape(rounds, -1), axis=1)
+
+
+def ratio_verdict(ratios: np.ndarray, compiles: int = 1) -> Verdict:
+    """The median of per-round ``ratios`` and its distribution-free 95% interval; with
+    ``compiles`` above 1, of the ratios' medians per compile pair (:func:`compile_pair_medians`)."""
     if compiles < 1:
         raise TempoError(f"compiles must be at least 1, not {compiles}")
-    ratios = round_medians(reference, rounds) / round_medians(challenger, rounds)
     if compiles > 1:
         ratios = compile_pair_medians(ratios, compiles)
     low, high = median_interval(ratios)
     return Verdict(float(np.median(ratios)), low, high)
+
+
+def paired_verdict(reference: Latency, challenger: Latency, rounds: int,
+                   compiles: int = 1) -> Verdict:
+    """Is ``challenger`` faster than ``reference``? :func:`ratio_verdict` of their
+    :func:`round_ratios`."""
+    return ratio_verdict(round_ratios(reference, challenger, rounds), compiles)

@@ -5,6 +5,8 @@ import importlib.util
 import json
 import pathlib
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("superopt_summary", ROOT / "benchmarks" / "superopt_summary.py")
 summary_module = importlib.util.module_from_spec(spec)
@@ -75,3 +77,19 @@ def test_the_controls_lean_is_pooled_over_compile_pairs_per_workload_and_in_all(
     assert (lean["all"]["above"], lean["all"]["of"], lean["all"]["p"]) == (4, 8, 1.0)
     assert "a 3 of 4 (p=0.62); b 1 of 4 (p=0.62); all 4 of 8 (p=1)" in \
         summary_module.table(summary, ["s0"])
+
+
+def test_a_report_with_cycle_paired_ratios_is_judged_from_them(tmp_path):
+    # per-round medians alike (a tie from them), cycle-paired ratios 1% faster in every round
+    medians = {"greedy": [1.0] * 8, "rl": [1.0] * 8, "greedy again": [1.0] * 8}
+    workload = {"rl_vs_best": {"verdict": "win", "ratio": 1.01, "baseline": "greedy",
+                               "same_graph": False},
+                "control": {"verdict": "tie"}, "round_medians_ms": medians,
+                "round_ratios": {"rl_vs_best": [1.01] * 8, "control": [0.99] * 8}}
+    path = tmp_path / "s0.json"
+    path.write_text(json.dumps({"compiles": 1, "workloads": {"a": workload}}))
+    summary = summary_module.summarise(summary_module.load([str(path)]))
+    assert summary["workloads"]["a"]["reports"]["s0"]["verdict"] == "win"
+    assert summary["workloads"]["a"]["reports"]["s0"]["ratio"] == pytest.approx(1.01)
+    assert summary["target"]["s0"]["false_controls"] == 1
+    assert (summary["control_lean"]["a"]["above"], summary["control_lean"]["a"]["of"]) == (0, 8)

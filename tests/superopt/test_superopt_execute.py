@@ -171,3 +171,27 @@ def test_time_interleaved_refuses_fewer_than_one_compile():
     g = b.build([node("relu", b.input("x", (2, 3)))])
     with pytest.raises(TempoError, match="compiles must be at least 1, not 0"):
         execute.time_interleaved({"a": g}, rounds=2, compiles=0)
+
+
+def test_time_calls_runs_every_key_once_a_cycle_in_a_fresh_order():
+    from tempo.superopt.execute import time_calls
+
+    order = []
+    calls = {k: [lambda k=k: order.append(k)] for k in "abc"}
+    lat = time_calls(calls, rounds=2, repeats=4)
+    rounds = [order[i:i + 15] for i in (0, 15)]            # 3 warm-up calls, then 4 cycles of 3
+    cycles = [tuple(r[i:i + 3]) for r in rounds for i in range(3, 15, 3)]
+    assert len(order) == 30 and all(sorted(c) == ["a", "b", "c"] for c in cycles)
+    assert len(set(cycles)) > 1
+    assert all(len(v.samples_ms) == 8 for v in lat.values())
+
+
+def test_time_calls_can_still_time_each_keys_repeats_in_one_block():
+    from tempo.superopt.execute import time_calls
+
+    order = []
+    time_calls({k: [lambda k=k: order.append(k)] for k in "ab"}, rounds=1, repeats=3,
+               interleave="rounds")
+    assert order in (["a"] * 4 + ["b"] * 4, ["b"] * 4 + ["a"] * 4)
+    with pytest.raises(TempoError, match="interleave"):
+        time_calls({"a": [lambda: None]}, interleave="cycles")

@@ -274,3 +274,29 @@ def test_training_with_self_imitation_runs_and_fills_its_buffer():
     assert log.updates >= 1 and 1 <= len(agent.best) <= 3
     with pytest.raises(TempoError, match="imitate_best"):
         PPOConfig(imitate_best=-1)
+
+
+def test_a_measured_graph_is_timed_side_by_side_with_the_last_measured_one(monkeypatch):
+    from tempo.superopt import env as env_module
+    from tempo.superopt.latency import Latency
+
+    g = build("resnext", scale="small")
+    env = RewriteEnv(g, RULES, max_candidates=8, feedback_every=1, max_steps=5, repeats=3)
+    timed = []
+
+    def twice_as_fast(graphs, rounds, repeats):        # "now" runs in half the time of "last"
+        timed.append((graphs["last"].key(), graphs["now"].key(), rounds, repeats))
+        return {"last": Latency((2.0, 4.0, 2.0)), "now": Latency((1.0, 2.0, 1.0))}
+
+    monkeypatch.setattr(env_module, "time_interleaved", twice_as_fast)
+    env.reset()
+    first = env.step(1)
+    assert timed == [(g.key(), env.graph.key(), 1, 3)]
+    assert first[4]["latency_ms"] == pytest.approx(env.initial_ms / 2)
+    assert first[1] == pytest.approx(50.0)                 # Eq. 2: (RT_0 - RT_0 / 2) / RT_0 * 100
+    reached = env.graph
+    second = env.step(1)
+    assert timed[1][:2] == (reached.key(), env.graph.key())   # against the last measured graph
+    assert second[4]["latency_ms"] == pytest.approx(env.initial_ms / 4)
+    env.step(0)                                            # stop: the graph just measured
+    assert len(timed) == 2

@@ -11,7 +11,7 @@ from tempo.superopt.execute import time_interleaved
 from tempo.superopt.graph import GraphBuilder, node
 from tempo.superopt.latency import Latency
 from tempo.superopt.stats import (Verdict, compile_pair_medians, median_interval, paired_verdict,
-                                  round_medians, sign_test_p)
+                                  ratio_verdict, round_medians, round_ratios, sign_test_p)
 
 
 def _latency(medians: list[float], rng: np.random.Generator, spread: float = 0.05) -> Latency:
@@ -121,3 +121,19 @@ def test_sign_test_p_is_symmetric_and_falls_away_from_the_middle(n, data):
     assert sign_test_p(above, n) == pytest.approx(sign_test_p(n - above, n))
     if above > n / 2 and above < n:
         assert sign_test_p(above + 1, n) <= sign_test_p(above, n)
+
+
+def test_round_ratios_pair_the_samples_cycle_by_cycle():
+    # the machine's speed doubles in the second cycle of each round: both sides see it
+    reference = Latency((1.0, 2.0, 1.0, 3.0, 6.0, 3.0))
+    challenger = Latency((0.5, 1.0, 0.5, 2.0, 4.0, 2.0))
+    np.testing.assert_allclose(round_ratios(reference, challenger, 2), [2.0, 1.5])
+    with pytest.raises(TempoError, match="differ in number"):
+        round_ratios(reference, Latency((1.0,)), 1)
+
+
+def test_a_verdict_from_ratios_groups_them_by_compile_pair():
+    ratios = np.array([1.1, 0.9, 1.1, 0.9, 1.1, 0.9, 1.1, 0.9])
+    assert ratio_verdict(ratios).ratio == pytest.approx(1.0)
+    assert ratio_verdict(ratios, compiles=2).record() == {"ratio": pytest.approx(1.0),
+                                                          "ci95": [0.9, 1.1], "verdict": "tie"}
