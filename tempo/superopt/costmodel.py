@@ -1,15 +1,25 @@
 """TASO's cost model: a graph costs the sum of its operators' measured run times.
 
 Each distinct operator (op, attributes, input shapes) is timed once on its own
-on ``backend`` (the default backend unless given) and cached. Weight-only
+on ``backend`` (the default backend unless given) and cached. It is timed
+cycle by cycle beside a fixed reference kernel (a 32x32 matmul) and costs the
+reference's latency, measured once per model, times the median of the paired
+ratios: this machine's speed moves by up to 2x in phases of tens to hundreds
+of milliseconds, and operators timed alone at different moments (until the
+twenty-second session) came out up to 2x apart from one fresh model to the
+next (median over squeezenet's operators, docs/superopt.md). Weight-only
 operators cost nothing: they are constant-folded before inference. The model
 ignores everything between operators (memory traffic, launch overlap), which
 is why X-RLflow measures whole graphs instead.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tempo.superopt.graph import Graph, GraphBuilder, Node, node
-from tempo.superopt.latency import time_runs
+from tempo.superopt.latency import Latency, time_runs
+
+REFERENCE_SHAPE = (32, 32)      # the reference kernel: a matmul of two such matrices
 
 
 class CostModel:
@@ -19,6 +29,7 @@ class CostModel:
         self.repeats = repeats
         self.backend = backend
         self.cache: dict[tuple, float] = {}
+        self._reference: tuple | None = None      # (call, its median ms), made on first use
 
     def op_cost(self, n: Node) -> float:
         """Measured milliseconds of ``n`` run alone on inputs of its sources' shapes."""
@@ -27,16 +38,33 @@ class CostModel:
             self.cache[key] = self._measure(n)
         return self.cache[key]
 
-    def _measure(self, n: Node) -> float:
+    def _call(self, g: Graph):
         from tempo.superopt.execute import compile_graph
         from tempo.superopt.reference import random_feeds
 
+        fn, feeds = compile_graph(g, self.backend), random_feeds(g)
+        return lambda: fn(feeds)
+
+    def reference(self) -> tuple:
+        """The reference kernel's call and its median latency (50 runs), made on first use."""
+        if self._reference is None:
+            b = GraphBuilder(0)
+            call = self._call(b.build([node("matmul", b.input("x", REFERENCE_SHAPE),
+                                            b.weight(REFERENCE_SHAPE))]))
+            self._reference = (call, time_runs(call, warmup=3, repeats=50).median_ms)
+        return self._reference
+
+    def _measure(self, n: Node) -> float:
+        from tempo.superopt.execute import time_calls
+        from tempo.superopt.stats import round_ratios
+
         b = GraphBuilder(0)
         srcs = [b.input(f"i{i}", s.shape) if s.op != "scalar" else s for i, s in enumerate(n.src)]
-        g = b.build([node(n.op, *srcs, **dict(n.attrs))])
-        fn = compile_graph(g, self.backend)
-        feeds = random_feeds(g)
-        return time_runs(lambda: fn(feeds), warmup=1, repeats=self.repeats).median_ms
+        call = self._call(b.build([node(n.op, *srcs, **dict(n.attrs))]))
+        reference, reference_ms = self.reference()
+        lat: dict[str, Latency] = time_calls({"op": [call], "ref": [reference]}, rounds=1,
+                                             repeats=self.repeats)
+        return reference_ms * float(np.median(round_ratios(lat["op"], lat["ref"], 1)))
 
     def cost(self, graph: Graph) -> float:
         """Sum of the costs of the graph's operators that read an input."""

@@ -24,6 +24,34 @@ def test_cost_model_caches_and_skips_weight_only_ops():
     assert model.cost(g) == cost
 
 
+def test_an_operator_costs_the_reference_kernels_latency_times_their_paired_ratio(monkeypatch):
+    from tempo.superopt import execute
+    from tempo.superopt.latency import Latency
+
+    timed = []
+
+    def half_the_reference(calls, rounds, repeats):    # the op takes half the reference's time
+        timed.append((sorted(calls), rounds, repeats))
+        return {"op": Latency((1.0, 4.0, 1.0)), "ref": Latency((2.0, 8.0, 2.0))}
+
+    model = CostModel(repeats=3)
+    reference, reference_ms = model.reference()
+    assert reference_ms > 0 and model.reference()[0] is reference     # made once
+    monkeypatch.setattr(execute, "time_calls", half_the_reference)
+    b = GraphBuilder()
+    g = b.build([node("relu", b.input("x", (8, 8)))])
+    assert model.cost(g) == reference_ms / 2
+    assert timed == [(["op", "ref"], 1, 3)]
+
+
+def test_the_cost_model_ranks_a_big_matmul_above_a_small_one():
+    b = GraphBuilder()
+    small = b.build([node("matmul", b.input("x", (16, 16)), b.weight((16, 16)))])
+    big = b.build([node("matmul", b.input("x", (256, 256)), b.weight((256, 256)))])
+    model = CostModel()
+    assert model.cost(big) > 5 * model.cost(small)
+
+
 def test_greedy_lowers_the_cost_and_keeps_outputs():
     g = build("inception", scale="small")
     model = CostModel(repeats=3)
