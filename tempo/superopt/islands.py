@@ -33,7 +33,6 @@ from tempo.ir import ops
 from tempo.ir.shapes import infer, same_size
 from tempo.superopt import execute
 from tempo.superopt.graph import Graph, Node, ShapeError, node
-from tempo.superopt.rewrite import candidates
 from tempo.symbolic.expr import Expr, as_expr, make_slice
 from tempo.symbolic.simplify import simplify
 
@@ -291,7 +290,8 @@ class Outcome:
 def optimise(island: Island, agent: str, budget_s: float, rules, **options) -> Outcome:
     """``island`` rewritten by ``agent`` (a name of :data:`tempo.superopt.optimize.AGENTS`)
     within ``budget_s``: the search's graph where it passes every check, else the island
-    translated as it is, else the island itself. An island no rule matches is not searched."""
+    translated as it is, else the island itself. An island no rule matches is not searched
+    (:func:`~tempo.superopt.optimize.optimize`)."""
     from tempo.superopt.optimize import optimize
 
     before = len(island.op.steps)
@@ -300,8 +300,6 @@ def optimise(island: Island, agent: str, budget_s: float, rules, **options) -> O
         plain = to_steps(graph, island)
     except Untranslatable as err:
         return Outcome(island.op, before, [], kept=str(err))
-    if not candidates(graph, rules):    # every search would stop here (the RL agent after training)
-        return Outcome(plain, before, [], kept="no rule matches")
     try:
         with island_backend(island), np.errstate(all="ignore"):
             result = optimize(graph, agent, budget_s, rules, **options)

@@ -18,6 +18,7 @@ from tempo.errors import TempoError
 from tempo.superopt.execute import DECISION_COMPILES, run, time_interleaved
 from tempo.superopt.graph import Graph
 from tempo.superopt.reference import random_feeds
+from tempo.superopt.rewrite import candidates
 from tempo.superopt.rules import Rule, load_rules
 from tempo.superopt.stats import round_ratios
 
@@ -87,12 +88,19 @@ def same_outputs(a: Graph, b: Graph, seed: int = 0) -> bool:
 
 def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
              rules: list[Rule] | None = None, **options) -> Outcome:
-    """Optimise ``graph`` with ``agent``; never returns a slower or different graph."""
+    """Optimise ``graph`` with ``agent``; never returns a slower or different graph.
+
+    A graph no rule matches is returned at once, unsearched (every search would stop there,
+    the RL agent after training on it for the whole budget), unless ``options`` ask for a
+    trained RL agent to be saved."""
     import torch
 
     torch.set_num_threads(1)
     search = agent_function(agent)
     rules = rules if rules is not None else load_rules()
+    if not options.get("save") and not candidates(graph, rules):
+        before, _ = compare_latency(graph, graph, rounds=1, compiles=1)
+        return Outcome(graph, [], 0.0, before, before, True, "no rule matches")
     start = time.perf_counter()
     result = search(graph, rules, budget_s, **options)
     elapsed = time.perf_counter() - start

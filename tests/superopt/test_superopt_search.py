@@ -111,3 +111,14 @@ def test_the_never_slower_check_times_check_rounds_rounds_of_decision_compiles(m
     optimize(g, "faster", budget_s=1, rules=RULES)
     assert (optimize_module.CHECK_ROUNDS, optimize_module.DECISION_COMPILES) == (40, 8)
     assert timed == [(40, 8)]
+
+
+def test_a_graph_no_rule_matches_is_returned_unsearched_unless_an_agent_is_to_be_saved(tmp_path):
+    b = GraphBuilder()
+    g = b.build([node("relu", b.input("x", (8, 8)))])
+    out = optimize(g, "rl", 600.0, [])
+    assert out.kept_input and out.reason == "no rule matches"
+    assert out.optimise_s == 0.0 and out.episodes == 0 and out.graph is g
+    saved = tmp_path / "agent.pt"
+    trained = optimize(g, "rl", 1.0, [], save=str(saved))
+    assert trained.reason == "no rewrite found" and saved.exists()
