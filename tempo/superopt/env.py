@@ -28,10 +28,10 @@ cycle-paired ratios: this machine's speed moves by up to 2x in phases of
 tens to hundreds of milliseconds, and a graph timed alone (until the
 twenty-second session: the fastest of ``repeats`` runs), against a
 measurement taken steps earlier, carried that into the reward whole.
-``RT_0`` is the input graph's own median of three such fastest runs;
-between measurements it is a small constant (0.01: larger, it pays an agent
-to keep taking neutral rewrites such as ``add_comm`` back and forth instead of
-stopping). With ``measurements_per_graph = N`` a graph's latency is the
+``RT_0`` is the median of three fastest-of-``repeats`` runs of the input
+graph alone. Between measurements the reward is a small constant (0.01:
+larger, it pays an agent to keep taking neutral rewrites such as ``add_comm``
+back and forth instead of stopping). With ``measurements_per_graph = N`` a graph's latency is the
 median of its first N measurements and later visits reuse them: fewer
 measurements per step, but a re-used value can be minutes older than the
 measurement it is compared with, and in the runs of ``docs/superopt.md`` it
