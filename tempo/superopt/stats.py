@@ -7,13 +7,14 @@ gives a paired ratio of two run times taken side by side and each round the
 median of its cycles' ratios; the machine's speed, which moves by up to 2x
 in phases of tens to hundreds of milliseconds, affects both sides of a ratio
 alike. (Until the twenty-second session each round ran one graph's repeats
-and then the other's, and the ratio was of the two rounds' medians; on this
-machine that left 1.7-2.7 times the spread of per-round ratios, measured in
-``docs/superopt.md``.) The verdict takes the distribution-free 95% interval of the median of
-those per-round ratios (order statistics, the sign test's interval: exact for
-rounds that are independent and alike, whatever the distribution of the
-ratios): a *win* when the whole interval lies above 1 (the challenger is
-faster), a *loss* when it lies below 1, a *tie* otherwise.
+and then the other's, and the ratio was of the two rounds' medians; in the
+A/A test of ``benchmarks/superopt_timing.py`` that left 1.9-2.7 times the
+spread of per-round ratios, ``docs/superopt.md``.) The verdict takes the
+distribution-free 95% interval of the median of those per-round ratios
+(order statistics, the sign test's interval: exact for rounds that are
+independent and alike, whatever the distribution of the ratios): a *win*
+when the whole interval lies above 1 (the challenger is faster), a *loss*
+when it lies below 1, a *tie* otherwise.
 
 Until the tenth session the interval was a percentile bootstrap of the median
 and the rounds ran the graphs in a fixed cyclic order. Timing one graph under
