@@ -30,7 +30,6 @@ import json
 import os
 import sys
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -41,7 +40,7 @@ from tempo.superopt.models import SCALES, WORKLOADS, build
 from tempo.superopt.optimize import optimize, same_outputs
 from tempo.superopt.rewrite import candidates
 from tempo.superopt.rules import load_rules
-from tempo.superopt.stats import paired_verdict, round_ratios
+from tempo.superopt.stats import paired_speedup, paired_verdict
 
 CHAIN_FAMILIES = ("merge", "concat")
 SCREEN_ROUNDS = 4      # interleaved rounds of the screen, judged by the median paired ratio
@@ -122,8 +121,7 @@ def explore(name: str, scale: str, rules, search_s: float, finalists: int, round
     screened = []
     for key, (g, applied) in tqdm(near.items(), desc=f"{name} screen", leave=False):
         t = time_interleaved({"best": best, "near": g}, rounds=SCREEN_ROUNDS)
-        screened.append((float(np.median(round_ratios(t["best"], t["near"], SCREEN_ROUNDS))),
-                         key, applied))
+        screened.append((paired_speedup(t["best"], t["near"], SCREEN_ROUNDS), key, applied))
     screened.sort(key=lambda s: -s[0])
     rows = []
     for _, key, applied in screened[:finalists]:

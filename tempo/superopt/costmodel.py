@@ -14,10 +14,8 @@ is why X-RLflow measures whole graphs instead.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from tempo.superopt.graph import Graph, GraphBuilder, Node, node
-from tempo.superopt.latency import Latency, time_runs
+from tempo.superopt.latency import time_runs
 
 REFERENCE_SHAPE = (32, 32)      # the reference kernel: a matmul of two such matrices
 
@@ -39,6 +37,7 @@ class CostModel:
         return self.cache[key]
 
     def _call(self, g: Graph):
+        """A call that runs ``g`` compiled on the model's backend, on fixed random inputs."""
         from tempo.superopt.execute import compile_graph
         from tempo.superopt.reference import random_feeds
 
@@ -56,15 +55,14 @@ class CostModel:
 
     def _measure(self, n: Node) -> float:
         from tempo.superopt.execute import time_calls
-        from tempo.superopt.stats import round_ratios
+        from tempo.superopt.stats import paired_speedup
 
         b = GraphBuilder(0)
         srcs = [b.input(f"i{i}", s.shape) if s.op != "scalar" else s for i, s in enumerate(n.src)]
         call = self._call(b.build([node(n.op, *srcs, **dict(n.attrs))]))
         reference, reference_ms = self.reference()
-        lat: dict[str, Latency] = time_calls({"op": [call], "ref": [reference]}, rounds=1,
-                                             repeats=self.repeats)
-        return reference_ms * float(np.median(round_ratios(lat["op"], lat["ref"], 1)))
+        lat = time_calls({"op": [call], "ref": [reference]}, rounds=1, repeats=self.repeats)
+        return reference_ms * paired_speedup(lat["op"], lat["ref"], 1)
 
     def cost(self, graph: Graph) -> float:
         """Sum of the costs of the graph's operators that read an input."""

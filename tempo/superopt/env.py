@@ -55,7 +55,7 @@ from tempo.superopt.execute import measure_latency, time_interleaved
 from tempo.superopt.graph import OPS, Graph
 from tempo.superopt.rewrite import Candidate, candidates
 from tempo.superopt.rules import Rule
-from tempo.superopt.stats import round_ratios
+from tempo.superopt.stats import paired_speedup
 
 OP_NAMES = tuple(sorted(OPS))
 EDGE_RANK = 4
@@ -203,12 +203,12 @@ class RewriteEnv(gym.Env):
 
     def _measure(self, graph: Graph) -> float:
         """``graph``'s latency: the last measured graph's over ``graph``'s speed-up on it, the two
-        timed side by side (:func:`~tempo.superopt.stats.round_ratios`)."""
+        timed side by side (:func:`~tempo.superopt.stats.paired_speedup`)."""
         if graph.key() == self.last_graph.key():
             return self.last_ms
         lat = time_interleaved({"last": self.last_graph, "now": graph}, rounds=1,
                                repeats=self.repeats)
-        return self.last_ms / float(np.median(round_ratios(lat["last"], lat["now"], 1)))
+        return self.last_ms / paired_speedup(lat["last"], lat["now"], 1)
 
     def _latency(self, graph: Graph) -> float:
         """A fresh measurement, or with ``measurements_per_graph`` the median of the graph's first

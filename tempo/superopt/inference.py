@@ -37,7 +37,7 @@ from tempo.superopt.env import RewriteEnv
 from tempo.superopt.execute import DECISION_COMPILES, time_interleaved
 from tempo.superopt.graph import Graph, Node
 from tempo.superopt.rewrite import Candidate
-from tempo.superopt.stats import paired_verdict, round_ratios
+from tempo.superopt.stats import paired_speedup, paired_verdict
 
 
 @dataclass
@@ -121,7 +121,7 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
     already judged). Each new final graph is timed against the incumbent in
     4 interleaved rounds, each round on another compile of both graphs, and
     replaces it when the median of the rounds' cycle-paired ratios says it is
-    faster (:func:`~tempo.superopt.stats.round_ratios`). Returns the incumbent,
+    faster (:func:`~tempo.superopt.stats.paired_speedup`). Returns the incumbent,
     every distinct graph reached and the number of branched rollouts.
     """
     rng = np.random.default_rng(seed)
@@ -136,7 +136,7 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
         reached.append(found)
         timed = time_interleaved({"best": best.graph, "new": found.graph}, rounds=4, repeats=8,
                                  compiles=DECISION_COMPILES)
-        if np.median(round_ratios(timed["best"], timed["new"], 4)) > 1.0:
+        if paired_speedup(timed["best"], timed["new"], 4) > 1.0:
             best = found
     return best, reached, count
 
@@ -224,7 +224,7 @@ def _confirmed(best: Finalist, proposals: Sequence[Finalist], screen_rounds: int
     screen = time_interleaved({"best": best.graph, **{str(i): f.graph for i, f in
                                                       enumerate(proposals)}}, rounds=screen_rounds,
                               compiles=DECISION_COMPILES)
-    speedup = {i: float(np.median(round_ratios(screen["best"], screen[str(i)], screen_rounds)))
+    speedup = {i: paired_speedup(screen["best"], screen[str(i)], screen_rounds)
                for i in range(len(proposals))}
     ranked = sorted(speedup, key=speedup.get, reverse=True)[:tries]
     for i in ranked:

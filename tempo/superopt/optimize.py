@@ -20,7 +20,7 @@ from tempo.superopt.graph import Graph
 from tempo.superopt.reference import random_feeds
 from tempo.superopt.rewrite import candidates
 from tempo.superopt.rules import Rule, load_rules
-from tempo.superopt.stats import round_ratios
+from tempo.superopt.stats import paired_speedup
 
 # agent name -> "module:function"; each function is (graph, rules, budget_s, **options) -> SearchResult
 AGENTS = {
@@ -72,10 +72,10 @@ CHECK_ROUNDS = 40
 def compare_latency(a: Graph, b: Graph, rounds: int = CHECK_ROUNDS, repeats: int = 10,
                     compiles: int = DECISION_COMPILES) -> tuple[float, float]:
     """The median latency of ``a`` and ``b``'s speed-up over it (the median of the per-round
-    cycle-paired ratios ``a / b``, :func:`~tempo.superopt.stats.round_ratios`), timed
+    cycle-paired ratios ``a / b``, :func:`~tempo.superopt.stats.paired_speedup`), timed
     interleaved to share the noise."""
     lat = time_interleaved({"a": a, "b": b}, rounds, repeats, compiles=compiles)
-    return lat["a"].median_ms, float(np.median(round_ratios(lat["a"], lat["b"], rounds)))
+    return lat["a"].median_ms, paired_speedup(lat["a"], lat["b"], rounds)
 
 
 def same_outputs(a: Graph, b: Graph, seed: int = 0) -> bool:

@@ -116,6 +116,12 @@ def round_ratios(reference: Latency, challenger: Latency, rounds: int) -> np.nda
     return np.median((ref / chal).reshape(rounds, -1), axis=1)
 
 
+def paired_speedup(reference: Latency, challenger: Latency, rounds: int) -> float:
+    """How much faster ``challenger`` ran than ``reference``: the median of their
+    :func:`round_ratios` (above 1: faster)."""
+    return float(np.median(round_ratios(reference, challenger, rounds)))
+
+
 def ratio_verdict(ratios: np.ndarray, compiles: int = 1) -> Verdict:
     """The median of per-round ``ratios`` and its distribution-free 95% interval; with
     ``compiles`` above 1, of the ratios' medians per compile pair (:func:`compile_pair_medians`)."""

@@ -10,8 +10,9 @@ from tempo.errors import TempoError
 from tempo.superopt.execute import time_interleaved
 from tempo.superopt.graph import GraphBuilder, node
 from tempo.superopt.latency import Latency
-from tempo.superopt.stats import (Verdict, compile_pair_medians, median_interval, paired_verdict,
-                                  ratio_verdict, round_medians, round_ratios, sign_test_p)
+from tempo.superopt.stats import (Verdict, compile_pair_medians, median_interval, paired_speedup,
+                                  paired_verdict, ratio_verdict, round_medians, round_ratios,
+                                  sign_test_p)
 
 
 def _latency(medians: list[float], rng: np.random.Generator, spread: float = 0.05) -> Latency:
@@ -137,3 +138,9 @@ def test_a_verdict_from_ratios_groups_them_by_compile_pair():
     assert ratio_verdict(ratios).ratio == pytest.approx(1.0)
     assert ratio_verdict(ratios, compiles=2).record() == {"ratio": pytest.approx(1.0),
                                                           "ci95": [0.9, 1.1], "verdict": "tie"}
+
+
+def test_paired_speedup_is_the_median_of_the_round_ratios():
+    reference = Latency((2.0, 2.0, 3.0, 3.0, 8.0, 8.0))
+    challenger = Latency((1.0, 1.0, 3.0, 3.0, 2.0, 2.0))
+    assert paired_speedup(reference, challenger, 3) == 2.0        # ratios 2, 1, 4
