@@ -83,6 +83,21 @@ def test_the_default_backend_is_used_where_none_is_named():
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
 
 
+def test_the_jax_runner_compiles_a_structure_once_and_takes_each_graphs_weights():
+    jax_backend = importlib.import_module("tempo.superopt.jax_backend")
+    first, other_weights = every_op_graph(seed=4), every_op_graph(seed=5)
+    assert first.key() == other_weights.key()
+    assert any(not np.array_equal(w, other_weights.weights[k]) for k, w in first.weights.items())
+    feeds = random_feeds(first, seed=0)
+    runs = [jax_backend.compile_graph(fold_constants(g)) for g in (first, other_weights, first)]
+    assert jax_backend._jitted(fold_constants(first)) is jax_backend._jitted(fold_constants(other_weights))
+    assert jax_backend._jitted(fold_constants(first)) is not jax_backend._jitted(fold_constants(
+        GraphBuilder(0).build([node("relu", GraphBuilder(0).input("x", (3,)))])))
+    for fn, g in zip(runs, (first, other_weights, first)):
+        for a, b in zip(fn(feeds), evaluate(g, feeds)):
+            np.testing.assert_allclose(np.asarray(a), b, rtol=2e-4, atol=2e-5)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")
 def test_the_gpu_backend_without_a_gpu_is_an_error():
     with pytest.raises(TempoError, match="needs a CUDA GPU"):
