@@ -86,7 +86,10 @@ KERNELS: dict[str, Callable] = {
 }
 
 
-JIT_CACHE_SIZE = 64     # jitted graph bodies kept, least recently used dropped first
+# Jitted graph bodies kept, least recently used dropped first. One XLA executable of a small
+# workload takes about 5 MiB; a timing of more graphs than this compiles each of them afresh for
+# every compile it takes (polishing screens up to ~80 graphs at once).
+JIT_CACHE_SIZE = 128
 _jit_cache: OrderedDict[tuple, Callable] = OrderedDict()
 
 
@@ -103,7 +106,7 @@ def _jitted(graph: Graph) -> Callable:
     if key in _jit_cache:
         _jit_cache.move_to_end(key)
         return _jit_cache[key]
-    order = graph.topo()
+    order, outputs = graph.topo(), graph.outputs      # not the graph: its weights stay unheld
 
     def body(feeds, params):
         env = {}
@@ -116,7 +119,7 @@ def _jitted(graph: Graph) -> Callable:
                 env[id(n)] = jnp.float32(n.attr("value"))
             else:
                 env[id(n)] = KERNELS[n.op](dict(n.attrs), *(env[id(s)] for s in n.src))
-        return [env[id(o)] for o in graph.outputs]
+        return [env[id(o)] for o in outputs]
 
     _jit_cache[key] = jitted = jax.jit(body)
     if len(_jit_cache) > JIT_CACHE_SIZE:
