@@ -22,6 +22,7 @@ agent applied.
     .venv/bin/python benchmarks/superopt.py --scale full    # the published shapes (hours on CPU)
     .venv/bin/python benchmarks/superopt.py --seed 1 --shaping 0.3 --shaping-final 0.3  # constant weight
     python benchmarks/superopt.py --backend torch-cuda --train-s 120  # measured on a GPU
+    .venv/bin/python benchmarks/superopt.py --backend jax --jobs 2  # on XLA, ~30 minutes (docs/superopt.md)
     .venv/bin/python benchmarks/superopt.py --seed 0 1 --jobs 2   # two seeds, searches side by side
 
 With ``--jobs N`` the searches (every method, workload and seed) run N at a
