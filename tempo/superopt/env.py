@@ -41,9 +41,8 @@ Both rewards are a callback, :class:`RewardFn`, that users can swap;
 """
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -199,7 +198,6 @@ class RewriteEnv(gym.Env):
         self.initial_ms = float(np.median(self._samples[graph.key()]))
         self.last_graph, self.last_ms = graph, self.initial_ms
         self.measured: dict[tuple, Measured] = {}   # graph key -> its fastest measurement
-        self._every_n_measured = True               # off inside :meth:`ends_measured_only`
         self._encoded: dict = {}
         self._listed: dict = {}
 
@@ -264,20 +262,6 @@ class RewriteEnv(gym.Env):
         """The ``k`` distinct graphs with the lowest measurement so far."""
         return sorted(self.measured.values(), key=lambda m: m.latency_ms)[:k]
 
-    @contextlib.contextmanager
-    def ends_measured_only(self) -> Iterator[RewriteEnv]:
-        """Steps taken inside measure only a graph that ends an episode, not every
-        ``feedback_every``-th, and that one side by side with the input graph (the
-        last measured): inference reads no reward on the way, only where an episode
-        ends, and replays known paths many times over (every branch, extension and
-        omission replays the incumbent's prefix). Each measurement times two graphs,
-        and on the JAX backend a new graph is an XLA compile of 0.4-1.5 s first."""
-        self._every_n_measured = False
-        try:
-            yield self
-        finally:
-            self._every_n_measured = True
-
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Start again from the input graph."""
         super().reset(seed=seed)
@@ -302,8 +286,7 @@ class RewriteEnv(gym.Env):
         obs = self._observe()
         done = stop or not self.cands
         truncated = not done and self.steps >= self.max_steps
-        measured = done or truncated or (self._every_n_measured
-                                          and self.steps % self.feedback_every == 0)
+        measured = done or truncated or self.steps % self.feedback_every == 0
         now = self._latency(self.graph) if measured else self.last_ms
         reward = self.reward_fn(Feedback(measured, now, self.last_ms, self.initial_ms, self.graph,
                                          previous, self.start))

@@ -284,14 +284,8 @@ def best_of_k(agent, env: RewriteEnv, budget_s: float, extra: Sequence[Finalist]
     (screening and training rank by the fastest run, which load disturbs
     least). The rest of the budget goes to :func:`polish` of the winner.
     The estimated median of the polished winner is the final choice's,
-    divided by the polishing gains. Only the graphs that end an episode are
-    measured (:meth:`RewriteEnv.ends_measured_only`).
+    divided by the polishing gains.
     """
-    with env.ends_measured_only():
-        return _best_of_k(agent, env, budget_s, extra)
-
-
-def _best_of_k(agent, env: RewriteEnv, budget_s: float, extra: Sequence[Finalist]) -> Choice:
     config = agent.config
     start = time.perf_counter()
     deadline = start + budget_s

@@ -88,7 +88,7 @@ KERNELS: dict[str, Callable] = {
 
 # Jitted graph bodies kept, least recently used dropped first. One XLA executable of a small
 # workload takes about 5 MiB; a timing of more graphs than this compiles each of them afresh for
-# every compile it takes (polishing screens up to ~80 graphs at once).
+# every compile it takes (polishing screens up to 32 extensions and one omission per rewrite).
 JIT_CACHE_SIZE = 128
 _jit_cache: OrderedDict[tuple, Callable] = OrderedDict()
 

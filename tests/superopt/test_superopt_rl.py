@@ -300,27 +300,3 @@ def test_a_measured_graph_is_timed_side_by_side_with_the_last_measured_one(monke
     assert second[4]["latency_ms"] == pytest.approx(env.initial_ms / 4)
     env.step(0)                                            # stop: the graph just measured
     assert len(timed) == 2
-
-
-def test_with_ends_measured_only_an_episode_end_is_timed_against_the_input(monkeypatch):
-    from tempo.superopt import env as env_module
-    from tempo.superopt.latency import Latency
-
-    g = build("resnext", scale="small")
-    env = RewriteEnv(g, RULES, max_candidates=8, feedback_every=1, max_steps=5, repeats=3)
-    timed = []
-
-    def twice_as_fast(graphs, rounds, repeats):
-        timed.append((graphs["last"].key(), graphs["now"].key()))
-        return {"last": Latency((2.0, 4.0, 2.0)), "now": Latency((1.0, 2.0, 1.0))}
-
-    monkeypatch.setattr(env_module, "time_interleaved", twice_as_fast)
-    env.reset()
-    with env.ends_measured_only():
-        steps = [env.step(1), env.step(1)]
-        assert timed == [] and not any(s[4]["measured"] for s in steps)
-        *_, done, _, info = env.step(0)
-    assert done and info["measured"] and timed == [(g.key(), env.graph.key())]
-    assert info["latency_ms"] == pytest.approx(env.initial_ms / 2)
-    env.reset()
-    assert env.step(1)[4]["measured"]                       # every step again, outside
