@@ -4,10 +4,13 @@ Writes one of the benchmark's workloads (small shapes) as an ONNX file, then
 runs ``tempo superopt IN.onnx --output OUT.onnx --agent A --budget-seconds S``
 for each agent. Every written model is checked against the input with
 ``onnx.reference.ReferenceEvaluator`` on random inputs, and the input and all
-results are timed together, interleaved (torch, one thread, CPU).
+results are timed together, interleaved (one thread, CPU; ``--backend``
+picks where every graph is measured, searched and timed: torch eager, or JAX,
+where a graph is one jitted XLA program and the rules' fusions are XLA's own).
 
     python examples/superopt_onnx.py --workload squeezenet --budget-seconds 60 \\
         --agents greedy backtrack eqsat rl
+    python examples/superopt_onnx.py --workload inception --backend jax --agents greedy eqsat
 
 The RL agent trains within its budget (75%) and then searches with its policy
 (25%); see docs/superopt.md for what it learns in how much time.
@@ -22,7 +25,7 @@ import torch
 from onnx.reference import ReferenceEvaluator
 
 from tempo.superopt import cli, onnx_export, onnx_import
-from tempo.superopt.execute import time_interleaved
+from tempo.superopt.execute import BACKENDS, time_interleaved
 from tempo.superopt.models import WORKLOADS, build
 from tempo.superopt.optimize import AGENTS
 from tempo.superopt.reference import random_feeds
@@ -34,6 +37,8 @@ def main() -> int:
     p.add_argument("--agents", nargs="+", default=["greedy", "backtrack", "rl"], choices=list(AGENTS))
     p.add_argument("--budget-seconds", type=float, default=60.0)
     p.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds")
+    p.add_argument("--backend", default="torch", choices=list(BACKENDS),
+                   help="where graphs are measured, searched and timed")
     p.add_argument("--dir", default=None, help="where the ONNX files go (default: a temporary one)")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -48,7 +53,7 @@ def main() -> int:
     for agent in args.agents:
         target = os.path.join(folder, f"{args.workload}_{agent}.onnx")
         code = cli.main([source, "--output", target, "--agent", agent,
-                         "--budget-seconds", str(args.budget_seconds)])
+                         "--budget-seconds", str(args.budget_seconds), "--backend", args.backend])
         if code != 0:
             return code
         graphs[agent], _, written = onnx_import.load(target)
@@ -57,7 +62,7 @@ def main() -> int:
         print(f"{agent}: {target} computes the input's outputs: {same}")
         if not same:
             return 1
-    latency = time_interleaved(graphs, rounds=args.rounds)
+    latency = time_interleaved(graphs, rounds=args.rounds, backend=args.backend)
     print("\n| model | median ms | speed-up |\n|---|---|---|")
     for name, lat in latency.items():
         print(f"| {name} | {lat.median_ms:.4f} | {latency['input'].median_ms / lat.median_ms:.3f} |")

@@ -106,3 +106,15 @@ def test_superopt_example_writes_equivalent_models(tmp_path):
         assert f"| {agent} | " in out.stdout
     assert "rewrites after" in out.stdout.split("rl: ", 1)[1]     # the CLI names the RL training
     assert "rewrites after" not in out.stdout.split("rl: ", 1)[0]  # ... and only for it
+
+
+def test_superopt_example_on_the_jax_backend(tmp_path):
+    """The ONNX example with ``--backend jax``: the search, the never-slower check and the
+    timing run on XLA, and the written model still computes the input's outputs."""
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "superopt_onnx.py"), "--workload",
+                          "resnext", "--agents", "greedy", "--budget-seconds", "3",
+                          "--rounds", "2", "--backend", "jax", "--dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert f"greedy: {tmp_path / 'resnext_greedy.onnx'} computes the input's outputs: True" in out.stdout
+    assert "| greedy | " in out.stdout
