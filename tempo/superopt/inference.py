@@ -27,7 +27,7 @@ a graph on a coin toss.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -141,17 +141,17 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
     return best, reached, count
 
 
-def extensions(agent, env: RewriteEnv, start: Finalist, top_k: int) -> list[Finalist]:
-    """Graphs one policy move past ``start``: its ``top_k`` most likely rewrites at ``start``'s
-    graph, each taken alone (then stop) and finished by the greedy policy. Empty when
-    ``start``'s episode was cut off (no move is left to take)."""
+def extensions(agent, env: RewriteEnv, start: Finalist, top_k: int) -> Iterator[Finalist]:
+    """Graphs one policy move past ``start``, likeliest first: its ``top_k`` most likely rewrites
+    at ``start``'s graph, each taken alone (then stop) and finished by the greedy policy. Yields
+    nothing when ``start``'s episode was cut off (no move is left to take)."""
     path = start.actions[:-1] if start.actions and start.actions[-1] == 0 else start.actions
     obs, done = _replay(env, path)
     if done:
-        return []
+        return
     order = torch.argsort(_logits(agent, obs), descending=True).tolist()
     moves = [a for a in order if a != 0 and obs["mask"][a]][:top_k]
-    found: dict[tuple, Finalist] = {}
+    seen = {start.graph.key()}
     for move in moves:
         for finish in (False, True):
             _replay(env, path)
@@ -160,8 +160,9 @@ def extensions(agent, env: RewriteEnv, start: Finalist, top_k: int) -> list[Fina
             if not finish and not done:
                 obs, _, terminated, truncated, info = env.step(0)
             f = _finish(agent, env, obs, done or not finish, True, "polished", info)
-            found.setdefault(f.graph.key(), f)
-    return [f for key, f in found.items() if key != start.graph.key()]
+            if f.graph.key() not in seen:
+                seen.add(f.graph.key())
+                yield f
 
 
 def _near(n: Node, depth: int) -> object:
@@ -182,8 +183,9 @@ def _location(c: Candidate, depth: int = 3) -> tuple:
     return c.rule.name, tuple(_near(r, depth) for r in c.match.roots), bound
 
 
-def omissions(env: RewriteEnv, start: Finalist) -> list[Finalist]:
-    """Graphs one rewrite short of ``start``: its rewrites replayed, in order, with one left out.
+def omissions(env: RewriteEnv, start: Finalist) -> Iterator[Finalist]:
+    """Graphs one rewrite short of ``start``: its rewrites replayed, in order, with one left out
+    (the first left out first).
 
     A later rewrite is found again by :func:`_location` (rule and nearby
     structure); one that no longer applies without the left-out rewrite (it
@@ -198,7 +200,7 @@ def omissions(env: RewriteEnv, start: Finalist) -> list[Finalist]:
     for a in path:
         locations.append(_location(env.cands[a - 1]))
         env.step(a)
-    found: dict[tuple, Finalist] = {}
+    seen = {start.graph.key()}
     for left_out in range(len(locations)):
         env.reset()
         done, info = False, {}
@@ -211,9 +213,10 @@ def omissions(env: RewriteEnv, start: Finalist) -> list[Finalist]:
                     break
         if not done:
             _, _, _, _, info = env.step(0)
-        found.setdefault(env.graph.key(), Finalist(env.graph, list(env.applied), "pruned",
-                                                   info["latency_ms"], list(env.actions)))
-    return [f for key, f in found.items() if key != start.graph.key()]
+        if env.graph.key() not in seen:
+            seen.add(env.graph.key())
+            yield Finalist(env.graph, list(env.applied), "pruned", info["latency_ms"],
+                           list(env.actions))
 
 
 def _confirmed(best: Finalist, proposals: Sequence[Finalist], screen_rounds: int,
@@ -238,25 +241,44 @@ def _confirmed(best: Finalist, proposals: Sequence[Finalist], screen_rounds: int
     return None
 
 
+def _until(deadline: float, *sources: Iterator[Finalist]) -> list[Finalist]:
+    """Finalists taken from ``sources`` in turn, one each, until all run out or ``deadline``
+    passes (the first is always taken)."""
+    taken, live = [], list(sources)
+    while live:
+        for source in list(live):
+            f = next(source, None)
+            if f is None:
+                live.remove(source)
+                continue
+            taken.append(f)
+            if time.perf_counter() >= deadline:
+                return taken
+    return taken
+
+
 def polish(agent, env: RewriteEnv, start: Finalist, deadline: float, top_k: int = 16,
            screen_rounds: int = 10, rounds: int = 40) -> tuple[Finalist, list[float]]:
     """Move ``start`` one rewrite at a time, more or fewer, while a move is confirmed faster.
 
-    Each pass screens :func:`extensions` (one policy move more) and
-    :func:`omissions` (one of its rewrites fewer) with the incumbent in ``screen_rounds``
+    Each pass takes :func:`extensions` (one policy move more) and
+    :func:`omissions` (one of its rewrites fewer) in turn until they run out or
+    ``deadline`` passes, screens them with the incumbent in ``screen_rounds``
     interleaved rounds, re-times the two fastest against it in ``rounds`` fresh
     rounds (both with several compiles of each graph, as :func:`final_choice`)
     and keeps the first whose paired verdict is a win (the screen picks,
     fresh rounds judge, so picking the luckiest of many does not decide). It
-    stops when no move wins, none is left, or at ``deadline`` (one pass is
-    always made). Returns the incumbent, its origin marked with the passes kept
-    (and how many of them left a rewrite out), and the median ratio (old / new
-    latency) of each kept pass.
+    stops when no move wins, none is left, or at ``deadline``: the first pass
+    always times one proposal at least, so past ``deadline`` polishing costs
+    one proposal and its timing. Returns the incumbent, its origin marked with
+    the passes kept (and how many of them left a rewrite out), and the median
+    ratio (old / new latency) of each kept pass.
     """
     best, gains, pruned, tried = start, [], 0, {start.graph.key()}
     while True:
-        proposals = [f for f in (*extensions(agent, env, best, top_k), *omissions(env, best))
-                     if f.graph.key() not in tried]
+        fresh = (f for f in extensions(agent, env, best, top_k) if f.graph.key() not in tried)
+        pruning = (f for f in omissions(env, best) if f.graph.key() not in tried)
+        proposals = _until(deadline, fresh, pruning)
         tried.update(f.graph.key() for f in proposals)
         kept = _confirmed(best, proposals, screen_rounds, rounds) if proposals else None
         if kept is None:

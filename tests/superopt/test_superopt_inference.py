@@ -117,7 +117,7 @@ def test_extensions_take_one_more_policy_move_from_the_chosen_graph():
     env = make_env(g, RULES, SMALL, inference=True)
     start = _some_rollout(agent, env)
     path = start.actions[:-1] if start.actions[-1] == 0 else start.actions
-    found = extensions(agent, env, start, top_k=3)
+    found = list(extensions(agent, env, start, top_k=3))
     if len(path) == SMALL.max_steps:          # cut off: no move is left to take
         assert found == []
         return
@@ -145,7 +145,7 @@ def test_omissions_leave_out_one_rewrite_and_what_needed_it():
         env.step(after[second])
         env.step(0)
         start = Finalist(env.graph, list(env.applied), "greedy rollout", 1.0, list(env.actions))
-        found = omissions(env, start)
+        found = list(omissions(env, start))
         assert {f.graph.key() for f in found} == {alone.key(), first.graph.key()}
         for f in found:
             assert f.origin == "pruned"
@@ -164,3 +164,19 @@ def test_polish_keeps_the_start_or_a_neighbour_it_confirmed():
     else:
         assert best is start
     _assert_reached_by_its_actions(env, g, best)
+
+
+def test_polish_past_its_deadline_times_one_proposal(monkeypatch):
+    from tempo.superopt import inference
+
+    screened = []
+    monkeypatch.setattr(inference, "_confirmed",
+                        lambda best, proposals, *_: screened.append(len(proposals)))
+    g = build("squeezenet", scale="small")
+    agent = Agent(SMALL, RULES)
+    env = make_env(g, RULES, SMALL, inference=True)
+    start = _some_rollout(agent, env)
+    best, gains = polish(agent, env, start, deadline=time.perf_counter(), top_k=4)
+    assert screened == [1] and best is start and gains == []
+    everything = list(extensions(agent, env, start, 4)) + list(omissions(env, start))
+    assert len(everything) > 1        # so the deadline, not a lack of proposals, cut the pass short
