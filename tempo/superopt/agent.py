@@ -158,13 +158,20 @@ class Agent:
         return action, float(dist.log_prob(torch.tensor(action))), float(value[0]), state
 
     # ---------------------------------------------------------------- learning
-    def _collect(self, envs: Sequence[RewriteEnv], log: TrainLog) -> list[Step]:
+    def _collect(self, envs: Sequence[RewriteEnv], log: TrainLog, deadline: float) -> list[Step]:
+        """Up to ``config.episodes_per_update`` episodes, none started past ``deadline``; one
+        still running at ``deadline`` is dropped, unless no episode of ``log`` has ended yet
+        (so a train call always has one to learn from)."""
         steps: list[Step] = []
         for _ in range(self.config.episodes_per_update):
+            if steps and time.perf_counter() >= deadline:
+                break
             env = envs[len(log.returns) % len(envs)]
             obs, _ = env.reset()
             done, total, episode = False, 0.0, []
             while not done:
+                if log.returns and time.perf_counter() >= deadline:
+                    return steps
                 action, logprob, value, state = self.act(obs)
                 obs, reward, terminated, truncated, info = env.step(action)
                 done = terminated or truncated
@@ -267,6 +274,10 @@ class Agent:
               ) -> TrainLog:
         """Alternate roll-outs and PPO updates until ``budget_s`` seconds have passed.
 
+        Training stops within one environment step of ``budget_s`` (an episode
+        cut short is not learned from), except that with a positive budget the
+        first episode of a call is always finished and learned from.
+
         With several environments (graphs), episodes take them in turn: one
         policy learns what the rules do across graphs (pre-training). With
         ``imitate_best``, each update is followed by :meth:`imitate` on the best
@@ -279,7 +290,10 @@ class Agent:
         with tqdm(total=round(budget_s), unit="s", desc="PPO", disable=not progress,
                   leave=False) as bar:
             while time.perf_counter() - start < budget_s:
-                stats = self.update(self._collect(envs, log))
+                steps = self._collect(envs, log, start + budget_s)
+                if not steps:
+                    break
+                stats = self.update(steps)
                 if self.config.imitate_best:
                     stats["imitate"] = self.imitate()
                 log.updates += 1
@@ -339,14 +353,15 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
                         progress: bool = True, model: CostModel | None = None) -> SearchResult:
     """Train an agent on ``graph`` (or load one), then return its best-of-K inference result.
 
-    Training takes ``config.train_share`` of ``budget_s`` and inference the
-    rest; a loaded agent spends the whole budget on inference. Training
+    Training takes ``config.train_share`` of ``budget_s`` and inference what
+    is left of it; a loaded agent spends the whole budget on inference. Training
     starts on windows of the graph (a curriculum, ``config.window_share`` of
     the training time), then goes on with the whole graph. The cost-model
     shaping weight (``model``'s costs; a torch-timed model unless given) decays
     linearly from ``config.shaping`` to ``config.shaping_final`` over the whole
     training time.
     """
+    deadline = time.perf_counter() + budget_s
     agent = Agent.load(load, rules) if load else Agent(config or PPOConfig(seed=seed), rules)
     extra: list[Finalist] = []
     episodes = 0
@@ -363,10 +378,10 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
         episodes += len(agent.train(env, train_s, progress).returns)
         extra += [Finalist(m.graph, m.applied, "fast in training", m.latency_ms, m.actions)
                   for m in env.fastest(agent.config.finalists)]
-        budget_s *= 1.0 - agent.config.train_share
     if save:
         agent.save(save)
-    choice = best_of_k(agent, make_env(graph, rules, agent.config, inference=True), budget_s, extra)
+    choice = best_of_k(agent, make_env(graph, rules, agent.config, inference=True),
+                       max(0.0, deadline - time.perf_counter()), extra)
     chosen = choice.finalist
     return SearchResult(chosen.graph, chosen.applied, choice.median_ms, explored=choice.rollouts,
                         origin=chosen.origin, stages={"unpolished": choice.unpolished.graph},

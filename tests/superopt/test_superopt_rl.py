@@ -300,3 +300,38 @@ def test_a_measured_graph_is_timed_side_by_side_with_the_last_measured_one(monke
     assert second[4]["latency_ms"] == pytest.approx(env.initial_ms / 4)
     env.step(0)                                            # stop: the graph just measured
     assert len(timed) == 2
+
+
+@pytest.mark.parametrize("budget", [0.0, 0.5, 3.0, 9.0])
+def test_training_stops_within_one_step_of_its_budget(monkeypatch, budget):
+    """On a clock that moves one second per environment step, training ends at its budget or,
+    when the first episode is longer, at that episode's end; no cut-short episode is learned."""
+    from tempo.superopt import agent as agent_module
+
+    clock = [0.0]
+
+    class StepClock:
+        @staticmethod
+        def perf_counter():
+            return clock[0]
+
+    monkeypatch.setattr(agent_module, "time", StepClock)
+    env = make_env(build("resnext", scale="small"), RULES, TINY)
+    real_step, lengths = env.step, [0]
+
+    def step(action):
+        clock[0] += 1.0
+        out = real_step(action)
+        lengths[-1] += 1
+        if out[2] or out[3]:
+            lengths.append(0)
+        return out
+
+    env.step = step
+    log = Agent(TINY, RULES).train(env, budget, progress=False)
+    if budget == 0.0:
+        assert clock[0] == 0.0 and log.updates == 0 and log.returns == []
+        return
+    assert log.updates >= 1
+    assert clock[0] == max(lengths[0], budget)
+    assert len(log.returns) == len(lengths) - 1         # the episodes that finished, no other
