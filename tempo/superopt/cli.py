@@ -22,7 +22,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", choices=sorted(AGENTS), default="greedy", help="the optimiser")
     p.add_argument("--budget-seconds", type=float, default=30.0, metavar="S",
                    help="time for the search (RL: training, then sampling rollouts of the "
-                   "trained policy and keeping the fastest by measurement)")
+                   "trained policy and keeping the fastest by measurement); the check that the "
+                   "result is not slower than the input comes on top")
     p.add_argument("--load-agent", metavar="PATH", help="a trained RL agent to use instead of training")
     p.add_argument("--save-agent", metavar="PATH", help="where to save the RL agent it trains")
     p.add_argument("--rules", metavar="FILE", help="a rule file (default: the shipped taso.rules)")
