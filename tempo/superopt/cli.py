@@ -1,4 +1,4 @@
-"""``tempo superopt IN.onnx --output OUT.onnx --agent rl|greedy|backtrack|eqsat --budget-seconds S``."""
+"""``tempo superopt IN.onnx --output OUT.onnx --agent rl|greedy|backtrack|taso|eqsat --budget-seconds S``."""
 from __future__ import annotations
 
 import argparse
@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--load-agent", metavar="PATH", help="a trained RL agent to use instead of training")
     p.add_argument("--save-agent", metavar="PATH", help="where to save the RL agent it trains")
     p.add_argument("--rules", metavar="FILE", help="a rule file (default: the shipped taso.rules)")
-    p.add_argument("--alpha", type=float, default=1.05, help="backtracking slack (default 1.05)")
+    p.add_argument("--alpha", type=float, default=1.05, help="backtracking slack, backtrack and taso (default 1.05)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default="torch", choices=list(BACKENDS),
                    help="where graphs are measured: the search optimises for it (default torch, CPU)")
@@ -39,7 +39,7 @@ def _options(ns: argparse.Namespace) -> dict:
         return {"load": ns.load_agent, "save": ns.save_agent, "seed": ns.seed}
     if ns.load_agent or ns.save_agent:
         raise TempoError("--load-agent and --save-agent go with --agent rl")
-    return {"alpha": ns.alpha} if ns.agent == "backtrack" else {}
+    return {"alpha": ns.alpha} if ns.agent in ("backtrack", "taso") else {}
 
 
 def run(ns: argparse.Namespace) -> int:

@@ -8,9 +8,14 @@ ratios: this machine's speed moves by up to 2x in phases of tens to hundreds
 of milliseconds, and operators timed alone at different moments (until the
 twenty-second session) came out up to 2x apart from one fresh model to the
 next (median over squeezenet's operators, docs/superopt.md). Weight-only
-operators cost nothing: they are constant-folded before inference. The model
-ignores everything between operators (memory traffic, launch overlap), which
-is why X-RLflow measures whole graphs instead.
+operators cost nothing: they are constant-folded before inference. With
+``fold_weights=False`` they are charged like every other operator: TASO's sum
+as X-RLflow describes it ("cost modelling does not consider constant folding
+because it simply sums over all operators' execution times", §4.2), which
+prices a rewrite that moves work onto the weights (folding a batch norm into
+its convolution) as more work. The model ignores everything between
+operators (memory traffic, launch overlap), which is why X-RLflow measures
+whole graphs instead.
 """
 from __future__ import annotations
 
@@ -23,9 +28,10 @@ REFERENCE_SHAPE = (32, 32)      # the reference kernel: a matmul of two such mat
 class CostModel:
     """Per-operator latencies measured on demand, cached by operator signature."""
 
-    def __init__(self, repeats: int = 5, backend: str | None = None):
+    def __init__(self, repeats: int = 5, backend: str | None = None, fold_weights: bool = True):
         self.repeats = repeats
         self.backend = backend
+        self.fold_weights = fold_weights
         self.cache: dict[tuple, float] = {}
         self._reference: tuple | None = None      # (call, its median ms), made on first use
 
@@ -65,7 +71,8 @@ class CostModel:
         return reference_ms * paired_speedup(lat["op"], lat["ref"], 1)
 
     def cost(self, graph: Graph) -> float:
-        """Sum of the costs of the graph's operators that read an input."""
-        const = graph.constant_ids()
+        """Sum of the costs of the graph's operators that read an input (with ``fold_weights``
+        off: of all its operators)."""
+        const = graph.constant_ids() if self.fold_weights else set()
         return sum(self.op_cost(n) for n in graph.topo()
                    if n.src and id(n) not in const and n.op != "opaque")

@@ -26,6 +26,7 @@ from tempo.superopt.stats import paired_speedup
 AGENTS = {
     "greedy": "tempo.superopt.search:greedy",
     "backtrack": "tempo.superopt.search:backtrack",
+    "taso": "tempo.superopt.search:taso",
     "eqsat": "tempo.superopt.eqsat:eqsat",
     "rl": "tempo.superopt.agent:optimize_with_agent",
 }

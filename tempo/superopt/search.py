@@ -4,6 +4,8 @@ Both rank candidate graphs by :class:`~tempo.superopt.costmodel.CostModel`
 and stop when the time budget runs out. Backtracking keeps a priority queue
 of graphs and expands any candidate whose cost is within ``alpha`` times the
 best cost found so far, so it can accept a temporarily worse graph.
+:func:`taso` is backtracking under TASO's own sum, which charges the
+weight-only operators that this package's model leaves to constant folding.
 """
 from __future__ import annotations
 
@@ -52,6 +54,14 @@ def greedy(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | 
         best = SearchResult(cands[i].graph, [*best.applied, cands[i].rule.name], costs[i],
                             best.explored, [*best.trace, costs[i]])
     return best
+
+
+def taso(graph: Graph, rules: list[Rule], budget_s: float, alpha: float = 1.05,
+         max_queue: int = 2000) -> SearchResult:
+    """:func:`backtrack` under TASO's own sum, weight-only operators charged
+    (``CostModel(fold_weights=False)``): the search X-RLflow compares against, blind to
+    what constant folding removes."""
+    return backtrack(graph, rules, budget_s, alpha, CostModel(fold_weights=False), max_queue)
 
 
 def backtrack(graph: Graph, rules: list[Rule], budget_s: float, alpha: float = 1.05,

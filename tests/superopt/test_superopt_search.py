@@ -8,7 +8,7 @@ from tempo.superopt import optimize as optimize_module
 from tempo.superopt.optimize import optimize, same_outputs
 from tempo.superopt.rewrite import candidates
 from tempo.superopt.rules import load_rules
-from tempo.superopt.search import SearchResult, backtrack, greedy
+from tempo.superopt.search import SearchResult, backtrack, greedy, taso
 
 RULES = load_rules()
 
@@ -22,6 +22,28 @@ def test_cost_model_caches_and_skips_weight_only_ops():
     cost = model.cost(g)
     assert cost > 0 and len(model.cache) == 1        # only the matmul is timed
     assert model.cost(g) == cost
+
+
+def test_tasos_sum_charges_the_weight_only_ops_too():
+    b = GraphBuilder()
+    x = b.input("x", (64, 64))
+    w = node("concat", b.weight((64, 32)), b.weight((64, 32)), axis=1)
+    g = b.build([node("matmul", x, w)])
+    folding, summing = CostModel(repeats=3), CostModel(repeats=3, fold_weights=False)
+    assert summing.cost(g) > folding.cost(g) > 0
+    assert len(summing.cache) == 2                    # the concat of the weights is timed too
+    assert summing.cost(g) == sum(summing.op_cost(n) for n in g.topo() if n.src)
+
+
+def test_tasos_search_leaves_a_batch_norm_that_folding_would_remove(monkeypatch):
+    """With every operator priced alike, folding a batch norm into its convolution is one
+    operator fewer to the folding model, three more (weight-only) to TASO's sum."""
+    monkeypatch.setattr(CostModel, "op_cost", lambda self, n: 1.0)
+    g = build("resnext", scale="small")
+    bn = [r for r in RULES if r.name == "bn_conv"]
+    assert "bn_conv" in backtrack(g, bn, budget_s=5).applied
+    assert taso(g, bn, budget_s=5).applied == []
+    assert optimize_module.agent_function("taso") is taso
 
 
 def test_an_operator_costs_the_reference_kernels_latency_times_their_paired_ratio(monkeypatch):
