@@ -3,11 +3,18 @@
 Each distinct operator (op, attributes, input shapes) is timed once on its own
 on ``backend`` (the default backend unless given) and cached. It is timed
 cycle by cycle beside a fixed reference kernel (a 32x32 matmul) and costs the
-reference's latency, measured once per model, times the median of the paired
-ratios: this machine's speed moves by up to 2x in phases of tens to hundreds
-of milliseconds, and operators timed alone at different moments (until the
-twenty-second session) came out up to 2x apart from one fresh model to the
-next (median over squeezenet's operators, docs/superopt.md). Weight-only
+reference's latency, measured once per model, times the operator's fastest
+run over the reference's fastest (``ratio="fastest"``): this machine's speed
+moves by up to 2x in phases of tens to hundreds of milliseconds, and
+operators timed alone at different moments (until the twenty-second session)
+came out up to 2x apart from one fresh model to the next (median over
+squeezenet's operators, docs/superopt.md). The median of the cycle-paired
+ratios (``ratio="paired"``, until the twenty-fifth session) fails on a
+loaded machine: a large multi-threaded operator slows the reference that
+runs right after it, and a 512x512 matmul came out 1.7 times a 16x16 one
+(``benchmarks/superopt_costmodel_spread.py``). Other load only ever adds
+time to a run, so each kernel's fastest run is the one least disturbed by
+it. Weight-only
 operators cost nothing: they are constant-folded before inference. With
 ``fold_weights=False`` they are charged like every other operator: TASO's sum
 as X-RLflow describes it ("cost modelling does not consider constant folding
@@ -19,17 +26,29 @@ whole graphs instead.
 """
 from __future__ import annotations
 
+from tempo.errors import TempoError
 from tempo.superopt.graph import Graph, GraphBuilder, Node, node
 from tempo.superopt.latency import time_runs
+from tempo.superopt.stats import paired_speedup
 
 REFERENCE_SHAPE = (32, 32)      # the reference kernel: a matmul of two such matrices
+
+# How many times the reference's latency an operator takes, from their samples side by side.
+RATIOS = {
+    "fastest": lambda op, ref: op.min_ms / ref.min_ms,
+    "paired": lambda op, ref: paired_speedup(op, ref, 1),
+}
 
 
 class CostModel:
     """Per-operator latencies measured on demand, cached by operator signature."""
 
-    def __init__(self, repeats: int = 5, backend: str | None = None, fold_weights: bool = True):
+    def __init__(self, repeats: int = 5, backend: str | None = None, fold_weights: bool = True,
+                 ratio: str = "fastest"):
+        if ratio not in RATIOS:
+            raise TempoError(f"unknown cost ratio {ratio!r}; choose one of {sorted(RATIOS)}")
         self.repeats = repeats
+        self.ratio = RATIOS[ratio]
         self.backend = backend
         self.fold_weights = fold_weights
         self.cache: dict[tuple, float] = {}
@@ -61,14 +80,13 @@ class CostModel:
 
     def _measure(self, n: Node) -> float:
         from tempo.superopt.execute import time_calls
-        from tempo.superopt.stats import paired_speedup
 
         b = GraphBuilder(0)
         srcs = [b.input(f"i{i}", s.shape) if s.op != "scalar" else s for i, s in enumerate(n.src)]
         call = self._call(b.build([node(n.op, *srcs, **dict(n.attrs))]))
         reference, reference_ms = self.reference()
         lat = time_calls({"op": [call], "ref": [reference]}, rounds=1, repeats=self.repeats)
-        return reference_ms * paired_speedup(lat["op"], lat["ref"], 1)
+        return reference_ms * self.ratio(lat["op"], lat["ref"])
 
     def cost(self, graph: Graph) -> float:
         """Sum of the costs of the graph's operators that read an input (with ``fold_weights``
