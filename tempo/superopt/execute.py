@@ -122,8 +122,12 @@ def time_calls(calls: Mapping[Hashable, Sequence[Callable[[], object]]], rounds:
 
     Each key has one call or several equivalent ones, which round ``r`` takes
     in turn (``r`` modulo their number). Each round runs every key's call once
-    untimed, then ``repeats`` cycles, each calling every key once in a fresh
-    random order (seeded by ``seed``), so that sample ``i`` of every key was
+    untimed, in a fresh random order (in the keys' order until the
+    twenty-fifth session, the key warmed up last ran its first timed call
+    with the freshest cache and came out faster than the others more often
+    than not: ``benchmarks/superopt_warmup.py``), then ``repeats`` cycles,
+    each calling every key once in a fresh random order (all orders seeded
+    by ``seed``), so that sample ``i`` of every key was
     taken within one cycle: this machine's speed moves by up to 2x in phases of
     tens to hundreds of milliseconds (a pure-Python loop ran at 0.23 and 0.48 ms
     within one second, twenty-second session), and two calls side by side
@@ -149,7 +153,7 @@ def time_calls(calls: Mapping[Hashable, Sequence[Callable[[], object]]], rounds:
             for k in (keys[i] for i in rng.permutation(len(keys))):
                 samples[k].extend(time_runs(now[k], 1, repeats).samples_ms)
             continue
-        for k in keys:
+        for k in (keys[i] for i in rng.permutation(len(keys))):
             now[k]()
         for _ in range(repeats):
             for k in (keys[i] for i in rng.permutation(len(keys))):

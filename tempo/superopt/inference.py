@@ -241,6 +241,15 @@ def _confirmed(best: Finalist, proposals: Sequence[Finalist], screen_rounds: int
     return None
 
 
+def _unseen(source: Iterator[Finalist], seen: set) -> Iterator[Finalist]:
+    """The finalists of ``source`` whose graph is not in ``seen``, each added to it as yielded
+    (an extension and an omission can reach one graph; it is timed once)."""
+    for f in source:
+        if f.graph.key() not in seen:
+            seen.add(f.graph.key())
+            yield f
+
+
 def _until(deadline: float, *sources: Iterator[Finalist]) -> list[Finalist]:
     """Finalists taken from ``sources`` in turn, one each, until all run out or ``deadline``
     passes (the first is always taken)."""
@@ -276,10 +285,8 @@ def polish(agent, env: RewriteEnv, start: Finalist, deadline: float, top_k: int 
     """
     best, gains, pruned, tried = start, [], 0, {start.graph.key()}
     while True:
-        fresh = (f for f in extensions(agent, env, best, top_k) if f.graph.key() not in tried)
-        pruning = (f for f in omissions(env, best) if f.graph.key() not in tried)
-        proposals = _until(deadline, fresh, pruning)
-        tried.update(f.graph.key() for f in proposals)
+        proposals = _until(deadline, _unseen(extensions(agent, env, best, top_k), tried),
+                           _unseen(omissions(env, best), tried))
         kept = _confirmed(best, proposals, screen_rounds, rounds) if proposals else None
         if kept is None:
             break

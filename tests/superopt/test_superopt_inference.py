@@ -180,3 +180,22 @@ def test_polish_past_its_deadline_times_one_proposal(monkeypatch):
     assert screened == [1] and best is start and gains == []
     everything = list(extensions(agent, env, start, 4)) + list(omissions(env, start))
     assert len(everything) > 1        # so the deadline, not a lack of proposals, cut the pass short
+
+
+def test_polish_times_a_graph_reached_twice_in_one_pass_once(monkeypatch):
+    from tempo.superopt import inference
+
+    screened = []
+    monkeypatch.setattr(inference, "_confirmed",
+                        lambda best, proposals, *_: screened.append(proposals))
+    g = build("squeezenet", scale="small")
+    agent = Agent(SMALL, RULES)
+    env = make_env(g, RULES, SMALL, inference=True)
+    start = _some_rollout(agent, env)
+    reached = list(extensions(agent, env, start, 4)) + list(omissions(env, start))
+    assert len(reached) > 1
+    monkeypatch.setattr(inference, "extensions", lambda *_: iter(reached))
+    monkeypatch.setattr(inference, "omissions", lambda *_: iter(reached[::-1]))
+    polish(agent, env, start, deadline=time.perf_counter() + 60, top_k=4)
+    keys = [f.graph.key() for f in screened[0]]
+    assert len(keys) == len(set(keys)) and set(keys) == {f.graph.key() for f in reached}
