@@ -271,17 +271,17 @@ def polish(agent, env: RewriteEnv, start: Finalist, deadline: float, top_k: int 
     """Move ``start`` one rewrite at a time, more or fewer, while a move is confirmed faster.
 
     Each pass takes :func:`extensions` (one policy move more) and
-    :func:`omissions` (one of its rewrites fewer) in turn until they run out or
-    ``deadline`` passes, screens them with the incumbent in ``screen_rounds``
-    interleaved rounds, re-times the two fastest against it in ``rounds`` fresh
-    rounds (both with several compiles of each graph, as :func:`final_choice`)
-    and keeps the first whose paired verdict is a win (the screen picks,
-    fresh rounds judge, so picking the luckiest of many does not decide). It
-    stops when no move wins, none is left, or at ``deadline``: the first pass
-    always times one proposal at least, so past ``deadline`` polishing costs
-    one proposal and its timing. Returns the incumbent, its origin marked with
-    the passes kept (and how many of them left a rewrite out), and the median
-    ratio (old / new latency) of each kept pass.
+    :func:`omissions` (one of its rewrites fewer) in turn, each graph once in
+    the whole search, until they run out or ``deadline`` passes, screens them
+    with the incumbent in ``screen_rounds`` interleaved rounds, re-times the two
+    fastest against it in ``rounds`` fresh rounds (both with several compiles of
+    each graph, as :func:`final_choice`) and keeps the first whose paired
+    verdict is a win (the screen picks, fresh rounds judge, so picking the
+    luckiest of many does not decide). It stops when no move wins, none is left,
+    or at ``deadline``: the first pass always times one proposal at least, so
+    past ``deadline`` polishing costs one proposal and its timing. Returns the
+    incumbent, its origin marked with the passes kept (and how many of them left
+    a rewrite out), and the median ratio (old / new latency) of each kept pass.
     """
     best, gains, pruned, tried = start, [], 0, {start.graph.key()}
     while True:
