@@ -23,14 +23,13 @@ invisible to a per-operator model).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 import torch
 from tqdm import tqdm
 
-from tempo.files import write_bytes_atomic
+from tempo.files import write_json_atomic
 from tempo.superopt.costmodel import CostModel
 from tempo.superopt.execute import BACKENDS, time_interleaved
 from tempo.superopt.models import SCALES, WORKLOADS, build
@@ -87,9 +86,8 @@ def main() -> int:
     rows = [{"workload": w, "backend": b, **measure(w, b, args, rules)}
             for w, b in tqdm(jobs, desc="workloads", unit="run")]
     print(table(rows))
-    write_bytes_atomic(args.out, json.dumps({"scale": args.scale, "rounds": args.rounds,
-                                             "compiles": args.compiles, "rows": rows},
-                                            indent=1).encode())
+    write_json_atomic(args.out, {"scale": args.scale, "rounds": args.rounds,
+                                 "compiles": args.compiles, "rows": rows})
     print(f"wrote {args.out}")
     return 0
 

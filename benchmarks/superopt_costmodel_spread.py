@@ -24,7 +24,6 @@ times them.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import sys
 
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from tempo.files import write_bytes_atomic
+from tempo.files import write_json_atomic
 from tempo.superopt.costmodel import RATIOS, CostModel
 from tempo.superopt.graph import GraphBuilder, node
 from tempo.superopt.models import SCALES, WORKLOADS, build
@@ -103,9 +102,8 @@ def main() -> int:
         for s in spinners:
             s.terminate()
     print(table(report))
-    write_bytes_atomic(args.out, json.dumps({"scale": args.scale, "models": args.models,
-                                             "busy": args.busy, "workloads": report},
-                                            indent=1).encode())
+    write_json_atomic(args.out, {"scale": args.scale, "models": args.models, "busy": args.busy,
+                                 "workloads": report})
     print(f"wrote {args.out}")
     return 0
 

@@ -24,7 +24,6 @@ came out faster than greedy in 170 of its 281 runs until then.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from tempo.files import write_bytes_atomic
+from tempo.files import write_json_atomic
 from tempo.superopt.execute import time_interleaved
 from tempo.superopt.models import SCALES, WORKLOADS, build
 
@@ -80,9 +79,9 @@ def main() -> int:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     report = {w: measure(w, args) for w in tqdm(args.workloads, desc="workloads", unit="graph")}
     print(table(report))
-    write_bytes_atomic(args.out, json.dumps({"scale": args.scale, "sessions": args.sessions,
-                                             "rounds": args.rounds, "compiles": args.compiles,
-                                             "workloads": report}, indent=1).encode())
+    write_json_atomic(args.out, {"scale": args.scale, "sessions": args.sessions,
+                                 "rounds": args.rounds, "compiles": args.compiles,
+                                 "workloads": report})
     print(f"wrote {args.out}")
     return 0
 

@@ -1,6 +1,7 @@
-"""Crash-safe file writes shared by checkpoints, solutions and exported models."""
+"""Crash-safe file writes shared by checkpoints, solutions, exported models and reports."""
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
@@ -24,3 +25,8 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: str | os.PathLike, obj: object, indent: int | None = 1) -> None:
+    """Write ``obj`` as JSON to ``path`` with :func:`write_bytes_atomic`."""
+    write_bytes_atomic(path, json.dumps(obj, indent=indent).encode())
