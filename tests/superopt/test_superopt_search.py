@@ -56,7 +56,7 @@ def test_an_operator_costs_the_reference_kernels_latency_times_its_ratio(monkeyp
     timed = []
 
     def beside_the_reference(calls, rounds, repeats):
-        timed.append((sorted(calls), rounds, repeats))      # fastest 1 against 2; paired: 1/3
+        timed.append((sorted(calls), rounds, repeats))   # fastest 1 over 2; paired 1/6, 2, 1/6
         return {"op": Latency((1.0, 4.0, 1.0)), "ref": Latency((6.0, 2.0, 6.0))}
 
     model = CostModel(repeats=3)
