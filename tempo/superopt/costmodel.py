@@ -2,28 +2,25 @@
 
 Each distinct operator (op, attributes, input shapes) is timed once on its own
 on ``backend`` (the default backend unless given) and cached. It is timed
-cycle by cycle beside a fixed reference kernel (a 32x32 matmul) and costs the
-reference's latency, measured once per model, times the operator's fastest run
-over the reference's fastest (``ratio="fastest"``): this machine's speed moves
-by up to 2x in phases of tens to hundreds of milliseconds, and operators timed
-alone at different moments (until the twenty-second session) came out up to 2x
-apart from one fresh model to the next (median over squeezenet's operators,
-docs/superopt.md). The median of the cycle-paired ratios (``ratio="paired"``,
-until the twenty-fifth session) lets a large operator's aftermath (evicted
-caches, a preempted thread) weigh on the reference run right after it: in CI,
-beside the other test worker, it priced a 256x256 matmul at 4.4 times a 16x16
-one (4096 times the multiply-adds); over six fresh models it put a 512x512
-matmul at no less than 12-25 times a 16x16 one, the fastest runs at no less
-than 27-54 times (``benchmarks/superopt_costmodel_spread.py``, three runs).
-Other load only ever adds time to a run, so each kernel's fastest run is the
-one least disturbed by it. Weight-only operators cost nothing: they are
-constant-folded before inference. With ``fold_weights=False`` they are charged
-like every other operator: TASO's sum as X-RLflow describes it ("cost
-modelling does not consider constant folding because it simply sums over all
-operators' execution times", §4.2), which prices a rewrite that moves work
-onto the weights (folding a batch norm into its convolution) as more work. The
-model ignores everything between operators (memory traffic, launch overlap),
-which is why X-RLflow measures whole graphs instead.
+cycle by cycle beside a fixed reference kernel (a 32x32 matmul), and costs the
+reference's latency, measured once per model, times a ratio of the two
+kernels' samples (``RATIOS``): by default the operator's fastest run over the
+reference's fastest, since other load only ever adds time to a run. Timed
+alone at different moments, operators came out up to 2x apart between fresh
+models; the median of the cycle-paired ratios (``ratio="paired"``) let a large
+operator slow the reference run after it, and ranked a 512x512 matmul at half
+the multiple of a 16x16 one that the fastest runs give
+(``benchmarks/superopt_costmodel_spread.py``; the measurements are in
+docs/superopt.md, twenty-second and twenty-fifth sessions).
+
+Weight-only operators cost nothing: they are constant-folded before
+inference. With ``fold_weights=False`` they are charged like every other
+operator: TASO's sum as X-RLflow describes it ("cost modelling does not
+consider constant folding because it simply sums over all operators'
+execution times", §4.2), which prices a rewrite that moves work onto the
+weights (folding a batch norm into its convolution) as more work. The model
+ignores everything between operators (memory traffic, launch overlap), which
+is why X-RLflow measures whole graphs instead.
 """
 from __future__ import annotations
 
