@@ -41,7 +41,7 @@ graphs.
 
 The final timing compiles every graph ``--compiles`` times (default 24) and
 takes the compiles in turn, round by round, so that where one compile's
-weights lie does not decide a verdict (docs/superopt.md, fifteenth session).
+weights lie does not decide a verdict (docs/superopt_history.md, fifteenth session).
 Each compile holds its own copy of the weights: at the full scale that is
 gigabytes, so pass a smaller ``--compiles`` there.
 """
@@ -349,7 +349,8 @@ def main() -> int:
     args = parse_args()
     if args.jobs > 1 and args.backend == "torch-cuda":
         print("warning: --jobs > 1 runs the searches side by side on one GPU, where each measures "
-              "the others' kernels too; on an H100 that lost RL 8 of 12 pairs (docs/superopt.md)",
+              "the others' kernels too; on an H100 that lost RL 8 of 12 pairs "
+              "(docs/superopt_history.md)",
               file=sys.stderr)
     set_default_backend(args.backend)
     torch.set_num_threads(1)

@@ -2,7 +2,7 @@
 
 A single benchmark run gives one seed's verdict per workload, and between
 seeds the RL agent's result on one workload can go from a clear win to a
-clear loss (docs/superopt.md). This script trains one agent per (setting,
+clear loss (docs/superopt_history.md). This script trains one agent per (setting,
 seed) on one workload, each in its own process pinned to its own core,
 runs greedy and backtracking there too, then times the input and every
 result in one interleaved session (in this process) and judges each agent

@@ -11,7 +11,7 @@ models; the median of the cycle-paired ratios (``ratio="paired"``) let a large
 operator slow the reference run after it, and ranked a 512x512 matmul at half
 the multiple of a 16x16 one that the fastest runs give
 (``benchmarks/superopt_costmodel_spread.py``; the measurements are in
-docs/superopt.md, twenty-second and twenty-fifth sessions).
+docs/superopt_history.md, twenty-second and twenty-fifth sessions).
 
 Weight-only operators cost nothing: they are constant-folded before
 inference. With ``fold_weights=False`` they are charged like every other

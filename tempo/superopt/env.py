@@ -34,7 +34,7 @@ larger, it pays an agent to keep taking neutral rewrites such as ``add_comm``
 back and forth instead of stopping). With ``measurements_per_graph = N`` a graph's latency is the
 median of its first N measurements and later visits reuse them: fewer
 measurements per step, but a re-used value can be minutes older than the
-measurement it is compared with, and in the runs of ``docs/superopt.md`` it
+measurement it is compared with, and in the runs of ``docs/superopt_history.md`` it
 did not reliably buy more training (default None: every visit is measured).
 Both rewards are a callback, :class:`RewardFn`, that users can swap;
 :class:`CostShapedReward` adds dense shaping by the cost model.

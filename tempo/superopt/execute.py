@@ -99,7 +99,7 @@ def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int 
     batch in a fresh random order (seeded by ``seed``), so that no graph's
     compiles always come after another's: made one graph after another, the
     last-made of two compiles of one graph was faster in 646 of 1152 compile
-    pairs of the benchmark's A/A controls (eighteenth session, docs/superopt.md).
+    pairs of the benchmark's A/A controls (eighteenth session, docs/superopt_history.md).
     """
     if compiles < 1:
         raise TempoError(f"compiles must be at least 1, not {compiles}")
