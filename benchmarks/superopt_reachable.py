@@ -100,7 +100,8 @@ def best_baseline(graph: Graph, rules, search_s: float, rounds: int) -> tuple[st
     return name, results[name]
 
 
-def check_chain(name: str, scale: str, rules, chain: list[str], search_s: float, rounds: int) -> dict:
+def check_chain(name: str, scale: str, rules, chain: list[str], search_s: float, rounds: int,
+                compiles: int) -> dict:
     """The input with ``chain[0]`` exhausted and ``chain[1:]`` applied everywhere, against B."""
     by_name = {r.name: r for r in rules}
     graph = build(name, scale=scale)
@@ -108,14 +109,20 @@ def check_chain(name: str, scale: str, rules, chain: list[str], search_s: float,
     first, n_first = exhaust(graph, [by_name[chain[0]]])
     chained, n_chain = apply_chain(first, [by_name[c] for c in chain[1:]])
     assert same_outputs(graph, chained), f"{chain} changed {name}'s outputs"
-    t = time_interleaved({"best": best, "chained": chained}, rounds=rounds)
-    v = paired_verdict(t["best"], t["chained"], rounds)
+    t = time_interleaved({"best": best, "chained": chained}, rounds=rounds, compiles=compiles)
+    v = paired_verdict(t["best"], t["chained"], rounds, compiles)
     return {"best_baseline": best_name, "chain": chain, "first_rule_applied": n_first,
             "chain_applied": n_chain, **v.record()}
 
 
-def explore(name: str, scale: str, rules, search_s: float, finalists: int, rounds: int) -> dict:
-    """The best baseline's result against its neighbourhood, screened then re-timed."""
+def explore(name: str, scale: str, rules, search_s: float, finalists: int, rounds: int,
+            compiles: int) -> dict:
+    """The best baseline's result against its neighbourhood, screened then re-timed.
+
+    Each finalist is re-timed beside the best baseline's result and beside that
+    result again under another name (the A/A control), with the benchmark's
+    compiles and verdict per compile pair, so that a finalist's win can be read
+    against how often the same graph is called faster than itself."""
     best_name, best = best_baseline(build(name, scale=scale), rules, search_s, rounds)
     near = neighbourhood(best, rules)
     screened = []
@@ -124,12 +131,14 @@ def explore(name: str, scale: str, rules, search_s: float, finalists: int, round
         screened.append((paired_speedup(t["best"], t["near"], SCREEN_ROUNDS), key, applied))
     screened.sort(key=lambda s: -s[0])
     rows = []
-    for _, key, applied in screened[:finalists]:
+    for i, (_, key, applied) in enumerate(screened[:finalists]):
         g = near[key][0]
         assert same_outputs(best, g), f"{applied} changed {name}'s outputs"
-        t = time_interleaved({"best": best, "near": g}, rounds=rounds)
-        v = paired_verdict(t["best"], t["near"], rounds)
-        rows.append({"applied": applied, **v.record()})
+        t = time_interleaved({"best": best, "near": g, "best again": best}, rounds=rounds,
+                             compiles=compiles, seed=i)
+        v = paired_verdict(t["best"], t["near"], rounds, compiles)
+        control = paired_verdict(t["best"], t["best again"], rounds, compiles)
+        rows.append({"applied": applied, **v.record(), "control": control.record()})
     return {"best_baseline": best_name, "graphs_screened": len(near), "finalists": rows}
 
 
@@ -139,7 +148,9 @@ def main() -> int:
     p.add_argument("--scale", default="small", choices=SCALES, help="the workloads' sizes")
     p.add_argument("--search-s", type=float, default=30.0, help="backtracking budget (s)")
     p.add_argument("--finalists", type=int, default=5, help="screened graphs re-timed")
-    p.add_argument("--rounds", type=int, default=20, help="interleaved rounds of a re-timing")
+    p.add_argument("--rounds", type=int, default=40, help="interleaved rounds of a re-timing")
+    p.add_argument("--compiles", type=int, default=24,
+                   help="compiles of each finalist and the best baseline's result, taken in turn")
     p.add_argument("--chain", nargs="+", help="rule names: exhaust the first, then apply the rest "
                    "as a sequence wherever it fits")
     p.add_argument("--out", default="benchmarks/results/superopt_reachable.json")
@@ -149,16 +160,20 @@ def main() -> int:
     report = {}
     for name in ns.workloads:
         if ns.chain:
-            report[name] = r = check_chain(name, ns.scale, rules, ns.chain, ns.search_s, ns.rounds)
+            report[name] = r = check_chain(name, ns.scale, rules, ns.chain, ns.search_s,
+                                           ns.rounds, ns.compiles)
             print(f"{name}: {r['first_rule_applied']} x {ns.chain[0]}, {r['chain_applied']} x "
                   f"{' -> '.join(ns.chain[1:])}; vs {r['best_baseline']}: {r['ratio']:.3f} "
                   f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['verdict']}")
             continue
-        report[name] = r = explore(name, ns.scale, rules, ns.search_s, ns.finalists, ns.rounds)
+        report[name] = r = explore(name, ns.scale, rules, ns.search_s, ns.finalists, ns.rounds,
+                                   ns.compiles)
         tqdm.write(f"{name}: best baseline {r['best_baseline']}, {r['graphs_screened']} graphs screened")
         for row in r["finalists"]:
+            c = row["control"]
             tqdm.write(f"  {row['ratio']:.3f} [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}] "
-                       f"{row['verdict']:4s} {' -> '.join(row['applied'])}")
+                       f"{row['verdict']:4s} {' -> '.join(row['applied'])} (A/A {c['ratio']:.3f} "
+                       f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] {c['verdict']})")
     os.makedirs(os.path.dirname(os.path.abspath(ns.out)), exist_ok=True)
     write_bytes_atomic(ns.out, json.dumps(report, indent=1).encode())
     return 0
