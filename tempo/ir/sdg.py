@@ -124,10 +124,15 @@ def _shape_text(shape: tuple) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ")"
 
 
+def _same(value, default) -> bool:
+    """``value == default`` without building a symbolic equation when either is an ``Expr``."""
+    return value is default or (type(value) is type(default) and not isinstance(value, Expr) and value == default)
+
+
 def _op_text(op: Op) -> str:
     if isinstance(op, FusedOp):  # its steps, one after another
         return f"FusedOp[{'; '.join(_op_text(step.op) for step in op.steps)}]"
-    defaults = {f.name: f.default for f in dataclasses.fields(op)}
+    defaults = {f.name: f.default for f in dataclasses.fields(op) if f.default is not dataclasses.MISSING}
     fields = [f"{k}={v}" for k, v in vars(op).items()
-              if (k not in ("fn",) or isinstance(v, str)) and not (k in defaults and v == defaults[k])]
+              if (k not in ("fn",) or isinstance(v, str)) and not (k in defaults and _same(v, defaults[k]))]
     return f"{op.name}({', '.join(fields)})" if fields else op.name

@@ -29,6 +29,15 @@ def test_print_shows_edges_with_expressions_and_conditions():
     assert "[t:T]" in text
 
 
+def test_print_shows_ops_whose_fields_are_expressions():
+    ctx = tpo.Context()
+    with ctx:
+        (t, T), = ctx.dims("t")
+        k = tpo.eval_symbol(t + 1)
+    assert "EvalSymbolOp(expr=t + 1)[t]" in str(ctx.sdg)
+    assert k.dtype == "int64"
+
+
 def test_to_dot_has_a_node_and_labelled_edge_per_dependence():
     ctx, s, g = _program()
     dot = ctx.sdg.to_dot()
