@@ -48,6 +48,10 @@ class Args:
     """weight of the entropy bonus"""
     hidden: int = 32
     """width of the hidden layers"""
+    layers: int = 2
+    """hidden layers of the actor and of the critic"""
+    obs_shape: str = ""
+    """observation shape ('3,4,4') for environments that take one (tempo/Synthetic-v0, episodes of `steps`)"""
 
 
 def main(args: Args) -> dict:
@@ -55,22 +59,25 @@ def main(args: Args) -> dict:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
 
         # ----- acting, with the policy of update i (executed where an update reads it) -----
-        env = tpo.rl.make(args.env, dims=(b, i, t), impl=args.impl)
-        actor = tpo.nn.MLP(env.obs_size, [args.hidden, args.hidden], env.num_actions, dims=(i,),
+        shape = tuple(int(n) for n in args.obs_shape.split(",") if n)
+        shaped = {"obs_shape": shape, "episode_length": args.steps} if shape else {}
+        env = tpo.rl.make(args.env, dims=(b, i, t), impl=args.impl, **shaped)
+        actor = tpo.nn.MLP(env.obs_size, [args.hidden] * args.layers, env.num_actions, dims=(i,),
                            last_init_scale=0.01)
-        critic = tpo.nn.MLP(env.obs_size, [args.hidden, args.hidden], 1, dims=(i,))
+        critic = tpo.nn.MLP(env.obs_size, [args.hidden] * args.layers, 1, dims=(i,))
         o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
         o[b, i, 0] = env.reset()
-        dist = tpo.nn.Categorical(logits=actor(o))
+        x = o.reshape(env.obs_size) if len(env.obs_shape) > 1 else o  # the networks read flat observations
+        dist = tpo.nn.Categorical(logits=actor(x))
         a = dist.sample()
         o[b, i, t + 1], r, d = env.step(a)
         logp_old = dist.log_prob(a).detach()
-        advantage, target = tpo.rl.gae(r, critic(o).squeeze(0).detach(), d, args.gamma, args.lam)
+        advantage, target = tpo.rl.gae(r, critic(x).squeeze(0).detach(), d, args.gamma, args.lam)
         alive = tpo.rl.alive(d)                                      # 1 until the episode has ended
 
         # ----- learning: update i trains on the episodes of update k -----
         k = (i // args.epochs) * args.epochs
-        obs, act = o[0:B, k, 0:T], a[0:B, k, 0:T]
+        obs, act = x[0:B, k, 0:T], a[0:B, k, 0:T]
         new = tpo.nn.Categorical(logits=actor(obs))
         loss = tpo.rl.ppo_clip_loss(new.log_prob(act), logp_old[0:B, k, 0:T], advantage[0:B, k, 0:T],
                                     critic(obs).squeeze(-1), target[0:B, k, 0:T], new.entropy(),

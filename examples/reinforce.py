@@ -48,7 +48,11 @@ class Args:
     lr_decay: float = 0.995
     """learning rate multiplier per iteration: lr * lr_decay ** i"""
     hidden: int = 32
-    """width of the two hidden layers"""
+    """width of the hidden layers"""
+    layers: int = 2
+    """hidden layers of the policy"""
+    obs_shape: str = ""
+    """observation shape ('3,4,4') for environments that take one (tempo/Synthetic-v0, episodes of `steps`)"""
     checkpoint: str = ""
     """write the policy and Adam state to this safetensors file (atomically) every `checkpoint_every` iterations"""
     checkpoint_every: int = 10
@@ -64,12 +68,15 @@ def main(args: Args) -> dict:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
 
         # ----- acting: the environment and the policy -----
-        env = tpo.rl.make(args.env, dims=(b, i, t), impl=args.impl)
-        policy = tpo.nn.MLP(env.obs_size, [args.hidden, args.hidden], env.num_actions, dims=(i,),
+        shape = tuple(int(n) for n in args.obs_shape.split(",") if n)
+        shaped = {"obs_shape": shape, "episode_length": args.steps} if shape else {}
+        env = tpo.rl.make(args.env, dims=(b, i, t), impl=args.impl, **shaped)
+        policy = tpo.nn.MLP(env.obs_size, [args.hidden] * args.layers, env.num_actions, dims=(i,),
                             last_init_scale=0.01)
         o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
         o[b, i, 0] = env.reset()
-        dist = tpo.nn.Categorical(logits=policy(o))
+        x = o.reshape(env.obs_size) if len(env.obs_shape) > 1 else o  # the networks read flat observations
+        dist = tpo.nn.Categorical(logits=policy(x))
         a = dist.sample()
         o[b, i, t + 1], r, d = env.step(a)
 
