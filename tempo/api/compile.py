@@ -33,11 +33,14 @@ class Program:
     site: object = None
     timings: dict[str, float] = field(default_factory=dict)
 
-    def run(self, bounds: dict) -> list[np.ndarray]:
+    def run(self, bounds: dict, stores: str = "auto") -> list[np.ndarray]:
+        """Execute for ``bounds``; one array per fetched tensor. ``stores="point"`` keeps
+        every tensor in a point store instead of the store its reads call for."""
         values = self._check_bounds(bounds)
         self.validate(values)
         start = time.perf_counter()
-        executor = Executor(self.sdg, self.ast, self.backend, values, keep={n for n, _ in self.fetch})
+        executor = Executor(self.sdg, self.ast, self.backend, values, keep={n for n, _ in self.fetch},
+                            stores=stores)
         executor.run()
         self.timings["run"] = time.perf_counter() - start
         return [self._gather(executor, n, out, values) for n, out in self.fetch]
@@ -68,7 +71,7 @@ class Program:
         store = executor.stores[(n, out)]
         lead = self.sdg.vectorized.get(n, ())
         extent = tuple(bounds[bound_of(d).name] for d in node.domain)
-        values = {p: self.backend.to_numpy(v) for p, v in store.data.items()}
+        values = {p: self.backend.to_numpy(v) for p, v in store.items()}
         shapes = {v.shape for v in values.values()}
         if len(shapes) > 1:
             out = np.empty(extent, dtype=object)
@@ -86,6 +89,14 @@ class Program:
         axes = list(node.domain) + list(lead)
         order = sorted(range(len(axes)), key=lambda k: self.dim_order.index(axes[k]))
         return np.transpose(out, order + list(range(len(axes), out.ndim)))
+
+
+def _bound_values(bounds: dict | None) -> dict[str, int] | None:
+    """The valid entries of a run's ``bounds`` by name (``Program.run`` reports the others)."""
+    if bounds is None:
+        return None
+    return {key.name if isinstance(key, Expr) else str(key): int(value) for key, value in bounds.items()
+            if isinstance(value, (int, np.integer)) and value >= 1}
 
 
 def _sinks_before_next_state(ctx, sdg: SDG) -> list[Edge]:
@@ -112,12 +123,15 @@ def _sinks_before_next_state(ctx, sdg: SDG) -> list[Edge]:
     return out
 
 
-def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes: dict | None = None) -> Program:
+def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes: dict | None = None,
+                    bounds: dict | None = None) -> Program:
     """Transform, analyse, validate, schedule and build the AST of ``ctx``'s program.
 
     ``passes`` maps a pass name of :data:`tempo.transforms.PIPELINE` to its
     config, or to False to switch it off. With nothing fetched, every tensor
     of the program is computed (sinks and parameter updates included).
+    ``bounds``, the bounds of the run the program is compiled for (``ctx.run``),
+    only let errors quote them: the program is compiled for every bound.
     """
     from tempo.transforms import PIPELINE
 
@@ -131,7 +145,10 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes:
         if not isinstance(x, RecurrentTensor):
             raise TempoError(f"fetch takes recurrent tensors, got {type(x).__name__}", site)
         if x.ctx is not ctx:
-            raise TempoError("a fetched tensor belongs to another context", site)
+            by = f" (fetched at {site})" if site is not None else ""
+            raise TempoError(f"this tensor belongs to another context than the one it is fetched from{by}: "
+                             f"build it inside this context's `with ctx:` block, or fetch it with its own "
+                             f"context's run/compile", x.node.site)
     unknown_passes = sorted(set(passes or {}) - {name for name, _ in PIPELINE})
     if unknown_passes:
         raise TempoError(f"passes names {', '.join(map(repr, unknown_passes))}, not a pass of this compiler; "
@@ -142,6 +159,7 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes:
             raise TempoError(f"passes[{name!r}] takes False (switch the pass off) or a {module.__name__}.Config, "
                              f"got {cfg!r}", site)
     fetched = [materialize(x, x.node.site) for x in fetch]
+    isl_domains.check_definitions(ctx.sdg, _bound_values(bounds), frozenset(ctx.parameters))
     fetch_ids = [(x.node.id, x.out) for x in fetched]
     roots = tuple(dict.fromkeys([n for n, _ in fetch_ids] + ctx.roots or list(ctx.sdg.nodes)))
     sdg, timings, passes = replace(ctx.sdg, roots=roots), {}, passes or {}

@@ -118,7 +118,8 @@ class Context:
         """
         from tempo.api.compile import compile_program
 
-        program = compile_program(self, list(fetch), backend=backend, site=user_site(), passes=passes)
+        program = compile_program(self, list(fetch), backend=backend, site=user_site(), passes=passes,
+                                  bounds=bounds)
         return program.run(bounds)
 
     def compile(self, fetch: Sequence = (), backend: str = "numpy", passes: dict | None = None):

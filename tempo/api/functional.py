@@ -14,6 +14,7 @@ from tempo.api.context import current
 from tempo.api.rt import RecurrentTensor, apply, lift, materialize
 from tempo.errors import DomainError, ShapeError, TempoError, user_site
 from tempo.ir import ops
+from tempo.ir.dtypes import dtype_name
 from tempo.symbolic.expr import Expr, as_expr, max_, min_
 
 RT = RecurrentTensor
@@ -42,7 +43,7 @@ def from_numpy(array, dims: Sequence[Expr] = ()) -> RT:
 def full(shape, value, dtype: str = "float32") -> RT:
     """A constant tensor of ``shape`` filled with ``value`` (sizes may be symbolic)."""
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-    scalar = lift(np.asarray(value, dtype=dtype))
+    scalar = lift(np.asarray(value, dtype=dtype_name(dtype, user_site())))
     if all(isinstance(s, (int, np.integer)) for s in shape):
         return scalar.expand(*shape) if shape else scalar
     return apply(ops.ExpandOp(tuple(shape)), [scalar], site=user_site())
@@ -61,7 +62,7 @@ def placeholder(shape=(), dtype: str = "float32", dims: Sequence[Expr] = ()) -> 
     ctx, site = current(), user_site()
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     node = ctx.sdg.add_node(ops.MergeOp(placeholder=True), ctx.order(dims), (shape,),
-                            (str(np.dtype(dtype)),), site)
+                            (dtype_name(dtype, site),), site)
     return RT(ctx, node)
 
 
@@ -81,8 +82,10 @@ def udf(fn, inputs: Sequence[RT], out_shapes, out_dtypes, label: str = "udf",
     every input and return one on every output, so a vectorized dim calls it
     once for all of its points.
     """
-    op = ops.UDFOp(fn, tuple(tuple(s) for s in out_shapes), tuple(out_dtypes), label, batched)
-    return apply(op, list(inputs), site=user_site())
+    site = user_site()
+    dtypes = tuple(dtype_name(d, site) for d in out_dtypes)
+    op = ops.UDFOp(fn, tuple(tuple(s) for s in out_shapes), dtypes, label, batched)
+    return apply(op, list(inputs), site=site)
 
 
 # ----- elementwise -----
@@ -201,7 +204,7 @@ def cat(xs: Sequence[RT], axis: int = 0) -> RT:
 def cast(x: RT, dtype: str) -> RT:
     """``x`` as ``dtype``; ``x`` itself where it already has that dtype (no op in the graph:
     autodiff casts every gradient to its primal's dtype, which is nearly always the same)."""
-    dtype = str(np.dtype(dtype))
+    dtype = dtype_name(dtype, user_site())
     return x if x.dtype == dtype else apply(ops.CastOp(dtype), [x], site=user_site())
 
 

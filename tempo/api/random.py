@@ -15,16 +15,18 @@ from tempo.api.context import current
 from tempo.api.rt import RecurrentTensor, apply
 from tempo.errors import ShapeError, user_site
 from tempo.ir import ops
+from tempo.ir.dtypes import dtype_name
 from tempo.symbolic.expr import Expr
 
 
 def _draw(dist: str, shape, dims: Sequence[Expr], dtype: str) -> RecurrentTensor:
     ctx, site = current(), user_site()
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    dtype = dtype_name(dtype, site)
     if np.dtype(dtype).kind != "f":
         raise ShapeError(f"random tensors are floating point, not {dtype}", site)
     ordered = ctx.order(dims)
-    op = ops.RandomOp(shape, str(np.dtype(dtype)), dist, ctx.sample_stream(), ordered,
+    op = ops.RandomOp(shape, dtype, dist, ctx.sample_stream(), ordered,
                       tuple(ctx.offset(d) for d in ordered))
     return apply(op, [], site=site, ctx=ctx)
 

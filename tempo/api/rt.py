@@ -155,7 +155,8 @@ def apply(op: ops.Op, inputs: Sequence[RecurrentTensor], site=None, ctx: Context
     ctx = ctx or (inputs[0].ctx if inputs else current())
     for x in inputs:
         if x.ctx is not ctx:
-            raise TempoError("recurrent tensors from two different contexts cannot interact", site)
+            raise TempoError("recurrent tensors from two different contexts cannot interact: build every "
+                             "tensor of a program inside the same `with ctx:` block", site)
     steps = set(_op_steps(op))
     for x in inputs:
         steps |= set(x.domain)
@@ -207,7 +208,8 @@ def define_branch(rt: RecurrentTensor, key, value, site) -> None:
         raise DefinitionError("only placeholders (tpo.placeholder) can be defined with x[...] = value", site)
     value = lift(value, rt.dtype, rt.ctx)
     if value.ctx is not rt.ctx:
-        raise DefinitionError("the right side belongs to another context", site)
+        raise DefinitionError("the right side belongs to another context than the placeholder: build both "
+                              "inside the same `with ctx:` block", site)
     if value.dtype != rt.dtype:
         raise ShapeError(f"dtype mismatch: placeholder is {rt.dtype}, right side is {value.dtype} "
                          f"(use .cast({rt.dtype!r}))", site)

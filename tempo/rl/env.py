@@ -150,7 +150,7 @@ def _tensor_envs() -> dict:
 
 
 def _suggest(name: str, known) -> str:
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    close = difflib.get_close_matches(name, list(dict.fromkeys(known)), n=3, cutoff=0.6)
     return f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
 
 

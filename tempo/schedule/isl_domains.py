@@ -64,30 +64,45 @@ def analyse(sdg: SDG, roots: list[int]) -> Domains:
     Placeholder gaps are checked first: a gap makes definedness creep forever.
     """
     params = all_params(sdg)
-    context = isl.Set.read_from_str(
-        isl_expr.CTX, f"[{', '.join(params)}] -> {{ : {' and '.join(f'{p} >= 1' for p in params) or '1 = 1'} }}")
-    box = {n: isl_expr.domain_set(statement(n), node.domain, params=params).intersect_params(context)
-           for n, node in sdg.nodes.items()}
+    context = _positive(params)
+    box = {n: _box(sdg, n, params, context) for n in sdg.nodes}
     reads, active = {}, {}
     for k, e in enumerate(sdg.edges):
         sink, src = sdg.nodes[e.sink], sdg.nodes[e.src]
         reads[k] = isl_expr.access_map(statement(e.sink), sink.domain, statement(e.src), src.domain,
                                        e.index, params=params, src_box=False).intersect_params(context)
     ins = _in_edges(sdg)
-    for n, node in sdg.nodes.items():
-        earlier = box[n].empty(box[n].get_space())
-        for k, e in ins[n]:
-            where = box[n]
-            if e.cond is not None:
-                where = where.intersect(isl_expr.domain_set(statement(n), node.domain, e.cond, params))
-            if isinstance(node.op, MergeOp):
-                where, earlier = where.subtract(earlier), earlier.union(where)
-            active[k] = where.coalesce()
+    for n in sdg.nodes:
+        active.update(_active(sdg, n, ins[n], box[n], params))
     domains = Domains(params, box, active, reads, {}, {}, context)
     check_placeholders(sdg, domains, context)
     domains.defined = _defined(sdg, domains)
     domains.executed = _executed(sdg, domains, roots)
     return domains
+
+
+def _positive(params: list[str]) -> isl.Set:
+    """The parameter context: every bound is at least 1."""
+    return isl.Set.read_from_str(
+        isl_expr.CTX, f"[{', '.join(params)}] -> {{ : {' and '.join(f'{p} >= 1' for p in params) or '1 = 1'} }}")
+
+
+def _box(sdg: SDG, n: int, params: list[str], context: isl.Set) -> isl.Set:
+    return isl_expr.domain_set(statement(n), sdg.nodes[n].domain, params=params).intersect_params(context)
+
+
+def _active(sdg: SDG, n: int, edges: list[tuple[int, Edge]], box: isl.Set, params: list[str]) -> dict[int, isl.Set]:
+    """Per in-edge of node ``n``: the points where it is read (a merge takes its first matching branch)."""
+    node, active = sdg.nodes[n], {}
+    earlier = box.empty(box.get_space())
+    for k, e in edges:
+        where = box
+        if e.cond is not None:
+            where = where.intersect(isl_expr.domain_set(statement(n), node.domain, e.cond, params))
+        if isinstance(node.op, MergeOp):
+            where, earlier = where.subtract(earlier), earlier.union(where)
+        active[k] = where.coalesce()
+    return active
 
 
 def _in_edges(sdg: SDG) -> dict[int, list[tuple[int, Edge]]]:
@@ -152,8 +167,12 @@ def _executed(sdg: SDG, d: Domains, roots: list[int]) -> dict[int, isl.Set]:
 
 def pinned(d: Domains, bounds: dict[str, int]) -> isl.Set:
     """The parameter context with every bound fixed to its value in ``bounds``."""
-    text = " and ".join(f"{p} = {bounds[p]}" for p in d.params) or "1 = 1"
-    return isl.Set.read_from_str(isl_expr.CTX, f"[{', '.join(d.params)}] -> {{ : {text} }}")
+    return _pinned(d.params, bounds)
+
+
+def _pinned(params: list[str], bounds: dict[str, int]) -> isl.Set:
+    text = " and ".join(f"{p} = {bounds[p]}" for p in params) or "1 = 1"
+    return isl.Set.read_from_str(isl_expr.CTX, f"[{', '.join(params)}] -> {{ : {text} }}")
 
 
 def _tidy(points: isl.Set, box: isl.Set) -> isl.Set:
@@ -184,18 +203,72 @@ def check_placeholders(sdg: SDG, d: Domains, context: isl.Set) -> None:
     """Every placeholder's branches must cover its whole domain under ``context``."""
     ins = _in_edges(sdg)
     for n, node in sdg.nodes.items():
-        if not (isinstance(node.op, MergeOp) and node.op.placeholder):
-            continue
-        edges = ins[n]
-        if not edges:
-            raise DefinitionError("placeholder is never defined (assign it with x[...] = value)", node.site)
-        covered = d.box[n].empty(d.box[n].get_space())
-        for k, _ in edges:
-            covered = covered.union(d.active[k])
-        gap = d.box[n].subtract(covered).intersect_params(context)
-        if not gap.is_empty():
-            raise DefinitionError(f"gap in the definition of this placeholder: no branch defines it "
-                                  f"{_example(gap, node.domain)}", node.site)
+        if isinstance(node.op, MergeOp) and node.op.placeholder:
+            _check_placeholder(node, ins[n], d.box[n], d.active, context, d.params)
+
+
+def check_definitions(sdg: SDG, bounds: dict[str, int] | None = None,
+                      parameters: frozenset[int] = frozenset()) -> None:
+    """Every placeholder of a user's program defines its whole domain, for every bound.
+
+    Run on the program as the user wrote it, before any pass: an error names
+    a parameter (``parameters``: the ids of ``tpo.nn.parameter`` nodes) whose
+    optimizer step is missing, and quotes this run's ``bounds`` when known.
+    The program is compiled for every bound, so a gap is an error even where
+    this run's bounds do not reach it.
+    """
+    params = all_params(sdg)
+    context = _positive(params)
+    ins = _in_edges(sdg)
+    for n, node in sdg.nodes.items():
+        if isinstance(node.op, MergeOp) and node.op.placeholder:
+            box = _box(sdg, n, params, context)
+            active = _active(sdg, n, ins[n], box, params)
+            _check_placeholder(node, ins[n], box, active, context, params, bounds, n in parameters)
+
+
+def _check_placeholder(node, edges: list[tuple[int, Edge]], box: isl.Set, active: dict[int, isl.Set],
+                       context: isl.Set, params: list[str], bounds: dict[str, int] | None = None,
+                       parameter: bool = False) -> None:
+    if not edges:
+        raise DefinitionError("placeholder is never defined (assign it with x[...] = value)", node.site)
+    covered = box.empty(box.get_space())
+    for k, _ in edges:
+        covered = covered.union(active[k])
+    gap = box.subtract(covered).intersect_params(context)
+    if gap.is_empty():
+        return
+    if parameter and len(edges) == 1 and len(node.domain) == 1:
+        raise DefinitionError(_no_update(node, bounds), node.site)
+    raise DefinitionError(f"gap in the definition of this placeholder: no branch defines it "
+                          f"{_gap_example(gap, node.domain, params, bounds)}", node.site)
+
+
+def _no_update(node, bounds: dict[str, int] | None) -> str:
+    """A parameter over ``i`` with only its initial value: the optimizer step is missing."""
+    step = node.domain[0]
+    bound = bound_of(step).name
+    name = f"parameter {node.label}" if node.label else "this parameter"
+    if bounds is None or bound not in bounds:
+        scope = f"the program is compiled for every {bound}"
+    elif bounds[bound] == 1:
+        scope = f"the program is compiled for every {bound}, not only this run's {bound}=1"
+    else:
+        scope = f"this run has {bound}={bounds[bound]}, so {step.name} = 1..{bounds[bound] - 1} have no value"
+    return (f"no update defines {name} after {step.name} = 0 ({scope}): call an optimizer's step() on it "
+            f"(tpo.optim.Adam(module.parameters(), lr=...).step()), or build the module without dims= "
+            f"to keep it constant")
+
+
+def _gap_example(gap: isl.Set, dims, params: list[str], bounds: dict[str, int] | None) -> str:
+    """A point of ``gap``: at this run's bounds where it has one, else any, saying this run is not it."""
+    if bounds is None or any(p not in bounds for p in params):
+        return _example(gap, dims)
+    at_run = gap.intersect_params(_pinned(params, bounds))
+    if not at_run.is_empty():
+        return _example(at_run, dims)
+    run = ", ".join(f"{p}={bounds[p]}" for p in params)
+    return f"{_example(gap, dims)}; the program is compiled for every bound, not only this run's {run}"
 
 
 def _name(node) -> str:

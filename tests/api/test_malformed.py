@@ -123,6 +123,69 @@ def test_placeholder_never_defined():
     assert_reports(err, GAP, 'never = tpo.placeholder(shape=(), dtype="float64", dims=(t,))')
 
 
+def test_placeholder_gap_quotes_the_runs_bounds():
+    """The example point of a gap is one of this run (T=5), not of a smaller bound isl picked."""
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(vec(), dims=(t,))
+        gappy = tpo.placeholder(shape=(), dtype="float64", dims=(t,))
+        gappy[0] = x[0]
+        gappy[t + 2] = gappy[t] + x[t + 2]
+        with pytest.raises(tpo.TempoError) as err:
+            ctx.run(bounds={T: 5}, fetch=[gappy], backend="numpy")
+    msg = assert_reports(err, GAP, 'gappy = tpo.placeholder(shape=(), dtype="float64", dims=(t,))')
+    assert "at t=1 when T=5)" in msg
+
+
+def test_placeholder_gap_beyond_the_runs_bounds_says_so():
+    """At T=1 the gap (t=1) is out of reach, but the program is compiled for every T."""
+    ctx = tpo.Context()
+    with ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(vec(), dims=(t,))
+        gappy = tpo.placeholder(shape=(), dtype="float64", dims=(t,))
+        gappy[0] = x[0]
+        gappy[t + 2] = gappy[t] + x[t + 2]
+        with pytest.raises(tpo.TempoError) as err:
+            ctx.run(bounds={T: 1}, fetch=[gappy], backend="numpy")
+    msg = assert_reports(err, GAP, 'gappy = tpo.placeholder(shape=(), dtype="float64", dims=(t,))')
+    assert "compiled for every bound, not only this run's T=1" in msg
+
+
+@pytest.mark.parametrize("iterations", [1, 3])
+def test_module_over_i_without_an_optimizer_step(iterations):
+    """A module built with dims=(i,) whose parameters no optimizer updates: the error names the
+    missing step and the module's line, and quotes this run's I."""
+    ctx = tpo.Context(seed=0)
+    with ctx:
+        (i, I), (t, T) = ctx.dims("i", "t")
+        layer = tpo.nn.Linear(3, 2, dims=(i,))
+        x = tpo.random.normal((3,), dims=(i, t))
+        loss = layer(x).sum()[i, 0:T].mean()
+        loss.backward()
+        with pytest.raises(tpo.DefinitionError) as err:
+            ctx.run(bounds={I: iterations, T: 4})
+    msg = assert_reports(err, r"no update defines parameter Linear\.weight after i = 0",
+                         "layer = tpo.nn.Linear(3, 2, dims=(i,))")
+    assert "optimizer's step()" in msg and "without dims=" in msg
+    assert f"I={iterations}" in msg and "I=2" not in msg
+
+
+def test_module_over_i_with_an_optimizer_step_runs():
+    """The same program with the step is accepted (the check does not reject real training)."""
+    ctx = tpo.Context(seed=0)
+    with ctx:
+        (i, I), (t, T) = ctx.dims("i", "t")
+        layer = tpo.nn.Linear(3, 2, dims=(i,))
+        x = tpo.random.normal((3,), dims=(i, t))
+        loss = layer(x).sum()[i, 0:T].mean()
+        loss.backward()
+        tpo.optim.SGD(layer.parameters(), lr=0.1).step()
+        (weights,) = ctx.run(bounds={I: 3, T: 4}, fetch=[layer.weight])
+    assert weights.shape == (3, 3, 2) and not np.allclose(weights[0], weights[2])
+
+
 # --------------------------------------------------------------------------
 # shapes and dtypes
 # --------------------------------------------------------------------------
@@ -160,6 +223,52 @@ def test_placeholder_dtype_mismatch():
             s[t + 1] = s[t] + 1.0
             ctx.run(bounds={T: 5}, fetch=[s], backend="numpy")
     assert_reports(err, r"dtype|int64|float32|type", "s[0] = tpo.eval_symbol(t)")
+
+
+@pytest.mark.parametrize("dtype", ["float", "int", float])
+def test_ambiguous_dtype(dtype):
+    """``"float"`` would silently mean float64 to NumPy: Tempo asks which width."""
+    with pytest.raises(tpo.ShapeError) as err:
+        with tpo.Context() as ctx:
+            ((t, T),) = ctx.dims("t")
+            s = tpo.placeholder(shape=(), dtype=dtype, dims=(t,))
+    msg = assert_reports(err, r"dtype .* is ambiguous: use '(float|int)32' or '(float|int)64'",
+                         "s = tpo.placeholder(shape=(), dtype=dtype, dims=(t,))")
+    assert "float32 (f32, fp32)" in msg and "bool" in msg
+
+
+def test_unknown_dtype_in_each_constructor():
+    """Every call taking a dtype rejects an unknown one with the accepted names, at the user's line."""
+    with tpo.Context() as ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(vec(), dims=(t,))
+        with pytest.raises(tpo.TempoError) as err:
+            z = tpo.zeros((2,), "f3")
+        assert_reports(err, r"unknown dtype 'f3'; accepted: bool, int8", 'z = tpo.zeros((2,), "f3")')
+        with pytest.raises(tpo.TempoError) as err:
+            y = x.cast("floaty")
+        assert_reports(err, r"unknown dtype 'floaty'", 'y = x.cast("floaty")')
+        with pytest.raises(tpo.TempoError) as err:
+            u = tpo.random.uniform((), dims=(t,), dtype="complex64")
+        assert_reports(err, r"unknown dtype 'complex64'", 'u = tpo.random.uniform((), dims=(t,), dtype="complex64")')
+        with pytest.raises(tpo.TempoError) as err:
+            v = tpo.udf(lambda a: (a,), [x], out_shapes=[()], out_dtypes=["double precision"])
+        assert_reports(err, r"unknown dtype 'double precision'", "v = tpo.udf(lambda a: (a,), [x]")
+
+
+def test_dtype_aliases_and_numpy_types():
+    """Aliases and NumPy dtypes name the same dtypes as the full names."""
+    with tpo.Context() as ctx:
+        ((t, T),) = ctx.dims("t")
+        s = tpo.placeholder((), "f32", dims=(t,))
+        s[0] = tpo.zeros((), np.float32)
+        s[t + 1] = s[t] + tpo.ones((), "fp32")
+        n = tpo.random.normal((), dims=(t,), dtype=np.dtype("float64"))
+        k = s.cast("i64")
+        out, noise, steps = ctx.run(bounds={T: 4}, fetch=[s, n, k])
+    assert (s.dtype, n.dtype, k.dtype) == ("float32", "float64", "int64")
+    assert out.dtype == np.float32 and noise.dtype == np.float64
+    np.testing.assert_array_equal(steps, [0, 1, 2, 3])
 
 
 def test_placeholder_shape_mismatch():
@@ -333,6 +442,23 @@ def test_invalid_bound_value():
         r"bound|negative|invalid|positive|non-negative",
         'out = ctx.run(bounds={T: -2}, fetch=[y], backend="numpy")',
     )
+
+
+def test_fetching_a_tensor_of_another_context():
+    """The error names the foreign tensor's own line and the run that fetched it, and the fix."""
+    with tpo.Context() as other:
+        ((t, T),) = other.dims("t")
+        foreign = tpo.zeros((2,))
+    with tpo.Context() as ctx:
+        ((t, T),) = ctx.dims("t")
+        mine = tpo.zeros((2,))
+        with pytest.raises(tpo.TempoError) as err:
+            ctx.run(bounds={T: 2}, fetch=[mine, foreign])
+    msg = assert_reports(err, r"belongs to another context .*: build it inside this context's `with ctx:` "
+                              r"block, or fetch it with its own context's run",
+                         "foreign = tpo.zeros((2,))", "ctx.run(bounds={T: 2}, fetch=[mine, foreign])")
+    assert msg.index("fetch=[mine, foreign]") < msg.index("defined at")  # the run is named in the message
+    assert msg.split("defined at", 1)[1].strip().endswith("foreign = tpo.zeros((2,))")
 
 
 def test_unknown_backend():

@@ -1,6 +1,8 @@
 """Gymnasium environments through UDF ops, against gymnasium run by hand."""
 from __future__ import annotations
 
+import re
+
 import gymnasium
 import numpy as np
 import pytest
@@ -95,6 +97,16 @@ def test_box_actions_and_discrete_observations():
         lake_obs, r_pendulum, r_lake = ctx.run({B: 2, T: 5}, fetch=[lake_obs, r_pendulum, r_lake])
     assert (r_pendulum < 0).all() and (r_lake == 0).all()
     assert lake_obs[0].tolist() == [1, 2, 3, 3, 3]
+
+
+def test_suggestions_name_each_environment_once():
+    """CartPole-v1 is both a gymnasium id and a tensor environment: suggested once."""
+    with tpo.Context() as ctx:
+        (b, B), (t, T) = ctx.dims("b", "t")
+        with pytest.raises(tpo.TempoError) as err:
+            tempo.rl.make("CartPole-v2", dims=(b, t))
+    suggested = re.search(r"did you mean (.*)\?\)", str(err.value)).group(1).split(", ")
+    assert "'CartPole-v1'" in suggested and len(suggested) == len(set(suggested))
 
 
 def test_unknown_names_suggest_close_matches():
