@@ -8,8 +8,9 @@ orders); automatic moves and Drop-backup are those of MMap-MuZero.
     python examples/memplan_fixed_policies.py INSTANCE.json [INSTANCE.json ...]
 
 On the benchmark's transformer programs, keeping outputs resident (NoCopy:
-the whole live range) instead of evicting them (Copy) loses most of the
-reward; that is the choice MMap-MuZero's learning gets wrong (docs/memplan.md).
+the whole live range) instead of evicting them (Copy) loses about a quarter
+of the reward; that is the choice MMap-MuZero's learned reward cannot resolve
+without the root lookahead (docs/memplan.md).
 The ``density >= x`` columns also skip any placement whose benefit per unit of
 memory-time is below ``x``: which placements are worth their memory matters
 as much. The last column takes, at every decision point, the legal move with

@@ -13,16 +13,17 @@ value target is known; the networks train on K-step unrolls in between moves.
 it holds (bytes x steps of the intervals it placed) at ``memory_price`` times the dual price of the
 fractional knapsack (:func:`~tempo.memplan.features.memory_price`). Without it the learned model
 prices fast memory at nothing, and on transformer programs the search drifts to filling it with
-whatever pays now. The answer is always judged by the game's own return.
+whatever pays at once. The answer is always judged by the game's own return.
 
 **Root lookahead** (``lookahead``; a departure from the paper's MuZero, whose search uses the
 learned reward everywhere). Before each search, every legal move at the root is played on the game
 (with the automatic moves after it) and taken back (:meth:`Episode.lookahead`): its training reward
 becomes that root action's reward in the search, and the rewards of the moves not played become
 targets of the reward head, which otherwise only ever learns the reward of the move played. Below
-the root the search uses the learned dynamics, reward and value. Measured (docs/memplan.md): the
-learned reward head alone did not learn within a minute what Copy would have paid where self-play
-had settled on NoCopy, so the search could not leave NoCopy.
+the root the search uses the learned dynamics, reward and value. Without the lookahead the learned
+reward head does not learn within a minute what Copy would have paid where self-play plays NoCopy,
+so the search keeps playing NoCopy (``python examples/memplan_muzero_probe.py INSTANCE.json
+lookahead=False``; docs/memplan.md, "Why the root lookahead").
 
 The agent searches only at decision points: moves with one legal action, and
 free reuses, are played automatically (:mod:`episode`), and a decision's
@@ -35,12 +36,12 @@ rewound to its backup and the stuck alias group is forced to Drop
 flight are completed from their backups by Drop moves, so the agent always
 has an answer: the best complete game it played.
 
-**Demonstrations** (``demonstrations``, off by default: it did not measurably
-help). Before self-play, the heuristic's decisions are replayed as one game
-(:mod:`demonstration`); its transitions join the replay buffer, marked so that
-Reanalyse refreshes their targets, and the networks train on them for a few
-seconds. That game is never offered to the tracker: the answer is one of the
-agent's own self-play games.
+**Demonstrations** (``demonstrations``, off by default: they do not help in the
+benchmark's ablation, docs/memplan.md). Before self-play, the heuristic's
+decisions are replayed as one game (:mod:`demonstration`); its transitions join
+the replay buffer, marked so that Reanalyse refreshes their targets, and the
+networks train on them for a few seconds. That game is never offered to the
+tracker: the answer is one of the agent's own self-play games.
 
 ``num_simulations = 0`` is the no-search ablation of Fig. 7: actions are
 sampled from the policy network, whose target is then the softmax of one-step
