@@ -5,6 +5,13 @@ in one environment dict, next to the bound values). Each Execute calls the
 node's *launcher*, which evaluates the node's input dependence expressions at
 the current point, reads the inputs from their tensor stores, runs the
 backend kernel and writes the outputs back at that point.
+
+Each tensor's store (point, block or window; :mod:`tempo.runtime.stores`) is
+chosen by :func:`tempo.runtime.store_choice.choose_stores`. Block and window
+stores hand kernels views of their buffers and take outputs by in-place
+writes (TEMPO's kernel wrappers). A window store's rows are overwritten as
+its dim advances, so a kernel output that may alias a window read is copied
+before a point store keeps it, and user functions get copies of window reads.
 """
 from __future__ import annotations
 
@@ -12,27 +19,41 @@ import math
 from typing import Callable
 
 from tempo.errors import BoundError, TempoError
-from tempo.ir.ops import ConstOp, MergeOp
+from tempo.ir.ops import ConstOp, MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Node
 from tempo.runtime.backends.base import Backend, StepFailed
-from tempo.runtime.stores import PointStore
+from tempo.runtime.store_choice import POINT, choose_stores
+from tempo.runtime.stores import make_store
 from tempo.schedule import ast
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import Expr, bound_of, symbol
 from tempo.symbolic.simplify import simplify
 
 
+STORES = ("auto", "point")
+
+
 class Executor:
-    """Runs one compiled program for one set of bounds."""
+    """Runs one compiled program for one set of bounds.
+
+    ``keep``: nodes whose values must survive the run (fetched); ``stores``:
+    ``"auto"`` chooses each tensor's store from its reads, ``"point"`` keeps
+    every tensor in a point store.
+    """
 
     def __init__(self, sdg: SDG, program: ast.Stmt, backend: Backend, bounds: dict[str, int],
-                 keep: set[int] = frozenset()):
+                 keep: set[int] = frozenset(), stores: str = "auto"):
+        if stores not in STORES:
+            raise TempoError(f"stores={stores!r} is not a store choice; use one of {', '.join(map(repr, STORES))}")
         self.sdg, self.backend, self.bounds = sdg, backend, bounds
-        self.stores = {(n, j): PointStore(f"{node.op.name}%{n}", backend, node.dtypes[j],
-                                          _empty_shape(node.shapes[j], bounds))
-                       for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
         self.launchers: dict[int, Callable] = {}
         self.main_loop, self.evictions = _iteration_evictions(sdg, program, keep)
+        choices = (choose_stores(sdg, program, keep, {n: axis for n, axis, _ in self.evictions})
+                   if stores == "auto" else {})
+        self.stores = {(n, j): make_store(choices.get((n, j), POINT), f"{node.op.name}%{n}", backend,
+                                          node.dtypes[j], _empty_shape(node.shapes[j], bounds),
+                                          bounds[bound_of(node.domain[-1]).name] if node.domain else None)
+                       for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
         self.body = self._build(program)
 
     def run(self) -> None:
@@ -91,9 +112,7 @@ class Executor:
         for n, axis, floors in self.evictions:
             live = min(floor(later) for floor in floors)
             for j in range(len(self.sdg.nodes[n].shapes)):
-                data = self.stores[(n, j)].data
-                for point in [p for p in data if p[axis] < live]:
-                    del data[point]
+                self.stores[(n, j)].free_below(axis, live)
 
     # ----- launchers -----
     def _launcher(self, node: Node) -> Callable[[tuple], None]:
@@ -102,7 +121,9 @@ class Executor:
         reads = [(self.stores[(e.src, e.src_out)], compile_expr(e.index),
                   compile_expr(e.cond) if e.cond is not None else None) for e in edges]
         outs = [self.stores[(node.id, j)] for j in range(len(node.shapes))]
-        bounds = self.bounds
+        bounds, backend = self.bounds, self.backend
+        windows = [k for k, (store, _, _) in enumerate(reads) if store.kind == "window"]
+        detach = [bool(windows) and store.kind == "point" for store in outs]
         if isinstance(node.op, MergeOp):
             full_shape = _empty_shape(node.shapes[0], bounds)
             spread = [k in node.op.broadcast for k in range(len(reads))]
@@ -112,17 +133,21 @@ class Executor:
                 for (store, index, cond), widen in zip(reads, spread):
                     if cond is None or cond(env):
                         value = store.read(index(env))
-                        outs[0].write(point, self.backend.broadcast(value, full_shape()) if widen else value)
+                        out = backend.broadcast(value, full_shape()) if widen else value
+                        outs[0].write(point, backend.detach(out, [value]) if detach[0] else out)
                         return
             return launch_merge
         if isinstance(node.op, ConstOp):
             _check_const_covers_bounds(node, bounds)
-        kernel, backend, dtypes = self.backend.kernel(node.op), self.backend, node.dtypes
+        kernel = backend.kernel(node.op)
+        copied = windows if isinstance(node.op, UDFOp) else []  # user code may keep its inputs
         batched = [f"{d.name}=0..{bounds[bound_of(d).name] - 1}" for d in self.sdg.vectorized.get(node.id, ())]
 
         def launch(point):
             env = dict(bounds, **dict(zip(names, point)))
             inputs = [store.read(index(env)) for store, index, _ in reads]
+            for k in copied:
+                inputs[k] = backend.detach(inputs[k], [inputs[k]])
             try:
                 results = kernel(inputs, env, point)
             except Exception as err:  # re-raised naming the user's line, as torch.fx does
@@ -131,8 +156,8 @@ class Executor:
                                      else (node.op.name, node.site, err))
                 raise TempoError(f"{name} failed at {where or 'its only point'}: "
                                  f"{type(cause).__name__}: {cause}", site) from cause
-            for store, value, dtype in zip(outs, results, dtypes):
-                store.write(point, backend.cast(value, dtype))
+            for store, value, copy in zip(outs, results, detach):
+                store.write(point, backend.detach(value, [inputs[k] for k in windows]) if copy else value)
 
         return launch
 

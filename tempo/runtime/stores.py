@@ -1,8 +1,21 @@
-"""Tensor stores: where the points of a recurrent tensor live at run time.
+"""Tensor stores: where the points of a recurrent tensor live at run time (TEMPO §6).
 
-A point store maps each temporal point to its tensor. Reads are by an index
-tuple of ints and slices (an evaluated dependence expression); slices stack
-the points they cover into new leading axes.
+Every store is written one point at a time and read by an index tuple of ints
+and step-1 slices (an evaluated dependence expression); a slice adds a leading
+axis to the value read, in index order. Three stores share that interface:
+
+- :class:`PointStore` maps each point to its tensor; slice reads stack.
+- :class:`BlockStore` pre-allocates one buffer per block of the innermost
+  temporal dim (a block is the whole dim, or ``K`` rows for reads of aligned
+  blocks ``(t//K)*K:(t//K)*K+K``); writes go into the buffer in place and slice
+  reads within a block are views.
+- :class:`WindowStore` keeps the last ``W`` points of the innermost dim in a
+  circular buffer of ``2W`` rows; each point is written at row ``t % W`` and
+  its mirror ``t % W + W``, so every window of up to ``W`` recent points is one
+  contiguous view, and memory does not grow with the dim's bound.
+
+Each store frees what no later read needs with :meth:`free_below` and lists
+what it holds with :meth:`items`.
 """
 from __future__ import annotations
 
@@ -14,15 +27,19 @@ from tempo.errors import TempoError
 class PointStore:
     """A dict from point to tensor; slice reads stack."""
 
+    kind = "point"
+
     def __init__(self, name: str, backend, dtype: str, empty_shape):
         self.name, self.backend, self.dtype = name, backend, dtype
         self.empty_shape = empty_shape  # () -> spatial shape, for reads of empty slices
         self.data: dict[tuple, object] = {}
 
     def write(self, point: tuple, value) -> None:
-        self.data[point] = value
+        """Store ``value`` (cast to the store's dtype) at ``point``."""
+        self.data[point] = self.backend.cast(value, self.dtype)
 
     def read(self, index: tuple):
+        """The tensor at a point, or the points of a slice stacked along leading axes."""
         if not any(isinstance(i, slice) for i in index):
             return self._get(index)
         if len(index) == 1:
@@ -36,11 +53,200 @@ class PointStore:
             return self.backend.stack([], sizes + tuple(self.empty_shape()), self.dtype)
         return self.backend.stack(points, sizes, self.dtype)
 
+    def free_below(self, axis: int, live) -> None:
+        """Drop every point whose coordinate along ``axis`` is below ``live``."""
+        for point in [p for p in self.data if p[axis] < live]:
+            del self.data[point]
+
+    def items(self):
+        """The (point, tensor) pairs held."""
+        return iter(self.data.items())
+
+    def nbytes(self) -> int:
+        return sum(self.backend.nbytes(v) for v in self.data.values())
+
     def _get(self, point: tuple):
         try:
             return self.data[point]
         except KeyError:
             raise TempoError(f"internal error: {self.name} read at {point} before it was computed") from None
 
-    def __contains__(self, point: tuple) -> bool:
-        return point in self.data
+
+class _BufferStore:
+    """Shared by block and window stores: buffers of rows along the innermost dim,
+    one set per point of the outer dims; reads that slice outer dims stack views."""
+
+    def __init__(self, name: str, backend, dtype: str, row_shape: tuple):
+        self.name, self.backend, self.dtype, self.row_shape = name, backend, dtype, tuple(row_shape)
+
+    def read(self, index: tuple):
+        """A row (point read) or a view of rows (slice of the innermost dim)."""
+        *outer, last = index
+        if not any(isinstance(i, slice) for i in outer):
+            return self._read(tuple(outer), last)
+        ranges = [range(i.start, i.stop) if isinstance(i, slice) else (i,) for i in outer]
+        sizes = tuple(max(0, i.stop - i.start) for i in outer if isinstance(i, slice))
+        parts = [self._read(p, last) for p in itertools.product(*ranges)]
+        if parts:
+            return self.backend.stack(parts, sizes, self.dtype)
+        rows = (max(0, last.stop - last.start),) if isinstance(last, slice) else ()
+        return self.backend.stack([], sizes + rows + self.row_shape, self.dtype)
+
+    def _empty(self):
+        return self.backend.stack([], (0,) + self.row_shape, self.dtype)
+
+    def _check_shape(self, point: tuple, value) -> None:
+        shape = tuple(getattr(value, "shape", ()))
+        if shape != self.row_shape:
+            raise TempoError(f"internal error: {self.name} computed a value of shape {shape} at {point}, "
+                             f"but its {self.kind} store holds rows of shape {self.row_shape}")
+
+    def _unwritten(self, point) -> TempoError:
+        return TempoError(f"internal error: {self.name} read at {point} before it was computed")
+
+
+class BlockStore(_BufferStore):
+    """Pre-allocated buffers of ``length`` rows along the innermost dim, one per block
+    (``t // length``) of each outer point; slice reads within a block are views."""
+
+    kind = "block"
+
+    def __init__(self, name: str, backend, dtype: str, row_shape: tuple, length: int):
+        super().__init__(name, backend, dtype, row_shape)
+        self.length = max(1, length)
+        self.blocks: dict[tuple, object] = {}  # outer point + (block number,) -> buffer
+        self.written: dict[tuple, bytearray] = {}  # same keys -> 1 per row written
+
+    def write(self, point: tuple, value) -> None:
+        """Write ``value`` into its row of the block's buffer, in place."""
+        self._check_shape(point, value)
+        block, row = divmod(point[-1], self.length)
+        key = point[:-1] + (block,)
+        buffer = self.blocks.get(key)
+        if buffer is None:
+            buffer = self.blocks[key] = self.backend.empty((self.length,) + self.row_shape, self.dtype)
+            self.written[key] = bytearray(self.length)
+        self.backend.write_into(buffer, row, value)
+        self.written[key][row] = 1
+
+    def _read(self, outer: tuple, last):
+        if isinstance(last, slice):
+            start, stop = last.start, last.stop
+            if stop <= start:
+                return self._empty()
+            block = start // self.length
+            if (stop - 1) // self.length != block:
+                raise TempoError(f"internal error: {self.name} read {start}:{stop} across blocks of "
+                                 f"{self.length} rows")
+            first = block * self.length
+            key = outer + (block,)
+            written = self.written.get(key)
+            if written is None or written.find(0, start - first, stop - first) != -1:
+                raise self._unwritten(outer + (last,))
+            return self.backend.view(self.blocks[key], slice(start - first, stop - first))
+        block, row = divmod(last, self.length)
+        key = outer + (block,)
+        written = self.written.get(key)
+        if written is None or not written[row]:
+            raise self._unwritten(outer + (last,))
+        return self.backend.view(self.blocks[key], row)
+
+    def free_below(self, axis: int, live) -> None:
+        """Drop the blocks whose points along ``axis`` all lie below ``live``."""
+        dead = [key for key in self.blocks
+                if (key[axis] < live if axis < len(key) - 1 else (key[-1] + 1) * self.length <= live)]
+        for key in dead:
+            del self.blocks[key], self.written[key]
+
+    def items(self):
+        """The (point, row view) pairs written."""
+        for key, buffer in self.blocks.items():
+            first = key[-1] * self.length
+            for row, done in enumerate(self.written[key]):
+                if done:
+                    yield key[:-1] + (first + row,), self.backend.view(buffer, row)
+
+    def nbytes(self) -> int:
+        return sum(self.backend.nbytes(b) for b in self.blocks.values())
+
+
+class WindowStore(_BufferStore):
+    """The last ``capacity`` points of the innermost dim, per outer point, in a circular
+    buffer of twice that many rows with mirrored writes: any window of up to
+    ``capacity`` recent points is one contiguous view. Points must be written in
+    increasing order; a read of a point already overwritten is an internal error."""
+
+    kind = "window"
+
+    def __init__(self, name: str, backend, dtype: str, row_shape: tuple, capacity: int):
+        super().__init__(name, backend, dtype, row_shape)
+        self.capacity = max(1, capacity)
+        self.buffers: dict[tuple, object] = {}  # outer point -> buffer of 2 * capacity rows
+        self.tags: dict[tuple, list[int]] = {}  # outer point -> the point each slot holds (-1: none)
+        self.latest: dict[tuple, int] = {}  # outer point -> the last point written
+
+    def write(self, point: tuple, value) -> None:
+        """Write ``value`` at slot ``t % capacity`` and its mirror, in place."""
+        self._check_shape(point, value)
+        outer, t = point[:-1], point[-1]
+        buffer = self.buffers.get(outer)
+        if buffer is None:
+            buffer = self.buffers[outer] = self.backend.empty((2 * self.capacity,) + self.row_shape, self.dtype)
+            self.tags[outer], self.latest[outer] = [-1] * self.capacity, -1
+        if t <= self.latest[outer]:
+            raise TempoError(f"internal error: {self.name} written at {point} after its point "
+                             f"{self.latest[outer]}; a window store needs increasing writes")
+        slot = t % self.capacity
+        self.backend.write_into(buffer, slot, value)
+        self.backend.write_into(buffer, slot + self.capacity, value)
+        self.tags[outer][slot], self.latest[outer] = t, t
+
+    def _read(self, outer: tuple, last):
+        tags, capacity = self.tags.get(outer), self.capacity
+        if isinstance(last, slice):
+            start, stop = last.start, last.stop
+            if stop <= start:
+                return self._empty()
+            if (stop - start > capacity or tags is None or tags[start % capacity] != start
+                    or tags[(stop - 1) % capacity] != stop - 1):
+                raise self._overwritten(outer + (last,))
+            slot = start % capacity
+            return self.backend.view(self.buffers[outer], slice(slot, slot + stop - start))
+        if tags is None or tags[last % capacity] != last:
+            raise self._overwritten(outer + (last,))
+        return self.backend.view(self.buffers[outer], last % capacity)
+
+    def _overwritten(self, point) -> TempoError:
+        return TempoError(f"internal error: {self.name} read at {point}, which its window store of "
+                          f"{self.capacity} points does not hold (not yet computed, or overwritten)")
+
+    def free_below(self, axis: int, live) -> None:
+        """Drop the buffers of outer points below ``live`` (or, along the innermost
+        dim, whose every point held lies below ``live``)."""
+        dead = [outer for outer, latest in self.latest.items()
+                if (outer[axis] < live if axis < len(outer) else latest < live)]
+        for outer in dead:
+            del self.buffers[outer], self.tags[outer], self.latest[outer]
+
+    def items(self):
+        """The (point, row view) pairs held, oldest first."""
+        for outer, buffer in self.buffers.items():
+            for t, slot in sorted((t, slot) for slot, t in enumerate(self.tags[outer]) if t >= 0):
+                yield outer + (t,), self.backend.view(buffer, slot)
+
+    def nbytes(self) -> int:
+        return sum(self.backend.nbytes(b) for b in self.buffers.values())
+
+
+def make_store(choice, name: str, backend, dtype: str, shape, bound: int | None):
+    """The store ``choice`` (a :class:`tempo.runtime.store_choice.StoreChoice`) names.
+
+    ``shape``: a function returning the spatial shape; ``bound``: the innermost
+    dim's bound (the rows of a block when the choice leaves it open).
+    """
+    if choice.kind == "block":
+        return BlockStore(name, backend, dtype, shape(), choice.size or bound)
+    if choice.kind == "window":
+        return WindowStore(name, backend, dtype, shape(), choice.size)
+    return PointStore(name, backend, dtype, shape)
+

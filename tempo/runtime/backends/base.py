@@ -40,6 +40,32 @@ class Backend:
     def to_numpy(self, tensor):
         raise NotImplementedError
 
+    # ----- kernel wrappers (TEMPO Fig. 16): pre-allocated buffers, in-place writes, lazy reads -----
+    def empty(self, shape: tuple, dtype: str):
+        """An uninitialised buffer of ``shape`` and ``dtype`` (a block or window store's rows)."""
+        raise NotImplementedError
+
+    def write_into(self, buffer, index, value) -> None:
+        """Write ``value`` (cast to the buffer's dtype) into ``buffer[index]`` in place.
+
+        The in-place-writes wrapper: a code-generating backend writes a kernel's
+        output straight into the buffer (buffer donation) instead of copying it.
+        """
+        raise NotImplementedError
+
+    def view(self, buffer, index):
+        """``buffer[index]`` (ints and step-1 slices) without copying: the lazy-reads wrapper."""
+        raise NotImplementedError
+
+    def detach(self, tensor, sources: list):
+        """``tensor``, copied if it may share memory with any of ``sources`` (views of a
+        buffer whose rows are later overwritten)."""
+        raise NotImplementedError
+
+    def nbytes(self, tensor) -> int:
+        """Bytes of ``tensor``'s elements."""
+        raise NotImplementedError
+
 
 _BACKENDS: dict[str, Callable[[], Backend]] = {}
 

@@ -232,3 +232,20 @@ class NumPyBackend(Backend):
 
     def to_numpy(self, tensor):
         return np.asarray(tensor)
+
+    def empty(self, shape: tuple, dtype: str):
+        return np.empty(shape, dtype=dtype)
+
+    def write_into(self, buffer, index, value) -> None:
+        buffer[index] = value
+
+    def view(self, buffer, index):
+        return buffer[index]
+
+    def detach(self, tensor, sources: list):
+        if any(np.may_share_memory(tensor, s) for s in sources):
+            return np.array(tensor)
+        return tensor
+
+    def nbytes(self, tensor) -> int:
+        return np.asarray(tensor).nbytes
