@@ -9,7 +9,6 @@ result to the last one (``send``/``recv``), which checks it.
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +19,7 @@ from tempo.gmi.manager import GMIManager
 from tempo.gmi.reduce import Reducer
 from tempo.gmi.roles import Role
 from tempo.gmi.strategy import select_strategy
+from tempo.rl.training import parse_args
 
 
 @dataclass
@@ -48,9 +48,7 @@ class SumAndForward(Role):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layout", default=Args.layout, help=Args.layout.__doc__)
-    args = Args(**vars(parser.parse_args()))
+    args = parse_args(Args, __doc__.split("\n\n")[0])
 
     layout = Layout.parse(args.layout)
     strategy = select_strategy(layout.mpl)

@@ -8,13 +8,13 @@ makes one island); the script prints every stage a user debugs with.
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 import numpy as np
 
 import tempo as tpo
 from tempo.ir.ops import FusedOp
+from tempo.rl.training import parse_args
 
 
 @dataclass
@@ -27,14 +27,7 @@ class Args:
     """write the SDG as Graphviz source to this path"""
 
 
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, default in vars(Args()).items():
-        parser.add_argument(f"--{name}", type=type(default), default=default)
-    return Args(**vars(parser.parse_args()))
-
-
-args = parse_args()
+args = parse_args(Args, __doc__.splitlines()[0])
 rewards = np.arange(1.0, args.steps + 1)
 
 ctx = tpo.Context()

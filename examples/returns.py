@@ -8,14 +8,12 @@ Tempo computes, for every timestep t of a random reward stream r,
 
 and the script checks both against a plain NumPy loop.
 """
-import argparse
-import ast
-import inspect
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 import tempo as tpo
+from tempo.rl.training import parse_args
 
 
 @dataclass
@@ -30,20 +28,8 @@ class Args:
     """seed of the random reward stream"""
 
 
-def parse_args() -> Args:
-    """An argparse parser built from the fields of Args, with their docstrings as help."""
-    body = ast.parse(inspect.getsource(Args)).body[0].body
-    docs = {a.target.id: b.value.value for a, b in zip(body, body[1:])
-            if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr)}
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in fields(Args):
-        parser.add_argument(f"--{f.name}", type=type(f.default), default=f.default,
-                            help=f"{docs.get(f.name, '')} (default: {f.default})")
-    return Args(**vars(parser.parse_args()))
-
-
 if __name__ == "__main__":
-    args = parse_args()
+    args = parse_args(Args, __doc__.splitlines()[0])
     rng = np.random.default_rng(args.seed)
     rewards = rng.uniform(-1.0, 1.0, size=args.steps).astype(np.float32)
 

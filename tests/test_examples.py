@@ -1,4 +1,5 @@
 """Smoke tests: every example runs to completion through the tempo CLI."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
     ("examples/superopt_islands.py", ["--batch", "4", "--steps", "5", "--budget", "0.5"],
      "ok: the same values with and without the pass"),
     ("examples/reinforce.py", ["--iterations", "2", "--batch", "2", "--steps", "20", "--nstep", "8"],
-     "mean_return="),
-    ("examples/a2c.py", ["--iterations", "2", "--batch", "2", "--steps", "20"], "mean_return="),
+     "mean_return_last5="),
+    ("examples/a2c.py", ["--iterations", "2", "--batch", "2", "--steps", "20"], "mean_return_last5="),
     ("examples/ppo.py", ["--iterations", "2", "--epochs", "2", "--batch", "2", "--steps", "20"],
      "iterations=2 "),
 ])
@@ -24,6 +25,29 @@ def test_example_runs(script, args, expect, tmp_path):
                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert out.returncode == 0, out.stderr
     assert expect in out.stdout
+
+
+@pytest.mark.parametrize("script, flag, doc, default", [
+    ("examples/reinforce.py", "--lr-decay FLOAT", "learning rate multiplier per iteration: lr * lr_decay ** i",
+     "0.995"),
+    ("examples/a2c.py", "--nstep INT", "bootstrap horizon n of the returns", "16"),
+    ("examples/ppo.py", "--clip FLOAT", "PPO clip range: the ratio is clipped to [1 - clip, 1 + clip]", "0.2"),
+    ("examples/returns.py", "--window INT", "number of timesteps in the sliding-window mean", "4"),
+    ("examples/inspect_program.py", "--dot STR", "write the SDG as Graphviz source to this path", '""'),
+    ("examples/superopt_islands.py", "--agent STR", "optimiser: greedy, backtrack, eqsat or rl", "greedy"),
+    ("examples/gmi_roles.py", "--layout STR", "instances per device", "2,1"),
+])
+def test_example_help_shows_each_fields_docstring_and_default(script, flag, doc, default, tmp_path):
+    """``--help`` lists every Args field with its docstring as help and its default."""
+    if script == "examples/gmi_roles.py":
+        pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, "-m", "tempo", "run", str(ROOT / script), "--help"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())  # argparse wraps long help lines
+    assert f"{flag} {doc}" in text and f"(default: {default})" in text, out.stdout
+    flags = [e for e in re.split(r"\n(?=  -)", out.stdout.split("options:", 1)[1]) if e.strip().startswith("--")]
+    assert flags and all("(default: " in " ".join(e.split()) for e in flags), out.stdout  # every field
 
 
 def test_ppo_collects_episodes_once_per_batch(monkeypatch):

@@ -1,9 +1,14 @@
-"""Small helpers shared by the training examples: a CLI from a dataclass, and a progress report."""
+"""Small helpers shared by the examples: a CLI from a dataclass, and a training progress report."""
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import inspect
+import textwrap
 import time
+import typing
+from collections.abc import Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -12,13 +17,60 @@ from tempo.api.rt import RecurrentTensor
 from tempo.api.sinks import sink
 from tempo.errors import TempoError
 
+_PLAIN = (int, float, str)
 
-def parse_args(args_type, description: str = ""):
-    """An instance of the dataclass ``args_type`` from ``--field value`` command-line flags."""
+
+def field_docs(cls) -> dict[str, str]:
+    """Each dataclass field's docstring: the string literal right after the field in the class body."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for field, doc in zip(body, body[1:]):
+            if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
+                    and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
+                    and isinstance(doc.value.value, str)):
+                docs[field.target.id] = " ".join(inspect.cleandoc(doc.value.value).split())
+    return docs
+
+
+def _type_hints(cls) -> dict:
+    try:
+        return typing.get_type_hints(cls)
+    except (NameError, TypeError):
+        return {}
+
+
+def parse_args(args_type, description: str = "", argv: Sequence[str] | None = None):
+    """An instance of the dataclass ``args_type`` from ``--field-name value`` flags.
+
+    Each field is one flag; its docstring (the string right after the field)
+    is the flag's help, followed by its default. A ``bool`` field is a
+    ``--name``/``--no-name`` switch. ``argv`` defaults to ``sys.argv[1:]``.
+    """
     parser = argparse.ArgumentParser(description=description)
+    docs, hints = field_docs(args_type), _type_hints(args_type)
     for f in dataclasses.fields(args_type):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    return args_type(**vars(parser.parse_args()))
+        default = (f.default if f.default is not dataclasses.MISSING
+                   else f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        kind = hints.get(f.name)
+        kind = kind if kind in (*_PLAIN, bool) else type(default) if isinstance(default, _PLAIN) else str
+        shown = '""' if default == "" else default
+        text = docs.get(f.name, "").replace("%", "%%")
+        help_text = f"{text} (default: {shown})" if default is not None else text or None
+        options = dict(default=default, help=help_text)
+        if kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        else:
+            options["type"] = kind
+            options["metavar"] = kind.__name__.upper()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            options.update(required=True, default=None)
+        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, **options)
+    return args_type(**vars(parser.parse_args(argv)))
 
 
 class ReturnReport:
@@ -51,17 +103,20 @@ class ReturnReport:
         self.started = time.perf_counter()
 
     def finish(self) -> dict:
-        """Close the bar, print ``mean_return=<last 5 mean> iterations=<n> seconds=<s>``, return them.
+        """Close the bar, print ``mean_return_last5=<m> iterations=<n> seconds=<s>``, return them.
 
-        The summary also has every iteration's mean return, the episodes run
-        (``batch`` per iteration), the environment steps (``steps`` each) and
-        ``seconds_per_iteration``, the median time between iterations (the
-        steady state: compilation and the first iteration left out).
+        ``m`` is the mean of the last 5 iterations' mean returns (of all of
+        them when fewer ran), not the progress bar's last value. The summary
+        holds it as ``mean_return``, with every iteration's mean return, the
+        episodes run (``batch`` per iteration), the environment steps
+        (``steps`` each) and ``seconds_per_iteration``, the median time
+        between iterations (the steady state: compilation and the first
+        iteration left out).
         """
         seconds = time.perf_counter() - self.started
         self.bar.close()
         final = float(np.mean(self.returns[-5:]))
-        print(f"mean_return={final:.1f} iterations={len(self.returns)} seconds={seconds:.1f}")
+        print(f"mean_return_last5={final:.1f} iterations={len(self.returns)} seconds={seconds:.1f}")
         return {"mean_return": final, "iterations": len(self.returns), "seconds": seconds, "returns": self.returns,
                 "seconds_per_iteration": float(np.median(np.diff(self.times))) if len(self.times) > 1 else seconds,
                 "episodes": self.batch * len(self.returns),
