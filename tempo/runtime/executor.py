@@ -22,7 +22,7 @@ from tempo.errors import BoundError, TempoError
 from tempo.ir.ops import ConstOp, MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Node
 from tempo.runtime.backends.base import Backend, StepFailed
-from tempo.runtime.store_choice import POINT, choose_stores
+from tempo.runtime.store_choice import POINT, choose_stores, last_true
 from tempo.runtime.stores import make_store
 from tempo.schedule import ast
 from tempo.symbolic.evaluate import compile_expr
@@ -231,27 +231,11 @@ def _read_floor(e, axis: int, dim: Expr, var: str, inside: dict) -> Callable | N
         return None
     at = symbol(var) + inside[e.sink][1]  # the reader's dim at a loop counter
     lowest = compile_expr(low.substitute({dim: at}))
-    last = _last_true(e.cond, dim) if e.cond is not None else None
+    last = last_true(e.cond, dim) if e.cond is not None else None
     if last is None:
         return lowest
     first = compile_expr(at)
     return lambda env: lowest(env) if first(env) <= last else math.inf
-
-
-def _last_true(cond: Expr, dim: Expr) -> int | None:
-    """The largest ``dim`` for which ``cond`` can hold, when ``cond`` bounds it above
-    by a constant (``dim == c``, ``dim <= c``, ``dim < c``, or a conjunction with one)."""
-    if cond.op == "and":
-        lasts = [last for last in (_last_true(c, dim) for c in cond.args) if last is not None]
-        return min(lasts) if lasts else None
-    if cond.op not in ("eq", "le", "lt") or len(cond.args) != 2:
-        return None
-    left, right = cond.args
-    if cond.op == "eq" and right is dim and left.is_const:
-        left, right = right, left
-    if left is not dim or not right.is_const:
-        return None
-    return int(right.value) - (cond.op == "lt")
 
 
 def _nondecreasing_in(expr: Expr, dim: Expr) -> bool:

@@ -4,10 +4,12 @@ The analysis looks at every read of a tensor along its innermost temporal
 dim (the last dim of its domain) and at where the schedule AST runs the
 tensor's writer and its readers:
 
-- a **window store** of ``W`` points when every read is a point or a slice
-  ``max(0, t + a):t + b`` at the reader's own outer point, at least one is a
-  slice, and the writer and every reader run in the same loop over that dim,
-  at ``counter + k``; ``W`` covers the lowest point any read needs down to the
+- a **window store** of ``W`` points when every read is at the reader's own
+  outer point, at least one slices the innermost dim, the writer runs in a
+  loop over that dim at ``counter + k``, and each reader either runs in the
+  same loop, reading a point or a window ``max(0, t + a):t + b`` behind the
+  writer, or after it, reading a window that ends by the bound
+  (``x[T - 1]``); ``W`` covers the lowest point any read needs down to the
   latest point written by then, so memory does not grow with the bound
   (fetched tensors, kept whole, are never window stored);
 - otherwise a **block store** when some read slices the innermost dim: blocks
@@ -27,7 +29,7 @@ from typing import Mapping
 
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.schedule import ast
-from tempo.symbolic.expr import Expr
+from tempo.symbolic.expr import Expr, bound_of
 from tempo.symbolic.simplify import simplify
 
 
@@ -114,7 +116,7 @@ def _aligned_block(start: Expr, stop: Expr) -> int | None:
 def _window_span(index: Expr, dim: Expr) -> tuple[int, int] | None:
     """``(lo, hi)``: the read covers at most ``dim + lo`` to ``dim + hi``, when ``index``
     is a point ``dim + c`` or a slice ``max(c0, dim + a):dim + b`` (its stop maybe
-    capped by a ``min``)."""
+    capped by a ``min``); ``dim`` may also be a bound symbol."""
     if index.op != "slice":
         c = _const_diff(index, dim)
         return None if c is None else (c, c)
@@ -129,13 +131,31 @@ def _window_span(index: Expr, dim: Expr) -> tuple[int, int] | None:
     return lo, end - 1
 
 
+def last_true(cond: Expr, dim: Expr) -> int | None:
+    """The largest ``dim`` for which ``cond`` can hold, when ``cond`` bounds it above
+    by a constant (``dim == c``, ``dim <= c``, ``dim < c``, or a conjunction with one)."""
+    if cond.op == "and":
+        lasts = [last for last in (last_true(c, dim) for c in cond.args) if last is not None]
+        return min(lasts) if lasts else None
+    if cond.op not in ("eq", "le", "lt") or len(cond.args) != 2:
+        return None
+    left, right = cond.args
+    if cond.op == "eq" and right is dim and left.is_const:
+        left, right = right, left
+    if left is not dim or not right.is_const:
+        return None
+    return int(right.value) - (cond.op == "lt")
+
+
 def _bounds(e: Expr) -> frozenset:
     return frozenset(s for s in e.free_symbols() if s.kind == "bound")
 
 
 def _window_capacity(sdg: SDG, node: Node, edges: list[Edge], lasts: list[Expr], places) -> int | None:
-    """The points a window store of ``node`` must hold, or None when one does not fit
-    (see the module docstring)."""
+    """The points a window store of ``node`` must hold, or None when one does not fit:
+    its one writer runs in a loop over its innermost dim, and every reader reads at its
+    own outer point either in that loop (a window behind the writer) or after it
+    (a window ending at the dim's bound, ``x[T - 1]``)."""
     dim, outer = node.domain[-1], node.domain[:-1]
     writers = places.get(node.id, [])
     if len(writers) != 1 or not writers[0][1]:
@@ -147,23 +167,42 @@ def _window_capacity(sdg: SDG, node: Node, edges: list[Edge], lasts: list[Expr],
         return None
     capacity = 1
     for e, last in zip(edges, lasts):
-        span = _window_span(last, dim)
-        if span is None or any(a is not d for a, d in zip(e.index.args[:-1], outer)):
-            return None
         reader = sdg.nodes[e.sink]
-        axes = [_axis(reader.domain, d) for d in node.domain]
-        if any(a is None for a in axes):
+        axes = [_axis(reader.domain, d) for d in outer]
+        if any(a is not d for a, d in zip(e.index.args[:-1], outer)) or None in axes:
             return None
         for run, run_loops, order in places[e.sink]:
-            k_read = _shift(run.point[axes[-1]], loop.var)
-            if (k_read is None or not any(x is loop for x in run_loops)
-                    or any(run.point[a] is not p for a, p in zip(axes[:-1], write.point[:-1]))):
+            if any(run.point[a] is not p for a, p in zip(axes, write.point[:-1])):
                 return None
-            latest = k_write - (0 if write_order < order else 1)
-            if k_read + span[1] > latest:
+            if any(x is loop for x in run_loops):
+                latest = k_write - (order < write_order)  # the writer's offset when the reader runs
+                need = _need_in_loop(e, last, dim, _axis(reader.domain, dim), run, loop.var, latest)
+            elif order > write_order and all(any(x is y for x in run_loops) for y in loops[:-1]):
+                need = _need_after_loop(last, bound_of(dim))
+            else:
+                need = None
+            if need is None:
                 return None
-            capacity = max(capacity, latest - (k_read + span[0]) + 1)
+            capacity = max(capacity, need)
     return capacity
+
+
+def _need_in_loop(e: Edge, last: Expr, dim: Expr, axis, run: ast.Execute, var: str, latest: int) -> int | None:
+    """The points from the lowest one this in-loop read needs to the latest one written."""
+    span = _window_span(last, dim)
+    if span is None and last.is_const and e.cond is not None:  # x[0] if t == 0: a point of the window
+        until, c = last_true(e.cond, dim), int(last.value)
+        span = None if until is None else (c - until, c - until if e.cond.op == "eq" else c)
+    k_read = None if span is None or axis is None else _shift(run.point[axis], var)
+    if k_read is None or k_read + span[1] > latest:
+        return None
+    return latest - (k_read + span[0]) + 1
+
+
+def _need_after_loop(last: Expr, bound: Expr) -> int | None:
+    """The points a read after the writer's loop needs: a window ending by ``bound - 1``."""
+    span = _window_span(last, bound)
+    return None if span is None or span[1] > -1 else -span[0]
 
 
 def _axis(domain: tuple, dim: Expr) -> int | None:

@@ -6,7 +6,8 @@ an explicit Python/NumPy loop over the temporal dimensions.  The programs
 cover the access patterns of TEMPO Fig. 2 (point, causal, anti-causal,
 backward/forward windows, blocks, constant indices/slices, strides),
 branching definitions, conditions, ``eval_symbol``, multi-dimensional domains,
-dynamic-size reductions and matmuls over dynamic axes.
+dynamic-size reductions and matmuls over dynamic axes. Every program runs
+both with the stores its reads call for and with point stores only.
 """
 from __future__ import annotations
 
@@ -50,8 +51,13 @@ def check_int(actual, expected) -> None:
 
 
 def run(ctx, bounds, *fetch):
-    """ctx.run on the NumPy backend; one array per fetched RT."""
-    out = ctx.run(bounds=bounds, fetch=list(fetch), backend="numpy")
+    """ctx's program on the NumPy backend, run with the tensor stores its reads call for
+    (block and window stores) and with point stores only, which must agree exactly;
+    one array per fetched RT."""
+    program = ctx.compile(fetch=list(fetch), backend="numpy")
+    out = program.run(bounds)
+    for chosen, point in zip(out, program.run(bounds, stores="point")):
+        np.testing.assert_array_equal(chosen, point)
     assert len(out) == len(fetch)
     return [np.asarray(o) for o in out]
 

@@ -38,8 +38,8 @@ def test_block_reads_free_all_but_the_current_block():
                         keep={s.node.id})
     executor.run()
     # x[8], the last block start read, is all that is left (x[9] is read by no one)
-    assert sorted(p[0] for p in executor.stores[(x.node.id, 0)].data) == [8]
-    assert len(executor.stores[(s.node.id, 0)].data) == ITERATIONS  # fetched: kept
+    assert sorted(p[0] for p, _ in executor.stores[(x.node.id, 0)].items()) == [8]
+    assert len(list(executor.stores[(s.node.id, 0)].items())) == ITERATIONS  # fetched: kept
 
 
 def test_freeing_does_not_change_results():
@@ -53,7 +53,8 @@ def test_freeing_does_not_change_results():
 
 
 def test_window_reads_keep_only_the_window():
-    """s[i] = s[i-1] + sum(x[max(0, i - 2):i + 1]), x[i] = x[i-1] + s[i-1] / 2: x keeps only what a later window reads."""
+    """s[i] = s[i-1] + sum(x[max(0, i - 2):i + 1]), x[i] = x[i-1] + s[i-1] / 2: in point stores,
+    x keeps only what a later window reads; its window store holds the window's 3 points."""
     ctx = tpo.Context()
     with ctx:
         ((i, I),) = ctx.dims("i")
@@ -65,9 +66,14 @@ def test_window_reads_keep_only_the_window():
         s[i + 1] = s[i] + x[tpo.max(0, i - 1):i + 2].sum()
         program = ctx.compile(fetch=[s], passes={"vectorize": False})
     executor = Executor(program.sdg, program.ast, program.backend, {"I": ITERATIONS},
-                        keep={s.node.id})
+                        keep={s.node.id}, stores="point")
     executor.run()
-    assert sorted(p[0] for p in executor.stores[(x.node.id, 0)].data) == [8, 9]  # the next window
+    assert sorted(p[0] for p, _ in executor.stores[(x.node.id, 0)].items()) == [8, 9]  # the next window
+    executor = Executor(program.sdg, program.ast, program.backend, {"I": ITERATIONS}, keep={s.node.id})
+    executor.run()
+    window = executor.stores[(x.node.id, 0)]
+    assert (window.kind, window.capacity) == ("window", 3)
+    assert sorted(p[0] for p, _ in window.items()) == [7, 8, 9]
     (got,) = program.run({"I": ITERATIONS})
     xs, ss = [1.0], [1.0]
     for u in range(1, ITERATIONS):
