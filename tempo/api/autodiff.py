@@ -75,7 +75,12 @@ def backward(loss: RT) -> None:
 
 
 def _active(ctx, root: int) -> set[tuple[int, int]]:
-    """Float outputs the root depends on, not looking past parameters and leaves."""
+    """Float outputs the root depends on differentiably.
+
+    The walk stops at parameters and leaves, and at ``stop_gradient``: what is
+    only read through a detached value gets no gradient, so its backward pass
+    (zeros, yet full-size kernels at every point) is never built.
+    """
     sdg, seen, stack = ctx.sdg, set(), [(root, 0)]
     while stack:
         key = stack.pop()
@@ -83,7 +88,7 @@ def _active(ctx, root: int) -> set[tuple[int, int]]:
             continue
         seen.add(key)
         node = sdg.nodes[key[0]]
-        if key[0] in ctx.parameters or isinstance(node.op, _LEAVES):
+        if key[0] in ctx.parameters or isinstance(node.op, _LEAVES) or _stops_gradient(node.op):
             continue
         for e in sdg.in_edges(key[0]):
             if e.src in ctx.parameters:
@@ -91,6 +96,10 @@ def _active(ctx, root: int) -> set[tuple[int, int]]:
             if is_float(sdg.nodes[e.src].dtypes[e.src_out]):
                 stack.append((e.src, e.src_out))
     return seen
+
+
+def _stops_gradient(op: ops.Op) -> bool:
+    return isinstance(op, ops.IdentOp) and op.stop_gradient
 
 
 def _check_parameter_read(sdg: SDG, e: Edge) -> None:

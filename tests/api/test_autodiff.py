@@ -243,3 +243,22 @@ def test_stop_gradient_blocks_the_gradient():
         loss.backward()
         grad, = ctx.run({}, fetch=[x.grad])
     np.testing.assert_allclose(grad, [1.0, 2.0])
+
+
+def test_what_is_read_only_through_stop_gradient_gets_no_backward_pass():
+    """A detached value (PPO's acting log-probabilities, say) adds no gradient work at its points."""
+    with tpo.Context() as ctx:
+        (t, T), = ctx.dims("t")
+        w = tpo.from_numpy(RNG.normal(size=(3, 3)))
+        x = tpo.from_numpy(RNG.normal(size=(4, 3)), dims=(t,))
+        acted = (x @ w).tanh()                      # computed per t, then detached
+        learned = (x @ w).tanh()
+        loss = (learned * acted.detach()).sum()
+        loss.backward()
+        grad, = ctx.run({T: 4}, fetch=[w.grad])
+    assert (acted.node.id, acted.out) not in ctx.grads and (learned.node.id, learned.out) in ctx.grads
+    with pytest.raises(tpo.TempoError, match="no gradient"):
+        acted.grad
+    matmuls = sum(1 for n in ctx.sdg.nodes.values() if isinstance(n.op, ops.MatMulOp))
+    assert matmuls == 2 + 2                     # two forward products, two backward ones (for w and x)
+    assert grad.shape == (3, 3) and np.isfinite(grad).all()
