@@ -158,10 +158,22 @@ def _udf(op: ops.UDFOp) -> Kernel:
     return run
 
 
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b``; a stack of matrices times one matrix is one 2-D product.
+
+    NumPy multiplies a stack by a matrix one small product at a time: a
+    (512, 250, 64) @ (64, 64) takes about 30x longer than the same numbers
+    as one (128000, 64) @ (64, 64) (numpy 2.4, this 2-core machine).
+    """
+    if b.ndim == 2 and a.ndim > 2:
+        return (a.reshape(-1, a.shape[-1]) @ b).reshape(*a.shape[:-1], b.shape[-1])
+    return np.matmul(a, b)
+
+
 # Ops whose kernel is one NumPy call on the inputs and the op's static fields.
 SIMPLE: dict[type, Callable] = {
     ops.CumSumOp: lambda op, xs: np.cumsum(xs[0], axis=op.axis),
-    ops.MatMulOp: lambda op, xs: np.matmul(xs[0], xs[1]),
+    ops.MatMulOp: lambda op, xs: _matmul(xs[0], xs[1]),
     ops.PermuteOp: lambda op, xs: np.transpose(xs[0], op.axes),
     ops.SqueezeOp: lambda op, xs: np.squeeze(xs[0], axis=op.axis),
     ops.UnsqueezeOp: lambda op, xs: np.expand_dims(xs[0], axis=op.axis),
