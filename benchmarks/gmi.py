@@ -15,7 +15,9 @@ Four parts, each printed as a table and written to ``benchmarks/results/gmi.json
 
     .venv/bin/python benchmarks/gmi.py [--quick] [--out benchmarks/results/gmi.json]
 
-CPU only: instances get core sets (no GPU is lent to this task).
+Instances get the manager's automatic shares: CPU core sets on a machine
+without an NVIDIA GPU, MPS thread shares on GPUs; the tables and the JSON name
+the device.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from tempo.gmi.layout import Layout
 from tempo.gmi.manager import GMIManager
 from tempo.gmi.ppo import PPOConfig, train_reference
 from tempo.gmi.reduce_run import TOLERANCE, bench_reduce, runnable_strategies
+from tempo.gmi.resources import probe_gpus
 from tempo.gmi.search import algorithm2, measured_profile
 from tempo.gmi.strategy import select_strategy, table2_cost
 from tempo.gmi.table import format_table
@@ -64,6 +67,14 @@ class Args:
     @property
     def envs(self) -> list[str]:
         return ["CartPole-v1"] if self.quick else ["CartPole-v1", "Acrobot-v1"]
+
+
+def device() -> str:
+    """The device the instances share: this machine's NVIDIA GPUs, or its CPU cores."""
+    gpus = probe_gpus()
+    if gpus:
+        return f"{len(gpus)} NVIDIA GPU(s), " + ", ".join(f"sm_{g.compute_capability}" for g in gpus)
+    return f"cpu, {os.cpu_count()} cores"
 
 
 def parse_args() -> Args:
@@ -224,7 +235,7 @@ def main() -> None:
                                      ("num_envs", "envs", "d"), ("top", "steps/s/GMI", ".0f"),
                                      ("mem_mb", "MB", ".0f"), ("sat", "Sat", ".3f"),
                                      ("projected", "projected", ".0f"), ("note", "note", "s")]))
-    print("\nThroughput (CPU, no GPU lent to this task):")
+    print(f"\nThroughput ({device()}):")
     print(format_table(throughput_rows, [("algo", "algo", "s"), ("env", "env", "s"),
                                          ("config", "config", "s"), ("layout", "layout", "s"),
                                          ("num_envs", "envs", "d"),
@@ -240,7 +251,7 @@ def main() -> None:
                                     ("steady_steps_per_s", "steps/s", ".0f"),
                                     ("comm_fraction", "comm", ".3f"),
                                     ("mean_return", "mean return", ".1f")]))
-    write_json(args.out, {"quick": args.quick, "device": f"cpu, {os.cpu_count()} cores",
+    write_json(args.out, {"quick": args.quick, "device": device(),
                           "b1_bytes_per_s": b1, "b2_bytes_per_s": b2,
                           "reductions": reduce_rows, "ppo_equivalence": ppo_rows,
                           "communication": comm_rows, "search": search_rows,
