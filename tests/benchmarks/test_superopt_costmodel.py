@@ -1,4 +1,4 @@
-"""benchmarks/superopt_costmodel.py: the cost model beside measured latency (X-RLflow Table 1)."""
+"""benchmarks/superopt/costmodel.py: the cost model beside measured latency (X-RLflow Table 1)."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +6,7 @@ import importlib.util
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("superopt_costmodel", ROOT / "benchmarks" / "superopt_costmodel.py")
+spec = importlib.util.spec_from_file_location("superopt_costmodel", ROOT / "benchmarks" / "superopt" / "costmodel.py")
 costmodel_module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(costmodel_module)
 

@@ -1,4 +1,4 @@
-"""benchmarks/superopt_summary.py: verdicts across reports, and the target per report."""
+"""benchmarks/superopt/summary.py: verdicts across reports, and the target per report."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("superopt_summary", ROOT / "benchmarks" / "superopt_summary.py")
+spec = importlib.util.spec_from_file_location("superopt_summary", ROOT / "benchmarks" / "superopt" / "summary.py")
 summary_module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(summary_module)
 
@@ -93,3 +93,15 @@ def test_a_report_with_cycle_paired_ratios_is_judged_from_them(tmp_path):
     assert summary["workloads"]["a"]["reports"]["s0"]["ratio"] == pytest.approx(1.01)
     assert summary["target"]["s0"]["false_controls"] == 1
     assert (summary["control_lean"]["a"]["above"], summary["control_lean"]["a"]["of"]) == (0, 8)
+
+
+def test_the_verdicts_against_tasos_sum_are_counted_as_recorded(tmp_path):
+    r = report({"a": "tie", "b": "tie"})
+    r["workloads"]["a"]["rl_vs_taso"] = {"verdict": "win", "ratio": 1.16}
+    path = tmp_path / "s0.json"
+    path.write_text(json.dumps(r))
+    summary = summary_module.summarise(summary_module.load([str(path)]))
+    assert summary["workloads"]["a"]["vs_taso"] == {"win": 1, "tie": 0, "loss": 0}
+    assert summary["workloads"]["b"]["vs_taso"] == {"win": 0, "tie": 0, "loss": 0}
+    assert "RL vs TASO's sum, as recorded (win / tie / loss): a 1 / 0 / 0" in \
+        summary_module.table(summary, ["s0"])

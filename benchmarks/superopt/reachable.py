@@ -18,9 +18,9 @@ the whole chain fits, as often as it does, starting from the input graph
 the two expand convolutions of every fire module and drops its concat), and
 times the result against the best baseline's.
 
-    .venv/bin/python benchmarks/superopt_reachable.py --workloads bert vit
-    .venv/bin/python benchmarks/superopt_reachable.py --scale medium
-    .venv/bin/python benchmarks/superopt_reachable.py --workloads squeezenet \
+    .venv/bin/python benchmarks/superopt/reachable.py --workloads bert vit
+    .venv/bin/python benchmarks/superopt/reachable.py --scale medium
+    .venv/bin/python benchmarks/superopt/reachable.py --workloads squeezenet \
         --chain convb_relu enlarge_1x1b merge_convb concat_slices_c
 """
 from __future__ import annotations
@@ -153,7 +153,7 @@ def main() -> int:
                    help="compiles of each finalist and the best baseline's result, taken in turn")
     p.add_argument("--chain", nargs="+", help="rule names: exhaust the first, then apply the rest "
                    "as a sequence wherever it fits")
-    p.add_argument("--out", default="benchmarks/results/superopt_reachable.json")
+    p.add_argument("--out", default="benchmarks/results/superopt/reachable.json")
     ns = p.parse_args()
     torch.set_num_threads(1)
     rules = load_rules()

@@ -17,8 +17,8 @@ predicts as gains are those XLA already makes (X-RLflow's argument for
 rewarding measured latency: optimisation in the lower IR layers is
 invisible to a per-operator model).
 
-    .venv/bin/python benchmarks/superopt_costmodel.py                      # torch and jax, ~6 minutes
-    .venv/bin/python benchmarks/superopt_costmodel.py --backends jax --workloads squeezenet
+    .venv/bin/python benchmarks/superopt/costmodel.py                      # torch and jax, ~6 minutes
+    .venv/bin/python benchmarks/superopt/costmodel.py --backends jax --workloads squeezenet
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def main() -> int:
     p.add_argument("--search-s", type=float, default=60.0, help="greedy's budget (s)")
     p.add_argument("--rounds", type=int, default=16, help="interleaved timing rounds")
     p.add_argument("--compiles", type=int, default=8, help="compiles per graph taken in turn")
-    p.add_argument("--out", default="benchmarks/results/superopt_costmodel.json")
+    p.add_argument("--out", default="benchmarks/results/superopt/costmodel.json")
     args = p.parse_args()
     for name in ("rounds", "compiles"):
         if getattr(args, name) < 1:
@@ -86,6 +86,7 @@ def main() -> int:
     rows = [{"workload": w, "backend": b, **measure(w, b, args, rules)}
             for w, b in tqdm(jobs, desc="workloads", unit="run")]
     print(table(rows))
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_json_atomic(args.out, {"scale": args.scale, "rounds": args.rounds,
                                  "compiles": args.compiles, "rows": rows})
     print(f"wrote {args.out}")

@@ -1,23 +1,25 @@
-"""The RL agent against the best baseline across several reports of ``benchmarks/superopt.py``.
+"""The RL agent against the best baseline across several reports of ``speedups.py``.
 
-Each report (one seed of one run) gives a verdict per workload; the target of
-X-RLflow's issue is, in every single report, no loss on any workload and a
-win on at least three. This prints one row per workload with each report's
+Each report (one seed of one run) gives a verdict per workload; the agent's
+target is, in every single report, no loss on any workload and a win on at
+least three. This prints one row per workload with each report's
 verdict and its ratio, the counts per workload, and whether each report
 meets the target; the same goes to ``--out`` as JSON.
 
-Each verdict is taken again from the report's per-round cycle-paired ratios
-(per-round medians in reports timed before the twenty-second session) by the
-current rule (:func:`tempo.superopt.stats.paired_verdict`, per compile pair
-where the report's timing took several compiles), so reports written under
-an older rule read alike; ``--as-recorded`` keeps the verdicts they
-recorded. Each report's A/A control (greedy's graph against itself) is
-judged the same way and counted when it is not a tie; and, pooled per
-workload and over all reports, the control's compile pairs in which it came
-out faster than greedy's graph (the sign test's p-value: a timing without
-bias puts about half there).
+Each verdict is taken again by :func:`tempo.superopt.stats.paired_verdict`
+from the report's per-round cycle-paired ratios (``round_ratios``; a report
+that records only per-round medians, from those), per compile pair where the
+report's timing took several compiles, so reports written with other timing
+settings read alike; ``--as-recorded`` keeps the verdicts they recorded.
+Each report's A/A control (greedy's graph against itself) is judged the same
+way and counted when it is not a tie; and, pooled per workload and over all
+reports, the control's compile pairs in which it came out faster than
+greedy's graph (the sign test's p-value: a timing without bias puts about
+half there).
 
-    .venv/bin/python benchmarks/superopt_summary.py docs/results/superopt/cpu_s14_s*.json
+    .venv/bin/python benchmarks/superopt/speedups.py --seed 1 2 3 --jobs 2 \\
+        --out benchmarks/results/superopt/cpu.json        # writes cpu_s1.json, cpu_s2.json, ...
+    .venv/bin/python benchmarks/superopt/summary.py benchmarks/results/superopt/cpu_s*.json
 """
 from __future__ import annotations
 
@@ -47,9 +49,9 @@ def load(paths: list[str]) -> dict[str, dict]:
 
 def rejudge(report: dict, workload: dict, reference: str, challenger: str,
             pair: str) -> tuple[str, float]:
-    """The verdict and ratio of ``challenger`` against ``reference`` by the current rule: from
-    the report's per-round cycle-paired ratios of ``pair`` (``rl_vs_best`` or ``control``), or
-    in a report timed before the twenty-second session, from its per-round medians."""
+    """The verdict and ratio of ``challenger`` against ``reference``: from the report's
+    per-round cycle-paired ratios of ``pair`` (``rl_vs_best`` or ``control``), or in a report
+    that records only per-round medians, from those."""
     if "round_ratios" in workload:
         v = ratio_verdict(np.asarray(workload["round_ratios"][pair]), report.get("compiles", 1))
         return v.outcome, v.ratio
@@ -91,19 +93,23 @@ def lean(ratios: list[np.ndarray]) -> dict:
 
 
 def summarise(reports: dict[str, dict], as_recorded: bool = False) -> dict:
-    """Per workload: each report's verdict and ratio, and the counts; per report: the target
-    and the A/A controls that were not ties; per workload and over all: the controls' lean."""
+    """Per workload: each report's verdict and ratio, and the counts (against TASO's sum too,
+    as recorded, in the reports that time it); per report: the target and the A/A controls that
+    were not ties; per workload and over all: the controls' lean."""
     workloads: dict[str, dict] = {}
     target = {}
     pairs: dict[str, list[np.ndarray]] = {}
     for name, report in reports.items():
         verdicts, controls = [], 0
         for w, r in report["workloads"].items():
-            row = workloads.setdefault(w, {"reports": {}, **{v: 0 for v in VERDICTS}})
+            row = workloads.setdefault(w, {"reports": {}, **{v: 0 for v in VERDICTS},
+                                           "vs_taso": {v: 0 for v in VERDICTS}})
             verdict, ratio = rl_verdict(report, r, as_recorded)
             row["reports"][name] = {"verdict": verdict, "ratio": ratio,
                                     "baseline": r["rl_vs_best"]["baseline"]}
             row[verdict] += 1
+            if "rl_vs_taso" in r:
+                row["vs_taso"][r["rl_vs_taso"]["verdict"]] += 1
             verdicts.append(verdict)
             pairs.setdefault(w, []).append(control_pairs(report, r))
             if "control" in r:
@@ -133,6 +139,10 @@ def table(summary: dict, names: list[str]) -> str:
                      f"(no loss, >= {WINS_NEEDED} wins) {'met' if t['met'] else 'not met'}; "
                      f"A/A controls not a tie: {t['false_controls']}")
     lines.append("")
+    taso = [f"{w} " + " / ".join(str(row["vs_taso"][v]) for v in VERDICTS)
+            for w, row in summary["workloads"].items() if sum(row["vs_taso"].values())]
+    if taso:
+        lines += ["RL vs TASO's sum, as recorded (win / tie / loss): " + "; ".join(taso), ""]
     lines.append("A/A control faster than greedy's graph, compile pairs: " + "; ".join(
         f"{w} {c['above']} of {c['of']} (p={c['p']:.2g})"
         for w, c in summary["control_lean"].items() if c["of"]))
@@ -141,10 +151,10 @@ def table(summary: dict, names: list[str]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("reports", nargs="+", help="JSON reports of benchmarks/superopt.py")
-    p.add_argument("--out", default="benchmarks/results/superopt_summary.json")
+    p.add_argument("reports", nargs="+", help="JSON reports of benchmarks/superopt/speedups.py")
+    p.add_argument("--out", default="benchmarks/results/superopt/summary.json")
     p.add_argument("--as-recorded", action="store_true",
-                   help="the verdicts the reports recorded, not judged again by the current rule")
+                   help="the verdicts the reports recorded, not judged again")
     ns = p.parse_args()
     reports = load(ns.reports)
     summary = summarise(reports, ns.as_recorded)

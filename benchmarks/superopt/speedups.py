@@ -1,10 +1,10 @@
 """X-RLflow benchmark: speed-ups of greedy, backtracking, TASO, equality saturation and RL.
 
 For each workload the unoptimised graph and every method's result are timed
-in one interleaved session (torch backend, one thread, median of repeats), so
+in one interleaved loop (torch backend, one thread, median of repeats), so
 the speed-ups share the same noise. The RL agent is compared with the best
 baseline (the fastest of greedy, backtracking, taso and eqsat in that same
-session) by :func:`tempo.superopt.stats.paired_verdict`: win / tie / loss from the
+loop) by :func:`tempo.superopt.stats.paired_verdict`: win / tie / loss from the
 distribution-free 95% interval of the median latency ratio, one ratio per pair
 of compiles (the median of the rounds that ran that pair); a tie without
 timing when the two graphs are structurally identical (timing the same graph
@@ -15,24 +15,23 @@ check): on a noisy machine the check can refuse a result that is faster.
 ``taso`` is backtracking under TASO's own sum, which charges weight-only
 operators (``CostModel(fold_weights=False)``), the search X-RLflow compares
 against; ``rl_vs_taso`` is that comparison, beside the verdict against the
-best baseline, which the issue's target is about. Also: each
-method's optimisation time, the Fig. 7 run (an agent trained on one input
-shape, evaluated on three others) and the Fig. 5 heatmap of the rules the RL
-agent applied.
+best baseline. Greedy's graph is timed a second time under another name, an
+A/A control of the verdict. Also: each method's optimisation time, the Fig. 7
+run (an agent trained on one input shape, evaluated on three others) and the
+Fig. 5 heatmap of the rules the RL agent applied. One report (JSON, and the
+heatmap beside it) per seed; ``summary.py`` judges several together.
 
-    .venv/bin/python benchmarks/superopt.py --quick        # short budgets, ~4 minutes
-    .venv/bin/python benchmarks/superopt.py                # the headline run, ~45 minutes
-    .venv/bin/python benchmarks/superopt.py --scale medium  # between the small and published shapes
-    .venv/bin/python benchmarks/superopt.py --scale full    # the published shapes (hours on CPU)
-    .venv/bin/python benchmarks/superopt.py --seed 1 --shaping 0.3 --shaping-final 0.3  # constant weight
-    python benchmarks/superopt.py --backend torch-cuda --train-s 120  # measured on a GPU
-    .venv/bin/python benchmarks/superopt.py --backend jax --jobs 2  # on XLA, ~30 minutes (docs/superopt.md)
-    .venv/bin/python benchmarks/superopt.py --seed 0 1 --jobs 2   # two seeds, searches side by side
+    .venv/bin/python benchmarks/superopt/speedups.py --quick        # short budgets, ~4 minutes
+    .venv/bin/python benchmarks/superopt/speedups.py --seed 16 --jobs 2  # one report, ~25 minutes
+    .venv/bin/python benchmarks/superopt/speedups.py --scale medium  # between the small and published shapes
+    .venv/bin/python benchmarks/superopt/speedups.py --scale full    # the published shapes (hours on CPU)
+    .venv/bin/python benchmarks/superopt/speedups.py --backend torch-cuda --train-s 90 --search-s 15
+    .venv/bin/python benchmarks/superopt/speedups.py --backend jax --jobs 2  # on XLA, ~30 minutes
 
 With ``--jobs N`` the searches (every method, workload and seed) run N at a
 time, each in its own process on its own core; their measurements (rewards,
-cost model, never-slower checks) then share the machine, as two runs side by
-side always did. The final interleaved timing runs afterwards, alone.
+cost model, never-slower checks) then share the machine. The final
+interleaved timing runs afterwards, alone.
 
 The default is each workload's small shapes (``--scale small``): on a shared
 CPU one run of a full-size graph takes 20-100 ms with an interquartile range
@@ -41,9 +40,9 @@ graphs.
 
 The final timing compiles every graph ``--compiles`` times (default 24) and
 takes the compiles in turn, round by round, so that where one compile's
-weights lie does not decide a verdict (docs/superopt_history.md, fifteenth session).
-Each compile holds its own copy of the weights: at the full scale that is
-gigabytes, so pass a smaller ``--compiles`` there.
+weights lie does not decide a verdict. Each compile holds its own copy of the
+weights: at the full scale that is gigabytes, so pass a smaller ``--compiles``
+there.
 """
 from __future__ import annotations
 
@@ -106,13 +105,13 @@ def parse_args() -> Args:
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds")
     p.add_argument("--compiles", type=int, default=24,
                    help="compiles per graph in the final timing, taken in turn round by round "
-                        "(execute.time_interleaved; 1: the timing until the fifteenth session)")
+                        "(execute.time_interleaved)")
     p.add_argument("--seed", type=int, nargs="+", default=[0],
                    help="the RL agent's seed; several: one report each")
     p.add_argument("--jobs", type=int, default=1,
                    help="searches at once, each in its own process on its own core; the final "
                         "timing always runs alone, after every search")
-    p.add_argument("--out", default="benchmarks/results/superopt.json")
+    p.add_argument("--out", default="benchmarks/results/superopt/speedups.json")
     p.add_argument("--shaping", type=float, default=PPOConfig.shaping,
                    help="the RL agent's cost-model shaping weight at the start of training")
     p.add_argument("--shaping-final", type=float, default=PPOConfig.shaping_final,
@@ -349,8 +348,8 @@ def main() -> int:
     args = parse_args()
     if args.jobs > 1 and args.backend == "torch-cuda":
         print("warning: --jobs > 1 runs the searches side by side on one GPU, where each measures "
-              "the others' kernels too; on an H100 that lost RL 8 of 12 pairs "
-              "(docs/superopt_history.md)",
+              "the others' kernels too; on an H100, with 16 jobs, the agent lost 8 of 12 "
+              "comparisons with the best baseline",
               file=sys.stderr)
     set_default_backend(args.backend)
     torch.set_num_threads(1)
