@@ -242,10 +242,10 @@ def make_store(choice, name: str, backend, dtype: str, shape, bound: int | None)
     """The store ``choice`` (a :class:`tempo.runtime.store_choice.StoreChoice`) names.
 
     ``shape``: a function returning the spatial shape; ``bound``: the innermost
-    dim's bound (the rows of a block when the choice leaves it open).
+    dim's bound (the rows of a block when the choice leaves it open, and at most).
     """
     if choice.kind == "block":
-        return BlockStore(name, backend, dtype, shape(), choice.size or bound)
+        return BlockStore(name, backend, dtype, shape(), min(choice.size or bound, bound))
     if choice.kind == "window":
         return WindowStore(name, backend, dtype, shape(), choice.size)
     return PointStore(name, backend, dtype, shape)
