@@ -74,7 +74,7 @@ def run_once(module, overrides: dict, passes: dict) -> dict:
     class Measured(executor):
         def run(self) -> None:
             super().run()
-            stored.append(sum(np.asarray(v).nbytes for store in self.stores.values() for v in store.data.values()))
+            stored.append(sum(store.nbytes() for store in self.stores.values()))
 
     def recording_islands(sdg, cfg):
         sdg, found = optimise_islands(sdg, cfg)
