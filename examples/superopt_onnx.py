@@ -12,8 +12,10 @@ where a graph is one jitted XLA program and the rules' fusions are XLA's own).
         --agents greedy backtrack eqsat rl
     python examples/superopt_onnx.py --workload inception --backend jax --agents greedy eqsat
 
-The RL agent trains within its budget (75%) and then searches with its policy
-(25%); see docs/superopt.md for what it learns in how much time.
+Each agent's run keeps to ``--budget-seconds`` (the RL agent trains for 75%
+of it, then searches with its policy); the ONNX files go to ``--dir``, or to a
+temporary folder that is removed at the end. docs/superopt.md says what the
+agent learns in how much time.
 """
 import argparse
 import os
@@ -39,11 +41,19 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds")
     p.add_argument("--backend", default="torch", choices=list(BACKENDS),
                    help="where graphs are measured, searched and timed")
-    p.add_argument("--dir", default=None, help="where the ONNX files go (default: a temporary one)")
+    p.add_argument("--dir", default=None,
+                   help="where the ONNX files go (default: a temporary folder, removed at the end)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    folder = args.dir or tempfile.mkdtemp(prefix="superopt_")
-    os.makedirs(folder, exist_ok=True)
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
+        return run(args, args.dir)
+    with tempfile.TemporaryDirectory(prefix="superopt_") as folder:
+        return run(args, folder)
+
+
+def run(args: argparse.Namespace, folder: str) -> int:
+    """Write the workload to ``folder``, optimise it with every agent, check and time them."""
     source = os.path.join(folder, f"{args.workload}.onnx")
     onnx_export.save(onnx_export.export_model(build(args.workload, scale="small")), source)
     graph, _, model = onnx_import.load(source)

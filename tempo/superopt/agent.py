@@ -60,7 +60,7 @@ class PPOConfig:
     train_share: float = 0.75        # share of the budget spent training; the rest on inference
     window_ops: int = 16             # operators per window of the curriculum (windows.py)
     window_share: float = 0.4        # share of the training time spent on windows first
-    min_samples: int = 4             # stochastic inference rollouts taken even past the budget
+    min_samples: int = 4             # stochastic inference rollouts taken at least, time allowing
     refine_share: float = 0.5        # share of the inference time spent refining (inference.py)
     polish_share: float = 0.25       # ... and polishing the chosen graph (inference.py)
     polish_top_k: int = 16           # the policy's likeliest moves tried per polishing pass
@@ -160,17 +160,16 @@ class Agent:
     # ---------------------------------------------------------------- learning
     def _collect(self, envs: Sequence[RewriteEnv], log: TrainLog, deadline: float) -> list[Step]:
         """Up to ``config.episodes_per_update`` episodes, none started past ``deadline``; one
-        still running at ``deadline`` is dropped, unless no episode of ``log`` has ended yet
-        (so a train call always has one to learn from)."""
+        still running at ``deadline`` is dropped."""
         steps: list[Step] = []
         for _ in range(self.config.episodes_per_update):
-            if steps and time.perf_counter() >= deadline:
+            if time.perf_counter() >= deadline:
                 break
             env = envs[len(log.returns) % len(envs)]
             obs, _ = env.reset()
             done, total, episode = False, 0.0, []
             while not done:
-                if log.returns and time.perf_counter() >= deadline:
+                if time.perf_counter() >= deadline:
                     return steps
                 action, logprob, value, state = self.act(obs)
                 obs, reward, terminated, truncated, info = env.step(action)
@@ -241,8 +240,9 @@ class Agent:
             losses.append(loss.item())
         return float(np.mean(losses)) if losses else 0.0
 
-    def update(self, steps: list[Step]) -> dict[str, float]:
-        """PPO-clip epochs over ``steps``; the mean losses of the last epoch."""
+    def update(self, steps: list[Step], deadline: float | None = None) -> dict[str, float]:
+        """PPO-clip epochs over ``steps``; the losses of the last minibatch. With a ``deadline``
+        (a :func:`time.perf_counter` value) no minibatch after the first starts past it."""
         c = self.config
         adv, returns = self._advantages(steps)
         actions = torch.tensor([s.action for s in steps])
@@ -252,6 +252,8 @@ class Agent:
         for _ in range(c.epochs):
             order = self.rng.permutation(len(steps))
             for lo in range(0, len(steps), c.minibatch):
+                if stats and deadline is not None and time.perf_counter() >= deadline:
+                    return stats
                 mb = torch.as_tensor(order[lo:lo + c.minibatch])
                 logits, values = self.net([steps[i].state for i in mb.tolist()])
                 dist = Categorical(logits=logits)
@@ -274,9 +276,9 @@ class Agent:
               ) -> TrainLog:
         """Alternate roll-outs and PPO updates until ``budget_s`` seconds have passed.
 
-        Training stops within one environment step of ``budget_s`` (an episode
-        cut short is not learned from), except that with a positive budget the
-        first episode of a call is always finished and learned from.
+        Training stops within one environment step or one PPO minibatch of
+        ``budget_s``: an episode cut short is not learned from, and an update
+        that reaches ``budget_s`` stops between minibatches.
 
         With several environments (graphs), episodes take them in turn: one
         policy learns what the rules do across graphs (pre-training). With
@@ -293,7 +295,7 @@ class Agent:
                 steps = self._collect(envs, log, start + budget_s)
                 if not steps:
                     break
-                stats = self.update(steps)
+                stats = self.update(steps, start + budget_s)
                 if self.config.imitate_best:
                     stats["imitate"] = self.imitate()
                 log.updates += 1
@@ -354,14 +356,17 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
     """Train an agent on ``graph`` (or load one), then return its best-of-K inference result.
 
     Training takes ``config.train_share`` of ``budget_s`` and inference what
-    is left of it; a loaded agent spends the whole budget on inference. Training
+    is left of it (the whole call keeps to ``budget_s`` but for the work between
+    two looks at the clock: an environment step, a minibatch, a round of timing);
+    a loaded agent spends the whole budget on inference. Training
     starts on windows of the graph (a curriculum, ``config.window_share`` of
     the training time), then goes on with the whole graph. The cost-model
     shaping weight (``model``'s costs; a torch-timed model unless given) decays
     linearly from ``config.shaping`` to ``config.shaping_final`` over the whole
     training time.
     """
-    deadline = time.perf_counter() + budget_s
+    start = time.perf_counter()
+    deadline = start + budget_s
     agent = Agent.load(load, rules) if load else Agent(config or PPOConfig(seed=seed), rules)
     extra: list[Finalist] = []
     episodes = 0
@@ -373,9 +378,9 @@ def optimize_with_agent(graph: Graph, rules: list[Rule], budget_s: float, load: 
                  for w in windows(graph, agent.config.window_ops)] if agent.config.window_share > 0 else []
         if parts:
             episodes += len(agent.train(parts, train_s * agent.config.window_share, progress).returns)
-            train_s *= 1.0 - agent.config.window_share
         env = make_env(graph, rules, agent.config, model=model, shaping=shaping)
-        episodes += len(agent.train(env, train_s, progress).returns)
+        episodes += len(agent.train(env, max(0.0, start + train_s - time.perf_counter()),
+                                    progress).returns)
         extra += [Finalist(m.graph, m.applied, "fast in training", m.latency_ms, m.actions)
                   for m in env.fastest(agent.config.finalists)]
     if save:

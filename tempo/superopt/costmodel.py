@@ -3,15 +3,14 @@
 Each distinct operator (op, attributes, input shapes) is timed once on its own
 on ``backend`` (the default backend unless given) and cached. It is timed
 cycle by cycle beside a fixed reference kernel (a 32x32 matmul), and costs the
-reference's latency, measured once per model, times a ratio of the two
-kernels' samples (``RATIOS``): by default the operator's fastest run over the
-reference's fastest, since other load only ever adds time to a run. Timed
-alone at different moments, operators came out up to 2x apart between fresh
-models; the median of the cycle-paired ratios (``ratio="paired"``) let a large
-operator slow the reference run after it, and ranked a 512x512 matmul at half
-the multiple of a 16x16 one that the fastest runs give
-(``benchmarks/superopt_costmodel_spread.py``; the measurements are in
-docs/superopt_history.md, twenty-second and twenty-fifth sessions).
+reference's latency, measured once per model, times the ratio of the
+operator's fastest run to the reference's fastest run: other load only ever
+adds time to a run, so the fastest runs are the least disturbed. Timed alone
+at different moments, one operator came out up to 2x apart between fresh
+models; the median of the cycle-paired ratios instead lets a large operator
+slow the reference run that follows it (it ranked a 512x512 matmul at half the
+multiple of a 16x16 one that the fastest runs give; measured with
+``benchmarks/superopt_costmodel_spread.py`` at commit b5010af).
 
 Weight-only operators cost nothing: they are constant-folded before
 inference. With ``fold_weights=False`` they are charged like every other
@@ -24,29 +23,17 @@ is why X-RLflow measures whole graphs instead.
 """
 from __future__ import annotations
 
-from tempo.errors import TempoError
 from tempo.superopt.graph import Graph, GraphBuilder, Node, node
 from tempo.superopt.latency import time_runs
-from tempo.superopt.stats import paired_speedup
 
 REFERENCE_SHAPE = (32, 32)      # the reference kernel: a matmul of two such matrices
-
-# How many times the reference's latency an operator takes, from their samples side by side.
-RATIOS = {
-    "fastest": lambda op, ref: op.min_ms / ref.min_ms,
-    "paired": lambda op, ref: paired_speedup(op, ref, 1),
-}
 
 
 class CostModel:
     """Per-operator latencies measured on demand, cached by operator signature."""
 
-    def __init__(self, repeats: int = 5, backend: str | None = None, fold_weights: bool = True,
-                 ratio: str = "fastest"):
-        if ratio not in RATIOS:
-            raise TempoError(f"unknown cost ratio {ratio!r}; choose one of {sorted(RATIOS)}")
+    def __init__(self, repeats: int = 5, backend: str | None = None, fold_weights: bool = True):
         self.repeats = repeats
-        self.ratio = RATIOS[ratio]
         self.backend = backend
         self.fold_weights = fold_weights
         self.cache: dict[tuple, float] = {}
@@ -84,7 +71,7 @@ class CostModel:
         call = self._call(b.build([node(n.op, *srcs, **dict(n.attrs))]))
         reference, reference_ms = self.reference()
         lat = time_calls({"op": [call], "ref": [reference]}, rounds=1, repeats=self.repeats)
-        return reference_ms * self.ratio(lat["op"], lat["ref"])
+        return reference_ms * lat["op"].min_ms / lat["ref"].min_ms
 
     def cost(self, graph: Graph) -> float:
         """Sum of the costs of the graph's operators that read an input (with ``fold_weights``

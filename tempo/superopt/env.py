@@ -24,18 +24,16 @@ end-to-end latency is measured and the reward is Eq. 2,
 ``(RT_prev - RT_now) / RT_0 * 100``. The graph is timed side by side with the
 graph of the previous measurement (``repeats`` cycles, each running both once
 in a random order) and ``RT_now`` is ``RT_prev`` over the median of the
-cycle-paired ratios: this machine's speed moves by up to 2x in phases of
-tens to hundreds of milliseconds, and a graph timed alone (until the
-twenty-second session: the fastest of ``repeats`` runs), against a
-measurement taken steps earlier, carried that into the reward whole.
+cycle-paired ratios: a shared machine's speed moves by up to 2x in phases
+of tens to hundreds of milliseconds, and a graph timed alone, against a
+measurement taken steps earlier, would carry that into the reward whole.
 ``RT_0`` is the median of three fastest-of-``repeats`` runs of the input
 graph alone. Between measurements the reward is a small constant (0.01:
 larger, it pays an agent to keep taking neutral rewrites such as ``add_comm``
 back and forth instead of stopping). With ``measurements_per_graph = N`` a graph's latency is the
 median of its first N measurements and later visits reuse them: fewer
 measurements per step, but a re-used value can be minutes older than the
-measurement it is compared with, and in the runs of ``docs/superopt_history.md`` it
-did not reliably buy more training (default None: every visit is measured).
+measurement it is compared with (default None: every visit is measured).
 Both rewards are a callback, :class:`RewardFn`, that users can swap;
 :class:`CostShapedReward` adds dense shaping by the cost model.
 """

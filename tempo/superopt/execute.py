@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
@@ -81,25 +82,23 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str | None = Non
 
 def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int = 10,
                      backend: str | None = None, seed: int = 0, compiles: int = 1,
-                     interleave: str = "calls") -> dict[str, Latency]:
+                     deadline: float | None = None) -> dict[str, Latency]:
     """Latencies of several graphs with the same inputs, timed in alternating rounds
-    (:func:`time_calls`, which ``interleave`` is passed to).
+    (:func:`time_calls`, which ``deadline`` is passed to).
 
     With ``compiles`` above 1 each graph is folded once, compiled that many
     times (at most ``rounds``: more would not be timed) and the rounds take
-    the compiles in turn. Where a compile's weights lie in memory
-    moves its speed by about 1% (pages, cache sets), and a compile keeps its
-    placement: two compiles of one graph, timed as two graphs, came out apart
-    in 7 of 12 A/A controls once the weights were aligned and the noise fell
-    (fifteenth session). Taking several compiles in turn puts that effect
-    into the spread between rounds, where the verdict's interval sees it,
-    instead of into the difference between two graphs.
+    the compiles in turn. Where a compile's weights lie in memory moves its
+    speed by about 1% (pages, cache sets), and a compile keeps its placement;
+    taking several compiles in turn puts that effect into the spread between
+    rounds, where the verdict's interval sees it, instead of into the
+    difference between two graphs.
 
     The compiles are made in batches, one compile of every graph a batch, each
     batch in a fresh random order (seeded by ``seed``), so that no graph's
     compiles always come after another's: made one graph after another, the
-    last-made of two compiles of one graph was faster in 646 of 1152 compile
-    pairs of the benchmark's A/A controls (eighteenth session, docs/superopt_history.md).
+    last-made of two compiles of one graph came out faster in 646 of 1152
+    compile pairs of the benchmark's A/A controls.
     """
     if compiles < 1:
         raise TempoError(f"compiles must be at least 1, not {compiles}")
@@ -113,52 +112,53 @@ def time_interleaved(graphs: Mapping[str, Graph], rounds: int = 5, repeats: int 
             fns[keys[i]].append(compile_folded(folded[keys[i]]))
     feeds = random_feeds(next(iter(graphs.values())), seed)
     return time_calls({k: [functools.partial(fn, feeds) for fn in f] for k, f in fns.items()},
-                      rounds, repeats, seed, interleave)
+                      rounds, repeats, seed, deadline)
 
 
 def time_calls(calls: Mapping[Hashable, Sequence[Callable[[], object]]], rounds: int = 5,
-               repeats: int = 10, seed: int = 0, interleave: str = "calls") -> dict[Hashable, Latency]:
+               repeats: int = 10, seed: int = 0, deadline: float | None = None
+               ) -> dict[Hashable, Latency]:
     """Latencies of several calls, timed in alternating rounds.
 
     Each key has one call or several equivalent ones, which round ``r`` takes
     in turn (``r`` modulo their number). Each round runs every key's call once
-    untimed, in a fresh random order (in the keys' order until the
-    twenty-fifth session, the key warmed up last ran its first timed call
-    with the freshest cache and came out faster than the others more often
-    than not: ``benchmarks/superopt_warmup.py``), then ``repeats`` cycles,
-    each calling every key once in a fresh random order (all orders seeded
-    by ``seed``), so that sample ``i`` of every key was
-    taken within one cycle: this machine's speed moves by up to 2x in phases of
-    tens to hundreds of milliseconds (a pure-Python loop ran at 0.23 and 0.48 ms
-    within one second, twenty-second session), and two calls side by side
-    share the phase that a block of ``repeats`` calls of one key, then of the
-    next, does not. :func:`tempo.superopt.stats.round_ratios` pairs the samples
-    cycle by cycle. In a fixed order the graph that ran second was measurably
-    faster in an A/A test, a bias that did not average out (see
-    :mod:`tempo.superopt.stats`). The samples are stored round after round,
-    cycle after cycle.
+    untimed, in a fresh random order (in a fixed order, the key warmed up last
+    runs its first timed call with the freshest cache and comes out faster
+    than the others more often than not), then ``repeats`` cycles, each
+    calling every key once in a fresh random order (all orders seeded by
+    ``seed``), so that sample ``i`` of every key was taken within one cycle:
+    a shared machine's speed moves by up to 2x in phases of tens to hundreds
+    of milliseconds, and two calls side by side share the phase that a block
+    of ``repeats`` calls of one key, then of the next, does not.
+    :func:`tempo.superopt.stats.round_ratios` pairs the samples cycle by
+    cycle. The samples are stored round after round, cycle after cycle.
 
-    ``interleave="rounds"`` is the timing until the twenty-second session: in
-    each round, every key's ``repeats`` runs one after another (kept to compare
-    the two in ``benchmarks/superopt_timing.py``).
+    With a ``deadline`` (a :func:`time.perf_counter` value) ``rounds`` is the
+    most: the first round always runs, and no further round starts that would
+    end past ``deadline`` at the pace of the rounds before it.
+    :func:`timed_rounds` says how many ran.
     """
-    if interleave not in ("calls", "rounds"):
-        raise TempoError(f"interleave must be 'calls' or 'rounds', not {interleave!r}")
     samples: dict[Hashable, list[float]] = {k: [] for k in calls}
     keys = list(calls)
     rng = np.random.default_rng(seed)
+    start = time.perf_counter()
     for r in range(rounds):
-        now = {k: calls[k][r % len(calls[k])] for k in keys}
-        if interleave == "rounds":
-            for k in (keys[i] for i in rng.permutation(len(keys))):
-                samples[k].extend(time_runs(now[k], 1, repeats).samples_ms)
-            continue
+        if r and deadline is not None:
+            now = time.perf_counter()
+            if now + (now - start) / r > deadline:
+                break
+        now_calls = {k: calls[k][r % len(calls[k])] for k in keys}
         for k in (keys[i] for i in rng.permutation(len(keys))):
-            now[k]()
+            now_calls[k]()
         for _ in range(repeats):
             for k in (keys[i] for i in rng.permutation(len(keys))):
-                samples[k].append(time_call(now[k]))
+                samples[k].append(time_call(now_calls[k]))
     return {k: Latency(tuple(v)) for k, v in samples.items()}
+
+
+def timed_rounds(latency: Latency, repeats: int = 10) -> int:
+    """How many rounds of :func:`time_calls` with ``repeats`` cycles gave ``latency``."""
+    return len(latency.samples_ms) // repeats if repeats else 0
 
 
 def measure_latency(graph: Graph, backend: str | None = None, warmup: int = 3, repeats: int = 20,

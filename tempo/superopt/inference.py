@@ -23,6 +23,10 @@ faster. The refinement's
 quick comparisons accept an equally fast graph about as often as not, so a
 rollout that stops one rewrite short can win there; the verdict does not take
 a graph on a coin toss.
+
+Every phase keeps to its deadline: no rollout or proposal starts past it, and
+every timing runs the rounds that fit (one at least,
+:func:`~tempo.superopt.execute.time_calls`).
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ import numpy as np
 import torch
 
 from tempo.superopt.env import RewriteEnv
-from tempo.superopt.execute import DECISION_COMPILES, time_interleaved
+from tempo.superopt.execute import DECISION_COMPILES, time_interleaved, timed_rounds
 from tempo.superopt.graph import Graph, Node
 from tempo.superopt.rewrite import Candidate
 from tempo.superopt.stats import paired_speedup, paired_verdict
@@ -64,19 +68,22 @@ class Choice:
 
 
 def _finish(agent, env: RewriteEnv, obs: dict, done: bool, greedy: bool, origin: str,
-            info: dict) -> Finalist:
+            info: dict, deadline: float | None = None) -> Finalist:
+    """The episode played to its end by the policy; past ``deadline`` it stops where it is."""
     while not done:
-        action, *_ = agent.act(obs, greedy)
+        late = deadline is not None and time.perf_counter() >= deadline
+        action = 0 if late else agent.act(obs, greedy)[0]
         obs, _, terminated, truncated, info = env.step(action)
         done = terminated or truncated
     return Finalist(env.graph, list(env.applied), origin, info["latency_ms"], list(env.actions))
 
 
-def rollout(agent, env: RewriteEnv, greedy: bool) -> Finalist:
-    """One episode of the policy from the input graph (measured when it ends)."""
+def rollout(agent, env: RewriteEnv, greedy: bool, deadline: float | None = None) -> Finalist:
+    """One episode of the policy from the input graph (measured when it ends), stopped where it
+    is at ``deadline``."""
     obs, info = env.reset()
     return _finish(agent, env, obs, False, greedy, "greedy rollout" if greedy else "sampled rollout",
-                   info)
+                   info, deadline)
 
 
 def _replay(env: RewriteEnv, actions: Sequence[int]) -> tuple[dict, bool]:
@@ -96,10 +103,10 @@ def _logits(agent, obs: dict) -> torch.Tensor:
 
 
 def branch(agent, env: RewriteEnv, actions: Sequence[int], at: int, rng: np.random.Generator,
-           greedy: bool = True) -> Finalist | None:
+           greedy: bool = True, deadline: float | None = None) -> Finalist | None:
     """Replay ``actions[:at]``, sample another action than ``actions[at]`` from the policy there,
-    then finish the episode with the policy (arg-max when ``greedy``, else sampled). None when
-    the policy allows no other action."""
+    then finish the episode with the policy (arg-max when ``greedy``, else sampled; stopped
+    where it is at ``deadline``). None when the policy allows no other action."""
     obs, done = _replay(env, actions[:at])
     if done:
         raise ValueError(f"the episode ended before step {at}: not a replayable prefix")
@@ -109,7 +116,8 @@ def branch(agent, env: RewriteEnv, actions: Sequence[int], at: int, rng: np.rand
         return None
     action = int(rng.choice(len(probs), p=probs / probs.sum()))
     obs, _, terminated, truncated, info = env.step(action)
-    return _finish(agent, env, obs, terminated or truncated, greedy, "refined rollout", info)
+    return _finish(agent, env, obs, terminated or truncated, greedy, "refined rollout", info,
+                   deadline)
 
 
 def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int = 0
@@ -119,8 +127,8 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
     Every other branch is finished by the greedy policy, the others by
     sampling it (a sharp policy finishes most greedy branches in graphs
     already judged). Each new final graph is timed against the incumbent in
-    4 interleaved rounds, each round on another compile of both graphs, and
-    replaces it when the median of the rounds' cycle-paired ratios says it is
+    up to 4 interleaved rounds (fewer where ``deadline`` comes first), each
+    round on another compile of both graphs, and replaces it when the median of the rounds' cycle-paired ratios says it is
     faster (:func:`~tempo.superopt.stats.paired_speedup`). Returns the incumbent,
     every distinct graph reached and the number of branched rollouts.
     """
@@ -128,15 +136,15 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
     best, reached, tried, count = start, [], {start.graph.key()}, 0
     while time.perf_counter() < deadline and best.actions:
         found = branch(agent, env, best.actions, int(rng.integers(len(best.actions))), rng,
-                       greedy=count % 2 == 0)
+                       greedy=count % 2 == 0, deadline=deadline)
         count += 1
         if found is None or found.graph.key() in tried:
             continue
         tried.add(found.graph.key())
         reached.append(found)
         timed = time_interleaved({"best": best.graph, "new": found.graph}, rounds=4, repeats=8,
-                                 compiles=DECISION_COMPILES)
-        if paired_speedup(timed["best"], timed["new"], 4) > 1.0:
+                                 compiles=DECISION_COMPILES, deadline=deadline)
+        if paired_speedup(timed["best"], timed["new"], timed_rounds(timed["best"], 8)) > 1.0:
             best = found
     return best, reached, count
 
@@ -220,22 +228,30 @@ def omissions(env: RewriteEnv, start: Finalist) -> Iterator[Finalist]:
 
 
 def _confirmed(best: Finalist, proposals: Sequence[Finalist], screen_rounds: int,
-               rounds: int, tries: int = 2) -> tuple[Finalist, float] | None:
+               rounds: int, deadline: float, tries: int = 2) -> tuple[Finalist, float] | None:
     """The first of the ``tries`` fastest ``proposals`` (screened with ``best``) that a fresh
     paired verdict over ``rounds`` rounds finds faster than ``best``, with its ratio. The
-    verdict is per round: per compile pair, 8 values would leave only their range."""
+    verdict is per round: per compile pair, 8 values would leave only their range. The screen
+    and each verdict take their share of the time to ``deadline`` (by their rounds' runs) and
+    the rounds that fit in it."""
+    now = time.perf_counter()
+    screen_runs = screen_rounds * (len(proposals) + 1)
+    screen_end = now + (deadline - now) * screen_runs / (screen_runs + 2 * tries * rounds)
     screen = time_interleaved({"best": best.graph, **{str(i): f.graph for i, f in
                                                       enumerate(proposals)}}, rounds=screen_rounds,
-                              compiles=DECISION_COMPILES)
-    speedup = {i: paired_speedup(screen["best"], screen[str(i)], screen_rounds)
+                              compiles=DECISION_COMPILES, deadline=screen_end)
+    done = timed_rounds(screen["best"])
+    speedup = {i: paired_speedup(screen["best"], screen[str(i)], done)
                for i in range(len(proposals))}
     ranked = sorted(speedup, key=speedup.get, reverse=True)[:tries]
-    for i in ranked:
+    for n, i in enumerate(ranked):
         if speedup[i] <= 1.0:
             return None
+        now = time.perf_counter()
         timed = time_interleaved({"best": best.graph, "new": proposals[i].graph}, rounds=rounds,
-                                 compiles=DECISION_COMPILES)
-        verdict = paired_verdict(timed["best"], timed["new"], rounds)
+                                 compiles=DECISION_COMPILES,
+                                 deadline=now + (deadline - now) / (len(ranked) - n))
+        verdict = paired_verdict(timed["best"], timed["new"], timed_rounds(timed["best"]))
         if verdict.outcome == "win":
             return proposals[i], verdict.ratio
     return None
@@ -252,17 +268,17 @@ def _unseen(source: Iterator[Finalist], seen: set) -> Iterator[Finalist]:
 
 def _until(deadline: float, *sources: Iterator[Finalist]) -> list[Finalist]:
     """Finalists taken from ``sources`` in turn, one each, until all run out or ``deadline``
-    passes (the first is always taken)."""
+    passes (none is made past it)."""
     taken, live = [], list(sources)
     while live:
         for source in list(live):
+            if time.perf_counter() >= deadline:
+                return taken
             f = next(source, None)
             if f is None:
                 live.remove(source)
                 continue
             taken.append(f)
-            if time.perf_counter() >= deadline:
-                return taken
     return taken
 
 
@@ -272,22 +288,24 @@ def polish(agent, env: RewriteEnv, start: Finalist, deadline: float, top_k: int 
 
     Each pass takes :func:`extensions` (one policy move more) and
     :func:`omissions` (one of its rewrites fewer) in turn, each graph once in
-    the whole search, until they run out or ``deadline`` passes, screens them
-    with the incumbent in ``screen_rounds`` interleaved rounds, re-times the two
-    fastest against it in ``rounds`` fresh rounds (both with several compiles of
-    each graph, as :func:`final_choice`) and keeps the first whose paired
-    verdict is a win (the screen picks, fresh rounds judge, so picking the
-    luckiest of many does not decide). It stops when no move wins, none is left,
-    or at ``deadline``: the first pass always times one proposal at least, so
-    past ``deadline`` polishing costs one proposal and its timing. Returns the
+    the whole search, until they run out or half the time left has passed,
+    screens them with the incumbent in up to ``screen_rounds`` interleaved
+    rounds, re-times the two fastest against it in up to ``rounds`` fresh rounds
+    (both with several compiles of each graph, as :func:`final_choice`, and
+    with the rounds that fit before ``deadline``) and keeps the first whose
+    paired verdict is a win (the screen picks, fresh rounds judge, so picking
+    the luckiest of many does not decide). It stops when no move wins, none is
+    left, or at ``deadline``; past ``deadline`` it times nothing. Returns the
     incumbent, its origin marked with the passes kept (and how many of them left
     a rewrite out), and the median ratio (old / new latency) of each kept pass.
     """
     best, gains, pruned, tried = start, [], 0, {start.graph.key()}
     while True:
-        proposals = _until(deadline, _unseen(extensions(agent, env, best, top_k), tried),
+        now = time.perf_counter()
+        proposals = _until(now + (deadline - now) / 2,
+                           _unseen(extensions(agent, env, best, top_k), tried),
                            _unseen(omissions(env, best), tried))
-        kept = _confirmed(best, proposals, screen_rounds, rounds) if proposals else None
+        kept = _confirmed(best, proposals, screen_rounds, rounds, deadline) if proposals else None
         if kept is None:
             break
         best, gains, pruned = kept[0], [*gains, kept[1]], pruned + (kept[0].origin == "pruned")
@@ -304,20 +322,23 @@ def best_of_k(agent, env: RewriteEnv, budget_s: float, extra: Sequence[Finalist]
     """The fastest graph of the policy's rollouts within ``budget_s`` (see the module doc).
 
     ``1 - config.refine_share - config.polish_share`` of the budget goes to
-    the greedy rollout and sampled rollouts (at least ``config.min_samples``),
-    ``config.refine_share`` to :func:`refine`, started from the best of those
-    and ``extra`` by their end-of-episode measurement. The refined incumbent
-    and the best distinct other graphs (``config.finalists`` in all) go to
-    :func:`final_choice`; the median decides there, the statistic
-    ``optimize``'s never-slower check and the benchmark's verdict use
-    (screening and training rank by the fastest run, which load disturbs
-    least). The rest of the budget goes to :func:`polish` of the winner.
-    The estimated median of the polished winner is the final choice's,
-    divided by the polishing gains.
+    the greedy rollout and sampled rollouts (at least ``config.min_samples``
+    where the refinement's time allows), ``config.refine_share`` to
+    :func:`refine`, started from the best of those and ``extra`` by their
+    end-of-episode measurement, and to :func:`final_choice`: the refined
+    incumbent and the best distinct other graphs (``config.finalists`` in all)
+    are timed, and the median decides, the statistic ``optimize``'s
+    never-slower check and the benchmark's verdict use. The final choice gets
+    the time its full rounds take, at most half the refinement's share. The
+    rest of the budget goes to :func:`polish` of the winner. The estimated
+    median of the polished winner is the final choice's, divided by the
+    polishing gains. The greedy rollout is always taken; a rollout still
+    running when the refinement's time ends stops where it is.
     """
     config = agent.config
     start = time.perf_counter()
     deadline = start + budget_s
+    polish_s = budget_s * config.polish_share
     pool: dict[tuple, Finalist] = {}
 
     def add(f: Finalist) -> None:
@@ -325,44 +346,70 @@ def best_of_k(agent, env: RewriteEnv, budget_s: float, extra: Sequence[Finalist]
         if known is None or f.screened_ms < known.screened_ms:
             pool[f.graph.key()] = f
 
-    add(rollout(agent, env, greedy=True))
-    rollouts = 1
-    sampling_s = budget_s * (1.0 - config.refine_share - config.polish_share)
-    while rollouts <= config.min_samples or time.perf_counter() - start < sampling_s:
-        add(rollout(agent, env, greedy=False))
-        rollouts += 1
+    choice_s = min(budget_s * config.refine_share / 2,
+                   choice_seconds(config.finalists, config.confirm, env.initial_ms))
+    refine_end = deadline - polish_s - choice_s
+    sampling_end = start + budget_s * (1.0 - config.refine_share - config.polish_share)
+    add(rollout(agent, env, greedy=True, deadline=refine_end))
     for f in extra:
         add(f)
+    rollouts = 1
+    while (time.perf_counter() < sampling_end
+           or (rollouts <= config.min_samples and time.perf_counter() < refine_end)):
+        add(rollout(agent, env, greedy=False, deadline=refine_end))
+        rollouts += 1
     first = min(pool.values(), key=lambda f: f.screened_ms)
-    refined, reached, count = refine(agent, env, first, deadline - budget_s * config.polish_share,
-                                     config.seed)
+    refined, reached, count = refine(agent, env, first, refine_end, config.seed)
     for f in reached:
         add(f)
     others = [f for f in sorted(pool.values(), key=lambda f: f.screened_ms)
               if f.graph.key() != refined.graph.key()]
-    chosen, median = final_choice([refined, *others[: config.finalists - 1]], config.confirm)
+    chosen, median = final_choice([refined, *others[: config.finalists - 1]], config.confirm,
+                                  deadline - polish_s)
     polished, gains = polish(agent, env, chosen, deadline, config.polish_top_k)
     return Choice(polished, median / float(np.prod(gains)), rollouts + count, chosen)
 
 
-def final_choice(finalists: Sequence[Finalist], confirm: int) -> tuple[Finalist, float]:
+SCREEN_ROUNDS = 20      # the final choice's rounds of every finalist, at most
+CONFIRM_ROUNDS = 60     # ... and of the best few, fresh
+
+
+def choice_seconds(finalists: int, confirm: int, latency_ms: float) -> float:
+    """The time :func:`final_choice` takes at its full rounds for graphs of ``latency_ms``:
+    every round runs each graph 11 times (a warm-up and 10 cycles), doubled, as interleaved
+    calls of several compiles run slower than one compile's repeats."""
+    runs = 11 * (SCREEN_ROUNDS * finalists + CONFIRM_ROUNDS * min(confirm, finalists))
+    return 2 * runs * latency_ms / 1e3
+
+
+def final_choice(finalists: Sequence[Finalist], confirm: int, deadline: float | None = None
+                 ) -> tuple[Finalist, float]:
     """The finalist with the lowest median latency, and that median.
 
-    All are timed in 20 interleaved rounds; the ``confirm`` best of those are
-    timed again in 60 fresh rounds, and those alone decide. Each graph has
+    All are timed in :data:`SCREEN_ROUNDS` interleaved rounds; the ``confirm``
+    best of those are timed again in :data:`CONFIRM_ROUNDS` fresh rounds, and
+    those alone decide. Each graph has
     :data:`~tempo.superopt.execute.DECISION_COMPILES` compiles, taken in
     turn (one compile's placement in memory moves its speed by about 1%).
     Taking the lowest of eight noisy medians favours a graph that was lucky
     in that sample (with differences of ~1% and IQRs of 10-20%, often a
     slower one); fresh measurements of the few best are free of that
-    selection bias.
+    selection bias. With a ``deadline`` both timings run the rounds that fit,
+    sharing the time by their full rounds' runs.
     """
-    screen = time_interleaved({str(i): f.graph for i, f in enumerate(finalists)}, rounds=20,
-                              compiles=DECISION_COMPILES)
+    screen_end = None
+    if deadline is not None:
+        now = time.perf_counter()
+        screen_runs = SCREEN_ROUNDS * len(finalists)
+        confirm_runs = CONFIRM_ROUNDS * min(confirm, len(finalists))
+        screen_end = now + (deadline - now) * screen_runs / (screen_runs + confirm_runs)
+    screen = time_interleaved({str(i): f.graph for i, f in enumerate(finalists)},
+                              rounds=SCREEN_ROUNDS, compiles=DECISION_COMPILES,
+                              deadline=screen_end)
     best = sorted(range(len(finalists)), key=lambda i: screen[str(i)].median_ms)[:confirm]
     if len(best) == 1:
         return finalists[best[0]], screen[str(best[0])].median_ms
-    timed = time_interleaved({str(i): finalists[i].graph for i in best}, rounds=60,
-                             compiles=DECISION_COMPILES)
+    timed = time_interleaved({str(i): finalists[i].graph for i in best}, rounds=CONFIRM_ROUNDS,
+                             compiles=DECISION_COMPILES, deadline=deadline)
     winner = min(best, key=lambda i: timed[str(i)].median_ms)
     return finalists[winner], timed[str(winner)].median_ms

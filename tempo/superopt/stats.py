@@ -6,35 +6,25 @@ cycles, each calling every graph once in a fresh random order), so each cycle
 gives a paired ratio of two run times taken side by side and each round the
 median of its cycles' ratios; the machine's speed, which moves by up to 2x
 in phases of tens to hundreds of milliseconds, affects both sides of a ratio
-alike. (Until the twenty-second session each round ran one graph's repeats
-and then the other's, and the ratio was of the two rounds' medians; in the
-A/A test of ``benchmarks/superopt_timing.py`` that left 1.9-2.7 times the
-spread of per-round ratios, ``docs/superopt.md``.) The verdict takes the
-distribution-free 95% interval of the median of those per-round ratios
-(order statistics, the sign test's interval: exact for rounds that are
-independent and alike, whatever the distribution of the ratios): a *win*
-when the whole interval lies above 1 (the challenger is faster), a *loss*
-when it lies below 1, a *tie* otherwise.
+alike. The verdict takes the distribution-free 95% interval of the median of
+those per-round ratios (order statistics, the sign test's interval: exact for
+rounds that are independent and alike, whatever the distribution of the
+ratios): a *win* when the whole interval lies above 1 (the challenger is
+faster), a *loss* when it lies below 1, a *tie* otherwise.
 
-Until the tenth session the interval was a percentile bootstrap of the median
-and the rounds ran the graphs in a fixed cyclic order. Timing one graph under
-two names (an A/A test, squeezenet, 30 pairs of 40 rounds) showed both to be
-wrong: in the fixed order the graph that ran second was faster in 28 of 30
-pairs (probably because a graph runs faster after one that shares its
-weights, still in cache; the cause was not isolated), and 8 of 30 identical pairs were called a win or a loss. With a
-random order per round the median ratios scatter around 1, and 4 of 30 were
-called a win or a loss by the bootstrap, 2 of 30 by this interval (1.5
-expected at 95%).
+The order of the graphs is random in every cycle because a fixed order is
+biased: timing one graph under two names (an A/A test, squeezenet, 30 pairs
+of 40 rounds) in a fixed cyclic order, the name that ran second was faster
+in 28 of 30 pairs, and 8 of 30 identical pairs were called a win or a loss.
 
-When each graph was compiled several times and the rounds took the compiles
+When each graph is compiled several times and the rounds take the compiles
 in turn (``time_interleaved(compiles=C)``), rounds that share a pair of
 compiles are not independent: a compile's placement in memory moves its speed
 for every round it runs. The unit is then the compile pair: the verdict takes
 the median ratio of each pair's rounds, ``C`` values, and the interval of
-their median. Recomputed over the eight six-workload reports of the
-sixteenth and seventeenth sessions (120 rounds, 24 compiles), the A/A
-controls were called a win or a loss 7 times in 48 per round and 2 times in
-48 per compile pair (2.4 expected at 95%).
+their median. Over eight six-workload reports of ``benchmarks/superopt/speedups.py``
+(120 rounds, 24 compiles), the A/A controls were called a win or a loss 7
+times in 48 per round and 2 times in 48 per compile pair (2.4 expected at 95%).
 """
 from __future__ import annotations
 

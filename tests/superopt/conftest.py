@@ -2,9 +2,9 @@
 
 Under ``pytest -n 2`` two workers share the machine's two cores; with torch's
 default of one thread per core, their intra-op threads wait on each other and
-the inference tests, which time many small graphs, ran 50-150 times slower
-(minutes instead of seconds) whenever no earlier test in the worker had
-called ``optimize`` (which sets one thread).
+the inference tests, which time many small graphs, run 50-150 times slower
+(minutes instead of seconds) unless a test in the worker has already called
+``optimize`` (which sets one thread).
 """
 import torch
 

@@ -1,6 +1,8 @@
 """`tempo superopt`: the command end to end on small ONNX models."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 from onnx.reference import ReferenceEvaluator
@@ -8,6 +10,7 @@ from onnx.reference import ReferenceEvaluator
 from tempo.cli import main
 from tempo.superopt.models import build
 from tempo.superopt.onnx_export import export_model, save
+from tempo.superopt.optimize import BUDGET_TOLERANCE_S, agent_function
 from tempo.superopt.reference import random_feeds
 
 
@@ -56,3 +59,18 @@ def test_rl_agent_trains_saves_and_loads(tmp_path, capsys):
     assert main(["superopt", str(src), "-o", str(tmp_path / "c.onnx"), "--agent", "rl",
                  "--load-agent", str(tmp_path / "nope.pt")]) == 1
     assert "no such agent file" in capsys.readouterr().err
+
+
+def test_the_rl_agent_keeps_to_its_budget(tmp_path, capsys):
+    """``--budget-seconds`` covers the command from reading the model to writing the result:
+    training, rollouts, refinement, final choice, polishing and the never-slower check (the
+    agent's libraries are imported before, as the command imports them before its clock)."""
+    save(export_model(build("squeezenet", scale="small")), str(tmp_path / "in.onnx"))
+    agent_function("rl")
+    budget = 4.0
+    start = time.perf_counter()
+    assert main(["superopt", str(tmp_path / "in.onnx"), "-o", str(tmp_path / "out.onnx"),
+                 "--agent", "rl", "--budget-seconds", str(budget)]) == 0
+    took = time.perf_counter() - start
+    assert took <= budget + BUDGET_TOLERANCE_S, f"{took:.2f} s for a budget of {budget} s"
+    assert f"(budget {budget:g} s)" in capsys.readouterr().out

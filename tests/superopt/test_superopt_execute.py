@@ -215,12 +215,15 @@ def test_time_calls_warms_the_keys_up_in_a_fresh_order_each_round():
     assert len({w[-1] for w in warmups}) > 1               # not always the same key last
 
 
-def test_time_calls_can_still_time_each_keys_repeats_in_one_block():
-    from tempo.superopt.execute import time_calls
+def test_time_calls_starts_no_round_that_would_end_past_its_deadline():
+    import time
 
-    order = []
-    time_calls({k: [lambda k=k: order.append(k)] for k in "ab"}, rounds=1, repeats=3,
-               interleave="rounds")
-    assert order in (["a"] * 4 + ["b"] * 4, ["b"] * 4 + ["a"] * 4)
-    with pytest.raises(TempoError, match="interleave"):
-        time_calls({"a": [lambda: None]}, interleave="cycles")
+    from tempo.superopt.execute import time_calls, timed_rounds
+
+    sleep = {"a": [lambda: time.sleep(0.001)]}               # a round: 4 calls, about 4 ms
+    start = time.perf_counter()
+    lat = time_calls(sleep, rounds=1000, repeats=3, deadline=start + 0.2)
+    took = time.perf_counter() - start
+    assert 1 <= timed_rounds(lat["a"], 3) < 1000 and took < 0.2 + 0.1
+    late = time_calls(sleep, rounds=5, repeats=3, deadline=time.perf_counter() - 1.0)
+    assert timed_rounds(late["a"], 3) == 1                   # past it already: the first round only

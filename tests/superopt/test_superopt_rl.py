@@ -1,6 +1,7 @@
 """The rewriting environment (real gymnasium) and the PPO agent with the GNN encoder."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
@@ -125,10 +126,13 @@ def test_best_of_k_returns_an_equivalent_graph_from_its_own_rollouts():
     agent = Agent(TINY, RULES)
     env = make_env(g, RULES, TINY, inference=True)
     assert env.feedback_every > TINY.max_steps          # measured only when an episode ends
-    choice = best_of_k(agent, env, budget_s=0.0)
+    idle = best_of_k(agent, env, budget_s=0.0)
+    assert idle.rollouts == 1                           # no time: the greedy rollout, stopped at once
+    assert idle.finalist.graph.key() == g.key()
+    choice = best_of_k(agent, env, budget_s=3.0)
     chosen = choice.finalist
-    assert choice.rollouts == TINY.min_samples + 1      # the greedy rollout and the minimum samples
-    assert choice.unpolished.origin in ("greedy rollout", "sampled rollout")
+    assert choice.rollouts > 1                          # the greedy rollout and sampled ones
+    assert choice.unpolished.origin in ("greedy rollout", "sampled rollout", "refined rollout")
     assert chosen is choice.unpolished or chosen.origin.startswith(f"{choice.unpolished.origin}, polished")
     assert choice.median_ms > 0 and len(chosen.applied) <= TINY.max_steps  # may stop at once
     assert same_outputs(g, chosen.graph)
@@ -304,8 +308,8 @@ def test_a_measured_graph_is_timed_side_by_side_with_the_last_measured_one(monke
 
 @pytest.mark.parametrize("budget", [0.0, 0.5, 3.0, 9.0])
 def test_training_stops_within_one_step_of_its_budget(monkeypatch, budget):
-    """On a clock that moves one second per environment step, training ends at its budget or,
-    when the first episode is longer, at that episode's end; no cut-short episode is learned."""
+    """On a clock that moves one second per environment step, training ends with the step under
+    way at its budget; no cut-short episode is learned."""
     from tempo.superopt import agent as agent_module
 
     clock = [0.0]
@@ -329,9 +333,6 @@ def test_training_stops_within_one_step_of_its_budget(monkeypatch, budget):
 
     env.step = step
     log = Agent(TINY, RULES).train(env, budget, progress=False)
-    if budget == 0.0:
-        assert clock[0] == 0.0 and log.updates == 0 and log.returns == []
-        return
-    assert log.updates >= 1
-    assert clock[0] == max(lengths[0], budget)
+    assert clock[0] == math.ceil(budget)
     assert len(log.returns) == len(lengths) - 1         # the episodes that finished, no other
+    assert (log.updates >= 1) == bool(log.returns)      # learned from those, if any

@@ -1,9 +1,6 @@
 """Cost model and the TASO-style searches."""
 from __future__ import annotations
 
-import pytest
-
-from tempo.errors import TempoError
 from tempo.superopt.costmodel import CostModel
 from tempo.superopt.graph import GraphBuilder, node
 from tempo.superopt.models import build
@@ -56,7 +53,7 @@ def test_an_operator_costs_the_reference_kernels_latency_times_its_ratio(monkeyp
     timed = []
 
     def beside_the_reference(calls, rounds, repeats):
-        timed.append((sorted(calls), rounds, repeats))   # fastest 1 over 2; paired 1/6, 2, 1/6
+        timed.append((sorted(calls), rounds, repeats))   # fastest: 1 over 2
         return {"op": Latency((1.0, 4.0, 1.0)), "ref": Latency((6.0, 2.0, 6.0))}
 
     model = CostModel(repeats=3)
@@ -67,19 +64,11 @@ def test_an_operator_costs_the_reference_kernels_latency_times_its_ratio(monkeyp
     g = b.build([node("relu", b.input("x", (8, 8)))])
     assert model.cost(g) == reference_ms / 2
     assert timed == [(["op", "ref"], 1, 3)]
-    paired = CostModel(repeats=3, ratio="paired")
-    paired._reference = model.reference()
-    assert paired.cost(g) == pytest.approx(reference_ms / 6)   # ref * (1/6) may round apart
-
-
-def test_an_unknown_cost_ratio_is_named():
-    with pytest.raises(TempoError, match="unknown cost ratio 'mean'"):
-        CostModel(ratio="mean")
 
 
 def test_the_cost_model_ranks_a_big_matmul_above_a_small_one():
-    """32768 times the multiply-adds: at least 12-25 times the cost by the paired ratio,
-    27-54 times by the fastest runs (benchmarks/superopt_costmodel_spread.py)."""
+    """32768 times the multiply-adds: 27-54 times the cost by the fastest runs, measured over
+    fresh models."""
     b = GraphBuilder()
     small = b.build([node("matmul", b.input("x", (16, 16)), b.weight((16, 16)))])
     big = b.build([node("matmul", b.input("x", (512, 512)), b.weight((512, 512)))])
@@ -138,12 +127,12 @@ def test_the_never_slower_check_times_check_rounds_rounds_of_decision_compiles(m
     timed = []
     real = optimize_module.time_interleaved
 
-    def recording(graphs, rounds=5, repeats=10, compiles=1):
+    def recording(graphs, rounds=5, repeats=10, compiles=1, deadline=None):
         timed.append((rounds, compiles))
-        return real(graphs, rounds, repeats, compiles=compiles)
+        return real(graphs, rounds, repeats, compiles=compiles, deadline=deadline)
 
     monkeypatch.setattr(optimize_module, "time_interleaved", recording)
-    optimize(g, "faster", budget_s=1, rules=RULES)
+    optimize(g, "faster", budget_s=30, rules=RULES)
     assert (optimize_module.CHECK_ROUNDS, optimize_module.DECISION_COMPILES) == (40, 8)
     assert timed == [(40, 8)]
 
