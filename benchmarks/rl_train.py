@@ -1,0 +1,404 @@
+"""RL training throughput: Tempo against CleanRL-style torch and PureJaxRL-style JAX (TEMPO §7.3, Fig. 20).
+
+Every system trains the same algorithm (``--algo ppo`` or ``reinforce``) with
+the same network, initialisation and hyper-parameters on the same
+environment dynamics (``tempo/Synthetic-v0``):
+
+- ``tempo``: ``examples/ppo.py`` / ``examples/reinforce.py`` themselves, on
+  the NumPy backend;
+- ``cleanrl``: ``benchmarks/baselines/cleanrl_*.py`` (eager PyTorch, stored
+  batch, replayed forward and backward);
+- ``purejaxrl``: ``benchmarks/baselines/purejaxrl_*.py`` (one ``jax.jit``-ed
+  function per iteration, acting under ``lax.scan``).
+
+The default point is TEMPO's (3x4x4 observations, 512 environments, episodes
+of 250 steps, actor and critic MLPs with 2 hidden layers of 64, one update
+per batch); ``--sweep`` varies one parameter at a time (episode length,
+hidden width, hidden layers, environments) over small points for a 2-core
+machine. Each run is a fresh process, its NumPy (BLAS), torch and XLA on
+``--threads`` threads (1 by default: on a shared 2-core machine more threads
+contend for the cores and make every system slow and noisy). Reported per system: compile seconds
+(Tempo: every pass, analysis, scheduling, AST; JAX: the ahead-of-time
+compile), the first iteration's seconds, the steady state (median seconds of
+the later iterations), the speed-up over the slowest system, the peak RSS,
+and Tempo's kernel launches per iteration. A point predicted to run past
+``--max-seconds`` (from the nearest measured point, linearly in the swept
+parameter) is skipped, and a run that goes past it is stopped; both are
+reported as skipped.
+
+    .venv/bin/python benchmarks/rl_train.py                          # PPO at the default point
+    .venv/bin/python benchmarks/rl_train.py --algo ppo reinforce --sweep steps hidden layers envs
+    .venv/bin/python benchmarks/rl_train.py --sweep steps --points 50 100 250 500
+    .venv/bin/python benchmarks/rl_train.py --quick                  # a smoke test, seconds
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import importlib
+import importlib.metadata
+import importlib.util
+import io
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASELINES = os.path.join(ROOT, "benchmarks", "baselines")
+SYSTEMS = ("tempo", "cleanrl", "purejaxrl")
+LABELS = {"tempo": "Tempo (NumPy)", "cleanrl": "CleanRL-style (torch)", "purejaxrl": "PureJaxRL-style (JAX)"}
+ALGOS = ("ppo", "reinforce")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One configuration of the environment, the networks and the batch."""
+
+    steps: int = 250
+    """episode length: timesteps per iteration"""
+    envs: int = 512
+    """environments (episodes per iteration)"""
+    hidden: int = 64
+    """width of the hidden layers"""
+    layers: int = 2
+    """hidden layers of each network"""
+    obs_shape: str = "3,4,4"
+    """observation shape"""
+    epochs: int = 1
+    """PPO's updates per batch of episodes"""
+
+
+SWEEPS = {  # swept field -> default points, for a 2-core machine (Fig. 20 goes further)
+    "steps": (50, 125, 250, 500),
+    "hidden": (16, 64, 256),
+    "layers": (1, 2, 4),
+    "envs": (64, 256, 512, 1024),
+}
+QUICK_POINT = Point(steps=8, envs=4, hidden=8, layers=2)
+QUICK_SWEEPS = {"steps": (4, 8), "hidden": (4, 8), "layers": (1, 2), "envs": (2, 4)}
+
+
+# ----- measuring one system at one point (in a worker process) -----
+class LaunchProbe:
+    """A backend wrapper: counts kernel launches per iteration and notes when each iteration's last one ended.
+
+    A launch belongs to the iteration ``env["i"] // every`` of its point
+    (``every``: PPO's updates per batch), or to ``None`` (run once, outside
+    the iterations). Everything but ``kernel`` is the wrapped backend's.
+    """
+
+    def __init__(self, backend, every: int = 1):
+        self.backend, self.every = backend, every
+        self.launches: collections.Counter = collections.Counter()
+        self.ends: dict[int, float] = {}
+
+    def kernel(self, op):
+        kernel, launches, ends, every, clock = self.backend.kernel(op), self.launches, self.ends, self.every, \
+            time.perf_counter
+
+        def probed(inputs, env, point):
+            out = kernel(inputs, env, point)
+            i = env.get("i")
+            if i is None:
+                launches[None] += 1
+            else:
+                launches[i // every] += 1
+                ends[i // every] = clock()
+            return out
+
+        return probed
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+
+def _example(name: str):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "examples", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_tempo(algo: str, point: Point, iterations: int, seed: int) -> dict:
+    """Train with the example program; its compile is probed for the stage timings and the backend wrapped.
+
+    The program runs ``iterations + 1`` iterations and the last is left out:
+    nothing reads the parameters after the last update, so the last
+    iteration acts and reports but does not learn.
+    """
+    from tempo.api import compile as compile_mod
+
+    module = _example(algo)
+    every = point.epochs if algo == "ppo" else 1
+    fields = dict(env="tempo/Synthetic-v0", impl="tensor", obs_shape=point.obs_shape, batch=point.envs,
+                  steps=point.steps, hidden=point.hidden, layers=point.layers, iterations=iterations + 1, seed=seed)
+    if algo == "ppo":
+        fields["epochs"] = point.epochs
+    programs, compile_program = [], compile_mod.compile_program
+
+    def probed(*args, **kwargs):
+        program = compile_program(*args, **kwargs)
+        program.backend = LaunchProbe(program.backend, every)
+        programs.append((program, time.perf_counter()))
+        return program
+
+    compile_mod.compile_program = probed
+    try:
+        summary = module.main(module.Args(**fields))
+    finally:
+        compile_mod.compile_program = compile_program
+    (program, compiled_at), = programs
+    probe = program.backend
+    ends = [probe.ends[k] for k in range(iterations)]
+    stages = {k: v for k, v in program.timings.items() if k != "run"}
+    per_iteration = [probe.launches[k] for k in range(iterations)]
+    return {"returns": summary["returns"][:iterations], "losses": [], "compile_s": sum(stages.values()), "compile_stages": stages,
+            "start": compiled_at, "ends": ends, "launches_per_iteration": per_iteration,
+            "launches_outside_iterations": probe.launches[None], "nodes": len(program.sdg.nodes)}
+
+
+def run_baseline(system: str, algo: str, point: Point, iterations: int, seed: int) -> dict:
+    sys.path.insert(0, BASELINES)
+    module = importlib.import_module(f"{system}_{algo}")
+    fields = dict(seed=seed, iterations=iterations, envs=point.envs, steps=point.steps, obs_shape=point.obs_shape,
+                  hidden=point.hidden, layers=point.layers)
+    if algo == "ppo":
+        fields["epochs"] = point.epochs
+    return module.main(module.Args(**fields))
+
+
+def measure(system: str, algo: str, point: Point, iterations: int, seed: int) -> dict:
+    """One training run: compile, first iteration and steady-state seconds, and what the system reports."""
+    run = run_tempo if system == "tempo" else lambda *a: run_baseline(system, *a)
+    out = run(algo, point, iterations, seed)
+    start, ends = out.pop("start"), out.pop("ends")
+    seconds = [ends[0] - start] + [b - a for a, b in zip(ends, ends[1:])]
+    out.update(first_iteration_s=seconds[0], iterations_s=seconds,
+               iteration_s=statistics.median(seconds[1:]) if len(seconds) > 1 else None,
+               peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return out
+
+
+def worker(spec: dict, out_path: str) -> None:
+    result = measure(spec["system"], spec["algo"], Point(**spec["point"]), spec["iterations"], spec["seed"])
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+# ----- running the workers -----
+def thread_env(threads: int) -> dict:
+    """The environment of a worker whose NumPy (BLAS), torch and XLA use ``threads`` threads (0: their defaults)."""
+    env = dict(os.environ)
+    if threads:
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[name] = str(threads)
+        xla = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} " \
+              f"intra_op_parallelism_threads={threads}"
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {xla}".strip()
+    return env
+
+
+def run_point(system: str, algo: str, point: Point, iterations: int, seed: int, timeout: float,
+              threads: int) -> dict:
+    """``measure`` in a fresh process; ``{"skipped": why}`` if it runs past ``timeout`` seconds or fails."""
+    spec = {"system": system, "algo": algo, "point": dataclasses.asdict(point), "iterations": iterations,
+            "seed": seed}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        started = time.perf_counter()
+        try:
+            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec), out],
+                                  capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=thread_env(threads))
+        except subprocess.TimeoutExpired:
+            return {"skipped": f"ran past --max-seconds ({timeout:.0f} s)"}
+        if done.returncode != 0:
+            print(f"{system} {algo} at {point} failed:\n{done.stderr[-3000:]}", file=sys.stderr)
+            return {"skipped": f"failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}"}
+        with open(out) as f:
+            result = json.load(f)
+    result["wall_s"] = time.perf_counter() - started
+    return result
+
+
+def predicted_seconds(measured: list[tuple[int, dict]], value: int) -> float | None:
+    """The wall seconds of a run at ``value`` of the swept field, linear from the nearest measured point below it
+    (else the nearest above); None if nothing was measured."""
+    runs = [(v, r) for v, r in measured if "skipped" not in r]
+    if not runs:
+        return None
+    below = [(v, r) for v, r in runs if v <= value]
+    v, r = max(below, key=lambda x: x[0]) if below else min(runs, key=lambda x: x[0])
+    return r["wall_s"] * value / v
+
+
+# ----- reporting -----
+def speedups(systems: dict) -> dict:
+    times = {s: r["iteration_s"] for s, r in systems.items() if r.get("iteration_s")}
+    slowest = max(times.values(), default=None)
+    return {s: slowest / t for s, t in times.items()}
+
+
+def print_table(algo: str, title: str, systems: dict) -> None:
+    print(f"\n{algo.upper()} {title}")
+    print(f"{'system':<24} {'compile s':>10} {'first s':>9} {'s/iter':>9} {'speed-up':>9} {'launches/iter':>14} "
+          f"{'peak MB':>8}")
+    ups = speedups(systems)
+    for system, r in systems.items():
+        if "skipped" in r:
+            print(f"{LABELS[system]:<24} skipped: {r['skipped']}")
+            continue
+        launches = r.get("launches_per_iteration")
+        steady = r["iteration_s"]
+        print(f"{LABELS[system]:<24} {r['compile_s']:>10.2f} {r['first_iteration_s']:>9.3f} "
+              f"{steady if steady is not None else float('nan'):>9.3f} {ups.get(system, float('nan')):>8.2f}x "
+              f"{launches[-1] if launches else '-':>14} {r['peak_rss_mb']:>8.0f}")
+    tempo = systems.get("tempo", {})
+    if "compile_stages" in tempo:
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in tempo["compile_stages"].items())
+        print(f"Tempo compile stages (s): {stages}")
+
+
+def plot(results: list[dict], path: str) -> None:
+    """One panel per (algorithm, sweep): seconds per iteration against the swept value, a line per system."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tempo.files import write_bytes_atomic
+
+    panels = collections.OrderedDict()
+    for row in results:
+        if row["sweep"] != "default":
+            panels.setdefault((row["algo"], row["sweep"]), []).append(row)
+    if not panels:
+        panels = collections.OrderedDict(((row["algo"], "default"), [row]) for row in results)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, ((algo, sweep), rows) in zip(axes[0], panels.items()):
+        skipped = []
+        for k, system in enumerate(SYSTEMS):
+            runs = [(row["value"], row["systems"][system]) for row in rows if system in row["systems"]]
+            pts = [(v, r["iteration_s"]) for v, r in runs if r.get("iteration_s")]
+            skipped += [f"{system} at {v}" for v, r in runs if "skipped" in r]
+            if sweep == "default" and pts:
+                ax.bar([k], [pts[0][1]], label=LABELS[system])
+            elif pts:
+                ax.plot(*zip(*pts), marker="o", label=LABELS[system])
+        ax.set_yscale("log")
+        ax.set_ylabel("seconds per iteration")
+        ax.set_title(f"{algo.upper()}: {sweep}" + (f"\nskipped: {', '.join(skipped)}" if skipped else ""),
+                     fontsize=9)
+        if sweep == "default":
+            ax.set_xticks([])
+        else:
+            values = [row["value"] for row in rows]
+            ax.set_xscale("log")
+            ax.set_xticks(values, [str(v) for v in values])
+            ax.minorticks_off()
+            ax.set_xlabel(sweep)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    write_bytes_atomic(path, buffer.getvalue())
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
+    for name in ("numpy", "torch", "jax", "tempo"):
+        try:
+            out[name] = importlib.metadata.version(name if name != "tempo" else "tempo-dl")
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    out["load_average"] = os.getloadavg()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--algo", nargs="+", default=["ppo"], choices=ALGOS)
+    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    p.add_argument("--sweep", nargs="*", default=[], choices=list(SWEEPS), help="parameters to vary, one at a time")
+    p.add_argument("--points", nargs="+", type=int, help="the values of the one --sweep (default: SWEEPS')")
+    for f in dataclasses.fields(Point):
+        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=None,
+                       help=f"the default point's {f.name} (default {f.default}; --quick: {getattr(QUICK_POINT, f.name)})")
+    p.add_argument("--iterations", type=int, default=6, help="iterations of the baselines (the first apart)")
+    p.add_argument("--tempo-iterations", type=int, default=4, help="iterations of Tempo (the first apart)")
+    p.add_argument("--max-seconds", type=float, default=600.0,
+                   help="skip a run predicted to take longer, stop one that does")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads of NumPy's BLAS, torch and XLA in every run (0: the libraries' defaults)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="tiny sizes and 3 iterations: a smoke test")
+    p.add_argument("--out", default="benchmarks/results/rl_train.json")
+    p.add_argument("--plot", default=None, help="PNG of the sweeps (default: --out with .png)")
+    p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker(json.loads(args.worker[0]), args.worker[1])
+    if args.points and len(args.sweep) != 1:
+        p.error("--points needs exactly one --sweep")
+    base = QUICK_POINT if args.quick else Point()
+    base = dataclasses.replace(base, **{f.name: getattr(args, f.name) for f in dataclasses.fields(Point)
+                                        if getattr(args, f.name) is not None})
+    sweeps = QUICK_SWEEPS if args.quick else SWEEPS
+    iterations = {"tempo": 3 if args.quick else args.tempo_iterations}
+    iterations.update({s: 3 if args.quick else args.iterations for s in SYSTEMS if s != "tempo"})
+    if min(iterations.values()) < 2:
+        p.error("--iterations and --tempo-iterations must be at least 2: the first iteration is reported apart")
+
+    results = []
+    for algo in args.algo:
+        default = {s: run_point(s, algo, base, iterations[s], args.seed, args.max_seconds, args.threads)
+                   for s in args.systems}
+        results.append({"algo": algo, "sweep": "default", "value": None, "point": dataclasses.asdict(base),
+                        "systems": default})
+        print_table(algo, f"default point {base}", default)
+        for sweep in args.sweep:
+            measured = {s: [(getattr(base, sweep), default[s])] for s in args.systems}
+            for value in sorted(args.points or sweeps[sweep]):
+                point = dataclasses.replace(base, **{sweep: value})
+                row = {}
+                for s in args.systems:
+                    guess = predicted_seconds(measured[s], value)
+                    if point == base:
+                        row[s] = default[s]  # the default point, measured above
+                    elif guess is not None and guess > args.max_seconds:
+                        row[s] = {"skipped": f"predicted {guess:.0f} s > --max-seconds ({args.max_seconds:.0f} s)"}
+                    else:
+                        row[s] = run_point(s, algo, point, iterations[s], args.seed, args.max_seconds,
+                                           args.threads)
+                    if point != base:
+                        measured[s].append((value, row[s]))
+                results.append({"algo": algo, "sweep": sweep, "value": value, "point": dataclasses.asdict(point),
+                                "systems": row})
+                print_table(algo, f"{sweep}={value}", row)
+    for row in results:
+        for system, up in speedups(row["systems"]).items():
+            row["systems"][system]["speedup_over_slowest"] = up
+
+    from tempo.files import write_json_atomic
+
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    write_json_atomic(args.out, {"config": {k: v for k, v in vars(args).items() if k != "worker"},
+                                 "iterations": iterations, "versions": versions(),
+                                 "note": "steady state = median seconds of the iterations after the first; "
+                                         "the cores may be shared with other processes",
+                                 "results": results})
+    plot_path = args.plot or os.path.splitext(args.out)[0] + ".png"
+    plot(results, plot_path)
+    print(f"\nwrote {args.out} and {plot_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""benchmarks/rl_train.py: Tempo, CleanRL-style torch and PureJaxRL-style JAX timed in one run."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("rl_train", ROOT / "benchmarks" / "rl_train.py")
+rl_train = sys.modules["rl_train"] = importlib.util.module_from_spec(spec)  # dataclasses look their module up
+spec.loader.exec_module(rl_train)
+
+
+def harness(tmp_path, *flags):
+    out = tmp_path / "rl_train.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_train.py"), "--quick", *flags,
+                          "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(out.read_text()), run.stdout
+
+
+def check_measured(systems):
+    assert set(systems) == set(rl_train.SYSTEMS)
+    for name, r in systems.items():
+        assert "skipped" not in r, (name, r)
+        assert r["first_iteration_s"] > 0 and r["iteration_s"] > 0 and r["compile_s"] >= 0, (name, r)
+        assert len(r["iterations_s"]) == len(r["returns"]) == 3 and r["peak_rss_mb"] > 0
+        assert r["speedup_over_slowest"] >= 1.0
+    assert min(r["speedup_over_slowest"] for r in systems.values()) == 1.0
+    tempo = systems["tempo"]
+    assert tempo["compile_s"] > 0 and {"analyse", "schedule", "ast", "fuse"} <= set(tempo["compile_stages"])
+    launches = tempo["launches_per_iteration"]
+    assert launches[0] > 0 and launches[1] == launches[2]           # every full iteration launches the same
+    assert systems["purejaxrl"]["compile_s"] > 0                    # ahead of time, apart from the first iteration
+    for name in ("cleanrl", "purejaxrl"):
+        assert len(systems[name]["losses"]) == 3 and all(math.isfinite(x) for x in systems[name]["losses"])
+
+
+def test_quick_run_times_every_system_at_the_default_point(tmp_path):
+    report, stdout = harness(tmp_path, "--algo", "reinforce")
+    (row,) = report["results"]
+    assert row["algo"] == "reinforce" and row["sweep"] == "default" and row["point"]["steps"] == 8
+    check_measured(row["systems"])
+    assert (tmp_path / "rl_train.png").read_bytes().startswith(b"\x89PNG")
+    assert "Tempo compile stages" in stdout and "speed-up" in stdout
+
+
+@pytest.mark.slow
+def test_quick_ppo_sweep_reuses_the_default_point_and_reports_what_it_skips(tmp_path):
+    report, stdout = harness(tmp_path, "--algo", "ppo", "--sweep", "steps", "--points", "8", "64",
+                             "--max-seconds", "60")
+    default, same, longer = report["results"]
+    check_measured(default["systems"])
+    assert same["value"] == 8 and same["systems"] == default["systems"]
+    assert longer["value"] == 64
+    for r in longer["systems"].values():                             # measured, or skipped with the reason
+        assert ("iteration_s" in r) != ("skipped" in r)
+
+
+def test_a_point_predicted_past_the_budget_is_estimated_from_the_nearest_point_below():
+    measured = [(250, {"wall_s": 40.0}), (50, {"wall_s": 10.0}), (500, {"skipped": "ran past"})]
+    assert rl_train.predicted_seconds(measured, 1000) == pytest.approx(160.0)   # from 250, not the skipped 500
+    assert rl_train.predicted_seconds(measured, 100) == pytest.approx(20.0)
+    assert rl_train.predicted_seconds(measured, 25) == pytest.approx(5.0)       # nothing below: the smallest
+    assert rl_train.predicted_seconds([(8, {"skipped": "failed"})], 16) is None
