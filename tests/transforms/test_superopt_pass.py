@@ -7,7 +7,7 @@ import pytest
 import tempo as tpo
 from tempo.errors import TempoError
 from tempo.ir.ops import FusedOp, PermuteOp
-from tempo.transforms import superopt
+from tempo.transforms import PIPELINE, superopt
 
 XS = np.random.default_rng(1).standard_normal((5, 4, 3)).astype(np.float32)
 W = (np.random.default_rng(2).standard_normal((3, 3)) * 0.5).astype(np.float32)
@@ -25,10 +25,15 @@ def layers(ctx):
     return [h, y], {T: 5}
 
 
+# The islands as the program writes them: every pass but vectorization, fusion and this one is off
+# (a simplification before fusion would remove the double transposes these tests look for).
+AS_WRITTEN = {name: False for name, _ in PIPELINE if name not in ("vectorize", "fuse", "superopt")}
+
+
 def compiled(build, passes):
     with tpo.Context(seed=0) as ctx:
         fetch, bounds = build(ctx)
-        program = ctx.compile(fetch, passes=passes)
+        program = ctx.compile(fetch, passes={**AS_WRITTEN, **passes})
         return program, program.run(bounds)
 
 
