@@ -128,8 +128,9 @@ def refine(agent, env: RewriteEnv, start: Finalist, deadline: float, seed: int =
     sampling it (a sharp policy finishes most greedy branches in graphs
     already judged). Each new final graph is timed against the incumbent in
     up to 4 interleaved rounds (fewer where ``deadline`` comes first), each
-    round on another compile of both graphs, and replaces it when the median of the rounds' cycle-paired ratios says it is
-    faster (:func:`~tempo.superopt.stats.paired_speedup`). Returns the incumbent,
+    round on another compile of both graphs, and replaces it when the median
+    of the rounds' cycle-paired ratios says it is faster
+    (:func:`~tempo.superopt.stats.paired_speedup`). Returns the incumbent,
     every distinct graph reached and the number of branched rollouts.
     """
     rng = np.random.default_rng(seed)

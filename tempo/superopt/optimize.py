@@ -110,10 +110,11 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
 
     ``budget_s`` covers the whole call but the import of the agent's module:
     the search, then the check of its result (same outputs, then up to
-    :data:`CHECK_ROUNDS` rounds timed against the input). The check's time (:func:`check_seconds`) is set aside first,
-    the search gets the rest, and the check's rounds stop at the budget's end;
-    the call returns within ``budget_s`` plus :data:`BUDGET_TOLERANCE_S` for
-    graphs that run in milliseconds (every timing runs one round at least).
+    :data:`CHECK_ROUNDS` rounds timed against the input). The check's time
+    (:func:`check_seconds`) is set aside first, the search gets the rest, and
+    the check's rounds stop at the budget's end: the call returns within
+    ``budget_s`` plus :data:`BUDGET_TOLERANCE_S` for graphs that run in
+    milliseconds (every timing runs one round at least).
 
     A graph no rule matches is returned at once, unsearched (every search would stop there,
     the RL agent after training on it for the whole budget), unless ``options`` ask for a

@@ -204,8 +204,8 @@ def test_time_calls_runs_every_key_once_a_cycle_in_a_fresh_order():
 
 
 def test_time_calls_warms_the_keys_up_in_a_fresh_order_each_round():
-    """In the keys' order, the last key warmed up ran its first timed call with the freshest
-    cache and came out faster than the others more often than not."""
+    """In the keys' order, the last key warmed up would run its first timed call with the
+    freshest cache and come out faster than the others more often than not."""
     from tempo.superopt.execute import time_calls
 
     order = []
