@@ -1,13 +1,26 @@
-"""Vectorization (TEMPO §4.2, TimeRL Alg. 2): an independent dim becomes a leading spatial axis.
+"""Vectorization (TEMPO §4.2, TimeRL Alg. 2): a dim becomes a leading spatial axis of the ops that allow it.
 
-A dim ``d`` can be vectorized when no point of it depends on another one:
-every read of a tensor that varies over ``d`` is at ``d`` itself or at the
-whole range ``0:D``, and no condition, shape or op parameter mentions ``d``
-(``eval_symbol`` and random numbers excepted: they learn to produce all of
-``d``'s points at once). Every node over ``d`` then runs once for all of its
-points, on tensors with a leading axis of size ``D``: the schedule loses a
-loop and each kernel call does ``D`` times the work, which is what makes a
-batch dim cheap.
+Per dim ``d``, the pass picks the set of operators that can run for all of
+``d``'s points at once, and rewrites each into one op over a leading axis of
+size ``D``: the schedule loses a loop for them and each kernel call does
+``D`` times the work, which is what makes a batch dim cheap and what turns
+an RL learner's forward and backward over ``t`` into one launch.
+
+* When no point of ``d`` depends on another (every read of a tensor over
+  ``d`` is at ``d`` itself or at the whole ``0:D``, and no condition, shape
+  or op parameter mentions ``d``), every node over ``d`` is vectorized: the
+  batch dim ``b`` of an RL program.
+* Otherwise (partial vectorization) operators in a cycle along ``d`` (the
+  recurrence of acting over ``t``) stay temporal, and so does any operator
+  that reads another point than its own (``x[t + 1]``), whose op or shape
+  mentions ``d``, that runs host code, or that depends on a conditional
+  tensor. The rest is vectorized, and each edge is rewritten by the cases of
+  TEMPO Fig. 11: both ends vectorized and read at ``d``: the index is
+  dropped; a vectorized reader of a temporal source at ``d``: the read is
+  promoted to ``0:D`` (a stacked read, after the source's loop); a source
+  that does not vary over ``d``: broadcast; a temporal reader of a vectorized
+  source at a point: the whole tensor is read and the point selected
+  (``IndexSelect``, a spatial index at the reader's point).
 
 Per-op rules live in :data:`RULES`; a rule gets the op and which inputs carry
 the new axis and returns the batched op, plus adapter ops for inputs that
@@ -25,24 +38,61 @@ from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.ir.shapes import infer, normalize_axis, size
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
+from tempo.symbolic.simplify import simplify
 
 
 @dataclass(frozen=True)
 class Config:
-    """``dims``: names of the dims to try (None: every dim, in the program's order)."""
+    """``dims``: names of the dims to try (None: every dim, in the program's order).
+
+    ``partial``: also vectorize the operators of a dim that cannot be
+    vectorized whole (False: a dim is vectorized whole or not at all).
+    """
 
     dims: tuple[str, ...] | None = None
+    partial: bool = True
 
 
 def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
-    """Vectorize every dim (of ``cfg.dims``) that can be; returns a new SDG."""
-    steps = []
-    for node in sdg.nodes.values():
-        steps += [d for d in node.domain if d not in steps]
-    for d in steps:
-        if (cfg.dims is None or d.name in cfg.dims) and vectorizable(sdg, d):
-            sdg = vectorize(sdg, d)
+    """Vectorize every dim (of ``cfg.dims``) as far as it can be; returns a new SDG.
+
+    Independent dims go first, whole, so the batch axis leads every node it
+    reaches. Then each remaining dim but the outermost is vectorized
+    partially: batching the outermost loop (the iteration ``i`` of a training
+    program) would defer its operators past the whole run, holding what they
+    read and running sinks at the end.
+    """
+    order = [d for d in _dim_order(sdg) if cfg.dims is None or d.name in cfg.dims]
+    temporal = []
+    for d in order:
+        chosen = _whole(sdg, d)
+        if chosen:
+            sdg = vectorize(sdg, d, chosen)
+        else:
+            temporal.append(d)
+    inner = temporal[1:] if len(temporal) > 1 else temporal
+    for d in inner if cfg.partial else ():
+        chosen = vectorizable_set(sdg, d)
+        if chosen:
+            sdg = vectorize(sdg, d, chosen)
     return sdg
+
+
+def _dim_order(sdg: SDG) -> list[Expr]:
+    """The dims of the program, outermost first (every node's domain lists them in this order)."""
+    before: dict[Expr, set[Expr]] = {}
+    for node in sdg.nodes.values():
+        for k, d in enumerate(node.domain):
+            before.setdefault(d, set()).update(node.domain[:k])
+    order: list[Expr] = []
+    while len(order) < len(before):
+        ready = [d for d in before if d not in order and before[d] <= set(order)]
+        order.append(ready[0] if ready else next(d for d in before if d not in order))
+    return order
+
+
+def _whole(sdg: SDG, d: Expr) -> frozenset[int]:
+    return frozenset(n for n, node in sdg.nodes.items() if d in node.domain) if vectorizable(sdg, d) else frozenset()
 
 
 # ----- which dims -----
@@ -80,6 +130,151 @@ def vectorizable(sdg: SDG, d: Expr) -> bool:
             elif _mentions(item, d):
                 return False
     return True
+
+
+def vectorizable_set(sdg: SDG, d: Expr) -> frozenset[int]:
+    """The nodes over ``d`` to vectorize: all of them when ``d`` is independent, else those
+    outside cycles along ``d`` whose reads allow it (see the module docstring)."""
+    whole = _whole(sdg, d)
+    if whole:
+        return whole
+    over = {n for n, node in sdg.nodes.items() if d in node.domain}
+    chosen = over - _cyclic_along(sdg, d, over) - _partially_defined(sdg, d, over)
+    chosen = {n for n in chosen if _own_fields_allow(sdg.nodes[n], d)}
+    changed = True
+    while changed:
+        changed = False
+        for e in sdg.edges:
+            for n in _conflicts(sdg, e, d, chosen):
+                chosen.discard(n)
+                changed = True
+    return frozenset(chosen)
+
+
+def _own_fields_allow(node: Node, d: Expr) -> bool:
+    if isinstance(node.op, ops.UDFOp) or _op_mentions(node.op, d):
+        return False
+    return not any(_mentions(s, d) for shape in node.shapes for s in shape if isinstance(s, Expr))
+
+
+def _conflicts(sdg: SDG, e: Edge, d: Expr, chosen: set[int]) -> list[int]:
+    """The ends of ``e`` that cannot stay in ``chosen`` because of how ``e`` reads."""
+    src = sdg.nodes[e.src]
+    items = dict(zip(src.domain, e.index.args))
+    item = items.get(d)
+    if any(_mentions(it, d) for dim, it in items.items() if dim is not d):
+        return [n for n in (e.src, e.sink) if n in chosen]
+    whole = make_slice(0, bound_of(d))
+    if e.sink in chosen:
+        if _mentions(e.cond, d) or (item is not None and item is not d and item is not whole):
+            return [e.sink]
+        if item is d and e.src not in chosen and any(_mentions(x, d) for x in src.shapes[e.src_out]
+                                                     if isinstance(x, Expr)):
+            return [e.sink]  # a promoted read stacks the source's points: their shapes must agree
+        sink = sdg.nodes[e.sink]
+        if item is d and isinstance(sink.op, ops.SpatialIndexOp) and any(_mentions(x, d) for x in sink.op.items):
+            return [e.sink]  # selects a point of d from a tensor that is itself at d
+        return []
+    if e.src in chosen and item is not whole and item is not d and not _guarded_point(sdg, e, item):
+        return [e.src]
+    return []
+
+
+def _guarded_point(sdg: SDG, e: Edge, item: Expr) -> bool:
+    """A branch of a merge reading one point under a condition (``v[t + 1] if t < T - 1``):
+    selecting that point from the whole tensor is safe where the branch is taken."""
+    return item.op != "slice" and e.cond is not None and isinstance(sdg.nodes[e.sink].op, ops.MergeOp)
+
+
+def _earlier(item: Expr, dim: Expr) -> bool:
+    """Whether ``item`` reads strictly before the current point of ``dim`` (``i - 1``)."""
+    if item.op == "slice":
+        return False
+    offset = simplify(item - dim)
+    return offset.is_const and offset.value < 0
+
+
+def _cyclic_along(sdg: SDG, d: Expr, over: set[int]) -> set[int]:
+    """Nodes of ``over`` on a dependence cycle within one point of the dims outside ``d``
+    (those before it in the domain order): a recurrence along ``d`` or along a dim inside it.
+    A read of an earlier point of an outer dim (``p[i - 1]`` for ``d = t``) closes no such cycle."""
+    succ: dict[int, set[int]] = {n: set() for n in over}
+    for e in sdg.edges:
+        if e.src in over and e.sink in over:
+            src, sink = sdg.nodes[e.src], sdg.nodes[e.sink]
+            outer = src.domain[:src.domain.index(d)]
+            if not any(_earlier(item, dim) for dim, item in zip(src.domain, e.index.args)
+                       if dim in outer and dim in sink.domain):
+                succ[e.src].add(e.sink)
+    return {n for scc in _components(succ) if len(scc) > 1 for n in scc} | {n for n in over if n in succ[n]}
+
+
+def _components(succ: dict[int, set[int]]) -> list[list[int]]:
+    """Tarjan's strongly connected components, without recursion."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    stack, on, out = [], set(), []
+    for root in succ:
+        if root in index:
+            continue
+        work = [(root, iter(succ[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    scc = []
+                    while True:
+                        x = stack.pop()
+                        on.discard(x)
+                        scc.append(x)
+                        if x == v:
+                            break
+                    out.append(scc)
+            elif w not in index:
+                index[w] = low[w] = len(index)
+                stack.append(w)
+                on.add(w)
+                work.append((w, iter(succ[w])))
+            elif w in on:
+                low[v] = min(low[v], index[w])
+    return out
+
+
+def _partially_defined(sdg: SDG, d: Expr, over: set[int]) -> set[int]:
+    """Nodes that may lack a value at some point of ``d``, and what reads them: conditional
+    tensors (``x[t % 2 == 0]``) and reads of another point (``v[t + 1]``, undefined at
+    ``t = T - 1``) outside a placeholder's branch. Computing them for all of ``d`` at once
+    would read the missing points. A placeholder is defined everywhere (a gap is an error)."""
+    def shifted(e: Edge) -> bool:
+        src = sdg.nodes[e.src]
+        item = dict(zip(src.domain, e.index.args)).get(d)
+        return item is not None and item is not d and item.op != "slice" and _mentions(item, d)
+
+    partial = set()
+    for n in over:
+        node = sdg.nodes[n]
+        if isinstance(node.op, ops.MergeOp):
+            if not node.op.placeholder and any(_mentions(e.cond, d) for e in sdg.in_edges(n)):
+                partial.add(n)
+        elif any(shifted(e) for e in sdg.in_edges(n)):
+            partial.add(n)
+    changed = bool(partial)
+    while changed:
+        changed = False
+        for e in sdg.edges:
+            sink = sdg.nodes[e.sink]
+            placeholder = isinstance(sink.op, ops.MergeOp) and sink.op.placeholder
+            if e.src in partial and e.sink in over and e.sink not in partial and not placeholder:
+                partial.add(e.sink)
+                changed = True
+    return partial
 
 
 # ----- rules -----
@@ -223,29 +418,58 @@ class _Refuse(Exception):
 
 
 # ----- the rewrite -----
-def vectorize(sdg: SDG, d: Expr) -> SDG:
-    """The SDG with ``d`` turned into a leading spatial axis of every node over it."""
+def vectorize(sdg: SDG, d: Expr, chosen: frozenset[int] | None = None) -> SDG:
+    """The SDG with ``d`` turned into a leading spatial axis of the ``chosen`` nodes
+    (None: every node over ``d``)."""
+    if chosen is None:
+        chosen = frozenset(n for n, node in sdg.nodes.items() if d in node.domain)
     try:
-        return _Rewrite(sdg, d).run()
+        return _Rewrite(sdg, d, chosen).run()
     except _Refuse:
         return sdg
 
 
 class _Rewrite:
-    def __init__(self, sdg: SDG, d: Expr) -> None:
-        self.old, self.d, self.size = sdg, d, bound_of(d)
+    def __init__(self, sdg: SDG, d: Expr, chosen: frozenset[int]) -> None:
+        self.old, self.d, self.size, self.chosen = sdg, d, bound_of(d), chosen
         self.new = SDG({}, [], sdg._next_id, dict(sdg.vectorized), sdg.roots, dict(sdg.moved))
 
     def run(self) -> SDG:
         for n in sorted(self.old.nodes):
             node = self.old.nodes[n]
-            if self.d in node.domain:
+            if n in self.chosen:
                 self._batch(node)
             else:
                 self.new.nodes[n] = node
                 for e in self.old.in_edges(n):
-                    self.new.add_edge(self._adapted(e, self._layout(e), node.domain, node))
+                    self.new.add_edge(self._temporal_read(e, node))
         return self.new
+
+    def _temporal_read(self, e: Edge, sink: Node) -> Edge:
+        """``e`` into a node that stays temporal over ``d``; a read of one point of a
+        vectorized source reads it whole and selects the point (``IndexSelect``)."""
+        if e.src not in self.chosen:
+            return e
+        src = self.old.nodes[e.src]
+        pos = src.domain.index(self.d)
+        item = e.index.args[pos]
+        if item.op == "slice":
+            return self._adapted(e, self._layout(e), sink.domain, sink)
+        stacked = sum(1 for a in e.index.args if a.op == "slice")
+        front = self._to_front(stacked, stacked + 1 + len(src.shapes[e.src_out]))
+        return self._adapted(e, front + [ops.SpatialIndexOp((item,))], sink.domain, sink)
+
+    @staticmethod
+    def _to_front(axis: int, rank: int) -> list[ops.Op]:
+        if axis == 0:
+            return []
+        return [ops.PermuteOp((axis, *range(axis), *range(axis + 1, rank)))]
+
+    def _promoted(self, e: Edge) -> bool:
+        """A read at ``d`` of a source that stays temporal, by a vectorized node."""
+        src = self.old.nodes[e.src]
+        return (e.sink in self.chosen and e.src not in self.chosen and self.d in src.domain
+                and e.index.args[src.domain.index(self.d)] is self.d)
 
     def _layout(self, e: Edge) -> list[ops.Op]:
         """Adapters that give a read of a batched source its original axis order.
@@ -253,9 +477,16 @@ class _Rewrite:
         A slice read stacks the temporal axes in front of the spatial ones, so the
         new batch axis lands after all stacked axes: move it back where ``d``'s
         axis was (first for a point read at ``d``; in domain order for ``0:D``).
+        A promoted read (``0:D`` of a temporal source) stacks ``d`` among the
+        other sliced dims: move it first.
         """
         src = self.old.nodes[e.src]
-        if self.d not in src.domain:
+        if self._promoted(e):
+            pos = src.domain.index(self.d)
+            before = sum(1 for a in e.index.args[:pos] if a.op == "slice")
+            rank = sum(1 for a in e.index.args if a.op == "slice") + 1 + len(src.shapes[e.src_out])
+            return self._to_front(before, rank)
+        if e.src not in self.chosen:
             return []
         pos = src.domain.index(self.d)
         stacked = sum(1 for k, a in enumerate(e.index.args) if a.op == "slice" and k != pos)
@@ -276,7 +507,14 @@ class _Rewrite:
         return replace(e, src=src, src_out=out, index=index)
 
     def _drop(self, e: Edge) -> Expr:
+        """The index of ``e`` in the rewritten graph: without ``d`` for a vectorized source,
+        with ``0:D`` at ``d`` for a promoted read, unchanged otherwise."""
         src = self.old.nodes[e.src]
+        if self._promoted(e):
+            whole = make_slice(0, self.size)
+            return seq(*(whole if dim is self.d else item for dim, item in zip(src.domain, e.index.args)))
+        if e.src not in self.chosen:
+            return e.index
         return seq(*(item for dim, item in zip(src.domain, e.index.args) if dim is not self.d))
 
     def _batch(self, node: Node) -> None:
@@ -290,7 +528,7 @@ class _Rewrite:
             return None
         edges = self.old.in_edges(node.id)
         batched = [self.d in self.old.nodes[e.src].domain and e.index.args[self.old.nodes[e.src].domain.index(self.d)]
-                   is self.d for e in edges]
+                   is self.d for e in edges]  # read at d: a vectorized source, or a promoted one
         shapes = [self.old.read_shape(e) for e in edges]
         op_type = type(node.op)
         if op_type not in RULES:
@@ -333,6 +571,8 @@ class _Rewrite:
             self.new.nodes[node_id] = node
         for k, (s, o, index) in enumerate(reads):
             self.new.add_edge(Edge(node.id, k, s, o, index))
+        if like.id in self.chosen:  # a step of a batched node carries its batch axis too
+            self.new.vectorized[node.id] = self.new.vectorized[like.id]
         return node
 
     def _read_shape(self, shape, read) -> tuple:
@@ -341,9 +581,8 @@ class _Rewrite:
         return slices + tuple(shape)
 
     def _new_shape(self, n: int, out: int) -> tuple:
-        node = self.old.nodes[n]
-        shape = node.shapes[out]
-        return (self.size, *shape) if self.d in node.domain else shape
+        shape = self.old.nodes[n].shapes[out]
+        return (self.size, *shape) if n in self.chosen else shape
 
     def _dtype(self, n: int, out: int) -> str:
         return (self.old.nodes[n] if n in self.old.nodes else self.new.nodes[n]).dtypes[out]

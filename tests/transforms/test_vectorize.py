@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tempo as tpo
 from tempo.transforms import vectorize
@@ -67,3 +69,127 @@ def test_reads_of_the_whole_vectorized_dim_keep_their_axis_order():
     assert got_b.shape == (3, 2, 4)
     np.testing.assert_array_equal(got_b, x.transpose(1, 0, 2))
     np.testing.assert_array_equal(got_t, x[:, :, None, :] + x.sum(0)[None, :, :, None])
+
+
+# ----- partial vectorization (TEMPO §4.2): a recurrence stays a loop, what does not recur is batched -----
+def acting_and_learning(ctx):
+    """A recurrence over t (acting) and a per-step function of its states read by a sum (learning)."""
+    (i, I), (t, T) = ctx.dims("i", "t")
+    rng = np.random.default_rng(3)
+    x = tpo.from_numpy(rng.normal(size=(3, 6, 4)).astype(np.float32), dims=(i, t))
+    w = tpo.from_numpy(rng.normal(size=(4, 4)).astype(np.float32))
+    h = tpo.placeholder((4,), "float32", dims=(i, t))
+    h[i, 0] = x[i, 0]
+    h[i, t + 1] = (h[i, t] @ w).tanh() + x[i, t + 1]            # recurrence: stays a loop over t
+    value = (h @ w).relu().sum()                                 # per step, no recurrence: vectorized
+    nxt = tpo.placeholder((), "float32", dims=(i, t))
+    nxt[t < T - 1] = value[i, t + 1]                             # a guarded read of the next point
+    nxt[t >= T - 1] = 0.0
+    delta = value - 0.9 * nxt
+    total = delta[i, 0:T].sum()                                  # learning reads the whole batch
+    return [h, value, delta, total], lambda n: {I: n["I"], T: n["T"]}
+
+
+
+def counted_launches(program, bounds):
+    from tempo.runtime import executor as ex
+
+    count = [0]
+    original = ex.Executor._launcher
+
+    def launcher(self, node):
+        launch = original(self, node)
+
+        def counted(point):
+            count[0] += 1
+            launch(point)
+        return counted
+
+    ex.Executor._launcher = launcher
+    try:
+        out = program.run(bounds)
+    finally:
+        ex.Executor._launcher = original
+    return out, count[0]
+
+
+def test_partial_vectorization_batches_what_does_not_recur():
+    results = {}
+    for name, cfg in (("partial", vectorize.Config()), ("whole only", vectorize.Config(partial=False))):
+        with tpo.Context() as ctx:
+            fetch, bounds = acting_and_learning(ctx)
+            program = ctx.compile(fetch, passes={"vectorize": cfg, "fuse": False})
+            results[name] = (program, *counted_launches(program, bounds({"I": 3, "T": 6})))
+    (partial, got, launches), (plain, want, plain_launches) = results["partial"], results["whole only"]
+    for x, y in zip(got, want):
+        np.testing.assert_allclose(x, y, rtol=1e-5)
+    t = next(d for d in partial.dim_order if d.name == "t")
+    vectorized = {n for n, dims in partial.sdg.vectorized.items() if t in dims}
+    recurrent = [n for n, node in partial.sdg.nodes.items() if t in node.domain]
+    assert vectorized and recurrent                        # both kinds exist: the split is partial
+    assert not any(t in dims for dims in plain.sdg.vectorized.values())
+    assert launches < 0.8 * plain_launches               # one launch for all t where the value is batched
+
+
+def test_fig11_cases_each_match_the_unvectorized_program():
+    """Drop (both sides batched), promote (a batched reader of the recurrence), broadcast (a
+    source without t), select (the recurrence reading a batched tensor at t)."""
+    with tpo.Context() as ctx:
+        (t, T), = ctx.dims("t")
+        x = tpo.from_numpy(np.arange(5, dtype=np.float32), dims=(t,))
+        scale = tpo.from_numpy(np.float32(2.0))
+        s = tpo.placeholder((), "float32", dims=(t,))
+        u = x * scale                                  # broadcast of scale; vectorized
+        s[0] = u[0]
+        s[t + 1] = s[t] * 0.5 + u[t + 1]               # select: the recurrence reads u at t + 1
+        v = (s + u).exp()                              # promote s, drop u
+        fetch = [s, u, v]
+        vec = ctx.compile(fetch, passes={"fuse": False})
+        ref = ctx.compile(fetch, passes={"fuse": False, "vectorize": False})
+    for a, b in zip(vec.run({T: 5}), ref.run({T: 5})):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert vec.sdg.vectorized and not ref.sdg.vectorized
+    kinds = {type(node.op).__name__ for node in vec.sdg.nodes.values()}
+    assert "SpatialIndexOp" in kinds                   # the select of u[t + 1] by the recurrence
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_random_recurrences_match_the_unvectorized_program(data):
+    """Random recurrences (offset, combining op) with random readers (point, guarded next point,
+    window, whole slice) against the program with vectorization off."""
+    T_ = data.draw(st.integers(2, 6), label="T")
+    lag = data.draw(st.integers(1, 2), label="lag")
+    ops_ = data.draw(st.lists(st.sampled_from(["exp", "tanh", "double", "window", "next", "whole"]),
+                              min_size=1, max_size=4), label="readers")
+    values = np.linspace(-1, 1, 2 * T_).reshape(2, T_).astype(np.float64)
+    outs = []
+    for passes in ({"fuse": False}, {"fuse": False, "vectorize": False}):
+        with tpo.Context() as ctx:
+            (i, I), (t, T) = ctx.dims("i", "t")
+            x = tpo.from_numpy(values, dims=(i, t))
+            s = tpo.placeholder((), "float64", dims=(i, t))
+            s[t < lag] = x[i, t]
+            s[t >= lag] = s[i, t - lag] * 0.5 + x[i, t]
+            y = s * 1.0
+            fetch = [s]
+            for op in ops_:
+                if op == "exp":
+                    y = (y * 0.1).exp()
+                elif op == "tanh":
+                    y = y.tanh() + x
+                elif op == "double":
+                    y = y + y
+                elif op == "window":
+                    y = y[i, tpo.max(0, t - 1):t + 1].sum()
+                elif op == "next":
+                    nxt = tpo.placeholder((), "float64", dims=(i, t))
+                    nxt[t < T - 1] = y[i, t + 1]
+                    nxt[t >= T - 1] = 0.0
+                    y = y - nxt
+                else:
+                    y = y + y[i, 0:T].mean()
+                fetch.append(y)
+            outs.append(ctx.compile(fetch, passes=passes).run({I: 2, T: T_}))
+    for a, b in zip(*outs):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
