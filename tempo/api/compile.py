@@ -21,7 +21,8 @@ class Program:
     """A compiled program: its SDG, its schedule AST, and ``run(bounds)``.
 
     Compilation is parametric in the bound symbols, so one program runs for
-    any bounds. ``timings`` holds the seconds each compile stage took.
+    any bounds. ``timings`` holds the seconds each compile stage took;
+    ``pass_stats`` what each pass did (``passes_report()`` prints it).
     """
 
     sdg: SDG
@@ -32,6 +33,13 @@ class Program:
     dim_order: tuple[Expr, ...] = ()
     site: object = None
     timings: dict[str, float] = field(default_factory=dict)
+    pass_stats: list = field(default_factory=list)  # tempo.transforms.PassStat per pass run
+
+    def passes_report(self) -> str:
+        """A table of the passes run: the SDG's node count before and after each, and its seconds."""
+        from tempo.transforms import report
+
+        return report(self.pass_stats)
 
     def run(self, bounds: dict, stores: str = "auto") -> list[np.ndarray]:
         """Execute for ``bounds``; one array per fetched tensor. ``stores="point"`` keeps
@@ -133,7 +141,7 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes:
     ``bounds``, the bounds of the run the program is compiled for (``ctx.run``),
     only let errors quote them: the program is compiled for every bound.
     """
-    from tempo.transforms import PIPELINE
+    from tempo.transforms import PIPELINE, run_pipeline
 
     from tempo.api.rt import RecurrentTensor, materialize
 
@@ -162,12 +170,8 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes:
     isl_domains.check_definitions(ctx.sdg, _bound_values(bounds), frozenset(ctx.parameters))
     fetch_ids = [(x.node.id, x.out) for x in fetched]
     roots = tuple(dict.fromkeys([n for n, _ in fetch_ids] + ctx.roots or list(ctx.sdg.nodes)))
-    sdg, timings, passes = replace(ctx.sdg, roots=roots), {}, passes or {}
-    for name, module in PIPELINE:
-        if passes.get(name, True) is not False:
-            start = time.perf_counter()
-            sdg = module.apply(sdg, passes.get(name) or module.Config())
-            timings[name] = time.perf_counter() - start
+    sdg, pass_stats = run_pipeline(replace(ctx.sdg, roots=roots), passes, dims=ctx.dim_order)
+    timings = {s.name: s.seconds for s in pass_stats}
     fetch_ids = [sdg.resolve(n, out) for n, out in fetch_ids]
     roots = list(sdg.roots)
     start = time.perf_counter()
@@ -179,4 +183,4 @@ def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes:
     start = time.perf_counter()
     tree = isl_schedule.build_ast(sdg, domains, schedule)
     timings["ast"] = time.perf_counter() - start
-    return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings)
+    return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats)

@@ -1,7 +1,82 @@
-"""SDG-to-SDG passes, each ``apply(sdg, cfg) -> sdg``, run in the order of :data:`PIPELINE`."""
-from tempo.transforms import fuse, superopt, vectorize
+"""SDG-to-SDG passes, each ``apply(sdg, cfg) -> sdg``, run in the order of :data:`PIPELINE`.
 
-# (name, module); a compile may switch any of them off by name.
-PIPELINE = (("vectorize", vectorize), ("fuse", fuse), ("superopt", superopt))
+:func:`run_pipeline` runs them for the compiler: a pass is switched off by
+``passes={name: False}`` and configured by ``passes={name: module.Config(...)}``;
+it records what each pass did (:class:`PassStat`) and, with ``verify`` (or
+the environment variable ``TEMPO_VERIFY=1``), checks the SDG with
+:func:`tempo.ir.verify.verify` after every pass. ``TEMPO_PASSES_OFF=dce``
+switches passes off for every compile that does not configure them itself
+(the test suite runs this way to compare programs with and without them).
+"""
+from __future__ import annotations
 
-__all__ = ["PIPELINE", "fuse", "superopt", "vectorize"]
+import os
+import time
+from dataclasses import dataclass
+
+from tempo.ir.sdg import SDG
+from tempo.ir.verify import verify as verify_sdg
+from tempo.transforms import dce, fuse, superopt, vectorize
+
+# (name, module), in order; a compile may switch any of them off by name. The
+# simplification passes come first: each leaves less for vectorization, fusion
+# and the scheduler.
+PIPELINE = (
+    ("dce", dce),
+    ("vectorize", vectorize),
+    ("fuse", fuse),
+    ("superopt", superopt),
+)
+SIMPLIFICATION = ("dce",)
+
+
+@dataclass(frozen=True)
+class PassStat:
+    """What one pass did: the SDG's node count before and after it, and its seconds."""
+
+    name: str
+    nodes_before: int
+    nodes_after: int
+    seconds: float
+
+
+def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = None,
+                 dims=None, pipeline=None) -> tuple[SDG, list[PassStat]]:
+    """Run ``pipeline`` (default :data:`PIPELINE`) on ``sdg``; returns the new SDG and one
+    :class:`PassStat` per pass run.
+
+    ``passes`` maps a pass name to False (off) or its ``Config``; ``verify``
+    (default: ``TEMPO_VERIFY``) checks the SDG before the first pass and after
+    every pass, naming the pass that broke it; ``dims``: the declared dims, in
+    order, for that check.
+    """
+    passes = dict(passes or {})
+    for name in os.environ.get("TEMPO_PASSES_OFF", "").replace(" ", "").split(","):
+        if name:
+            passes.setdefault(name, False)
+    verify = os.environ.get("TEMPO_VERIFY", "") not in ("", "0") if verify is None else verify
+    if verify:
+        verify_sdg(sdg, dims)
+    stats = []
+    for name, module in PIPELINE if pipeline is None else pipeline:
+        cfg = passes.get(name)
+        if cfg is False:
+            continue
+        before, start = len(sdg.nodes), time.perf_counter()
+        sdg = module.apply(sdg, cfg or module.Config())
+        stats.append(PassStat(name, before, len(sdg.nodes), time.perf_counter() - start))
+        if verify:
+            verify_sdg(sdg, dims, after=name)
+    return sdg, stats
+
+
+def report(stats: list[PassStat]) -> str:
+    """One line per pass: its name, the node count before and after it, and its seconds."""
+    lines = [f"{'pass':<18}{'nodes before':>14}{'nodes after':>13}{'seconds':>10}"]
+    for s in stats:
+        lines.append(f"{s.name:<18}{s.nodes_before:>14}{s.nodes_after:>13}{s.seconds:>10.3f}")
+    return "\n".join(lines)
+
+
+__all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "dce", "fuse", "report", "run_pipeline", "superopt",
+           "vectorize"]
