@@ -15,16 +15,20 @@ The default point is TEMPO's (3x4x4 observations, 512 environments, episodes
 of 250 steps, actor and critic MLPs with 2 hidden layers of 64, one update
 per batch); ``--sweep`` varies one parameter at a time (episode length,
 hidden width, hidden layers, environments) over small points for a 2-core
-machine. Each run is a fresh process, its NumPy (BLAS), torch and XLA on
+machine, the default point among them.
+
+Each run is a fresh process whose NumPy (BLAS), torch and XLA use
 ``--threads`` threads (1 by default: on a shared 2-core machine more threads
-contend for the cores and make every system slow and noisy). Reported per system: compile seconds
-(Tempo: every pass, analysis, scheduling, AST; JAX: the ahead-of-time
-compile), the first iteration's seconds, the steady state (median seconds of
-the later iterations), the speed-up over the slowest system, the peak RSS,
-and Tempo's kernel launches per iteration. A point predicted to run past
-``--max-seconds`` (from the nearest measured point, linearly in the swept
-parameter) is skipped, and a run that goes past it is stopped; both are
-reported as skipped.
+contend for the cores and make every system slow and noisy). Reported per
+system: compile seconds (Tempo: every pass, analysis, scheduling, AST; JAX:
+the ahead-of-time compile), the first iteration's seconds (from the end of
+compilation), the steady state (the median seconds of the later
+iterations), the speed-up over the slowest system, the peak RSS, and Tempo's
+kernel launches per iteration, counted by a wrapper around the backend's
+kernels that also times the iterations. A point predicted to run past
+``--max-seconds`` (linearly in the swept parameter, from the nearest
+measured point) is skipped, and a run that goes past it is stopped; both
+are reported as skipped.
 
     .venv/bin/python benchmarks/rl_train.py                          # PPO at the default point
     .venv/bin/python benchmarks/rl_train.py --algo ppo reinforce --sweep steps hidden layers envs
@@ -100,8 +104,8 @@ class LaunchProbe:
         self.ends: dict[int, float] = {}
 
     def kernel(self, op):
-        kernel, launches, ends, every, clock = self.backend.kernel(op), self.launches, self.ends, self.every, \
-            time.perf_counter
+        kernel, launches, ends, every, clock = (self.backend.kernel(op), self.launches, self.ends, self.every,
+                                                time.perf_counter)
 
         def probed(inputs, env, point):
             out = kernel(inputs, env, point)
@@ -160,8 +164,8 @@ def run_tempo(algo: str, point: Point, iterations: int, seed: int) -> dict:
     ends = [probe.ends[k] for k in range(iterations)]
     stages = {k: v for k, v in program.timings.items() if k != "run"}
     per_iteration = [probe.launches[k] for k in range(iterations)]
-    return {"returns": summary["returns"][:iterations], "losses": [], "compile_s": sum(stages.values()), "compile_stages": stages,
-            "start": compiled_at, "ends": ends, "launches_per_iteration": per_iteration,
+    return {"returns": summary["returns"][:iterations], "losses": [], "compile_s": sum(stages.values()),
+            "compile_stages": stages, "start": compiled_at, "ends": ends, "launches_per_iteration": per_iteration,
             "launches_outside_iterations": probe.launches[None], "nodes": len(program.sdg.nodes)}
 
 
@@ -292,7 +296,6 @@ def plot(results: list[dict], path: str) -> None:
                 ax.bar([k], [pts[0][1]], label=LABELS[system])
             elif pts:
                 ax.plot(*zip(*pts), marker="o", label=LABELS[system])
-        ax.set_yscale("log")
         ax.set_ylabel("seconds per iteration")
         ax.set_title(f"{algo.upper()}: {sweep}" + (f"\nskipped: {', '.join(skipped)}" if skipped else ""),
                      fontsize=9)
@@ -300,6 +303,7 @@ def plot(results: list[dict], path: str) -> None:
             ax.set_xticks([])
         else:
             values = [row["value"] for row in rows]
+            ax.set_yscale("log")
             ax.set_xscale("log")
             ax.set_xticks(values, [str(v) for v in values])
             ax.minorticks_off()
@@ -325,15 +329,20 @@ def versions() -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--algo", nargs="+", default=["ppo"], choices=ALGOS)
-    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
-    p.add_argument("--sweep", nargs="*", default=[], choices=list(SWEEPS), help="parameters to vary, one at a time")
-    p.add_argument("--points", nargs="+", type=int, help="the values of the one --sweep (default: SWEEPS')")
+    p.add_argument("--algo", nargs="+", default=["ppo"], choices=ALGOS, help="algorithms to train (default: ppo)")
+    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS, help="systems to time (all)")
+    p.add_argument("--sweep", nargs="*", default=[], choices=list(SWEEPS),
+                   help="parameters to vary one at a time from the default point, over "
+                        + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in SWEEPS.items()))
+    p.add_argument("--points", nargs="+", type=int, help="the values of the one --sweep")
     for f in dataclasses.fields(Point):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=None,
-                       help=f"the default point's {f.name} (default {f.default}; --quick: {getattr(QUICK_POINT, f.name)})")
-    p.add_argument("--iterations", type=int, default=6, help="iterations of the baselines (the first apart)")
-    p.add_argument("--tempo-iterations", type=int, default=4, help="iterations of Tempo (the first apart)")
+                       help=f"the default point's {f.name} (default {f.default}, --quick "
+                            f"{getattr(QUICK_POINT, f.name)})")
+    p.add_argument("--iterations", type=int, default=6,
+                   help="iterations of each baseline run; the first is reported apart, the median of the others")
+    p.add_argument("--tempo-iterations", type=int, default=4,
+                   help="iterations of each Tempo run (it runs one more, which does not learn, and leaves it out)")
     p.add_argument("--max-seconds", type=float, default=600.0,
                    help="skip a run predicted to take longer, stop one that does")
     p.add_argument("--threads", type=int, default=1,
@@ -366,7 +375,7 @@ def main() -> None:
         print_table(algo, f"default point {base}", default)
         for sweep in args.sweep:
             measured = {s: [(getattr(base, sweep), default[s])] for s in args.systems}
-            for value in sorted(args.points or sweeps[sweep]):
+            for value in sorted({*(args.points or sweeps[sweep]), getattr(base, sweep)}):
                 point = dataclasses.replace(base, **{sweep: value})
                 row = {}
                 for s in args.systems:

@@ -52,7 +52,7 @@ def test_quick_run_times_every_system_at_the_default_point(tmp_path):
 
 @pytest.mark.slow
 def test_quick_ppo_sweep_reuses_the_default_point_and_reports_what_it_skips(tmp_path):
-    report, stdout = harness(tmp_path, "--algo", "ppo", "--sweep", "steps", "--points", "8", "64",
+    report, stdout = harness(tmp_path, "--algo", "ppo", "--sweep", "steps", "--points", "64",
                              "--max-seconds", "60")
     default, same, longer = report["results"]
     check_measured(default["systems"])
