@@ -4,7 +4,7 @@
 ``passes={name: False}`` and configured by ``passes={name: module.Config(...)}``;
 it records what each pass did (:class:`PassStat`) and, with ``verify`` (or
 the environment variable ``TEMPO_VERIFY=1``), checks the SDG with
-:func:`tempo.ir.verify.verify` after every pass. ``TEMPO_PASSES_OFF=dce``
+:func:`tempo.ir.verify.verify` after every pass. ``TEMPO_PASSES_OFF=cse,dce``
 switches passes off for every compile that does not configure them itself
 (the test suite runs this way to compare programs with and without them).
 """
@@ -16,18 +16,20 @@ from dataclasses import dataclass
 
 from tempo.ir.sdg import SDG
 from tempo.ir.verify import verify as verify_sdg
-from tempo.transforms import dce, fuse, superopt, vectorize
+from tempo.transforms import cse, dce, fuse, superopt, vectorize
 
 # (name, module), in order; a compile may switch any of them off by name. The
 # simplification passes come first: each leaves less for vectorization, fusion
-# and the scheduler.
+# and the scheduler, and dead-code elimination sweeps up what the others
+# disconnected.
 PIPELINE = (
+    ("cse", cse),
     ("dce", dce),
     ("vectorize", vectorize),
     ("fuse", fuse),
     ("superopt", superopt),
 )
-SIMPLIFICATION = ("dce",)
+SIMPLIFICATION = ("cse", "dce")
 
 
 @dataclass(frozen=True)
@@ -78,5 +80,5 @@ def report(stats: list[PassStat]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "dce", "fuse", "report", "run_pipeline", "superopt",
+__all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "cse", "dce", "fuse", "report", "run_pipeline", "superopt",
            "vectorize"]
