@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tempo.ir.sdg import SDG
 from tempo.ir.verify import verify as verify_sdg
-from tempo.transforms import cse, dce, fuse, superopt, vectorize
+from tempo.transforms import cse, dce, fuse, simplify, superopt, vectorize
 
 # (name, module), in order; a compile may switch any of them off by name. The
 # simplification passes come first: each leaves less for vectorization, fusion
@@ -24,12 +24,13 @@ from tempo.transforms import cse, dce, fuse, superopt, vectorize
 # disconnected.
 PIPELINE = (
     ("cse", cse),
+    ("simplify", simplify),
     ("dce", dce),
     ("vectorize", vectorize),
     ("fuse", fuse),
     ("superopt", superopt),
 )
-SIMPLIFICATION = ("cse", "dce")
+SIMPLIFICATION = ("cse", "simplify", "dce")
 
 
 @dataclass(frozen=True)
@@ -80,5 +81,5 @@ def report(stats: list[PassStat]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "cse", "dce", "fuse", "report", "run_pipeline", "superopt",
-           "vectorize"]
+__all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "cse", "dce", "fuse", "report", "run_pipeline", "simplify",
+           "superopt", "vectorize"]
