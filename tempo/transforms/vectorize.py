@@ -139,7 +139,7 @@ def vectorizable_set(sdg: SDG, d: Expr) -> frozenset[int]:
     if whole:
         return whole
     over = {n for n, node in sdg.nodes.items() if d in node.domain}
-    chosen = over - _cyclic_along(sdg, d, over) - _partially_defined(sdg, d, over)
+    chosen = over - _cyclic_along(sdg, d, over) - _partially_defined(sdg, d, over) - _feeding_host_code(sdg, over)
     chosen = {n for n in chosen if _own_fields_allow(sdg.nodes[n], d)}
     changed = True
     while changed:
@@ -148,7 +148,22 @@ def vectorizable_set(sdg: SDG, d: Expr) -> frozenset[int]:
             for n in _conflicts(sdg, e, d, chosen):
                 chosen.discard(n)
                 changed = True
-    return frozenset(chosen)
+    return frozenset(_paying(sdg, d, chosen))
+
+
+def _paying(sdg: SDG, d: Expr, chosen: set[int]) -> set[int]:
+    """``chosen`` without the sources along ``d`` (a constant indexed by ``t``, a random
+    draw) whose every reader loops over ``d``: each reader would select its point from the
+    batched tensor, a launch per point as before, plus one."""
+    readers: dict[int, list[int]] = {n: [] for n in chosen}
+    fed = set()
+    for e in sdg.edges:
+        if e.src in chosen:
+            readers[e.src].append(e.sink)
+        if d in sdg.nodes[e.src].domain:
+            fed.add(e.sink)
+    return {n for n in chosen if n in fed or not readers[n]
+            or any(r in chosen or d not in sdg.nodes[r].domain for r in readers[n])}
 
 
 def _own_fields_allow(node: Node, d: Expr) -> bool:
@@ -245,6 +260,20 @@ def _components(succ: dict[int, set[int]]) -> list[list[int]]:
             elif w in on:
                 low[v] = min(low[v], index[w])
     return out
+
+
+def _feeding_host_code(sdg: SDG, over: set[int]) -> set[int]:
+    """UDFs over ``d`` and what they read within ``d`` (transitively). A sink or an
+    environment step runs at each point as the program goes; batching what it reads
+    would hold it back until the whole loop had run."""
+    feeding = {n for n in over if isinstance(sdg.nodes[n].op, ops.UDFOp)}
+    stack = list(feeding)
+    while stack:
+        for e in sdg.in_edges(stack.pop()):
+            if e.src in over and e.src not in feeding:
+                feeding.add(e.src)
+                stack.append(e.src)
+    return feeding
 
 
 def _partially_defined(sdg: SDG, d: Expr, over: set[int]) -> set[int]:

@@ -141,7 +141,7 @@ def test_fig11_cases_each_match_the_unvectorized_program():
         s = tpo.placeholder((), "float32", dims=(t,))
         u = x * scale                                  # broadcast of scale; vectorized
         s[0] = u[0]
-        s[t + 1] = s[t] * 0.5 + u[t + 1]               # select: the recurrence reads u at t + 1
+        s[t + 1] = s[t] * 0.5 + u[t]                   # select: the recurrence reads u at its point
         v = (s + u).exp()                              # promote s, drop u
         fetch = [s, u, v]
         vec = ctx.compile(fetch, passes={"fuse": False})
@@ -150,7 +150,7 @@ def test_fig11_cases_each_match_the_unvectorized_program():
         np.testing.assert_allclose(a, b, rtol=1e-6)
     assert vec.sdg.vectorized and not ref.sdg.vectorized
     kinds = {type(node.op).__name__ for node in vec.sdg.nodes.values()}
-    assert "SpatialIndexOp" in kinds                   # the select of u[t + 1] by the recurrence
+    assert "SpatialIndexOp" in kinds                   # the select of u[t] by the recurrence
 
 
 @settings(max_examples=25, deadline=None)
