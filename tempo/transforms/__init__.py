@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tempo.ir.sdg import SDG
 from tempo.ir.verify import verify as verify_sdg
-from tempo.transforms import cse, dce, fuse, simplify, superopt, vectorize
+from tempo.transforms import cse, dce, domain_reduction, fuse, simplify, superopt, vectorize
 
 # (name, module), in order; a compile may switch any of them off by name. The
 # simplification passes come first: each leaves less for vectorization, fusion
@@ -25,12 +25,13 @@ from tempo.transforms import cse, dce, fuse, simplify, superopt, vectorize
 PIPELINE = (
     ("cse", cse),
     ("simplify", simplify),
+    ("domain_reduction", domain_reduction),
     ("dce", dce),
     ("vectorize", vectorize),
     ("fuse", fuse),
     ("superopt", superopt),
 )
-SIMPLIFICATION = ("cse", "simplify", "dce")
+SIMPLIFICATION = ("cse", "simplify", "domain_reduction", "dce")
 
 
 @dataclass(frozen=True)
@@ -81,5 +82,5 @@ def report(stats: list[PassStat]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "cse", "dce", "fuse", "report", "run_pipeline", "simplify",
-           "superopt", "vectorize"]
+__all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "cse", "dce", "domain_reduction", "fuse", "report",
+           "run_pipeline", "simplify", "superopt", "vectorize"]
