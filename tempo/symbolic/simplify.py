@@ -275,7 +275,7 @@ def _split_rank(item: tuple) -> tuple[bool, bool]:
 
     Proving "for every branch of one atom, some branch of another" succeeds
     more often than the other nesting, and makes the answer less dependent on
-    term order (``~(a < b)`` and ``b <= a`` used to simplify differently).
+    term order (so ``~(a < b)`` and ``b <= a`` simplify alike).
     """
     atom, coeff = item
     return atom.op in ("min", "max"), (atom.op == "min") != (coeff > 0)
