@@ -18,6 +18,7 @@ node or edge that breaks one, and the pass that produced the SDG:
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable
 
 from tempo.errors import TempoError
@@ -116,17 +117,9 @@ class _Checker:
             self.ins[e.sink].append(e)
 
     def in_range(self, e: Edge, d: Expr, item: Expr) -> None:
-        bound = bound_of(d)
-        if item.op == "slice":
-            start, stop = item.args
-            if prove_nonneg(start - stop - 1):
-                raise _Broken(f"{self.edge_name(e)} slices {d.name} by {item}, empty at every point")
-            low, high = start, stop - 1
-        else:
-            low = high = item
-        if prove_nonneg(-high - 1) or prove_nonneg(low - bound):
-            raise _Broken(f"{self.edge_name(e)} reads {d.name} at {item}, outside 0..{bound.name}-1 "
-                          f"at every point")
+        problem = _out_of_range(item, d)
+        if problem:
+            raise _Broken(f"{self.edge_name(e)} {problem}")
 
     # ----- shapes and dtypes -----
     def shapes(self, node: Node, edges: list[Edge]) -> None:
@@ -186,6 +179,24 @@ class _Checker:
         for n in self.sdg.vectorized:
             if n not in nodes:
                 raise _Broken(f"vectorized dims are recorded for %{n}, which is not in the SDG")
+
+
+@lru_cache(maxsize=65536)
+def _out_of_range(item: Expr, d: Expr) -> str | None:
+    """What is wrong with reading dim ``d`` at ``item`` at every point, if the prover shows it."""
+    if item is d:
+        return None
+    bound = bound_of(d)
+    if item.op == "slice":
+        start, stop = item.args
+        if prove_nonneg(start - stop - 1):
+            return f"slices {d.name} by {item}, empty at every point"
+        low, high = start, stop - 1
+    else:
+        low = high = item
+    if prove_nonneg(-high - 1) or prove_nonneg(low - bound):
+        return f"reads {d.name} at {item}, outside 0..{bound.name}-1 at every point"
+    return None
 
 
 def _position(dims: tuple[Expr, ...], d: Expr) -> int:
