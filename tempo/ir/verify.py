@@ -39,8 +39,10 @@ def verify(sdg: SDG, dims: Iterable[Expr] | None = None, after: str | None = Non
     try:
         _Checker(sdg, tuple(dims) if dims is not None else None).run()
     except _Broken as broken:
-        stage = f"after the {after!r} pass" if after else "as built"
-        raise VerifyError(f"the SDG {stage} is invalid: {broken.args[0]}") from None
+        if after:
+            raise VerifyError(f"the SDG after the {after!r} pass is invalid: {broken.args[0]} (a bug in that "
+                              f"pass; passes={{{after!r}: False}} compiles without it)") from None
+        raise VerifyError(f"the SDG as built is invalid: {broken.args[0]}") from None
 
 
 class _Broken(Exception):
