@@ -113,8 +113,28 @@ class DiscountedSumOp(Op):
 
 
 @dataclass(frozen=True)
+class ScanOp(Op):
+    """Running sums along ``axis``: ``out[k] = x[k] + gamma * out[k - 1]``, or with
+    ``reverse`` ``out[k] = x[k] + gamma * out[k + 1]`` (``gamma = 1``: a cumulative sum).
+
+    Made by the lifting pass from a reduction over a growing slice read at every
+    step (``x[0:t+1].sum()``, ``r[t:T].discounted_sum(g)``), never by user code.
+    """
+
+    axis: int
+    gamma: float = 1.0
+    reverse: bool = False
+
+
+@dataclass(frozen=True)
 class MatMulOp(Op):
     pass
+
+
+@dataclass(frozen=True)
+class BatchContractOp(Op):
+    """``sum over the batch axes of a @ b``: ``(*batch, m, k), (*batch, k, n) -> (m, n)``, one
+    product contracting the batch axes with ``k``. Made by the contraction pass, never by user code."""
 
 
 @dataclass(frozen=True)

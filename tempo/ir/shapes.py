@@ -133,12 +133,28 @@ def _cumsum(op, shapes, dtypes):
     return (shapes[0],), (dtypes[0],)
 
 
+@rule(ops.ScanOp)
+def _scan(op, shapes, dtypes):
+    normalize_axis(op.axis, len(shapes[0]))
+    dtype = dtypes[0] if np.issubdtype(np.dtype(dtypes[0]), np.floating) else "float32"
+    return (shapes[0],), (dtype if op.gamma != 1.0 else ("int64" if dtypes[0] == "bool" else dtypes[0]),)
+
+
 @rule(ops.DiscountedSumOp)
 def _discounted_sum(op, shapes, dtypes):
     (shape,) = shapes
     axis = normalize_axis(op.axis, len(shape))
     dtype = dtypes[0] if np.issubdtype(np.dtype(dtypes[0]), np.floating) else "float32"
     return (shape[:axis] + shape[axis + 1:],), (dtype,)
+
+
+@rule(ops.BatchContractOp)
+def _batch_contract(op, shapes, dtypes):
+    a, b = shapes
+    if len(a) != len(b) or len(a) < 3 or not all(same_size(x, y) for x, y in zip(a[:-2], b[:-2])) \
+            or not same_size(a[-1], b[-2]):
+        raise ShapeError(f"batch contraction needs (*batch, m, k) and (*batch, k, n), got {fmt(a)} and {fmt(b)}")
+    return ((a[-2], b[-1]),), (dtypes[0],)
 
 
 @rule(ops.MatMulOp)

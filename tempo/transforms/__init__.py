@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tempo.ir.sdg import SDG
 from tempo.ir.verify import verify as verify_sdg
-from tempo.transforms import cse, dce, domain_reduction, fuse, simplify, superopt, vectorize
+from tempo.transforms import contract, cse, dce, domain_reduction, fuse, lift, simplify, superopt, vectorize
 
 # (name, module), in order; a compile may switch any of them off by name. The
 # simplification passes come first: each leaves less for vectorization, fusion
@@ -27,7 +27,9 @@ PIPELINE = (
     ("simplify", simplify),
     ("domain_reduction", domain_reduction),
     ("dce", dce),
+    ("lift", lift),
     ("vectorize", vectorize),
+    ("contract", contract),
     ("fuse", fuse),
     ("superopt", superopt),
 )

@@ -127,9 +127,15 @@ def vectorizable(sdg: SDG, d: Expr) -> bool:
             if dim is d:
                 if item is not d and item is not whole:
                     return False
+                if item is d and _selects(sdg.nodes[e.sink].op, d):
+                    return False  # the point d of a tensor read at d: a diagonal, no batched rule
             elif _mentions(item, d):
                 return False
     return True
+
+
+def _selects(op: ops.Op, d: Expr) -> bool:
+    return isinstance(op, ops.SpatialIndexOp) and any(_mentions(item, d) for item in op.items)
 
 
 def vectorizable_set(sdg: SDG, d: Expr) -> frozenset[int]:
@@ -186,8 +192,7 @@ def _conflicts(sdg: SDG, e: Edge, d: Expr, chosen: set[int]) -> list[int]:
         if item is d and e.src not in chosen and any(_mentions(x, d) for x in src.shapes[e.src_out]
                                                      if isinstance(x, Expr)):
             return [e.sink]  # a promoted read stacks the source's points: their shapes must agree
-        sink = sdg.nodes[e.sink]
-        if item is d and isinstance(sink.op, ops.SpatialIndexOp) and any(_mentions(x, d) for x in sink.op.items):
+        if item is d and _selects(sdg.nodes[e.sink].op, d):
             return [e.sink]  # selects a point of d from a tensor that is itself at d
         return []
     if e.src in chosen and item is not whole and item is not d and not _guarded_point(sdg, e, item):
@@ -348,7 +353,7 @@ def _reduce(op, batched, shapes, size_d):
     return Batched(replace(op, axes=tuple(_shift(a, len(shapes[0])) for a in op.axes)))
 
 
-@rule(ops.CumSumOp, ops.DiscountedSumOp, ops.SqueezeOp, ops.PadOp, ops.CatOp)
+@rule(ops.CumSumOp, ops.DiscountedSumOp, ops.ScanOp, ops.SqueezeOp, ops.PadOp, ops.CatOp)
 def _axis(op, batched, shapes, size_d):
     return Batched(replace(op, axis=_shift(op.axis, len(shapes[0]))))
 

@@ -103,6 +103,27 @@ def _reduce(op: ops.ReduceOp) -> Kernel:
     return lambda inputs, env, point: (fn(inputs[0], axis=axes, keepdims=keep),)
 
 
+@kernel_for(ops.ScanOp)
+def _scan(op: ops.ScanOp) -> Kernel:
+    def run(inputs, env, point):
+        x = np.moveaxis(inputs[0], op.axis, 0)
+        if op.reverse:
+            x = x[::-1]
+        if op.gamma == 1.0:
+            out = np.cumsum(x, axis=0)
+        else:
+            out = np.empty_like(x, dtype=np.result_type(x.dtype, np.float32))
+            carry = np.zeros_like(out[0]) if len(x) else None
+            for k in range(len(x)):
+                carry = x[k] + op.gamma * carry
+                out[k] = carry
+        if op.reverse:
+            out = out[::-1]
+        return (np.moveaxis(out, 0, op.axis),)
+
+    return run
+
+
 @kernel_for(ops.DiscountedSumOp)
 def _discounted_sum(op: ops.DiscountedSumOp) -> Kernel:
     def run(inputs, env, point):
@@ -170,10 +191,17 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b)
 
 
+def _batch_contract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``sum over the batch axes of a @ b`` as one 2-D product."""
+    m, n = a.shape[-2], b.shape[-1]
+    return np.moveaxis(a, -2, 0).reshape(m, -1) @ b.reshape(-1, n)
+
+
 # Ops whose kernel is one NumPy call on the inputs and the op's static fields.
 SIMPLE: dict[type, Callable] = {
     ops.CumSumOp: lambda op, xs: np.cumsum(xs[0], axis=op.axis),
     ops.MatMulOp: lambda op, xs: _matmul(xs[0], xs[1]),
+    ops.BatchContractOp: lambda op, xs: _batch_contract(xs[0], xs[1]),
     ops.PermuteOp: lambda op, xs: np.transpose(xs[0], op.axes),
     ops.SqueezeOp: lambda op, xs: np.squeeze(xs[0], axis=op.axis),
     ops.UnsqueezeOp: lambda op, xs: np.expand_dims(xs[0], axis=op.axis),

@@ -1,0 +1,101 @@
+"""Lifting (TEMPO §4.1, Fig. 9-10): a reduction over a growing slice becomes one scan.
+
+``x[0:t+1].sum()`` at every ``t`` reads ``t + 1`` points and sums them: ``T``
+launches doing ``O(T^2)`` work in all, and a stack of a growing slice each
+time. Lifted, it is one cumulative sum of the whole ``x[0:T]``, computed
+once, and each ``t`` selects its entry. The same holds for the suffix
+``x[t:T].sum()`` (a reverse cumulative sum) and for discounted returns
+``r[t:T].discounted_sum(gamma)`` (a reverse scan ``g[t] = r[t] + gamma *
+g[t + 1]``), which REINFORCE computes at every step.
+
+A node is lifted when it is a sum over axis 0 and maybe others (or a
+discounted sum over axis 0, for a suffix) of one read whose index on a dim ``d`` is ``0:d+1``
+or ``d:D``, whose other items are points that do not mention ``d``, with
+no condition, from a source whose shape does not vary over ``d``. The scan
+node runs over the reader's dims without ``d``; the reader becomes a select
+of its point (which vectorization can then batch).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tempo.ir import ops
+from tempo.ir.sdg import SDG, Edge, Node
+from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
+from tempo.symbolic.simplify import simplify
+
+
+@dataclass(frozen=True)
+class Config:
+    """Lifting has no options: every reduction that matches is lifted."""
+
+
+def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
+    """The SDG with each reduction over a prefix or suffix slice turned into a scan and a select."""
+    ins: dict[int, list[Edge]] = {n: [] for n in sdg.nodes}
+    for e in sdg.edges:
+        ins[e.sink].append(e)
+    lifts = {n: found for n, node in sdg.nodes.items() if (found := _match(sdg, node, ins[n])) is not None}
+    if not lifts:
+        return sdg
+    new = SDG(dict(sdg.nodes), [e for e in sdg.edges if e.sink not in lifts], sdg._next_id,
+              dict(sdg.vectorized), sdg.roots, dict(sdg.moved))
+    for n, (edge, d, reverse, gamma) in lifts.items():
+        _lift(new, sdg.nodes[n], edge, d, reverse, gamma)
+    return new
+
+
+def _match(sdg: SDG, node: Node, edges: list[Edge]) -> tuple[Edge, Expr, bool, float] | None:
+    """``(read, dim, reverse, gamma)`` when ``node`` is a liftable reduction (see the module docstring)."""
+    op = node.op
+    if isinstance(op, ops.ReduceOp) and op.fn == "sum" and 0 in op.axes and not op.keepdims:
+        gamma = 1.0
+    elif isinstance(op, ops.DiscountedSumOp) and op.axis == 0:
+        gamma = op.gamma
+    else:
+        return None
+    if len(edges) != 1 or edges[0].cond is not None:
+        return None
+    e = edges[0]
+    src = sdg.nodes[e.src]
+    slices = [(dim, item) for dim, item in zip(src.domain, e.index.args) if item.op == "slice"]
+    if len(slices) != 1:
+        return None
+    d, item = slices[0]
+    if d not in node.domain or any(_mentions(s, d) for s in src.shapes[e.src_out] if isinstance(s, Expr)):
+        return None
+    if any(_mentions(other, d) for dim, other in zip(src.domain, e.index.args) if dim is not d):
+        return None
+    start, stop = item.args
+    prefix = start.is_const and start.value == 0 and simplify(stop - d - 1).is_const and \
+        simplify(stop - d - 1).value == 0
+    suffix = start is d and simplify(stop - bound_of(d)).is_const and simplify(stop - bound_of(d)).value == 0
+    if prefix and gamma == 1.0:
+        return e, d, False, gamma
+    if suffix:
+        return e, d, True, gamma
+    return None
+
+
+def _mentions(e: Expr, d: Expr) -> bool:
+    return d in e.free_symbols()
+
+
+def _lift(new: SDG, node: Node, e: Edge, d: Expr, reverse: bool, gamma: float) -> None:
+    """Add the scan over ``e``'s source and make ``node`` select its point of it."""
+    src = new.nodes[e.src]
+    whole = seq(*(make_slice(0, bound_of(d)) if dim is d else item for dim, item in zip(src.domain, e.index.args)))
+    domain = tuple(x for x in node.domain if x is not d)
+    shape = (bound_of(d), *src.shapes[e.src_out])
+    scan = new.add_node(ops.ScanOp(0, gamma, reverse), domain, (shape,), node.dtypes, node.site, node.label)
+    new.add_edge(Edge(scan.id, 0, e.src, e.src_out, whole))
+    rest = tuple(a - 1 for a in node.op.axes if a != 0) if isinstance(node.op, ops.ReduceOp) else ()
+    if not rest:
+        new.nodes[node.id] = replace(node, op=ops.SpatialIndexOp((d,)))
+        new.add_edge(Edge(node.id, 0, scan.id, 0, seq(*domain)))
+        return
+    point = new.add_node(ops.SpatialIndexOp((d,)), node.domain, (src.shapes[e.src_out],), node.dtypes, node.site,
+                         node.label)
+    new.add_edge(Edge(point.id, 0, scan.id, 0, seq(*domain)))
+    new.nodes[node.id] = replace(node, op=ops.ReduceOp("sum", rest))  # the other axes of a sum of all
+    new.add_edge(Edge(node.id, 0, point.id, 0, seq(*node.domain)))
