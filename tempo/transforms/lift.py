@@ -11,7 +11,8 @@ g[t + 1]``), which REINFORCE computes at every step.
 A node is lifted when it is a sum over axis 0 and maybe others (or a
 discounted sum over axis 0, for a suffix) of one read whose index on a dim ``d`` is ``0:d+1``
 or ``d:D``, whose other items are points that do not mention ``d``, with
-no condition, from a source whose shape does not vary over ``d``. The scan
+no condition, from a source whose shape does not vary over ``d`` and that
+is defined at every point of ``d`` (the scan reads them all). The scan
 node runs over the reader's dims without ``d``; the reader becomes a select
 of its point (which vectorization can then batch).
 """
@@ -23,6 +24,7 @@ from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
 from tempo.symbolic.simplify import simplify
+from tempo.transforms.vectorize import partially_defined
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     for e in sdg.edges:
         ins[e.sink].append(e)
     lifts = {n: found for n, node in sdg.nodes.items() if (found := _match(sdg, node, ins[n])) is not None}
+    lifts = {n: found for n, found in lifts.items() if found[0].src not in _partial(sdg, found[1])}
     if not lifts:
         return sdg
     new = SDG(dict(sdg.nodes), [e for e in sdg.edges if e.sink not in lifts], sdg._next_id,
@@ -75,6 +78,11 @@ def _match(sdg: SDG, node: Node, edges: list[Edge]) -> tuple[Edge, Expr, bool, f
     if suffix:
         return e, d, True, gamma
     return None
+
+
+def _partial(sdg: SDG, d: Expr) -> set[int]:
+    """Nodes that may lack a value at some point of ``d``: a scan would read them there."""
+    return partially_defined(sdg, d, {n for n, node in sdg.nodes.items() if d in node.domain})
 
 
 def _mentions(e: Expr, d: Expr) -> bool:

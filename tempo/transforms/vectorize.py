@@ -59,8 +59,8 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     Independent dims go first, whole, so the batch axis leads every node it
     reaches. Then each remaining dim but the outermost is vectorized
     partially: batching the outermost loop (the iteration ``i`` of a training
-    program) would defer its operators past the whole run, holding what they
-    read and running sinks at the end.
+    program) would defer its operators past the whole run, holding every
+    iteration's values they read.
     """
     order = [d for d in _dim_order(sdg) if cfg.dims is None or d.name in cfg.dims]
     temporal = []
@@ -70,8 +70,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
             sdg = vectorize(sdg, d, chosen)
         else:
             temporal.append(d)
-    inner = temporal[1:] if len(temporal) > 1 else temporal
-    for d in inner if cfg.partial else ():
+    for d in temporal[1:] if cfg.partial else ():
         chosen = vectorizable_set(sdg, d)
         if chosen:
             sdg = vectorize(sdg, d, chosen)
@@ -145,7 +144,7 @@ def vectorizable_set(sdg: SDG, d: Expr) -> frozenset[int]:
     if whole:
         return whole
     over = {n for n, node in sdg.nodes.items() if d in node.domain}
-    chosen = over - _cyclic_along(sdg, d, over) - _partially_defined(sdg, d, over) - _feeding_host_code(sdg, over)
+    chosen = over - _cyclic_along(sdg, d, over) - partially_defined(sdg, d, over) - _feeding_host_code(sdg, over)
     chosen = {n for n in chosen if _own_fields_allow(sdg.nodes[n], d)}
     changed = True
     while changed:
@@ -281,7 +280,7 @@ def _feeding_host_code(sdg: SDG, over: set[int]) -> set[int]:
     return feeding
 
 
-def _partially_defined(sdg: SDG, d: Expr, over: set[int]) -> set[int]:
+def partially_defined(sdg: SDG, d: Expr, over: set[int]) -> set[int]:
     """Nodes that may lack a value at some point of ``d``, and what reads them: conditional
     tensors (``x[t % 2 == 0]``) and reads of another point (``v[t + 1]``, undefined at
     ``t = T - 1``) outside a placeholder's branch. Computing them for all of ``d`` at once
@@ -324,6 +323,7 @@ class Batched:
 Rule = Callable[[ops.Op, list[bool], list[tuple], Expr], Batched]
 RULES: dict[type, Rule] = {}
 MIXED = set()  # op types whose rule handles inputs without the new axis itself
+NEEDS_ONE_BATCHED = {ops.ElementwiseOp, ops.MatMulOp}  # ... given at least one input with it
 
 
 def rule(*op_types: type, mixed: bool = False):
@@ -568,10 +568,11 @@ class _Rewrite:
         if op_type not in RULES:
             raise TempoError(f"no vectorization rule for {node.op.name}")
         adapters: dict[int, list[ops.Op]] = {}
-        if op_type not in MIXED:
-            adapters = {k: [ops.UnsqueezeOp(0), ops.ExpandOp((self.size, *s))]
-                        for k, (b, s) in enumerate(zip(batched, shapes)) if not b}
-            batched = [True] * len(edges)
+        if op_type not in MIXED or (op_type in NEEDS_ONE_BATCHED and edges and not any(batched)):
+            expand = range(len(edges)) if op_type not in MIXED else (0,)
+            adapters = {k: [ops.UnsqueezeOp(0), ops.ExpandOp((self.size, *shapes[k]))]
+                        for k in expand if not batched[k]}
+            batched = [b or k in adapters for k, b in enumerate(batched)]
         result = RULES[op_type](node.op, batched, shapes, self.size)
         for k, extra in result.adapters.items():
             adapters[k] = adapters.get(k, []) + extra

@@ -7,7 +7,7 @@ import tempo as tpo
 from tempo.transforms import SIMPLIFICATION
 
 NONE = {name: False for name in SIMPLIFICATION}  # no simplification pass
-PLAIN = {**NONE, "vectorize": False, "fuse": False}  # the program as built, point by point
+PLAIN = {**NONE, "lift": False, "vectorize": False, "contract": False, "fuse": False}  # the program as built, point by point
 
 
 def compiled(build, passes: dict, bounds: dict, seed: int = 0):

@@ -20,7 +20,7 @@ XS = np.random.default_rng(0).standard_normal((10, 2, 3))
 A = np.random.default_rng(1).standard_normal((32, 16))
 V = np.random.default_rng(2).standard_normal((10, 16))
 U = np.random.default_rng(3).standard_normal((10, 8))
-ON = {"vectorize": False, "fuse": False}  # the structure as the simplification passes leave it
+ON = {"lift": False, "vectorize": False, "fuse": False}  # the structure as the simplification passes leave it
 OFF = {**ON, "simplify": False}
 
 

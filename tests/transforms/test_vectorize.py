@@ -79,7 +79,10 @@ def acting_and_learning(ctx):
     x = tpo.from_numpy(rng.normal(size=(3, 6, 4)).astype(np.float32), dims=(i, t))
     w = tpo.from_numpy(rng.normal(size=(4, 4)).astype(np.float32))
     h = tpo.placeholder((4,), "float32", dims=(i, t))
-    h[i, 0] = x[i, 0]
+    carry = tpo.placeholder((4,), "float32", dims=(i,))          # a recurrence over i: the outer loop
+    carry[0] = tpo.zeros((4,), "float32")
+    carry[i + 1] = carry[i] * 0.5 + h[i, T - 1]
+    h[i, 0] = x[i, 0] + carry[i]
     h[i, t + 1] = (h[i, t] @ w).tanh() + x[i, t + 1]            # recurrence: stays a loop over t
     value = (h @ w).relu().sum()                                 # per step, no recurrence: vectorized
     nxt = tpo.placeholder((), "float32", dims=(i, t))
@@ -135,18 +138,20 @@ def test_fig11_cases_each_match_the_unvectorized_program():
     """Drop (both sides batched), promote (a batched reader of the recurrence), broadcast (a
     source without t), select (the recurrence reading a batched tensor at t)."""
     with tpo.Context() as ctx:
-        (t, T), = ctx.dims("t")
-        x = tpo.from_numpy(np.arange(5, dtype=np.float32), dims=(t,))
-        scale = tpo.from_numpy(np.float32(2.0))
-        s = tpo.placeholder((), "float32", dims=(t,))
-        u = x * scale                                  # broadcast of scale; vectorized
-        s[0] = u[0]
-        s[t + 1] = s[t] * 0.5 + u[t]                   # select: the recurrence reads u at its point
+        (i, I), (t, T) = ctx.dims("i", "t")
+        x = tpo.from_numpy(np.arange(10, dtype=np.float32).reshape(2, 5), dims=(i, t))
+        scale = tpo.placeholder((), "float32", dims=(i,))   # a recurrence over i: the outer loop
+        scale[0] = 2.0
+        scale[i + 1] = scale[i] * 0.5
+        s = tpo.placeholder((), "float32", dims=(i, t))
+        u = x * scale                                  # broadcast of scale over t; vectorized
+        s[i, 0] = u[i, 0]
+        s[i, t + 1] = s[i, t] * 0.5 + u[i, t]          # select: the recurrence reads u at its point
         v = (s + u).exp()                              # promote s, drop u
         fetch = [s, u, v]
         vec = ctx.compile(fetch, passes={"fuse": False})
         ref = ctx.compile(fetch, passes={"fuse": False, "vectorize": False})
-    for a, b in zip(vec.run({T: 5}), ref.run({T: 5})):
+    for a, b in zip(vec.run({I: 2, T: 5}), ref.run({I: 2, T: 5})):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     assert vec.sdg.vectorized and not ref.sdg.vectorized
     kinds = {type(node.op).__name__ for node in vec.sdg.nodes.values()}
@@ -167,7 +172,10 @@ def test_random_recurrences_match_the_unvectorized_program(data):
     for passes in ({"fuse": False}, {"fuse": False, "vectorize": False}):
         with tpo.Context() as ctx:
             (i, I), (t, T) = ctx.dims("i", "t")
-            x = tpo.from_numpy(values, dims=(i, t))
+            base = tpo.placeholder((), "float64", dims=(i,))   # a recurrence over i: the outer loop
+            base[0] = 1.0
+            base[i + 1] = base[i] * 0.5
+            x = tpo.from_numpy(values, dims=(i, t)) * base
             s = tpo.placeholder((), "float64", dims=(i, t))
             s[t < lag] = x[i, t]
             s[t >= lag] = s[i, t - lag] * 0.5 + x[i, t]
