@@ -127,6 +127,17 @@ class ScanOp(Op):
 
 
 @dataclass(frozen=True)
+class LinearScanOp(Op):
+    """A first-order linear recurrence along ``axis``: ``out[k] = x[k] + a[k] * out[k - 1]``,
+    or with ``reverse`` ``out[k] = x[k] + a[k] * out[k + 1]`` (inputs ``x`` and ``a``; the
+    value before the first step is 0). Made by the lifting pass from a placeholder written
+    as that recurrence (GAE's advantages), never by user code."""
+
+    axis: int
+    reverse: bool = False
+
+
+@dataclass(frozen=True)
 class MatMulOp(Op):
     pass
 

@@ -140,6 +140,15 @@ def _scan(op, shapes, dtypes):
     return (shapes[0],), (dtype if op.gamma != 1.0 else ("int64" if dtypes[0] == "bool" else dtypes[0]),)
 
 
+@rule(ops.LinearScanOp)
+def _linear_scan(op, shapes, dtypes):
+    x, a = shapes
+    normalize_axis(op.axis, len(x))
+    if len(x) != len(a) or not all(same_size(p, q) for p, q in zip(x, a)):
+        raise ShapeError(f"a linear scan needs x and a of one shape, got {fmt(x)} and {fmt(a)}")
+    return (x,), (dtypes[0],)
+
+
 @rule(ops.DiscountedSumOp)
 def _discounted_sum(op, shapes, dtypes):
     (shape,) = shapes

@@ -19,15 +19,16 @@ from tempo.ir.verify import verify as verify_sdg
 from tempo.transforms import contract, cse, dce, domain_reduction, fuse, lift, simplify, superopt, vectorize
 
 # (name, module), in order; a compile may switch any of them off by name. The
-# simplification passes come first: each leaves less for vectorization, fusion
-# and the scheduler, and dead-code elimination sweeps up what the others
-# disconnected.
+# simplification passes and lifting come first: each leaves less for
+# vectorization, fusion and the scheduler, and dead-code elimination sweeps up
+# what they disconnected. Contraction follows vectorization, which forms the
+# batched products it folds.
 PIPELINE = (
     ("cse", cse),
     ("simplify", simplify),
     ("domain_reduction", domain_reduction),
-    ("dce", dce),
     ("lift", lift),
+    ("dce", dce),
     ("vectorize", vectorize),
     ("contract", contract),
     ("fuse", fuse),
@@ -84,5 +85,5 @@ def report(stats: list[PassStat]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "cse", "dce", "domain_reduction", "fuse", "report",
-           "run_pipeline", "simplify", "superopt", "vectorize"]
+__all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "contract", "cse", "dce", "domain_reduction", "fuse", "lift",
+           "report", "run_pipeline", "simplify", "superopt", "vectorize"]

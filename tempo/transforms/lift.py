@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node
+from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
 from tempo.symbolic.simplify import simplify
 from tempo.transforms.vectorize import partially_defined
@@ -39,12 +40,15 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
         ins[e.sink].append(e)
     lifts = {n: found for n, node in sdg.nodes.items() if (found := _match(sdg, node, ins[n])) is not None}
     lifts = {n: found for n, found in lifts.items() if found[0].src not in _partial(sdg, found[1])}
-    if not lifts:
+    recurrences = {n: found for n, node in sdg.nodes.items() if (found := _recurrence(sdg, node, ins)) is not None}
+    if not lifts and not recurrences:
         return sdg
-    new = SDG(dict(sdg.nodes), [e for e in sdg.edges if e.sink not in lifts], sdg._next_id,
-              dict(sdg.vectorized), sdg.roots, dict(sdg.moved))
+    new = SDG(dict(sdg.nodes), [e for e in sdg.edges if e.sink not in lifts and e.sink not in recurrences],
+              sdg._next_id, dict(sdg.vectorized), sdg.roots, dict(sdg.moved))
     for n, (edge, d, reverse, gamma) in lifts.items():
         _lift(new, sdg.nodes[n], edge, d, reverse, gamma)
+    for n, (x, a, d, reverse) in recurrences.items():
+        _lift_recurrence(new, sdg.nodes[n], x, a, d, reverse)
     return new
 
 
@@ -107,3 +111,101 @@ def _lift(new: SDG, node: Node, e: Edge, d: Expr, reverse: bool, gamma: float) -
     new.add_edge(Edge(point.id, 0, scan.id, 0, seq(*domain)))
     new.nodes[node.id] = replace(node, op=ops.ReduceOp("sum", rest))  # the other axes of a sum of all
     new.add_edge(Edge(node.id, 0, point.id, 0, seq(*node.domain)))
+
+
+# ----- recurrences written with a placeholder -----
+def _recurrence(sdg: SDG, node: Node, ins: dict[int, list[Edge]]) -> tuple[Edge, Edge, Expr, bool] | None:
+    """``(x, a, d, reverse)`` when ``node`` is a placeholder ``p`` over ``d`` with two branches,
+    ``p[d] = x[d]`` at the last point and ``p[d] = x[d] + a[d] * p[d + 1]`` elsewhere (reverse),
+    or ``p[0] = x[0]`` and ``p[d] = x[d] + a[d] * p[d - 1]`` (forward); ``x`` and ``a`` are read
+    at the current point, are defined at every point of ``d`` and do not depend on ``p`` there."""
+    if not (isinstance(node.op, ops.MergeOp) and node.op.placeholder and not node.op.broadcast) \
+            or len(ins[node.id]) != 2 or not node.domain:
+        return None
+    d = node.domain[-1]
+    for base, step in (ins[node.id], ins[node.id][::-1]):
+        found = _linear_step(sdg, node, step, ins, d)
+        if found is None or not _identity_read(sdg, base) or base.src != found[0].src \
+                or base.src_out != found[0].src_out:
+            continue
+        x, a, reverse = found
+        if _branches_cover(base.cond, step.cond, d, reverse) and not _depends_on(sdg, {x.src, a.src}, node.id, d):
+            partial = _partial(sdg, d)
+            if x.src not in partial and a.src not in partial:
+                return x, a, d, reverse
+    return None
+
+
+def _identity_read(sdg: SDG, e: Edge) -> bool:
+    src = sdg.nodes[e.src]
+    return len(e.index.args) == len(src.domain) and all(item is dim for item, dim in zip(e.index.args, src.domain))
+
+
+def _linear_step(sdg: SDG, node: Node, step: Edge, ins, d: Expr) -> tuple[Edge, Edge, bool] | None:
+    """``(x, a, reverse)`` when ``step`` reads ``x + a * p[d -+ 1]`` at the current point."""
+    total = sdg.nodes[step.src]
+    if not (_identity_read(sdg, step) and total.domain == node.domain and _is(total.op, "add")):
+        return None
+    for x, product in (ins[total.id], ins[total.id][::-1]):
+        mul = sdg.nodes[product.src]
+        if not (_identity_read(sdg, product) and _identity_read(sdg, x) and _is(mul.op, "mul")
+                and mul.domain == node.domain and sdg.nodes[x.src].domain == node.domain
+                and sdg.nodes[x.src].shapes[x.src_out] == node.shapes[0]):
+            continue
+        for a, p in (ins[mul.id], ins[mul.id][::-1]):
+            if p.src != node.id or p.cond is not None or not _identity_read(sdg, a) \
+                    or sdg.nodes[a.src].domain != node.domain or sdg.nodes[a.src].shapes[a.src_out] != node.shapes[0]:
+                continue
+            shift = simplify(p.index.args[-1] - d)
+            others = all(item is dim for item, dim in zip(p.index.args[:-1], node.domain[:-1]))
+            if others and shift.is_const and shift.value in (1, -1):
+                return x, a, shift.value == 1
+    return None
+
+
+def _is(op: ops.Op, fn: str) -> bool:
+    return isinstance(op, ops.ElementwiseOp) and op.fn == fn
+
+
+def _branches_cover(base: Expr | None, step: Expr | None, d: Expr, reverse: bool) -> bool:
+    """The base branch holds exactly at the point the recurrence starts from (the last point,
+    reversed; else 0) and the step branch everywhere else, for every bound (checked up to 8)."""
+    bound = bound_of(d)
+    if base is None or step is None or not (base.free_symbols() | step.free_symbols()) <= {d, bound}:
+        return False
+    holds_base, holds_step = compile_expr(base), compile_expr(step)
+    for size in range(1, 9):
+        for k in range(size):
+            env = {d.name: k, bound.name: size}
+            first = k == (size - 1 if reverse else 0)
+            if bool(holds_base(env)) != first or bool(holds_step(env)) == first:
+                return False
+    return True
+
+
+def _depends_on(sdg: SDG, nodes: set[int], target: int, d: Expr) -> bool:
+    """Whether ``target`` reaches any of ``nodes`` at the same point of the other dims."""
+    succ: dict[int, list[int]] = {}
+    for e in sdg.edges:
+        succ.setdefault(e.src, []).append(e.sink)
+    seen, stack = {target}, [target]
+    while stack:
+        for n in succ.get(stack.pop(), []):
+            if n in nodes:
+                return True
+            if n not in seen and d in sdg.nodes[n].domain:
+                seen.add(n)
+                stack.append(n)
+    return False
+
+
+def _lift_recurrence(new: SDG, node: Node, x: Edge, a: Edge, d: Expr, reverse: bool) -> None:
+    """Add the linear scan of the whole ``x`` and ``a`` and make ``node`` select its point of it."""
+    domain = tuple(dim for dim in node.domain if dim is not d)
+    whole = seq(*(make_slice(0, bound_of(d)) if dim is d else dim for dim in node.domain))
+    shape = (bound_of(d), *node.shapes[0])
+    scan = new.add_node(ops.LinearScanOp(0, reverse), domain, (shape,), node.dtypes, node.site, node.label)
+    new.add_edge(Edge(scan.id, 0, x.src, x.src_out, whole))
+    new.add_edge(Edge(scan.id, 1, a.src, a.src_out, whole))
+    new.nodes[node.id] = replace(node, op=ops.SpatialIndexOp((d,)))
+    new.add_edge(Edge(node.id, 0, scan.id, 0, seq(*domain)))

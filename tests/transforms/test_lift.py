@@ -67,3 +67,24 @@ def test_random_slice_reductions_match_the_unlifted_program(reads):
     (_, got), (_, want) = compiled(build, True), compiled(build, False)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_gae_becomes_a_linear_scan():
+    rng = np.random.default_rng(1)
+    reward = rng.normal(size=(3, 6)).astype(np.float32)
+    value = rng.normal(size=(3, 6)).astype(np.float32)
+    done = rng.uniform(size=(3, 6)) < 0.2
+    outs = []
+    for passes in ({"fuse": False}, {"fuse": False, "lift": False}):
+        with tpo.Context() as ctx:
+            (b, B), (t, T) = ctx.dims("b", "t")
+            r, v = tpo.from_numpy(reward, dims=(b, t)), tpo.from_numpy(value, dims=(b, t))
+            d = tpo.from_numpy(done, dims=(b, t))
+            adv, ret = tpo.rl.gae(r, v, d, 0.99, 0.95)
+            program = ctx.compile([adv, ret], passes=passes)
+            outs.append((program, program.run({B: 3, T: 6})))
+    (lifted, got), (plain, want) = outs
+    for x, y in zip(got, want):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    assert any(isinstance(n.op, ops.LinearScanOp) for n in lifted.sdg.nodes.values())
+    assert not any(isinstance(n.op, ops.LinearScanOp) for n in plain.sdg.nodes.values())

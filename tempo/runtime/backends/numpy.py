@@ -124,6 +124,21 @@ def _scan(op: ops.ScanOp) -> Kernel:
     return run
 
 
+@kernel_for(ops.LinearScanOp)
+def _linear_scan(op: ops.LinearScanOp) -> Kernel:
+    def run(inputs, env, point):
+        x, a = (np.moveaxis(v, op.axis, 0) for v in inputs)
+        steps = range(len(x) - 1, -1, -1) if op.reverse else range(len(x))
+        out = np.empty_like(x)
+        carry = np.zeros_like(x[0]) if len(x) else None
+        for k in steps:
+            carry = x[k] + a[k] * carry
+            out[k] = carry
+        return (np.moveaxis(out, 0, op.axis),)
+
+    return run
+
+
 @kernel_for(ops.DiscountedSumOp)
 def _discounted_sum(op: ops.DiscountedSumOp) -> Kernel:
     def run(inputs, env, point):
