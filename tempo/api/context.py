@@ -110,17 +110,20 @@ class Context:
             raise DomainError(f"symbol {names} is not a dimension of this context", user_site())
         return tuple(d for d in self.dim_order if d in steps)
 
-    def run(self, bounds: dict, fetch: Sequence = (), backend: str = "numpy", passes: dict | None = None) -> list:
+    def run(self, bounds: dict, fetch: Sequence = (), backend: str = "numpy", passes: dict | None = None,
+            stores: str = "auto") -> list:
         """Compile the program and execute it; returns one NumPy array per fetched RT.
 
         Each array is shaped ``(*bounds of the RT's dims, *spatial shape)``;
         points where a conditional RT is undefined hold NaN (floats) or 0.
+        ``stores="point"`` keeps every tensor in a point store instead of the
+        store its reads call for (``"auto"``).
         """
         from tempo.api.compile import compile_program
 
         program = compile_program(self, list(fetch), backend=backend, site=user_site(), passes=passes,
                                   bounds=bounds)
-        return program.run(bounds)
+        return program.run(bounds, stores=stores)
 
     def compile(self, fetch: Sequence = (), backend: str = "numpy", passes: dict | None = None):
         """Compile without running: the returned program has ``.sdg``, ``.ast`` and ``.run(bounds)``."""
