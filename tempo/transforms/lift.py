@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node
+from tempo.ir.shapes import infer
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
 from tempo.symbolic.simplify import simplify
@@ -41,14 +42,18 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     lifts = {n: found for n, node in sdg.nodes.items() if (found := _match(sdg, node, ins[n])) is not None}
     lifts = {n: found for n, found in lifts.items() if found[0].src not in _partial(sdg, found[1])}
     recurrences = {n: found for n, node in sdg.nodes.items() if (found := _recurrence(sdg, node, ins)) is not None}
-    if not lifts and not recurrences:
+    shifts = {n: found for n, node in sdg.nodes.items() if (found := _shift(sdg, node, ins)) is not None}
+    rewritten = set(lifts) | set(recurrences) | set(shifts)
+    if not rewritten:
         return sdg
-    new = SDG(dict(sdg.nodes), [e for e in sdg.edges if e.sink not in lifts and e.sink not in recurrences],
+    new = SDG(dict(sdg.nodes), [e for e in sdg.edges if e.sink not in rewritten],
               sdg._next_id, dict(sdg.vectorized), sdg.roots, dict(sdg.moved))
     for n, (edge, d, reverse, gamma) in lifts.items():
         _lift(new, sdg.nodes[n], edge, d, reverse, gamma)
     for n, (x, a, d, reverse) in recurrences.items():
         _lift_recurrence(new, sdg.nodes[n], x, a, d, reverse)
+    for n, (x, fill, d, later) in shifts.items():
+        _lift_shift(new, sdg.nodes[n], x, fill, d, later)
     return new
 
 
@@ -209,3 +214,55 @@ def _lift_recurrence(new: SDG, node: Node, x: Edge, a: Edge, d: Expr, reverse: b
     new.add_edge(Edge(scan.id, 1, a.src, a.src_out, whole))
     new.nodes[node.id] = replace(node, op=ops.SpatialIndexOp((d,)))
     new.add_edge(Edge(node.id, 0, scan.id, 0, seq(*domain)))
+
+
+# ----- a placeholder that shifts another tensor by one step -----
+def _shift(sdg: SDG, node: Node, ins: dict[int, list[Edge]]) -> tuple[Edge, Edge, Expr, bool] | None:
+    """``(x, fill, d, later)`` when ``node`` is a placeholder ``p`` over ``d`` with two branches,
+    ``p[d] = x[d + 1]`` but at the last point ``p[D - 1] = fill`` (``later``), or ``p[d] = x[d - 1]``
+    but ``p[0] = fill``; ``x`` is defined at every point and does not depend on ``p``, and ``fill``
+    does not vary over ``d`` (GAE's next value, the mask of steps alive)."""
+    if not (isinstance(node.op, ops.MergeOp) and node.op.placeholder and not node.op.broadcast) \
+            or len(ins[node.id]) != 2 or not node.domain:
+        return None
+    d = node.domain[-1]
+    for base, step in (ins[node.id], ins[node.id][::-1]):
+        x, fill = sdg.nodes[step.src], sdg.nodes[base.src]
+        if d in fill.domain or fill.shapes[base.src_out] != node.shapes[0] or x.domain != node.domain \
+                or x.shapes[step.src_out] != node.shapes[0] or any(item.op == "slice" for item in base.index.args):
+            continue
+        if not all(item is dim for item, dim in zip(step.index.args[:-1], node.domain[:-1])):
+            continue
+        offset = simplify(step.index.args[-1] - d)
+        if not (offset.is_const and offset.value in (1, -1)):
+            continue
+        later = offset.value == 1
+        if _branches_cover(base.cond, step.cond, d, later) and not _depends_on(sdg, {x.id}, node.id, d) \
+                and x.id not in _partial(sdg, d):
+            return step, base, d, later
+    return None
+
+
+def _lift_shift(new: SDG, node: Node, x: Edge, fill: Edge, d: Expr, later: bool) -> None:
+    """``node`` selects its point of ``cat(x[1:D], fill)`` (``later``) or ``cat(fill, x[0:D-1])``."""
+    domain = tuple(dim for dim in node.domain if dim is not d)
+    bound = bound_of(d)
+    whole = seq(*(make_slice(0, bound) if dim is d else dim for dim in node.domain))
+    part = _add(new, ops.SpatialIndexOp((make_slice(1, bound) if later else make_slice(0, bound - 1),)),
+                domain, [Edge(0, 0, x.src, x.src_out, whole)], node)
+    one = _add(new, ops.UnsqueezeOp(0), domain, [replace(fill, cond=None)], node)
+    pieces = [part, one] if later else [one, part]
+    joined = _add(new, ops.CatOp(0), domain, [Edge(0, 0, p.id, 0, seq(*domain)) for p in pieces], node)
+    new.nodes[node.id] = replace(node, op=ops.SpatialIndexOp((d,)))
+    new.add_edge(Edge(node.id, 0, joined.id, 0, seq(*domain)))
+
+
+def _add(new: SDG, op: ops.Op, domain: tuple, reads: list[Edge], like: Node) -> Node:
+    """A node running ``op`` over ``domain`` on ``reads`` (edges whose sink is filled in here)."""
+    shapes = [new.read_shape(e) for e in reads]
+    dtypes = [new.nodes[e.src].dtypes[e.src_out] for e in reads]
+    out_shapes, out_dtypes = infer(op, shapes, dtypes)
+    node = new.add_node(op, domain, out_shapes, out_dtypes, like.site, like.label)
+    for k, e in enumerate(reads):
+        new.add_edge(replace(e, sink=node.id, sink_in=k))
+    return node

@@ -88,3 +88,26 @@ def test_gae_becomes_a_linear_scan():
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
     assert any(isinstance(n.op, ops.LinearScanOp) for n in lifted.sdg.nodes.values())
     assert not any(isinstance(n.op, ops.LinearScanOp) for n in plain.sdg.nodes.values())
+
+
+def test_shifted_placeholders_become_one_concatenation():
+    """GAE's next value (``v[t + 1]``, 0 at the end) and the alive mask (1 at the start, then
+    ``1 - done[t - 1]``) are each one cat of the shifted whole tensor and the fill."""
+    rng = np.random.default_rng(2)
+    value = rng.normal(size=(3, 6)).astype(np.float32)
+    done = rng.uniform(size=(3, 6)) < 0.3
+    outs = []
+    for passes in ({"fuse": False}, {"fuse": False, "lift": False}):
+        with tpo.Context() as ctx:
+            (b, B), (t, T) = ctx.dims("b", "t")
+            v, d = tpo.from_numpy(value, dims=(b, t)), tpo.from_numpy(done, dims=(b, t))
+            nxt = tpo.placeholder((), "float32", dims=(b, t))
+            nxt[t < T - 1] = v[b, t + 1]
+            nxt[t >= T - 1] = 0.0
+            program = ctx.compile([nxt, tpo.rl.alive(d)], passes=passes)
+            outs.append((program, program.run({B: 3, T: 6})))
+    (lifted, got), (plain, want) = outs
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(got[0], np.concatenate([value[:, 1:], np.zeros((3, 1), np.float32)], axis=1))
+    assert "CatOp" in str(lifted.sdg) and "CatOp" not in str(plain.sdg)
