@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 import synthetic_env
+from torch_nets import mlp
 
 
 @dataclass
@@ -56,18 +57,6 @@ class Args:
     """weight of the entropy bonus"""
     max_grad_norm: float = 0.5
     """the gradients' global norm is clipped to this"""
-
-
-def mlp(sizes: list[int], last_init_scale: float = 1.0) -> nn.Sequential:
-    """tpo.nn.MLP: tanh between the layers, weights and biases U(-s/sqrt(in), s/sqrt(in))."""
-    layers = []
-    for k, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
-        linear = nn.Linear(n_in, n_out)
-        bound = (last_init_scale if k == len(sizes) - 2 else 1.0) / math.sqrt(n_in)
-        nn.init.uniform_(linear.weight, -bound, bound)
-        nn.init.uniform_(linear.bias, -bound, bound)
-        layers += [linear, nn.Tanh()]
-    return nn.Sequential(*layers[:-1])
 
 
 class Agent(nn.Module):

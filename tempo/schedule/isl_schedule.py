@@ -11,6 +11,7 @@ from __future__ import annotations
 import islpy as isl
 
 from tempo.errors import ScheduleError
+from tempo.ir.components import cycles
 from tempo.ir.sdg import SDG, Edge
 from tempo.schedule import isl_expr
 from tempo.schedule import ast
@@ -102,34 +103,7 @@ def _strongly_connected(sdg: SDG, d: Domains) -> list[set[int]]:
     succ: dict[int, set[int]] = {n: set() for n in sdg.nodes}
     for e in sdg.edges:
         succ[e.sink].add(e.src)
-    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
-
-    def visit(v: int) -> None:
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in succ[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = set()
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.add(w)
-                if w == v:
-                    break
-            if len(comp) > 1 or v in succ[v]:
-                out.append(comp)
-
-    for v in sdg.nodes:
-        if v not in index:
-            visit(v)
-    return out
+    return cycles(succ)
 
 
 def build_ast(sdg: SDG, d: Domains, schedule: isl.Schedule | None) -> ast.Stmt:

@@ -35,6 +35,7 @@ import numpy as np
 
 from tempo.errors import TempoError
 from tempo.ir import ops
+from tempo.ir.components import cycles
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.ir.shapes import infer, normalize_axis, size
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
@@ -225,45 +226,7 @@ def _cyclic_along(sdg: SDG, d: Expr, over: set[int]) -> set[int]:
             if not any(_earlier(item, dim) for dim, item in zip(src.domain, e.index.args)
                        if dim in outer and dim in sink.domain):
                 succ[e.src].add(e.sink)
-    return {n for scc in _components(succ) if len(scc) > 1 for n in scc} | {n for n in over if n in succ[n]}
-
-
-def _components(succ: dict[int, set[int]]) -> list[list[int]]:
-    """Tarjan's strongly connected components, without recursion."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    stack, on, out = [], set(), []
-    for root in succ:
-        if root in index:
-            continue
-        work = [(root, iter(succ[root]))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on.add(root)
-        while work:
-            v, children = work[-1]
-            w = next(children, None)
-            if w is None:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
-                if low[v] == index[v]:
-                    scc = []
-                    while True:
-                        x = stack.pop()
-                        on.discard(x)
-                        scc.append(x)
-                        if x == v:
-                            break
-                    out.append(scc)
-            elif w not in index:
-                index[w] = low[w] = len(index)
-                stack.append(w)
-                on.add(w)
-                work.append((w, iter(succ[w])))
-            elif w in on:
-                low[v] = min(low[v], index[w])
-    return out
+    return {n for component in cycles(succ) for n in component}
 
 
 def _feeding_host_code(sdg: SDG, over: set[int]) -> set[int]:
