@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tempo.runtime.backends.numpy import _matmul
+from tempo.runtime.backends.numpy import _batch_contract, _matmul
 
 RNG = np.random.default_rng(0)
 
@@ -13,3 +13,12 @@ def test_matmul_matches_numpy(a_shape, b_shape):
     a, b = RNG.normal(size=a_shape), RNG.normal(size=b_shape)
     np.testing.assert_allclose(_matmul(a, b), np.matmul(a, b), rtol=1e-12)
     np.testing.assert_allclose(_matmul(np.asfortranarray(a), np.asfortranarray(b)), np.matmul(a, b), rtol=1e-12)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((3, 4, 5, 2), (3, 4, 2, 6)), ((2, 5, 1), (2, 1, 3)),
+                                              ((3, 4, 6, 1), (3, 4, 1, 7))])
+def test_batch_contract_is_the_sum_of_the_batched_products(a_shape, b_shape):
+    a, b = RNG.normal(size=a_shape), RNG.normal(size=b_shape)
+    want = (a @ b).sum(axis=tuple(range(a.ndim - 2)))
+    np.testing.assert_allclose(_batch_contract(a, b), want, rtol=1e-12)
+    np.testing.assert_allclose(_batch_contract(np.asfortranarray(a), np.asfortranarray(b)), want, rtol=1e-12)

@@ -209,7 +209,8 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _batch_contract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``sum over the batch axes of a @ b`` as one 2-D product."""
     m, n = a.shape[-2], b.shape[-1]
-    return np.moveaxis(a, -2, 0).reshape(m, -1) @ b.reshape(-1, n)
+    rows = np.swapaxes(a, -1, -2).reshape(-1, m)  # (batch * k, m): no copy when k == 1 (a weight gradient)
+    return rows.T @ b.reshape(-1, n)
 
 
 # Ops whose kernel is one NumPy call on the inputs and the op's static fields.
