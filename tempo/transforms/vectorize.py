@@ -10,11 +10,14 @@ an RL learner's forward and backward over ``t`` into one launch.
   ``d`` is at ``d`` itself or at the whole ``0:D``, and no condition, shape
   or op parameter mentions ``d``), every node over ``d`` is vectorized: the
   batch dim ``b`` of an RL program.
-* Otherwise (partial vectorization) operators in a cycle along ``d`` (the
-  recurrence of acting over ``t``) stay temporal, and so does any operator
-  that reads another point than its own (``x[t + 1]``), whose op or shape
-  mentions ``d``, that runs host code, or that depends on a conditional
-  tensor. The rest is vectorized, and each edge is rewritten by the cases of
+* Otherwise, for every such dim but the outermost (partial vectorization),
+  operators in a cycle along ``d`` (the recurrence of acting over ``t``)
+  stay temporal, and so does any operator that reads another point than its
+  own (``x[t + 1]``), whose op or shape mentions ``d``, that runs host code
+  or feeds a UDF over ``d`` (a sink, an environment), or that may be
+  undefined at some point (a conditional tensor, an unguarded ``v[t + 1]``);
+  a source along ``d`` whose every reader stays temporal is not worth it.
+  The rest is vectorized, and each edge is rewritten by the cases of
   TEMPO Fig. 11: both ends vectorized and read at ``d``: the index is
   dropped; a vectorized reader of a temporal source at ``d``: the read is
   promoted to ``0:D`` (a stacked read, after the source's loop); a source
