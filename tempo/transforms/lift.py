@@ -9,12 +9,19 @@ once, and each ``t`` selects its entry. The same holds for the suffix
 g[t + 1]``), which REINFORCE computes at every step.
 
 A node is lifted when it is a sum over axis 0 and maybe others (or a
-discounted sum over axis 0, for a suffix) of one read whose index on a dim ``d`` is ``0:d+1``
-or ``d:D``, whose other items are points that do not mention ``d``, with
-no condition, from a source whose shape does not vary over ``d`` and that
-is defined at every point of ``d`` (the scan reads them all). The scan
-node runs over the reader's dims without ``d``; the reader becomes a select
-of its point (which vectorization can then batch).
+discounted sum over axis 0, for a suffix) of one read whose index on a dim
+``d`` is ``0:d+1`` or ``d:D``, whose other items are points that do not
+mention ``d``, with no condition, from a source whose shape does not vary
+over ``d`` and that is defined at every point of ``d`` (the scan reads them
+all). The scan node runs over the reader's dims without ``d``; the reader
+becomes a select of its point (which vectorization can then batch).
+
+Recurrences written with a placeholder are lifted the same way when they
+are a first-order linear recurrence, ``p[t] = x[t] + a[t] * p[t + 1]`` from
+``p[T - 1] = x[T - 1]`` (GAE's advantages; or forward from ``p[0]``): one
+``LinearScanOp`` of the whole ``x`` and ``a``; and when they shift a tensor
+by one step, ``p[t] = v[t + 1]`` with ``p[T - 1] = fill`` (GAE's next value,
+the alive mask): one concatenation of ``v[1:T]`` and the fill.
 """
 from __future__ import annotations
 
