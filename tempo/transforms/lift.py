@@ -47,7 +47,8 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     for e in sdg.edges:
         ins[e.sink].append(e)
     lifts = {n: found for n, node in sdg.nodes.items() if (found := _match(sdg, node, ins[n])) is not None}
-    lifts = {n: found for n, found in lifts.items() if found[0].src not in _partial(sdg, found[1])}
+    lifts = {n: found for n, found in lifts.items() if found[0].src not in _partial(sdg, found[1])
+             and not _depends_on(sdg, {found[0].src}, n, found[1])}  # a reduction inside a recurrence stays
     recurrences = {n: found for n, node in sdg.nodes.items() if (found := _recurrence(sdg, node, ins)) is not None}
     shifts = {n: found for n, node in sdg.nodes.items() if (found := _shift(sdg, node, ins)) is not None}
     rewritten = set(lifts) | set(recurrences) | set(shifts)

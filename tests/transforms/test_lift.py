@@ -111,3 +111,15 @@ def test_shifted_placeholders_become_one_concatenation():
         np.testing.assert_array_equal(x, y)
     np.testing.assert_array_equal(got[0], np.concatenate([value[:, 1:], np.zeros((3, 1), np.float32)], axis=1))
     assert "CatOp" in str(lifted.sdg) and "CatOp" not in str(plain.sdg)
+
+
+def test_a_reduction_inside_its_own_recurrence_is_not_lifted():
+    with tpo.Context() as ctx:
+        (t, T), = ctx.dims("t")
+        s = tpo.placeholder((), "float64", dims=(t,))
+        s[0] = tpo.from_numpy(np.float64(1.0))
+        s[t + 1] = s[0:t + 1].sum() * 0.5           # each step reads every earlier one
+        program = ctx.compile([s], passes={"fuse": False})
+        (got,) = program.run({T: 6})
+    np.testing.assert_allclose(got, [1.0, 0.5, 0.75, 1.125, 1.6875, 2.53125])
+    assert "ScanOp" not in str(program.sdg)
