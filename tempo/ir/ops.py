@@ -117,13 +117,18 @@ class ScanOp(Op):
     """Running sums along ``axis``: ``out[k] = x[k] + gamma * out[k - 1]``, or with
     ``reverse`` ``out[k] = x[k] + gamma * out[k + 1]`` (``gamma = 1``: a cumulative sum).
 
-    Made by the lifting pass from a reduction over a growing slice read at every
-    step (``x[0:t+1].sum()``, ``r[t:T].discounted_sum(g)``), never by user code.
+    With ``window = w > 0`` (forward, ``gamma = 1``) each entry sums only the last
+    ``w`` inputs: ``out[k] = x[max(0, k - w + 1)] + ... + x[k]``.
+
+    Made by the lifting pass from a reduction over a growing or sliding slice
+    read at every step (``x[0:t+1].sum()``, ``r[t:T].discounted_sum(g)``,
+    ``x[max(0, t-3):t+1].sum()``), never by user code.
     """
 
     axis: int
     gamma: float = 1.0
     reverse: bool = False
+    window: int = 0
 
 
 @dataclass(frozen=True)

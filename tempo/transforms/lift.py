@@ -6,11 +6,13 @@ time. Lifted, it is one cumulative sum of the whole ``x[0:T]``, computed
 once, and each ``t`` selects its entry. The same holds for the suffix
 ``x[t:T].sum()`` (a reverse cumulative sum) and for discounted returns
 ``r[t:T].discounted_sum(gamma)`` (a reverse scan ``g[t] = r[t] + gamma *
-g[t + 1]``), which REINFORCE computes at every step.
+g[t + 1]``), which REINFORCE computes at every step, and for a window of
+constant width ``x[max(0, t-w+1):t+1].sum()`` (one stencil over the whole
+``x``: a sliding-window sum, the same work in one launch).
 
 A node is lifted when it is a sum over axis 0 and maybe others (or a
 discounted sum over axis 0, for a suffix) of one read whose index on a dim
-``d`` is ``0:d+1`` or ``d:D``, whose other items are points that do not
+``d`` is ``0:d+1``, ``d:D`` or ``max(0, d-w+1):d+1``, whose other items are points that do not
 mention ``d``, with no condition, from a source whose shape does not vary
 over ``d`` and that is defined at every point of ``d`` (the scan reads them
 all). The scan node runs over the reader's dims without ``d``; the reader
@@ -56,8 +58,8 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
         return sdg
     new = SDG(dict(sdg.nodes), [e for e in sdg.edges if e.sink not in rewritten],
               sdg._next_id, dict(sdg.vectorized), sdg.roots, dict(sdg.moved))
-    for n, (edge, d, reverse, gamma) in lifts.items():
-        _lift(new, sdg.nodes[n], edge, d, reverse, gamma)
+    for n, (edge, d, reverse, gamma, window) in lifts.items():
+        _lift(new, sdg.nodes[n], edge, d, ops.ScanOp(0, gamma, reverse, window))
     for n, (x, a, d, reverse) in recurrences.items():
         _lift_recurrence(new, sdg.nodes[n], x, a, d, reverse)
     for n, (x, fill, d, later) in shifts.items():
@@ -65,8 +67,8 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     return new
 
 
-def _match(sdg: SDG, node: Node, edges: list[Edge]) -> tuple[Edge, Expr, bool, float] | None:
-    """``(read, dim, reverse, gamma)`` when ``node`` is a liftable reduction (see the module docstring)."""
+def _match(sdg: SDG, node: Node, edges: list[Edge]) -> tuple[Edge, Expr, bool, float, int] | None:
+    """``(read, dim, reverse, gamma, window)`` when ``node`` is a liftable reduction (see the module docstring)."""
     op = node.op
     if isinstance(op, ops.ReduceOp) and op.fn == "sum" and 0 in op.axes and not op.keepdims:
         gamma = 1.0
@@ -91,10 +93,25 @@ def _match(sdg: SDG, node: Node, edges: list[Edge]) -> tuple[Edge, Expr, bool, f
         simplify(stop - d - 1).value == 0
     suffix = start is d and simplify(stop - bound_of(d)).is_const and simplify(stop - bound_of(d)).value == 0
     if prefix and gamma == 1.0:
-        return e, d, False, gamma
+        return e, d, False, gamma, 0
     if suffix:
-        return e, d, True, gamma
+        return e, d, True, gamma, 0
+    width = _window(start, stop, d)
+    if width and gamma == 1.0:
+        return e, d, False, gamma, width
     return None
+
+
+def _window(start: Expr, stop: Expr, d: Expr) -> int:
+    """``w`` when the slice is ``max(0, d - w + 1):d + 1`` (a constant-width window), else 0."""
+    end = simplify(stop - d - 1)
+    if not (end.is_const and end.value == 0 and start.op == "max" and len(start.args) == 2):
+        return 0
+    zero = [a for a in start.args if a.is_const and a.value == 0]
+    lag = [simplify(d - a) for a in start.args if not (a.is_const and a.value == 0)]
+    if len(zero) != 1 or len(lag) != 1 or not lag[0].is_const or lag[0].value < 0:
+        return 0
+    return int(lag[0].value) + 1
 
 
 def _partial(sdg: SDG, d: Expr) -> set[int]:
@@ -106,13 +123,13 @@ def _mentions(e: Expr, d: Expr) -> bool:
     return d in e.free_symbols()
 
 
-def _lift(new: SDG, node: Node, e: Edge, d: Expr, reverse: bool, gamma: float) -> None:
-    """Add the scan over ``e``'s source and make ``node`` select its point of it."""
+def _lift(new: SDG, node: Node, e: Edge, d: Expr, op: ops.ScanOp) -> None:
+    """Add the scan ``op`` over ``e``'s source and make ``node`` select its point of it."""
     src = new.nodes[e.src]
     whole = seq(*(make_slice(0, bound_of(d)) if dim is d else item for dim, item in zip(src.domain, e.index.args)))
     domain = tuple(x for x in node.domain if x is not d)
     shape = (bound_of(d), *src.shapes[e.src_out])
-    scan = new.add_node(ops.ScanOp(0, gamma, reverse), domain, (shape,), node.dtypes, node.site, node.label)
+    scan = new.add_node(op, domain, (shape,), node.dtypes, node.site, node.label)
     new.add_edge(Edge(scan.id, 0, e.src, e.src_out, whole))
     rest = tuple(a - 1 for a in node.op.axes if a != 0) if isinstance(node.op, ops.ReduceOp) else ()
     if not rest:

@@ -1,4 +1,6 @@
-"""Each tensor's store follows from its reads and where the schedule runs them."""
+"""Each tensor's store follows from its reads and where the schedule runs them.
+
+The programs compile without lifting, which would turn their slice reductions into scans."""
 from __future__ import annotations
 
 import numpy as np
@@ -31,7 +33,7 @@ def _attention():
         causal = (k[0:t + 1] * q[t]).sum()
         window = k[tpo.max(0, t - 3):t + 1].sum()
         blocks = q[(t // 4) * 4:(t // 4) * 4 + 4].sum()
-        program = ctx.compile(fetch=[causal, window, blocks], passes={"fuse": False})
+        program = ctx.compile(fetch=[causal, window, blocks], passes={"fuse": False, "lift": False})
     return program, k, q
 
 
@@ -44,7 +46,7 @@ def _recurrence(fetch_x: bool = False):
         x[0] = tpo.full((3,), 1.0, "float64")
         mean = x[tpo.max(0, t - 3):t + 1].mean(axis=0)
         x[t + 1] = x[t] * 0.5 + mean
-        program = ctx.compile(fetch=[mean, x] if fetch_x else [mean], passes={"fuse": False})
+        program = ctx.compile(fetch=[mean, x] if fetch_x else [mean], passes={"fuse": False, "lift": False})
     return program, x
 
 
@@ -70,7 +72,7 @@ def _episodes():
         h[i, 0] = p[i]
         h[i, t + 1] = tpo.tanh(h[i, t] * 0.9 + h[i, tpo.max(0, t - 4):t + 1].mean(axis=0) * 0.5)
         p[i + 1] = p[i] * 0.5 + h[i, T - 1] * 0.5
-        program = ctx.compile(fetch=[p], passes={"fuse": False})
+        program = ctx.compile(fetch=[p], passes={"fuse": False, "lift": False})
     return program, h
 
 
@@ -102,7 +104,7 @@ def test_dynamic_shapes_point_reads_and_scalars_stay_in_point_stores():
         later = prefix[0:t + 1].sum(axis=0)
         previous = x * 3.0
         shifted = previous[tpo.max(0, t - 1)] + 1.0
-        program = ctx.compile(fetch=[later, shifted], passes={"fuse": False, "vectorize": False})
+        program = ctx.compile(fetch=[later, shifted], passes={"fuse": False, "vectorize": False, "lift": False})
     choices = _choices(program)
     assert choices[(prefix.node.id, 0)] == StoreChoice("point")
     assert choices[(previous.node.id, 0)] == StoreChoice("point")
@@ -144,7 +146,7 @@ def test_kernels_read_block_views_and_user_functions_get_copies_of_windows():
         x[t + 1] = x[t] + summed
         y = tpo.from_numpy(np.arange(8.0), dims=(t,)) * 2.0
         tpo.sink(y[0:t + 1], lambda value, point: seen["causal"].append(value))
-        program = ctx.compile(fetch=[summed], passes={"fuse": False})
+        program = ctx.compile(fetch=[summed], passes={"fuse": False, "lift": False})
     executor = Executor(program.sdg, program.ast, program.backend, {"T": 8}, keep={n for n, _ in program.fetch})
     executor.run()
     window, block = (executor.stores[program.sdg.resolve(r.node.id)] for r in (x, y))
