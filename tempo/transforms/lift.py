@@ -35,7 +35,7 @@ from tempo.ir.shapes import infer
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
 from tempo.symbolic.simplify import simplify
-from tempo.transforms.vectorize import partially_defined
+from tempo.transforms.batchable import partially_defined
 
 
 @dataclass(frozen=True)

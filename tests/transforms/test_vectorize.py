@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tempo as tpo
-from tempo.transforms import vectorize
+from tempo.transforms import batchable, vectorize
 
 
 def both(build, bounds):
@@ -52,8 +52,8 @@ def test_a_recurrent_dim_is_not_vectorized():
         s = tpo.placeholder((), "float64", dims=(b, t))
         s[b, 0] = x[b, 0]
         s[b, t + 1] = s[b, t] + x[b, t + 1]
-        assert vectorize.vectorizable(ctx.sdg, b)
-        assert not vectorize.vectorizable(ctx.sdg, t)
+        assert batchable.vectorizable(ctx.sdg, b)
+        assert not batchable.vectorizable(ctx.sdg, t)
         out, = ctx.run({B: 3, T: 4}, fetch=[s])
     np.testing.assert_allclose(out, np.cumsum(np.arange(12.0).reshape(3, 4), axis=1))
 
