@@ -15,39 +15,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 
 import synthetic_env
+from args import ReinforceArgs as Args
 from jax_nets import adam_init, adam_step, mlp, mlp_init
-
-
-@dataclass
-class Args:
-    seed: int = 0
-    """seeds the network initialisation, the action sampling and the initial states"""
-    iterations: int = 5
-    """training iterations (one batch of episodes each)"""
-    envs: int = 512
-    """environments (episodes per batch)"""
-    steps: int = 250
-    """timesteps per episode (the episode length)"""
-    obs_shape: str = "3,4,4"
-    """observation shape, comma-separated"""
-    num_actions: int = 4
-    """discrete actions (and hidden states) of the environment"""
-    hidden: int = 64
-    """width of the hidden layers"""
-    layers: int = 2
-    """hidden layers of the policy"""
-    gamma: float = 0.99
-    """discount factor"""
-    lr: float = 0.01
-    """Adam learning rate"""
-    lr_decay: float = 0.995
-    """learning rate multiplier per iteration: lr * lr_decay ** i"""
 
 
 def make_iteration(args: Args):
