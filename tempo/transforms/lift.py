@@ -49,10 +49,12 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     for e in sdg.edges:
         ins[e.sink].append(e)
     lifts = {n: found for n, node in sdg.nodes.items() if (found := _match(sdg, node, ins[n])) is not None}
-    lifts = {n: found for n, found in lifts.items() if found[0].src not in _partial(sdg, found[1])
-             and not _depends_on(sdg, {found[0].src}, n, found[1])}  # a reduction inside a recurrence stays
-    recurrences = {n: found for n, node in sdg.nodes.items() if (found := _recurrence(sdg, node, ins)) is not None}
-    shifts = {n: found for n, node in sdg.nodes.items() if (found := _shift(sdg, node, ins)) is not None}
+    facts = _Facts(sdg)
+    lifts = {n: found for n, found in lifts.items() if found[0].src not in facts.partial(found[1])
+             and not facts.reaches(n, {found[0].src}, found[1])}  # a reduction inside a recurrence stays
+    recurrences = {n: found for n, node in sdg.nodes.items()
+                   if (found := _recurrence(sdg, node, ins, facts)) is not None}
+    shifts = {n: found for n, node in sdg.nodes.items() if (found := _shift(sdg, node, ins, facts)) is not None}
     rewritten = set(lifts) | set(recurrences) | set(shifts)
     if not rewritten:
         return sdg
@@ -114,9 +116,34 @@ def _window(start: Expr, stop: Expr, d: Expr) -> int:
     return int(lag[0].value) + 1
 
 
-def _partial(sdg: SDG, d: Expr) -> set[int]:
-    """Nodes that may lack a value at some point of ``d``: a scan would read them there."""
-    return partially_defined(sdg, d, {n for n, node in sdg.nodes.items() if d in node.domain})
+class _Facts:
+    """What the matchers ask of the SDG, computed once per dim: where tensors may lack a value,
+    and who reads whom."""
+
+    def __init__(self, sdg: SDG):
+        self.sdg, self.partials = sdg, {}
+        self.succ: dict[int, list[int]] = {}
+        for e in sdg.edges:
+            self.succ.setdefault(e.src, []).append(e.sink)
+
+    def partial(self, d: Expr) -> set[int]:
+        """Nodes that may lack a value at some point of ``d``: a scan would read them there."""
+        if d not in self.partials:
+            over = {n for n, node in self.sdg.nodes.items() if d in node.domain}
+            self.partials[d] = partially_defined(self.sdg, d, over)
+        return self.partials[d]
+
+    def reaches(self, target: int, nodes: set[int], d: Expr) -> bool:
+        """Whether ``target`` reaches any of ``nodes`` at the same point of the other dims."""
+        seen, stack = {target}, [target]
+        while stack:
+            for n in self.succ.get(stack.pop(), []):
+                if n in nodes:
+                    return True
+                if n not in seen and d in self.sdg.nodes[n].domain:
+                    seen.add(n)
+                    stack.append(n)
+        return False
 
 
 def _mentions(e: Expr, d: Expr) -> bool:
@@ -144,7 +171,8 @@ def _lift(new: SDG, node: Node, e: Edge, d: Expr, op: ops.ScanOp) -> None:
 
 
 # ----- recurrences written with a placeholder -----
-def _recurrence(sdg: SDG, node: Node, ins: dict[int, list[Edge]]) -> tuple[Edge, Edge, Expr, bool] | None:
+def _recurrence(sdg: SDG, node: Node, ins: dict[int, list[Edge]],
+                facts: _Facts) -> tuple[Edge, Edge, Expr, bool] | None:
     """``(x, a, d, reverse)`` when ``node`` is a placeholder ``p`` over ``d`` with two branches,
     ``p[d] = x[d]`` at the last point and ``p[d] = x[d] + a[d] * p[d + 1]`` elsewhere (reverse),
     or ``p[0] = x[0]`` and ``p[d] = x[d] + a[d] * p[d - 1]`` (forward); ``x`` and ``a`` are read
@@ -159,8 +187,8 @@ def _recurrence(sdg: SDG, node: Node, ins: dict[int, list[Edge]]) -> tuple[Edge,
                 or base.src_out != found[0].src_out:
             continue
         x, a, reverse = found
-        if _branches_cover(base.cond, step.cond, d, reverse) and not _depends_on(sdg, {x.src, a.src}, node.id, d):
-            partial = _partial(sdg, d)
+        if _branches_cover(base.cond, step.cond, d, reverse) and not facts.reaches(node.id, {x.src, a.src}, d):
+            partial = facts.partial(d)
             if x.src not in partial and a.src not in partial:
                 return x, a, d, reverse
     return None
@@ -213,22 +241,6 @@ def _branches_cover(base: Expr | None, step: Expr | None, d: Expr, reverse: bool
     return True
 
 
-def _depends_on(sdg: SDG, nodes: set[int], target: int, d: Expr) -> bool:
-    """Whether ``target`` reaches any of ``nodes`` at the same point of the other dims."""
-    succ: dict[int, list[int]] = {}
-    for e in sdg.edges:
-        succ.setdefault(e.src, []).append(e.sink)
-    seen, stack = {target}, [target]
-    while stack:
-        for n in succ.get(stack.pop(), []):
-            if n in nodes:
-                return True
-            if n not in seen and d in sdg.nodes[n].domain:
-                seen.add(n)
-                stack.append(n)
-    return False
-
-
 def _lift_recurrence(new: SDG, node: Node, x: Edge, a: Edge, d: Expr, reverse: bool) -> None:
     """Add the linear scan of the whole ``x`` and ``a`` and make ``node`` select its point of it."""
     domain = tuple(dim for dim in node.domain if dim is not d)
@@ -242,7 +254,7 @@ def _lift_recurrence(new: SDG, node: Node, x: Edge, a: Edge, d: Expr, reverse: b
 
 
 # ----- a placeholder that shifts another tensor by one step -----
-def _shift(sdg: SDG, node: Node, ins: dict[int, list[Edge]]) -> tuple[Edge, Edge, Expr, bool] | None:
+def _shift(sdg: SDG, node: Node, ins: dict[int, list[Edge]], facts: _Facts) -> tuple[Edge, Edge, Expr, bool] | None:
     """``(x, fill, d, later)`` when ``node`` is a placeholder ``p`` over ``d`` with two branches,
     ``p[d] = x[d + 1]`` but at the last point ``p[D - 1] = fill`` (``later``), or ``p[d] = x[d - 1]``
     but ``p[0] = fill``; ``x`` is defined at every point and does not depend on ``p``, and ``fill``
@@ -262,8 +274,8 @@ def _shift(sdg: SDG, node: Node, ins: dict[int, list[Edge]]) -> tuple[Edge, Edge
         if not (offset.is_const and offset.value in (1, -1)):
             continue
         later = offset.value == 1
-        if _branches_cover(base.cond, step.cond, d, later) and not _depends_on(sdg, {x.id}, node.id, d) \
-                and x.id not in _partial(sdg, d):
+        if _branches_cover(base.cond, step.cond, d, later) and not facts.reaches(node.id, {x.id}, d) \
+                and x.id not in facts.partial(d):
             return step, base, d, later
     return None
 
