@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tempo.ir import ops
-from tempo.ir.sdg import SDG, Edge, Node
+from tempo.ir.sdg import SDG, Edge, Node, identity_index
 from tempo.ir.shapes import same_size
 
 
@@ -49,8 +49,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
 
 
 def _identity(e: Edge, src: Node, sink: Node) -> bool:
-    return (e.cond is None and src.domain == sink.domain
-            and all(item is d for item, d in zip(e.index.args, src.domain)))
+    return e.cond is None and src.domain == sink.domain and e.index is identity_index(src.domain)
 
 
 def _match(sdg: SDG, node: Node, ins: dict[int, list[Edge]], readers: dict[int, int]) -> int | None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tempo.ir import ops
-from tempo.ir.sdg import SDG, Edge, Node
+from tempo.ir.sdg import SDG, Edge, Node, identity_index
 from tempo.ir.shapes import infer
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
@@ -195,8 +195,7 @@ def _recurrence(sdg: SDG, node: Node, ins: dict[int, list[Edge]],
 
 
 def _identity_read(sdg: SDG, e: Edge) -> bool:
-    src = sdg.nodes[e.src]
-    return len(e.index.args) == len(src.domain) and all(item is dim for item, dim in zip(e.index.args, src.domain))
+    return e.index is identity_index(sdg.nodes[e.src].domain)
 
 
 def _linear_step(sdg: SDG, node: Node, step: Edge, ins, d: Expr) -> tuple[Edge, Edge, bool] | None:
