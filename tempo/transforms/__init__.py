@@ -14,6 +14,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from tempo.errors import TempoError
 from tempo.ir.sdg import SDG
 from tempo.ir.verify import verify as verify_sdg
 from tempo.transforms import contract, cse, dce, domain_reduction, fuse, lift, simplify, superopt, vectorize
@@ -58,14 +59,19 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
     order, for that check.
     """
     passes = dict(passes or {})
+    pipeline = PIPELINE if pipeline is None else pipeline
+    names = [name for name, _ in pipeline]
     for name in os.environ.get("TEMPO_PASSES_OFF", "").replace(" ", "").split(","):
+        if name and name not in names:
+            raise TempoError(f"TEMPO_PASSES_OFF names {name!r}, not a pass of this compiler; "
+                             f"the passes are {', '.join(names)}")
         if name:
             passes.setdefault(name, False)
     verify = os.environ.get("TEMPO_VERIFY", "") not in ("", "0") if verify is None else verify
     if verify:
         verify_sdg(sdg, dims)
     stats = []
-    for name, module in PIPELINE if pipeline is None else pipeline:
+    for name, module in pipeline:
         cfg = passes.get(name)
         if cfg is False:
             continue

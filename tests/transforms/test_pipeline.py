@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tempo as tpo
 from tempo.transforms import PIPELINE, SIMPLIFICATION, cse
@@ -60,3 +61,9 @@ def test_an_rl_program_has_fewer_nodes_and_the_same_values():
     first = fast.pass_stats[0].nodes_before
     simplified = next(s for s in fast.pass_stats if s.name == "dce").nodes_after
     assert simplified < 0.75 * first
+
+
+def test_a_misspelt_pass_in_tempo_passes_off_is_an_error(monkeypatch):
+    monkeypatch.setenv("TEMPO_PASSES_OFF", "lfit")
+    with pytest.raises(tpo.TempoError, match="TEMPO_PASSES_OFF names 'lfit'.*the passes are cse, "):
+        compiled(small, {}, {"T": 6})
