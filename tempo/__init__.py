@@ -28,5 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = ["BoundError", "Context", "checkpoint", "load_checkpoint", "DefinitionError", "DomainError", "data_parallel", "RecurrentTensor", "ScheduleError",
            "ShapeError", "TempoError", "abs", "cat", "cos", "eval_symbol", "exp", "from_numpy", "full", "log",
-           "max", "min", "nn", "ones", "optim", "placeholder", "random", "relu", "rl", "sigmoid", "sin", "sink",
+           "llm", "max", "min", "nn", "ones", "optim", "placeholder", "random", "relu", "rl", "sigmoid", "sin", "sink",
            "sqrt", "stop_gradient", "tanh", "udf", "where", "zeros"]
+
+from tempo import llm  # noqa: E402  (tempo.llm builds on the names above)
