@@ -1,0 +1,117 @@
+"""``tpo.llm.Llama``: load a Hugging Face Llama/Mistral checkpoint, generate tokens, compute logits."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import tempo as tpo
+from tempo.errors import TempoError
+from tempo.llm import program as program_mod
+from tempo.llm.attention import Attention
+from tempo.llm.config import LlamaConfig
+from tempo.llm.sampling import Sampling
+from tempo.llm.tokenizer import load_tokenizer
+from tempo.llm.weights import Weights
+
+
+@dataclass
+class Llama:
+    """A Llama-family decoder (Llama 2/3, Mistral) run as a Tempo program.
+
+    ``config``: its sizes; ``weights``: its tensors; ``tokenizer``: a
+    ``tokenizers.Tokenizer`` or None. Every call builds and compiles one
+    program: the layer index and the position are its temporal dims.
+    """
+
+    config: LlamaConfig
+    weights: Weights
+    tokenizer: object = None
+
+    @classmethod
+    def from_pretrained(cls, path: str) -> "Llama":
+        """Load ``path``: a folder with ``config.json``, ``model.safetensors`` (or shards and
+        ``model.safetensors.index.json``) and optionally ``tokenizer.json``."""
+        if not os.path.isdir(path):
+            raise TempoError(f"model folder {path!r} does not exist")
+        config = LlamaConfig.from_file(os.path.join(path, "config.json"))
+        return cls(config, Weights.from_folder(path, config), load_tokenizer(path))
+
+    def default_attention(self) -> Attention:
+        """The checkpoint's own attention: its sliding window if it has one, else causal."""
+        return Attention(self.config.sliding_window)
+
+    def generate(self, prompt_ids, max_new_tokens: int, attention=None, do_sample: bool = False,
+                 temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                 seed: int = 0, stop_at_eos: bool = True, backend: str = "numpy",
+                 on_token: Callable[[np.ndarray, int], None] | None = None) -> np.ndarray:
+        """Decode ``max_new_tokens`` tokens after ``prompt_ids`` (batch, prompt) or (prompt,).
+
+        ``attention``: ``"causal"``, ``("window", w)`` / ``"window:w"``, or None for the
+        checkpoint's own. Greedy unless ``do_sample``; sampling is deterministic given
+        ``seed``. ``on_token(tokens, position)`` sees each new token column (batch,) as it
+        is produced. Returns the int64 ids (batch, prompt + new); with ``stop_at_eos``,
+        a sequence that has produced an end-of-sequence token continues with padding,
+        and the result ends once every sequence has.
+        """
+        prompt = self._check_prompt(prompt_ids, max_new_tokens)
+        sampling = Sampling(greedy=not do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
+        attention = self.default_attention() if attention is None else Attention.parse(attention)
+        prompt_len = prompt.shape[1]
+        if max_new_tokens == 0:
+            return prompt.copy()
+        with tpo.Context(seed=seed) as ctx:
+            dp = program_mod.build(self.config, self.weights, prompt, attention, sampling)
+            (t, T), (_, L) = dp.positions, dp.layers
+            if on_token is not None:
+                tpo.sink(dp.tokens[t >= prompt_len], lambda value, point: on_token(value, point["t"]))
+            compiled = ctx.compile(fetch=[dp.tokens], backend=backend)
+            (tokens,) = compiled.run({L: self.config.num_layers, T: prompt_len + max_new_tokens})
+        ids = np.ascontiguousarray(tokens.T.astype(np.int64))
+        return self._stop_at_eos(ids, prompt_len) if stop_at_eos else ids
+
+    def logits(self, ids, attention=None, backend: str = "numpy") -> np.ndarray:
+        """The next-token logits (batch, length, vocab) at every position of ``ids`` (batch, length)."""
+        prompt = self._check_prompt(ids, 0)
+        attention = self.default_attention() if attention is None else Attention.parse(attention)
+        with tpo.Context() as ctx:
+            dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling())
+            (logits,) = ctx.run(bounds={dp.layers[1]: self.config.num_layers, dp.positions[1]: prompt.shape[1]},
+                                fetch=[dp.logits], backend=backend)
+        return np.ascontiguousarray(logits.transpose(1, 0, 2))
+
+    def _check_prompt(self, ids, max_new_tokens: int) -> np.ndarray:
+        c = self.config
+        array = np.asarray(ids)
+        if array.ndim == 1:
+            array = array[None, :]
+        if array.ndim != 2 or array.shape[1] == 0 or array.shape[0] == 0:
+            raise TempoError(f"prompt ids must be a non-empty (batch, length) array, not shape {array.shape}")
+        if not np.issubdtype(array.dtype, np.integer):
+            raise TempoError(f"prompt ids must be integers, not {array.dtype}")
+        if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+            raise TempoError(f"max_new_tokens must be a non-negative integer, not {max_new_tokens!r}")
+        bad = array[(array < 0) | (array >= c.vocab_size)]
+        if bad.size:
+            raise TempoError(f"token id {int(bad[0])} is outside the vocabulary (0..{c.vocab_size - 1})")
+        total = array.shape[1] + max_new_tokens
+        if total > c.max_positions:
+            raise TempoError(f"prompt of {array.shape[1]} tokens plus {max_new_tokens} new ones is longer "
+                             f"than the model's maximum of {c.max_positions} positions")
+        return array.astype(np.int64)
+
+    def _stop_at_eos(self, ids: np.ndarray, prompt_len: int) -> np.ndarray:
+        eos = self.config.eos_token_ids
+        if not eos:
+            return ids
+        pad = self.config.pad_token_id if self.config.pad_token_id is not None else eos[0]
+        out = ids.copy()
+        finished = np.zeros(len(ids), bool)
+        for t in range(prompt_len, ids.shape[1]):
+            out[finished, t] = pad
+            finished |= np.isin(ids[:, t], eos)
+            if finished.all():
+                return out[:, :t + 1]
+        return out

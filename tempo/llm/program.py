@@ -1,0 +1,93 @@
+"""A Llama decoder written with recurrent tensors.
+
+Two temporal dims: ``l``, the layer, and ``t``, the position decoded. The
+hidden state is one RT ``h[l, t]``: ``h[0, t]`` embeds token ``t`` and
+``h[l + 1, t]`` is layer ``l`` applied to ``h[l, t]``, each layer reading its
+weights as ``w[l]`` (the checkpoint's tensors stacked over layers), so the
+program has one layer whatever the depth. Keys and values are the RTs
+``k[l, t]`` and ``v[l, t]``; attention reads ``k[l, 0:t+1]`` (causal) or
+``k[l, max(0, t-w+1):t+1]`` (window). There is no cache: the runtime keeps
+what these reads need (a block store for the causal read, a window store for
+the window, TEMPO §6). The token at ``t + 1`` is the prompt's while the
+prompt lasts, then the one sampled from the logits at ``t``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import tempo as tpo
+import tempo.api.functional as F
+from tempo.api.rt import RecurrentTensor as RT
+from tempo.llm.attention import Attention
+from tempo.llm.config import LlamaConfig
+from tempo.llm.rope import inverse_frequencies, rotate_half_matrix
+from tempo.llm.sampling import Sampling
+from tempo.llm.weights import Weights
+from tempo.nn.functional import one_hot, silu, softmax
+
+
+@dataclass(frozen=True)
+class DecodeProgram:
+    """The RTs of one decoding program: ``tokens[t]`` (batch,), int64, and ``logits[t]`` (batch, vocab)."""
+
+    tokens: RT
+    logits: RT
+    layers: tuple  # (l, L): the layer dim's step and bound symbols
+    positions: tuple  # (t, T): the position dim's
+
+
+def rms_norm(x: RT, weight: RT, eps: float) -> RT:
+    """``x / sqrt(mean(x**2) + eps) * weight`` over the last axis."""
+    return x * (1.0 / F.sqrt(F.mean(x * x, axis=-1, keepdims=True) + eps)) * weight
+
+
+def rotary(x: RT, cos: RT, sin: RT, rotate: RT) -> RT:
+    """Rotate each head of ``x`` (..., heads, head_dim) by its position's angles."""
+    return x * cos + F.matmul(x, rotate) * sin
+
+
+def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: Attention,
+          sampling: Sampling) -> DecodeProgram:
+    """The decoding program for ``prompt`` (batch, prompt length) in the current context."""
+    c = config
+    batch, prompt_len = prompt.shape
+    ctx = tpo.api.context.current()
+    (l, L), (t, T) = ctx.dims("l", "t")
+    w = {name: F.from_numpy(a, dims=(l,)) for name, a in weights.layers.items()}
+
+    tokens = F.placeholder((batch,), "int64", dims=(t,))
+    padded = np.zeros((max(prompt_len, 1), batch), np.int64)
+    padded[:prompt_len] = prompt.T
+    tokens[t < prompt_len] = F.from_numpy(padded).spatial[tpo.min(t, prompt_len - 1)]
+
+    embedded = F.matmul(one_hot(tokens, c.vocab_size), F.from_numpy(weights.embed))
+    h = F.placeholder((batch, c.hidden_size), "float32", dims=(l, t))
+    h[0, t] = embedded[t]
+
+    angles = F.eval_symbol(t).cast("float32") * F.from_numpy(inverse_frequencies(c.head_dim, c.rope_theta,
+                                                                                   c.rope_scaling))
+    angles = F.cat([angles, angles], axis=0)
+    cos, sin = F.cos(angles), F.sin(angles)
+    rotate = F.from_numpy(rotate_half_matrix(c.head_dim))
+
+    x = h[l, t]
+    xn = rms_norm(x, w["input_norm"], c.rms_norm_eps)
+    q = rotary(F.reshape(F.matmul(xn, w["wq"]), batch, c.num_heads, c.head_dim), cos, sin, rotate)
+    k = rotary(F.reshape(F.matmul(xn, w["wk"]), batch, c.num_kv_heads, c.head_dim), cos, sin, rotate)
+    v = F.reshape(F.matmul(xn, w["wv"]), batch, c.num_kv_heads, c.head_dim)
+    keys, values = attention.read(k, l, t), attention.read(v, l, t)      # (S, batch, kv heads, head_dim)
+    groups = c.num_heads // c.num_kv_heads
+    qg = F.reshape(q, batch, c.num_kv_heads, groups, c.head_dim)
+    scores = F.matmul(qg, F.permute(keys, 1, 2, 3, 0)) * (c.head_dim ** -0.5)   # (batch, kv, groups, S)
+    mixed = F.matmul(softmax(scores, axis=-1), F.permute(values, 1, 2, 0, 3))     # (batch, kv, groups, hd)
+    x = x + F.matmul(F.reshape(mixed, batch, c.num_heads * c.head_dim), w["wo"])
+    xn = rms_norm(x, w["post_norm"], c.rms_norm_eps)
+    y = x + F.matmul(silu(F.matmul(xn, w["w_gate"])) * F.matmul(xn, w["w_up"]), w["w_down"])
+    h[l + 1, t] = y
+
+    out = rms_norm(y[L - 1, t], F.from_numpy(weights.final_norm), c.rms_norm_eps)
+    logits = F.matmul(out, F.from_numpy(weights.head))
+    tokens[t + 1] = sampling.next_token(logits, t)[t]
+    return DecodeProgram(tokens, logits, (l, L), (t, T))

@@ -1,0 +1,94 @@
+"""A Llama checkpoint's tensors: read from safetensors files, checked, stacked per layer."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
+
+from tempo.errors import TempoError
+from tempo.llm.config import LlamaConfig
+
+# per-layer tensor -> (Hugging Face name inside model.layers.{i}, shape from the config)
+LAYER_TENSORS = {
+    "input_norm": ("input_layernorm.weight", lambda c: (c.hidden_size,)),
+    "wq": ("self_attn.q_proj.weight", lambda c: (c.num_heads * c.head_dim, c.hidden_size)),
+    "wk": ("self_attn.k_proj.weight", lambda c: (c.num_kv_heads * c.head_dim, c.hidden_size)),
+    "wv": ("self_attn.v_proj.weight", lambda c: (c.num_kv_heads * c.head_dim, c.hidden_size)),
+    "wo": ("self_attn.o_proj.weight", lambda c: (c.hidden_size, c.num_heads * c.head_dim)),
+    "post_norm": ("post_attention_layernorm.weight", lambda c: (c.hidden_size,)),
+    "w_gate": ("mlp.gate_proj.weight", lambda c: (c.intermediate_size, c.hidden_size)),
+    "w_up": ("mlp.up_proj.weight", lambda c: (c.intermediate_size, c.hidden_size)),
+    "w_down": ("mlp.down_proj.weight", lambda c: (c.hidden_size, c.intermediate_size)),
+}
+# the matrices, stored (in, out) so that the model computes x @ w
+TRANSPOSED = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"}
+
+
+@dataclass(frozen=True)
+class Weights:
+    """``embed`` (V, D), ``head`` (D, V), ``final_norm`` (D,), and ``layers``: name -> array
+    stacked over the layers (leading axis L), matrices as (in, out)."""
+
+    embed: np.ndarray
+    head: np.ndarray
+    final_norm: np.ndarray
+    layers: dict[str, np.ndarray]
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, np.ndarray], config: LlamaConfig, source: str = "checkpoint"):
+        """Pick, check and stack the tensors a Llama needs from ``tensors`` (Hugging Face names)."""
+        c = config
+
+        def take(name: str, shape: tuple) -> np.ndarray:
+            if name not in tensors:
+                raise TempoError(f"{source}: missing tensor {name!r}")
+            value = tensors[name]
+            if tuple(value.shape) != shape:
+                raise TempoError(f"{source}: tensor {name!r} has shape {tuple(value.shape)}, expected {shape}")
+            return np.asarray(value, dtype=np.float32)
+
+        embed = take("model.embed_tokens.weight", (c.vocab_size, c.hidden_size))
+        if c.tie_word_embeddings and "lm_head.weight" not in tensors:
+            head = embed
+        else:
+            head = take("lm_head.weight", (c.vocab_size, c.hidden_size))
+        layers = {}
+        for key, (name, shape) in LAYER_TENSORS.items():
+            stacked = np.stack([take(f"model.layers.{i}.{name}", shape(c)) for i in range(c.num_layers)])
+            layers[key] = np.ascontiguousarray(stacked.transpose(0, 2, 1)) if key in TRANSPOSED else stacked
+        return cls(embed=embed, head=np.ascontiguousarray(head.T),
+                   final_norm=take("model.norm.weight", (c.hidden_size,)), layers=layers)
+
+    @classmethod
+    def from_folder(cls, folder: str, config: LlamaConfig) -> "Weights":
+        """Read ``model.safetensors`` or the shards ``model.safetensors.index.json`` lists."""
+        return cls.from_tensors(read_safetensors(folder), config, folder)
+
+
+def read_safetensors(folder: str) -> dict[str, np.ndarray]:
+    """Every tensor of the checkpoint in ``folder`` (one file or shards named by the index)."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    single = os.path.join(folder, "model.safetensors")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f).get("weight_map", {}).values()))
+        if not files:
+            raise TempoError(f"{index}: empty weight_map")
+    elif os.path.exists(single):
+        files = ["model.safetensors"]
+    else:
+        raise TempoError(f"no model.safetensors or model.safetensors.index.json in {folder}")
+    tensors = {}
+    for name in files:
+        path = os.path.join(folder, name)
+        try:
+            tensors.update(load_file(path))
+        except FileNotFoundError:
+            raise TempoError(f"{path}: shard listed in the index is missing") from None
+        except (SafetensorError, OSError, ValueError) as err:
+            raise TempoError(f"{path}: unreadable safetensors file ({err})") from None
+    return tensors
