@@ -17,18 +17,21 @@ from dataclasses import dataclass
 from tempo.errors import TempoError
 from tempo.ir.sdg import SDG
 from tempo.ir.verify import verify as verify_sdg
-from tempo.transforms import contract, cse, dce, domain_reduction, fuse, lift, simplify, superopt, vectorize
+from tempo.transforms import (cache_activations, contract, cse, dce, domain_reduction, fuse, lift, simplify, superopt,
+                              vectorize)
 
 # (name, module), in order; a compile may switch any of them off by name. The
 # simplification passes and lifting come first: each leaves less for
-# vectorization, fusion and the scheduler, and dead-code elimination sweeps up
-# what they disconnected. Contraction follows vectorization, which forms the
+# vectorization, fusion and the scheduler; activation caching then sends the
+# learner to the activations acting computed, and dead-code elimination sweeps
+# up what they all disconnected. Contraction follows vectorization, which forms the
 # batched products it folds.
 PIPELINE = (
     ("cse", cse),
     ("simplify", simplify),
     ("domain_reduction", domain_reduction),
     ("lift", lift),
+    ("cache_activations", cache_activations),
     ("dce", dce),
     ("vectorize", vectorize),
     ("contract", contract),
@@ -91,5 +94,5 @@ def report(stats: list[PassStat]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "contract", "cse", "dce", "domain_reduction", "fuse", "lift",
+__all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "cache_activations", "contract", "cse", "dce", "domain_reduction", "fuse", "lift",
            "report", "run_pipeline", "simplify", "superopt", "vectorize"]
