@@ -161,8 +161,8 @@ def _window_capacity(sdg: SDG, node: Node, edges: list[Edge], lasts: list[Expr],
     if len(writers) != 1 or not writers[0][1]:
         return None
     write, loops, write_order = writers[0]
-    loop = loops[-1]
-    k_write = _shift(write.point[-1], loop.var)
+    loop = next((x for x in reversed(loops) if _uses(write.point[-1], x.var)), None)  # may enclose loops over outer dims
+    k_write = None if loop is None else _shift(write.point[-1], loop.var)
     if k_write is None or loop.step != 1 or any(_uses(p, loop.var) for p in write.point[:-1]):
         return None
     capacity = 1
