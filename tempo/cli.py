@@ -6,7 +6,7 @@ user program as ``__main__`` (like ``python FILE.py ARGS...``), reporting a
 instead of a traceback.
 
 The RL-for-systems parts bring their own command groups (``tempo superopt``,
-``tempo memplan``, ``tempo gmi``): each is a module with a
+``tempo memplan``, ``tempo gmi``), and so does LLM decoding (``tempo generate``): each is a module with a
 ``main(argv) -> int``, imported only when its command runs, so ``tempo run``
 never pays for torch or JAX.
 """
@@ -30,6 +30,7 @@ SUBSYSTEMS = {
     "superopt": ("tempo.superopt.cli", "RL-driven tensor graph superoptimisation (X-RLflow)"),
     "memplan": ("tempo.memplan.cli", "the memory-mapping game and its agents (MMap-MuZero)"),
     "gmi": ("tempo.gmi.cli", "many RL instances per device (GMI-DRL)"),
+    "generate": ("tempo.llm.cli", "generate text with a Llama/Mistral checkpoint, printed as produced"),
 }
 
 
