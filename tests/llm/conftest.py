@@ -48,3 +48,15 @@ def checkpoint(tmp_path):
         return str(folder), model
 
     return make
+
+
+def write_tokenizer(folder, vocab_size: int) -> list[str]:
+    """A word-level ``tokenizer.json`` in ``folder``: token ``i`` is the word ``w{i}``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    words = [f"w{i}" for i in range(vocab_size)]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.save(str(folder / "tokenizer.json") if hasattr(folder, "joinpath") else f"{folder}/tokenizer.json")
+    return words

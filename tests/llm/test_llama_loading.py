@@ -1,0 +1,42 @@
+"""Loading: sharded checkpoints, and stopping at an end-of-sequence token as transformers does."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import torch
+
+import tempo as tpo
+
+PROMPT = np.array([[5, 17, 99], [11, 0, 150]], np.int64)
+
+
+def test_sharded_checkpoint_loads_like_a_single_file(checkpoint):
+    folder, hf = checkpoint("llama_gqa", max_shard_size="20KB")
+    assert os.path.exists(os.path.join(folder, "model.safetensors.index.json"))
+    with open(os.path.join(folder, "model.safetensors.index.json")) as f:
+        assert len(set(json.load(f)["weight_map"].values())) > 1
+    ids = tpo.llm.Llama.from_pretrained(folder).generate(PROMPT, max_new_tokens=8)
+    with torch.no_grad():
+        expected = hf.generate(torch.tensor(PROMPT), max_new_tokens=8, do_sample=False,
+                               attention_mask=torch.ones(PROMPT.shape, dtype=torch.long)).numpy()
+    np.testing.assert_array_equal(ids, expected)
+
+
+def test_generation_stops_at_eos_like_transformers(checkpoint):
+    folder, hf = checkpoint("llama")
+    free = tpo.llm.Llama.from_pretrained(folder).generate(PROMPT, max_new_tokens=24)
+    eos = int(free[0, 3 + 4])                    # the first sequence's fifth new token ends it
+    pad = 1 if eos != 1 else 2
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    config.update(eos_token_id=eos, pad_token_id=pad)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    ids = tpo.llm.Llama.from_pretrained(folder).generate(PROMPT, max_new_tokens=24)
+    with torch.no_grad():
+        expected = hf.generate(torch.tensor(PROMPT), max_new_tokens=24, do_sample=False, eos_token_id=eos,
+                               pad_token_id=pad, attention_mask=torch.ones(PROMPT.shape, dtype=torch.long)).numpy()
+    np.testing.assert_array_equal(ids, expected)
+    assert ids[0, 3 + 4] == eos and (ids[0, 3 + 5:] == pad).all()
