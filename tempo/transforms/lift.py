@@ -10,7 +10,10 @@ g[t + 1]``), which REINFORCE computes at every step, and for a window of
 constant width ``x[max(0, t-w+1):t+1].sum()`` (one stencil over the whole
 ``x``: a sliding-window sum, the same work in one launch).
 
-A node is lifted when it is a sum over axis 0 and maybe others (or a
+A mean is lifted as a sum divided by the slice's length (``t + 1``,
+``T - t``, ``min(t + 1, w)``), evaluated from the slice's bounds.
+
+A node is lifted when it is a sum or a mean over axis 0 and maybe others (or a
 discounted sum over axis 0, for a suffix) of one read whose index on a dim
 ``d`` is ``0:d+1``, ``d:D`` or ``max(0, d-w+1):d+1``, whose other items are points that do not
 mention ``d``, with no condition, from a source whose shape does not vary
@@ -72,7 +75,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
 def _match(sdg: SDG, node: Node, edges: list[Edge]) -> tuple[Edge, Expr, bool, float, int] | None:
     """``(read, dim, reverse, gamma, window)`` when ``node`` is a liftable reduction (see the module docstring)."""
     op = node.op
-    if isinstance(op, ops.ReduceOp) and op.fn == "sum" and 0 in op.axes and not op.keepdims:
+    if isinstance(op, ops.ReduceOp) and op.fn in ("sum", "mean") and 0 in op.axes and not op.keepdims:
         gamma = 1.0
     elif isinstance(op, ops.DiscountedSumOp) and op.axis == 0:
         gamma = op.gamma
@@ -82,6 +85,9 @@ def _match(sdg: SDG, node: Node, edges: list[Edge]) -> tuple[Edge, Expr, bool, f
         return None
     e = edges[0]
     src = sdg.nodes[e.src]
+    if op.name == "ReduceOp" and op.fn == "mean" and not (src.dtypes[e.src_out] == node.dtypes[0]
+                                                          and node.dtypes[0].startswith("float")):
+        return None
     slices = [(dim, item) for dim, item in zip(src.domain, e.index.args) if item.op == "slice"]
     if len(slices) != 1:
         return None
@@ -151,23 +157,34 @@ def _mentions(e: Expr, d: Expr) -> bool:
 
 
 def _lift(new: SDG, node: Node, e: Edge, d: Expr, op: ops.ScanOp) -> None:
-    """Add the scan ``op`` over ``e``'s source and make ``node`` select its point of it."""
+    """Add the scan ``op`` over ``e``'s source and make ``node`` select its point of it (then reduce
+    the other axes of a sum or mean of all, and divide a mean by the slice's length)."""
     src = new.nodes[e.src]
     whole = seq(*(make_slice(0, bound_of(d)) if dim is d else item for dim, item in zip(src.domain, e.index.args)))
     domain = tuple(x for x in node.domain if x is not d)
     shape = (bound_of(d), *src.shapes[e.src_out])
     scan = new.add_node(op, domain, (shape,), node.dtypes, node.site, node.label)
     new.add_edge(Edge(scan.id, 0, e.src, e.src_out, whole))
-    rest = tuple(a - 1 for a in node.op.axes if a != 0) if isinstance(node.op, ops.ReduceOp) else ()
-    if not rest:
-        new.nodes[node.id] = replace(node, op=ops.SpatialIndexOp((d,)))
-        new.add_edge(Edge(node.id, 0, scan.id, 0, seq(*domain)))
-        return
-    point = new.add_node(ops.SpatialIndexOp((d,)), node.domain, (src.shapes[e.src_out],), node.dtypes, node.site,
-                         node.label)
-    new.add_edge(Edge(point.id, 0, scan.id, 0, seq(*domain)))
-    new.nodes[node.id] = replace(node, op=ops.ReduceOp("sum", rest))  # the other axes of a sum of all
-    new.add_edge(Edge(node.id, 0, point.id, 0, seq(*node.domain)))
+    steps: list[tuple[ops.Op, list[Edge]]] = [(ops.SpatialIndexOp((d,)), [Edge(0, 0, scan.id, 0, seq(*domain))])]
+    reduce = node.op if isinstance(node.op, ops.ReduceOp) else None
+    rest = tuple(a - 1 for a in reduce.axes if a != 0) if reduce else ()
+    here = seq(*node.domain)
+    if rest:  # the other axes of a sum (or mean) of all
+        steps.append((ops.ReduceOp(reduce.fn, rest), [Edge(0, 0, -1, 0, here)]))
+    if reduce and reduce.fn == "mean":
+        start, stop = (item for item in e.index.args if item.op == "slice").__next__().args
+        count = _add(new, ops.EvalSymbolOp(simplify(stop - start)), node.domain, [], node)
+        count = _add(new, ops.CastOp(node.dtypes[0]), node.domain, [Edge(0, 0, count.id, 0, here)], node)
+        steps.append((ops.ElementwiseOp("div"), [Edge(0, 0, -1, 0, here), Edge(0, 1, count.id, 0, here)]))
+    previous = None
+    for k, (step_op, reads) in enumerate(steps):
+        reads = [replace(r, src=previous.id) if r.src < 0 else r for r in reads]
+        if k < len(steps) - 1:
+            previous = _add(new, step_op, node.domain, reads, node)
+            continue
+        new.nodes[node.id] = replace(node, op=step_op)
+        for r in reads:
+            new.add_edge(replace(r, sink=node.id))
 
 
 # ----- recurrences written with a placeholder -----

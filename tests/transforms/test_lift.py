@@ -37,21 +37,36 @@ def test_prefix_suffix_and_discounted_sums_become_scans():
     assert all(n.domain == () for n in scans)           # i is vectorized; t is gone: one launch each
 
 
-def test_a_constant_width_window_is_one_stencil_and_a_mean_is_left_alone():
+def test_a_constant_width_window_is_one_stencil():
     def build(x, i, t, T):
-        return [x[i, tpo.max(0, t - 2):t + 1].sum(axis=0), x[i, 0:t + 1].mean()]
+        return [x[i, tpo.max(0, t - 2):t + 1].sum(axis=0)]
 
     (lifted, got), (_, want) = compiled(build, True), compiled(build, False)
-    for a, b in zip(got, want):
-        np.testing.assert_allclose(a, b, rtol=1e-10)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-10)
     padded = np.concatenate([np.zeros((3, 2, 2)), X], axis=1)
     np.testing.assert_allclose(got[0], padded[:, 2:] + padded[:, 1:-1] + padded[:, :-2], rtol=1e-12)
     scans = [n.op for n in lifted.sdg.nodes.values() if isinstance(n.op, ops.ScanOp)]
     assert [op.window for op in scans] == [3]
 
 
+def test_means_over_prefix_suffix_and_window_slices_are_scans_divided_by_the_length():
+    def build(x, i, t, T):
+        return [x[i, 0:t + 1].mean(axis=0), x[i, t:T].mean(), x[i, tpo.max(0, t - 2):t + 1].mean(axis=0)]
+
+    (lifted, got), (_, want) = compiled(build, True), compiled(build, False)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+    counts = np.arange(1, 8)
+    np.testing.assert_allclose(got[0], np.cumsum(X, axis=1) / counts[None, :, None], rtol=1e-12)
+    np.testing.assert_allclose(got[1], np.cumsum(X[:, ::-1].sum(-1), axis=1)[:, ::-1] / (2 * counts[::-1]),
+                               rtol=1e-12)
+    assert [n.op.window for n in lifted.sdg.nodes.values() if isinstance(n.op, ops.ScanOp)] == [0, 0, 3]
+    assert not any(isinstance(n.op, ops.ReduceOp) and n.op.fn == "mean" and 0 in n.op.axes and "t" in str(n.domain)
+                   for n in lifted.sdg.nodes.values())
+
+
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["prefix", "suffix", "discounted", "window"]),
+@given(st.lists(st.tuples(st.sampled_from(["prefix", "suffix", "discounted", "window", "prefix_mean", "window_mean"]),
                           st.floats(0.1, 1.0)), min_size=1, max_size=4))
 def test_random_slice_reductions_match_the_unlifted_program(reads):
     def build(x, i, t, T):
@@ -63,6 +78,10 @@ def test_random_slice_reductions_match_the_unlifted_program(reads):
                 out.append((x[i, t:T] * gamma).sum())
             elif kind == "discounted":
                 out.append(x[i, t:T].discounted_sum(gamma))
+            elif kind == "prefix_mean":
+                out.append(x[i, 0:t + 1].mean(axis=0) * gamma)
+            elif kind == "window_mean":
+                out.append(x[i, tpo.max(0, t - 2):t + 1].mean())
             else:
                 out.append(x[i, tpo.max(0, t - 1):t + 1].sum())
         return out
