@@ -57,7 +57,8 @@ class Executor:
         self.body = self._build(program)
 
     def run(self) -> None:
-        self.body(dict(self.bounds))
+        with self.backend.running():
+            self.body(dict(self.bounds))
 
     # ----- AST to closures -----
     def _build(self, stmt: ast.Stmt) -> Callable[[dict], None]:

@@ -126,7 +126,7 @@ class BlockStore(_BufferStore):
         if buffer is None:
             buffer = self.blocks[key] = self.backend.empty((self.length,) + self.row_shape, self.dtype)
             self.written[key] = bytearray(self.length)
-        self.backend.write_into(buffer, row, value)
+        self.blocks[key] = self.backend.write_into(buffer, row, value)
         self.written[key][row] = 1
 
     def _read(self, outer: tuple, last):
@@ -197,8 +197,8 @@ class WindowStore(_BufferStore):
             raise TempoError(f"internal error: {self.name} written at {point} after its point "
                              f"{self.latest[outer]}; a window store needs increasing writes")
         slot = t % self.capacity
-        self.backend.write_into(buffer, slot, value)
-        self.backend.write_into(buffer, slot + self.capacity, value)
+        buffer = self.backend.write_into(buffer, slot, value)
+        self.buffers[outer] = self.backend.write_into(buffer, slot + self.capacity, value)
         self.tags[outer][slot], self.latest[outer] = t, t
 
     def _read(self, outer: tuple, last):

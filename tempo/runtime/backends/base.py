@@ -1,6 +1,10 @@
 """The small interface every backend implements, and the backend registry."""
 from __future__ import annotations
 
+import contextlib
+import importlib
+import importlib.util
+import os
 from typing import Callable
 
 from tempo.errors import TempoError
@@ -26,11 +30,16 @@ class Backend:
         """A function ``(inputs, env, point) -> tuple of outputs`` computing ``op``."""
         raise NotImplementedError
 
+    def running(self):
+        """A context manager the executor runs a program under (JAX: 64-bit types on)."""
+        return contextlib.nullcontext()
+
     def stack(self, tensors: list, shape: tuple, dtype: str):
         """Stack ``tensors`` along new leading axes of sizes ``shape``."""
         raise NotImplementedError
 
     def cast(self, tensor, dtype: str):
+        """``tensor`` (the backend's, or a NumPy array) as the backend's tensor of ``dtype``."""
         raise NotImplementedError
 
     def broadcast(self, tensor, shape: tuple):
@@ -45,16 +54,18 @@ class Backend:
         """An uninitialised buffer of ``shape`` and ``dtype`` (a block or window store's rows)."""
         raise NotImplementedError
 
-    def write_into(self, buffer, index, value) -> None:
-        """Write ``value`` (cast to the buffer's dtype) into ``buffer[index]`` in place.
+    def write_into(self, buffer, index, value):
+        """``buffer`` with ``value`` (cast to the buffer's dtype) written at ``buffer[index]``.
 
-        The in-place-writes wrapper: a code-generating backend writes a kernel's
-        output straight into the buffer (buffer donation) instead of copying it.
+        The in-place-writes wrapper: NumPy and torch write into ``buffer`` and
+        return it; JAX, whose arrays are immutable, donates ``buffer`` to the
+        update and returns the result (the old ``buffer`` is then invalid).
         """
         raise NotImplementedError
 
     def view(self, buffer, index):
-        """``buffer[index]`` (ints and step-1 slices) without copying: the lazy-reads wrapper."""
+        """``buffer[index]`` (ints and step-1 slices) without copying where the backend can:
+        the lazy-reads wrapper. Never ``buffer`` itself."""
         raise NotImplementedError
 
     def detach(self, tensor, sources: list):
@@ -67,7 +78,9 @@ class Backend:
         raise NotImplementedError
 
 
-_BACKENDS: dict[str, Callable[[], Backend]] = {}
+_BACKENDS: dict[str, Callable[..., Backend]] = {}
+MODULES = {"numpy": "numpy", "torch": "torch", "jax": "jax"}  # backend name -> the package it needs
+DEFAULT_ENV = "TEMPO_BACKEND"
 
 
 def register(name: str):
@@ -78,9 +91,38 @@ def register(name: str):
     return wrap
 
 
-def get_backend(name: str, site=None) -> Backend:
-    from tempo.runtime.backends import numpy  # noqa: F401  (registers itself)
+def available_backends() -> list[str]:
+    """The backends whose package is installed, in order: numpy, torch, jax."""
+    return [name for name, package in MODULES.items() if importlib.util.find_spec(package) is not None]
 
-    if name not in _BACKENDS:
-        raise TempoError(f"unknown backend {name!r}; available: {', '.join(sorted(_BACKENDS))}", site)
-    return _BACKENDS[name]()
+
+def default_backend() -> str:
+    """The backend a run uses when none is named: ``$TEMPO_BACKEND``, else ``numpy``."""
+    return os.environ.get(DEFAULT_ENV) or "numpy"
+
+
+def get_backend(name: str | None = None, site=None) -> Backend:
+    """The backend ``name`` (``numpy``, ``torch`` or ``jax``; None: :func:`default_backend`).
+
+    ``name`` may name a device after a colon: ``torch:cuda``, ``jax:gpu``
+    (default: the CPU for torch, JAX's default device for JAX). A backend
+    whose package is missing, or a device that is not present, is a
+    TempoError saying what to install or choose.
+    """
+    name = name or default_backend()
+    base, _, device = str(name).partition(":")
+    if base not in MODULES:
+        raise TempoError(f"unknown backend {name!r}; available: {', '.join(available_backends())} "
+                         f"(known: {', '.join(MODULES)})", site)
+    if importlib.util.find_spec(MODULES[base]) is None:
+        raise TempoError(f"the {base} backend needs the {MODULES[base]!r} package, which is not installed: "
+                         f"pip install 'tempo-dl[backends]', or choose one of the available backends: "
+                         f"{', '.join(available_backends())}", site)
+    importlib.import_module(f"tempo.runtime.backends.{base}")
+    if base == "numpy" and device not in ("", "cpu"):
+        raise TempoError(f"the numpy backend runs on the CPU only, not on {device!r}: "
+                         f"choose torch:cuda or jax:gpu for a GPU", site)
+    try:
+        return _BACKENDS[base](device or None) if base != "numpy" else _BACKENDS[base]()
+    except TempoError as err:
+        raise TempoError(str(err), site) from None

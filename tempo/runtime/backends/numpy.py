@@ -296,8 +296,9 @@ class NumPyBackend(Backend):
     def empty(self, shape: tuple, dtype: str):
         return np.empty(shape, dtype=dtype)
 
-    def write_into(self, buffer, index, value) -> None:
+    def write_into(self, buffer, index, value):
         buffer[index] = value
+        return buffer
 
     def view(self, buffer, index):
         return buffer[index]
