@@ -1,0 +1,411 @@
+"""The JAX backend: every fused island, and every other device op, is one ``jax.jit`` function.
+
+An op's kernel is its jnp implementation traced once per *static key* and
+input shapes: the static key holds the values of the symbols its symbolic
+parameters use (a reshape to ``(T, B, 4)``, a spatial index ``t``), read
+from the run's environment. A fused island is one jitted function of its
+inputs, so XLA fuses its steps into few loops. What a program computes on
+the host stays there: symbol values (``eval_symbol``) and counter-based
+random numbers are computed as the NumPy backend computes them (the same
+bits) and passed to the jitted function as arguments; user functions get
+NumPy arrays.
+
+JAX promotes dtypes differently from NumPy (``int64 + float32`` is float32
+in JAX); every step casts its inputs the way NumPy would, at trace time.
+Programs may use float64 and int64 (``eval_symbol`` is int64), so the
+backend runs with JAX's 64-bit types on, inside the executor only
+(:meth:`JaxBackend.running`), leaving other JAX code in the process as it is.
+
+Block and window stores hold device arrays. A write donates the store's
+buffer to a jitted ``dynamic_update_slice`` (TEMPO §5.2: the store is the
+buffer's only user), so XLA updates it in place instead of copying it; a
+read is a jitted dynamic slice, never the buffer itself, so a read value
+stays valid after the buffer is donated.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from tempo.errors import TempoError
+from tempo.ir import ops
+from tempo.runtime.backends import numpy as np_backend
+from tempo.runtime.backends.base import Backend, Kernel, StepFailed, register
+from tempo.symbolic.evaluate import compile_expr
+from tempo.symbolic.expr import seq
+
+import jax  # noqa: E402  (after tempo's own imports: the package may be missing)
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+
+x64 = jax.enable_x64  # a context manager: 64-bit types while it is entered
+
+IMPLS: dict[type, Callable] = {}  # op type -> (op, xs, env) -> tuple of outputs, traced inside jax.jit
+HOST = (ops.EvalSymbolOp, ops.RandomOp)  # computed on the host by the NumPy kernels
+
+
+def impl_for(op_type: type):
+    def wrap(fn):
+        IMPLS[op_type] = fn
+        return fn
+
+    return wrap
+
+
+def _sigmoid(x):
+    return jax.nn.sigmoid(x)
+
+
+ELEMENTWISE = {
+    "neg": jnp.negative, "exp": jnp.exp, "log": jnp.log, "sqrt": jnp.sqrt, "abs": jnp.abs, "sin": jnp.sin,
+    "cos": jnp.cos, "tanh": jnp.tanh, "sigmoid": _sigmoid, "relu": lambda x: jnp.maximum(x, 0),
+    "not": jnp.logical_not, "sign": jnp.sign, "floor": jnp.floor, "ceil": jnp.ceil,
+    "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.true_divide, "pow": jnp.power,
+    "maximum": jnp.maximum, "minimum": jnp.minimum, "lt": jnp.less, "le": jnp.less_equal, "gt": jnp.greater,
+    "ge": jnp.greater_equal, "eq": jnp.equal, "ne": jnp.not_equal, "and": jnp.logical_and,
+    "or": jnp.logical_or, "mod": jnp.mod, "floordiv": jnp.floor_divide, "where": jnp.where,
+}
+
+
+def _np_result(np_fn: Callable, dtypes: list) -> np.dtype:
+    return np.dtype(np_fn(*[np.ones((), d) for d in dtypes]).dtype)
+
+
+def _same_dtype(xs: list) -> list:
+    """``xs`` cast to the dtype NumPy would compute them in together."""
+    common = np.result_type(*[x.dtype for x in xs])
+    return [x if x.dtype == common else x.astype(common) for x in xs]
+
+
+@impl_for(ops.ElementwiseOp)
+def _elementwise(op: ops.ElementwiseOp, xs: list, env: dict) -> tuple:
+    lead = 1 if op.fn == "where" else 0  # where's condition keeps its dtype
+    dtypes = [np.dtype(x.dtype) for x in xs]
+    out = _np_result(np_backend.ELEMENTWISE[op.fn], dtypes)
+    common = np.result_type(*dtypes[lead:])
+    compute = out if out.kind == "f" and common.kind != "f" else common
+    args = xs[:lead] + [x if x.dtype == compute else x.astype(compute) for x in xs[lead:]]
+    result = ELEMENTWISE[op.fn](*args)
+    return (result if result.dtype == out else result.astype(out),)
+
+
+REDUCERS = {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max, "min": jnp.min}
+
+
+@impl_for(ops.ReduceOp)
+def _reduce(op: ops.ReduceOp, xs: list, env: dict) -> tuple:
+    x = xs[0]
+    out = np.dtype(np_backend.REDUCERS[op.fn](np.ones((1,), x.dtype), axis=0).dtype)
+    if not op.axes:
+        return (x.astype(out),)
+    if op.fn in ("sum", "mean"):
+        x = x.astype(out)
+    return (REDUCERS[op.fn](x, axis=op.axes, keepdims=op.keepdims).astype(out),)
+
+
+def _moved(x, axis: int):
+    return jnp.moveaxis(x, axis, 0)
+
+
+@impl_for(ops.ScanOp)
+def _scan(op: ops.ScanOp, xs: list, env: dict) -> tuple:
+    x = _moved(xs[0], op.axis)
+    if op.window:
+        n = x.shape[0]
+        padded = jnp.concatenate([jnp.zeros((op.window - 1, *x.shape[1:]), x.dtype), x])
+        out = padded[0:n]
+        for j in range(1, op.window):
+            out = out + padded[j:j + n]
+        return (jnp.moveaxis(out, 0, op.axis),)
+    if op.gamma == 1.0:
+        x = x.astype(np.int64) if x.dtype == np.bool_ else x
+        out = jnp.flip(jnp.cumsum(jnp.flip(x, 0), axis=0), 0) if op.reverse else jnp.cumsum(x, axis=0)
+        return (jnp.moveaxis(out, 0, op.axis),)
+    dtype = np.result_type(x.dtype, np.float32)
+    x = x.astype(dtype)
+
+    def step(carry, xk):
+        carry = xk + op.gamma * carry
+        return carry, carry
+
+    _, out = lax.scan(step, jnp.zeros(x.shape[1:], dtype), x, reverse=op.reverse)
+    return (jnp.moveaxis(out, 0, op.axis),)
+
+
+@impl_for(ops.LinearScanOp)
+def _linear_scan(op: ops.LinearScanOp, xs: list, env: dict) -> tuple:
+    x, a = (_moved(v, op.axis) for v in xs)
+
+    def step(carry, xa):
+        carry = xa[0] + xa[1] * carry
+        return carry, carry
+
+    _, out = lax.scan(step, jnp.zeros(x.shape[1:], x.dtype), (x, a.astype(x.dtype)), reverse=op.reverse)
+    return (jnp.moveaxis(out, 0, op.axis),)
+
+
+@impl_for(ops.DiscountedSumOp)
+def _discounted_sum(op: ops.DiscountedSumOp, xs: list, env: dict) -> tuple:
+    x = _moved(xs[0], op.axis)
+    weights = (op.gamma ** np.arange(x.shape[0], dtype=np.float64)).astype(x.dtype)
+    return (jnp.tensordot(jnp.asarray(weights), x, axes=(0, 0)),)
+
+
+@impl_for(ops.PadOp)
+def _pad(op: ops.PadOp, xs: list, env: dict) -> tuple:
+    x = xs[0]
+    widths = [(0, 0)] * x.ndim
+    widths[op.axis % x.ndim] = (int(compile_expr(op.before)(env)), int(compile_expr(op.after)(env)))
+    return (jnp.pad(x, widths),)
+
+
+def _batch_contract(a, b):
+    m, n = a.shape[-2], b.shape[-1]
+    rows = jnp.swapaxes(a, -1, -2).reshape(-1, m)
+    return rows.T @ b.reshape(-1, n)
+
+
+def _cumsum(x, axis):
+    return jnp.cumsum(x.astype(np.int64) if x.dtype == np.bool_ else x, axis=axis)
+
+
+# Ops whose implementation is one jnp call on the inputs, the op's fields and the static environment.
+SIMPLE: dict[type, Callable] = {
+    ops.CumSumOp: lambda op, xs, env: _cumsum(xs[0], op.axis),
+    ops.MatMulOp: lambda op, xs, env: jnp.matmul(*_same_dtype(xs)),
+    ops.BatchContractOp: lambda op, xs, env: _batch_contract(*_same_dtype(xs)),
+    ops.PermuteOp: lambda op, xs, env: jnp.transpose(xs[0], op.axes),
+    ops.SqueezeOp: lambda op, xs, env: jnp.squeeze(xs[0], axis=op.axis),
+    ops.UnsqueezeOp: lambda op, xs, env: jnp.expand_dims(xs[0], axis=op.axis),
+    ops.CatOp: lambda op, xs, env: jnp.concatenate(_same_dtype(xs), axis=op.axis),
+    ops.CastOp: lambda op, xs, env: xs[0].astype(op.dtype),
+    ops.IdentOp: lambda op, xs, env: xs[0],
+    ops.ReshapeOp: lambda op, xs, env: jnp.reshape(xs[0], _static_sizes(op.shape, env)),
+    ops.ExpandOp: lambda op, xs, env: jnp.broadcast_to(xs[0], _static_sizes(op.shape, env)),
+    ops.SpatialIndexOp: lambda op, xs, env: xs[0][compile_expr(seq(*op.items))(env)],
+}
+
+for _op_type, _fn in SIMPLE.items():
+    IMPLS[_op_type] = lambda op, xs, env, _fn=_fn: (_fn(op, xs, env),)
+
+
+def _static_sizes(shape, env: dict) -> tuple:
+    return tuple(s if isinstance(s, int) else int(compile_expr(s)(env)) for s in shape)
+
+
+def _static_names(op: ops.Op) -> tuple[str, ...]:
+    """The symbols whose values an op's traced implementation reads from the environment."""
+    exprs = {ops.ReshapeOp: lambda: op.shape, ops.ExpandOp: lambda: op.shape,
+             ops.SpatialIndexOp: lambda: op.items, ops.PadOp: lambda: (op.before, op.after)}.get(type(op))
+    if exprs is None:
+        return ()
+    return tuple(sorted({s.name for e in exprs() if not isinstance(e, int) for s in e.free_symbols()}))
+
+
+class Island:
+    """Steps run as one ``jax.jit`` function of the island's inputs and of its host values.
+
+    Host steps (symbol values, random numbers) run first, on the host, with
+    the NumPy kernels; constants are device arrays passed in (not baked into
+    the compiled program). One jitted function is kept per static key.
+    """
+
+    def __init__(self, steps: tuple[ops.FusedStep, ...], outputs: tuple[tuple[int, int], ...], compiled: dict):
+        for step in steps:
+            if type(step.op) not in IMPLS and not isinstance(step.op, (*HOST, ops.ConstOp)):
+                raise TempoError(f"the jax backend has no kernel for {step.op.name}")
+        self.steps, self.outputs = steps, outputs
+        self.host = [(j, np_backend.KERNELS[type(s.op)](s.op)) for j, s in enumerate(steps)
+                     if isinstance(s.op, HOST)]
+        self.consts = [(j, jnp.asarray(s.op.value.array)) for j, s in enumerate(steps)
+                       if isinstance(s.op, ops.ConstOp)]
+        self.names = tuple(sorted({n for s in steps for n in _static_names(s.op)}))
+        self.compiled = compiled  # static key -> jitted function, shared by every run of the program
+
+    def __call__(self, inputs, env, point):
+        key = tuple([env[n] for n in self.names])
+        fn = self.compiled.get(key)
+        if fn is None:
+            fn = self.compiled[key] = jax.jit(self._traced({n: env[n] for n in self.names}))
+        given = {j: kernel([], env, point)[0] for j, kernel in self.host}
+        for j, value in self.consts:
+            given[j] = value
+        try:
+            return fn(inputs, given)
+        except StepFailed:
+            raise
+        except Exception as err:
+            raise StepFailed(self.steps[0].op.name, self.steps[0].site, err) from err
+
+    def _traced(self, env: dict) -> Callable:
+        steps, outputs = self.steps, self.outputs
+
+        def run(inputs, given):
+            values = []
+            for j, step in enumerate(steps):
+                if j in given:
+                    results = (jnp.asarray(given[j]),)
+                else:
+                    args = [inputs[k] if i < 0 else values[i][k] for i, k in step.inputs]
+                    try:
+                        results = IMPLS[type(step.op)](step.op, args, env)
+                    except Exception as err:
+                        raise StepFailed(step.op.name, step.site, err) from err
+                if step.dtypes:
+                    results = [v if v.dtype == d else v.astype(d) for v, d in zip(results, step.dtypes)]
+                values.append(results)
+            return tuple(values[j][k] for j, k in outputs)
+
+        return run
+
+
+def _host_kernel(op: ops.Op) -> Kernel:
+    """A NumPy kernel whose results become device arrays."""
+    np_kernel = np_backend.KERNELS[type(op)](op)
+    return lambda inputs, env, point: tuple(jnp.asarray(v) for v in np_kernel(inputs, env, point))
+
+
+def _udf(op: ops.UDFOp) -> Kernel:
+    def run(inputs, env, point):
+        out = op.fn(*[np.asarray(x) for x in inputs])
+        out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        return tuple(jnp.asarray(np.asarray(v)) for v in out)
+
+    return run
+
+
+def _const(op: ops.ConstOp) -> Kernel:
+    if not op.num_domain_axes:
+        value = jnp.asarray(op.value.array)
+        return lambda inputs, env, point: (value,)
+    array = op.value.array
+    return lambda inputs, env, point: (jnp.asarray(array[point]),)
+
+
+def kernel(op: ops.Op, compiled: dict) -> Kernel:
+    """The kernel of ``op``: a host function, or an :class:`Island` (one jitted function).
+
+    ``compiled`` (static key -> jitted function) is kept per op by the backend,
+    so a program run again reuses what its earlier runs compiled.
+    """
+    if isinstance(op, ops.UDFOp):
+        return _udf(op)
+    if isinstance(op, ops.ConstOp):
+        return _const(op)
+    if isinstance(op, HOST):
+        return _host_kernel(op)
+    if isinstance(op, ops.FusedOp):
+        return Island(op.steps, op.outputs, compiled)
+    if type(op) not in IMPLS:
+        raise TempoError(f"the jax backend has no kernel for {op.name}")
+    return Single(op, compiled)
+
+
+class Single:
+    """One op as one ``jax.jit`` function of its inputs, kept per static key."""
+
+    def __init__(self, op: ops.Op, compiled: dict):
+        self.op, self.impl = op, IMPLS[type(op)]
+        self.names = _static_names(op)
+        self.compiled = compiled
+
+    def __call__(self, inputs, env, point):
+        key = tuple([env[n] for n in self.names])
+        fn = self.compiled.get(key)
+        if fn is None:
+            static, op, impl = {n: env[n] for n in self.names}, self.op, self.impl
+            fn = self.compiled[key] = jax.jit(lambda xs: impl(op, xs, static))
+        return fn(inputs)
+
+
+@jax.jit
+def _row(buffer, i):
+    return lax.dynamic_index_in_dim(buffer, i, 0, keepdims=False)
+
+
+_rows = jax.jit(lambda buffer, start, size: lax.dynamic_slice_in_dim(buffer, start, size, 0), static_argnums=2)
+_set_row = jax.jit(lambda buffer, i, value: lax.dynamic_update_index_in_dim(buffer, value.astype(buffer.dtype),
+                                                                            i, 0), donate_argnums=0)
+
+
+@register("jax")
+class JaxBackend(Backend):
+    """JAX on ``device`` (JAX's default device when None; ``cpu``, ``gpu``/``cuda`` by platform)."""
+
+    name = "jax"
+
+    def __init__(self, device: str | None = None):
+        self.device, self.compiled = None, {}  # id(op) -> (op, its jitted functions by static key)
+        if device:
+            platform = "gpu" if device in ("cuda", "gpu") else device
+            try:
+                self.device = jax.devices(platform)[0]
+            except RuntimeError:
+                raise TempoError(f"jax backend: no {device!r} device here (JAX sees "
+                                 f"{', '.join(sorted({d.platform for d in jax.devices()}))}); use backend='jax' "
+                                 f"for the default device, or install jax with GPU support "
+                                 f"(pip install 'jax[cuda12]') on a machine with a GPU") from None
+
+    def running(self):
+        if self.device is None:
+            return x64(True)
+        return _Both(x64(True), jax.default_device(self.device))
+
+    def kernel(self, op: ops.Op) -> Kernel:
+        held = self.compiled.get(id(op))
+        if held is None or held[0] is not op:
+            held = self.compiled[id(op)] = (op, {})
+        with self.running():
+            return kernel(op, held[1])
+
+    def stack(self, tensors: list, shape: tuple, dtype: str):
+        if not tensors:
+            return jnp.zeros(tuple(shape), dtype=dtype)
+        out = jnp.stack([self.cast(t, dtype) for t in tensors])
+        return out.reshape(tuple(shape) + out.shape[1:])
+
+    def cast(self, tensor, dtype: str):
+        if not isinstance(tensor, jax.Array):
+            return jnp.asarray(np.asarray(tensor, dtype=dtype))
+        return tensor if tensor.dtype == dtype else tensor.astype(dtype)
+
+    def broadcast(self, tensor, shape: tuple):
+        return jnp.broadcast_to(tensor, tuple(shape))
+
+    def to_numpy(self, tensor):
+        with x64(True):
+            return np.asarray(tensor)
+
+    def empty(self, shape: tuple, dtype: str):
+        return jnp.zeros(tuple(shape), dtype=dtype)
+
+    def write_into(self, buffer, index, value):
+        return _set_row(buffer, index, value)
+
+    def view(self, buffer, index):
+        with x64(True):
+            if isinstance(index, slice):
+                return _rows(buffer, index.start, index.stop - index.start)
+            return _row(buffer, index)
+
+    def detach(self, tensor, sources: list):
+        return tensor  # immutable: a value never changes under a reader
+
+    def nbytes(self, tensor) -> int:
+        return int(tensor.nbytes)
+
+
+class _Both:
+    """Two context managers entered together."""
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __enter__(self):
+        self.first.__enter__()
+        self.second.__enter__()
+
+    def __exit__(self, *exc):
+        self.second.__exit__(*exc)
+        return self.first.__exit__(*exc)
