@@ -25,7 +25,7 @@ from tempo.llm.config import LlamaConfig
 from tempo.llm.rope import inverse_frequencies, rotate_half_matrix
 from tempo.llm.sampling import Sampling
 from tempo.llm.weights import Weights
-from tempo.nn.functional import one_hot, silu, softmax
+from tempo.nn.functional import silu, softmax
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,13 @@ class DecodeProgram:
     logits: RT
     layers: tuple  # (l, L): the layer dim's step and bound symbols
     positions: tuple  # (t, T): the position dim's
+
+
+def embed(tokens: RT, table: np.ndarray) -> RT:
+    """The rows of ``table`` (vocab, hidden) that ``tokens`` (batch,) name: a host lookup, reading
+    ``batch`` rows instead of multiplying a one-hot matrix by the whole table."""
+    return F.udf(lambda ids: (table[ids],), [tokens], out_shapes=[(tokens.shape[0], table.shape[1])],
+                 out_dtypes=[str(table.dtype)], label="embed")
 
 
 def rms_norm(x: RT, weight: RT, eps: float) -> RT:
@@ -62,7 +69,7 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     padded[:prompt_len] = prompt.T
     tokens[t < prompt_len] = F.from_numpy(padded).spatial[tpo.min(t, prompt_len - 1)]
 
-    embedded = F.matmul(one_hot(tokens, c.vocab_size), F.from_numpy(weights.embed))
+    embedded = embed(tokens, weights.embed)
     h = F.placeholder((batch, c.hidden_size), "float32", dims=(l, t))
     h[0, t] = embedded[t]
 
