@@ -131,7 +131,7 @@ def _sinks_before_next_state(ctx, sdg: SDG) -> list[Edge]:
     return out
 
 
-def compile_program(ctx, fetch: list, backend: str = "numpy", site=None, passes: dict | None = None,
+def compile_program(ctx, fetch: list, backend: str | None = None, site=None, passes: dict | None = None,
                     bounds: dict | None = None) -> Program:
     """Transform, analyse, validate, schedule and build the AST of ``ctx``'s program.
 

@@ -110,14 +110,16 @@ class Context:
             raise DomainError(f"symbol {names} is not a dimension of this context", user_site())
         return tuple(d for d in self.dim_order if d in steps)
 
-    def run(self, bounds: dict, fetch: Sequence = (), backend: str = "numpy", passes: dict | None = None,
+    def run(self, bounds: dict, fetch: Sequence = (), backend: str | None = None, passes: dict | None = None,
             stores: str = "auto") -> list:
         """Compile the program and execute it; returns one NumPy array per fetched RT.
 
         Each array is shaped ``(*bounds of the RT's dims, *spatial shape)``;
         points where a conditional RT is undefined hold NaN (floats) or 0.
         ``stores="point"`` keeps every tensor in a point store instead of the
-        store its reads call for (``"auto"``).
+        store its reads call for (``"auto"``). ``backend``: ``"numpy"``, ``"torch"``
+        or ``"jax"``, with an optional device (``"torch:cuda"``); None is
+        ``$TEMPO_BACKEND``, else ``"numpy"``.
         """
         from tempo.api.compile import compile_program
 
@@ -125,7 +127,7 @@ class Context:
                                   bounds=bounds)
         return program.run(bounds, stores=stores)
 
-    def compile(self, fetch: Sequence = (), backend: str = "numpy", passes: dict | None = None):
+    def compile(self, fetch: Sequence = (), backend: str | None = None, passes: dict | None = None):
         """Compile without running: the returned program has ``.sdg``, ``.ast`` and ``.run(bounds)``."""
         from tempo.api.compile import compile_program
 
