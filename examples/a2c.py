@@ -39,6 +39,8 @@ class Args:
     """weight of the entropy bonus"""
     hidden: int = 32
     """width of the hidden layers"""
+    backend: str = ""
+    """backend: numpy, torch or jax (torch:cuda, jax:gpu for a GPU); empty: $TEMPO_BACKEND, else numpy"""
 
 
 def main(args: Args) -> dict:
@@ -71,7 +73,7 @@ def main(args: Args) -> dict:
         report = tpo.rl.training.ReturnReport(r[0:B, i, 0:T].sum(axis=1).mean(), args.iterations,
                                               f"A2C {args.env}", args.batch, args.steps)
         report.start()
-        ctx.run(bounds={B: args.batch, I: args.iterations, T: args.steps})
+        ctx.run(bounds={B: args.batch, I: args.iterations, T: args.steps}, backend=args.backend or None)
     return report.finish()
 
 

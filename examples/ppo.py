@@ -52,6 +52,8 @@ class Args:
     """hidden layers of the actor and of the critic"""
     obs_shape: str = ""
     """observation shape ('3,4,4') for environments that take one (tempo/Synthetic-v0, episodes of `steps`)"""
+    backend: str = ""
+    """backend: numpy, torch or jax (torch:cuda, jax:gpu for a GPU); empty: $TEMPO_BACKEND, else numpy"""
 
 
 def main(args: Args) -> dict:
@@ -90,7 +92,8 @@ def main(args: Args) -> dict:
         report = tpo.rl.training.ReturnReport(r[0:B, k, 0:T].sum(axis=1).mean(), args.iterations,
                                               f"PPO {args.env}", args.batch, args.steps, every=args.epochs)
         report.start()
-        ctx.run(bounds={B: args.batch, I: args.iterations * args.epochs, T: args.steps})
+        ctx.run(bounds={B: args.batch, I: args.iterations * args.epochs, T: args.steps},
+                backend=args.backend or None)
     return report.finish()
 
 

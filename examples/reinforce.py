@@ -59,6 +59,8 @@ class Args:
     """iterations between checkpoints"""
     resume: str = ""
     """start from a checkpoint written with --checkpoint: its weights, Adam state and lr schedule position"""
+    backend: str = ""
+    """backend: numpy, torch or jax (torch:cuda, jax:gpu for a GPU); empty: $TEMPO_BACKEND, else numpy"""
 
 
 def main(args: Args) -> dict:
@@ -102,7 +104,7 @@ def main(args: Args) -> dict:
         report = tpo.rl.training.ReturnReport(r[0:B, i, 0:T].sum(axis=1).mean(), args.iterations,
                                               f"REINFORCE {args.env}", args.batch, args.steps)
         report.start()
-        ctx.run(bounds={B: args.batch, I: args.iterations, T: args.steps})
+        ctx.run(bounds={B: args.batch, I: args.iterations, T: args.steps}, backend=args.backend or None)
     return report.finish()
 
 

@@ -26,6 +26,8 @@ class Args:
     """length T of the reward stream"""
     seed: int = 0
     """seed of the random reward stream"""
+    backend: str = ""
+    """backend: numpy, torch or jax (torch:cuda, jax:gpu for a GPU); empty: $TEMPO_BACKEND, else numpy"""
 
 
 if __name__ == "__main__":
@@ -40,7 +42,7 @@ if __name__ == "__main__":
         r = tpo.from_numpy(rewards, dims=(t,))                      # r[t] = rewards[t]
         g = r[t:T].discounted_sum(args.gamma)                        # future rewards, discounted
         w = r[tpo.max(0, t - args.window + 1):t + 1].mean()          # past `window` rewards
-        out = ctx.run(bounds={T: args.steps}, fetch=[g, w], backend="numpy")
+        out = ctx.run(bounds={T: args.steps}, fetch=[g, w], backend=args.backend or None)
     returns, window_means = (np.asarray(x) for x in out)
 
     # The same two quantities with a plain NumPy loop.

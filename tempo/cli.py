@@ -1,7 +1,8 @@
 """The ``tempo`` command.
 
-``tempo --version`` prints the version; ``tempo run FILE.py [ARGS...]`` runs a
-user program as ``__main__`` (like ``python FILE.py ARGS...``), reporting a
+``tempo --version`` prints the version; ``tempo run [--backend NAME] FILE.py [ARGS...]``
+runs a user program as ``__main__`` (like ``python FILE.py ARGS...``; ``--backend``
+is the backend of its runs that name none), reporting a
 :class:`~tempo.errors.TempoError` as one clean ``tempo: error: ...`` message
 instead of a traceback.
 
@@ -53,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
         help="run a Python program that uses tempo",
         description="Run FILE.py as __main__, with sys.argv = [FILE.py, *ARGS].",
     )
+    run.add_argument("--backend", default=None,
+                     help="the backend of the program's runs that name none: numpy, torch or jax, "
+                          "optionally with a device (torch:cuda); sets $TEMPO_BACKEND")
     run.add_argument("file", metavar="FILE.py", help="the program to run")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="arguments passed to the program")
@@ -102,6 +106,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {__version__}")
         return 0
     if ns.command == "run":
+        if ns.backend:
+            from tempo.runtime.backends.base import DEFAULT_ENV, get_backend
+
+            try:
+                get_backend(ns.backend)
+            except TempoError as exc:
+                _error(str(exc))
+                return 2
+            saved = os.environ.get(DEFAULT_ENV)
+            os.environ[DEFAULT_ENV] = ns.backend
+            try:
+                return run_file(ns.file, ns.args)
+            finally:
+                if saved is None:
+                    del os.environ[DEFAULT_ENV]
+                else:
+                    os.environ[DEFAULT_ENV] = saved
         return run_file(ns.file, ns.args)
     parser.print_usage(sys.stderr)
     _error("a command is required (try 'tempo run FILE.py' or 'tempo --help')")
