@@ -4,8 +4,9 @@ Every system trains the same algorithm (``--algo ppo`` or ``reinforce``) with
 the same network, initialisation and hyper-parameters on the same
 environment dynamics (``tempo/Synthetic-v0``):
 
-- ``tempo``: ``examples/ppo.py`` / ``examples/reinforce.py`` themselves, on
-  the NumPy backend;
+- ``tempo-numpy``, ``tempo-torch``, ``tempo-jax``: ``examples/ppo.py`` /
+  ``examples/reinforce.py`` themselves, on the NumPy, PyTorch (eager, CPU)
+  and JAX (one ``jax.jit`` function per fused island) backends;
 - ``cleanrl``: ``benchmarks/baselines/cleanrl_*.py`` (eager PyTorch, stored
   batch, replayed forward and backward);
 - ``purejaxrl``: ``benchmarks/baselines/purejaxrl_*.py`` (one ``jax.jit``-ed
@@ -56,8 +57,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASELINES = os.path.join(ROOT, "benchmarks", "baselines")
-SYSTEMS = ("tempo", "cleanrl", "purejaxrl")
-LABELS = {"tempo": "Tempo (NumPy)", "cleanrl": "CleanRL-style (torch)", "purejaxrl": "PureJaxRL-style (JAX)"}
+TEMPO_BACKENDS = {"tempo-numpy": "numpy", "tempo-torch": "torch", "tempo-jax": "jax"}  # system -> backend
+SYSTEMS = (*TEMPO_BACKENDS, "cleanrl", "purejaxrl")
+LABELS = {"tempo-numpy": "Tempo (NumPy)", "tempo-torch": "Tempo (torch)", "tempo-jax": "Tempo (JAX)",
+          "cleanrl": "CleanRL-style (torch)", "purejaxrl": "PureJaxRL-style (JAX)"}
 ALGOS = ("ppo", "reinforce")
 
 
@@ -131,7 +134,7 @@ def _example(name: str):
     return module
 
 
-def run_tempo(algo: str, point: Point, iterations: int, seed: int) -> dict:
+def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int) -> dict:
     """Train with the example program; its compile is probed for the stage timings and the backend wrapped.
 
     The program runs ``iterations + 1`` iterations and the last is left out:
@@ -143,7 +146,8 @@ def run_tempo(algo: str, point: Point, iterations: int, seed: int) -> dict:
     module = _example(algo)
     every = point.epochs if algo == "ppo" else 1
     fields = dict(env="tempo/Synthetic-v0", impl="tensor", obs_shape=point.obs_shape, batch=point.envs,
-                  steps=point.steps, hidden=point.hidden, layers=point.layers, iterations=iterations + 1, seed=seed)
+                  steps=point.steps, hidden=point.hidden, layers=point.layers, iterations=iterations + 1, seed=seed,
+                  backend=backend)
     if algo == "ppo":
         fields["epochs"] = point.epochs
     programs, compile_program = [], compile_mod.compile_program
@@ -181,7 +185,8 @@ def run_baseline(system: str, algo: str, point: Point, iterations: int, seed: in
 
 def measure(system: str, algo: str, point: Point, iterations: int, seed: int) -> dict:
     """One training run: compile, first iteration and steady-state seconds, and what the system reports."""
-    run = run_tempo if system == "tempo" else lambda *a: run_baseline(system, *a)
+    run = ((lambda *a: run_tempo(TEMPO_BACKENDS[system], *a)) if system in TEMPO_BACKENDS
+           else lambda *a: run_baseline(system, *a))
     out = run(algo, point, iterations, seed)
     start, ends = out.pop("start"), out.pop("ends")
     seconds = [ends[0] - start] + [b - a for a, b in zip(ends, ends[1:])]
@@ -264,8 +269,8 @@ def print_table(algo: str, title: str, systems: dict) -> None:
         print(f"{LABELS[system]:<24} {r['compile_s']:>10.2f} {r['first_iteration_s']:>9.3f} "
               f"{steady if steady is not None else float('nan'):>9.3f} {ups.get(system, float('nan')):>8.2f}x "
               f"{launches[-1] if launches else '-':>14} {r['peak_rss_mb']:>8.0f}")
-    tempo = systems.get("tempo", {})
-    if "compile_stages" in tempo:
+    tempo = next((systems[s] for s in TEMPO_BACKENDS if "compile_stages" in systems.get(s, {})), None)
+    if tempo is not None:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in tempo["compile_stages"].items())
         print(f"Tempo compile stages (s): {stages}")
 
@@ -361,8 +366,8 @@ def main() -> None:
     base = dataclasses.replace(base, **{f.name: getattr(args, f.name) for f in dataclasses.fields(Point)
                                         if getattr(args, f.name) is not None})
     sweeps = QUICK_SWEEPS if args.quick else SWEEPS
-    iterations = {"tempo": 3 if args.quick else args.tempo_iterations}
-    iterations.update({s: 3 if args.quick else args.iterations for s in SYSTEMS if s != "tempo"})
+    iterations = {s: 3 if args.quick else args.tempo_iterations if s in TEMPO_BACKENDS else args.iterations
+                  for s in SYSTEMS}
     if min(iterations.values()) < 2:
         p.error("--iterations and --tempo-iterations must be at least 2: the first iteration is reported apart")
 

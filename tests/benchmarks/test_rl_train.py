@@ -32,10 +32,14 @@ def check_measured(systems):
         assert len(r["iterations_s"]) == len(r["returns"]) == 3 and r["peak_rss_mb"] > 0
         assert r["speedup_over_slowest"] >= 1.0
     assert min(r["speedup_over_slowest"] for r in systems.values()) == 1.0
-    tempo = systems["tempo"]
-    assert tempo["compile_s"] > 0 and {"analyse", "schedule", "ast", "fuse"} <= set(tempo["compile_stages"])
-    launches = tempo["launches_per_iteration"]
-    assert launches[0] > 0 and launches[1] == launches[2]           # every full iteration launches the same
+    for name in rl_train.TEMPO_BACKENDS:
+        tempo = systems[name]
+        assert tempo["compile_s"] > 0 and {"analyse", "schedule", "ast", "fuse"} <= set(tempo["compile_stages"])
+        launches = tempo["launches_per_iteration"]
+        assert launches[0] > 0 and launches[1] == launches[2]       # every full iteration launches the same
+    returns = {name: systems[name]["returns"] for name in rl_train.TEMPO_BACKENDS}
+    assert returns["tempo-torch"] == pytest.approx(returns["tempo-numpy"], rel=1e-4)  # same program, same draws
+    assert returns["tempo-jax"] == pytest.approx(returns["tempo-numpy"], rel=1e-4)
     assert systems["purejaxrl"]["compile_s"] > 0                    # ahead of time, apart from the first iteration
     for name in ("cleanrl", "purejaxrl"):
         assert len(systems[name]["losses"]) == 3 and all(math.isfinite(x) for x in systems[name]["losses"])
