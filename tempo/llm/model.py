@@ -62,14 +62,21 @@ class Llama:
         prompt_len = prompt.shape[1]
         if max_new_tokens == 0:
             return prompt.copy()
+        reported = [prompt_len]
+
+        def report(column: np.ndarray, position: int) -> None:
+            if on_token is not None and position == reported[0]:
+                on_token(column, position)
+                reported[0] += 1
+
         with tpo.Context(seed=seed) as ctx:
-            dp = program_mod.build(self.config, self.weights, prompt, attention, sampling)
-            (t, T), (_, L) = dp.positions, dp.layers
-            if on_token is not None:
-                tpo.sink(dp.tokens[t >= prompt_len], lambda value, point: on_token(value, point["t"]))
+            dp = program_mod.build(self.config, self.weights, prompt, attention, sampling, report)
+            (_, T), (_, L) = dp.positions, dp.layers
             compiled = ctx.compile(fetch=[dp.tokens], backend=backend)
             (tokens,) = compiled.run({L: self.config.num_layers, T: prompt_len + max_new_tokens})
         ids = np.ascontiguousarray(tokens.T.astype(np.int64))
+        for position in range(reported[0], ids.shape[1]):      # the last token enters no model step
+            report(ids[:, position], position)
         return self._stop_at_eos(ids, prompt_len) if stop_at_eos else ids
 
     def logits(self, ids, attention=None, backend: str = "numpy") -> np.ndarray:

@@ -38,10 +38,19 @@ class DecodeProgram:
     positions: tuple  # (t, T): the position dim's
 
 
-def embed(tokens: RT, table: np.ndarray) -> RT:
+def embed(tokens: RT, table: np.ndarray, position, on_token=None, first: int = 0) -> RT:
     """The rows of ``table`` (vocab, hidden) that ``tokens`` (batch,) name: a host lookup, reading
-    ``batch`` rows instead of multiplying a one-hot matrix by the whole table."""
-    return F.udf(lambda ids: (table[ids],), [tokens], out_shapes=[(tokens.shape[0], table.shape[1])],
+    ``batch`` rows instead of multiplying a one-hot matrix by the whole table.
+
+    ``on_token(ids, position)`` sees every token from position ``first`` on as it enters the
+    model, right after it was picked: the lookup runs in the decoding loop itself.
+    """
+    def lookup(ids, at):
+        if on_token is not None and at >= first:
+            on_token(ids, int(at))
+        return (table[ids],)
+
+    return F.udf(lookup, [tokens, F.eval_symbol(position)], out_shapes=[(tokens.shape[0], table.shape[1])],
                  out_dtypes=[str(table.dtype)], label="embed")
 
 
@@ -56,8 +65,9 @@ def rotary(x: RT, cos: RT, sin: RT, rotate: RT) -> RT:
 
 
 def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: Attention,
-          sampling: Sampling) -> DecodeProgram:
-    """The decoding program for ``prompt`` (batch, prompt length) in the current context."""
+          sampling: Sampling, on_token=None) -> DecodeProgram:
+    """The decoding program for ``prompt`` (batch, prompt length) in the current context;
+    ``on_token(ids, position)`` is called with each new token as decoding runs."""
     c = config
     batch, prompt_len = prompt.shape
     ctx = tpo.api.context.current()
@@ -69,7 +79,7 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     padded[:prompt_len] = prompt.T
     tokens[t < prompt_len] = F.from_numpy(padded).spatial[tpo.min(t, prompt_len - 1)]
 
-    embedded = embed(tokens, weights.embed)
+    embedded = embed(tokens, weights.embed, t, on_token, prompt_len)
     h = F.placeholder((batch, c.hidden_size), "float32", dims=(l, t))
     h[0, t] = embedded[t]
 

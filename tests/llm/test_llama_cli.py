@@ -50,3 +50,15 @@ def test_sampling_is_deterministic_given_the_seed(checkpoint):
     c = model.generate([[1, 2, 3], [4, 5, 6]], seed=2, **options)
     np.testing.assert_array_equal(a, b)
     assert a.shape == (2, 15) and not np.array_equal(a, c)
+
+
+def test_on_token_streams_from_inside_the_decoding_loop(checkpoint):
+    import inspect
+
+    model = tpo.llm.Llama.from_pretrained(checkpoint("llama")[0])
+    calls = []
+    ids = model.generate([[1, 2, 3]], max_new_tokens=6,
+                         on_token=lambda column, position: calls.append(
+                             (position, column.tolist(), any("executor" in f.filename for f in inspect.stack()))))
+    assert [(p, c) for p, c, _ in calls] == [(p, ids[:, p].tolist()) for p in range(3, 9)]
+    assert all(inside for _, _, inside in calls[:-1])     # all but the last token enter a model step
