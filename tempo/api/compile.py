@@ -11,8 +11,10 @@ from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
 from tempo.runtime.backends import Backend, get_backend
 from tempo.runtime.executor import Executor
+from tempo.runtime.memory import Ledger
 from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains, isl_schedule
+from tempo.schedule import memory as schedule_memory
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
 
 
@@ -34,6 +36,7 @@ class Program:
     site: object = None
     timings: dict[str, float] = field(default_factory=dict)
     pass_stats: list = field(default_factory=list)  # tempo.transforms.PassStat per pass run
+    ledger: Ledger | None = None  # the memory accounting of the last run
 
     def passes_report(self) -> str:
         """A table of the passes run: the SDG's node count before and after each, and its seconds."""
@@ -49,9 +52,22 @@ class Program:
         start = time.perf_counter()
         executor = Executor(self.sdg, self.ast, self.backend, values, keep={n for n, _ in self.fetch},
                             stores=stores)
+        self.ledger = executor.ledger
         executor.run()
         self.timings["run"] = time.perf_counter() - start
         return [self._gather(executor, n, out, values) for n, out in self.fetch]
+
+    def memory_report(self, top: int = 8) -> str:
+        """The last run's memory: peak bytes held in tensor stores and the tensors holding the most then."""
+        if self.ledger is None:
+            raise TempoError("memory_report() describes a run: call program.run(bounds) first", self.site)
+        return self.ledger.report(top)
+
+    def plot_memory(self, path: str) -> None:
+        """A PNG of the bytes live in tensor stores over the last run, against kernel launches."""
+        if self.ledger is None:
+            raise TempoError("plot_memory() draws a run: call program.run(bounds) first", self.site)
+        self.ledger.plot(path)
 
     def validate(self, bounds: dict[str, int] | None = None) -> None:
         """Check for out-of-range reads, for these bounds or (None) for every bound."""
@@ -131,8 +147,11 @@ def _sinks_before_next_state(ctx, sdg: SDG) -> list[Edge]:
     return out
 
 
+MEMORY_OPTIONS = {"deallocate": bool}
+
+
 def compile_program(ctx, fetch: list, backend: str | None = None, site=None, passes: dict | None = None,
-                    bounds: dict | None = None) -> Program:
+                    bounds: dict | None = None, memory: dict | None = None) -> Program:
     """Transform, analyse, validate, schedule and build the AST of ``ctx``'s program.
 
     ``passes`` maps a pass name of :data:`tempo.transforms.PIPELINE` to its
@@ -140,6 +159,8 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     of the program is computed (sinks and parameter updates included).
     ``bounds``, the bounds of the run the program is compiled for (``ctx.run``),
     only let errors quote them: the program is compiled for every bound.
+    ``memory``: ``{"deallocate": False}`` leaves out the deallocations after
+    each tensor's last reader (:mod:`tempo.schedule.memory`).
     """
     from tempo.transforms import PIPELINE, run_pipeline
 
@@ -166,6 +187,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
         if not (cfg is None or cfg is False or isinstance(cfg, module.Config)):
             raise TempoError(f"passes[{name!r}] takes False (switch the pass off) or a {module.__name__}.Config, "
                              f"got {cfg!r}", site)
+    memory = _memory_options(memory, site)
     fetched = [materialize(x, x.node.site) for x in fetch]
     isl_domains.check_definitions(ctx.sdg, _bound_values(bounds), frozenset(ctx.parameters))
     fetch_ids = [(x.node.id, x.out) for x in fetched]
@@ -183,4 +205,21 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     start = time.perf_counter()
     tree = isl_schedule.build_ast(sdg, domains, schedule)
     timings["ast"] = time.perf_counter() - start
+    if memory["deallocate"]:
+        start = time.perf_counter()
+        tree = schedule_memory.insert_deallocations(sdg, tree, {n for n, _ in fetch_ids})
+        timings["memory"] = time.perf_counter() - start
     return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats)
+
+
+def _memory_options(memory: dict | None, site) -> dict:
+    options = {"deallocate": True}
+    for key, value in (memory or {}).items():
+        kind = MEMORY_OPTIONS.get(key)
+        if kind is None:
+            raise TempoError(f"memory names {key!r}, not a memory option; the options are "
+                             f"{', '.join(MEMORY_OPTIONS)}", site)
+        if not isinstance(value, kind):
+            raise TempoError(f"memory[{key!r}] takes a {kind.__name__}, got {value!r}", site)
+        options[key] = value
+    return options

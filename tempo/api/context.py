@@ -111,7 +111,7 @@ class Context:
         return tuple(d for d in self.dim_order if d in steps)
 
     def run(self, bounds: dict, fetch: Sequence = (), backend: str | None = None, passes: dict | None = None,
-            stores: str = "auto") -> list:
+            stores: str = "auto", memory: dict | None = None) -> list:
         """Compile the program and execute it; returns one NumPy array per fetched RT.
 
         Each array is shaped ``(*bounds of the RT's dims, *spatial shape)``;
@@ -119,16 +119,18 @@ class Context:
         ``stores="point"`` keeps every tensor in a point store instead of the
         store its reads call for (``"auto"``). ``backend``: ``"numpy"``, ``"torch"``
         or ``"jax"``, with an optional device (``"torch:cuda"``); None is
-        ``$TEMPO_BACKEND``, else ``"numpy"``.
+        ``$TEMPO_BACKEND``, else ``"numpy"``. ``memory``: memory-planning options,
+        ``{"deallocate": False}`` keeps every tensor until its iteration ends.
         """
         from tempo.api.compile import compile_program
 
         program = compile_program(self, list(fetch), backend=backend, site=user_site(), passes=passes,
-                                  bounds=bounds)
+                                  bounds=bounds, memory=memory)
         return program.run(bounds, stores=stores)
 
-    def compile(self, fetch: Sequence = (), backend: str | None = None, passes: dict | None = None):
+    def compile(self, fetch: Sequence = (), backend: str | None = None, passes: dict | None = None,
+                memory: dict | None = None):
         """Compile without running: the returned program has ``.sdg``, ``.ast`` and ``.run(bounds)``."""
         from tempo.api.compile import compile_program
 
-        return compile_program(self, list(fetch), backend=backend, site=user_site(), passes=passes)
+        return compile_program(self, list(fetch), backend=backend, site=user_site(), passes=passes, memory=memory)

@@ -12,6 +12,11 @@ stores hand kernels views of their buffers and take outputs by in-place
 writes (TEMPO's kernel wrappers). A window store's rows are overwritten as
 its dim advances, so a kernel output that may alias a window read is copied
 before a point store keeps it, and user functions get copies of window reads.
+
+A Free statement (:mod:`tempo.schedule.memory`) drops a point from a point
+store after its last reader; the points no later iteration reads are freed
+after each iteration of the main loop. Every store reports what it holds to
+the executor's :class:`~tempo.runtime.memory.Ledger` (``program.memory_report()``).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from tempo.errors import BoundError, TempoError
 from tempo.ir.ops import ConstOp, MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Node
 from tempo.runtime.backends.base import Backend, StepFailed
+from tempo.runtime.memory import Ledger
 from tempo.runtime.store_choice import POINT, choose_stores, last_true
 from tempo.runtime.stores import make_store
 from tempo.schedule import ast
@@ -47,12 +53,14 @@ class Executor:
             raise TempoError(f"stores={stores!r} is not a store choice; use one of {', '.join(map(repr, STORES))}")
         self.sdg, self.backend, self.bounds = sdg, backend, bounds
         self.launchers: dict[int, Callable] = {}
+        self.ledger = Ledger()
         self.main_loop, self.evictions = _iteration_evictions(sdg, program, keep)
         choices = (choose_stores(sdg, program, keep, {n: axis for n, axis, _ in self.evictions})
                    if stores == "auto" else {})
         self.stores = {(n, j): make_store(choices.get((n, j), POINT), f"{node.op.name}%{n}", backend,
                                           node.dtypes[j], _empty_shape(node.shapes[j], bounds),
-                                          bounds[bound_of(node.domain[-1]).name] if node.domain else None)
+                                          bounds[bound_of(node.domain[-1]).name] if node.domain else None,
+                                          self.ledger)
                        for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
         self.body = self._build(program)
 
@@ -104,8 +112,29 @@ class Executor:
 
             return run_if
         point = compile_expr(Expr("seq", stmt.point))
-        launch = self._launcher(self.sdg.nodes[stmt.node_id])
-        return lambda env: launch(point(env))
+        if isinstance(stmt, ast.Free):
+            return self._free(stmt.node_id, point)
+        launch, ledger = self._launcher(self.sdg.nodes[stmt.node_id]), self.ledger
+
+        def execute(env):
+            launch(point(env))
+            ledger.launches += 1
+
+        return execute
+
+    def _free(self, n: int, point: Callable) -> Callable[[dict], None]:
+        """A Free statement: drops the point from point stores (buffer stores free whole buffers)."""
+        stores = [self.stores[(n, j)] for j in range(len(self.sdg.nodes[n].shapes))
+                  if self.stores[(n, j)].kind == "point"]
+        if not stores:
+            return lambda env: None
+
+        def free(env):
+            at = point(env)
+            for store in stores:
+                store.free_point(at)
+
+        return free
 
     def _evict(self, iteration: int) -> None:
         """Free the points no later iteration reads (see :func:`_iteration_evictions`)."""

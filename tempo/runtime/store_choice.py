@@ -235,7 +235,7 @@ def _places(program: ast.Stmt) -> dict[int, list[tuple[ast.Execute, tuple[ast.Lo
             walk(stmt.then, loops)
             if stmt.orelse is not None:
                 walk(stmt.orelse, loops)
-        else:
+        elif isinstance(stmt, ast.Execute):
             out[stmt.node_id].append((stmt, loops, next(order)))
 
     walk(program, ())

@@ -14,14 +14,18 @@ axis to the value read, in index order. Three stores share that interface:
   its mirror ``t % W + W``, so every window of up to ``W`` recent points is one
   contiguous view, and memory does not grow with the dim's bound.
 
-Each store frees what no later read needs with :meth:`free_below` and lists
-what it holds with :meth:`items`.
+Each store frees what no later read needs with :meth:`free_below` (a point
+store also one point, :meth:`PointStore.free_point`, where the schedule
+deallocates it after its last reader), lists what it holds with
+:meth:`items`, and reports what it allocates and frees to a
+:class:`tempo.runtime.memory.Ledger`.
 """
 from __future__ import annotations
 
 import itertools
 
 from tempo.errors import TempoError
+from tempo.runtime.memory import Ledger, owned_nbytes
 
 
 class PointStore:
@@ -29,14 +33,19 @@ class PointStore:
 
     kind = "point"
 
-    def __init__(self, name: str, backend, dtype: str, empty_shape):
+    def __init__(self, name: str, backend, dtype: str, empty_shape, ledger: Ledger | None = None):
         self.name, self.backend, self.dtype = name, backend, dtype
         self.empty_shape = empty_shape  # () -> spatial shape, for reads of empty slices
         self.data: dict[tuple, object] = {}
+        self.ledger = ledger or Ledger()
 
     def write(self, point: tuple, value) -> None:
         """Store ``value`` (cast to the store's dtype) at ``point``."""
-        self.data[point] = self.backend.cast(value, self.dtype)
+        old = self.data.get(point)
+        if old is not None:
+            self.ledger.add(self.name, -owned_nbytes(self.backend, old))
+        value = self.data[point] = self.backend.cast(value, self.dtype)
+        self.ledger.add(self.name, owned_nbytes(self.backend, value))
 
     def read(self, index: tuple):
         """The tensor at a point, or the points of a slice stacked along leading axes."""
@@ -56,7 +65,13 @@ class PointStore:
     def free_below(self, axis: int, live) -> None:
         """Drop every point whose coordinate along ``axis`` is below ``live``."""
         for point in [p for p in self.data if p[axis] < live]:
-            del self.data[point]
+            self.free_point(point)
+
+    def free_point(self, point: tuple) -> None:
+        """Drop the tensor at ``point`` (no later statement reads it)."""
+        value = self.data.pop(point, None)
+        if value is not None:
+            self.ledger.add(self.name, -owned_nbytes(self.backend, value))
 
     def items(self):
         """The (point, tensor) pairs held."""
@@ -76,8 +91,17 @@ class _BufferStore:
     """Shared by block and window stores: buffers of rows along the innermost dim,
     one set per point of the outer dims; reads that slice outer dims stack views."""
 
-    def __init__(self, name: str, backend, dtype: str, row_shape: tuple):
+    def __init__(self, name: str, backend, dtype: str, row_shape: tuple, ledger: Ledger | None = None):
         self.name, self.backend, self.dtype, self.row_shape = name, backend, dtype, tuple(row_shape)
+        self.ledger = ledger or Ledger()
+
+    def _allocate(self, rows: int):
+        buffer = self.backend.empty((rows,) + self.row_shape, self.dtype)
+        self.ledger.add(self.name, self.backend.nbytes(buffer))
+        return buffer
+
+    def _release(self, buffer) -> None:
+        self.ledger.add(self.name, -self.backend.nbytes(buffer))
 
     def read(self, index: tuple):
         """A row (point read) or a view of rows (slice of the innermost dim)."""
@@ -111,8 +135,8 @@ class BlockStore(_BufferStore):
 
     kind = "block"
 
-    def __init__(self, name: str, backend, dtype: str, row_shape: tuple, length: int):
-        super().__init__(name, backend, dtype, row_shape)
+    def __init__(self, name: str, backend, dtype: str, row_shape: tuple, length: int, ledger: Ledger | None = None):
+        super().__init__(name, backend, dtype, row_shape, ledger)
         self.length = max(1, length)
         self.blocks: dict[tuple, object] = {}  # outer point + (block number,) -> buffer
         self.written: dict[tuple, bytearray] = {}  # same keys -> 1 per row written
@@ -124,7 +148,7 @@ class BlockStore(_BufferStore):
         key = point[:-1] + (block,)
         buffer = self.blocks.get(key)
         if buffer is None:
-            buffer = self.blocks[key] = self.backend.empty((self.length,) + self.row_shape, self.dtype)
+            buffer = self.blocks[key] = self._allocate(self.length)
             self.written[key] = bytearray(self.length)
         self.blocks[key] = self.backend.write_into(buffer, row, value)
         self.written[key][row] = 1
@@ -156,7 +180,8 @@ class BlockStore(_BufferStore):
         dead = [key for key in self.blocks
                 if (key[axis] < live if axis < len(key) - 1 else (key[-1] + 1) * self.length <= live)]
         for key in dead:
-            del self.blocks[key], self.written[key]
+            self._release(self.blocks.pop(key))
+            del self.written[key]
 
     def items(self):
         """The (point, row view) pairs written."""
@@ -178,8 +203,8 @@ class WindowStore(_BufferStore):
 
     kind = "window"
 
-    def __init__(self, name: str, backend, dtype: str, row_shape: tuple, capacity: int):
-        super().__init__(name, backend, dtype, row_shape)
+    def __init__(self, name: str, backend, dtype: str, row_shape: tuple, capacity: int, ledger: Ledger | None = None):
+        super().__init__(name, backend, dtype, row_shape, ledger)
         self.capacity = max(1, capacity)
         self.buffers: dict[tuple, object] = {}  # outer point -> buffer of 2 * capacity rows
         self.tags: dict[tuple, list[int]] = {}  # outer point -> the point each slot holds (-1: none)
@@ -191,7 +216,7 @@ class WindowStore(_BufferStore):
         outer, t = point[:-1], point[-1]
         buffer = self.buffers.get(outer)
         if buffer is None:
-            buffer = self.buffers[outer] = self.backend.empty((2 * self.capacity,) + self.row_shape, self.dtype)
+            buffer = self.buffers[outer] = self._allocate(2 * self.capacity)
             self.tags[outer], self.latest[outer] = [-1] * self.capacity, -1
         if t <= self.latest[outer]:
             raise TempoError(f"internal error: {self.name} written at {point} after its point "
@@ -226,7 +251,8 @@ class WindowStore(_BufferStore):
         dead = [outer for outer, latest in self.latest.items()
                 if (outer[axis] < live if axis < len(outer) else latest < live)]
         for outer in dead:
-            del self.buffers[outer], self.tags[outer], self.latest[outer]
+            self._release(self.buffers.pop(outer))
+            del self.tags[outer], self.latest[outer]
 
     def items(self):
         """The (point, row view) pairs held, oldest first."""
@@ -238,15 +264,16 @@ class WindowStore(_BufferStore):
         return sum(self.backend.nbytes(b) for b in self.buffers.values())
 
 
-def make_store(choice, name: str, backend, dtype: str, shape, bound: int | None):
+def make_store(choice, name: str, backend, dtype: str, shape, bound: int | None, ledger: Ledger | None = None):
     """The store ``choice`` (a :class:`tempo.runtime.store_choice.StoreChoice`) names.
 
     ``shape``: a function returning the spatial shape; ``bound``: the innermost
-    dim's bound (the rows of a block when the choice leaves it open, and at most).
+    dim's bound (the rows of a block when the choice leaves it open, and at most);
+    ``ledger``: where it reports the bytes it holds.
     """
     if choice.kind == "block":
-        return BlockStore(name, backend, dtype, shape(), min(choice.size or bound, bound))
+        return BlockStore(name, backend, dtype, shape(), min(choice.size or bound, bound), ledger)
     if choice.kind == "window":
-        return WindowStore(name, backend, dtype, shape(), choice.size)
-    return PointStore(name, backend, dtype, shape)
+        return WindowStore(name, backend, dtype, shape(), choice.size, ledger)
+    return PointStore(name, backend, dtype, shape, ledger)
 

@@ -1,4 +1,4 @@
-"""Tempo's schedule AST: sequence, loop, if and execute statements.
+"""Tempo's schedule AST: sequence, loop, if, execute and free statements.
 
 It is the imperative program the executor walks. Expressions are symbolic
 (over loop counters and bound symbols) and are compiled to Python functions
@@ -48,7 +48,16 @@ class Execute(_Printable):
     label: str = ""
 
 
-Stmt = Union[Sequence, Loop, If, Execute]
+@dataclass(frozen=True)
+class Free(_Printable):
+    """Deallocate node ``node_id``'s outputs at ``point``: no later statement reads them (TEMPO §5.2)."""
+
+    node_id: int
+    point: tuple[Expr, ...]
+    label: str = ""
+
+
+Stmt = Union[Sequence, Loop, If, Execute, Free]
 
 
 def to_text(stmt: Stmt, indent: int = 0) -> str:
@@ -64,7 +73,8 @@ def to_text(stmt: Stmt, indent: int = 0) -> str:
             text += f"\n{pad}else:\n{to_text(stmt.orelse, indent + 1)}"
         return text
     point = ", ".join(str(p) for p in stmt.point)
-    return f"{pad}{stmt.label or 'S' + str(stmt.node_id)}[{point}]"
+    free = "free " if isinstance(stmt, Free) else ""
+    return f"{pad}{free}{stmt.label or 'S' + str(stmt.node_id)}[{point}]"
 
 
 def statements(stmt: Stmt):
@@ -78,5 +88,5 @@ def statements(stmt: Stmt):
         yield from statements(stmt.then)
         if stmt.orelse is not None:
             yield from statements(stmt.orelse)
-    else:
+    elif isinstance(stmt, Execute):
         yield stmt

@@ -242,18 +242,26 @@ for _op_type in SIMPLE:
 
 @kernel_for(ops.FusedOp)
 def _fused(op: ops.FusedOp) -> Kernel:
+    """The island's steps in order; each step's values are dropped after their last reader
+    (the island's intermediates are not all held until it ends)."""
     steps = [(_factory(step.op)(step.op), step) for step in op.steps]
     outputs = op.outputs
+    kept = {j for j, _ in outputs}
+    last_use = {j: k for k, step in enumerate(op.steps) for j, _ in step.inputs if j >= 0}
+    dead_after = [[j for j, last in last_use.items() if last == k and j not in kept] for k in range(len(steps))]
 
     def run(inputs, env, point):
         values = []
-        for kernel, step in steps:
+        for (kernel, step), dead in zip(steps, dead_after):
             args = [inputs[k] if j < 0 else values[j][k] for j, k in step.inputs]
             try:
                 results = kernel(args, env, point)
             except Exception as err:
                 raise StepFailed(step.op.name, step.site, err) from err
             values.append([_cast(v, dtype) for v, dtype in zip(results, step.dtypes)])
+            del args
+            for j in dead:
+                values[j] = None
         return tuple(values[j][k] for j, k in outputs)
 
     return run

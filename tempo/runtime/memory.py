@@ -1,0 +1,95 @@
+"""Memory accounting: the bytes the tensor stores hold, over a run (TEMPO Fig. 23a).
+
+Every store reports what it allocates and frees to one :class:`Ledger`:
+a point store each tensor it keeps (a view of another tensor's memory, such
+as a slice of a block store's buffer, counts nothing: its owner counts it),
+a block or window store each buffer. The ledger keeps the bytes live per
+tier (``"device"``; ``"host"`` for what a swap plan moved out) and per
+store, the peak and which stores held it, and a timeline: the live bytes
+after each kernel launch that changed them by a noticeable amount (and at
+every new peak). ``program.memory_report()`` prints it after a run and
+``program.plot_memory(path)`` draws the timeline.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TIERS = ("device", "host")
+RESOLUTION = 0.005  # a timeline sample when live bytes moved by this share of the peak (or at a new peak)
+
+
+def owned_nbytes(backend, tensor) -> int:
+    """Bytes ``tensor`` owns: 0 for a NumPy view of another array's memory."""
+    return 0 if getattr(tensor, "base", None) is not None else backend.nbytes(tensor)
+
+
+@dataclass
+class Ledger:
+    """Bytes live per tier and per store; the peak and its holders; a timeline."""
+
+    live: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
+    by_store: dict[str, int] = field(default_factory=dict)
+    peak: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
+    peak_holders: dict[str, int] = field(default_factory=dict)  # device tier, at its peak
+    timeline: list[tuple[int, int, int]] = field(default_factory=list)  # (launch, device bytes, host bytes)
+    launches: int = 0
+    _sampled: int = 0
+
+    def add(self, store: str, nbytes: int, tier: str = "device") -> None:
+        """Record ``nbytes`` (negative: freed) allocated by ``store`` in ``tier``."""
+        if not nbytes:
+            return
+        live = self.live[tier] = self.live[tier] + nbytes
+        self.by_store[store] = self.by_store.get(store, 0) + nbytes
+        if live > self.peak[tier]:
+            grew = live - self.peak[tier]
+            self.peak[tier] = live
+            if tier == "device" and (grew > RESOLUTION * live or not self.peak_holders):
+                self.peak_holders = {k: v for k, v in self.by_store.items() if v > 0}
+                self._sample()
+                return
+        if abs(self.live["device"] + self.live["host"] - self._sampled) > RESOLUTION * max(self.peak["device"], 1 << 20):
+            self._sample()
+
+    def _sample(self) -> None:
+        self.timeline.append((self.launches, self.live["device"], self.live["host"]))
+        self._sampled = self.live["device"] + self.live["host"]
+
+    def report(self, top: int = 8) -> str:
+        """The peak per tier and the stores holding the most at the device tier's peak."""
+        lines = [f"peak device bytes: {_fmt(self.peak['device'])} (host: {_fmt(self.peak['host'])}), "
+                 f"over {self.launches} kernel launches; live at the end: {_fmt(self.live['device'])}"]
+        holders = sorted(self.peak_holders.items(), key=lambda kv: -kv[1])
+        if holders:
+            lines.append(f"held at the peak by ({len(holders)} tensors, the largest {min(top, len(holders))}):")
+            lines += [f"  {_fmt(nbytes):>10}  {name}" for name, nbytes in holders[:top]]
+        return "\n".join(lines)
+
+    def plot(self, path: str, title: str = "memory over the run") -> None:
+        """A PNG of the live bytes per tier against kernel launches."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        samples = self.timeline + [(self.launches, self.live["device"], self.live["host"])]
+        xs = [s[0] for s in samples]
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        ax.step(xs, [s[1] / 2**20 for s in samples], where="post", label="device")
+        if any(s[2] for s in samples):
+            ax.step(xs, [s[2] / 2**20 for s in samples], where="post", label="host")
+        ax.set_xlabel("kernel launches")
+        ax.set_ylabel("MiB live in tensor stores")
+        ax.set_title(title)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+
+
+def _fmt(nbytes: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(nbytes) < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return str(nbytes)

@@ -1,0 +1,38 @@
+"""Memory accounting: what the tensor stores hold over a run, its peak and the tensors holding it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tempo as tpo
+from tempo.errors import TempoError
+from tempo.runtime.memory import Ledger
+
+
+def test_the_ledger_tracks_live_bytes_the_peak_and_its_holders():
+    ledger = Ledger()
+    ledger.add("a", 1000)
+    ledger.add("b", 3000)
+    ledger.add("a", -1000)
+    ledger.add("c", 500)
+    assert ledger.live["device"] == 3500 and ledger.peak["device"] == 4000
+    assert ledger.peak_holders == {"a": 1000, "b": 3000}
+    assert "b" in ledger.report() and "3.9 KiB" in ledger.report()
+
+
+def test_a_run_reports_its_peak_and_the_learner_sized_tensors_holding_it(tmp_path):
+    with tpo.Context() as ctx:
+        (i, I), (t, T) = ctx.dims("i", "t")
+        x = tpo.from_numpy(np.ones((2, 50, 1000), np.float32), dims=(i, t))
+        total = (x[i, 0:T] * 2.0).sum()           # i vectorized: one (2, 50, 1000) float32 product
+        program = ctx.compile([total], passes={"fuse": False})
+    with pytest.raises(TempoError, match="call program.run"):
+        program.memory_report()
+    program.run({I: 2, T: 50})
+    report = program.memory_report()
+    assert program.ledger.peak["device"] >= 2 * 50 * 1000 * 4
+    assert "peak device bytes: 390.6 KiB" in report
+    assert "390.6 KiB  ElementwiseOp" in report
+    path = tmp_path / "memory.png"
+    program.plot_memory(str(path))
+    assert path.read_bytes()[:4] == b"\x89PNG"

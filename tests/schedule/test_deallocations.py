@@ -1,0 +1,138 @@
+"""Deallocation statements: a tensor read only at its own point is freed after its last reader."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tempo as tpo
+from tempo.errors import TempoError
+from tempo.schedule import ast
+
+XS = np.random.default_rng(0).normal(size=(3, 6, 4)).astype(np.float32)
+
+
+def chain(ctx):
+    """A per-step chain over t (kept apart by a recurrence), and a running sum read at t - 1."""
+    (i, I), (t, T) = ctx.dims("i", "t")
+    x = tpo.from_numpy(XS, dims=(i, t))
+    s = tpo.placeholder((4,), "float32", dims=(i, t))
+    s[i, 0] = x[i, 0]
+    h = (s[i, t] * 2.0).tanh()
+    g = h * h + 1.0
+    s[i, t + 1] = g * 0.5 + x[i, t + 1]
+    return [s], {I: 3, T: 6}
+
+
+def compiled(build, memory=None, passes=None):
+    with tpo.Context() as ctx:
+        fetch, bounds = build(ctx)
+        program = ctx.compile(fetch, memory=memory, passes=passes)
+    return program, program.run(bounds)
+
+
+def frees(program) -> list[ast.Free]:
+    found = []
+
+    def walk(stmt):
+        if isinstance(stmt, ast.Sequence):
+            for s in stmt.body:
+                walk(s)
+        elif isinstance(stmt, ast.Loop):
+            walk(stmt.body)
+        elif isinstance(stmt, ast.If):
+            walk(stmt.then)
+            if stmt.orelse is not None:
+                walk(stmt.orelse)
+        elif isinstance(stmt, ast.Free):
+            found.append(stmt)
+
+    walk(program.ast)
+    return found
+
+
+def test_values_read_only_at_their_point_are_freed_and_the_results_do_not_change():
+    (on, got), (off, want) = compiled(chain, passes={"fuse": False}), \
+        compiled(chain, {"deallocate": False}, passes={"fuse": False})
+    np.testing.assert_array_equal(got[0], want[0])
+    freed = {f.node_id for f in frees(on)}
+    assert freed and not frees(off)
+    assert "free " in str(on.ast)
+    state = next(n for n, node in on.sdg.nodes.items() if node.op.name == "MergeOp")
+    assert state not in freed                    # read at t - 1 (the next step): iteration-level freeing
+    assert on.ledger.peak["device"] < off.ledger.peak["device"]
+
+
+def test_a_free_follows_every_reader_of_its_point():
+    program, _ = compiled(chain, passes={"fuse": False})
+    order = [(type(s).__name__, s.node_id) for s in _flatten(program.ast)]
+    for kind, n in order:
+        if kind != "Free":
+            continue
+        at = order.index(("Free", n))
+        readers = {e.sink for e in program.sdg.edges if e.src == n}
+        assert all(order.index(("Execute", r)) < at for r in readers)
+        assert order.index(("Execute", n)) < at
+
+
+def _flatten(stmt):
+    if isinstance(stmt, ast.Sequence):
+        for s in stmt.body:
+            yield from _flatten(s)
+    elif isinstance(stmt, ast.Loop):
+        yield from _flatten(stmt.body)
+    elif isinstance(stmt, ast.If):
+        yield from _flatten(stmt.then)
+        if stmt.orelse is not None:
+            yield from _flatten(stmt.orelse)
+    else:
+        yield stmt
+
+
+def test_a_fetched_tensor_is_never_freed():
+    def build(ctx):
+        (t, T), = ctx.dims("t")
+        x = tpo.from_numpy(XS[0], dims=(t,))
+        y = x.tanh()
+        return [y, y * 2.0], {T: 6}
+
+    program, (y, y2) = compiled(build, passes={"fuse": False})
+    np.testing.assert_allclose(y, np.tanh(XS[0]), rtol=1e-6)
+    np.testing.assert_allclose(y2, 2 * np.tanh(XS[0]), rtol=1e-6)
+    fetched = {n for n, _ in program.fetch}
+    assert not fetched & {f.node_id for f in frees(program)}
+
+
+def test_bad_memory_options_are_errors():
+    with tpo.Context() as ctx:
+        (t, T), = ctx.dims("t")
+        x = tpo.from_numpy(XS[0], dims=(t,))
+        with pytest.raises(TempoError, match="not a memory option"):
+            ctx.compile([x], memory={"dealocate": False})
+        with pytest.raises(TempoError, match="takes a bool"):
+            ctx.compile([x], memory={"deallocate": "no"})
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.sampled_from(["tanh", "square", "shift", "sum"]), min_size=1, max_size=5), st.booleans())
+def test_random_programs_compute_the_same_with_and_without_deallocation(chain_ops, fuse):
+    def build(ctx):
+        (i, I), (t, T) = ctx.dims("i", "t")
+        v = tpo.from_numpy(XS, dims=(i, t))
+        outs = []
+        for op in chain_ops:
+            if op == "tanh":
+                v = v.tanh()
+            elif op == "square":
+                v = v * v + 0.5
+            elif op == "shift":
+                v = v[i, tpo.max(t - 1, 0)] + v
+            else:
+                outs.append(v[i, 0:t + 1].sum(axis=0))
+        return outs + [v], {I: 3, T: 6}
+
+    passes = None if fuse else {"fuse": False}
+    (_, got), (_, want) = compiled(build, passes=passes), compiled(build, {"deallocate": False}, passes=passes)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
