@@ -30,6 +30,10 @@ class Backend:
         """A function ``(inputs, env, point) -> tuple of outputs`` computing ``op``."""
         raise NotImplementedError
 
+    def covers(self, op_type: type) -> bool:
+        """Whether :meth:`kernel` handles ops of ``op_type`` (merges are the executor's own)."""
+        raise NotImplementedError
+
     def running(self):
         """A context manager the executor runs a program under (JAX: 64-bit types on)."""
         return contextlib.nullcontext()

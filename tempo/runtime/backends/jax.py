@@ -43,6 +43,7 @@ x64 = jax.enable_x64  # a context manager: 64-bit types while it is entered
 
 IMPLS: dict[type, Callable] = {}  # op type -> (op, xs, env) -> tuple of outputs, traced inside jax.jit
 HOST = (ops.EvalSymbolOp, ops.RandomOp)  # computed on the host by the NumPy kernels
+INDEXED = (ops.SpatialIndexOp,)  # traced by the island itself, with its starts as arguments
 
 
 def impl_for(op_type: type):
@@ -183,7 +184,6 @@ SIMPLE: dict[type, Callable] = {
     ops.IdentOp: lambda op, xs, env: xs[0],
     ops.ReshapeOp: lambda op, xs, env: jnp.reshape(xs[0], _static_sizes(op.shape, env)),
     ops.ExpandOp: lambda op, xs, env: jnp.broadcast_to(xs[0], _static_sizes(op.shape, env)),
-    ops.SpatialIndexOp: lambda op, xs, env: xs[0][compile_expr(seq(*op.items))(env)],
 }
 
 for _op_type, _fn in SIMPLE.items():
@@ -208,40 +208,51 @@ class Island:
 
     Host steps (symbol values, random numbers) run first, on the host, with
     the NumPy kernels; constants are device arrays passed in (not baked into
-    the compiled program). One jitted function is kept per static key.
+    the compiled program). A spatial index's points and slice starts are
+    arguments too (``x[t]`` is one compiled function for every ``t``); its
+    slice sizes are part of the static key. One jitted function is kept per
+    static key.
     """
 
     def __init__(self, steps: tuple[ops.FusedStep, ...], outputs: tuple[tuple[int, int], ...], compiled: dict):
         for step in steps:
-            if type(step.op) not in IMPLS and not isinstance(step.op, (*HOST, ops.ConstOp)):
+            if type(step.op) not in IMPLS and not isinstance(step.op, (*HOST, *INDEXED, ops.ConstOp)):
                 raise TempoError(f"the jax backend has no kernel for {step.op.name}")
         self.steps, self.outputs = steps, outputs
         self.host = [(j, np_backend.KERNELS[type(s.op)](s.op)) for j, s in enumerate(steps)
                      if isinstance(s.op, HOST)]
         self.consts = [(j, jnp.asarray(s.op.value.array)) for j, s in enumerate(steps)
                        if isinstance(s.op, ops.ConstOp)]
-        self.names = tuple(sorted({n for s in steps for n in _static_names(s.op)}))
+        self.indexes = [(j, compile_expr(seq(*s.op.items))) for j, s in enumerate(steps)
+                        if isinstance(s.op, ops.SpatialIndexOp)]
+        self.names = tuple(sorted({n for s in steps if not isinstance(s.op, ops.SpatialIndexOp)
+                                   for n in _static_names(s.op)}))
         self.compiled = compiled  # static key -> jitted function, shared by every run of the program
 
     def __call__(self, inputs, env, point):
-        key = tuple([env[n] for n in self.names])
+        key, starts = [env[n] for n in self.names], {}
+        for j, index in self.indexes:
+            form, starts[j] = _index_form(index(env))
+            key.append(form)
+        key = tuple(key)
         fn = self.compiled.get(key)
         if fn is None:
-            fn = self.compiled[key] = jax.jit(self._traced({n: env[n] for n in self.names}))
+            forms = dict(zip([j for j, _ in self.indexes], key[len(self.names):]))
+            fn = self.compiled[key] = jax.jit(self._traced({n: env[n] for n in self.names}, forms))
         given = {j: kernel([], env, point)[0] for j, kernel in self.host}
         for j, value in self.consts:
             given[j] = value
         try:
-            return fn(inputs, given)
+            return fn(inputs, given, starts)
         except StepFailed:
             raise
         except Exception as err:
             raise StepFailed(self.steps[0].op.name, self.steps[0].site, err) from err
 
-    def _traced(self, env: dict) -> Callable:
+    def _traced(self, env: dict, forms: dict) -> Callable:
         steps, outputs = self.steps, self.outputs
 
-        def run(inputs, given):
+        def run(inputs, given, starts):
             values = []
             for j, step in enumerate(steps):
                 if j in given:
@@ -249,7 +260,8 @@ class Island:
                 else:
                     args = [inputs[k] if i < 0 else values[i][k] for i, k in step.inputs]
                     try:
-                        results = IMPLS[type(step.op)](step.op, args, env)
+                        results = ((_index(args[0], forms[j], starts[j]),) if j in forms
+                                   else IMPLS[type(step.op)](step.op, args, env))
                     except Exception as err:
                         raise StepFailed(step.op.name, step.site, err) from err
                 if step.dtypes:
@@ -258,6 +270,42 @@ class Island:
             return tuple(values[j][k] for j, k in outputs)
 
         return run
+
+
+def _index_form(index: tuple) -> tuple:
+    """A spatial index as ``(form, starts)``: the form goes in the static key, the starts are
+    an argument. Points and non-negative step-1 slices are dynamic (``("dynamic", sizes)``,
+    None for a point); anything else is static, its values in the form."""
+    sizes, starts = [], []
+    for i in index:
+        if isinstance(i, slice):
+            if i.step not in (None, 1) or i.start is None or i.stop is None or not 0 <= i.start <= i.stop:
+                break
+            sizes.append(i.stop - i.start)
+            starts.append(i.start)
+        elif isinstance(i, (int, np.integer)) and i >= 0:
+            sizes.append(None)
+            starts.append(int(i))
+        else:
+            break
+    else:
+        return ("dynamic", tuple(sizes)), np.asarray(starts, dtype=np.int64)
+    items = tuple((i.start, i.stop, i.step) if isinstance(i, slice) else i for i in index)
+    return ("static", items), np.zeros(0, dtype=np.int64)
+
+
+def _index(x, form: tuple, starts):
+    kind, items = form
+    if kind == "static":
+        return x[tuple(slice(*i) if isinstance(i, tuple) else i for i in items)]
+    axis = 0
+    for k, size in enumerate(items):
+        if size is None:
+            x = lax.dynamic_index_in_dim(x, starts[k], axis, keepdims=False)
+        else:
+            x = lax.dynamic_slice_in_dim(x, starts[k], size, axis)
+            axis += 1
+    return x
 
 
 def _host_kernel(op: ops.Op) -> Kernel:
@@ -297,26 +345,22 @@ def kernel(op: ops.Op, compiled: dict) -> Kernel:
         return _host_kernel(op)
     if isinstance(op, ops.FusedOp):
         return Island(op.steps, op.outputs, compiled)
-    if type(op) not in IMPLS:
+    if type(op) not in IMPLS and not isinstance(op, INDEXED):
         raise TempoError(f"the jax backend has no kernel for {op.name}")
     return Single(op, compiled)
 
 
 class Single:
-    """One op as one ``jax.jit`` function of its inputs, kept per static key."""
+    """One op as a one-step :class:`Island` over all the inputs it is given (made at its first call)."""
 
     def __init__(self, op: ops.Op, compiled: dict):
-        self.op, self.impl = op, IMPLS[type(op)]
-        self.names = _static_names(op)
-        self.compiled = compiled
+        self.op, self.compiled, self.island = op, compiled, None
 
     def __call__(self, inputs, env, point):
-        key = tuple([env[n] for n in self.names])
-        fn = self.compiled.get(key)
-        if fn is None:
-            static, op, impl = {n: env[n] for n in self.names}, self.op, self.impl
-            fn = self.compiled[key] = jax.jit(lambda xs: impl(op, xs, static))
-        return fn(inputs)
+        if self.island is None:
+            step = ops.FusedStep(self.op, tuple((-1, k) for k in range(len(inputs))), ())
+            self.island = Island((step,), tuple((0, k) for k in range(self.op.num_outputs)), self.compiled)
+        return self.island(inputs, env, point)
 
 
 @jax.jit
@@ -346,6 +390,9 @@ class JaxBackend(Backend):
                                  f"{', '.join(sorted({d.platform for d in jax.devices()}))}); use backend='jax' "
                                  f"for the default device, or install jax with GPU support "
                                  f"(pip install 'jax[cuda12]') on a machine with a GPU") from None
+
+    def covers(self, op_type: type) -> bool:
+        return op_type in IMPLS or issubclass(op_type, (*HOST, *INDEXED, ops.ConstOp, ops.UDFOp, ops.FusedOp))
 
     def running(self):
         if self.device is None:

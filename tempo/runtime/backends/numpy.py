@@ -286,6 +286,9 @@ class NumPyBackend(Backend):
     def kernel(self, op: ops.Op) -> Kernel:
         return _factory(op)(op)
 
+    def covers(self, op_type: type) -> bool:
+        return op_type in KERNELS
+
     def stack(self, tensors: list, shape: tuple, dtype: str):
         if not tensors:
             return np.zeros(shape, dtype=dtype)

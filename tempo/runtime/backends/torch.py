@@ -333,6 +333,9 @@ class TorchBackend(Backend):
     def kernel(self, op: ops.Op) -> Kernel:
         return _factory(op)(op, self.device)
 
+    def covers(self, op_type: type) -> bool:
+        return op_type in KERNELS
+
     def stack(self, tensors: list, shape: tuple, dtype: str):
         if not tensors:
             return torch.zeros(tuple(shape), dtype=DTYPES[dtype], device=self.device)
