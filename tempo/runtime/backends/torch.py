@@ -7,7 +7,15 @@ from the counter-based generator on the host (so they are NumPy's bits
 exactly) and user functions (gymnasium environments) get NumPy arrays and
 give back arrays, moved to the device.
 
-A fused island runs its steps eagerly, one torch call each.
+A fused island runs its steps eagerly, one torch call each. ``torch.compile``
+of an island is faster per call but does not pay back its compile within a
+typical run: at the default RL point of ``benchmarks/rl_train.py`` (PPO,
+512 environments, 2x64 MLPs; torch 2.13, one thread of a shared 2-core CPU),
+the largest acting island (27 steps, run 250 times an iteration) takes
+0.34 ms eagerly and 0.25 ms compiled, after a 16 s compile, and the learning
+island (361 steps, once an iteration) 243 ms eagerly and 133 ms compiled,
+after 13 s; the program has 19 islands, so compiling them costs minutes
+and saves about 0.15 s an iteration (``benchmarks/torch_compile.py``).
 """
 from __future__ import annotations
 
