@@ -11,8 +11,12 @@ the two may differ in the last bit (a reduction over a view sums in another
 order than over a stacked copy), so they are compared at rtol 1e-12 instead
 of exactly.
 
-The default suite runs one parametrisation of each differential test (the
-largest bound); ``-m slow`` runs them all.
+The RL examples (REINFORCE and A2C on gymnasium's CartPole, PPO on the
+tensor ``tempo/Synthetic-v0``) train a few iterations on each backend and
+must report NumPy's mean returns (rtol 1e-4).
+
+The default suite runs one parametrisation of each imported test (the last
+one: the largest bound); ``-m slow`` runs them all.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import importlib.util
 import inspect
 import itertools
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -38,7 +43,7 @@ def _load(name: str):
     return module
 
 
-def _cases(module, keep_all: bool) -> list:
+def _cases(module) -> list:
     """``(test name, kwargs, is the default case)`` for every parametrisation of every test in ``module``."""
     out = []
     for name, fn in vars(module).items():
@@ -65,7 +70,7 @@ def _params(module, prefix: str):
     return [pytest.param(backend, name, kwargs, id=f"{backend}-{prefix}{name[5:]}"
                          + "".join(f"-{v}" for v in kwargs.values()),
                          marks=() if default else pytest.mark.slow)
-            for backend in BACKENDS for name, kwargs, default in _cases(module, True)]
+            for backend in BACKENDS for name, kwargs, default in _cases(module)]
 
 
 @pytest.fixture
@@ -123,3 +128,36 @@ def test_gradients(backend, name, kwargs, on_backend, request):
 def test_checkpoint(backend, name, kwargs, on_backend, request):
     on_backend(backend)
     _call(getattr(CHECKPOINT, name), kwargs, request, backend)
+
+
+def _example(name: str):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location(f"parity_example_{name}",
+                                                  os.path.join(root, "examples", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+RL_CASES = {
+    "reinforce-gymnasium": ("reinforce", dict(iterations=3, batch=8, steps=40)),
+    "ppo-tensor": ("ppo", dict(iterations=3, epochs=2, batch=16, steps=30, env="tempo/Synthetic-v0", impl="tensor",
+                               obs_shape="3,4,4")),
+    "a2c-gymnasium": ("a2c", dict(iterations=3, batch=8, steps=30, nstep=4)),
+}
+NUMPY_RETURNS: dict[str, list] = {}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(RL_CASES))
+def test_rl_example_returns_match_numpy(case, backend, capsys):
+    """A few training iterations give NumPy's mean returns: the same actions are sampled from the
+    same random bits, and float32 rounding differences (rtol 1e-4 on the returns) never flip one."""
+    name, fields = RL_CASES[case]
+    module = _example(name)
+    if case not in NUMPY_RETURNS:
+        NUMPY_RETURNS[case] = module.main(module.Args(backend="numpy", **fields))["returns"]
+    expected = NUMPY_RETURNS[case]
+    got = module.main(module.Args(backend=backend, **fields))["returns"]
+    assert got == pytest.approx(expected, rel=1e-4)
