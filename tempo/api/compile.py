@@ -11,6 +11,7 @@ from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
 from tempo.runtime.backends import Backend, get_backend
 from tempo.runtime.executor import Executor
+from tempo.runtime.executor import source as executor_source
 from tempo.runtime.memory import Ledger
 from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains, isl_schedule
@@ -56,6 +57,11 @@ class Program:
         executor.run()
         self.timings["run"] = time.perf_counter() - start
         return [self._gather(executor, n, out, values) for n, out in self.fetch]
+
+    @property
+    def code(self) -> str:
+        """The Python source the executor generates from the schedule and runs (any bounds)."""
+        return executor_source(self.sdg, self.ast, {n for n, _ in self.fetch}, self.domains.params)
 
     def memory_report(self, top: int = 8) -> str:
         """The last run's memory: peak bytes held in tensor stores and the tensors holding the most then."""

@@ -1,10 +1,12 @@
-"""The executor: walks the schedule AST and launches kernels.
+"""The executor: runs the schedule AST's generated source, which launches kernels.
 
-The AST is turned once into nested Python closures (loops keep their counters
-in one environment dict, next to the bound values). Each Execute calls the
-node's *launcher*, which evaluates the node's input dependence expressions at
-the current point, reads the inputs from their tensor stores, runs the
-backend kernel and writes the outputs back at that point.
+The AST is turned once into one generated Python function
+(:mod:`tempo.runtime.codegen`; ``print(program.code)``): loops over local
+counters, and at each Execute the node's inputs read from their tensor
+stores at indices computed inline, the backend kernel run, and the outputs
+written back at that point. Merges, and launches that read window stores,
+call the node's *launcher* (a closure that evaluates the input dependence
+expressions at the point) instead.
 
 Each tensor's store (point, block or window; :mod:`tempo.runtime.stores`) is
 chosen by :func:`tempo.runtime.store_choice.choose_stores`. Block and window
@@ -27,6 +29,7 @@ from tempo.errors import BoundError, TempoError
 from tempo.ir.ops import ConstOp, MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Node
 from tempo.runtime.backends.base import Backend, StepFailed
+from tempo.runtime.codegen import Generator
 from tempo.runtime.memory import Ledger
 from tempo.runtime.store_choice import POINT, choose_stores, last_true
 from tempo.runtime.stores import make_store
@@ -54,87 +57,47 @@ class Executor:
         self.sdg, self.backend, self.bounds = sdg, backend, bounds
         self.launchers: dict[int, Callable] = {}
         self.ledger = Ledger()
-        self.main_loop, self.evictions = _iteration_evictions(sdg, program, keep)
-        choices = (choose_stores(sdg, program, keep, {n: axis for n, axis, _ in self.evictions})
-                   if stores == "auto" else {})
+        self.main_loop, self.evictions, choices = _plan(sdg, program, keep, stores)
         self.stores = {(n, j): make_store(choices.get((n, j), POINT), f"{node.op.name}%{n}", backend,
                                           node.dtypes[j], _empty_shape(node.shapes[j], bounds),
                                           bounds[bound_of(node.domain[-1]).name] if node.domain else None,
                                           self.ledger)
                        for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
-        self.body = self._build(program)
+        self.body = self._compile(program)
 
     def run(self) -> None:
         with self.backend.running():
             self.body(dict(self.bounds))
 
-    # ----- AST to closures -----
-    def _build(self, stmt: ast.Stmt) -> Callable[[dict], None]:
-        if isinstance(stmt, ast.Sequence):
-            parts = [self._build(s) for s in stmt.body]
+    # ----- the AST as generated source -----
+    def _compile(self, program: ast.Stmt) -> Callable[[dict], None]:
+        """Generate the program's source (:mod:`tempo.runtime.codegen`) and bind its names."""
+        kinds = {key: store.kind for key, store in self.stores.items()}
+        generator = Generator(self.sdg, kinds, self.main_loop if self.evictions else None, sorted(self.bounds))
+        self.source = generator.source(program)
+        namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
+                     "evict": self._evict, "fail": self._fail, "ledger": self.ledger}
+        namespace.update({f"S{n}_{j}": store for (n, j), store in self.stores.items()})
+        for n in {ex.node_id for ex in ast.statements(program)}:
+            node = self.sdg.nodes[n]
+            if n in generator.called:
+                namespace[f"L{n}"] = self._launcher(node)
+                continue
+            if isinstance(node.op, ConstOp):
+                _check_const_covers_bounds(node, self.bounds)
+            namespace[f"K{n}"] = self.backend.kernel(node.op)
+        exec(compile(self.source, "<tempo program>", "exec"), namespace)  # noqa: S102
+        return namespace["program"]
 
-            def run_sequence(env):
-                for part in parts:
-                    part(env)
-
-            return run_sequence
-        if isinstance(stmt, ast.Loop):
-            start, cond, step, body, var = (compile_expr(stmt.start), compile_expr(stmt.cond), stmt.step,
-                                            self._build(stmt.body), stmt.var)
-
-            def run_loop(env):
-                env[var] = start(env)
-                while cond(env):
-                    body(env)
-                    env[var] += step
-
-            if stmt is self.main_loop and self.evictions:
-                evict = self._evict
-
-                def run_main_loop(env):
-                    env[var] = start(env)
-                    while cond(env):
-                        body(env)
-                        evict(env[var])
-                        env[var] += step
-
-                return run_main_loop
-            return run_loop
-        if isinstance(stmt, ast.If):
-            cond, then = compile_expr(stmt.cond), self._build(stmt.then)
-            orelse = self._build(stmt.orelse) if stmt.orelse is not None else None
-
-            def run_if(env):
-                if cond(env):
-                    then(env)
-                elif orelse is not None:
-                    orelse(env)
-
-            return run_if
-        point = compile_expr(Expr("seq", stmt.point))
-        if isinstance(stmt, ast.Free):
-            return self._free(stmt.node_id, point)
-        launch, ledger = self._launcher(self.sdg.nodes[stmt.node_id]), self.ledger
-
-        def execute(env):
-            launch(point(env))
-            ledger.launches += 1
-
-        return execute
-
-    def _free(self, n: int, point: Callable) -> Callable[[dict], None]:
-        """A Free statement: drops the point from point stores (buffer stores free whole buffers)."""
-        stores = [self.stores[(n, j)] for j in range(len(self.sdg.nodes[n].shapes))
-                  if self.stores[(n, j)].kind == "point"]
-        if not stores:
-            return lambda env: None
-
-        def free(env):
-            at = point(env)
-            for store in stores:
-                store.free_point(at)
-
-        return free
+    def _fail(self, n: int, point: tuple, err: Exception):
+        """Re-raise a kernel's failure naming the user's line (as torch.fx does) and the point."""
+        node = self.sdg.nodes[n]
+        batched = [f"{d.name}=0..{self.bounds[bound_of(d).name] - 1}" for d in self.sdg.vectorized.get(n, ())]
+        where = ", ".join([f"{d.name}={v}" for d, v in zip(node.domain, point)] + batched)
+        name, site, cause = ((err.op_name, err.site, err.error) if isinstance(err, StepFailed)
+                             else (node.op.name, node.site, err))
+        raise TempoError(f"{name} failed at {where or 'its only point'}: {type(cause).__name__}: {cause}",
+                         site) from cause
 
     def _evict(self, iteration: int) -> None:
         """Free the points no later iteration reads (see :func:`_iteration_evictions`)."""
@@ -169,9 +132,8 @@ class Executor:
             return launch_merge
         if isinstance(node.op, ConstOp):
             _check_const_covers_bounds(node, bounds)
-        kernel = backend.kernel(node.op)
+        kernel, fail = backend.kernel(node.op), self._fail
         copied = windows if isinstance(node.op, UDFOp) else []  # user code may keep its inputs
-        batched = [f"{d.name}=0..{bounds[bound_of(d).name] - 1}" for d in self.sdg.vectorized.get(node.id, ())]
 
         def launch(point):
             env = dict(bounds, **dict(zip(names, point)))
@@ -180,16 +142,26 @@ class Executor:
                 inputs[k] = backend.detach(inputs[k], [inputs[k]])
             try:
                 results = kernel(inputs, env, point)
-            except Exception as err:  # re-raised naming the user's line, as torch.fx does
-                where = ", ".join([f"{n}={v}" for n, v in zip(names, point)] + batched)
-                name, site, cause = ((err.op_name, err.site, err.error) if isinstance(err, StepFailed)
-                                     else (node.op.name, node.site, err))
-                raise TempoError(f"{name} failed at {where or 'its only point'}: "
-                                 f"{type(cause).__name__}: {cause}", site) from cause
+            except Exception as err:
+                fail(node.id, point, err)
             for store, value, copy in zip(outs, results, detach):
                 store.write(point, backend.detach(value, [inputs[k] for k in windows]) if copy else value)
 
         return launch
+
+
+def _plan(sdg: SDG, program: ast.Stmt, keep, stores: str):
+    """The main loop, what to free after each of its steps, and each tensor's store choice."""
+    main_loop, evictions = _iteration_evictions(sdg, program, keep)
+    choices = choose_stores(sdg, program, keep, {n: axis for n, axis, _ in evictions}) if stores == "auto" else {}
+    return main_loop, evictions, choices
+
+
+def source(sdg: SDG, program: ast.Stmt, keep, bound_names, stores: str = "auto") -> str:
+    """The generated source an executor of this program runs (for any bounds of ``bound_names``)."""
+    main_loop, evictions, choices = _plan(sdg, program, keep, stores)
+    kinds = {(n, j): choices.get((n, j), POINT).kind for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
+    return Generator(sdg, kinds, main_loop if evictions else None, sorted(bound_names)).source(program)
 
 
 def _iteration_evictions(sdg: SDG, program: ast.Stmt, keep) -> tuple[ast.Loop | None, list]:

@@ -16,22 +16,24 @@ _PY = {"add": "({} + {})", "mul": "({} * {})", "floordiv": "({} // {})", "mod": 
        "and": "({} and {})", "or": "({} or {})"}
 
 
-def to_python(e: Expr) -> str:
-    """Python source for ``e``; symbols read from the mapping ``env``."""
+def to_python(e: Expr, name: Callable[[str], str] | None = None) -> str:
+    """Python source for ``e``; symbols read from the mapping ``env``, or (``name``) from the
+    variables ``name(symbol name)``."""
     op = e.op
     if op == "const":
         return repr(e.args[0])
     if op == "sym":
-        return f"env[{e.args[0]!r}]"
+        return name(e.args[0]) if name else f"env[{e.args[0]!r}]"
+    args = [to_python(a, name) for a in e.args]
     if op in ("min", "max"):
-        return f"{op}({', '.join(to_python(a) for a in e.args)})"
+        return f"{op}({', '.join(args)})"
     if op == "not":
-        return f"(not {to_python(e.args[0])})"
+        return f"(not {args[0]})"
     if op == "slice":
-        return f"slice({to_python(e.args[0])}, {to_python(e.args[1])})"
+        return f"slice({args[0]}, {args[1]})"
     if op == "seq":
-        return "(" + "".join(to_python(a) + ", " for a in e.args) + ")"
-    return _PY[op].format(*(to_python(a) for a in e.args))
+        return "(" + "".join(a + ", " for a in args) + ")"
+    return _PY[op].format(*args)
 
 
 def compile_expr(e: Expr) -> Callable[[Mapping[str, int]], object]:

@@ -1,0 +1,112 @@
+"""The schedule AST as generated Python source: the executor's compiled form (``print(program.code)``).
+
+The AST is turned once into one Python function instead of nested
+closures walked at run time. Loop counters and bounds are local variables;
+each statement is specialised when the source is written: the point it runs
+at and every input's index are expressions over those locals (the index
+arithmetic of each dependence is substituted, not evaluated through an
+environment), and each input and output names its tensor store directly.
+A kernel failure is re-raised naming the user's line, as before.
+
+Statements the generator writes inline are kernel launches whose inputs are
+all read from point or block stores; a merge (which picks its branch by
+condition) and a launch reading a window store (whose rows are overwritten
+later, so its outputs may need copies) call the executor's launcher for
+their node instead. A free drops a point from the point stores of its
+node. The source refers to names the executor binds: ``S<n>_<j>`` (stores),
+``K<n>`` (kernels), ``L<n>`` (launchers), ``fail``, ``evict``, ``ledger``.
+"""
+from __future__ import annotations
+
+from tempo.ir.ops import MergeOp
+from tempo.ir.sdg import SDG
+from tempo.schedule import ast
+from tempo.symbolic.evaluate import to_python
+from tempo.symbolic.expr import Expr, seq
+
+
+def local(name: str) -> str:
+    """The generated code's variable for a loop counter or bound."""
+    return f"_{name}"
+
+
+def py(e: Expr) -> str:
+    return to_python(e, name=local)
+
+
+class Generator:
+    """Writes the source of one program (see the module docstring)."""
+
+    def __init__(self, sdg: SDG, kinds: dict[tuple[int, int], str], main_loop: ast.Loop | None,
+                 bound_names: list[str]):
+        self.sdg, self.kinds, self.main_loop = sdg, kinds, main_loop
+        self.bound_names = bound_names
+        self.lines: list[str] = []
+        self.called: set[int] = set()  # nodes whose launches go through their launcher
+
+    def source(self, program: ast.Stmt) -> str:
+        self.lines = ["def program(env):"]
+        for name in self.bound_names:
+            self.lines.append(f"    {local(name)} = env[{name!r}]")
+        self._stmt(program, 1)
+        self.lines.append("    return None")
+        return "\n".join(self.lines) + "\n"
+
+    def _emit(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def _stmt(self, stmt: ast.Stmt, depth: int) -> None:
+        if isinstance(stmt, ast.Sequence):
+            if not stmt.body:
+                self._emit(depth, "pass")
+            for s in stmt.body:
+                self._stmt(s, depth)
+        elif isinstance(stmt, ast.Loop):
+            var = local(stmt.var)
+            self._emit(depth, f"{var} = {py(stmt.start)}")
+            self._emit(depth, f"while {py(stmt.cond)}:")
+            self._stmt(stmt.body, depth + 1)
+            if stmt is self.main_loop:
+                self._emit(depth + 1, f"evict({var})")
+            self._emit(depth + 1, f"{var} += {stmt.step}")
+        elif isinstance(stmt, ast.If):
+            self._emit(depth, f"if {py(stmt.cond)}:")
+            self._stmt(stmt.then, depth + 1)
+            if stmt.orelse is not None:
+                self._emit(depth, "else:")
+                self._stmt(stmt.orelse, depth + 1)
+        elif isinstance(stmt, ast.Free):
+            self._free(stmt, depth)
+        else:
+            self._execute(stmt, depth)
+
+    def _free(self, stmt: ast.Free, depth: int) -> None:
+        outs = [j for j in range(len(self.sdg.nodes[stmt.node_id].shapes))
+                if self.kinds.get((stmt.node_id, j), "point") == "point"]
+        point = py(seq(*stmt.point))
+        for j in outs:
+            self._emit(depth, f"S{stmt.node_id}_{j}.free_point({point})  # free {stmt.label}")
+
+    def _execute(self, stmt: ast.Execute, depth: int) -> None:
+        n = stmt.node_id
+        node = self.sdg.nodes[n]
+        point = py(seq(*stmt.point))
+        self._emit(depth, f"# {stmt.label}" + (f" at {node.site.filename}:{node.site.lineno}" if node.site else ""))
+        edges = self.sdg.in_edges(n)
+        if isinstance(node.op, MergeOp) or any(self.kinds.get((e.src, e.src_out)) == "window" for e in edges):
+            self.called.add(n)
+            self._emit(depth, f"L{n}({point})")
+            self._emit(depth, "ledger.launches += 1")
+            return
+        at = dict(zip(node.domain, stmt.point))
+        reads = ", ".join(f"S{e.src}_{e.src_out}.read({py(e.index.substitute(at))})" for e in edges)
+        env = ", ".join([f"{name!r}: {local(name)}" for name in self.bound_names]  # kernels size by any bound
+                        + [f"{d.name!r}: {py(p)}" for d, p in zip(node.domain, stmt.point)])
+        self._emit(depth, f"p = {point}")
+        self._emit(depth, "try:")
+        self._emit(depth + 1, f"o = K{n}([{reads}], {{{env}}}, p)")
+        self._emit(depth, "except Exception as err:")
+        self._emit(depth + 1, f"fail({n}, p, err)")
+        for j in range(len(node.shapes)):
+            self._emit(depth, f"S{n}_{j}.write(p, o[{j}])")
+        self._emit(depth, "ledger.launches += 1")
