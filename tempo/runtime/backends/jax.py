@@ -2,9 +2,10 @@
 
 An op's kernel is its jnp implementation traced once per *static key* and
 input shapes: the static key holds the values of the symbols its symbolic
-parameters use (a reshape to ``(T, B, 4)``, a spatial index ``t``), read
-from the run's environment. A fused island is one jitted function of its
-inputs, so XLA fuses its steps into few loops. What a program computes on
+sizes use (a reshape to ``(T, B, 4)``), read from the run's environment, and
+the sizes of its spatial slices; a spatial index's points and slice starts
+(``x.spatial[t]``) are arguments. A fused island is one jitted function of
+its inputs, so XLA fuses its steps into few loops. What a program computes on
 the host stays there: symbol values (``eval_symbol``) and counter-based
 random numbers are computed as the NumPy backend computes them (the same
 bits) and passed to the jitted function as arguments; user functions get
@@ -24,6 +25,7 @@ stays valid after the buffer is donated.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import numpy as np
@@ -54,13 +56,9 @@ def impl_for(op_type: type):
     return wrap
 
 
-def _sigmoid(x):
-    return jax.nn.sigmoid(x)
-
-
 ELEMENTWISE = {
     "neg": jnp.negative, "exp": jnp.exp, "log": jnp.log, "sqrt": jnp.sqrt, "abs": jnp.abs, "sin": jnp.sin,
-    "cos": jnp.cos, "tanh": jnp.tanh, "sigmoid": _sigmoid, "relu": lambda x: jnp.maximum(x, 0),
+    "cos": jnp.cos, "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid, "relu": lambda x: jnp.maximum(x, 0),
     "not": jnp.logical_not, "sign": jnp.sign, "floor": jnp.floor, "ceil": jnp.ceil,
     "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.true_divide, "pow": jnp.power,
     "maximum": jnp.maximum, "minimum": jnp.minimum, "lt": jnp.less, "le": jnp.less_equal, "gt": jnp.greater,
@@ -394,10 +392,11 @@ class JaxBackend(Backend):
     def covers(self, op_type: type) -> bool:
         return op_type in IMPLS or issubclass(op_type, (*HOST, *INDEXED, ops.ConstOp, ops.UDFOp, ops.FusedOp))
 
+    @contextlib.contextmanager
     def running(self):
-        if self.device is None:
-            return x64(True)
-        return _Both(x64(True), jax.default_device(self.device))
+        device = jax.default_device(self.device) if self.device is not None else contextlib.nullcontext()
+        with x64(True), device:
+            yield
 
     def kernel(self, op: ops.Op) -> Kernel:
         held = self.compiled.get(id(op))
@@ -441,18 +440,3 @@ class JaxBackend(Backend):
 
     def nbytes(self, tensor) -> int:
         return int(tensor.nbytes)
-
-
-class _Both:
-    """Two context managers entered together."""
-
-    def __init__(self, first, second):
-        self.first, self.second = first, second
-
-    def __enter__(self):
-        self.first.__enter__()
-        self.second.__enter__()
-
-    def __exit__(self, *exc):
-        self.second.__exit__(*exc)
-        return self.first.__exit__(*exc)
