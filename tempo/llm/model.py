@@ -39,6 +39,11 @@ class Llama:
         config = LlamaConfig.from_file(os.path.join(path, "config.json"))
         return cls(config, Weights.from_folder(path, config), load_tokenizer(path))
 
+    @classmethod
+    def random(cls, config: LlamaConfig, seed: int = 0) -> "Llama":
+        """A model of ``config``'s sizes with random weights (no tokenizer)."""
+        return cls(config, Weights.random(config, seed))
+
     def default_attention(self) -> Attention:
         """The checkpoint's own attention: its sliding window if it has one, else causal."""
         return Attention(self.config.sliding_window)

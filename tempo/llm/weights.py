@@ -64,6 +64,24 @@ class Weights:
                    final_norm=take("model.norm.weight", (c.hidden_size,)), layers=layers)
 
     @classmethod
+    def random(cls, config: LlamaConfig, seed: int = 0) -> "Weights":
+        """Random weights (normal, scaled by ``1/sqrt(fan in)``; norms one), e.g. to benchmark a size."""
+        rng = np.random.default_rng(seed)
+
+        def normal(shape: tuple) -> np.ndarray:
+            return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+        c = config
+        tensors = {"model.embed_tokens.weight": normal((c.vocab_size, c.hidden_size)),
+                   "lm_head.weight": normal((c.vocab_size, c.hidden_size)),
+                   "model.norm.weight": np.ones(c.hidden_size, np.float32)}
+        for i in range(c.num_layers):
+            for name, shape in LAYER_TENSORS.values():
+                shape = shape(c)
+                tensors[f"model.layers.{i}.{name}"] = np.ones(shape, np.float32) if len(shape) == 1 else normal(shape)
+        return cls.from_tensors(tensors, config, "random weights")
+
+    @classmethod
     def from_folder(cls, folder: str, config: LlamaConfig) -> "Weights":
         """Read ``model.safetensors`` or the shards ``model.safetensors.index.json`` lists."""
         return cls.from_tensors(read_safetensors(folder), config, folder)
