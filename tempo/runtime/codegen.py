@@ -8,11 +8,11 @@ arithmetic of each dependence is substituted, not evaluated through an
 environment), and each input and output names its tensor store directly.
 A kernel failure is re-raised naming the user's line, as before.
 
-Statements the generator writes inline are kernel launches whose inputs are
-all read from point or block stores; a merge (which picks its branch by
-condition) and a launch reading a window store (whose rows are overwritten
-later, so its outputs may need copies) call the executor's launcher for
-their node instead. A free drops a point from the point stores of its
+Statements the generator writes inline are kernel launches and merges (an
+``if``/``elif`` over the branches' conditions) whose inputs are all read
+from point or block stores; a launch reading a window store (whose rows are
+overwritten later, so its outputs may need copies) and a merge that
+broadcasts a branch call the executor's launcher for their node instead. A free drops a point from the point stores of its
 node. The source refers to names the executor binds: ``S<n>_<j>`` (stores),
 ``K<n>`` (kernels), ``L<n>`` (launchers), ``fail``, ``evict``, ``ledger``.
 """
@@ -87,18 +87,32 @@ class Generator:
         for j in outs:
             self._emit(depth, f"S{stmt.node_id}_{j}.free_point({point})  # free {stmt.label}")
 
+    def _merge(self, n: int, edges, at: dict, point: str, depth: int) -> None:
+        """The first branch whose condition holds at the point is the merge's value there."""
+        for k, e in enumerate(edges):
+            cond = "True" if e.cond is None else py(e.cond.substitute(at))
+            self._emit(depth, f"{'if' if k == 0 else 'elif'} {cond}:")
+            self._emit(depth + 1, f"S{n}_0.write({point}, S{e.src}_{e.src_out}.read({py(e.index.substitute(at))}))")
+            if e.cond is None:
+                break
+        self._emit(depth, "ledger.launches += 1")
+
     def _execute(self, stmt: ast.Execute, depth: int) -> None:
         n = stmt.node_id
         node = self.sdg.nodes[n]
         point = py(seq(*stmt.point))
         self._emit(depth, f"# {stmt.label}" + (f" at {node.site.filename}:{node.site.lineno}" if node.site else ""))
         edges = self.sdg.in_edges(n)
-        if isinstance(node.op, MergeOp) or any(self.kinds.get((e.src, e.src_out)) == "window" for e in edges):
+        at = dict(zip(node.domain, stmt.point))
+        if any(self.kinds.get((e.src, e.src_out)) == "window" for e in edges) or \
+                (isinstance(node.op, MergeOp) and node.op.broadcast):
             self.called.add(n)
             self._emit(depth, f"L{n}({point})")
             self._emit(depth, "ledger.launches += 1")
             return
-        at = dict(zip(node.domain, stmt.point))
+        if isinstance(node.op, MergeOp):
+            self._merge(n, edges, at, point, depth)
+            return
         reads = ", ".join(f"S{e.src}_{e.src_out}.read({py(e.index.substitute(at))})" for e in edges)
         env = ", ".join([f"{name!r}: {local(name)}" for name in self.bound_names]  # kernels size by any bound
                         + [f"{d.name!r}: {py(p)}" for d, p in zip(node.domain, stmt.point)])

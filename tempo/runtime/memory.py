@@ -20,7 +20,10 @@ RESOLUTION = 0.005  # a timeline sample when live bytes moved by this share of t
 
 def owned_nbytes(backend, tensor) -> int:
     """Bytes ``tensor`` owns: 0 for a NumPy view of another array's memory."""
-    return 0 if getattr(tensor, "base", None) is not None else backend.nbytes(tensor)
+    try:
+        return 0 if tensor.base is not None else tensor.nbytes  # a NumPy array
+    except AttributeError:
+        return backend.nbytes(tensor)
 
 
 @dataclass
@@ -40,7 +43,8 @@ class Ledger:
         if not nbytes:
             return
         live = self.live[tier] = self.live[tier] + nbytes
-        self.by_store[store] = self.by_store.get(store, 0) + nbytes
+        by_store = self.by_store
+        by_store[store] = by_store.get(store, 0) + nbytes
         if live > self.peak[tier]:
             grew = live - self.peak[tier]
             self.peak[tier] = live

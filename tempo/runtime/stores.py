@@ -49,6 +49,10 @@ class PointStore:
 
     def read(self, index: tuple):
         """The tensor at a point, or the points of a slice stacked along leading axes."""
+        try:
+            return self.data[index]
+        except (KeyError, TypeError):  # not held, or a slice (unhashable)
+            pass
         if not any(isinstance(i, slice) for i in index):
             return self._get(index)
         if len(index) == 1:

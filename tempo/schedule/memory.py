@@ -15,14 +15,22 @@ condition), over the same dims, in one statement with the same point
 expressions in the same sequence (through ``if``\\ s, not through a loop).
 Tensors read at other points (``x[t - 1]``, slices) keep their stores'
 iteration-level freeing, and a free of a point store's point is the only
-free with an effect: block and window stores release whole buffers.
+free with an effect: block and window stores release whole buffers. A
+tensor whose shape is static and smaller than :data:`MIN_BYTES` is left to
+the iteration-level freeing too: freeing it early saves nothing and costs
+a statement at every point.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+
+import numpy as np
 
 from tempo.ir.sdg import SDG
 from tempo.schedule import ast
+
+MIN_BYTES = 64 * 1024
 
 
 def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int]) -> ast.Stmt:
@@ -41,7 +49,7 @@ def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int]) -> ast.Stm
 def _local(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int]) -> bool:
     """Whether every read of ``n`` is at its own point, from one statement at the same point."""
     node = sdg.nodes[n]
-    if n in keep or not edges or len(runs[n]) != 1:
+    if n in keep or not edges or len(runs[n]) != 1 or _small(node):
         return False
     (producer,) = runs[n]
     for e in edges:
@@ -96,3 +104,9 @@ def _executed_here(stmt: ast.Stmt) -> set[int]:
     if isinstance(stmt, ast.Sequence):
         return set().union(*(_executed_here(s) for s in stmt.body)) if stmt.body else set()
     return set()
+
+
+def _small(node) -> bool:
+    """Whether every output has a static shape of fewer than :data:`MIN_BYTES` bytes."""
+    return all(all(isinstance(s, int) for s in shape) and math.prod(shape) * np.dtype(dtype).itemsize < MIN_BYTES
+               for shape, dtype in zip(node.shapes, node.dtypes))

@@ -10,14 +10,15 @@ import tempo as tpo
 from tempo.errors import TempoError
 from tempo.schedule import ast
 
-XS = np.random.default_rng(0).normal(size=(3, 6, 4)).astype(np.float32)
+WIDTH = 16384  # 64 KiB per point: tempo.schedule.memory.MIN_BYTES
+XS = np.random.default_rng(0).normal(size=(3, 6, WIDTH)).astype(np.float32)
 
 
 def chain(ctx):
     """A per-step chain over t (kept apart by a recurrence), and a running sum read at t - 1."""
     (i, I), (t, T) = ctx.dims("i", "t")
     x = tpo.from_numpy(XS, dims=(i, t))
-    s = tpo.placeholder((4,), "float32", dims=(i, t))
+    s = tpo.placeholder((WIDTH,), "float32", dims=(i, t))
     s[i, 0] = x[i, 0]
     h = (s[i, t] * 2.0).tanh()
     g = h * h + 1.0
@@ -102,6 +103,18 @@ def test_a_fetched_tensor_is_never_freed():
     np.testing.assert_allclose(y2, 2 * np.tanh(XS[0]), rtol=1e-6)
     fetched = {n for n, _ in program.fetch}
     assert not fetched & {f.node_id for f in frees(program)}
+
+
+def test_small_static_tensors_are_left_to_the_iteration_level_freeing():
+    def build(ctx):
+        (t, T), = ctx.dims("t")
+        s = tpo.placeholder((4,), "float32", dims=(t,))
+        s[0] = tpo.from_numpy(XS[0, 0, :4])
+        s[t + 1] = (s[t] * 0.5).tanh() + 1.0
+        return [s], {T: 6}
+
+    program, _ = compiled(build, passes={"fuse": False})
+    assert not frees(program)
 
 
 def test_bad_memory_options_are_errors():

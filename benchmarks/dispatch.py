@@ -1,0 +1,57 @@
+"""The executor's dispatch overhead: microseconds per launched operation.
+
+A recurrence of scalar ops over ``t`` (``s[t + 1] = tanh(s[t] * 0.5) + 1``,
+islands left unfused so each op is its own launch) does almost no work per
+kernel, so its time per launch is the executor's own cost: evaluating the
+point and the input indices, reading and writing the tensor stores,
+deallocating, and calling the kernel. Prints a table and writes JSON.
+
+    .venv/bin/python benchmarks/dispatch.py
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import tempo as tpo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def measure(steps: int, repeats: int) -> dict:
+    with tpo.Context() as ctx:
+        (t, T), = ctx.dims("t")
+        s = tpo.placeholder((), "float32", dims=(t,))
+        s[0] = tpo.full((), 0.0, "float32")
+        s[t + 1] = (s[t] * 0.5).tanh() + 1.0
+        program = ctx.compile([s], passes={"fuse": False})
+    per_launch = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        program.run({T: steps})
+        per_launch.append((time.perf_counter() - start) / program.ledger.launches * 1e6)
+    return {"steps": steps, "launches": program.ledger.launches, "us_per_launch": statistics.median(per_launch),
+            "us_per_launch_all": per_launch}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "dispatch.json"))
+    args = parser.parse_args()
+    result = measure(args.steps, args.repeats)
+    print(f"{'steps':>8} {'launches':>9} {'us/launch (median)':>19}")
+    print(f"{result['steps']:>8} {result['launches']:>9} {result['us_per_launch']:>19.2f}")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(args.out + ".tmp", args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
