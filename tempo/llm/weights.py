@@ -6,8 +6,6 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-from safetensors import SafetensorError
-from safetensors.numpy import load_file
 
 from tempo.errors import TempoError
 from tempo.llm.config import LlamaConfig
@@ -103,10 +101,38 @@ def read_safetensors(folder: str) -> dict[str, np.ndarray]:
     tensors = {}
     for name in files:
         path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            raise TempoError(f"{path}: shard listed in the index is missing")
+        tensors.update(read_file(path))
+    return tensors
+
+
+# safetensors dtype -> NumPy dtype; BF16 is read as its 16 bits and widened to float32
+DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64,
+          "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def read_file(path: str) -> dict[str, np.ndarray]:
+    """The tensors of one safetensors file (memory-mapped), bfloat16 ones as float32."""
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+        data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + size)
+    except (OSError, ValueError) as err:
+        raise TempoError(f"{path}: unreadable safetensors file ({err})") from None
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info.get("dtype") not in DTYPES:
+            raise TempoError(f"{path}: tensor {name!r} has unsupported dtype {info.get('dtype')}")
+        start, stop = info["data_offsets"]
         try:
-            tensors.update(load_file(path))
-        except FileNotFoundError:
-            raise TempoError(f"{path}: shard listed in the index is missing") from None
-        except (SafetensorError, OSError, ValueError) as err:
-            raise TempoError(f"{path}: unreadable safetensors file ({err})") from None
+            array = data[start:stop].view(DTYPES[info["dtype"]]).reshape(info["shape"])
+        except ValueError as err:
+            raise TempoError(f"{path}: unreadable safetensors file (tensor {name!r}: {err})") from None
+        if info["dtype"] == "BF16":
+            array = (array.astype(np.uint32) << 16).view(np.float32)
+        tensors[name] = array
     return tensors

@@ -5,6 +5,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 import torch
 
 import tempo as tpo
@@ -40,3 +41,25 @@ def test_generation_stops_at_eos_like_transformers(checkpoint):
                                pad_token_id=pad, attention_mask=torch.ones(PROMPT.shape, dtype=torch.long)).numpy()
     np.testing.assert_array_equal(ids, expected)
     assert ids[0, 3 + 4] == eos and (ids[0, 3 + 5:] == pad).all()
+
+
+def test_bfloat16_and_float16_checkpoints_load_as_float32(checkpoint):
+    folder, hf = checkpoint("llama_gqa")
+    reference = tpo.llm.Llama.from_pretrained(folder)
+    for dtype in (torch.bfloat16, torch.float16):
+        hf.to(dtype).save_pretrained(folder)
+        model = tpo.llm.Llama.from_pretrained(folder)
+        expected = hf.model.embed_tokens.weight.detach().float().numpy()
+        np.testing.assert_array_equal(model.weights.embed, expected)
+        np.testing.assert_allclose(model.weights.layers["wq"], reference.weights.layers["wq"], rtol=1e-2, atol=1e-2)
+
+
+def test_a_truncated_file_is_a_tempo_error(checkpoint):
+    folder, _ = checkpoint("llama")
+    path = os.path.join(folder, "model.safetensors")
+    size = os.path.getsize(path)
+    for keep in (20, size - 100):                 # inside the header, inside the last tensor
+        with open(path, "r+b") as f:
+            f.truncate(keep)
+        with pytest.raises(tpo.TempoError, match="unreadable safetensors file"):
+            tpo.llm.Llama.from_pretrained(folder)
