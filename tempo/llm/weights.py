@@ -47,7 +47,7 @@ class Weights:
             value = tensors[name]
             if tuple(value.shape) != shape:
                 raise TempoError(f"{source}: tensor {name!r} has shape {tuple(value.shape)}, expected {shape}")
-            return np.asarray(value, dtype=np.float32)
+            return np.array(value, dtype=np.float32)  # a copy: never a view of the mapped file
 
         embed = take("model.embed_tokens.weight", (c.vocab_size, c.hidden_size))
         if c.tie_word_embeddings and "lm_head.weight" not in tensors:
