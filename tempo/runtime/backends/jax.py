@@ -17,11 +17,14 @@ Programs may use float64 and int64 (``eval_symbol`` is int64), so the
 backend runs with JAX's 64-bit types on, inside the executor only
 (:meth:`JaxBackend.running`), leaving other JAX code in the process as it is.
 
-Block and window stores hold device arrays. A write donates the store's
-buffer to a jitted ``dynamic_update_slice`` (TEMPO §5.2: the store is the
-buffer's only user), so XLA updates it in place instead of copying it; a
-read is a jitted dynamic slice, never the buffer itself, so a read value
-stays valid after the buffer is donated.
+Block and window stores hold device arrays (:class:`Rows`). Row writes are
+deferred: a read of a written row is the value written, and a block written
+row by row and then read whole is one stack of its rows. Otherwise the
+written rows go into the buffer by donating it to a jitted
+``dynamic_update_slice`` (TEMPO §5.2: the store is the buffer's only user),
+so XLA updates it in place instead of copying it; a read is a jitted dynamic
+slice, never the buffer itself, so a read value stays valid after the buffer
+is donated.
 """
 from __future__ import annotations
 
@@ -369,6 +372,46 @@ def _row(buffer, i):
 _rows = jax.jit(lambda buffer, start, size: lax.dynamic_slice_in_dim(buffer, start, size, 0), static_argnums=2)
 _set_row = jax.jit(lambda buffer, i, value: lax.dynamic_update_index_in_dim(buffer, value.astype(buffer.dtype),
                                                                             i, 0), donate_argnums=0)
+_stack = jax.jit(lambda values, dtype: jnp.stack([v.astype(dtype) for v in values]), static_argnums=1)
+
+
+class Rows:
+    """A block or window store's buffer whose row writes are deferred.
+
+    A write only notes its row's value. A read of a noted row returns that
+    value itself; any other read applies the notes first: when every row is
+    noted (a block written step by step, then read whole by a vectorized
+    learning step) the buffer is one stack of them, otherwise each noted row
+    is written into the buffer by a donated update. An acting loop so costs
+    no launch per row written.
+    """
+
+    __slots__ = ("shape", "dtype", "buffer", "pending")
+
+    def __init__(self, shape: tuple, dtype: str):
+        self.shape, self.dtype, self.buffer, self.pending = shape, np.dtype(dtype), None, {}
+
+    def row(self, index: int):
+        value = self.pending.get(index)
+        if value is None:
+            return _row(self.applied(), index)
+        return value if value.dtype == self.dtype else value.astype(self.dtype)
+
+    def applied(self):
+        """The buffer with every noted row written into it."""
+        pending = self.pending
+        if pending:
+            if len(pending) == self.shape[0] and self.buffer is None:
+                self.buffer = _stack(tuple(pending[k] for k in range(self.shape[0])), self.dtype)
+            else:
+                buffer = jnp.zeros(self.shape, self.dtype) if self.buffer is None else self.buffer
+                for k, value in pending.items():
+                    buffer = _set_row(buffer, k, value)
+                self.buffer = buffer
+            self.pending = {}
+        elif self.buffer is None:
+            self.buffer = jnp.zeros(self.shape, self.dtype)
+        return self.buffer
 
 
 @register("jax")
@@ -424,19 +467,22 @@ class JaxBackend(Backend):
             return np.asarray(tensor)
 
     def empty(self, shape: tuple, dtype: str):
-        return jnp.zeros(tuple(shape), dtype=dtype)
+        return Rows(tuple(shape), dtype)
 
     def write_into(self, buffer, index, value):
-        return _set_row(buffer, index, value)
+        buffer.pending[index] = value
+        return buffer
 
     def view(self, buffer, index):
         with x64(True):
             if isinstance(index, slice):
-                return _rows(buffer, index.start, index.stop - index.start)
-            return _row(buffer, index)
+                return _rows(buffer.applied(), index.start, index.stop - index.start)
+            return buffer.row(index)
 
     def detach(self, tensor, sources: list):
         return tensor  # immutable: a value never changes under a reader
 
     def nbytes(self, tensor) -> int:
+        if isinstance(tensor, Rows):
+            return int(np.prod(tensor.shape)) * tensor.dtype.itemsize
         return int(tensor.nbytes)
