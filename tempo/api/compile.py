@@ -12,7 +12,7 @@ from tempo.ir.sdg import SDG, Edge
 from tempo.runtime.backends import Backend, get_backend
 from tempo.runtime.executor import Executor
 from tempo.runtime.executor import source as executor_source
-from tempo.runtime.memory import Ledger
+from tempo.runtime.memory import BudgetExceeded, Ledger, parse_bytes
 from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains, isl_schedule
 from tempo.schedule import memory as schedule_memory
@@ -38,6 +38,7 @@ class Program:
     timings: dict[str, float] = field(default_factory=dict)
     pass_stats: list = field(default_factory=list)  # tempo.transforms.PassStat per pass run
     ledger: Ledger | None = None  # the memory accounting of the last run
+    memory: dict = field(default_factory=dict)  # the memory options compiled with
 
     def passes_report(self) -> str:
         """A table of the passes run: the SDG's node count before and after each, and its seconds."""
@@ -52,9 +53,12 @@ class Program:
         self.validate(values)
         start = time.perf_counter()
         executor = Executor(self.sdg, self.ast, self.backend, values, keep={n for n, _ in self.fetch},
-                            stores=stores)
+                            stores=stores, device_budget=self.memory.get("device_budget"))
         self.ledger = executor.ledger
-        executor.run()
+        try:
+            executor.run()
+        except BudgetExceeded as over:
+            raise TempoError(self._over_budget(over), self.site) from None
         self.timings["run"] = time.perf_counter() - start
         return [self._gather(executor, n, out, values) for n, out in self.fetch]
 
@@ -79,6 +83,15 @@ class Program:
         """Check for out-of-range reads, for these bounds or (None) for every bound."""
         context = self.domains.context if bounds is None else isl_domains.pinned(self.domains, bounds)
         isl_domains.check_reads_in_range(self.sdg, self.domains, context)
+
+    def _over_budget(self, over: BudgetExceeded) -> str:
+        largest = sorted(over.holders.items(), key=lambda kv: -kv[1])[:5]
+        held = "; ".join(f"{nbytes / 2**20:.1f} MiB: {self.sdg.describe(int(name.rsplit('%', 1)[1]))}"
+                         for name, nbytes in largest)
+        return (f"the device budget of {over.budget / 2**20:.1f} MiB cannot hold this program: "
+                f"{over.live / 2**20:.1f} MiB would be live at once (what swapping to the host leaves on the "
+                f"device: what one launch reads and writes, and what is read at the point it is written). "
+                f"The largest tensors held then: {held}")
 
     def _check_bounds(self, bounds: dict) -> dict[str, int]:
         values = {}
@@ -153,7 +166,7 @@ def _sinks_before_next_state(ctx, sdg: SDG) -> list[Edge]:
     return out
 
 
-MEMORY_OPTIONS = {"deallocate": bool}
+MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes"}
 
 
 def compile_program(ctx, fetch: list, backend: str | None = None, site=None, passes: dict | None = None,
@@ -215,17 +228,19 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
         start = time.perf_counter()
         tree = schedule_memory.insert_deallocations(sdg, tree, {n for n, _ in fetch_ids})
         timings["memory"] = time.perf_counter() - start
-    return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats)
+    return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats,
+                   memory=memory)
 
 
 def _memory_options(memory: dict | None, site) -> dict:
-    options = {"deallocate": True}
+    options = {"deallocate": True, "device_budget": None}
     for key, value in (memory or {}).items():
-        kind = MEMORY_OPTIONS.get(key)
-        if kind is None:
+        if key not in MEMORY_OPTIONS:
             raise TempoError(f"memory names {key!r}, not a memory option; the options are "
                              f"{', '.join(MEMORY_OPTIONS)}", site)
-        if not isinstance(value, kind):
-            raise TempoError(f"memory[{key!r}] takes a {kind.__name__}, got {value!r}", site)
-        options[key] = value
+        parsed = value if key == "deallocate" and isinstance(value, bool) else \
+            parse_bytes(value) if key == "device_budget" else None
+        if parsed is None:
+            raise TempoError(f"memory[{key!r}] takes {MEMORY_OPTIONS[key]}, got {value!r}", site)
+        options[key] = parsed
     return options

@@ -13,7 +13,8 @@ Statements the generator writes inline are kernel launches and merges (an
 from point or block stores; a launch reading a window store (whose rows are
 overwritten later, so its outputs may need copies) and a merge that
 broadcasts a branch call the executor's launcher for their node instead. A free drops a point from the point stores of its
-node. The source refers to names the executor binds: ``S<n>_<j>`` (stores),
+node. After a launch that read a host-tier tensor (a swap plan's), what it
+loaded is unloaded. The source refers to names the executor binds: ``S<n>_<j>`` (stores),
 ``K<n>`` (kernels), ``L<n>`` (launchers), ``fail``, ``evict``, ``ledger``.
 """
 from __future__ import annotations
@@ -38,9 +39,9 @@ class Generator:
     """Writes the source of one program (see the module docstring)."""
 
     def __init__(self, sdg: SDG, kinds: dict[tuple[int, int], str], main_loop: ast.Loop | None,
-                 bound_names: list[str]):
+                 bound_names: list[str], host: set[tuple[int, int]] = frozenset()):
         self.sdg, self.kinds, self.main_loop = sdg, kinds, main_loop
-        self.bound_names = bound_names
+        self.bound_names, self.host = bound_names, host
         self.lines: list[str] = []
         self.called: set[int] = set()  # nodes whose launches go through their launcher
 
@@ -104,6 +105,12 @@ class Generator:
         self._emit(depth, f"# {stmt.label}" + (f" at {node.site.filename}:{node.site.lineno}" if node.site else ""))
         edges = self.sdg.in_edges(n)
         at = dict(zip(node.domain, stmt.point))
+        self._launch(stmt, node, edges, at, point, depth)
+        if any((e.src, e.src_out) in self.host for e in edges):
+            self._emit(depth, "ledger.unload()")
+
+    def _launch(self, stmt: ast.Execute, node, edges, at: dict, point: str, depth: int) -> None:
+        n = stmt.node_id
         if any(self.kinds.get((e.src, e.src_out)) == "window" for e in edges) or \
                 (isinstance(node.op, MergeOp) and node.op.broadcast):
             self.called.add(n)

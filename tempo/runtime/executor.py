@@ -25,12 +25,14 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import numpy as np
+
 from tempo.errors import BoundError, TempoError
 from tempo.ir.ops import ConstOp, MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Node
 from tempo.runtime.backends.base import Backend, StepFailed
 from tempo.runtime.codegen import Generator
-from tempo.runtime.memory import Ledger
+from tempo.runtime.memory import BudgetExceeded, Ledger
 from tempo.runtime.store_choice import POINT, choose_stores, last_true
 from tempo.runtime.stores import make_store
 from tempo.schedule import ast
@@ -51,18 +53,21 @@ class Executor:
     """
 
     def __init__(self, sdg: SDG, program: ast.Stmt, backend: Backend, bounds: dict[str, int],
-                 keep: set[int] = frozenset(), stores: str = "auto"):
+                 keep: set[int] = frozenset(), stores: str = "auto", device_budget: int | None = None):
         if stores not in STORES:
             raise TempoError(f"stores={stores!r} is not a store choice; use one of {', '.join(map(repr, STORES))}")
         self.sdg, self.backend, self.bounds = sdg, backend, bounds
         self.launchers: dict[int, Callable] = {}
-        self.ledger = Ledger()
+        self.ledger = Ledger(budget=device_budget)
         self.main_loop, self.evictions, choices = _plan(sdg, program, keep, stores)
         self.stores = {(n, j): make_store(choices.get((n, j), POINT), f"{node.op.name}%{n}", backend,
                                           node.dtypes[j], _empty_shape(node.shapes[j], bounds),
                                           bounds[bound_of(node.domain[-1]).name] if node.domain else None,
                                           self.ledger)
                        for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
+        self.host = _host_resident(sdg, self.stores) if device_budget is not None else set()
+        for key in self.host:
+            self.stores[key].tier = "host"
         self.body = self._compile(program)
 
     def run(self) -> None:
@@ -73,7 +78,8 @@ class Executor:
     def _compile(self, program: ast.Stmt) -> Callable[[dict], None]:
         """Generate the program's source (:mod:`tempo.runtime.codegen`) and bind its names."""
         kinds = {key: store.kind for key, store in self.stores.items()}
-        generator = Generator(self.sdg, kinds, self.main_loop if self.evictions else None, sorted(self.bounds))
+        generator = Generator(self.sdg, kinds, self.main_loop if self.evictions else None, sorted(self.bounds),
+                              self.host)
         self.source = generator.source(program)
         namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
                      "evict": self._evict, "fail": self._fail, "ledger": self.ledger}
@@ -93,6 +99,8 @@ class Executor:
 
     def _fail(self, n: int, point: tuple, err: Exception):
         """Re-raise a kernel's failure naming the user's line (as torch.fx does) and the point."""
+        if isinstance(err, BudgetExceeded):
+            raise err
         node = self.sdg.nodes[n]
         batched = [f"{d.name}=0..{self.bounds[bound_of(d).name] - 1}" for d in self.sdg.vectorized.get(n, ())]
         where = ", ".join([f"{d.name}={v}" for d, v in zip(node.domain, point)] + batched)
@@ -150,6 +158,23 @@ class Executor:
                 store.write(point, backend.detach(value, [inputs[k] for k in windows]) if copy else value)
 
         return launch
+
+
+SWAP_MIN_BYTES = 1 << 20
+
+
+def _host_resident(sdg: SDG, stores: dict) -> set[tuple[int, int]]:
+    """The block stores a swap plan keeps in the host tier: those of at least
+    :data:`SWAP_MIN_BYTES` a row block that some reader reads in slices (read far from
+    where they are written, as an RL learner reads what acting produced)."""
+    sliced = {(e.src, e.src_out) for e in sdg.edges if any(item.op == "slice" for item in e.index.args)}
+    host = set()
+    for key, store in stores.items():
+        if store.kind == "block" and key in sliced:
+            rows = store.length * math.prod(store.row_shape) * np.dtype(store.dtype).itemsize
+            if rows >= SWAP_MIN_BYTES:
+                host.add(key)
+    return host
 
 
 def _plan(sdg: SDG, program: ast.Stmt, keep, stores: str):

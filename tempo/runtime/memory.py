@@ -9,13 +9,44 @@ store, the peak and which stores held it, and a timeline: the live bytes
 after each kernel launch that changed them by a noticeable amount (and at
 every new peak). ``program.memory_report()`` prints it after a run and
 ``program.plot_memory(path)`` draws the timeline.
+
+With a device budget (``memory={"device_budget": "2GB"}``), the executor
+keeps large tensors that a later statement reads in slices (observations
+and activations an RL learner reads after acting) in the host tier: each
+row is evicted as it is written, and a launch that reads such a tensor
+loads what it reads onto the device for that launch only
+(:meth:`Ledger.load`, :meth:`Ledger.unload`). The device tier is held to the
+budget: going over it raises :class:`BudgetExceeded` with the tensors held.
+On the NumPy backend both tiers are host memory, so the plan is enforced by
+this accounting alone.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 TIERS = ("device", "host")
 RESOLUTION = 0.005  # a timeline sample when live bytes moved by this share of the peak (or at a new peak)
+UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+class BudgetExceeded(Exception):
+    """The device tier went over its budget; carries the bytes held then, by store."""
+
+    def __init__(self, budget: int, live: int, holders: dict[str, int]):
+        super().__init__(f"{live} bytes over a budget of {budget}")
+        self.budget, self.live, self.holders = budget, live, holders
+
+
+def parse_bytes(text) -> int | None:
+    """``"512MB"``, ``"8GB"``, ``"1.5GiB"`` or a positive int of bytes; None when it is neither."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text if text > 0 else None
+    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMG]I?B|B)?\s*", str(text).upper())
+    if not found:
+        return None
+    value = int(float(found.group(1)) * UNITS[found.group(2) or "B"])
+    return value if value > 0 else None
 
 
 def owned_nbytes(backend, tensor) -> int:
@@ -36,15 +67,20 @@ class Ledger:
     peak_holders: dict[str, int] = field(default_factory=dict)  # device tier, at its peak
     timeline: list[tuple[int, int, int]] = field(default_factory=list)  # (launch, device bytes, host bytes)
     launches: int = 0
+    budget: int | None = None  # device tier
     _sampled: int = 0
+    _loads: list = field(default_factory=list)  # (store, bytes) loaded for the current launch
 
     def add(self, store: str, nbytes: int, tier: str = "device") -> None:
         """Record ``nbytes`` (negative: freed) allocated by ``store`` in ``tier``."""
         if not nbytes:
             return
         live = self.live[tier] = self.live[tier] + nbytes
-        by_store = self.by_store
-        by_store[store] = by_store.get(store, 0) + nbytes
+        if tier == "device":
+            by_store = self.by_store
+            by_store[store] = by_store.get(store, 0) + nbytes
+            if self.budget is not None and live > self.budget and nbytes > 0:
+                raise BudgetExceeded(self.budget, live, {k: v for k, v in self.by_store.items() if v > 0})
         if live > self.peak[tier]:
             grew = live - self.peak[tier]
             self.peak[tier] = live
@@ -54,6 +90,17 @@ class Ledger:
                 return
         if abs(self.live["device"] + self.live["host"] - self._sampled) > RESOLUTION * max(self.peak["device"], 1 << 20):
             self._sample()
+
+    def load(self, store: str, nbytes: int) -> None:
+        """``nbytes`` of a host-tier tensor copied to the device for the current launch."""
+        self._loads.append((store, nbytes))
+        self.add(store, nbytes)
+
+    def unload(self) -> None:
+        """Drop what the finished launch loaded (its host copy stays)."""
+        for store, nbytes in self._loads:
+            self.add(store, -nbytes)
+        self._loads.clear()
 
     def _sample(self) -> None:
         self.timeline.append((self.launches, self.live["device"], self.live["host"]))

@@ -95,20 +95,29 @@ class _BufferStore:
     """Shared by block and window stores: buffers of rows along the innermost dim,
     one set per point of the outer dims; reads that slice outer dims stack views."""
 
+    tier = "device"  # "host": the rows are evicted as written and loaded for each launch that reads them
+
     def __init__(self, name: str, backend, dtype: str, row_shape: tuple, ledger: Ledger | None = None):
         self.name, self.backend, self.dtype, self.row_shape = name, backend, dtype, tuple(row_shape)
         self.ledger = ledger or Ledger()
 
     def _allocate(self, rows: int):
         buffer = self.backend.empty((rows,) + self.row_shape, self.dtype)
-        self.ledger.add(self.name, self.backend.nbytes(buffer))
+        self.ledger.add(self.name, self.backend.nbytes(buffer), self.tier)
         return buffer
 
     def _release(self, buffer) -> None:
-        self.ledger.add(self.name, -self.backend.nbytes(buffer))
+        self.ledger.add(self.name, -self.backend.nbytes(buffer), self.tier)
 
     def read(self, index: tuple):
-        """A row (point read) or a view of rows (slice of the innermost dim)."""
+        """A row (point read) or a view of rows (slice of the innermost dim); from the host
+        tier, loaded onto the device for the reading launch."""
+        value = self._gather(index)
+        if self.tier == "host":
+            self.ledger.load(self.name, self.backend.nbytes(value))
+        return value
+
+    def _gather(self, index: tuple):
         *outer, last = index
         if not any(isinstance(i, slice) for i in outer):
             return self._read(tuple(outer), last)

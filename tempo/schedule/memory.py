@@ -1,24 +1,27 @@
 """Deallocation statements in the schedule AST (TEMPO §5.2-§5.3).
 
-A tensor that only its own point reads, the value flowing from one
-statement to the next ones of the same loop body (a hidden layer's output
-within one acting step, each intermediate of a vectorized learner within
-one iteration), is dead as soon as its last reader at that point has run.
-This pass puts a :class:`~tempo.schedule.ast.Free` of it right after the
-statement holding that last reader, so at most a loop body's live values
-are held at once, instead of every value until the iteration ends (when
-the executor's iteration evictions would free it).
+A tensor whose every point is read once, by statements of one loop body at
+one point (a hidden layer's output read by the next layer at the same
+step, an environment's next observation read by the placeholder ``o[t + 1]``
+at the next step, each intermediate of a vectorized learner within one
+iteration), is dead as soon as those readers have run. This pass puts a
+:class:`~tempo.schedule.ast.Free` of the point they read right after the
+statement holding the last of them, so a loop body holds its live values
+only, instead of every value until the iteration ends (when the executor's
+iteration evictions would free it).
 
-A tensor qualifies when it is not fetched, runs in one statement, and
-every reader reads it at its own point (the identity index, no
-condition), over the same dims, in one statement with the same point
-expressions in the same sequence (through ``if``\\ s, not through a loop).
-Tensors read at other points (``x[t - 1]``, slices) keep their stores'
-iteration-level freeing, and a free of a point store's point is the only
-free with an effect: block and window stores release whole buffers. A
-tensor whose shape is static and smaller than :data:`MIN_BYTES` is left to
-the iteration-level freeing too: freeing it early saves nothing and costs
-a statement at every point.
+A tensor qualifies when it is not fetched and all its reads share one index
+that shifts each of the reader's dims by a constant (``x[i, t]``,
+``x[i, t - 1]``: each point is read at exactly one reader point, so after
+that point nothing reads it), from readers over the same dims run in one
+statement each, at the same point expressions, in one sequence (through
+``if``\\ s, not through a loop). A reader under a condition that does not
+hold at a point reads nothing there, so the free is still safe. Tensors
+read in slices keep their stores' iteration-level freeing; a free of a
+point store's point is the only one with an effect (block and window
+stores release whole buffers); and a tensor whose shape is static and
+smaller than :data:`MIN_BYTES` is left to the iteration-level freeing too:
+freeing it early saves nothing and costs a statement at every point.
 """
 from __future__ import annotations
 
@@ -27,14 +30,16 @@ from collections import defaultdict
 
 import numpy as np
 
-from tempo.ir.sdg import SDG
+from tempo.ir.sdg import SDG, Node
 from tempo.schedule import ast
+from tempo.symbolic.expr import Expr
+from tempo.symbolic.simplify import simplify
 
 MIN_BYTES = 64 * 1024
 
 
 def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int]) -> ast.Stmt:
-    """``program`` with a Free after the last reader of each tensor only its own point reads."""
+    """``program`` with a Free after the last reader of each point of every tensor that qualifies."""
     runs: dict[int, list[ast.Execute]] = defaultdict(list)
     for ex in ast.statements(program):
         runs[ex.node_id].append(ex)
@@ -42,56 +47,77 @@ def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int]) -> ast.Stm
     for e in sdg.edges:
         if e.sink_in >= 0:
             readers[e.src].append(e)
-    local = {n: {e.sink for e in readers[n]} for n in runs if _local(sdg, n, readers[n], runs, keep)}
-    return _place(program, local, {n: runs[n][0] for n in local}, set())
+    frees = {}
+    for n in runs:
+        found = _read_once(sdg, n, readers[n], runs, keep)
+        if found is not None:
+            frees[n] = found
+    return _place(program, frees, set())
 
 
-def _local(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int]) -> bool:
-    """Whether every read of ``n`` is at its own point, from one statement at the same point."""
+def _read_once(sdg: SDG, n: int, edges: list, runs: dict,
+               keep: set[int]) -> tuple[tuple[Expr, ...], set[int], str] | None:
+    """``(the point freed, over the readers' loop counters; the readers; a label)`` when every
+    point of ``n`` is read at one reader point only (see the module docstring)."""
     node = sdg.nodes[n]
-    if n in keep or not edges or len(runs[n]) != 1 or _small(node):
-        return False
-    (producer,) = runs[n]
+    if n in keep or not edges or _small(node):
+        return None
+    first = edges[0]
+    reader_domain = sdg.nodes[first.sink].domain
+    if not _shift_of(first.index, reader_domain, len(node.domain)):
+        return None
+    points = set()
     for e in edges:
         sink = sdg.nodes[e.sink]
-        if e.cond is not None or len(runs.get(e.sink, ())) != 1 or len(sink.domain) != len(node.domain):
+        if e.index is not first.index or len(runs.get(e.sink, ())) != 1 or \
+                not (len(sink.domain) == len(reader_domain) and all(a is b for a, b in zip(sink.domain, reader_domain))):
+            return None
+        points.add(runs[e.sink][0].point)
+    if len(points) != 1:
+        return None
+    (point,) = points
+    at = dict(zip(reader_domain, point))
+    freed = tuple(simplify(item.substitute(at)) for item in first.index.args)
+    label = runs[n][0].label
+    return freed, {e.sink for e in edges}, label
+
+
+def _shift_of(index: Expr, reader_domain: tuple[Expr, ...], rank: int) -> bool:
+    """Whether item ``k`` of ``index`` is the reader's dim ``k`` plus a constant, for every ``k``."""
+    if len(index.args) != rank or len(reader_domain) != rank:
+        return False
+    for item, d in zip(index.args, reader_domain):
+        if item.op == "slice":
             return False
-        if not all(item is d for item, d in zip(e.index.args, node.domain)) or \
-                not all(a is b for a, b in zip(sink.domain, node.domain)):
-            return False
-        (reader,) = runs[e.sink]
-        if not all(a is b for a, b in zip(reader.point, producer.point)):
+        offset = simplify(item - d)
+        if not offset.is_const:
             return False
     return True
 
 
-def _place(stmt: ast.Stmt, local: dict[int, set[int]], producers: dict[int, ast.Execute],
-           placed: set[int]) -> ast.Stmt:
-    """Insert each Free after the child of the innermost sequence that holds the producer and
-    its readers (``placed``: the tensors freed already, deeper in)."""
+def _place(stmt: ast.Stmt, frees: dict, placed: set[int]) -> ast.Stmt:
+    """Insert each Free after the child of the innermost sequence that holds all its readers
+    (``placed``: the tensors freed already, deeper in)."""
     if isinstance(stmt, ast.Loop):
-        return ast.Loop(stmt.var, stmt.start, stmt.cond, stmt.step, _place(stmt.body, local, producers, placed))
+        return ast.Loop(stmt.var, stmt.start, stmt.cond, stmt.step, _place(stmt.body, frees, placed))
     if isinstance(stmt, ast.If):
-        orelse = _place(stmt.orelse, local, producers, placed) if stmt.orelse is not None else None
-        return ast.If(stmt.cond, _place(stmt.then, local, producers, placed), orelse)
+        orelse = _place(stmt.orelse, frees, placed) if stmt.orelse is not None else None
+        return ast.If(stmt.cond, _place(stmt.then, frees, placed), orelse)
     if not isinstance(stmt, ast.Sequence):
         return stmt
-    children = [_place(child, local, producers, placed) for child in stmt.body]
+    children = [_place(child, frees, placed) for child in stmt.body]
     here = [_executed_here(child) for child in children]
-    frees: dict[int, list[ast.Free]] = defaultdict(list)
-    for n, sinks in local.items():
-        at = next((k for k, nodes in enumerate(here) if n in nodes), None)
-        if at is None or n in placed:
+    after: dict[int, list[ast.Free]] = defaultdict(list)
+    for n, (point, sinks, label) in frees.items():
+        holding = [k for k, nodes in enumerate(here) if nodes & sinks]
+        if n in placed or not holding or set().union(*(here[k] & sinks for k in holding)) != sinks:
             continue
-        last = [k for k, nodes in enumerate(here) if nodes & sinks]
-        if len(set().union(*(here[k] & sinks for k in last))) == len(sinks) and min(last) >= at:
-            producer = producers[n]
-            frees[max(last)].append(ast.Free(n, producer.point, producer.label))
-            placed.add(n)
+        after[max(holding)].append(ast.Free(n, point, label))
+        placed.add(n)
     body = []
     for k, child in enumerate(children):
         body.append(child)
-        body.extend(frees.get(k, ()))
+        body.extend(after.get(k, ()))
     return ast.Sequence(tuple(body))
 
 
@@ -106,7 +132,7 @@ def _executed_here(stmt: ast.Stmt) -> set[int]:
     return set()
 
 
-def _small(node) -> bool:
+def _small(node: Node) -> bool:
     """Whether every output has a static shape of fewer than :data:`MIN_BYTES` bytes."""
     return all(all(isinstance(s, int) for s in shape) and math.prod(shape) * np.dtype(dtype).itemsize < MIN_BYTES
                for shape, dtype in zip(node.shapes, node.dtypes))
