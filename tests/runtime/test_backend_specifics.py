@@ -1,6 +1,7 @@
 """What the torch and JAX backends must do like NumPy's: the same random bits, NumPy's dtype
-promotion, host arrays for user functions; and what the JAX backend must not do: recompile a
-step-indexed read at every step, or leave 64-bit types on outside a run."""
+promotion (every elementwise function, reduction and scan on int, float and bool inputs), host
+arrays for user functions; and what the JAX backend must not do: recompile a step-indexed read
+at every step, or leave 64-bit types on outside a run."""
 from __future__ import annotations
 
 import numpy as np
@@ -93,3 +94,50 @@ def test_jax_turns_64_bit_types_on_only_inside_a_run():
     np.testing.assert_array_equal(out, np.arange(4.0) * 0.1)
     assert not jax.config.jax_enable_x64
     assert jnp.zeros(1).dtype == jnp.float32
+
+
+def kernel_cases() -> list:
+    """(op, inputs) over int64, float32 and bool inputs: every elementwise function, reduction and scan."""
+    from tempo.ir import ops
+    from tempo.runtime.backends import numpy as np_backend
+
+    rng = np.random.default_rng(0)
+    ints = rng.integers(-5, 6, size=(3, 4)).astype(np.int64)
+    divisors = rng.integers(1, 4, size=(3, 4)).astype(np.int64)
+    floats = rng.standard_normal((3, 4)).astype(np.float32)
+    bools = ints > 0
+    cases = []
+    for fn in np_backend.ELEMENTWISE:
+        if fn == "where":
+            cases += [(ops.ElementwiseOp(fn), [bools, ints, floats]), (ops.ElementwiseOp(fn), [ints, ints, divisors])]
+        elif fn in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne",
+                    "and", "or", "mod", "floordiv"):
+            for a, b in ((ints, divisors), (ints, floats), (np.abs(floats), divisors), (bools, divisors)):
+                cases.append((ops.ElementwiseOp(fn), [a, b]))
+        else:
+            cases += [(ops.ElementwiseOp(fn), [np.abs(x) if fn in ("log", "sqrt") else x])
+                      for x in (ints + 6, floats, bools) if not (x is bools and fn not in ("not", "abs"))]
+    for fn in np_backend.REDUCERS:
+        for x in (ints, floats, bools):
+            cases += [(ops.ReduceOp(fn, axes, keep), [x]) for axes in ((), (0,), (0, 1)) for keep in (False, True)]
+    for x in (ints, floats, bools):
+        cases += [(ops.CumSumOp(1), [x]), (ops.ScanOp(1), [x]), (ops.ScanOp(0, gamma=0.5, reverse=True), [x]),
+                  (ops.ScanOp(1, window=2), [x])]
+    return cases
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kernels_give_numpys_dtypes_and_values(backend):
+    from tempo.runtime.backends import get_backend
+
+    reference, chosen = get_backend("numpy"), get_backend(backend)
+    wrong = []
+    with chosen.running(), np.errstate(all="ignore"):
+        for op, xs in kernel_cases():
+            want = np.asarray(reference.kernel(op)(xs, {}, ())[0])
+            got = chosen.to_numpy(chosen.kernel(op)([chosen.cast(x, x.dtype.name) for x in xs], {}, ())[0])
+            same = got.dtype == want.dtype and got.shape == want.shape
+            if not (same and np.allclose(got, want, rtol=1e-6, equal_nan=True)):
+                wrong.append(f"{op} on {[x.dtype.name for x in xs]}: {got.dtype}{got.shape}, NumPy {want.dtype}"
+                             f"{want.shape}")
+    assert not wrong, "\n".join(wrong)

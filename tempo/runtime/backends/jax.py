@@ -113,6 +113,8 @@ def _moved(x, axis: int):
 @impl_for(ops.ScanOp)
 def _scan(op: ops.ScanOp, xs: list, env: dict) -> tuple:
     x = _moved(xs[0], op.axis)
+    if x.dtype == np.bool_ and op.gamma == 1.0:
+        x = x.astype(np.int64)  # NumPy counts: a running sum of bools is int64
     if op.window:
         n = x.shape[0]
         padded = jnp.concatenate([jnp.zeros((op.window - 1, *x.shape[1:]), x.dtype), x])
@@ -121,7 +123,6 @@ def _scan(op: ops.ScanOp, xs: list, env: dict) -> tuple:
             out = out + padded[j:j + n]
         return (jnp.moveaxis(out, 0, op.axis),)
     if op.gamma == 1.0:
-        x = x.astype(np.int64) if x.dtype == np.bool_ else x
         out = jnp.flip(jnp.cumsum(jnp.flip(x, 0), axis=0), 0) if op.reverse else jnp.cumsum(x, axis=0)
         return (jnp.moveaxis(out, 0, op.axis),)
     dtype = np.result_type(x.dtype, np.float32)

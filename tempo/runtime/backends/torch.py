@@ -66,12 +66,16 @@ def _promoted(np_fn: Callable, arity: int) -> Callable:
     return rule
 
 
+def _abs(x):
+    return x if x.dtype == torch.bool else torch.abs(x)
+
+
 def _where(cond, a, b):
     return torch.where(cond.to(torch.bool), a, b)
 
 
 ELEMENTWISE = {
-    "neg": torch.neg, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "abs": torch.abs,
+    "neg": torch.neg, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "abs": _abs,
     "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu,
     "not": torch.logical_not, "sign": torch.sign, "floor": torch.floor, "ceil": torch.ceil,
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.true_divide, "pow": torch.pow,
@@ -155,6 +159,8 @@ def _reduce(op: ops.ReduceOp, device) -> Kernel:
 def _scan(op: ops.ScanOp, device) -> Kernel:
     def run(inputs, env, point):
         x = torch.movedim(inputs[0], op.axis, 0)
+        if x.dtype == torch.bool and op.gamma == 1.0:
+            x = x.to(torch.int64)  # NumPy counts: a running sum of bools is int64
         if op.window:
             pad = torch.zeros((op.window - 1, *x.shape[1:]), dtype=x.dtype, device=x.device)
             out = torch.cat([pad, x]).unfold(0, op.window, 1).sum(dim=-1)
@@ -162,7 +168,7 @@ def _scan(op: ops.ScanOp, device) -> Kernel:
         if op.reverse:
             x = torch.flip(x, (0,))
         if op.gamma == 1.0:
-            out = torch.cumsum(x, dim=0, dtype=torch.int64 if x.dtype == torch.bool else None)
+            out = torch.cumsum(x, dim=0)
         else:
             dtype = DTYPES[np.result_type(NP_DTYPE[x.dtype], np.float32).name]
             out = torch.empty(x.shape, dtype=dtype, device=x.device)
