@@ -31,7 +31,10 @@ from __future__ import annotations
 import contextlib
 from typing import Callable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from tempo.errors import TempoError
 from tempo.ir import ops
@@ -39,10 +42,6 @@ from tempo.runtime.backends import numpy as np_backend
 from tempo.runtime.backends.base import Backend, Kernel, StepFailed, register
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import seq
-
-import jax  # noqa: E402  (after tempo's own imports: the package may be missing)
-import jax.numpy as jnp  # noqa: E402
-from jax import lax  # noqa: E402
 
 x64 = jax.enable_x64  # a context manager: 64-bit types while it is entered
 

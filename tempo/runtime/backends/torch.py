@@ -22,16 +22,14 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+import torch
 
 from tempo.errors import TempoError
 from tempo.ir import ops
-from tempo.runtime import counter_rng
 from tempo.runtime.backends import numpy as np_backend
 from tempo.runtime.backends.base import Backend, Kernel, StepFailed, register
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import seq
-
-import torch  # noqa: E402  (after tempo's own imports: the package may be missing)
 
 DTYPES = {name: getattr(torch, name) for name in
           ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
