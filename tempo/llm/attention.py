@@ -11,28 +11,31 @@ from tempo.errors import TempoError
 @dataclass(frozen=True)
 class Attention:
     """``window`` None: causal (``k[0:t+1]``); else the last ``window`` positions
-    (``k[max(0, t-window+1):t+1]``)."""
+    (``k[max(0, t-window+1):t+1]``). ``tile``: causal attention computed over
+    tiles of this static size (``tempo.llm.tiling``)."""
 
     window: int | None = None
+    tile: int | None = None
 
     @classmethod
     def parse(cls, spec) -> "Attention":
-        """``"causal"``, ``("window", w)``, ``"window:w"`` or an Attention."""
+        """``"causal"``, ``("window", w)`` / ``"window:w"``, ``("tiled", Z)`` / ``"tiled:Z"``
+        (causal, in static tiles of ``Z`` positions) or an Attention."""
         if isinstance(spec, Attention):
             return spec
         if spec == "causal":
             return cls()
-        if isinstance(spec, str) and spec.startswith("window:"):
-            spec = ("window", spec[len("window:"):])
-        if isinstance(spec, (tuple, list)) and len(spec) == 2 and spec[0] == "window":
+        if isinstance(spec, str) and ":" in spec:
+            spec = tuple(spec.split(":", 1))
+        if isinstance(spec, (tuple, list)) and len(spec) == 2 and spec[0] in ("window", "tiled"):
             try:
                 width = int(spec[1])
             except (TypeError, ValueError):
                 width = 0
             if width >= 1:
-                return cls(width)
-        raise TempoError(f"unknown attention spec {spec!r}; use 'causal', ('window', w) or 'window:w' "
-                         f"with w >= 1")
+                return cls(width) if spec[0] == "window" else cls(tile=width)
+        raise TempoError(f"unknown attention spec {spec!r}; use 'causal', ('window', w) / 'window:w' or "
+                         f"('tiled', Z) / 'tiled:Z' with w, Z >= 1")
 
     def read(self, x: RT, layer, position) -> RT:
         """``x`` at layer ``layer`` and the positions ``position`` attends to (a leading axis)."""
@@ -41,4 +44,6 @@ class Attention:
         return x[layer, tpo.max(0, position - self.window + 1):position + 1]
 
     def __str__(self) -> str:
+        if self.tile is not None:
+            return f"tiled:{self.tile}"
         return "causal" if self.window is None else f"window:{self.window}"

@@ -54,7 +54,8 @@ class Llama:
                  on_token: Callable[[np.ndarray, int], None] | None = None) -> np.ndarray:
         """Decode ``max_new_tokens`` tokens after ``prompt_ids`` (batch, prompt) or (prompt,).
 
-        ``attention``: ``"causal"``, ``("window", w)`` / ``"window:w"``, or None for the
+        ``attention``: ``"causal"``, ``("window", w)`` / ``"window:w"``, ``("tiled", Z)`` /
+        ``"tiled:Z"`` (causal attention in static tiles of ``Z`` positions), or None for the
         checkpoint's own. Greedy unless ``do_sample``; sampling is deterministic given
         ``seed``. ``on_token(tokens, position)`` sees each new token column (batch,) as it
         is produced. Returns the int64 ids (batch, prompt + new); with ``stop_at_eos``,
@@ -76,9 +77,8 @@ class Llama:
 
         with tpo.Context(seed=seed) as ctx:
             dp = program_mod.build(self.config, self.weights, prompt, attention, sampling, report)
-            (_, T), (_, L) = dp.positions, dp.layers
             compiled = ctx.compile(fetch=[dp.tokens], backend=backend)
-            (tokens,) = compiled.run({L: self.config.num_layers, T: prompt_len + max_new_tokens})
+            (tokens,) = compiled.run(dp.bounds(self.config.num_layers, prompt_len + max_new_tokens))
         ids = np.ascontiguousarray(tokens.T.astype(np.int64))
         for position in range(reported[0], ids.shape[1]):      # the last token enters no model step
             report(ids[:, position], position)
@@ -90,7 +90,7 @@ class Llama:
         attention = self.default_attention() if attention is None else Attention.parse(attention)
         with tpo.Context() as ctx:
             dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling())
-            (logits,) = ctx.run(bounds={dp.layers[1]: self.config.num_layers, dp.positions[1]: prompt.shape[1]},
+            (logits,) = ctx.run(bounds=dp.bounds(self.config.num_layers, prompt.shape[1]),
                                 fetch=[dp.logits], backend=backend)
         return np.ascontiguousarray(logits.transpose(1, 0, 2))
 

@@ -24,6 +24,7 @@ from tempo.llm.attention import Attention
 from tempo.llm.config import LlamaConfig
 from tempo.llm.rope import inverse_frequencies, rotate_half_matrix
 from tempo.llm.sampling import Sampling
+from tempo.llm.tiling import tiled_attention
 from tempo.llm.weights import Weights
 from tempo.nn.functional import silu, softmax
 
@@ -36,6 +37,15 @@ class DecodeProgram:
     logits: RT
     layers: tuple  # (l, L): the layer dim's step and bound symbols
     positions: tuple  # (t, T): the position dim's
+    tiles: tuple | None = None  # (n, N): the attention tile dim's, when attention is tiled
+    tile: int | None = None
+
+    def bounds(self, num_layers: int, length: int) -> dict:
+        """The run's bounds for ``num_layers`` layers and ``length`` positions."""
+        out = {self.layers[1]: num_layers, self.positions[1]: length}
+        if self.tiles is not None:
+            out[self.tiles[1]] = -(-length // self.tile)
+        return out
 
 
 def embed(tokens: RT, table: np.ndarray, position, on_token=None, first: int = 0) -> RT:
@@ -71,7 +81,11 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     c = config
     batch, prompt_len = prompt.shape
     ctx = tpo.api.context.current()
-    (l, L), (t, T) = ctx.dims("l", "t")
+    if attention.tile is None:
+        (l, L), (t, T) = ctx.dims("l", "t")
+        tiles = None
+    else:
+        (l, L), (t, T), tiles = ctx.dims("l", "t", "n")
     w = {name: F.from_numpy(a, dims=(l,)) for name, a in weights.layers.items()}
 
     tokens = F.placeholder((batch,), "int64", dims=(t,))
@@ -94,11 +108,14 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     q = rotary(F.reshape(F.matmul(xn, w["wq"]), batch, c.num_heads, c.head_dim), cos, sin, rotate)
     k = rotary(F.reshape(F.matmul(xn, w["wk"]), batch, c.num_kv_heads, c.head_dim), cos, sin, rotate)
     v = F.reshape(F.matmul(xn, w["wv"]), batch, c.num_kv_heads, c.head_dim)
-    keys, values = attention.read(k, l, t), attention.read(v, l, t)      # (S, batch, kv heads, head_dim)
     groups = c.num_heads // c.num_kv_heads
     qg = F.reshape(q, batch, c.num_kv_heads, groups, c.head_dim)
-    scores = F.matmul(qg, F.permute(keys, 1, 2, 3, 0)) * (c.head_dim ** -0.5)   # (batch, kv, groups, S)
-    mixed = F.matmul(softmax(scores, axis=-1), F.permute(values, 1, 2, 0, 3))     # (batch, kv, groups, hd)
+    if tiles is None:
+        keys, values = attention.read(k, l, t), attention.read(v, l, t)      # (S, batch, kv heads, head_dim)
+        scores = F.matmul(qg, F.permute(keys, 1, 2, 3, 0)) * (c.head_dim ** -0.5)   # (batch, kv, groups, S)
+        mixed = F.matmul(softmax(scores, axis=-1), F.permute(values, 1, 2, 0, 3))     # (batch, kv, groups, hd)
+    else:
+        mixed = tiled_attention(qg, k, v, l, t, tiles[0], attention.tile, c.head_dim ** -0.5)
     x = x + F.matmul(F.reshape(mixed, batch, c.num_heads * c.head_dim), w["wo"])
     xn = rms_norm(x, w["post_norm"], c.rms_norm_eps)
     y = x + F.matmul(silu(F.matmul(xn, w["w_gate"])) * F.matmul(xn, w["w_up"]), w["w_down"])
@@ -107,4 +124,4 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     out = rms_norm(y[L - 1, t], F.from_numpy(weights.final_norm), c.rms_norm_eps)
     logits = F.matmul(out, F.from_numpy(weights.head))
     tokens[t + 1] = sampling.next_token(logits, t)[t]
-    return DecodeProgram(tokens, logits, (l, L), (t, T))
+    return DecodeProgram(tokens, logits, (l, L), (t, T), tiles, attention.tile)

@@ -42,3 +42,16 @@ def test_window_matters(checkpoint):
     assert np.abs(causal - hf_logits(hf, ids)).max() > 1e-2
     np.testing.assert_allclose(model.logits(ids, attention=("window", 6)), hf_logits(hf, ids), atol=1e-4,
                                rtol=1e-4)
+
+
+@pytest.mark.slow      # compiling the tiled program takes isl 30 s or more
+@pytest.mark.parametrize("tile", [4, 7, 64])
+def test_statically_tiled_causal_attention_matches_transformers(checkpoint, tile):
+    """Causal attention in tiles of a static size (the last one padded and masked) gives
+    transformers' tokens and logits, whether or not the tile size divides the length."""
+    folder, hf = checkpoint("llama_gqa")
+    model = tpo.llm.Llama.from_pretrained(folder)
+    expected = hf_greedy(hf, PROMPT, 32)
+    np.testing.assert_array_equal(model.generate(PROMPT, max_new_tokens=32, attention=("tiled", tile)), expected)
+    np.testing.assert_allclose(model.logits(expected, attention=f"tiled:{tile}"), hf_logits(hf, expected),
+                               atol=1e-4, rtol=1e-4)

@@ -1,0 +1,42 @@
+"""Static tiling of causal attention (TEMPO §4.3, Fig. 13).
+
+Causal attention at position ``t`` reads ``k[0:t+1]``, whose size changes
+every step. Tiled, it reads ``ceil((t + 1) / Z)`` tiles of a static size
+``Z``: tile ``n`` is ``k[n*Z:min((n+1)*Z, t+1)]``, zero-padded to ``Z`` rows,
+so only the last tile is ever padded. The tile index is a temporal dim
+``n``; every tensor computed per tile has a static shape. The padded rows
+are masked: ``-inf`` before the max, hence 0 after the exponential, for the
+sums and the product with the values. The softmax is assembled from the
+tiles' partial results, read as ``x[0:t//Z + 1]`` along ``n``: the largest
+score over the tiles, then each tile's exponentials against it, summed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tempo as tpo
+import tempo.api.functional as F
+from tempo.api.rt import RecurrentTensor as RT
+from tempo.api.vjp import pad
+
+
+def tiled_attention(q: RT, k: RT, v: RT, layer, position, tile, size: int, scale: float) -> RT:
+    """``softmax(q k[0:t+1]^T * scale) v[0:t+1]`` for ``q`` (batch, kv heads, groups, head_dim)
+    at ``(layer, position)``, computed over tiles of ``size`` positions along the dim ``tile``."""
+    l, t, n = layer, position, tile
+    live = n * size <= t                                    # the tiles that hold positions up to t
+
+    def tile_of(x: RT) -> RT:
+        rows = x[l, n * size:tpo.min(n * size + size, t + 1)]           # (rows <= size, batch, kv, hd)
+        return pad(rows, 0, 0, size - (tpo.min(n * size + size, t + 1) - n * size))[live]
+
+    keys, values = tile_of(k), tile_of(v)
+    offsets = F.from_numpy(np.arange(size, dtype=np.int64))
+    valid = offsets + F.eval_symbol(n * size) <= F.eval_symbol(t)          # (size,): rows at or before t
+    scores = F.matmul(q, F.permute(keys, 1, 2, 3, 0)) * scale             # (batch, kv, groups, size)
+    scores = F.where(valid, scores, F.full((), -np.inf, "float32"))
+    top = F.max(F.max(scores, axis=-1)[l, t, 0:t // size + 1], axis=0)   # over every tile
+    weights = F.exp(scores - F.unsqueeze(top[l, t], 3))                     # padded rows: exp(-inf) = 0
+    total = F.sum(F.sum(weights, axis=-1)[l, t, 0:t // size + 1], axis=0)
+    mixed = F.sum(F.matmul(weights, F.permute(values, 1, 2, 0, 3))[l, t, 0:t // size + 1], axis=0)
+    return mixed / F.unsqueeze(total, 3)
