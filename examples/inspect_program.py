@@ -1,4 +1,4 @@
-"""Look inside a Tempo program: its SDG, its fused islands, its executed domains and its schedule AST.
+"""Look inside a Tempo program: its SDG, passes, fused islands, executed domains, schedule AST, generated code and memory.
 
     tempo run examples/inspect_program.py --steps 6 --dot /tmp/sdg.dot
 
@@ -44,6 +44,8 @@ with ctx:
 
 print("== symbolic dependence graph ==")
 print(program.sdg)
+print("\n== what each pass did ==")
+print(program.passes_report())
 print("\n== fused islands (one launch per point each) ==")
 for node in program.sdg.nodes.values():
     if isinstance(node.op, FusedOp):
@@ -54,6 +56,8 @@ for node_id, points in program.domains.executed.items():
     print(f"%{node_id}: {points}")
 print("\n== schedule AST ==")
 print(program.ast)
+print("\n== the Python source the executor runs ==")
+print(program.code)
 prefix_out, ahead_out, even_out, scaled_out = program.run({T: args.steps})
 print("\n== results ==")
 print("prefix sums:   ", prefix_out)
@@ -61,6 +65,8 @@ print("forward window:", ahead_out)
 print("even steps:    ", even_out, "(NaN where undefined)")
 print("sqrt(r/2 + 1): ", scaled_out)
 print("compile stages (s):", {k: round(v, 4) for k, v in program.timings.items()})
+print("\n== memory ==")
+print(program.memory_report())
 if args.dot:
     with open(args.dot, "w") as f:
         f.write(program.sdg.to_dot())

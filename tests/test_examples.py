@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("script, args, expect", [
     ("examples/returns.py", ["--steps", "7"], "ok: returns and window means match"),
-    ("examples/inspect_program.py", ["--steps", "5"], "== fused islands"),
+    ("examples/inspect_program.py", ["--steps", "5"], "== the Python source the executor runs"),
     ("examples/superopt_islands.py", ["--batch", "4", "--steps", "5", "--budget", "0.5"],
      "ok: the same values with and without the pass"),
     ("examples/reinforce.py", ["--iterations", "2", "--batch", "2", "--steps", "20", "--nstep", "8"],
