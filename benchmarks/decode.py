@@ -18,7 +18,8 @@ The time between tokens at a length ``n`` is the mean over the last
 sequence from its first token (one run per batch and attention, timing each
 token as the runtime produces it). The baselines' cost per token does not
 depend on how the cache was filled, so they are prefilled with random keys and
-values up to ``n - last`` and then decode ``last`` tokens. Memory is the
+values up to ``n - last`` and then decode ``last`` tokens. Every system runs on
+one thread (BLAS, PyTorch, XLA), in its own subprocess. Memory is the
 process's resident set growth since decoding started (each run is its own
 process; the padded JAX cache is counted from its size, XLA's compile memory is
 not), read when the length is reached. Each run is its own subprocess.
@@ -27,7 +28,11 @@ The machine is shared with other work: timings are noisy.
     .venv/bin/python benchmarks/decode.py --quick          # a minute: tiny lengths
     .venv/bin/python benchmarks/decode.py                  # the default sweep (sized for < 30 minutes)
 
-Prints a table and writes ``docs/results/decode.json`` and ``docs/results/decode.png``.
+Two more parts: Tempo with causal attention in static tiles of each size of
+``--tiles`` at one length (TEMPO Fig. 18), and the seconds to compile the
+decoding program for 2 to 32 layers (the layer is a dim, so the program is
+the same size). Prints tables and writes ``docs/results/decode.json`` (and
+``.png``), ``decode_tiles.json`` and ``decode_compile.json``.
 """
 from __future__ import annotations
 
@@ -67,25 +72,20 @@ class Size:
         return 2 * self.vocab * self.hidden + self.layers * (layer + 2 * self.hidden) + self.hidden
 
 
-def hf_tensors(size: Size, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random weights under the Hugging Face Llama names."""
-    rng = np.random.default_rng(seed)
-    d, kv, inter = size.hidden, size.kv_heads * size.head_dim, size.intermediate
+def model_config(size: Size, max_positions: int):
+    from tempo.llm.config import LlamaConfig
 
-    def w(*shape):
-        return (rng.standard_normal(shape) * (1.0 / np.sqrt(shape[-1]))).astype(np.float32)
+    return LlamaConfig(vocab_size=size.vocab, hidden_size=size.hidden, intermediate_size=size.intermediate,
+                       num_layers=size.layers, num_heads=size.heads, num_kv_heads=size.kv_heads,
+                       head_dim=size.head_dim, max_positions=max_positions)
 
-    out = {"model.embed_tokens.weight": w(size.vocab, d), "lm_head.weight": w(size.vocab, d),
-           "model.norm.weight": np.ones(d, np.float32)}
-    for i in range(size.layers):
-        p = f"model.layers.{i}."
-        out.update({p + "input_layernorm.weight": np.ones(d, np.float32),
-                    p + "post_attention_layernorm.weight": np.ones(d, np.float32),
-                    p + "self_attn.q_proj.weight": w(d, d), p + "self_attn.k_proj.weight": w(kv, d),
-                    p + "self_attn.v_proj.weight": w(kv, d), p + "self_attn.o_proj.weight": w(d, d),
-                    p + "mlp.gate_proj.weight": w(inter, d), p + "mlp.up_proj.weight": w(inter, d),
-                    p + "mlp.down_proj.weight": w(d, inter)})
-    return out
+
+def weights(size: Size, max_positions: int):
+    """The random weights every system runs (``tempo.llm.weights.Weights``: matrices as (in, out),
+    stacked over layers)."""
+    from tempo.llm.weights import Weights
+
+    return Weights.random(model_config(size, max_positions), seed=0)
 
 
 def rss_mb() -> float:
@@ -98,18 +98,25 @@ def inverse_frequencies(size: Size) -> np.ndarray:
     return (1.0 / 10000.0 ** (np.arange(0, size.head_dim, 2) / size.head_dim)).astype(np.float32)
 
 
+def _tbt(stamps: list[float]) -> dict:
+    """The mean and the median time between consecutive ``stamps``, in ms."""
+    gaps = np.diff(stamps) * 1e3
+    return {"tbt_ms": float(np.mean(gaps)), "tbt_median_ms": float(np.median(gaps))}
+
+
 # ----- Tempo -----
 def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], last: int, tile: int | None):
     import tempo as tpo
-    from tempo.llm.config import LlamaConfig
-    from tempo.llm.weights import Weights
+    from tempo.llm import program as program_mod
+    from tempo.llm.attention import Attention
+    from tempo.llm.sampling import Sampling
+    from tempo.runtime.executor import Executor
 
-    config = LlamaConfig(vocab_size=size.vocab, hidden_size=size.hidden, intermediate_size=size.intermediate,
-                         num_layers=size.layers, num_heads=size.heads, num_kv_heads=size.kv_heads,
-                         head_dim=size.head_dim, max_positions=max(lengths) + 1)
-    model = tpo.llm.Llama(config, Weights.from_tensors(hf_tensors(size), config))
-    stamps, memory, base = {}, {}, []
+    config = model_config(size, max(lengths) + 1)
+    wts = weights(size, max(lengths) + 1)
+    stamps, memory, kv, base = {}, {}, {}, []
     wanted = set(lengths)
+    executor = []
 
     def on_token(tokens, position):
         stamps[position] = time.perf_counter()
@@ -117,27 +124,35 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
             base.append(rss_mb())
         if position + 1 in wanted:
             memory[position + 1] = rss_mb() - base[0]
+            kv[position + 1] = sum(s.nbytes() for s in executor[0].stores.values()
+                                   if type(s).__name__ in ("BlockStore", "WindowStore")) / 2 ** 20
 
-    attention = "causal" if window is None else ("window", window)
-    if tile is not None:
-        attention = ("tiled", tile)
+    with tpo.Context() as ctx:
+        dp = program_mod.build(config, wts, np.ones((batch, 1), np.int64), Attention(window, tile), Sampling(),
+                               on_token)
+        started = time.perf_counter()
+        program = ctx.compile(fetch=[dp.tokens])
+        compile_s = time.perf_counter() - started
+    bounds = {k.name: v for k, v in dp.bounds(size.layers, max(lengths)).items()}
+    executor.append(Executor(program.sdg, program.ast, program.backend, bounds, keep={n for n, _ in program.fetch}))
     start = time.perf_counter()
-    model.generate(np.ones((batch, 1), np.int64), max_new_tokens=max(lengths) - 1, attention=attention,
-                   stop_at_eos=False, on_token=on_token)
+    executor[0].run()
     total = time.perf_counter() - start
     rows = {}
     for n in lengths:
         times = [stamps[p] for p in range(n - last - 1, n) if p in stamps]
-        rows[n] = {"tbt_ms": float(np.mean(np.diff(times)) * 1e3), "mem_mb": memory.get(n)}
-    return rows, {"seconds": total}
+        rows[n] = {**_tbt(times), "mem_mb": memory.get(n), "kv_mb": kv.get(n)}
+    return rows, {"seconds": total, "compile_s": compile_s}
 
 
 # ----- PyTorch eager, growing cache -----
 def run_torch(size: Size, batch: int, window: int | None, lengths: list[int], last: int, tile=None):
     import torch
 
-    torch.manual_seed(0)
-    w = {k: torch.from_numpy(v) for k, v in hf_tensors(size).items()}
+    torch.set_num_threads(1)
+    wts = weights(size, max(lengths) + 1)
+    layers = [{k: torch.from_numpy(v[i]) for k, v in wts.layers.items()} for i in range(size.layers)]
+    embed, head, final = (torch.from_numpy(a) for a in (wts.embed, wts.head, wts.final_norm))
     inv = torch.from_numpy(inverse_frequencies(size))
     hd, h, kvh = size.head_dim, size.heads, size.kv_heads
 
@@ -152,25 +167,22 @@ def run_torch(size: Size, batch: int, window: int | None, lengths: list[int], la
 
     @torch.no_grad()
     def step(tok, pos, cache):
-        x = w["model.embed_tokens.weight"][tok]                        # (B, D)
-        for i in range(size.layers):
-            p = f"model.layers.{i}."
-            xn = norm(x, w[p + "input_layernorm.weight"])
-            q = rope((xn @ w[p + "self_attn.q_proj.weight"].T).view(batch, kvh, h // kvh, hd), pos)
-            k = rope((xn @ w[p + "self_attn.k_proj.weight"].T).view(batch, kvh, 1, hd), pos)
-            v = (xn @ w[p + "self_attn.v_proj.weight"].T).view(batch, kvh, 1, hd)
+        x = embed[tok]                                                   # (B, D)
+        for i, p in enumerate(layers):
+            xn = norm(x, p["input_norm"])
+            q = rope((xn @ p["wq"]).view(batch, kvh, h // kvh, hd), pos)
+            k = rope((xn @ p["wk"]).view(batch, kvh, 1, hd), pos)
+            v = (xn @ p["wv"]).view(batch, kvh, 1, hd)
             ck, cv = cache[i]
             ck, cv = torch.cat([ck, k], 2), torch.cat([cv, v], 2)
             if window is not None and ck.shape[2] > window:
                 ck, cv = ck[:, :, -window:], cv[:, :, -window:]
             cache[i] = (ck, cv)
             att = torch.softmax(q @ ck.transpose(-1, -2) * hd ** -0.5, -1) @ cv
-            x = x + att.reshape(batch, -1) @ w[p + "self_attn.o_proj.weight"].T
-            xn = norm(x, w[p + "post_attention_layernorm.weight"])
-            gate = torch.nn.functional.silu(xn @ w[p + "mlp.gate_proj.weight"].T)
-            x = x + (gate * (xn @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
-        logits = norm(x, w["model.norm.weight"]) @ w["lm_head.weight"].T
-        return logits.argmax(-1)
+            x = x + att.reshape(batch, -1) @ p["wo"]
+            xn = norm(x, p["post_norm"])
+            x = x + (torch.nn.functional.silu(xn @ p["w_gate"]) * (xn @ p["w_up"])) @ p["w_down"]
+        return (norm(x, final) @ head).argmax(-1)
 
     rows = {}
     for n in lengths:
@@ -182,7 +194,8 @@ def run_torch(size: Size, batch: int, window: int | None, lengths: list[int], la
         for pos in range(n - last - 1, n):
             tok = step(tok, float(pos), cache)
             stamps.append(time.perf_counter())
-        rows[n] = {"tbt_ms": float(np.mean(np.diff(stamps)) * 1e3), "mem_mb": rss_mb() - base}
+        rows[n] = {**_tbt(stamps), "mem_mb": rss_mb() - base,
+                   "kv_mb": sum(k.nbytes + v.nbytes for k, v in cache) / 2 ** 20}
         del cache
     return rows, {}
 
@@ -192,21 +205,10 @@ def run_jax(size: Size, batch: int, window: int | None, lengths: list[int], last
     import jax
     import jax.numpy as jnp
 
-    tensors = hf_tensors(size)
     hd, h, kvh, L, full = size.head_dim, size.heads, size.kv_heads, size.layers, max(lengths)
-
-    def stack(name):
-        return jnp.stack([jnp.asarray(tensors[f"model.layers.{i}.{name}"].T) for i in range(L)])
-
-    params = {k: stack(n) for k, n in [("wq", "self_attn.q_proj.weight"), ("wk", "self_attn.k_proj.weight"),
-                                       ("wv", "self_attn.v_proj.weight"), ("wo", "self_attn.o_proj.weight"),
-                                       ("wg", "mlp.gate_proj.weight"), ("wu", "mlp.up_proj.weight"),
-                                       ("wd", "mlp.down_proj.weight")]}
-    params["n1"] = jnp.stack([jnp.asarray(tensors[f"model.layers.{i}.input_layernorm.weight"]) for i in range(L)])
-    params["n2"] = jnp.stack([jnp.asarray(tensors[f"model.layers.{i}.post_attention_layernorm.weight"])
-                              for i in range(L)])
-    embed, head = jnp.asarray(tensors["model.embed_tokens.weight"]), jnp.asarray(tensors["lm_head.weight"].T)
-    final = jnp.asarray(tensors["model.norm.weight"])
+    wts = weights(size, full + 1)
+    params = {k: jnp.asarray(v) for k, v in wts.layers.items()}
+    embed, head, final = jnp.asarray(wts.embed), jnp.asarray(wts.head), jnp.asarray(wts.final_norm)
     inv = jnp.asarray(inverse_frequencies(size))
 
     def norm(x, weight):
@@ -225,7 +227,7 @@ def run_jax(size: Size, batch: int, window: int | None, lengths: list[int], last
 
         def layer(x, args):
             p, k_cache, v_cache = args
-            xn = norm(x, p["n1"])
+            xn = norm(x, p["input_norm"])
             q = rope((xn @ p["wq"]).reshape(batch, kvh, h // kvh, hd), pos)
             k = rope((xn @ p["wk"]).reshape(batch, kvh, hd), pos)
             v = (xn @ p["wv"]).reshape(batch, kvh, hd)
@@ -235,8 +237,8 @@ def run_jax(size: Size, batch: int, window: int | None, lengths: list[int], last
             s = jnp.where(visible, s, -jnp.inf)
             att = jnp.einsum("bkgs,bksd->bkgd", jax.nn.softmax(s, -1), v_cache)
             x = x + att.reshape(batch, -1) @ p["wo"]
-            xn = norm(x, p["n2"])
-            x = x + (jax.nn.silu(xn @ p["wg"]) * (xn @ p["wu"])) @ p["wd"]
+            xn = norm(x, p["post_norm"])
+            x = x + (jax.nn.silu(xn @ p["w_gate"]) * (xn @ p["w_up"])) @ p["w_down"]
             return x, (k_cache, v_cache)
 
         x, (ks, vs) = jax.lax.scan(layer, embed[tok], (params, ks, vs))
@@ -258,11 +260,39 @@ def run_jax(size: Size, batch: int, window: int | None, lengths: list[int], last
             tok, ks, vs = jitted(tok, jnp.int32(pos), ks, vs)
             tok.block_until_ready()
             stamps.append(time.perf_counter())
-        rows[n] = {"tbt_ms": float(np.mean(np.diff(stamps)) * 1e3), "mem_mb": rss_mb() - base}
+        rows[n] = {**_tbt(stamps), "mem_mb": rss_mb() - base, "kv_mb": cache_mb}
     return rows, {}
 
 
+# every system computes on one thread: the machine is shared, and BLAS threads fighting over two busy
+# cores make timings meaningless
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+
 SYSTEMS = {"tempo": run_tempo, "torch": run_torch, "jax": run_jax}
+
+
+def compile_times(size: Size, layer_counts: list[int]) -> list[dict]:
+    """Seconds to build and compile the decoding program for each number of layers."""
+    import tempo as tpo
+    from tempo.llm import program as program_mod
+    from tempo.llm.attention import Attention
+    from tempo.llm.sampling import Sampling
+
+    out = []
+    for layers in layer_counts:
+        deeper = Size(**{**asdict(size), "layers": layers})
+        wts = weights(deeper, 4096)
+        with tpo.Context() as ctx:
+            start = time.perf_counter()
+            dp = program_mod.build(model_config(deeper, 4096), wts, np.ones((4, 1), np.int64), Attention(), Sampling())
+            program = ctx.compile(fetch=[dp.tokens])
+        seconds = time.perf_counter() - start
+        out.append({"layers": layers, "compile_s": seconds, "nodes": len(program.sdg.nodes),
+                    "cse_s": program.timings.get("cse", 0.0)})
+        print(f"{layers:3d} layers: {seconds:6.2f} s to compile, {len(program.sdg.nodes)} nodes, "
+              f"cse {out[-1]['cse_s']:.2f} s", flush=True)
+    return out
 
 
 def child(spec: dict) -> dict:
@@ -275,7 +305,7 @@ def child(spec: dict) -> dict:
 def run_child(spec: dict, timeout: float) -> dict:
     try:
         proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
-                              text=True, timeout=timeout)
+                              text=True, timeout=timeout, env={**os.environ, **ONE_THREAD})
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     if proc.returncode != 0:
@@ -285,7 +315,7 @@ def run_child(spec: dict, timeout: float) -> dict:
 
 def table(results: list[dict]) -> str:
     lines = ["| attention | batch | length | " + " | ".join(f"{s} TBT ms" for s in SYSTEMS) + " | "
-             + " | ".join(f"{s} MB" for s in SYSTEMS) + " |",
+             + " | ".join(f"{s} K/V MB" for s in SYSTEMS) + " |",
              "|---|---|---|" + "---|" * (2 * len(SYSTEMS))]
     groups = {}
     for r in results:
@@ -297,7 +327,7 @@ def table(results: list[dict]) -> str:
                 row = by_system.get(system, {}).get("rows", {}).get(str(n))
                 return "-" if row is None or row.get(key) is None else f"{row[key]:.1f}"
             lines.append(f"| {attention} | {batch} | {n} | " + " | ".join(cell(s, "tbt_ms") for s in SYSTEMS)
-                         + " | " + " | ".join(cell(s, "mem_mb") for s in SYSTEMS) + " |")
+                         + " | " + " | ".join(cell(s, "kv_mb") for s in SYSTEMS) + " |")
     return "\n".join(lines)
 
 
@@ -314,12 +344,12 @@ def plot(results: list[dict], path: str) -> None:
             if (r["attention"], r["batch"]) != (attention, batch) or "rows" not in r:
                 continue
             ns = sorted(int(n) for n in r["rows"])
-            for row, key in enumerate(("tbt_ms", "mem_mb")):
+            for row, key in enumerate(("tbt_ms", "kv_mb")):
                 ys = [r["rows"][str(n)][key] for n in ns]
                 axes[row][col].plot(ns, [np.nan if y is None else y for y in ys], marker="o", label=r["system"])
         axes[0][col].set_title(f"{attention}, batch {batch}")
         axes[0][col].set_ylabel("time between tokens (ms)")
-        axes[1][col].set_ylabel("memory growth (MB)")
+        axes[1][col].set_ylabel("K/V memory held (MB)")
         for row in range(2):
             axes[row][col].set_xscale("log", base=2)
             axes[row][col].set_xlabel("sequence length")
@@ -334,14 +364,23 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny lengths and batch, to check the script")
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     parser.add_argument("--batches", nargs="+", type=int, default=[4, 16])
-    parser.add_argument("--lengths", nargs="+", type=int, default=[256, 512, 1024, 2048])
-    parser.add_argument("--causal-max", type=int, default=None,
+    parser.add_argument("--lengths", nargs="+", type=int, default=[256, 512, 1024, 2048, 4096, 8192])
+    parser.add_argument("--causal-max", type=int, default=2048,
                         help="the longest length for causal attention (default: the longest of --lengths)")
     parser.add_argument("--window", type=int, default=256)
     parser.add_argument("--attentions", nargs="+", default=["causal", "window"], choices=["causal", "window"])
     parser.add_argument("--last", type=int, default=16, help="tokens timed at each length")
     parser.add_argument("--timeout", type=float, default=1500.0, help="seconds per run")
-    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode.json"))
+    parser.add_argument("--tiles", nargs="+", type=int, default=[64, 256, 1024],
+                        help="tile sizes of the static-tiling sweep (TEMPO Fig. 18)")
+    parser.add_argument("--tile-length", type=int, default=1024, help="the length the tile sweep decodes to")
+    parser.add_argument("--tile-batches", nargs="+", type=int, default=[4])
+    parser.add_argument("--layer-counts", nargs="+", type=int, default=[2, 4, 8, 16, 32])
+    parser.add_argument("--parts", nargs="+", default=["sweep", "tiles", "compile"],
+                        choices=["sweep", "tiles", "compile"],
+                        help="sweep: lengths x systems; tiles: Tempo's tile sizes; compile: compile time per depth")
+    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode.json"),
+                        help="the sweep's JSON (and PNG); the other parts write NAME_tiles.json, NAME_compile.json")
     ns = parser.parse_args()
     if ns.child:
         print(json.dumps(child(json.loads(ns.child))))
@@ -349,6 +388,30 @@ def main() -> None:
     size = Size()
     if ns.quick:
         ns.batches, ns.lengths, ns.window, ns.last = [2], [32, 64], 16, 8
+        ns.tiles, ns.tile_length, ns.tile_batches, ns.layer_counts = [16, 64], 64, [2], [2, 4]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+    meta = {"size": asdict(size), "parameters": size.parameters(), "commit": commit.strip(),
+            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared"}
+    stem = os.path.splitext(ns.out)[0]
+    os.makedirs(os.path.dirname(ns.out), exist_ok=True)
+    if "tiles" in ns.parts:
+        tiles = []
+        for batch in ns.tile_batches:
+            for tile in [None, *ns.tiles]:
+                spec = {"system": "tempo", "batch": batch, "lengths": [ns.tile_length], "last": ns.last,
+                        "window": None, "tile": tile, "size": asdict(size)}
+                out = run_child(spec, ns.timeout)
+                out.update(batch=batch, tile=tile)
+                row = out.get("rows", {}).get(str(ns.tile_length), {})
+                print(f"tile {tile or 'none':>5} batch {batch:2d}: TBT {row.get('tbt_ms', float('nan')):7.1f} ms "
+                      f"at {ns.tile_length}, compile {out.get('compile_s', float('nan')):6.1f} s"
+                      f"{'  ' + out['error'] if 'error' in out else ''}", flush=True)
+                tiles.append(out)
+        _write(stem + "_tiles.json", {**meta, "length": ns.tile_length, "last": ns.last, "results": tiles})
+    if "compile" in ns.parts:
+        _write(stem + "_compile.json", {**meta, "results": compile_times(size, ns.layer_counts)})
+    if "sweep" not in ns.parts:
+        return
     results = []
     started = time.perf_counter()
     for attention in ns.attentions:
@@ -367,15 +430,15 @@ def main() -> None:
                       f"{'  ' + out['error'] if 'error' in out else ''}", flush=True)
                 results.append(out)
     print(table(results))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
-    report = {"size": asdict(size), "parameters": size.parameters(), "last": ns.last, "window": ns.window,
-              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared",
-              "commit": commit.strip(), "seconds": time.perf_counter() - started, "results": results}
-    os.makedirs(os.path.dirname(ns.out), exist_ok=True)
-    with open(ns.out, "w") as f:
+    _write(ns.out, {**meta, "last": ns.last, "window": ns.window, "seconds": time.perf_counter() - started,
+                    "results": results})
+    plot(results, stem + ".png")
+
+
+def _write(path: str, report: dict) -> None:
+    with open(path, "w") as f:
         json.dump(report, f, indent=1)
-    plot(results, os.path.splitext(ns.out)[0] + ".png")
-    print(f"wrote {ns.out}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
