@@ -9,8 +9,8 @@ parameters, grouped-query attention) decoded greedily three ways:
 - **torch**: an eager PyTorch decoder with a growing K/V cache (``torch.cat``
   per token; window attention keeps the last ``w`` entries), the usual
   reference implementation;
-- **jax**: a decoder step jitted end to end (all layers, ``lax.scan`` over
-  them) over a K/V cache padded to the longest length of the sweep, masking
+- **jax**: a decoder step jitted end to end (all layers) over a K/V cache
+  padded to the longest length of the sweep (donated, updated in place), masking
   what a position must not see (causal or window), as TEMPO's JAX baseline.
 
 The time between tokens at a length ``n`` is the mean over the last
@@ -207,7 +207,7 @@ def run_jax(size: Size, batch: int, window: int | None, lengths: list[int], last
 
     hd, h, kvh, L, full = size.head_dim, size.heads, size.kv_heads, size.layers, max(lengths)
     wts = weights(size, full + 1)
-    params = {k: jnp.asarray(v) for k, v in wts.layers.items()}
+    params = [{k: jnp.asarray(v[i]) for k, v in wts.layers.items()} for i in range(L)]
     embed, head, final = jnp.asarray(wts.embed), jnp.asarray(wts.head), jnp.asarray(wts.final_norm)
     inv = jnp.asarray(inverse_frequencies(size))
 
@@ -224,9 +224,8 @@ def run_jax(size: Size, batch: int, window: int | None, lengths: list[int], last
         visible = j <= pos
         if window is not None:
             visible = visible & (j > pos - window)
-
-        def layer(x, args):
-            p, k_cache, v_cache = args
+        x, new_ks, new_vs = embed[tok], [], []
+        for p, k_cache, v_cache in zip(params, ks, vs):       # unrolled: each cache updated in place
             xn = norm(x, p["input_norm"])
             q = rope((xn @ p["wq"]).reshape(batch, kvh, h // kvh, hd), pos)
             k = rope((xn @ p["wk"]).reshape(batch, kvh, hd), pos)
@@ -239,16 +238,15 @@ def run_jax(size: Size, batch: int, window: int | None, lengths: list[int], last
             x = x + att.reshape(batch, -1) @ p["wo"]
             xn = norm(x, p["post_norm"])
             x = x + (jax.nn.silu(xn @ p["w_gate"]) * (xn @ p["w_up"])) @ p["w_down"]
-            return x, (k_cache, v_cache)
-
-        x, (ks, vs) = jax.lax.scan(layer, embed[tok], (params, ks, vs))
-        return jnp.argmax(norm(x, final) @ head, -1), ks, vs
+            new_ks.append(k_cache)
+            new_vs.append(v_cache)
+        return jnp.argmax(norm(x, final) @ head, -1), tuple(new_ks), tuple(new_vs)
 
     jitted = jax.jit(step, donate_argnums=(2, 3))
-    key = jax.random.PRNGKey(0)
-    ks = jax.random.normal(key, (L, batch, kvh, full, hd), jnp.float32)
-    vs = jax.random.normal(key, (L, batch, kvh, full, hd), jnp.float32)
-    cache_mb = 2 * ks.nbytes / 2 ** 20
+    keys = jax.random.split(jax.random.PRNGKey(0), 2 * L)
+    ks = tuple(jax.random.normal(keys[i], (batch, kvh, full, hd), jnp.float32) for i in range(L))
+    vs = tuple(jax.random.normal(keys[L + i], (batch, kvh, full, hd), jnp.float32) for i in range(L))
+    cache_mb = 2 * L * ks[0].nbytes / 2 ** 20
     tok = jnp.ones(batch, jnp.int32)
     tok, ks, vs = jitted(tok, jnp.int32(0), ks, vs)      # compile
     tok.block_until_ready()
