@@ -5,9 +5,9 @@ a point store each tensor it keeps (a view of another tensor's memory, such
 as a slice of a block store's buffer, counts nothing: its owner counts it),
 a block or window store each buffer. The ledger keeps the bytes live per
 tier (``"device"``; ``"host"`` for what a swap plan moved out) and per
-store, the peak and which stores held it, and a timeline: the live bytes
-after each kernel launch that changed them by a noticeable amount (and at
-every new peak). ``program.memory_report()`` prints it after a run and
+store, the peak and which stores held it (taken again whenever the peak grows by
+0.5%), and a timeline: the live bytes whenever they moved by 0.5% of the
+peak. ``program.memory_report()`` prints it after a run and
 ``program.plot_memory(path)`` draws the timeline.
 
 With a device budget (``memory={"device_budget": "2GB"}``), the executor
@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 
 TIERS = ("device", "host")
-RESOLUTION = 0.005  # a timeline sample when live bytes moved by this share of the peak (or at a new peak)
+RESOLUTION = 0.005  # a timeline sample when live bytes moved by this share of the peak; the holders within it
 UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
@@ -68,27 +68,31 @@ class Ledger:
     timeline: list[tuple[int, int, int]] = field(default_factory=list)  # (launch, device bytes, host bytes)
     launches: int = 0
     budget: int | None = None  # device tier
-    _sampled: int = 0
     _loads: list = field(default_factory=list)  # (store, bytes) loaded for the current launch
+    _snapshot_above: int = 0  # the device peak that takes a new snapshot of the holders
+    _band: tuple[int, int] = (0, 0)  # total live bytes outside this band take a timeline sample
 
     def add(self, store: str, nbytes: int, tier: str = "device") -> None:
         """Record ``nbytes`` (negative: freed) allocated by ``store`` in ``tier``."""
         if not nbytes:
             return
-        live = self.live[tier] = self.live[tier] + nbytes
+        live = self.live[tier] + nbytes
+        self.live[tier] = live
         if tier == "device":
             by_store = self.by_store
             by_store[store] = by_store.get(store, 0) + nbytes
-            if self.budget is not None and live > self.budget and nbytes > 0:
-                raise BudgetExceeded(self.budget, live, {k: v for k, v in self.by_store.items() if v > 0})
+            if self.budget is not None and nbytes > 0 and live > self.budget:
+                raise BudgetExceeded(self.budget, live, {k: v for k, v in by_store.items() if v > 0})
         if live > self.peak[tier]:
-            grew = live - self.peak[tier]
             self.peak[tier] = live
-            if tier == "device" and (grew > RESOLUTION * live or not self.peak_holders):
+            if tier == "device" and live >= self._snapshot_above:
                 self.peak_holders = {k: v for k, v in self.by_store.items() if v > 0}
+                self._snapshot_above = int(live * (1 + RESOLUTION)) + 1
                 self._sample()
                 return
-        if abs(self.live["device"] + self.live["host"] - self._sampled) > RESOLUTION * max(self.peak["device"], 1 << 20):
+        low, high = self._band
+        total = self.live["device"] + self.live["host"]
+        if total < low or total > high:
             self._sample()
 
     def load(self, store: str, nbytes: int) -> None:
@@ -103,8 +107,10 @@ class Ledger:
         self._loads.clear()
 
     def _sample(self) -> None:
+        total = self.live["device"] + self.live["host"]
         self.timeline.append((self.launches, self.live["device"], self.live["host"]))
-        self._sampled = self.live["device"] + self.live["host"]
+        step = int(RESOLUTION * max(self.peak["device"], 1 << 20))
+        self._band = (total - step, total + step)
 
     def report(self, top: int = 8) -> str:
         """The peak per tier and the stores holding the most at the device tier's peak."""
