@@ -65,8 +65,8 @@ def embed(tokens: RT, table: np.ndarray, position, on_token=None, first: int = 0
 
 
 def rms_norm(x: RT, weight: RT, eps: float) -> RT:
-    """``x / sqrt(mean(x**2) + eps) * weight`` over the last axis."""
-    return x * (1.0 / F.sqrt(F.mean(x * x, axis=-1, keepdims=True) + eps)) * weight
+    """``x * (mean(x**2) + eps) ** -0.5 * weight`` over the last axis."""
+    return x * (F.mean(x * x, axis=-1, keepdims=True) + eps) ** -0.5 * weight
 
 
 def rotary(x: RT, cos: RT, sin: RT, rotate: RT) -> RT:
@@ -86,7 +86,9 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
         tiles = None
     else:
         (l, L), (t, T), tiles = ctx.dims("l", "t", "n")
-    w = {name: F.from_numpy(a, dims=(l,)) for name, a in weights.layers.items()}
+    stacked = dict(weights.layers)
+    stacked["wqkv"] = np.concatenate([stacked.pop("wq"), stacked.pop("wk"), stacked.pop("wv")], axis=2)
+    w = {name: F.from_numpy(a, dims=(l,)) for name, a in stacked.items()}
 
     tokens = F.placeholder((batch,), "int64", dims=(t,))
     padded = np.zeros((max(prompt_len, 1), batch), np.int64)
@@ -105,9 +107,10 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
 
     x = h[l, t]
     xn = rms_norm(x, w["input_norm"], c.rms_norm_eps)
-    q = rotary(F.reshape(F.matmul(xn, w["wq"]), batch, c.num_heads, c.head_dim), cos, sin, rotate)
-    k = rotary(F.reshape(F.matmul(xn, w["wk"]), batch, c.num_kv_heads, c.head_dim), cos, sin, rotate)
-    v = F.reshape(F.matmul(xn, w["wv"]), batch, c.num_kv_heads, c.head_dim)
+    heads, kv_heads = c.num_heads, c.num_kv_heads
+    qkv = F.reshape(F.matmul(xn, w["wqkv"]), batch, heads + 2 * kv_heads, c.head_dim)   # one product
+    qk = rotary(qkv.spatial[:, :heads + kv_heads], cos, sin, rotate)
+    q, k, v = qk.spatial[:, :heads], qk.spatial[:, heads:], qkv.spatial[:, heads + kv_heads:]
     groups = c.num_heads // c.num_kv_heads
     qg = F.reshape(q, batch, c.num_kv_heads, groups, c.head_dim)
     if tiles is None:
