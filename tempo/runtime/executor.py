@@ -57,7 +57,6 @@ class Executor:
         if stores not in STORES:
             raise TempoError(f"stores={stores!r} is not a store choice; use one of {', '.join(map(repr, STORES))}")
         self.sdg, self.backend, self.bounds = sdg, backend, bounds
-        self.launchers: dict[int, Callable] = {}
         self.ledger = Ledger(budget=device_budget)
         self.main_loop, self.evictions, choices = _plan(sdg, program, keep, stores)
         self.stores = {(n, j): make_store(choices.get((n, j), POINT), f"{node.op.name}%{n}", backend,
