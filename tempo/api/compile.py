@@ -179,7 +179,10 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     ``bounds``, the bounds of the run the program is compiled for (``ctx.run``),
     only let errors quote them: the program is compiled for every bound.
     ``memory``: ``{"deallocate": False}`` leaves out the deallocations after
-    each tensor's last reader (:mod:`tempo.schedule.memory`).
+    each tensor's last reader (:mod:`tempo.schedule.memory`);
+    ``{"device_budget": "2GB"}`` holds the device tier of every run to that
+    many bytes, keeping large sliced tensors in the host tier
+    (:mod:`tempo.runtime.memory`).
     """
     from tempo.transforms import PIPELINE, run_pipeline
 

@@ -120,7 +120,9 @@ class Context:
         store its reads call for (``"auto"``). ``backend``: ``"numpy"``, ``"torch"``
         or ``"jax"``, with an optional device (``"torch:cuda"``); None is
         ``$TEMPO_BACKEND``, else ``"numpy"``. ``memory``: memory-planning options,
-        ``{"deallocate": False}`` keeps every tensor until its iteration ends.
+        ``{"deallocate": False}`` keeps every tensor until its iteration ends,
+        ``{"device_budget": "2GB"}`` holds the device tier to a budget
+        (``docs/memory.md``).
         """
         from tempo.api.compile import compile_program
 
