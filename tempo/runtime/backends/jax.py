@@ -29,6 +29,7 @@ is donated.
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Callable
 
 import jax
@@ -204,6 +205,9 @@ def _static_names(op: ops.Op) -> tuple[str, ...]:
     return tuple(sorted({s.name for e in exprs() if not isinstance(e, int) for s in e.free_symbols()}))
 
 
+_NONE: dict = {}  # no spatial index starts
+
+
 class Island:
     """Steps run as one ``jax.jit`` function of the island's inputs and of its host values.
 
@@ -222,27 +226,33 @@ class Island:
         self.steps, self.outputs = steps, outputs
         self.host = [(j, np_backend.KERNELS[type(s.op)](s.op)) for j, s in enumerate(steps)
                      if isinstance(s.op, HOST)]
-        self.consts = [(j, jnp.asarray(s.op.value.array)) for j, s in enumerate(steps)
-                       if isinstance(s.op, ops.ConstOp)]
+        self.consts = {j: jnp.asarray(s.op.value.array) for j, s in enumerate(steps)
+                       if isinstance(s.op, ops.ConstOp)}
         self.indexes = [(j, compile_expr(seq(*s.op.items))) for j, s in enumerate(steps)
                         if isinstance(s.op, ops.SpatialIndexOp)]
         self.names = tuple(sorted({n for s in steps if not isinstance(s.op, ops.SpatialIndexOp)
                                    for n in _static_names(s.op)}))
         self.compiled = compiled  # static key -> jitted function, shared by every run of the program
+        self.keyed = bool(self.names or self.indexes)  # else one function serves every launch
 
     def __call__(self, inputs, env, point):
-        key, starts = [env[n] for n in self.names], {}
-        for j, index in self.indexes:
-            form, starts[j] = _index_form(index(env))
-            key.append(form)
-        key = tuple(key)
+        if self.keyed:
+            key, starts = [env[n] for n in self.names], {}
+            for j, index in self.indexes:
+                form, starts[j] = _index_form(index(env))
+                key.append(form)
+            key = tuple(key)
+        else:
+            key, starts = (), _NONE
         fn = self.compiled.get(key)
         if fn is None:
             forms = dict(zip([j for j, _ in self.indexes], key[len(self.names):]))
             fn = self.compiled[key] = jax.jit(self._traced({n: env[n] for n in self.names}, forms))
-        given = {j: kernel([], env, point)[0] for j, kernel in self.host}
-        for j, value in self.consts:
-            given[j] = value
+        given = self.consts
+        if self.host:
+            given = dict(given)
+            for j, kernel in self.host:
+                given[j] = kernel([], env, point)[0]
         try:
             return fn(inputs, given, starts)
         except StepFailed:
@@ -474,15 +484,15 @@ class JaxBackend(Backend):
         return buffer
 
     def view(self, buffer, index):
-        with x64(True):
-            if isinstance(index, slice):
-                return _rows(buffer.applied(), index.start, index.stop - index.start)
-            return buffer.row(index)
+        if not jax.config.jax_enable_x64:  # a read after the run (fetching), outside running()
+            with x64(True):
+                return self.view(buffer, index)
+        if isinstance(index, slice):
+            return _rows(buffer.applied(), index.start, index.stop - index.start)
+        return buffer.row(index)
 
     def detach(self, tensor, sources: list):
         return tensor  # immutable: a value never changes under a reader
 
     def nbytes(self, tensor) -> int:
-        if isinstance(tensor, Rows):
-            return int(np.prod(tensor.shape)) * tensor.dtype.itemsize
-        return int(tensor.nbytes)
+        return math.prod(tensor.shape) * tensor.dtype.itemsize
