@@ -55,3 +55,20 @@ def test_statically_tiled_causal_attention_matches_transformers(checkpoint, tile
     np.testing.assert_array_equal(model.generate(PROMPT, max_new_tokens=32, attention=("tiled", tile)), expected)
     np.testing.assert_allclose(model.logits(expected, attention=f"tiled:{tile}"), hf_logits(hf, expected),
                                atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("variant, backend", [
+    ("mistral_window", "torch"),
+    pytest.param("llama3_rope_tied", "torch", marks=pytest.mark.slow),
+    pytest.param("mistral_window", "jax", marks=pytest.mark.slow),
+    pytest.param("llama3_rope_tied", "jax", marks=pytest.mark.slow),
+])
+def test_other_backends_match_transformers(checkpoint, variant, backend):
+    """The same program on the torch and JAX backends (slow ones: compiling for them takes longer)."""
+    pytest.importorskip(backend)
+    folder, hf = checkpoint(variant)
+    model = tpo.llm.Llama.from_pretrained(folder)
+    expected = hf_greedy(hf, PROMPT, 32)
+    np.testing.assert_array_equal(model.generate(PROMPT, max_new_tokens=32, backend=backend), expected)
+    np.testing.assert_allclose(model.logits(expected, backend=backend), hf_logits(hf, expected),
+                               atol=1e-4, rtol=1e-4)
