@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 TIERS = ("device", "host")
 RESOLUTION = 0.005  # a timeline sample when live bytes moved by this share of the peak; the holders within it
 UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
@@ -50,11 +52,10 @@ def parse_bytes(text) -> int | None:
 
 
 def owned_nbytes(backend, tensor) -> int:
-    """Bytes ``tensor`` owns: 0 for a NumPy view of another array's memory."""
-    try:
-        return 0 if tensor.base is not None else tensor.nbytes  # a NumPy array
-    except AttributeError:
-        return backend.nbytes(tensor)
+    """Bytes ``tensor`` owns: 0 for a view of another tensor's memory."""
+    if type(tensor) is np.ndarray:  # the common case, without a call through the backend
+        return 0 if tensor.base is not None else tensor.nbytes
+    return backend.owned_nbytes(tensor)
 
 
 @dataclass

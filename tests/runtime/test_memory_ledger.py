@@ -36,3 +36,21 @@ def test_a_run_reports_its_peak_and_the_learner_sized_tensors_holding_it(tmp_pat
     path = tmp_path / "memory.png"
     program.plot_memory(str(path))
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("backend", ["torch"])
+def test_torch_accounts_the_bytes_numpy_does(backend):
+    """Views of a store's buffer count nothing on torch either: the peaks agree with NumPy's.
+    (JAX has no views: its slice reads are arrays of their own, and count.)"""
+    pytest.importorskip(backend)
+    peaks = {}
+    for name in ("numpy", backend):
+        with tpo.Context() as ctx:
+            (t, T), = ctx.dims("t")
+            s = tpo.placeholder((20000,), "float32", dims=(t,))
+            s[0] = tpo.from_numpy(np.ones(20000, np.float32))
+            s[t + 1] = (s[t] * 0.5).tanh() + 1.0
+            program = ctx.compile([s[0:t + 1].sum()], backend=name)
+        program.run({T: 6})
+        peaks[name] = program.ledger.peak["device"]
+    assert peaks[backend] == peaks["numpy"] > 6 * 20000 * 4

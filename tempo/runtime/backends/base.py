@@ -81,6 +81,10 @@ class Backend:
         """Bytes of ``tensor``'s elements."""
         raise NotImplementedError
 
+    def owned_nbytes(self, tensor) -> int:
+        """Bytes ``tensor`` holds of its own: 0 for a view of another tensor's memory (memory accounting)."""
+        return self.nbytes(tensor)
+
 
 _BACKENDS: dict[str, Callable[..., Backend]] = {}
 MODULES = {"numpy": "numpy", "torch": "torch", "jax": "jax"}  # backend name -> the package it needs

@@ -321,3 +321,6 @@ class NumPyBackend(Backend):
 
     def nbytes(self, tensor) -> int:
         return np.asarray(tensor).nbytes
+
+    def owned_nbytes(self, tensor) -> int:
+        return 0 if getattr(tensor, "base", None) is not None else np.asarray(tensor).nbytes

@@ -386,3 +386,6 @@ class TorchBackend(Backend):
 
     def nbytes(self, tensor) -> int:
         return tensor.numel() * tensor.element_size()
+
+    def owned_nbytes(self, tensor) -> int:
+        return 0 if getattr(tensor, "_base", None) is not None else self.nbytes(tensor)
