@@ -8,8 +8,9 @@ program has one layer whatever the depth. Keys and values are the RTs
 ``k[l, t]`` and ``v[l, t]``; attention reads ``k[l, 0:t+1]`` (causal) or
 ``k[l, max(0, t-w+1):t+1]`` (window). There is no cache: the runtime keeps
 what these reads need (a block store for the causal read, a window store for
-the window, TEMPO §6). The token at ``t + 1`` is the prompt's while the
-prompt lasts, then the one sampled from the logits at ``t``.
+the window, TEMPO §6). Tiled causal attention adds a third dim, the tile
+(``tempo.llm.tiling``). The token at ``t + 1`` is the prompt's while the
+prompt lasts, then the one picked from the logits at ``t``.
 """
 from __future__ import annotations
 
@@ -91,9 +92,7 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     w = {name: F.from_numpy(a, dims=(l,)) for name, a in stacked.items()}
 
     tokens = F.placeholder((batch,), "int64", dims=(t,))
-    padded = np.zeros((max(prompt_len, 1), batch), np.int64)
-    padded[:prompt_len] = prompt.T
-    tokens[t < prompt_len] = F.from_numpy(padded).spatial[tpo.min(t, prompt_len - 1)]
+    tokens[t < prompt_len] = F.from_numpy(np.ascontiguousarray(prompt.T)).spatial[tpo.min(t, prompt_len - 1)]
 
     embedded = embed(tokens, weights.embed, t, on_token, prompt_len)
     h = F.placeholder((batch, c.hidden_size), "float32", dims=(l, t))
@@ -111,15 +110,14 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     qkv = F.reshape(F.matmul(xn, w["wqkv"]), batch, heads + 2 * kv_heads, c.head_dim)   # one product
     qk = rotary(qkv.spatial[:, :heads + kv_heads], cos, sin, rotate)
     q, k, v = qk.spatial[:, :heads], qk.spatial[:, heads:], qkv.spatial[:, heads + kv_heads:]
-    groups = c.num_heads // c.num_kv_heads
-    qg = F.reshape(q, batch, c.num_kv_heads, groups, c.head_dim)
+    qg = F.reshape(q, batch, kv_heads, heads // kv_heads, c.head_dim)
     if tiles is None:
         keys, values = attention.read(k, l, t), attention.read(v, l, t)      # (S, batch, kv heads, head_dim)
         scores = F.matmul(qg, F.permute(keys, 1, 2, 3, 0)) * (c.head_dim ** -0.5)   # (batch, kv, groups, S)
         mixed = F.matmul(softmax(scores, axis=-1), F.permute(values, 1, 2, 0, 3))     # (batch, kv, groups, hd)
     else:
         mixed = tiled_attention(qg, k, v, l, t, tiles[0], attention.tile, c.head_dim ** -0.5)
-    x = x + F.matmul(F.reshape(mixed, batch, c.num_heads * c.head_dim), w["wo"])
+    x = x + F.matmul(F.reshape(mixed, batch, heads * c.head_dim), w["wo"])
     xn = rms_norm(x, w["post_norm"], c.rms_norm_eps)
     y = x + F.matmul(silu(F.matmul(xn, w["w_gate"])) * F.matmul(xn, w["w_up"]), w["w_down"])
     h[l + 1, t] = y
