@@ -77,16 +77,21 @@ def to_text(stmt: Stmt, indent: int = 0) -> str:
     return f"{pad}{free}{stmt.label or 'S' + str(stmt.node_id)}[{point}]"
 
 
-def statements(stmt: Stmt):
-    """Every Execute statement in program order."""
+def leaves(stmt: Stmt):
+    """Every Execute and Free statement in program order."""
     if isinstance(stmt, Sequence):
         for s in stmt.body:
-            yield from statements(s)
+            yield from leaves(s)
     elif isinstance(stmt, Loop):
-        yield from statements(stmt.body)
+        yield from leaves(stmt.body)
     elif isinstance(stmt, If):
-        yield from statements(stmt.then)
+        yield from leaves(stmt.then)
         if stmt.orelse is not None:
-            yield from statements(stmt.orelse)
-    elif isinstance(stmt, Execute):
+            yield from leaves(stmt.orelse)
+    else:
         yield stmt
+
+
+def statements(stmt: Stmt):
+    """Every Execute statement in program order."""
+    return (s for s in leaves(stmt) if isinstance(s, Execute))

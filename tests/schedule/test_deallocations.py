@@ -34,23 +34,7 @@ def compiled(build, memory=None, passes=None):
 
 
 def frees(program) -> list[ast.Free]:
-    found = []
-
-    def walk(stmt):
-        if isinstance(stmt, ast.Sequence):
-            for s in stmt.body:
-                walk(s)
-        elif isinstance(stmt, ast.Loop):
-            walk(stmt.body)
-        elif isinstance(stmt, ast.If):
-            walk(stmt.then)
-            if stmt.orelse is not None:
-                walk(stmt.orelse)
-        elif isinstance(stmt, ast.Free):
-            found.append(stmt)
-
-    walk(program.ast)
-    return found
+    return [s for s in ast.leaves(program.ast) if isinstance(s, ast.Free)]
 
 
 def test_values_read_only_at_their_point_are_freed_and_the_results_do_not_change():
@@ -67,27 +51,13 @@ def test_values_read_only_at_their_point_are_freed_and_the_results_do_not_change
 
 def test_a_free_follows_every_reader_of_the_point_it_frees():
     program, _ = compiled(chain, passes={"fuse": False})
-    order = [(type(s).__name__, s.node_id) for s in _flatten(program.ast)]
+    order = [(type(s).__name__, s.node_id) for s in ast.leaves(program.ast)]
     for kind, n in order:
         if kind != "Free":
             continue
         at = order.index(("Free", n))
         readers = {e.sink for e in program.sdg.edges if e.src == n}
         assert all(order.index(("Execute", r)) < at for r in readers)
-
-
-def _flatten(stmt):
-    if isinstance(stmt, ast.Sequence):
-        for s in stmt.body:
-            yield from _flatten(s)
-    elif isinstance(stmt, ast.Loop):
-        yield from _flatten(stmt.body)
-    elif isinstance(stmt, ast.If):
-        yield from _flatten(stmt.then)
-        if stmt.orelse is not None:
-            yield from _flatten(stmt.orelse)
-    else:
-        yield stmt
 
 
 def test_a_fetched_tensor_is_never_freed():
