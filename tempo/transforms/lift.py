@@ -85,7 +85,7 @@ def _match(sdg: SDG, node: Node, edges: list[Edge]) -> tuple[Edge, Expr, bool, f
         return None
     e = edges[0]
     src = sdg.nodes[e.src]
-    if op.name == "ReduceOp" and op.fn == "mean" and not (src.dtypes[e.src_out] == node.dtypes[0]
+    if isinstance(op, ops.ReduceOp) and op.fn == "mean" and not (src.dtypes[e.src_out] == node.dtypes[0]
                                                           and node.dtypes[0].startswith("float")):
         return None
     slices = [(dim, item) for dim, item in zip(src.domain, e.index.args) if item.op == "slice"]
@@ -172,7 +172,7 @@ def _lift(new: SDG, node: Node, e: Edge, d: Expr, op: ops.ScanOp) -> None:
     if rest:  # the other axes of a sum (or mean) of all
         steps.append((ops.ReduceOp(reduce.fn, rest), [Edge(0, 0, -1, 0, here)]))
     if reduce and reduce.fn == "mean":
-        start, stop = (item for item in e.index.args if item.op == "slice").__next__().args
+        start, stop = next(item for item in e.index.args if item.op == "slice").args
         count = _add(new, ops.EvalSymbolOp(simplify(stop - start)), node.domain, [], node)
         count = _add(new, ops.CastOp(node.dtypes[0]), node.domain, [Edge(0, 0, count.id, 0, here)], node)
         steps.append((ops.ElementwiseOp("div"), [Edge(0, 0, -1, 0, here), Edge(0, 1, count.id, 0, here)]))
