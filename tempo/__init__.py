@@ -20,7 +20,7 @@ from tempo.api.functional import (abs, cat, cos, eval_symbol, exp, from_numpy, f
 from tempo.api.functional import maximum as max
 from tempo.api.functional import minimum as min
 from tempo.api.rt import RecurrentTensor
-from tempo.api.sinks import sink
+from tempo.api.sinks import sink, stop_when
 from tempo.errors import (BoundError, DefinitionError, DomainError, ScheduleError, ShapeError,
                           TempoError)
 
@@ -29,6 +29,6 @@ __version__ = "0.1.0"
 __all__ = ["BoundError", "Context", "checkpoint", "load_checkpoint", "DefinitionError", "DomainError", "data_parallel", "RecurrentTensor", "ScheduleError",
            "ShapeError", "TempoError", "abs", "cat", "cos", "eval_symbol", "exp", "from_numpy", "full", "log",
            "llm", "max", "min", "nn", "ones", "optim", "placeholder", "random", "relu", "rl", "sigmoid", "sin", "sink",
-           "sqrt", "stop_gradient", "tanh", "udf", "where", "zeros"]
+           "sqrt", "stop_gradient", "stop_when", "tanh", "udf", "where", "zeros"]
 
 from tempo import llm  # noqa: E402  (tempo.llm builds on the names above)

@@ -39,6 +39,7 @@ class Program:
     pass_stats: list = field(default_factory=list)  # tempo.transforms.PassStat per pass run
     ledger: Ledger | None = None  # the memory accounting of the last run
     memory: dict = field(default_factory=dict)  # the memory options compiled with
+    stopped_at: dict | None = None  # where tpo.stop_when ended the last run ({dim: step}); None: at its bounds
 
     def passes_report(self) -> str:
         """A table of the passes run: the SDG's node count before and after each, and its seconds."""
@@ -48,7 +49,9 @@ class Program:
 
     def run(self, bounds: dict, stores: str = "auto") -> list[np.ndarray]:
         """Execute for ``bounds``; one array per fetched tensor. ``stores="point"`` keeps
-        every tensor in a point store instead of the store its reads call for."""
+        every tensor in a point store instead of the store its reads call for. A run that
+        ``tpo.stop_when`` ends early leaves the points it did not reach undefined (NaN or 0)
+        and sets ``stopped_at``."""
         values = self._check_bounds(bounds)
         self.validate(values)
         start = time.perf_counter()
@@ -60,6 +63,7 @@ class Program:
         except BudgetExceeded as over:
             raise TempoError(self._over_budget(over), self.site) from None
         self.timings["run"] = time.perf_counter() - start
+        self.stopped_at = executor.stopped_at
         return [self._gather(executor, n, out, values) for n, out in self.fetch]
 
     @property
@@ -103,6 +107,9 @@ class Program:
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise BoundError(f"bound {name} must be a positive integer, got {value!r}", self.site)
             values[name] = int(value)
+        for tiles, (whole, size) in self.sdg.tiles.items():  # a tile dim's bound follows from its dim's
+            if whole in values:
+                values[tiles] = -(-values[whole] // size)
         missing = [p for p in self.domains.params if p not in values]
         if missing:
             raise BoundError(f"no value given for bound symbol {', '.join(missing)} "
@@ -166,6 +173,25 @@ def _sinks_before_next_state(ctx, sdg: SDG) -> list[Edge]:
     return out
 
 
+def _stops_before_next_step(sdg: SDG, executed) -> list[Edge]:
+    """Run each ``tpo.stop_when`` check before anything at the next step of its flag's last
+    dim, so a run it ends computes nothing past the step where the flag holds."""
+    from tempo.api.sinks import STOP_LABEL
+
+    out = []
+    for s, stop in sdg.nodes.items():
+        if not (isinstance(stop.op, UDFOp) and stop.op.label == STOP_LABEL and stop.domain):
+            continue
+        last = stop.domain[-1]
+        for n, node in sdg.nodes.items():
+            if n == s or n not in executed or not any(d is last for d in node.domain):
+                continue
+            index = seq(*(d - 1 if d is last else d if any(x is d for x in node.domain)
+                          else make_slice(0, bound_of(d)) for d in stop.domain))
+            out.append(Edge(n, -1, s, 0, index, last >= 1))
+    return out
+
+
 MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes"}
 
 
@@ -222,7 +248,8 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     domains = isl_domains.analyse(sdg, roots)
     timings["analyse"] = time.perf_counter() - start
     start = time.perf_counter()
-    schedule = isl_schedule.compute_schedule(sdg, domains, _sinks_before_next_state(ctx, sdg))
+    orderings = _sinks_before_next_state(ctx, sdg) + _stops_before_next_step(sdg, domains.executed)
+    schedule = isl_schedule.compute_schedule(sdg, domains, orderings)
     timings["schedule"] = time.perf_counter() - start
     start = time.perf_counter()
     tree = isl_schedule.build_ast(sdg, domains, schedule)

@@ -14,6 +14,9 @@ import numpy as np
 from tempo.api import functional as F
 from tempo.api.rt import RecurrentTensor as RT
 from tempo.errors import TempoError, user_site
+from tempo.runtime.executor import StopRun
+
+STOP_LABEL = "stop_when"  # the label of tpo.stop_when's check (compile orders it before the next step)
 
 
 def sink_many(values: Mapping[str, RT], fn: Callable[[dict, dict], None], label: str = "sink") -> RT:
@@ -40,3 +43,16 @@ def sink_many(values: Mapping[str, RT], fn: Callable[[dict, dict], None], label:
 def sink(rt: RT, fn: Callable[..., None]) -> RT:
     """``tpo.sink(rt, fn)``: call ``fn(value, point)`` at every point of ``rt`` (``point``: dim name -> step)."""
     return sink_many({"value": rt}, lambda tensors, point: fn(tensors["value"], point))
+
+
+def stop_when(flag: RT) -> RT:
+    """``tpo.stop_when(flag)``: end the run at the first point where every element of ``flag``
+    holds. The check at a step of the flag's last dim runs before anything at the next step
+    of that dim, and nothing scheduled after it runs; fetched tensors hold what was
+    computed until then (the points not reached are undefined: NaN or 0), and the program's
+    ``stopped_at`` is the point (dim name -> step)."""
+    def check(value, point):
+        if np.all(value):
+            raise StopRun(point)
+
+    return sink_many({"flag": flag}, lambda tensors, point: check(tensors["flag"], point), label=STOP_LABEL)

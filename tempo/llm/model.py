@@ -60,7 +60,7 @@ class Llama:
         ``seed``. ``on_token(tokens, position)`` sees each new token column (batch,) as it
         is produced. Returns the int64 ids (batch, prompt + new); with ``stop_at_eos``,
         a sequence that has produced an end-of-sequence token continues with padding,
-        and the result ends once every sequence has.
+        and decoding ends (no further model step runs) once every sequence has.
         """
         prompt = self._check_prompt(prompt_ids, max_new_tokens)
         sampling = Sampling(greedy=not do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -76,13 +76,15 @@ class Llama:
                 reported[0] += 1
 
         with tpo.Context(seed=seed) as ctx:
-            dp = program_mod.build(self.config, self.weights, prompt, attention, sampling, report)
-            compiled = ctx.compile(fetch=[dp.tokens], backend=backend)
-            (tokens,) = compiled.run(dp.bounds(self.config.num_layers, prompt_len + max_new_tokens))
-        ids = np.ascontiguousarray(tokens.T.astype(np.int64))
+            dp = program_mod.build(self.config, self.weights, prompt, attention, sampling, report, stop_at_eos)
+            compiled = ctx.compile(fetch=[dp.picked], backend=backend)
+            (picked,) = compiled.run(dp.bounds(self.config.num_layers, prompt_len + max_new_tokens - 1))
+        stop = compiled.stopped_at
+        new = picked[prompt_len - 1:None if stop is None else stop[dp.positions[0].name] + 1]
+        ids = np.concatenate([prompt, new.T.astype(np.int64)], axis=1)
         for position in range(reported[0], ids.shape[1]):      # the last token enters no model step
             report(ids[:, position], position)
-        return self._stop_at_eos(ids, prompt_len) if stop_at_eos else ids
+        return ids
 
     def logits(self, ids, attention=None, backend: str = "numpy") -> np.ndarray:
         """The next-token logits (batch, length, vocab) at every position of ``ids`` (batch, length)."""
@@ -113,17 +115,3 @@ class Llama:
             raise TempoError(f"prompt of {array.shape[1]} tokens plus {max_new_tokens} new ones is longer "
                              f"than the model's maximum of {c.max_positions} positions")
         return array.astype(np.int64)
-
-    def _stop_at_eos(self, ids: np.ndarray, prompt_len: int) -> np.ndarray:
-        eos = self.config.eos_token_ids
-        if not eos:
-            return ids
-        pad = self.config.pad_token_id if self.config.pad_token_id is not None else eos[0]
-        out = ids.copy()
-        finished = np.zeros(len(ids), bool)
-        for t in range(prompt_len, ids.shape[1]):
-            out[finished, t] = pad
-            finished |= np.isin(ids[:, t], eos)
-            if finished.all():
-                return out[:, :t + 1]
-        return out

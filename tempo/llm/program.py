@@ -32,10 +32,13 @@ from tempo.nn.functional import silu, softmax
 
 @dataclass(frozen=True)
 class DecodeProgram:
-    """The RTs of one decoding program: ``tokens[t]`` (batch,), int64, and ``logits[t]`` (batch, vocab)."""
+    """The RTs of one decoding program: ``tokens[t]`` (batch,), int64, the token at ``t``;
+    ``logits[t]`` (batch, vocab); ``picked[t]``, the token picked from them (``tokens[t + 1]``
+    past the prompt)."""
 
     tokens: RT
     logits: RT
+    picked: RT
     layers: tuple  # (l, L): the layer dim's step and bound symbols
     positions: tuple  # (t, T): the position dim's
     tiles: tuple | None = None  # (n, N): the attention tile dim's, when attention is tiled
@@ -76,9 +79,10 @@ def rotary(x: RT, cos: RT, sin: RT, rotate: RT) -> RT:
 
 
 def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: Attention,
-          sampling: Sampling, on_token=None) -> DecodeProgram:
+          sampling: Sampling, on_token=None, stop_at_eos: bool = False) -> DecodeProgram:
     """The decoding program for ``prompt`` (batch, prompt length) in the current context;
-    ``on_token(ids, position)`` is called with each new token as decoding runs."""
+    ``on_token(ids, position)`` is called with each new token as decoding runs. With
+    ``stop_at_eos`` (and end-of-sequence tokens in the config), see :func:`stop_at_eos_tokens`."""
     c = config
     batch, prompt_len = prompt.shape
     ctx = tpo.api.context.current()
@@ -124,5 +128,26 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
 
     out = rms_norm(y[L - 1, t], F.from_numpy(weights.final_norm), c.rms_norm_eps)
     logits = F.matmul(out, F.from_numpy(weights.head))
-    tokens[t + 1] = sampling.next_token(logits, t)[t]
-    return DecodeProgram(tokens, logits, (l, L), (t, T), tiles, attention.tile)
+    picked = sampling.next_token(logits, t)
+    if stop_at_eos and c.eos_token_ids:
+        picked = stop_at_eos_tokens(picked, c, t, prompt_len)
+    tokens[t + 1] = picked[t]
+    return DecodeProgram(tokens, logits, picked, (l, L), (t, T), tiles, attention.tile)
+
+
+def stop_at_eos_tokens(picked: RT, config: LlamaConfig, position, prompt_len: int) -> RT:
+    """``picked`` (batch,) over ``position``, as ``transformers``' ``generate`` continues it: a
+    sequence that has produced an end-of-sequence token continues with padding, and the run
+    ends (``tpo.stop_when``) at the step where every sequence has, before the next model step."""
+    t, eos = position, config.eos_token_ids
+    pad = config.pad_token_id if config.pad_token_id is not None else eos[0]
+    ended = F.placeholder(picked.shape, "bool", dims=(t,))          # an earlier new token was an EOS
+    ended[t < prompt_len] = F.full(picked.shape, False, "bool")
+    picked = F.where(ended[t], F.full((), pad, "int64"), picked)
+    hit = picked == eos[0]
+    for other in eos[1:]:
+        hit = hit | (picked == other)
+    done = ended[t] | hit
+    ended[t + 1] = done[t]
+    tpo.stop_when(done[t >= prompt_len - 1])
+    return picked

@@ -44,6 +44,15 @@ from tempo.symbolic.simplify import simplify
 STORES = ("auto", "point")
 
 
+class StopRun(Exception):
+    """Raised by a host function (``tpo.stop_when``'s sink) to end the run where it is:
+    nothing scheduled after that launch runs, what was computed stays. ``point``: dim name -> step."""
+
+    def __init__(self, point: dict[str, int]):
+        super().__init__(f"run stopped at {point}")
+        self.point = point
+
+
 class Executor:
     """Runs one compiled program for one set of bounds.
 
@@ -68,10 +77,14 @@ class Executor:
         for key in self.host:
             self.stores[key].tier = "host"
         self.body = self._compile(program)
+        self.stopped_at: dict[str, int] | None = None  # where a StopRun ended the run
 
     def run(self) -> None:
         with self.backend.running():
-            self.body(dict(self.bounds))
+            try:
+                self.body(dict(self.bounds))
+            except StopRun as stop:
+                self.stopped_at = stop.point
 
     # ----- the AST as generated source -----
     def _compile(self, program: ast.Stmt) -> Callable[[dict], None]:
@@ -98,7 +111,7 @@ class Executor:
 
     def _fail(self, n: int, point: tuple, err: Exception):
         """Re-raise a kernel's failure naming the user's line (as torch.fx does) and the point."""
-        if isinstance(err, BudgetExceeded):
+        if isinstance(err, (BudgetExceeded, StopRun)):
             raise err
         node = self.sdg.nodes[n]
         batched = [f"{d.name}=0..{self.bounds[bound_of(d).name] - 1}" for d in self.sdg.vectorized.get(n, ())]
