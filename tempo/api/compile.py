@@ -107,9 +107,6 @@ class Program:
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise BoundError(f"bound {name} must be a positive integer, got {value!r}", self.site)
             values[name] = int(value)
-        for tiles, (whole, size) in self.sdg.tiles.items():  # a tile dim's bound follows from its dim's
-            if whole in values:
-                values[tiles] = -(-values[whole] // size)
         missing = [p for p in self.domains.params if p not in values]
         if missing:
             raise BoundError(f"no value given for bound symbol {', '.join(missing)} "
