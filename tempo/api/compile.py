@@ -107,6 +107,9 @@ class Program:
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise BoundError(f"bound {name} must be a positive integer, got {value!r}", self.site)
             values[name] = int(value)
+        for tiles, (whole, size) in self.sdg.tiles.items():  # a tile dim's bound follows from its dim's
+            if whole in values:
+                values[tiles] = -(-values[whole] // size)
         missing = [p for p in self.domains.params if p not in values]
         if missing:
             raise BoundError(f"no value given for bound symbol {', '.join(missing)} "
@@ -253,7 +256,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     timings["ast"] = time.perf_counter() - start
     if memory["deallocate"]:
         start = time.perf_counter()
-        tree = schedule_memory.insert_deallocations(sdg, tree, {n for n, _ in fetch_ids})
+        tree = schedule_memory.insert_deallocations(sdg, tree, {n for n, _ in fetch_ids}, domains)
         timings["memory"] = time.perf_counter() - start
     return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats,
                    memory=memory)

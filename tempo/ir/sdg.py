@@ -61,6 +61,8 @@ class SDG:
     roots: tuple[int, ...] = ()
     # (node, output) -> (node, output) now holding that value (fusion folds nodes into islands)
     moved: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    # tile dim bound name -> (bound name of the dim it tiles, tile size): its value is ceil(bound / size)
+    tiles: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     def add_node(self, op: Op, domain, shapes, dtypes, site=None, label="") -> Node:
         node = Node(self._next_id, op, tuple(domain), tuple(shapes), tuple(dtypes), site, label)

@@ -25,7 +25,7 @@ from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.ir.shapes import broadcast, fmt, infer, same_size
-from tempo.symbolic.expr import Expr, bound_of
+from tempo.symbolic.expr import Expr, bound_of, step_of, symbol
 from tempo.symbolic.simplify import prove_nonneg
 
 
@@ -51,7 +51,7 @@ class _Broken(Exception):
 
 class _Checker:
     def __init__(self, sdg: SDG, dims: tuple[Expr, ...] | None):
-        self.sdg, self.dims = sdg, dims
+        self.sdg, self.dims = sdg, dims if dims is None else _with_tile_dims(dims, sdg.tiles)
         self.ins: dict[int, list[Edge]] = {n: [] for n in sdg.nodes}
 
     def run(self) -> None:
@@ -199,6 +199,16 @@ def _out_of_range(item: Expr, d: Expr) -> str | None:
     if prove_nonneg(-high - 1) or prove_nonneg(low - bound):
         return f"reads {d.name} at {item}, outside 0..{bound.name}-1 at every point"
     return None
+
+
+def _with_tile_dims(dims: tuple[Expr, ...], tiles: dict[str, tuple[str, int]]) -> tuple[Expr, ...]:
+    """``dims`` with each tile dim (``SDG.tiles``) right after the dim it tiles."""
+    out = []
+    for d in dims:
+        out.append(d)
+        out.extend(step_of(symbol(n, "bound", f"{d.name}_tile")) for n, (whole, _) in tiles.items()
+                   if whole == bound_of(d).name)
+    return tuple(out)
 
 
 def _position(dims: tuple[Expr, ...], d: Expr) -> int:

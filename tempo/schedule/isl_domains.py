@@ -64,7 +64,7 @@ def analyse(sdg: SDG, roots: list[int]) -> Domains:
     Placeholder gaps are checked first: a gap makes definedness creep forever.
     """
     params = all_params(sdg)
-    context = _positive(params)
+    context = _positive(params, sdg.tiles)
     box = {n: _box(sdg, n, params, context) for n in sdg.nodes}
     reads, active = {}, {}
     for k, e in enumerate(sdg.edges):
@@ -81,10 +81,14 @@ def analyse(sdg: SDG, roots: list[int]) -> Domains:
     return domains
 
 
-def _positive(params: list[str]) -> isl.Set:
-    """The parameter context: every bound is at least 1."""
-    return isl.Set.read_from_str(
-        isl_expr.CTX, f"[{', '.join(params)}] -> {{ : {' and '.join(f'{p} >= 1' for p in params) or '1 = 1'} }}")
+def _positive(params: list[str], tiles: dict[str, tuple[str, int]] | None = None) -> isl.Set:
+    """The parameter context: every bound is at least 1, and a tile dim's bound ``N`` of a dim
+    ``T`` cut in tiles of ``Z`` is ``ceil(T / Z)`` (``SDG.tiles``)."""
+    facts = [f"{p} >= 1" for p in params]
+    for n, (whole, z) in (tiles or {}).items():
+        if n in params and whole in params:
+            facts.append(f"{z} * {n} >= {whole} and {z} * {n} <= {whole} + {z - 1}")
+    return isl.Set.read_from_str(isl_expr.CTX, f"[{', '.join(params)}] -> {{ : {' and '.join(facts) or '1 = 1'} }}")
 
 
 def _box(sdg: SDG, n: int, params: list[str], context: isl.Set) -> isl.Set:
@@ -147,9 +151,9 @@ def _executed(sdg: SDG, d: Domains, roots: list[int]) -> dict[int, isl.Set]:
     needed = {n: d.box[n].empty(d.box[n].get_space()) for n in sdg.nodes}
     for r in roots:
         needed[r] = d.defined[r]
-    for attempt in range(2):
+    for attempt in range(3):
         for _ in range(_MAX_ROUNDS):
-            changed = False
+            changed = set()
             for k, e in enumerate(sdg.edges):
                 at = needed[e.sink].intersect(d.defined[e.sink]).intersect(d.active[k])
                 if at.is_empty():
@@ -157,12 +161,41 @@ def _executed(sdg: SDG, d: Domains, roots: list[int]) -> dict[int, isl.Set]:
                 reads = d.reads[k].intersect_domain(at).range().intersect(d.box[e.src])
                 new = needed[e.src].union(reads).coalesce()
                 if not new.is_equal(needed[e.src]):
-                    needed[e.src], changed = new, True
+                    needed[e.src] = new
+                    changed.add(e.src)
             if not changed:
                 return {n: _tidy(needed[n].intersect(d.defined[n]), d.box[n]) for n in sdg.nodes}
-        # widen: every node reached so far is needed wherever it is defined
-        needed = {n: (d.defined[n] if not s.is_empty() else s) for n, s in needed.items()}
+        # the nodes still growing follow a recurrence read one step at a time (a running sum
+        # fetched at its last step): first close their reads transitively; if that is not
+        # enough, they are needed wherever they are defined
+        if attempt == 0:
+            needed = _closed(sdg, d, needed, changed)
+        else:
+            needed = {n: (d.defined[n] if n in changed else s) for n, s in needed.items()}
     raise ScheduleError("could not determine which points of the program are needed (no convergence)")
+
+
+def _closed(sdg: SDG, d: Domains, needed: dict[int, isl.Set], growing: set[int]) -> dict[int, isl.Set]:
+    """``needed`` with the points that the reads among ``growing`` nodes reach, transitively."""
+    steps = None
+    for k, e in enumerate(sdg.edges):
+        if e.sink in growing and e.src in growing:
+            at = d.defined[e.sink].intersect(d.active[k])
+            step = isl.UnionMap.from_map(d.reads[k].intersect_domain(at).intersect_range(d.box[e.src]))
+            steps = step if steps is None else steps.union(step)
+    if steps is None:
+        return needed
+    seeds = None
+    for n in growing:
+        u = isl.UnionSet.from_set(needed[n])
+        seeds = u if seeds is None else seeds.union(u)
+    closure, _ = steps.transitive_closure()
+    reached = closure.intersect_domain(seeds).range().union(seeds)
+    out = dict(needed)
+    for n in growing:
+        part = reached.extract_set(needed[n].get_space())
+        out[n] = needed[n].union(part.intersect(d.box[n])).coalesce()
+    return out
 
 
 def pinned(d: Domains, bounds: dict[str, int]) -> isl.Set:

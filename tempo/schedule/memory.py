@@ -38,18 +38,27 @@ from tempo.symbolic.simplify import simplify
 MIN_BYTES = 64 * 1024
 
 
-def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int]) -> ast.Stmt:
-    """``program`` with a Free after the last reader of each point of every tensor that qualifies."""
+def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int], domains=None) -> ast.Stmt:
+    """``program`` with a Free after the last reader of each point of every tensor that qualifies.
+
+    With the program's isl ``domains``, a tensor also qualifies when the readers sharing one
+    shift are joined by others that read only points those never read (a running sum read one
+    step back by its recurrence and at its last step by its result): the free covers the
+    shifted reads, and the iteration-level freeing the rest.
+    """
     runs: dict[int, list[ast.Execute]] = defaultdict(list)
     for ex in ast.statements(program):
         runs[ex.node_id].append(ex)
     readers: dict[int, list] = defaultdict(list)
-    for e in sdg.edges:
+    for k, e in enumerate(sdg.edges):
         if e.sink_in >= 0:
-            readers[e.src].append(e)
+            readers[e.src].append((k, e))
     frees = {}
     for n in runs:
-        found = _read_once(sdg, n, readers[n], runs, keep)
+        edges = [e for _, e in readers[n]]
+        found = _read_once(sdg, n, edges, runs, keep)
+        if found is None and domains is not None:
+            found = _read_once_besides(sdg, n, readers[n], runs, keep, domains)
         if found is not None:
             frees[n] = found
     return _place(program, frees, set())
@@ -80,6 +89,30 @@ def _read_once(sdg: SDG, n: int, edges: list, runs: dict,
     freed = tuple(simplify(item.substitute(at)) for item in first.index.args)
     label = runs[n][0].label
     return freed, {e.sink for e in edges}, label
+
+
+def _read_once_besides(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int], domains):
+    """:func:`_read_once` for the readers of one shifted index, when the other readers read
+    only points that those never read."""
+    shifted = [(k, e) for k, e in edges if e.index.args and all(a.op != "slice" for a in e.index.args)
+               and _shift_of(e.index, sdg.nodes[e.sink].domain, len(sdg.nodes[n].domain))]
+    if not shifted or len(shifted) == len(edges):
+        return None
+    found = _read_once(sdg, n, [e for _, e in shifted], runs, keep)
+    if found is None:
+        return None
+    inside = {k for k, _ in shifted}
+
+    def read(ks):
+        out = None
+        for k in ks:
+            e = sdg.edges[k]
+            points = domains.reads[k].intersect_domain(domains.executed[e.sink].intersect(domains.active[k])).range()
+            out = points if out is None else out.union(points)
+        return out
+
+    others = read([k for k, _ in edges if k not in inside])
+    return found if others.intersect(read(inside)).is_empty() else None
 
 
 def _shift_of(index: Expr, reader_domain: tuple[Expr, ...], rank: int) -> bool:

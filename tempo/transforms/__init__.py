@@ -18,7 +18,7 @@ from tempo.errors import TempoError
 from tempo.ir.sdg import SDG
 from tempo.ir.verify import verify as verify_sdg
 from tempo.transforms import (cache_activations, contract, cse, dce, domain_reduction, fuse, lift, simplify, superopt,
-                              vectorize)
+                              tile, vectorize)
 
 # (name, module), in order; a compile may switch any of them off by name. The
 # simplification passes and lifting come first: each leaves less for
@@ -34,6 +34,7 @@ PIPELINE = (
     ("cache_activations", cache_activations),
     ("dce", dce),
     ("vectorize", vectorize),
+    ("tile", tile),
     ("contract", contract),
     ("fuse", fuse),
     ("superopt", superopt),

@@ -42,7 +42,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     if not matches:
         return sdg
     new = SDG(dict(sdg.nodes), [e for e in sdg.edges if e.sink not in matches], sdg._next_id,
-              dict(sdg.vectorized), sdg.roots, dict(sdg.moved))
+              dict(sdg.vectorized), sdg.roots, dict(sdg.moved), dict(sdg.tiles))
     for n, product in matches.items():
         _contract(new, sdg.nodes[n], ins[product])
     return new

@@ -26,7 +26,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     return SDG({n: node for n, node in sdg.nodes.items() if n in live},
                [e for e in sdg.edges if e.sink in live and e.src in live], sdg._next_id,
                {n: dims for n, dims in sdg.vectorized.items() if n in live}, sdg.roots,
-               {key: value for key, value in sdg.moved.items() if value[0] in live})
+               {key: value for key, value in sdg.moved.items() if value[0] in live}, dict(sdg.tiles))
 
 
 def reachable(sdg: SDG, roots: list[int]) -> set[int]:

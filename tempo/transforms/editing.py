@@ -53,6 +53,7 @@ class Graph:
         self.roots = dict.fromkeys(sdg.roots)  # ordered, and a set
         self.moved = dict(sdg.moved)
         self.vectorized = dict(sdg.vectorized)
+        self.tiles = dict(sdg.tiles)
         self.next_id = sdg._next_id
 
     # ----- queries -----
@@ -151,7 +152,7 @@ class Graph:
         edges = sorted(live, key=lambda e: (self.order.get((e.sink, e.sink_in), len(self.order)), e.sink, e.sink_in))
         edges += [e for e in self.extra if e.sink in self.nodes and e.src in self.nodes]
         moved = {key: value for key, value in self.moved.items() if value[0] in self.nodes}
-        return SDG(dict(sorted(self.nodes.items())), edges, self.next_id, self.vectorized, tuple(self.roots), moved)
+        return SDG(dict(sorted(self.nodes.items())), edges, self.next_id, self.vectorized, tuple(self.roots), moved, self.tiles)
 
 
 def compose(inner: Expr, domain: tuple[Expr, ...], outer: Expr) -> Expr | None:

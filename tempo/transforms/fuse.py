@@ -273,7 +273,7 @@ def _hazards(sdg: SDG, dims: tuple[Expr, ...], moves: Moves) -> list[set[int]]:
 
 # ----- the rewrite -----
 def _rebuild(sdg: SDG, islands: list[list[int]]) -> SDG:
-    new = SDG({}, [], sdg._next_id, dict(sdg.vectorized), (), dict(sdg.moved))
+    new = SDG({}, [], sdg._next_id, dict(sdg.vectorized), (), dict(sdg.moved), dict(sdg.tiles))
     island_of = {m: k for k, island in enumerate(islands) for m in island}
     ins, outs = _adjacency(sdg)
     fused, in_edges, moved = {}, {}, {}

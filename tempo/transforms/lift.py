@@ -62,7 +62,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     if not rewritten:
         return sdg
     new = SDG(dict(sdg.nodes), [e for e in sdg.edges if e.sink not in rewritten],
-              sdg._next_id, dict(sdg.vectorized), sdg.roots, dict(sdg.moved))
+              sdg._next_id, dict(sdg.vectorized), sdg.roots, dict(sdg.moved), dict(sdg.tiles))
     for n, (edge, d, reverse, gamma, window) in lifts.items():
         _lift(new, sdg.nodes[n], edge, d, ops.ScanOp(0, gamma, reverse, window))
     for n, (x, a, d, reverse) in recurrences.items():

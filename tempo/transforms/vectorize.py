@@ -65,7 +65,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     program) would defer its operators past the whole run, holding every
     iteration's values they read.
     """
-    order = [d for d in _dim_order(sdg) if cfg.dims is None or d.name in cfg.dims]
+    order = [d for d in dim_order(sdg) if cfg.dims is None or d.name in cfg.dims]
     temporal = []
     for d in order:
         chosen = whole_dim(sdg, d)
@@ -80,7 +80,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     return sdg
 
 
-def _dim_order(sdg: SDG) -> list[Expr]:
+def dim_order(sdg: SDG) -> list[Expr]:
     """The dims of the program, outermost first (every node's domain lists them in this order)."""
     before: dict[Expr, set[Expr]] = {}
     for node in sdg.nodes.values():
@@ -249,7 +249,7 @@ def vectorize(sdg: SDG, d: Expr, chosen: frozenset[int] | None = None) -> SDG:
 class _Rewrite:
     def __init__(self, sdg: SDG, d: Expr, chosen: frozenset[int]) -> None:
         self.old, self.d, self.size, self.chosen = sdg, d, bound_of(d), chosen
-        self.new = SDG({}, [], sdg._next_id, dict(sdg.vectorized), sdg.roots, dict(sdg.moved))
+        self.new = SDG({}, [], sdg._next_id, dict(sdg.vectorized), sdg.roots, dict(sdg.moved), dict(sdg.tiles))
 
     def run(self) -> SDG:
         for n in sorted(self.old.nodes):

@@ -1,0 +1,154 @@
+"""The tiling pass: a vectorized learner over ``t`` runs in tiles, its sums accumulated over the tiles."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tempo as tpo
+from tempo.ir import ops
+from tempo.schedule import ast
+from tempo.transforms import tile
+
+
+def recurrent_learner(ctx, X: np.ndarray, ahead: int):
+    """Acting (a recurrence over ``t``), n-step sums and a learner summing over all of ``t``,
+    whose result updates a state over ``i``: the learner is vectorized over ``t``."""
+    (i, I), (t, T) = ctx.dims("i", "t")
+    x = tpo.from_numpy(X, dims=(i, t))
+    w = tpo.placeholder((X.shape[-1],), "float32", dims=(i,))
+    w[0] = tpo.from_numpy(np.ones(X.shape[-1], np.float32))
+    o = tpo.placeholder((X.shape[-1],), "float32", dims=(i, t))
+    o[i, 0] = x[i, 0] * w[i]
+    o[i, t + 1] = o[i, t] * 0.5 + x[i, t + 1]
+    g = x[i, t:tpo.min(t + ahead, T)].sum(axis=0)
+    total = (o * g * w[i]).tanh()[i, 0:T].sum(axis=0)
+    w[i + 1] = w[i] - 0.01 * total[i]
+    return total, (I, T)
+
+
+def reference(X: np.ndarray, ahead: int) -> np.ndarray:
+    iterations, steps, _ = X.shape
+    w, out = np.ones(X.shape[-1], np.float32), []
+    for k in range(iterations):
+        o = np.zeros_like(X[k])
+        o[0] = X[k, 0] * w
+        for s in range(steps - 1):
+            o[s + 1] = o[s] * 0.5 + X[k, s + 1]
+        g = np.stack([X[k, s:min(s + ahead, steps)].sum(0) for s in range(steps)])
+        total = np.tanh(o * g * w).sum(0)
+        out.append(total)
+        w = w - 0.01 * total
+    return np.array(out)
+
+
+def compiled(X: np.ndarray, ahead: int, size: int | None, memory=None):
+    with tpo.Context() as ctx:
+        total, (I, T) = recurrent_learner(ctx, X, ahead)
+        passes = {"tile": tile.Config(tiles={"t": size})} if size else {"tile": False}
+        program = ctx.compile([total], passes=passes, memory=memory)
+    return program, {I: X.shape[0], T: X.shape[1]}
+
+
+def tiled_nodes(program):
+    return [n for n in program.sdg.nodes.values() if any(d.name == "t_tile" for d in n.domain)]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 14), st.integers(1, 4), st.integers(1, 3))
+def test_tiled_learners_compute_what_the_numpy_loop_does(steps, size, ahead, iterations):
+    X = np.random.default_rng(steps * 31 + size).standard_normal((iterations, steps, 3)).astype(np.float32)
+    program, bounds = compiled(X, ahead, size)
+    (got,) = program.run(bounds)
+    np.testing.assert_allclose(got, reference(X, ahead), rtol=2e-5, atol=2e-5)
+    assert tiled_nodes(program), "the learner is tiled"
+
+
+def test_the_tile_dim_bound_follows_from_t():
+    X = np.random.default_rng(0).standard_normal((2, 10, 3)).astype(np.float32)
+    program, bounds = compiled(X, 4, 3)
+    assert program.sdg.tiles == {"T_TILE": ("T", 3)}
+    assert "T_TILE" in program.domains.params
+    program.run(bounds)  # only I and T are given
+    tiles = [n for n in tiled_nodes(program) if isinstance(n.op, ops.FusedOp)]
+    assert any(n.shapes[0] and "t_tile" in str(n.shapes[0][0]) for n in tiles)  # a tile of rows
+
+
+def test_the_sum_over_t_becomes_a_running_sum_freed_tile_by_tile():
+    X = np.random.default_rng(1).standard_normal((2, 12, 3)).astype(np.float32)
+    program, _ = compiled(X, 2, 4)
+    merges = [n for n in tiled_nodes(program) if isinstance(n.op, ops.MergeOp)]
+    assert len(merges) == 1, "one accumulator, over the tiles"
+    untiled, _ = compiled(X, 2, None)
+    assert not tiled_nodes(untiled)
+    assert not any(isinstance(n.op, ops.MergeOp) and n.op.broadcast for n in untiled.sdg.nodes.values())
+
+
+def recurrent_wide_learner(ctx, X: np.ndarray):
+    """A learner whose per-tile partial result is a large (256 x 256) product: the running sum's
+    steps are freed one step back."""
+    (i, I), (t, T) = ctx.dims("i", "t")
+    x = tpo.from_numpy(X, dims=(i, t))
+    w = tpo.placeholder((X.shape[-1],), "float32", dims=(i,))
+    w[0] = tpo.from_numpy(np.ones(X.shape[-1], np.float32))
+    o = tpo.placeholder((X.shape[-1],), "float32", dims=(i, t))
+    o[i, 0] = x[i, 0] * w[i]
+    o[i, t + 1] = o[i, t] * 0.5 + x[i, t + 1]
+    outer = o.unsqueeze(1) @ (o * w[i]).unsqueeze(0)
+    total = outer[i, 0:T].sum(axis=0)
+    w[i + 1] = w[i] - 1e-4 * total[i].sum(axis=0)
+    return total, (I, T)
+
+
+def test_the_running_sum_frees_each_step_after_the_next_tile_reads_it():
+    X = np.random.default_rng(2).standard_normal((2, 16, 256)).astype(np.float32)
+    out = []
+    for size in (4, None):
+        with tpo.Context() as ctx:
+            total, (I, T) = recurrent_wide_learner(ctx, X)
+            passes = {"tile": tile.Config(tiles={"t": size})} if size else {"tile": False}
+            program = ctx.compile([total], passes=passes)
+        out.append(program.run({I: 2, T: 16})[0])
+        if size:
+            accumulators = {n.id for n in tiled_nodes(program) if isinstance(n.op, ops.FusedOp)
+                            and any(isinstance(s.op, ops.ElementwiseOp) and s.op.fn == "add" for s in n.op.steps)}
+            freed = {leaf.node_id for leaf in ast.leaves(program.ast) if isinstance(leaf, ast.Free)}
+            assert accumulators & freed
+    np.testing.assert_allclose(out[0], out[1], rtol=1e-4, atol=1e-3)
+
+
+def reinforce_returns(size: int | None, nstep: int, memory=None, obs="3,8,8", steps=24):
+    from tempo.api import compile as compile_mod
+
+    from benchmarks.rl_train import _example
+
+    module = _example("reinforce")
+    original = compile_mod.compile_program
+
+    def with_tiles(*args, **kwargs):
+        kwargs["passes"] = {"tile": tile.Config(tiles={"t": size})} if size else {"tile": False}
+        if memory:
+            kwargs["memory"] = memory
+        return original(*args, **kwargs)
+
+    compile_mod.compile_program = with_tiles
+    try:
+        args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape=obs, batch=3, steps=steps,
+                           iterations=3, nstep=nstep, hidden=16)
+        return module.main(args)["returns"]
+    finally:
+        compile_mod.compile_program = original
+
+
+@pytest.mark.parametrize("nstep", [0, 4])
+def test_a_tiled_reinforce_learner_trains_exactly_as_the_untiled_one(nstep):
+    assert reinforce_returns(5, nstep) == reinforce_returns(None, nstep)
+
+
+def test_tiles_let_a_learner_fit_a_device_budget_that_the_whole_batch_exceeds():
+    budget = {"device_budget": "2MB"}  # observations of one iteration: 3 x 24 x 3x32x32 floats = 864 KiB
+    with pytest.raises(tpo.TempoError, match="device budget"):
+        reinforce_returns(None, 0, budget, obs="3,32,32", steps=48)
+    assert reinforce_returns(6, 0, budget, obs="3,32,32", steps=48) == reinforce_returns(None, 0, obs="3,32,32",
+                                                                                         steps=48)
