@@ -12,10 +12,15 @@ Statements the generator writes inline are kernel launches and merges (an
 ``if``/``elif`` over the branches' conditions) whose inputs are all read
 from point or block stores; a launch reading a window store (whose rows are
 overwritten later, so its outputs may need copies) and a merge that
-broadcasts a branch call the executor's launcher for their node instead. A free drops a point from the point stores of its
-node. After a launch that read a host-tier tensor (a swap plan's), what it
-loaded is unloaded. The source refers to names the executor binds: ``S<n>_<j>`` (stores),
-``K<n>`` (kernels), ``L<n>`` (launchers), ``fail``, ``evict``, ``ledger``.
+broadcasts a branch call the executor's launcher for their node instead. A
+free drops a point from the point stores of its node. After a launch that
+read a host-tier tensor (a swap plan's), what it loaded is unloaded. A loop
+the backend runs as one device program (:mod:`tempo.runtime.device_loops`)
+is preceded by a call of its compiled form ``D<k>`` with the bounds and the
+enclosing counters; the loop itself runs only where that call answers False.
+The source refers to names the executor binds: ``S<n>_<j>`` (stores),
+``K<n>`` (kernels), ``L<n>`` (launchers), ``D<k>`` (device loops), ``fail``,
+``evict``, ``ledger``.
 """
 from __future__ import annotations
 
@@ -39,9 +44,12 @@ class Generator:
     """Writes the source of one program (see the module docstring)."""
 
     def __init__(self, sdg: SDG, kinds: dict[tuple[int, int], str], main_loop: ast.Loop | None,
-                 bound_names: list[str], host: set[tuple[int, int]] = frozenset()):
+                 bound_names: list[str], host: set[tuple[int, int]] = frozenset(),
+                 device_loops: dict[int, str] | None = None):
         self.sdg, self.kinds, self.main_loop = sdg, kinds, main_loop
         self.bound_names, self.host = bound_names, host
+        self.device_loops = device_loops or {}  # id(loop) -> the name of its compiled form
+        self.counters: list[str] = []  # the enclosing loops' variables
         self.lines: list[str] = []
         self.called: set[int] = set()  # nodes whose launches go through their launcher
 
@@ -63,6 +71,12 @@ class Generator:
             for s in stmt.body:
                 self._stmt(s, depth)
         elif isinstance(stmt, ast.Loop):
+            name = self.device_loops.get(id(stmt))
+            if name is not None:
+                scope = ", ".join(f"{n!r}: {local(n)}" for n in self.bound_names + self.counters)
+                self._emit(depth, f"if not {name}({{{scope}}}):  # the loop over {stmt.var} as one device launch")
+                depth += 1
+            self.counters.append(stmt.var)
             var = local(stmt.var)
             self._emit(depth, f"{var} = {py(stmt.start)}")
             self._emit(depth, f"while {py(stmt.cond)}:")
@@ -70,6 +84,7 @@ class Generator:
             if stmt is self.main_loop:
                 self._emit(depth + 1, f"evict({var})")
             self._emit(depth + 1, f"{var} += {stmt.step}")
+            self.counters.pop()
         elif isinstance(stmt, ast.If):
             self._emit(depth, f"if {py(stmt.cond)}:")
             self._stmt(stmt.then, depth + 1)

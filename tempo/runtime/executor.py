@@ -30,6 +30,7 @@ import numpy as np
 from tempo.errors import BoundError, TempoError
 from tempo.ir.ops import ConstOp, MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Node
+from tempo.runtime import device_loops
 from tempo.runtime.backends.base import Backend, StepFailed
 from tempo.runtime.codegen import Generator
 from tempo.runtime.memory import BudgetExceeded, Ledger
@@ -76,7 +77,7 @@ class Executor:
         self.host = _host_resident(sdg, self.stores) if device_budget is not None else set()
         for key in self.host:
             self.stores[key].tier = "host"
-        self.body = self._compile(program)
+        self.body = self._compile(program, keep)
         self.stopped_at: dict[str, int] | None = None  # where a StopRun ended the run
 
     def run(self) -> None:
@@ -87,14 +88,17 @@ class Executor:
                 self.stopped_at = stop.point
 
     # ----- the AST as generated source -----
-    def _compile(self, program: ast.Stmt) -> Callable[[dict], None]:
-        """Generate the program's source (:mod:`tempo.runtime.codegen`) and bind its names."""
+    def _compile(self, program: ast.Stmt, keep) -> Callable[[dict], None]:
+        """Generate the program's source (:mod:`tempo.runtime.codegen`) and bind its names; the loops the
+        backend compiles whole (:mod:`tempo.runtime.device_loops`) are ``D<k>`` calls before their loops."""
         kinds = {key: store.kind for key, store in self.stores.items()}
+        loops = device_loops.bind(self.sdg, program, self.stores, self.backend, keep, self.host, self.ledger)
         generator = Generator(self.sdg, kinds, self.main_loop if self.evictions else None, sorted(self.bounds),
-                              self.host)
+                              self.host, {key: f"D{k}" for k, key in enumerate(loops)})
         self.source = generator.source(program)
         namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
                      "evict": self._evict, "fail": self._fail, "ledger": self.ledger}
+        namespace.update({f"D{k}": loop for k, loop in enumerate(loops.values())})
         namespace.update({f"S{n}_{j}": store for (n, j), store in self.stores.items()})
         for n in {ex.node_id for ex in ast.statements(program)}:
             node = self.sdg.nodes[n]

@@ -166,6 +166,22 @@ class BlockStore(_BufferStore):
         self.blocks[key] = self.backend.write_into(buffer, row, value)
         self.written[key][row] = 1
 
+    def write_rows(self, outer: tuple, start: int, values) -> None:
+        """Write ``values``, rows along a leading axis, at points ``outer + (start + k,)`` in one write
+        (they must lie in one block)."""
+        count = values.shape[0]
+        block, row = divmod(start, self.length)
+        if row + count > self.length or tuple(values.shape[1:]) != self.row_shape:
+            raise TempoError(f"internal error: {self.name} written rows {start}:{start + count} of shape "
+                             f"{tuple(values.shape[1:])} across blocks of {self.length} rows {self.row_shape}")
+        key = outer + (block,)
+        buffer = self.blocks.get(key)
+        if buffer is None:
+            buffer = self.blocks[key] = self._allocate(self.length)
+            self.written[key] = bytearray(self.length)
+        self.blocks[key] = self.backend.write_into(buffer, slice(row, row + count), values)
+        self.written[key][row:row + count] = b"\x01" * count
+
     def _read(self, outer: tuple, last):
         if isinstance(last, slice):
             start, stop = last.start, last.stop

@@ -382,6 +382,8 @@ def _row(buffer, i):
 _rows = jax.jit(lambda buffer, start, size: lax.dynamic_slice_in_dim(buffer, start, size, 0), static_argnums=2)
 _set_row = jax.jit(lambda buffer, i, value: lax.dynamic_update_index_in_dim(buffer, value.astype(buffer.dtype),
                                                                             i, 0), donate_argnums=0)
+_set_rows = jax.jit(lambda buffer, start, values: lax.dynamic_update_slice_in_dim(buffer, values, start, 0),
+                    donate_argnums=0)
 _stack = jax.jit(lambda values, dtype: jnp.stack([v.astype(dtype) for v in values]), static_argnums=1)
 
 
@@ -406,6 +408,14 @@ class Rows:
         if value is None:
             return _row(self.applied(), index)
         return value if value.dtype == self.dtype else value.astype(self.dtype)
+
+    def put(self, start: int, values) -> None:
+        """Rows ``start:start + len(values)`` set to ``values`` (one buffer when they are all of it)."""
+        values = values if values.dtype == self.dtype else values.astype(self.dtype)
+        if start == 0 and values.shape[0] == self.shape[0]:
+            self.buffer, self.pending = values, {}
+        else:
+            self.buffer = _set_rows(self.applied(), start, values)
 
     def applied(self):
         """The buffer with every noted row written into it."""
@@ -480,8 +490,18 @@ class JaxBackend(Backend):
         return Rows(tuple(shape), dtype)
 
     def write_into(self, buffer, index, value):
-        buffer.pending[index] = value
+        if isinstance(index, slice):  # rows a compiled loop wrote back
+            buffer.put(index.start, value)
+        else:
+            buffer.pending[index] = value
         return buffer
+
+    def device_loop(self, plan, sdg):
+        """A planned loop (:mod:`tempo.runtime.device_loops`) as one jitted ``lax.scan``
+        (:mod:`tempo.runtime.backends.jax_loops`), or None where a step has no traced form."""
+        from tempo.runtime.backends import jax_loops
+
+        return jax_loops.compile_loop(plan, sdg)
 
     def view(self, buffer, index):
         if not jax.config.jax_enable_x64:  # a read after the run (fetching), outside running()

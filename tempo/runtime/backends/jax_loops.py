@@ -1,0 +1,157 @@
+"""A planned loop (:mod:`tempo.runtime.device_loops`) as one ``lax.scan`` inside ``jax.jit``.
+
+The scan's body traces every step of the loop in order: a fused island or
+device op through its :class:`~tempo.runtime.backends.jax.Island`'s traced
+function, a merge as a select among its branches by the branch index the
+host computed for the iteration. The carry holds the values later
+iterations read (``x[t - 1]``); the per-iteration inputs (``xs``) are the
+merges' branch indices, the values gathered from stores, and the islands'
+host values and spatial index starts; the stacked outputs (``ys``) are what
+is written back. Every step runs at every iteration, also where an ``if``
+of the schedule skips it: what it computes there is neither read nor
+written back (XLA raises no floating-point errors). A loop is traced once
+per static key (its trip count, the static sizes of its islands, their
+spatial index forms) and input shapes.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from tempo.errors import TempoError
+from tempo.ir import ops
+from tempo.runtime.backends.jax import Island, _index_form
+from tempo.runtime.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, LoopPlan, _uses
+from tempo.symbolic.evaluate import compile_expr
+
+
+class LoopProgram:
+    """The compiled form of one planned loop; the host side is :class:`~tempo.runtime.device_loops.DeviceLoop`."""
+
+    def __init__(self, plan: LoopPlan, islands: list[Island | None]):
+        self.plan, self.islands = plan, islands
+        self.fns: dict[tuple, Callable] = {}
+        self.unstack = jax.jit(lambda a: tuple(a[k] for k in range(a.shape[0])))
+
+    def static_key(self, s: int, env: dict) -> tuple:
+        """What step ``s``'s traced code depends on besides its inputs' shapes: an island's static
+        sizes, a broadcasting merge's output shape."""
+        island = self.islands[s]
+        if island is None:
+            node = self.plan.steps[s].node
+            if not node.op.broadcast:
+                return ()
+            return tuple(d if isinstance(d, int) else int(compile_expr(d)(env)) for d in node.shapes[0])
+        return tuple(env[n] for n in island.names)
+
+    def needs_args(self, s: int) -> bool:
+        island = self.islands[s]
+        return island is not None and bool(island.host or island.indexes)
+
+    def step_args(self, s: int, env: dict) -> tuple[tuple, dict]:
+        """Step ``s``'s host values and spatial index starts at one iteration (``env``: its kernel's
+        environment), and the index forms (static)."""
+        island, node = self.islands[s], self.plan.steps[s].node
+        point = tuple(env[d.name] for d in node.domain)
+        args = {f"h{j}": kernel([], env, point)[0] for j, kernel in island.host}
+        forms = []
+        for j, index in island.indexes:
+            form, args[f"s{j}"] = _index_form(index(env))
+            forms.append(form)
+        return tuple(forms), args
+
+    def __call__(self, key: tuple, trips: int, closed: dict, xs: dict, ring0: dict):
+        fn = self.fns.get(key)
+        if fn is None:
+            fn = self.fns[key] = jax.jit(self._traced(key))
+        consts = {str(s): island.consts for s, island in enumerate(self.islands) if island is not None}
+        return fn(closed, consts, xs, ring0)
+
+    def _traced(self, key: tuple) -> Callable:
+        trips, keys = key
+        keys, tracers, shapes = list(keys), [], []
+        for s, island in enumerate(self.islands):
+            static = keys.pop(0)
+            forms = keys.pop(0) if self.needs_args(s) else ()
+            if island is None:
+                tracers.append(None)
+                shapes.append(static)
+            else:
+                tracers.append(island._traced(dict(zip(island.names, static)),
+                                              dict(zip([j for j, _ in island.indexes], forms))))
+                shapes.append(None)
+        plan = self.plan
+
+        def run(closed, consts, xs, ring0):
+            def body(ring, x):
+                values = {}
+                for s, step in enumerate(plan.steps):
+                    ins = [_input(src, f"{s}.{k}", closed, x, values, ring) for k, src in enumerate(step.inputs)]
+                    if tracers[s] is None:
+                        outs = (_merge(step, ins, x["sel"].get(str(s)), shapes[s]),)
+                    else:
+                        given, starts = dict(consts[str(s)]), {}
+                        for name, value in x["a"].get(str(s), {}).items():
+                            (given if name[0] == "h" else starts)[int(name[1:])] = value
+                        outs = tracers[s](ins, given, starts)
+                    for j, (value, dtype) in enumerate(zip(outs, step.node.dtypes)):
+                        values[(step.node.id, j)] = value if value.dtype == dtype else value.astype(dtype)
+                new = {f"{n}_{j}": (values[(n, j)],) + ring[f"{n}_{j}"][:-1] for n, j in plan.carried}
+                return new, tuple(values[key] for key in plan.written_back)
+
+            return lax.scan(body, ring0, xs, length=trips)
+
+        return run
+
+
+def _input(src, name: str, closed: dict, x: dict, values: dict, ring: dict):
+    if src.kind == CLOSED:
+        return closed[name]
+    if src.kind == GATHERED:
+        return x["g"][name]
+    if src.kind == LOCAL:
+        return values[src.key]
+    assert src.kind == CARRIED
+    return ring[f"{src.key[0]}_{src.key[1]}"][src.shift - 1]
+
+
+def _merge(step, ins: list, sel, shape):
+    node = step.node
+    dtype = node.dtypes[0]
+    ins = [v if v.dtype == dtype else v.astype(dtype) for v in ins]
+    ins = [jnp.broadcast_to(v, shape) if k in node.op.broadcast else v for k, v in enumerate(ins)]
+    if sel is None or len(ins) == 1:
+        return ins[0]
+    value = ins[-1]
+    for k in range(len(ins) - 2, -1, -1):
+        value = jnp.where(sel == k, ins[k], value)
+    return value
+
+
+def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
+    """The loop of ``plan`` as a :class:`LoopProgram`, or None when a step has no traced form here."""
+    islands = []
+    for step in plan.steps:
+        node = step.node
+        if isinstance(node.op, ops.MergeOp):
+            islands.append(None)
+            continue
+        if isinstance(node.op, ops.ConstOp) and node.op.num_domain_axes:
+            return None
+        if isinstance(node.op, ops.FusedOp):
+            steps, outputs = node.op.steps, node.op.outputs
+        else:
+            steps = (ops.FusedStep(node.op, tuple((-1, k) for k in range(len(step.inputs))), ()),)
+            outputs = tuple((0, k) for k in range(len(node.shapes)))
+        try:
+            island = Island(steps, outputs, {})
+        except TempoError:
+            return None
+        moving = {d.name for d, p in zip(node.domain, step.execute.point) if _uses(p, plan.loop.var)}
+        if moving & set(island.names):
+            return None
+        islands.append(island)
+    return LoopProgram(plan, islands)

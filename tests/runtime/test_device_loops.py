@@ -1,0 +1,132 @@
+"""Whole loops as one device program (tempo/runtime/device_loops.py, backends/jax_loops.py).
+
+Each program runs on NumPy (statement by statement) and on JAX, where the
+loops whose body is all device code run as one ``lax.scan`` launch; the
+fetched values must agree (float32: rtol 1e-5, atol 1e-6; float64 and
+integers: exact up to rtol 1e-12), and the JAX run must have launched the
+loop whole (fewer launches than NumPy's, and a ``D<k>`` call in its source).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tempo as tpo
+from tempo.runtime import device_loops
+from tempo.runtime.backends import base
+from tempo.runtime.executor import Executor
+
+pytestmark = pytest.mark.skipif("jax" not in base.available_backends(), reason="jax is not installed")
+
+
+def _run(program, bounds, backend):
+    program.backend = base.get_backend(backend)
+    out = program.run(bounds)
+    return out, program.ledger.launches
+
+
+def _compare(build, bounds, rtol=1e-5, atol=1e-6):
+    """Run the program ``build()`` returns on NumPy and JAX; the JAX run launches fewer kernels."""
+    program = build()
+    expected, numpy_launches = _run(program, bounds, "numpy")
+    got, jax_launches = _run(program, bounds, "jax")
+    for e, g in zip(expected, got):
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
+    assert jax_launches < numpy_launches
+    return program
+
+
+def test_recurrence_with_carried_and_gathered_values():
+    """s[t + 1] reads s[t] (carried), x[t] (computed before the loop, gathered) and w (closed over)."""
+    xs = np.random.default_rng(0).normal(size=(12, 3)).astype(np.float32)
+
+    def build():
+        with tpo.Context() as ctx:
+            (t, T), = ctx.dims("t")
+            x = tpo.from_numpy(xs, dims=(t,))
+            w = tpo.full((3,), 0.5, "float32")
+            s = tpo.placeholder((3,), "float32", dims=(t,))
+            s[0] = tpo.full((3,), 1.0, "float32")
+            s[t + 1] = (s[t] * w).tanh() + x[t] * 0.1
+            y = s[0:T].sum(axis=0)
+            return ctx.compile([s, y])
+
+    _compare(build, {"T": 12})
+
+
+def test_two_steps_back_and_a_condition():
+    """f[t] = f[t - 1] + f[t - 2] (two carried values) from f[0], f[1], in float64 and int64."""
+
+    def build():
+        with tpo.Context() as ctx:
+            (t, T), = ctx.dims("t")
+            f = tpo.placeholder((), "float64", dims=(t,))
+            f[0] = tpo.full((), 1.0, "float64")
+            f[1] = tpo.full((), 1.0, "float64")
+            f[t + 2] = f[t + 1] + f[t] * 1.0
+            k = tpo.eval_symbol(t) * 2 + f[t].cast("int64")
+            return ctx.compile([f, k])
+
+    program = _compare(build, {"T": 20}, rtol=1e-12, atol=0)
+    out, = program.run({"T": 20})[:1]
+    assert out[-1] == 6765.0
+
+
+def test_ppo_acting_loop_is_one_launch_and_matches_numpy():
+    """PPO on the tensor Synthetic environment: its acting loop over t runs as one scan per
+    iteration, and training reports NumPy's returns (rtol 1e-4)."""
+    import importlib.util
+    import os
+    import sys
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "ppo.py")
+    spec = importlib.util.spec_from_file_location("ppo_device_loops", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["ppo_device_loops"] = module
+    spec.loader.exec_module(module)
+    fields = dict(iterations=3, epochs=2, batch=16, steps=30, env="tempo/Synthetic-v0", impl="tensor",
+                  obs_shape="3,4,4", hidden=16)
+    calls = []
+    original = device_loops.DeviceLoop.__call__
+
+    def counted(self, env):
+        ran = original(self, env)
+        calls.append((self.plan.loop.var, ran))
+        return ran
+
+    expected = module.main(module.Args(backend="numpy", **fields))["returns"]
+    device_loops.DeviceLoop.__call__ = counted
+    try:
+        got = module.main(module.Args(backend="jax", **fields))["returns"]
+    finally:
+        device_loops.DeviceLoop.__call__ = original
+    assert got == pytest.approx(expected, rel=1e-4)
+    assert calls and all(ran for _, ran in calls)
+    assert len(calls) == 3  # one acting loop per batch of episodes
+
+
+def test_loop_with_a_user_function_is_not_planned():
+    with tpo.Context() as ctx:
+        (t, T), = ctx.dims("t")
+        s = tpo.placeholder((), "float32", dims=(t,))
+        s[0] = tpo.full((), 0.0, "float32")
+        step = tpo.udf(lambda x: np.asarray(x + 1, np.float32), [s[t]], [()], ["float32"])
+        s[t + 1] = step[0] if isinstance(step, (tuple, list)) else step
+        program = ctx.compile([s])
+    executor = Executor(program.sdg, program.ast, base.get_backend("jax"), {"T": 5}, keep={n for n, _ in program.fetch})
+    assert "# the loop over" not in executor.source
+    assert program.run({"T": 5})[0].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_generated_source_calls_the_device_loop_first():
+    with tpo.Context() as ctx:
+        (t, T), = ctx.dims("t")
+        s = tpo.placeholder((), "float32", dims=(t,))
+        s[0] = tpo.full((), 0.0, "float32")
+        s[t + 1] = (s[t] + 1.0).tanh() * 2.0
+        program = ctx.compile([s], passes={"fuse": False})
+    executor = Executor(program.sdg, program.ast, base.get_backend("jax"), {"T": 5}, keep={n for n, _ in program.fetch})
+    assert "if not D0({" in executor.source
+    numpy_executor = Executor(program.sdg, program.ast, base.get_backend("numpy"), {"T": 5},
+                              keep={n for n, _ in program.fetch})
+    assert "D0" not in numpy_executor.source
