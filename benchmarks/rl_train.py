@@ -98,13 +98,20 @@ class LaunchProbe:
 
     A launch belongs to the iteration ``env["i"] // every`` of its point
     (``every``: PPO's updates per batch), or to ``None`` (run once, outside
-    the iterations). Everything but ``kernel`` is the wrapped backend's.
+    the iterations). A loop the backend runs whole (``device_loop``) is one
+    launch of the iteration of the launch before it. Everything but
+    ``kernel`` and ``device_loop`` is the wrapped backend's.
     """
 
     def __init__(self, backend, every: int = 1):
         self.backend, self.every = backend, every
         self.launches: collections.Counter = collections.Counter()
         self.ends: dict[int, float] = {}
+        self.current: int | None = None  # the iteration of the latest launch
+
+    def device_loop(self, plan, sdg):
+        compiled = self.backend.device_loop(plan, sdg)
+        return None if compiled is None else ProbedLoop(compiled, self)
 
     def kernel(self, op):
         kernel, launches, ends, every, clock = (self.backend.kernel(op), self.launches, self.ends, self.every,
@@ -118,12 +125,28 @@ class LaunchProbe:
             else:
                 launches[i // every] += 1
                 ends[i // every] = clock()
+                self.current = i // every
             return out
 
         return probed
 
     def __getattr__(self, name):
         return getattr(self.backend, name)
+
+
+class ProbedLoop:
+    """A compiled device loop whose launches a :class:`LaunchProbe` counts."""
+
+    def __init__(self, compiled, probe: LaunchProbe):
+        self.compiled, self.probe = compiled, probe
+
+    def __call__(self, *args):
+        out = self.compiled(*args)
+        self.probe.launches[self.probe.current] += 1
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.compiled, name)
 
 
 def _example(name: str):
@@ -197,6 +220,8 @@ def measure(system: str, algo: str, point: Point, iterations: int, seed: int) ->
 
 
 def worker(spec: dict, out_path: str) -> None:
+    if spec.get("clock") == "cpu":  # every system's own timer reads the process's CPU seconds
+        time.perf_counter = time.process_time
     result = measure(spec["system"], spec["algo"], Point(**spec["point"]), spec["iterations"], spec["seed"])
     with open(out_path, "w") as f:
         json.dump(result, f)
@@ -226,10 +251,10 @@ def thread_env(threads: int) -> dict:
 
 
 def run_point(system: str, algo: str, point: Point, iterations: int, seed: int, timeout: float,
-              threads: int) -> dict:
+              threads: int, clock: str = "wall") -> dict:
     """``measure`` in a fresh process; ``{"skipped": why}`` if it runs past ``timeout`` seconds or fails."""
     spec = {"system": system, "algo": algo, "point": dataclasses.asdict(point), "iterations": iterations,
-            "seed": seed}
+            "seed": seed, "clock": clock}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         started = time.perf_counter()
@@ -362,6 +387,9 @@ def main() -> None:
                    help="skip a run predicted to take longer, stop one that does")
     p.add_argument("--threads", type=int, default=1,
                    help="threads of NumPy's BLAS, torch and XLA in every run (0: the libraries' defaults)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="what every timing reads: wall seconds, or the worker process's CPU seconds (user + system, "
+                        "all threads: steadier when other processes share the cores)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny sizes and 3 iterations: a smoke test")
     p.add_argument("--out", default="benchmarks/results/rl_train.json")
@@ -383,7 +411,8 @@ def main() -> None:
 
     results = []
     for algo in args.algo:
-        default = {s: run_point(s, algo, base, iterations[s], args.seed, args.max_seconds, args.threads)
+        default = {s: run_point(s, algo, base, iterations[s], args.seed, args.max_seconds, args.threads,
+                             args.clock)
                    for s in args.systems}
         results.append({"algo": algo, "sweep": "default", "value": None, "point": dataclasses.asdict(base),
                         "systems": default})
@@ -401,7 +430,7 @@ def main() -> None:
                         row[s] = {"skipped": f"predicted {guess:.0f} s > --max-seconds ({args.max_seconds:.0f} s)"}
                     else:
                         row[s] = run_point(s, algo, point, iterations[s], args.seed, args.max_seconds,
-                                           args.threads)
+                                           args.threads, args.clock)
                     if point != base:
                         measured[s].append((value, row[s]))
                 results.append({"algo": algo, "sweep": sweep, "value": value, "point": dataclasses.asdict(point),

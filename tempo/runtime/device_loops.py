@@ -401,14 +401,11 @@ def _row_major(point: tuple, var: str) -> bool:
 
 def bind(sdg: SDG, program: ast.Stmt, stores: dict, backend, keep, host, ledger) -> dict[int, DeviceLoop]:
     """id(loop) -> its :class:`DeviceLoop`, for every loop of ``program`` the backend compiles whole."""
-    compile_loop = getattr(backend, "device_loop", None)
-    if compile_loop is None:
-        return {}
     kinds = {key: store.kind for key, store in stores.items()}
     out = {}
     for loop in loops(program):
         planned = plan(sdg, loop, program, kinds, keep, host)
-        compiled = compile_loop(planned, sdg) if planned is not None else None
+        compiled = backend.device_loop(planned, sdg) if planned is not None else None
         if compiled is not None:
             out[id(loop)] = DeviceLoop(planned, compiled, sdg, stores, backend, ledger)
     return out

@@ -34,6 +34,11 @@ class Backend:
         """Whether :meth:`kernel` handles ops of ``op_type`` (merges are the executor's own)."""
         raise NotImplementedError
 
+    def device_loop(self, plan, sdg):
+        """A planned loop (:mod:`tempo.runtime.device_loops`) compiled as one device program, or None:
+        the backend runs loops statement by statement."""
+        return None
+
     def running(self):
         """A context manager the executor runs a program under (JAX: 64-bit types on)."""
         return contextlib.nullcontext()
