@@ -17,6 +17,7 @@ from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains, isl_schedule
 from tempo.schedule import memory as schedule_memory
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
+from tempo.symbolic.simplify import simplify
 
 
 @dataclass
@@ -173,23 +174,50 @@ def _sinks_before_next_state(ctx, sdg: SDG) -> list[Edge]:
     return out
 
 
-def _stops_before_next_step(sdg: SDG, executed) -> list[Edge]:
-    """Run each ``tpo.stop_when`` check before anything at the next step of its flag's last
-    dim, so a run it ends computes nothing past the step where the flag holds."""
+def _stops_early(sdg: SDG, executed) -> list[Edge]:
+    """Make each ``tpo.stop_when`` check a barrier between the steps of its flag's last dim:
+    the check at a step runs after everything at the step before, and before everything at
+    its own step that the flag does not read and everything at the next step; so a run it
+    ends computes nothing past what decided it."""
     from tempo.api.sinks import STOP_LABEL
+
+    def at(dims, of, shift):  # the point of ``of``'s dims at ``dims``' step, ``shift`` back along the last
+        return seq(*(d - shift if d is last else d if any(x is d for x in dims)
+                     else make_slice(0, bound_of(d)) for d in of))
 
     out = []
     for s, stop in sdg.nodes.items():
         if not (isinstance(stop.op, UDFOp) and stop.op.label == STOP_LABEL and stop.domain):
             continue
         last = stop.domain[-1]
+        reads = _same_step_reads(sdg, s, last)
         for n, node in sdg.nodes.items():
             if n == s or n not in executed or not any(d is last for d in node.domain):
                 continue
-            index = seq(*(d - 1 if d is last else d if any(x is d for x in node.domain)
-                          else make_slice(0, bound_of(d)) for d in stop.domain))
-            out.append(Edge(n, -1, s, 0, index, last >= 1))
+            shift = 1 if n in reads else 0
+            out.append(Edge(n, -1, s, 0, at(node.domain, stop.domain, shift), last >= 1 if shift else None))
+            out.append(Edge(s, -1, n, 0, at(stop.domain, node.domain, 1), last >= 1))
     return out
+
+
+def _same_step_reads(sdg: SDG, n: int, dim: Expr) -> set[int]:
+    """The nodes ``n`` reads, transitively, at its own step of ``dim`` or may (every read but
+    one of earlier steps only: ``dim - c`` or a slice that ends before ``dim``)."""
+    seen, todo = set(), [n]
+    while todo:
+        for e in sdg.in_edges(todo.pop()):
+            axis = next((k for k, d in enumerate(sdg.nodes[e.src].domain) if d is dim), None)
+            if e.src in seen or (axis is not None and _earlier(e.index.args[axis], dim)):
+                continue
+            seen.add(e.src)
+            todo.append(e.src)
+    return seen
+
+
+def _earlier(index: Expr, dim: Expr) -> bool:
+    """Whether ``index``, a read along ``dim``, reads only steps before ``dim``."""
+    end = simplify((index.args[1] - 1 if index.op == "slice" else index) - dim)
+    return end.is_const and end.value < 0
 
 
 MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes"}
@@ -248,7 +276,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     domains = isl_domains.analyse(sdg, roots)
     timings["analyse"] = time.perf_counter() - start
     start = time.perf_counter()
-    orderings = _sinks_before_next_state(ctx, sdg) + _stops_before_next_step(sdg, domains.executed)
+    orderings = _sinks_before_next_state(ctx, sdg) + _stops_early(sdg, domains.executed)
     schedule = isl_schedule.compute_schedule(sdg, domains, orderings)
     timings["schedule"] = time.perf_counter() - start
     start = time.perf_counter()

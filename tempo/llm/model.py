@@ -77,11 +77,10 @@ class Llama:
 
         with tpo.Context(seed=seed) as ctx:
             dp = program_mod.build(self.config, self.weights, prompt, attention, sampling, report, stop_at_eos)
-            compiled = ctx.compile(fetch=[dp.picked], backend=backend)
-            (picked,) = compiled.run(dp.bounds(self.config.num_layers, prompt_len + max_new_tokens - 1))
-        stop = compiled.stopped_at
-        new = picked[prompt_len - 1:None if stop is None else stop[dp.positions[0].name] + 1]
-        ids = np.concatenate([prompt, new.T.astype(np.int64)], axis=1)
+            compiled = ctx.compile(fetch=[dp.tokens], backend=backend)
+            (tokens,) = compiled.run(dp.bounds(self.config.num_layers, max_new_tokens))
+        end = compiled.stopped_at[dp.positions[0].name] + 1       # the step where decoding ended
+        ids = np.concatenate([prompt, tokens[:end].T.astype(np.int64)], axis=1)
         for position in range(reported[0], ids.shape[1]):      # the last token enters no model step
             report(ids[:, position], position)
         return ids
@@ -92,9 +91,9 @@ class Llama:
         attention = self.default_attention() if attention is None else Attention.parse(attention)
         with tpo.Context() as ctx:
             dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling())
-            (logits,) = ctx.run(bounds=dp.bounds(self.config.num_layers, prompt.shape[1]),
-                                fetch=[dp.logits], backend=backend)
-        return np.ascontiguousarray(logits.transpose(1, 0, 2))
+            (logits,) = ctx.run(bounds=dp.bounds(self.config.num_layers, 1),
+                                fetch=[dp.prompt_logits], backend=backend)
+        return logits
 
     def _check_prompt(self, ids, max_new_tokens: int) -> np.ndarray:
         c = self.config

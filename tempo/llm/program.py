@@ -1,16 +1,19 @@
 """A Llama decoder written with recurrent tensors.
 
-Two temporal dims: ``l``, the layer, and ``t``, the position decoded. The
-hidden state is one RT ``h[l, t]``: ``h[0, t]`` embeds token ``t`` and
-``h[l + 1, t]`` is layer ``l`` applied to ``h[l, t]``, each layer reading its
+Two temporal dims: ``l``, the layer, and ``t``, the decoding step. The
+prompt of ``P`` tokens is prefilled at once over ``l`` alone: ``hp[l]``
+holds every prompt position (batch, P, hidden), ``hp[l + 1]`` is layer ``l``
+applied to it, with attention among the positions masked along that axis.
+Step ``t`` decodes position ``P + t``: ``h[0, t]`` embeds its token and
+``h[l + 1, t]`` is layer ``l`` applied to ``h[l, t]``. Each layer reads its
 weights as ``w[l]`` (the checkpoint's tensors stacked over layers), so the
-program has one layer whatever the depth. Keys and values are the RTs
-``k[l, t]`` and ``v[l, t]``; attention reads ``k[l, 0:t+1]`` (causal) or
-``k[l, max(0, t-w+1):t+1]`` (window). There is no cache: the runtime keeps
-what these reads need (a block store for the causal read, a window store for
-the window, TEMPO §6). Tiled causal attention adds a third dim, the tile
-(``tempo.llm.tiling``). The token at ``t + 1`` is the prompt's while the
-prompt lasts, then the one picked from the logits at ``t``.
+program has one layer whatever the depth. Decoding's own keys and values are
+the RTs ``k[l, t]`` and ``v[l, t]``; attention at step ``t`` reads the
+prompt's (``kp[l]``) and ``k[l, 0:t+1]`` (causal) or ``k[l, max(0, t-w+1):t+1]``
+with the prompt's rows masked to the window (window). There is no cache: the
+runtime keeps what these reads need (a block store for the causal read, a
+window store for the window, TEMPO §6). Tiled causal attention adds a third
+dim, the tile (``tempo.llm.tiling``).
 """
 from __future__ import annotations
 
@@ -25,42 +28,43 @@ from tempo.llm.attention import Attention
 from tempo.llm.config import LlamaConfig
 from tempo.llm.rope import inverse_frequencies, rotate_half_matrix
 from tempo.llm.sampling import Sampling
-from tempo.llm.tiling import tiled_attention
+from tempo.llm.tiling import Prefix, tiled_attention
 from tempo.llm.weights import Weights
 from tempo.nn.functional import silu, softmax
 
 
 @dataclass(frozen=True)
 class DecodeProgram:
-    """The RTs of one decoding program: ``tokens[t]`` (batch,), int64, the token at ``t``;
-    ``logits[t]`` (batch, vocab); ``picked[t]``, the token picked from them (``tokens[t + 1]``
-    past the prompt)."""
+    """The RTs of one decoding program for a prompt of ``P`` tokens. ``tokens[t]`` (batch,),
+    int64: the token at position ``P + t`` (``tokens[0]`` picked from the prompt's last
+    logits); ``logits[t]`` (batch, vocab): the next-token logits at position ``P + t``;
+    ``prompt_logits`` (batch, P, vocab): the logits at every prompt position."""
 
     tokens: RT
     logits: RT
-    picked: RT
+    prompt_logits: RT
     layers: tuple  # (l, L): the layer dim's step and bound symbols
-    positions: tuple  # (t, T): the position dim's
+    positions: tuple  # (t, T): the decoding step's
     tiles: tuple | None = None  # (n, N): the attention tile dim's, when attention is tiled
     tile: int | None = None
 
-    def bounds(self, num_layers: int, length: int) -> dict:
-        """The run's bounds for ``num_layers`` layers and ``length`` positions."""
-        out = {self.layers[1]: num_layers, self.positions[1]: length}
+    def bounds(self, num_layers: int, new_tokens: int) -> dict:
+        """The run's bounds for ``num_layers`` layers and ``new_tokens`` tokens after the prompt."""
+        out = {self.layers[1]: num_layers, self.positions[1]: new_tokens}
         if self.tiles is not None:
-            out[self.tiles[1]] = -(-length // self.tile)
+            out[self.tiles[1]] = -(-new_tokens // self.tile)
         return out
 
 
-def embed(tokens: RT, table: np.ndarray, position, on_token=None, first: int = 0) -> RT:
+def embed(tokens: RT, table: np.ndarray, position, on_token=None) -> RT:
     """The rows of ``table`` (vocab, hidden) that ``tokens`` (batch,) name: a host lookup, reading
     ``batch`` rows instead of multiplying a one-hot matrix by the whole table.
 
-    ``on_token(ids, position)`` sees every token from position ``first`` on as it enters the
-    model, right after it was picked: the lookup runs in the decoding loop itself.
+    ``on_token(ids, position)`` sees every token as it enters the model, right after it was
+    picked: the lookup runs in the decoding loop itself.
     """
     def lookup(ids, at):
-        if on_token is not None and at >= first:
+        if on_token is not None:
             on_token(ids, int(at))
         return (table[ids],)
 
@@ -78,11 +82,62 @@ def rotary(x: RT, cos: RT, sin: RT, rotate: RT) -> RT:
     return x * cos + F.matmul(x, rotate) * sin
 
 
+def project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT, rotate: RT) -> tuple[RT, RT, RT]:
+    """A layer's queries (..., kv heads, groups, head_dim), keys and values (..., kv heads, head_dim)
+    for ``x`` (..., hidden): one product for all three, rotary embeddings on the queries and keys."""
+    c, lead = config, tuple(x.shape[:-1])
+    heads, kv_heads = c.num_heads, c.num_kv_heads
+    xn = rms_norm(x, w["input_norm"], c.rms_norm_eps)
+    qkv = F.reshape(F.matmul(xn, w["wqkv"]), *lead, heads + 2 * kv_heads, c.head_dim)
+    keep = (slice(None),) * len(lead)
+    qk = rotary(qkv.spatial[keep + (slice(0, heads + kv_heads),)], cos, sin, rotate)
+    q = qk.spatial[keep + (slice(0, heads),)]
+    k = qk.spatial[keep + (slice(heads, heads + kv_heads),)]
+    v = qkv.spatial[keep + (slice(heads + kv_heads, heads + 2 * kv_heads),)]
+    return F.reshape(q, *lead, kv_heads, heads // kv_heads, c.head_dim), k, v
+
+
+def finish(config: LlamaConfig, w: dict, x: RT, mixed: RT) -> RT:
+    """The rest of a layer after attention: ``mixed`` (..., heads * head_dim) projected and added
+    to ``x``, then the SwiGLU MLP."""
+    x = x + F.matmul(mixed, w["wo"])
+    xn = rms_norm(x, w["post_norm"], config.rms_norm_eps)
+    return x + F.matmul(silu(F.matmul(xn, w["w_gate"])) * F.matmul(xn, w["w_up"]), w["w_down"])
+
+
+def prompt_attention(q: RT, k: RT, v: RT, window: int | None, scale: float) -> RT:
+    """Attention among the prompt's positions at once: ``q`` (batch, P, kv heads, groups, hd),
+    ``k`` and ``v`` (batch, P, kv heads, hd), masked causally (and to the window); (batch, P, heads * hd)."""
+    batch, length, kv_heads, groups, head_dim = q.shape
+    i, j = np.arange(length)[:, None], np.arange(length)[None, :]
+    visible = (j <= i) if window is None else (j <= i) & (j > i - window)
+    mask = F.from_numpy(np.where(visible, 0.0, -np.inf).astype(np.float32))
+    keys = F.unsqueeze(F.permute(k, 0, 2, 3, 1), 2)                        # (batch, kv, 1, hd, P)
+    scores = F.matmul(F.permute(q, 0, 2, 3, 1, 4), keys) * scale + mask     # (batch, kv, groups, P, P)
+    mixed = F.matmul(softmax(scores, axis=-1), F.unsqueeze(F.permute(v, 0, 2, 1, 3), 2))
+    return F.reshape(F.permute(mixed, 0, 3, 1, 2, 4), batch, length, kv_heads * groups * head_dim)
+
+
+def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float) -> RT:
+    """Softmax attention of ``q`` (batch, kv heads, groups, hd) over the prompt's keys and values
+    (``prefix``) and decoding's own (``keys``, ``values``: (S, batch, kv heads, hd)), one
+    softmax over both: the largest score of either, each part's exponentials against it, summed."""
+    scores = F.matmul(q, F.permute(keys, 1, 2, 3, 0)) * scale             # (batch, kv, groups, S)
+    prompt = prefix.scores(q)                                                # (batch, kv, groups, P)
+    top = F.maximum(F.max(scores, axis=-1, keepdims=True), F.max(prompt, axis=-1, keepdims=True))
+    weights, prompt = F.exp(scores - top), F.exp(prompt - top)
+    total = F.sum(weights, axis=-1, keepdims=True) + F.sum(prompt, axis=-1, keepdims=True)
+    mixed = F.matmul(weights, F.permute(values, 1, 2, 0, 3)) + F.matmul(prompt, prefix.values)
+    return mixed / total
+
+
 def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: Attention,
           sampling: Sampling, on_token=None, stop_at_eos: bool = False) -> DecodeProgram:
-    """The decoding program for ``prompt`` (batch, prompt length) in the current context;
-    ``on_token(ids, position)`` is called with each new token as decoding runs. With
-    ``stop_at_eos`` (and end-of-sequence tokens in the config), see :func:`stop_at_eos_tokens`."""
+    """The decoding program for ``prompt`` (batch, P) in the current context (see the module
+    docstring). ``on_token(ids, position)`` is called with each token as it enters a decoding
+    step. The run ends (``tpo.stop_when``) at its last step, before that step's model runs,
+    and with ``stop_at_eos`` (and end-of-sequence tokens in the config) as soon as every
+    sequence has produced one (:func:`end_of_sequence`)."""
     c = config
     batch, prompt_len = prompt.shape
     ctx = tpo.api.context.current()
@@ -94,60 +149,66 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     stacked = dict(weights.layers)
     stacked["wqkv"] = np.concatenate([stacked.pop("wq"), stacked.pop("wk"), stacked.pop("wv")], axis=2)
     w = {name: F.from_numpy(a, dims=(l,)) for name, a in stacked.items()}
-
-    tokens = F.placeholder((batch,), "int64", dims=(t,))
-    tokens[t < prompt_len] = F.from_numpy(np.ascontiguousarray(prompt.T)).spatial[tpo.min(t, prompt_len - 1)]
-
-    embedded = embed(tokens, weights.embed, t, on_token, prompt_len)
-    h = F.placeholder((batch, c.hidden_size), "float32", dims=(l, t))
-    h[0, t] = embedded[t]
-
-    angles = F.eval_symbol(t).cast("float32") * F.from_numpy(inverse_frequencies(c.head_dim, c.rope_theta,
-                                                                                   c.rope_scaling))
-    angles = F.cat([angles, angles], axis=0)
-    cos, sin = F.cos(angles), F.sin(angles)
+    inv = inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling)
     rotate = F.from_numpy(rotate_half_matrix(c.head_dim))
+    scale = c.head_dim ** -0.5
+    final_norm, head = F.from_numpy(weights.final_norm), F.from_numpy(weights.head)
 
+    def logits_of(y: RT) -> RT:
+        return F.matmul(rms_norm(y, final_norm, c.rms_norm_eps), head)
+
+    # the prompt, all positions at once
+    angles = np.arange(prompt_len, dtype=np.float32)[:, None] * inv[None, :]
+    angles = np.concatenate([angles, angles], axis=1)[:, None, :]                # (P, 1, head_dim)
+    hp = F.placeholder((batch, prompt_len, c.hidden_size), "float32", dims=(l,))
+    hp[0] = F.from_numpy(weights.embed[prompt])
+    xp = hp[l]
+    qp, kp, vp = project(c, w, xp, F.from_numpy(np.cos(angles)), F.from_numpy(np.sin(angles)), rotate)
+    yp = finish(c, w, xp, prompt_attention(qp, kp, vp, attention.window, scale))
+    hp[l + 1] = yp
+    prompt_logits = logits_of(yp[L - 1])
+    first = sampling.next_token(logits_of(yp[L - 1].spatial[:, prompt_len - 1]))
+
+    # decoding: step t at position P + t
+    tokens = F.placeholder((batch,), "int64", dims=(t,))
+    h = F.placeholder((batch, c.hidden_size), "float32", dims=(l, t))
+    h[0, t] = embed(tokens, weights.embed, t + prompt_len, on_token)[t]
+    angles = F.eval_symbol(t + prompt_len).cast("float32") * F.from_numpy(inv)
+    angles = F.cat([angles, angles], axis=0)
     x = h[l, t]
-    xn = rms_norm(x, w["input_norm"], c.rms_norm_eps)
-    heads, kv_heads = c.num_heads, c.num_kv_heads
-    qkv = F.reshape(F.matmul(xn, w["wqkv"]), batch, heads + 2 * kv_heads, c.head_dim)   # one product
-    qk = rotary(qkv.spatial[:, :heads + kv_heads], cos, sin, rotate)
-    q, k, v = qk.spatial[:, :heads], qk.spatial[:, heads:], qkv.spatial[:, heads + kv_heads:]
-    qg = F.reshape(q, batch, kv_heads, heads // kv_heads, c.head_dim)
+    q, k, v = project(c, w, x, F.cos(angles), F.sin(angles), rotate)
+    prefix = Prefix(F.permute(kp, 0, 2, 3, 1)[l], F.permute(vp, 0, 2, 1, 3)[l], scale,
+                    None if attention.window is None else prompt_len - attention.window + 1 + F.eval_symbol(t))
     if tiles is None:
-        keys, values = attention.read(k, l, t), attention.read(v, l, t)      # (S, batch, kv heads, head_dim)
-        scores = F.matmul(qg, F.permute(keys, 1, 2, 3, 0)) * (c.head_dim ** -0.5)   # (batch, kv, groups, S)
-        mixed = F.matmul(softmax(scores, axis=-1), F.permute(values, 1, 2, 0, 3))     # (batch, kv, groups, hd)
+        mixed = attend(q, prefix, attention.read(k, l, t), attention.read(v, l, t), scale)
     else:
-        mixed = tiled_attention(qg, k, v, l, t, tiles[0], attention.tile, c.head_dim ** -0.5)
-    x = x + F.matmul(F.reshape(mixed, batch, heads * c.head_dim), w["wo"])
-    xn = rms_norm(x, w["post_norm"], c.rms_norm_eps)
-    y = x + F.matmul(silu(F.matmul(xn, w["w_gate"])) * F.matmul(xn, w["w_up"]), w["w_down"])
+        mixed = tiled_attention(q, k, v, l, t, tiles[0], attention.tile, scale, prefix)
+    y = finish(c, w, x, F.reshape(mixed, batch, c.num_heads * c.head_dim))
     h[l + 1, t] = y
 
-    out = rms_norm(y[L - 1, t], F.from_numpy(weights.final_norm), c.rms_norm_eps)
-    logits = F.matmul(out, F.from_numpy(weights.head))
+    logits = logits_of(y[L - 1, t])
+    last = F.eval_symbol(t) == F.eval_symbol(T - 1)                  # the last step's model never runs
     picked = sampling.next_token(logits, t)
-    if stop_at_eos and c.eos_token_ids:
-        picked = stop_at_eos_tokens(picked, c, t, prompt_len)
-    tokens[t + 1] = picked[t]
-    return DecodeProgram(tokens, logits, picked, (l, L), (t, T), tiles, attention.tile)
+    tokens[0] = first
+    tokens[t + 1] = end_of_sequence(tokens, picked, c.eos_token_ids if stop_at_eos else (), c.pad_token_id,
+                                    t, last)[t]
+    return DecodeProgram(tokens, logits, prompt_logits, (l, L), (t, T), tiles, attention.tile)
 
 
-def stop_at_eos_tokens(picked: RT, config: LlamaConfig, position, prompt_len: int) -> RT:
-    """``picked`` (batch,) over ``position``, as ``transformers``' ``generate`` continues it: a
-    sequence that has produced an end-of-sequence token continues with padding, and the run
-    ends (``tpo.stop_when``) at the step where every sequence has, before the next model step."""
-    t, eos = position, config.eos_token_ids
-    pad = config.pad_token_id if config.pad_token_id is not None else eos[0]
-    ended = F.placeholder(picked.shape, "bool", dims=(t,))          # an earlier new token was an EOS
-    ended[t < prompt_len] = F.full(picked.shape, False, "bool")
-    picked = F.where(ended[t], F.full((), pad, "int64"), picked)
-    hit = picked == eos[0]
+def end_of_sequence(tokens: RT, picked: RT, eos: tuple, pad: int | None, step, last: RT) -> RT:
+    """The token after ``tokens[t]``: ``picked``, continued as ``transformers``' ``generate`` does
+    once a sequence has produced one of the tokens ``eos`` (with ``pad``, or the first EOS).
+    The run ends (``tpo.stop_when``) at the first step where every sequence has produced one,
+    or where ``last`` holds, before that step's model runs (the check reads ``tokens[t]``,
+    so the step's token is known when it ends)."""
+    t = step
+    hit = tokens < 0 if not eos else tokens == eos[0]            # no token id is negative
     for other in eos[1:]:
-        hit = hit | (picked == other)
-    done = ended[t] | hit
-    ended[t + 1] = done[t]
-    tpo.stop_when(done[t >= prompt_len - 1])
-    return picked
+        hit = hit | (tokens == other)
+    ended = F.placeholder(tokens.shape, "bool", dims=(t,))           # an EOS among tokens[0..t]
+    ended[0] = hit[0]
+    ended[t + 1] = ended[t] | hit[t + 1]
+    tpo.stop_when(ended[t] | last)
+    if not eos:
+        return picked
+    return F.where(ended[t], F.full((), eos[0] if pad is None else pad, "int64"), picked)

@@ -39,12 +39,13 @@ class Sampling:
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise TempoError(f"top_p must be in (0, 1], not {self.top_p}")
 
-    def next_token(self, logits: RT, position) -> RT:
-        """The token picked at each point of ``logits`` (batch, vocab): int64 (batch,)."""
+    def next_token(self, logits: RT, position=None) -> RT:
+        """The token picked at each point of ``logits`` (batch, vocab) over the dim of step
+        ``position`` (None: logits without dims): int64 (batch,)."""
         if self.greedy:
             return argmax(logits)
         batch = logits.shape[0]
-        u = tpo.random.uniform((batch,), dims=(position,))
+        u = tpo.random.uniform((batch,), dims=() if position is None else (position,))
         return F.udf(lambda lg, r: (self.draw(lg, r),), [logits, u], out_shapes=[(batch,)],
                      out_dtypes=["int64"], label="sample")
 

@@ -12,6 +12,8 @@ score over the tiles, then each tile's exponentials against it, summed.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 import tempo as tpo
@@ -20,9 +22,31 @@ from tempo.api.rt import RecurrentTensor as RT
 from tempo.api.vjp import pad
 
 
-def tiled_attention(q: RT, k: RT, v: RT, layer, position, tile, size: int, scale: float) -> RT:
+@dataclass(frozen=True)
+class Prefix:
+    """Keys and values that every position attends to besides its own dim's (a prefilled
+    prompt's): ``keys`` (batch, kv heads, hd, P), ``values`` (batch, kv heads, P, hd);
+    ``visible_from`` (int64 RT or None): the first of the P rows a position sees (a window)."""
+
+    keys: RT
+    values: RT
+    scale: float
+    visible_from: RT | None = None
+
+    def scores(self, q: RT) -> RT:
+        """``q`` (batch, kv heads, groups, hd) against the keys: (batch, kv heads, groups, P), -inf where not visible."""
+        scores = F.matmul(q, self.keys) * self.scale
+        if self.visible_from is None:
+            return scores
+        rows = F.from_numpy(np.arange(self.keys.shape[-1], dtype=np.int64))
+        return F.where(rows >= self.visible_from, scores, F.full((), -np.inf, "float32"))
+
+
+def tiled_attention(q: RT, k: RT, v: RT, layer, position, tile, size: int, scale: float,
+                    prefix: Prefix | None = None) -> RT:
     """``softmax(q k[0:t+1]^T * scale) v[0:t+1]`` for ``q`` (batch, kv heads, groups, head_dim)
-    at ``(layer, position)``, computed over tiles of ``size`` positions along the dim ``tile``."""
+    at ``(layer, position)``, computed over tiles of ``size`` positions along the dim ``tile``;
+    with a ``prefix``, its keys and values join the softmax as one more part."""
     l, t, n = layer, position, tile
     live = n * size <= t                                    # the tiles that hold positions up to t
 
@@ -36,7 +60,13 @@ def tiled_attention(q: RT, k: RT, v: RT, layer, position, tile, size: int, scale
     scores = F.matmul(q, F.permute(keys, 1, 2, 3, 0)) * scale             # (batch, kv, groups, size)
     scores = F.where(valid, scores, F.full((), -np.inf, "float32"))
     top = F.max(F.max(scores, axis=-1)[l, t, 0:t // size + 1], axis=0)   # over every tile
+    if prefix is not None:
+        before = prefix.scores(q)
+        top = F.maximum(top, F.max(before, axis=-1))
     weights = F.exp(scores - F.unsqueeze(top[l, t], 3))                     # padded rows: exp(-inf) = 0
     total = F.sum(F.sum(weights, axis=-1)[l, t, 0:t // size + 1], axis=0)
     mixed = F.sum(F.matmul(weights, F.permute(values, 1, 2, 0, 3))[l, t, 0:t // size + 1], axis=0)
+    if prefix is not None:
+        weights = F.exp(before - F.unsqueeze(top, 3))
+        total, mixed = total + F.sum(weights, axis=-1), mixed + F.matmul(weights, prefix.values)
     return mixed / F.unsqueeze(total, 3)

@@ -6,6 +6,8 @@ import pytest
 import torch
 
 import tempo as tpo
+from tempo.llm import program as program_mod
+from tempo.llm.sampling import Sampling
 
 PROMPT = np.array([[5, 17, 99, 3, 42, 7], [11, 0, 150, 64, 8, 23]], np.int64)
 
@@ -30,6 +32,22 @@ def test_greedy_tokens_and_logits_match_transformers(checkpoint, variant, backen
     got = model.generate(PROMPT, max_new_tokens=32, backend=backend)
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_allclose(model.logits(expected, backend=backend), hf_logits(hf, expected),
+                               atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("variant", ["llama_gqa", "mistral_window"])
+def test_decoding_steps_logits_match_transformers(checkpoint, variant):
+    """The logits of the decoding steps (after the prompt's batched prefill; the window masks
+    the prompt's rows as decoding moves past them) are transformers' at those positions."""
+    folder, hf = checkpoint(variant)
+    model = tpo.llm.Llama.from_pretrained(folder)
+    new = 12
+    ids = hf_greedy(hf, PROMPT, new)
+    with tpo.Context() as ctx:
+        dp = program_mod.build(model.config, model.weights, PROMPT, model.default_attention(), Sampling())
+        (logits,) = ctx.run(bounds=dp.bounds(model.config.num_layers, new), fetch=[dp.logits])
+    assert np.isnan(logits[new - 1]).all()            # the last token enters no model step
+    np.testing.assert_allclose(logits[:new - 1].transpose(1, 0, 2), hf_logits(hf, ids)[:, 6:6 + new - 1],
                                atol=1e-4, rtol=1e-4)
 
 
