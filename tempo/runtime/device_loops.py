@@ -246,6 +246,8 @@ class DeviceLoop:
                         for step in plan.steps]
         self.writer = {(step.node.id, j): k for k, step in enumerate(plan.steps) for j in range(len(step.node.shapes))}
         self.rows = {key: _row_major(plan.steps[self.writer[key]].execute.point, var) for key in plan.written_back}
+        self.sliced = {id(src): _row_major(src.index.args, var) for step in plan.steps for src in step.inputs
+                       if src.kind == GATHERED}  # read as one slice of a block store where it can be
         self.free_points = [(compile_expr(seq(*free.point)), [compile_expr(c) for c in guard]) for free, guard in
                             plan.frees]
         self.failed: set[tuple] = set()
@@ -342,6 +344,13 @@ class DeviceLoop:
         return self.backend.cast(np.zeros(shape, dtype), dtype)
 
     def _gather(self, src: Source, index, envs: list[dict], wanted, env: dict):
+        store = self.stores[src.key]
+        if store.kind == "block" and self.sliced[id(src)] and wanted.all():
+            first = index(envs[0])
+            try:  # consecutive rows of one block: one view
+                return store.read(first[:-1] + (slice(first[-1], first[-1] + len(envs)),))
+            except TempoError:
+                pass
         values = [self._read(src, index(e)) if w else None for e, w in zip(envs, wanted)]
         filler = next((v for v in values if v is not None), None)
         if filler is None:

@@ -471,7 +471,7 @@ class JaxBackend(Backend):
     def stack(self, tensors: list, shape: tuple, dtype: str):
         if not tensors:
             return jnp.zeros(tuple(shape), dtype=dtype)
-        out = jnp.stack([self.cast(t, dtype) for t in tensors])
+        out = _stack(tuple(t if isinstance(t, jax.Array) else np.asarray(t) for t in tensors), np.dtype(dtype))
         return out.reshape(tuple(shape) + out.shape[1:])
 
     def cast(self, tensor, dtype: str):
