@@ -7,24 +7,30 @@ import tempo as tpo
 from tempo.api.rt import RecurrentTensor as RT
 from tempo.errors import TempoError
 
+AUTO = "auto"  # a tile size chosen by measurement
+
 
 @dataclass(frozen=True)
 class Attention:
     """``window`` None: causal (``k[0:t+1]``); else the last ``window`` positions
     (``k[max(0, t-window+1):t+1]``). ``tile``: causal attention computed over
-    tiles of this static size (``tempo.llm.tiling``)."""
+    tiles of this static size (``tempo.llm.tiling``), or :data:`AUTO`: of the size
+    :func:`tempo.llm.tiling.choose_tile` measures best."""
 
     window: int | None = None
-    tile: int | None = None
+    tile: int | str | None = None
 
     @classmethod
     def parse(cls, spec) -> "Attention":
         """``"causal"``, ``("window", w)`` / ``"window:w"``, ``("tiled", Z)`` / ``"tiled:Z"``
-        (causal, in static tiles of ``Z`` positions) or an Attention."""
+        (causal, in static tiles of ``Z`` positions), ``"tiled"`` (a tile size chosen by
+        measurement) or an Attention."""
         if isinstance(spec, Attention):
             return spec
         if spec == "causal":
             return cls()
+        if spec in ("tiled", "tiled:auto", ("tiled", AUTO)):
+            return cls(tile=AUTO)
         if isinstance(spec, str) and ":" in spec:
             spec = tuple(spec.split(":", 1))
         if isinstance(spec, (tuple, list)) and len(spec) == 2 and spec[0] in ("window", "tiled"):
@@ -34,8 +40,8 @@ class Attention:
                 width = 0
             if width >= 1:
                 return cls(width) if spec[0] == "window" else cls(tile=width)
-        raise TempoError(f"unknown attention spec {spec!r}; use 'causal', ('window', w) / 'window:w' or "
-                         f"('tiled', Z) / 'tiled:Z' with w, Z >= 1")
+        raise TempoError(f"unknown attention spec {spec!r}; use 'causal', ('window', w) / 'window:w', "
+                         f"('tiled', Z) / 'tiled:Z' with w, Z >= 1, or 'tiled' (Z chosen by measurement)")
 
     def read(self, x: RT, layer, position) -> RT:
         """``x`` at layer ``layer`` and the positions ``position`` attends to (a leading axis)."""
@@ -44,6 +50,8 @@ class Attention:
         return x[layer, tpo.max(0, position - self.window + 1):position + 1]
 
     def __str__(self) -> str:
+        if self.tile == AUTO:
+            return "tiled"
         if self.tile is not None:
             return f"tiled:{self.tile}"
         return "causal" if self.window is None else f"window:{self.window}"

@@ -19,7 +19,8 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--prompt-ids", help="the prompt as comma-separated token ids")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--attention", default=None,
-                        help="'causal' or 'window:W' (default: the checkpoint's own)")
+                        help="'causal', 'window:W', 'tiled:Z' or 'tiled' (Z chosen by measurement; the choice "
+                             "is printed to stderr) (default: the checkpoint's own)")
     parser.add_argument("--backend", default="numpy")
     parser.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
     parser.add_argument("--temperature", type=float, default=1.0)
@@ -77,6 +78,8 @@ def main(argv: Sequence[str]) -> int:
         model.generate(prompt, max_new_tokens=ns.max_new_tokens, attention=ns.attention, do_sample=ns.sample,
                        temperature=ns.temperature, top_k=ns.top_k, top_p=ns.top_p, seed=ns.seed,
                        backend=ns.backend, on_token=_Printer(model, sys.stdout))
+        for choice in model.tile_choices.values():
+            print(f"tempo: attention {choice}", file=sys.stderr)
     except TempoError as err:
         print(f"tempo: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1

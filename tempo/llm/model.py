@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -10,9 +10,10 @@ import numpy as np
 import tempo as tpo
 from tempo.errors import TempoError
 from tempo.llm import program as program_mod
-from tempo.llm.attention import Attention
+from tempo.llm.attention import AUTO, Attention
 from tempo.llm.config import LlamaConfig
 from tempo.llm.sampling import Sampling
+from tempo.llm.tiling import TileChoice, choose_tile
 from tempo.llm.tokenizer import load_tokenizer
 from tempo.llm.weights import Weights
 
@@ -23,12 +24,15 @@ class Llama:
 
     ``config``: its sizes; ``weights``: its tensors; ``tokenizer``: a
     ``tokenizers.Tokenizer`` or None. Every call builds and compiles one
-    program: the layer index and the position are its temporal dims.
+    program: the layer index and the decoding step are its temporal dims.
+    ``tile_choices``: the tile sizes ``attention="tiled"`` chose by measurement,
+    by ``(backend, batch, new tokens)``.
     """
 
     config: LlamaConfig
     weights: Weights
     tokenizer: object = None
+    tile_choices: dict[tuple, TileChoice] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_pretrained(cls, path: str) -> "Llama":
@@ -55,8 +59,8 @@ class Llama:
         """Decode ``max_new_tokens`` tokens after ``prompt_ids`` (batch, prompt) or (prompt,).
 
         ``attention``: ``"causal"``, ``("window", w)`` / ``"window:w"``, ``("tiled", Z)`` /
-        ``"tiled:Z"`` (causal attention in static tiles of ``Z`` positions), or None for the
-        checkpoint's own. Greedy unless ``do_sample``; sampling is deterministic given
+        ``"tiled:Z"`` (causal attention in static tiles of ``Z`` positions), ``"tiled"`` (the
+        tile size measured best on ``backend``: :meth:`tile_for`), or None for the checkpoint's own. Greedy unless ``do_sample``; sampling is deterministic given
         ``seed``. ``on_token(tokens, position)`` sees each new token column (batch,) as it
         is produced. Returns the int64 ids (batch, prompt + new); with ``stop_at_eos``,
         a sequence that has produced an end-of-sequence token continues with padding,
@@ -68,6 +72,8 @@ class Llama:
         prompt_len = prompt.shape[1]
         if max_new_tokens == 0:
             return prompt.copy()
+        if attention.tile == AUTO:
+            attention = replace(attention, tile=self.tile_for(prompt.shape[0], max_new_tokens, backend).tile)
         reported = [prompt_len]
 
         def report(column: np.ndarray, position: int) -> None:
@@ -85,10 +91,23 @@ class Llama:
             report(ids[:, position], position)
         return ids
 
+    def tile_for(self, batch: int, new_tokens: int, backend: str = "numpy") -> TileChoice:
+        """The tile size of ``attention="tiled"`` for ``new_tokens`` decoding steps of ``batch``
+        sequences on ``backend``: measured once (:func:`tempo.llm.tiling.choose_tile`), then
+        kept in ``tile_choices``; ``str()`` of the choice shows the timings behind it."""
+        key = (backend, batch, new_tokens)
+        if key not in self.tile_choices:
+            c = self.config
+            self.tile_choices[key] = choose_tile(batch, c.num_kv_heads, c.num_heads // c.num_kv_heads, c.head_dim,
+                                                 new_tokens, backend)
+        return self.tile_choices[key]
+
     def logits(self, ids, attention=None, backend: str = "numpy") -> np.ndarray:
-        """The next-token logits (batch, length, vocab) at every position of ``ids`` (batch, length)."""
+        """The next-token logits (batch, length, vocab) at every position of ``ids`` (batch, length),
+        all computed at once (the prompt's prefill: tiles, which split decoding steps, play no part)."""
         prompt = self._check_prompt(ids, 0)
         attention = self.default_attention() if attention is None else Attention.parse(attention)
+        attention = replace(attention, tile=None)
         with tpo.Context() as ctx:
             dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling())
             (logits,) = ctx.run(bounds=dp.bounds(self.config.num_layers, 1),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tempo as tpo
-from tempo.llm.tiling import tiled_attention
+from tempo.llm.tiling import CANDIDATES, TOLERANCE, choose_tile, tiled_attention
 
 
 def reference(q, k, v, scale):
@@ -33,3 +33,23 @@ def test_tiled_attention_is_the_softmax_over_the_prefix(size):
         assert per_tile and all(isinstance(s, int) for node in per_tile for shape in node.shapes for s in shape)
         (got,) = ctx.run(bounds={L: 1, T: length, N: -(-length // size)}, fetch=[out])
     np.testing.assert_allclose(got[0], reference(q, k, v, 0.5), rtol=1e-5, atol=1e-6)
+
+
+def test_choose_tile_measures_the_candidates_and_takes_the_smallest_near_the_fastest():
+    choice = choose_tile(2, 2, 3, 4, 20, candidates=(4, 8, 16, 64))
+    assert set(choice.seconds) == {4, 8, 16}                     # 64 is not below twice the length
+    fastest = min(choice.seconds.values())
+    assert choice.seconds[choice.tile] <= fastest * (1 + TOLERANCE)
+    assert all(s > fastest * (1 + TOLERANCE) for z, s in choice.seconds.items() if z < choice.tile)
+    assert str(choice).startswith(f"tiled:{choice.tile}, the smallest tile")
+
+
+@pytest.mark.slow      # isl analyses the tiled program in 5 to 20 s
+def test_attention_tiled_without_a_size_measures_one_and_decodes_as_untiled(checkpoint):
+    model = tpo.llm.Llama.from_pretrained(checkpoint("llama_gqa")[0])
+    prompt = np.array([[5, 17, 99], [11, 0, 150]], np.int64)
+    tiled = model.generate(prompt, max_new_tokens=20, attention="tiled")
+    np.testing.assert_array_equal(tiled, model.generate(prompt, max_new_tokens=20, attention="causal"))
+    choice = model.tile_choices[("numpy", 2, 20)]
+    assert choice.tile in CANDIDATES and choice.tile == model.tile_for(2, 20).tile    # measured once
+    assert set(choice.seconds) == {16, 32}
