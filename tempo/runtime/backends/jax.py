@@ -23,8 +23,9 @@ row by row and then read whole is one stack of its rows. Otherwise the
 written rows go into the buffer by donating it to a jitted
 ``dynamic_update_slice`` (TEMPO §5.2: the store is the buffer's only user),
 so XLA updates it in place instead of copying it; a read is a jitted dynamic
-slice, never the buffer itself, so a read value stays valid after the buffer
-is donated.
+slice, so a read value stays valid after the buffer is donated. A read of a
+whole block is the buffer itself: every row of a block is written once, so
+such a read comes after the block's last write and nothing donates it later.
 """
 from __future__ import annotations
 
@@ -508,7 +509,10 @@ class JaxBackend(Backend):
             with x64(True):
                 return self.view(buffer, index)
         if isinstance(index, slice):
-            return _rows(buffer.applied(), index.start, index.stop - index.start)
+            rows = buffer.applied()
+            if index.start == 0 and index.stop == rows.shape[0]:
+                return rows  # a whole block: read once all its rows are written, so never donated later
+            return _rows(rows, index.start, index.stop - index.start)
         return buffer.row(index)
 
     def detach(self, tensor, sources: list):
