@@ -6,7 +6,8 @@ environment dynamics (``tempo/Synthetic-v0``):
 
 - ``tempo-numpy``, ``tempo-torch``, ``tempo-jax``: ``examples/ppo.py`` /
   ``examples/reinforce.py`` themselves, on the NumPy, PyTorch (eager, CPU)
-  and JAX (one ``jax.jit`` function per fused island) backends;
+  and JAX (one ``jax.jit`` function per fused island, the acting loop one
+  ``lax.scan``) backends;
 - ``cleanrl``: ``benchmarks/baselines/cleanrl_*.py`` (eager PyTorch, stored
   batch, replayed forward and backward);
 - ``purejaxrl``: ``benchmarks/baselines/purejaxrl_*.py`` (one ``jax.jit``-ed
@@ -26,7 +27,13 @@ the ahead-of-time compile), the first iteration's seconds (from the end of
 compilation), the steady state (the median seconds of the later
 iterations), the speed-up over the slowest system, the peak RSS, and Tempo's
 kernel launches per iteration, counted by a wrapper around the backend's
-kernels that also times the iterations. A point predicted to run past
+kernels that also times the iterations. ``--clock cpu`` makes every timing
+read the worker's process CPU seconds instead of wall seconds (steadier when
+other processes share the cores; a system whose host work overlaps its
+device work counts both). ``--learning-step`` also counts the FLOPs of
+Tempo's learning step (everything of an iteration but the acting loop),
+times it on JAX and measures this CPU's float32 matrix-product throughput.
+A point predicted to run past
 ``--max-seconds`` (linearly in the swept parameter, from the nearest
 measured point) is skipped, and a run that goes past it is stopped; both
 are reported as skipped.
@@ -34,6 +41,7 @@ are reported as skipped.
     .venv/bin/python benchmarks/rl_train.py                          # PPO at the default point
     .venv/bin/python benchmarks/rl_train.py --algo ppo reinforce --sweep steps hidden layers envs
     .venv/bin/python benchmarks/rl_train.py --sweep steps --points 50 100 250 500
+    .venv/bin/python benchmarks/rl_train.py --algo ppo reinforce --clock cpu --learning-step
     .venv/bin/python benchmarks/rl_train.py --quick                  # a smoke test, seconds
 """
 from __future__ import annotations
@@ -196,6 +204,119 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int)
             "launches_outside_iterations": probe.launches[None], "nodes": len(program.sdg.nodes)}
 
 
+def _flops(op, inputs, out) -> int:
+    """Floating-point operations of one op: ``2mkn`` per matrix product, else one per output element."""
+    import numpy as np
+
+    from tempo.ir import ops
+
+    if isinstance(op, ops.MatMulOp):
+        return 2 * np.size(out[0]) * np.shape(inputs[0])[-1]
+    if isinstance(op, ops.BatchContractOp):  # the sum over the batch axes of a @ b
+        return 2 * np.size(inputs[0]) * np.shape(inputs[1])[-1]
+    return sum(np.size(x) for x in out)
+
+
+def matmul_peak(n: int = 2048, repeats: int = 5) -> dict:
+    """This CPU's float32 matrix-product throughput in GFLOP/s (an ``n x n`` product, best of ``repeats``),
+    through NumPy's BLAS and through XLA, with the worker's thread settings."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    x, y, product = jnp.asarray(a), jnp.asarray(b), jax.jit(jnp.matmul)
+    product(x, y).block_until_ready()
+
+    def best(fn, clock) -> float:
+        seconds = []
+        for _ in range(repeats):
+            start = clock()
+            fn()
+            seconds.append(clock() - start)
+        return 2 * n ** 3 / min(seconds) / 1e9
+
+    def xla():
+        product(x, y).block_until_ready()
+
+    return {"n": n, "numpy_gflops": best(lambda: a @ b, time.perf_counter), "xla_gflops": best(xla, time.perf_counter),
+            "numpy_gflops_per_cpu_s": best(lambda: a @ b, time.process_time),
+            "xla_gflops_per_cpu_s": best(xla, time.process_time)}
+
+
+def learning_step(algo: str, point: Point, seed: int, iterations: int = 3) -> dict:
+    """The learning step's FLOPs and seconds per iteration: every launch of an iteration but the acting
+    loop's (launches at a point of ``t``, or a compiled loop). FLOPs are counted on the NumPy kernels
+    (:func:`_flops`); seconds on the JAX backend, each launch waited for (wall and process CPU seconds)."""
+    import jax
+
+    from tempo.api import compile as compile_mod
+    from tempo.ir import ops
+    from tempo.runtime.backends import numpy as numpy_backend
+
+    module = _example(algo)
+    fields = dict(env="tempo/Synthetic-v0", impl="tensor", obs_shape=point.obs_shape, batch=point.envs,
+                  steps=point.steps, hidden=point.hidden, layers=point.layers, iterations=iterations + 1, seed=seed)
+    if algo == "ppo":
+        fields["epochs"] = point.epochs
+    last = iterations - 1
+    flops = collections.Counter()
+    saved = dict(numpy_backend.KERNELS)
+
+    def counting(factory):
+        def make(op):
+            kernel = factory(op)
+
+            def run(inputs, env, where):
+                out = kernel(inputs, env, where)
+                if env.get("i") == last:
+                    flops["acting" if "t" in env else "learning"] += _flops(op, inputs, out)
+                return out
+
+            return run
+
+        return make
+
+    numpy_backend.KERNELS.update({t: counting(f) for t, f in saved.items() if t is not ops.FusedOp})
+    try:
+        module.main(module.Args(backend="numpy", **fields))
+    finally:
+        numpy_backend.KERNELS.clear()
+        numpy_backend.KERNELS.update(saved)
+
+    seconds = collections.Counter()
+
+    class Waiting(LaunchProbe):
+        def kernel(self, op):
+            kernel = self.backend.kernel(op)
+
+            def waited(inputs, env, where):
+                wall, cpu = time.perf_counter(), time.process_time()
+                out = jax.block_until_ready(kernel(inputs, env, where))
+                if env.get("i") == last and "t" not in env:
+                    seconds["wall"] += time.perf_counter() - wall
+                    seconds["cpu"] += time.process_time() - cpu
+                return out
+
+            return waited
+
+    compile_program = compile_mod.compile_program
+
+    def probed(*args, **kwargs):
+        program = compile_program(*args, **kwargs)
+        program.backend = Waiting(program.backend)
+        return program
+
+    compile_mod.compile_program = probed
+    try:
+        module.main(module.Args(backend="jax", **fields))
+    finally:
+        compile_mod.compile_program = compile_program
+    return {"acting_flops": flops["acting"], "learning_flops": flops["learning"], "learning_s": seconds["wall"],
+            "learning_cpu_s": seconds["cpu"], "matmul_peak": matmul_peak()}
+
+
 def run_baseline(system: str, algo: str, point: Point, iterations: int, seed: int) -> dict:
     sys.path.insert(0, BASELINES)
     module = importlib.import_module(f"{system}_{algo}")
@@ -220,9 +341,12 @@ def measure(system: str, algo: str, point: Point, iterations: int, seed: int) ->
 
 
 def worker(spec: dict, out_path: str) -> None:
-    if spec.get("clock") == "cpu":  # every system's own timer reads the process's CPU seconds
-        time.perf_counter = time.process_time
-    result = measure(spec["system"], spec["algo"], Point(**spec["point"]), spec["iterations"], spec["seed"])
+    if spec["system"] == "learning-step":
+        result = learning_step(spec["algo"], Point(**spec["point"]), spec["seed"])
+    else:
+        if spec.get("clock") == "cpu":  # every system's own timer reads the process's CPU seconds
+            time.perf_counter = time.process_time
+        result = measure(spec["system"], spec["algo"], Point(**spec["point"]), spec["iterations"], spec["seed"])
     with open(out_path, "w") as f:
         json.dump(result, f)
 
@@ -310,6 +434,19 @@ def print_table(algo: str, title: str, systems: dict) -> None:
         print(f"Tempo compile stages (s): {stages}")
 
 
+def print_learning_step(step: dict) -> None:
+    if "skipped" in step:
+        print(f"learning step: skipped: {step['skipped']}")
+        return
+    peak = step["matmul_peak"]
+    rate, cpu_rate = step["learning_flops"] / step["learning_s"] / 1e9, step["learning_flops"] / step["learning_cpu_s"] / 1e9
+    print(f"Tempo's learning step (JAX, every launch waited for): {step['learning_flops'] / 1e9:.2f} GFLOP "
+          f"(acting {step['acting_flops'] / 1e9:.2f}) in {step['learning_s']:.3f} s ({step['learning_cpu_s']:.3f} CPU s): "
+          f"{rate:.1f} GFLOP/s ({cpu_rate:.1f} per CPU second); matmul peak ({peak['n']}^2 float32): NumPy "
+          f"{peak['numpy_gflops']:.1f} ({peak['numpy_gflops_per_cpu_s']:.1f} per CPU second), XLA "
+          f"{peak['xla_gflops']:.1f} ({peak['xla_gflops_per_cpu_s']:.1f}) GFLOP/s")
+
+
 def plot(results: list[dict], path: str) -> None:
     """One panel per (algorithm, sweep): seconds per iteration against the swept value, a line per system."""
     import matplotlib
@@ -390,6 +527,9 @@ def main() -> None:
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="what every timing reads: wall seconds, or the worker process's CPU seconds (user + system, "
                         "all threads: steadier when other processes share the cores)")
+    p.add_argument("--learning-step", action="store_true",
+                   help="also count the FLOPs of Tempo's learning step, time it on JAX and measure this CPU's "
+                        "matrix-product peak")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny sizes and 3 iterations: a smoke test")
     p.add_argument("--out", default="benchmarks/results/rl_train.json")
@@ -417,6 +557,10 @@ def main() -> None:
         results.append({"algo": algo, "sweep": "default", "value": None, "point": dataclasses.asdict(base),
                         "systems": default})
         print_table(algo, f"default point {base}", default)
+        if args.learning_step:
+            results[-1]["learning_step"] = step = run_point("learning-step", algo, base, 0, args.seed,
+                                                            args.max_seconds, args.threads)
+            print_learning_step(step)
         for sweep in args.sweep:
             measured = {s: [(getattr(base, sweep), default[s])] for s in args.systems}
             for value in sorted({*(args.points or sweeps[sweep]), getattr(base, sweep)}):
