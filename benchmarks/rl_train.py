@@ -107,7 +107,7 @@ class LaunchProbe:
     A launch belongs to the iteration ``env["i"] // every`` of its point
     (``every``: PPO's updates per batch), or to ``None`` (run once, outside
     the iterations). A loop the backend runs whole (``device_loop``) is one
-    launch of the iteration of the launch before it. Everything but
+    launch of the iteration of the kernel launch after it. Everything but
     ``kernel`` and ``device_loop`` is the wrapped backend's.
     """
 
@@ -115,7 +115,7 @@ class LaunchProbe:
         self.backend, self.every = backend, every
         self.launches: collections.Counter = collections.Counter()
         self.ends: dict[int, float] = {}
-        self.current: int | None = None  # the iteration of the latest launch
+        self.pending = 0  # compiled loops launched since the latest kernel launch
 
     def device_loop(self, plan, sdg):
         compiled = self.backend.device_loop(plan, sdg)
@@ -128,12 +128,11 @@ class LaunchProbe:
         def probed(inputs, env, point):
             out = kernel(inputs, env, point)
             i = env.get("i")
-            if i is None:
-                launches[None] += 1
-            else:
-                launches[i // every] += 1
-                ends[i // every] = clock()
-                self.current = i // every
+            key = None if i is None else i // every
+            launches[key] += 1 + self.pending
+            self.pending = 0
+            if key is not None:
+                ends[key] = clock()
             return out
 
         return probed
@@ -150,7 +149,7 @@ class ProbedLoop:
 
     def __call__(self, *args):
         out = self.compiled(*args)
-        self.probe.launches[self.probe.current] += 1
+        self.probe.pending += 1
         return out
 
     def __getattr__(self, name):
