@@ -264,6 +264,11 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
             raise TempoError(f"passes[{name!r}] takes False (switch the pass off) or a {module.__name__}.Config, "
                              f"got {cfg!r}", site)
     memory = _memory_options(memory, site)
+    if memory["device_budget"] is not None and "tile" not in (passes or {}) and bounds:
+        from tempo.transforms import tile  # a budget lets the tiling pass choose its tiles
+
+        passes = {**(passes or {}), "tile": tile.Config(device_budget=memory["device_budget"],
+                                                          bounds=_bound_values(bounds))}
     fetched = [materialize(x, x.node.site) for x in fetch]
     isl_domains.check_definitions(ctx.sdg, _bound_values(bounds), frozenset(ctx.parameters))
     fetch_ids = [(x.node.id, x.out) for x in fetched]

@@ -20,12 +20,14 @@ from dataclasses import dataclass
 import islpy as isl
 
 from tempo.errors import DefinitionError, DomainError, ScheduleError
+from tempo.ir.components import cycles
 from tempo.ir.ops import MergeOp
 from tempo.ir.sdg import SDG, Edge
 from tempo.schedule import isl_expr
 from tempo.symbolic.expr import Expr, bound_of
 
 _MAX_ROUNDS = 64
+_CLOSE_AFTER = 8  # rounds before the cycles still growing are closed transitively
 
 
 def statement(node_id: int) -> str:
@@ -151,10 +153,13 @@ def _executed(sdg: SDG, d: Domains, roots: list[int]) -> dict[int, isl.Set]:
     needed = {n: d.box[n].empty(d.box[n].get_space()) for n in sdg.nodes}
     for r in roots:
         needed[r] = d.defined[r]
+    changed = set(roots)  # the nodes whose reads have points to pass on
     for attempt in range(3):
-        for _ in range(_MAX_ROUNDS):
-            changed = set()
+        for _ in range(_CLOSE_AFTER if attempt == 0 else _MAX_ROUNDS):
+            todo, changed = changed, set()
             for k, e in enumerate(sdg.edges):
+                if e.sink not in todo and e.sink not in changed:
+                    continue
                 at = needed[e.sink].intersect(d.defined[e.sink]).intersect(d.active[k])
                 if at.is_empty():
                     continue
@@ -172,11 +177,18 @@ def _executed(sdg: SDG, d: Domains, roots: list[int]) -> dict[int, isl.Set]:
             needed = _closed(sdg, d, needed, changed)
         else:
             needed = {n: (d.defined[n] if n in changed else s) for n, s in needed.items()}
+        changed = set(sdg.nodes)
     raise ScheduleError("could not determine which points of the program are needed (no convergence)")
 
 
 def _closed(sdg: SDG, d: Domains, needed: dict[int, isl.Set], growing: set[int]) -> dict[int, isl.Set]:
-    """``needed`` with the points that the reads among ``growing`` nodes reach, transitively."""
+    """``needed`` with the points that the reads along the cycles among ``growing`` nodes reach,
+    transitively (when isl's closure is exact; the rounds then carry them to the rest)."""
+    succ = {n: set() for n in growing}
+    for e in sdg.edges:
+        if e.sink in growing and e.src in growing:
+            succ[e.sink].add(e.src)
+    growing = set().union(*cycles(succ))
     steps = None
     for k, e in enumerate(sdg.edges):
         if e.sink in growing and e.src in growing:
@@ -189,7 +201,9 @@ def _closed(sdg: SDG, d: Domains, needed: dict[int, isl.Set], growing: set[int])
     for n in growing:
         u = isl.UnionSet.from_set(needed[n])
         seeds = u if seeds is None else seeds.union(u)
-    closure, _ = steps.transitive_closure()
+    closure, exact = steps.transitive_closure()
+    if not exact:
+        return needed
     reached = closure.intersect_domain(seeds).range().union(seeds)
     out = dict(needed)
     for n in growing:

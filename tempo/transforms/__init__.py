@@ -25,7 +25,8 @@ from tempo.transforms import (cache_activations, contract, cse, dce, domain_redu
 # vectorization, fusion and the scheduler; activation caching then sends the
 # learner to the activations acting computed, and dead-code elimination sweeps
 # up what they all disconnected. Contraction follows vectorization, which forms the
-# batched products it folds.
+# batched products it folds; tiling then cuts the learner's axis over ``t`` into
+# tiles, the contractions and sums over it becoming accumulations.
 PIPELINE = (
     ("cse", cse),
     ("simplify", simplify),
@@ -34,8 +35,8 @@ PIPELINE = (
     ("cache_activations", cache_activations),
     ("dce", dce),
     ("vectorize", vectorize),
-    ("tile", tile),
     ("contract", contract),
+    ("tile", tile),
     ("fuse", fuse),
     ("superopt", superopt),
 )

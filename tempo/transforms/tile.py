@@ -27,6 +27,9 @@ dim's bound is derived from ``T`` (``SDG.tiles``), so a run gives only
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from typing import Callable
+
+import math
 
 import numpy as np
 
@@ -34,30 +37,75 @@ from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node, identity_index
 from tempo.ir.shapes import infer, normalize_axis
 from tempo.ir.shapes import size as size_of
-from tempo.symbolic.expr import Expr, bound_of, make_slice, min_, seq, step_and_bound
+from tempo.symbolic.evaluate import evaluate
+from tempo.symbolic.expr import Expr, bound_of, const, make_slice, min_, seq, step_and_bound
 from tempo.transforms.vectorize import dim_order
 
 
 @dataclass(frozen=True)
 class Config:
-    """``tiles``: dim name -> tile size (rows per tile) for each vectorized dim to tile."""
+    """``tiles``: dim name -> tile size (rows per tile) for each dim to tile.
+
+    Without ``tiles``, a ``device_budget`` (bytes) and the run's ``bounds`` (bound name ->
+    value) let the pass choose: a dim is tiled when what one launch would read of acting's
+    output over the whole dim is more than :data:`WHOLE_SHARE` of the budget, in tiles whose
+    reads fit :data:`TILE_SHARE` of it (see :func:`choose_tiles`).
+    """
 
     tiles: dict = field(default_factory=dict)
+    device_budget: int | None = None
+    bounds: dict = field(default_factory=dict)
 
 
 def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
-    """The SDG with each dim of ``cfg.tiles`` tiled where a sum over its vectorized axis allows it."""
-    for name, size in cfg.tiles.items():
+    """The SDG with each dim of ``cfg.tiles`` (or of :func:`choose_tiles`) tiled where a sum over
+    its axis allows it."""
+    tiles = cfg.tiles or (choose_tiles(sdg, cfg.device_budget, cfg.bounds) if cfg.device_budget else {})
+    for name, size in tiles.items():
         d = next((d for d in dim_order(sdg) if d.name == name), None)
         if d is not None:
             sdg = tile(sdg, d, int(size))
     return sdg
 
 
-# Per op type, whether an op treats the leading axis as rows: a function of
-# the op, its inputs' ranks and which inputs carry the axis (the others
-# broadcast). An op type missing here is never tiled.
-ROW_WISE: dict[type, object] = {}
+# A budget-driven choice tiles a dim when one launch would read more than this share of the
+# device budget of acting's output over it, in tiles that read at most the smaller share.
+WHOLE_SHARE, TILE_SHARE = 1 / 4, 1 / 16
+
+
+def choose_tiles(sdg: SDG, budget: int, bounds: dict) -> dict[str, int]:
+    """Tile sizes for the dims whose whole reads do not fit the ``budget`` at these ``bounds``: a
+    whole-program view (what the largest launch over the dim would hold) rather than one
+    operator's size."""
+    out = {}
+    for d in dim_order(sdg):
+        extent = bounds.get(bound_of(d).name)
+        if extent is None or extent < 2:
+            continue
+        plan = _Plan(sdg, d)
+        rows: dict[int, int] = {}  # reader -> bytes per row of what it reads over the dim
+        for n in plan.tiled | plan.aggregators:
+            for e in plan.ins[n]:
+                if plan.creates(e):
+                    src = sdg.nodes[e.src]
+                    shape = [evaluate(x, bounds) if isinstance(x, Expr) else x for x in src.shapes[e.src_out]]
+                    rows[n] = rows.get(n, 0) + math.prod(shape) * np.dtype(src.dtypes[e.src_out]).itemsize
+        widest = max(rows.values(), default=0)
+        if widest * extent > budget * WHOLE_SHARE:
+            out[d.name] = max(1, min(extent, int(budget * TILE_SHARE // widest)))
+    return out
+
+
+# A read of acting's output over the whole dim whose rows (their static part) hold at least
+# this many bytes is streamed in tiles even where no sum follows (observations read by a
+# value function whose results feed a scan over the dim).
+STREAM_MIN_BYTES = 16 * 1024
+
+# Per op type, whether an op treats the axis as rows: a function of the op,
+# its inputs' read shapes, the axis's position in each (None: the input does
+# not have it and broadcasts) and its position in the output. An op type
+# missing here is never tiled.
+ROW_WISE: dict[type, Callable] = {}
 
 
 def row_wise(*op_types: type):
@@ -69,49 +117,80 @@ def row_wise(*op_types: type):
     return register
 
 
-@row_wise(ops.ElementwiseOp, ops.CastOp, ops.IdentOp)
-def _any(op, ranks, rows) -> bool:
-    return True
+@row_wise(ops.ElementwiseOp)
+def _elementwise(op, shapes, axes, out, out_rank) -> bool:
+    return all(a is None or out_rank - len(s) + a == out for s, a in zip(shapes, axes))
+
+
+@row_wise(ops.CastOp, ops.IdentOp)
+def _same(op, shapes, axes, out, out_rank) -> bool:
+    return axes[0] == out
 
 
 @row_wise(ops.ReduceOp)
-def _reduce(op, ranks, rows) -> bool:
-    return all(normalize_axis(a, ranks[0]) != 0 for a in op.axes)
+def _reduce(op, shapes, axes, out, out_rank) -> bool:
+    (a,), rank = axes, len(shapes[0])
+    reduced = {normalize_axis(x, rank) for x in op.axes}
+    return a not in reduced and out == (a if op.keepdims else a - sum(1 for x in reduced if x < a))
 
 
-@row_wise(ops.CumSumOp, ops.DiscountedSumOp, ops.ScanOp, ops.LinearScanOp, ops.SqueezeOp, ops.PadOp, ops.CatOp)
-def _axis(op, ranks, rows) -> bool:
-    return normalize_axis(op.axis, ranks[0]) != 0
+@row_wise(ops.CumSumOp, ops.DiscountedSumOp, ops.ScanOp, ops.LinearScanOp, ops.PadOp, ops.CatOp)
+def _along_another_axis(op, shapes, axes, out, out_rank) -> bool:
+    a = axes[0]
+    return all(x == a for x in axes if x is not None) and normalize_axis(op.axis, len(shapes[0])) != a and out == a
+
+
+@row_wise(ops.SqueezeOp)
+def _squeeze(op, shapes, axes, out, out_rank) -> bool:
+    (a,), squeezed = axes, normalize_axis(op.axis, len(shapes[0]))
+    return squeezed != a and out == a - (squeezed < a)
 
 
 @row_wise(ops.UnsqueezeOp)
-def _unsqueeze(op, ranks, rows) -> bool:
-    return normalize_axis(op.axis, ranks[0] + 1) != 0
+def _unsqueeze(op, shapes, axes, out, out_rank) -> bool:
+    (a,), added = axes, normalize_axis(op.axis, len(shapes[0]) + 1)
+    return out == a + (added <= a)
 
 
 @row_wise(ops.PermuteOp)
-def _permute(op, ranks, rows) -> bool:
-    return op.axes[0] == 0
+def _permute(op, shapes, axes, out, out_rank) -> bool:
+    return op.axes.index(axes[0]) == out
 
 
-@row_wise(ops.ReshapeOp, ops.ExpandOp)
-def _leading_shape(op, ranks, rows) -> bool:
-    return True  # checked with the shapes: the leading size must be the axis itself
+@row_wise(ops.ReshapeOp)
+def _reshape(op, shapes, axes, out, out_rank) -> bool:
+    (a,), (shape,) = axes, shapes
+    return a == out and len(op.shape) > a and all(x is y for x, y in zip(shape[:a], op.shape[:a]))
+
+
+@row_wise(ops.ExpandOp)
+def _expand(op, shapes, axes, out, out_rank) -> bool:
+    (a,), (shape,) = axes, shapes
+    return out == (a + len(op.shape) - len(shape) if a is not None else out)  # None: expands to the axis
 
 
 @row_wise(ops.SpatialIndexOp)
-def _index(op, ranks, rows) -> bool:
-    return True  # checked with the fields: the first item must take the whole axis
+def _index(op, shapes, axes, out, out_rank) -> bool:
+    (a,) = axes
+    if a is None or len(op.items) <= a or op.items[a] is not make_slice(0, shapes[0][a]):
+        return False
+    return out == a - sum(1 for item in op.items[:a] if item.op != "slice")
 
 
 @row_wise(ops.MatMulOp)
-def _matmul(op, ranks, rows) -> bool:
-    left, right = ranks
-    return (not rows[0] or left >= 2) and (not rows[1] or right >= 3)  # the axis is a batch or row axis
+def _matmul(op, shapes, axes, out, out_rank) -> bool:
+    (left, right), (ra, rb) = axes, (len(s) for s in shapes)
+    if left is not None:  # a batch axis, or the left matrix's rows
+        if ra < 2 or left == ra - 1 or out != out_rank - ra + left:
+            return False
+    if right is not None:  # a batch axis, or the right matrix's columns
+        if rb < 2 or right == rb - 2 or out != out_rank - rb + right:
+            return False
+    return True
 
 
 def tile(sdg: SDG, d: Expr, size: int) -> SDG:
-    """``sdg`` with the vectorized axis of ``d`` cut into tiles of ``size`` rows (see the module doc);
+    """``sdg`` with the axis of ``d``'s bound cut into tiles of ``size`` rows (see the module doc);
     unchanged when no sum over the axis can be tiled."""
     plan = _Plan(sdg, d)
     if not plan.tiled:
@@ -120,7 +199,7 @@ def tile(sdg: SDG, d: Expr, size: int) -> SDG:
 
 
 class _Plan:
-    """Which nodes are tiled and which sums aggregate their tiles."""
+    """Which nodes are tiled (with the axis's position in each) and which sums aggregate them."""
 
     def __init__(self, sdg: SDG, d: Expr):
         self.sdg, self.d, self.D = sdg, d, bound_of(d)
@@ -131,83 +210,98 @@ class _Plan:
             self.ins[e.sink].append(e)
         for edges in self.ins.values():
             edges.sort(key=lambda e: e.sink_in)
-        self.leading = {n for n, dims in sdg.vectorized.items() if dims and dims[0] is d}
-        tiled = {n for n in self.leading if self._eligible(n)}
-        changed = True
-        while changed:
-            changed = False
-            for n in list(tiled):
-                if any(e.sink not in tiled and not self.aggregates(e) for e in self.readers[n]):
-                    tiled.discard(n)
-                    changed = True
-        self.tiled = tiled if any(self.aggregates(e) for n in tiled for e in self.readers[n]) else set()
+        self.axis = {n: a for n, node in sdg.nodes.items() if (a := self._own_axis(node)) is not None}
+        eligible = {n for n in self.axis if self._eligible(n)}
+        aggregators = {n for n in sdg.nodes if n not in self.axis and self._aggregates(n)}
+        summed = _closure({e.src for n in aggregators for e in self.ins[n]} & eligible,
+                          lambda n: (e.src for e in self.ins[n]), eligible)
+        streamed = _closure({n for n in eligible if any(self._streams(e) for e in self.ins[n])},
+                            lambda n: (e.sink for e in self.readers[n]), eligible)
+        self.tiled = summed | streamed
+        self.aggregators = {n for n in aggregators if any(e.src in self.tiled for e in self.ins[n])}
 
-    def aggregates(self, e: Edge) -> bool:
-        """Whether ``e`` is read by a sum over the source's leading axis, directly or through one
-        permutation that only that sum reads (its tiles can be summed)."""
-        if e.cond is not None or any(a.op == "slice" for a in e.index.args):
+    def creates(self, e: Edge) -> bool:
+        """Whether ``e`` reads a tensor over the whole dim (the read that creates the axis)."""
+        src = self.sdg.nodes[e.src]
+        return self.d in src.domain and e.index.args[src.domain.index(self.d)] is make_slice(0, self.D)
+
+    def _streams(self, e: Edge) -> bool:
+        """Whether ``e`` reads a large tensor of acting over the whole dim (observations), which
+        a tile reads a slice of at a time."""
+        if not self.creates(e):
             return False
-        sink = self.sdg.nodes[e.sink]
-        rank = len(self.sdg.nodes[e.src].shapes[e.src_out])
-        if isinstance(sink.op, ops.PermuteOp) and e.sink not in self.leading and e.sink not in self.sdg.roots:
-            after = self.readers[e.sink]
-            return (len(after) == 1 and after[0].cond is None and after[0].index is identity_index(sink.domain)
-                    and _sums(self.sdg.nodes[after[0].sink].op, sink.op.axes.index(0), rank))
-        return _sums(sink.op, 0, rank)
+        src = self.sdg.nodes[e.src]
+        static = math.prod(x for x in src.shapes[e.src_out] if isinstance(x, int))
+        return static * np.dtype(src.dtypes[e.src_out]).itemsize >= STREAM_MIN_BYTES
 
-    def through(self, e: Edge) -> int | None:
-        """The sum that an aggregating ``e`` reaches through a permutation (None: ``e`` is the sum's)."""
-        if isinstance(self.sdg.nodes[e.sink].op, ops.PermuteOp):
-            return self.readers[e.sink][0].sink
-        return None
+    def _own_axis(self, node: Node) -> int | None:
+        """Where the axis is in every output of ``node`` (None: nowhere, or not one place)."""
+        found = {_position(shape, self.D) for shape in node.shapes}
+        return found.pop() if len(found) == 1 else None
+
+    def read_axis(self, e: Edge) -> int | None:
+        """Where the axis is in what ``e`` reads (None: nowhere); -1: some way tiling cannot follow."""
+        shape = self.sdg.read_shape(e)
+        if e.cond is not None and _mentions(e.cond, self.D):
+            return -1
+        src = self.sdg.nodes[e.src]
+        slices = [k for k, a in enumerate(e.index.args) if a.op == "slice"]
+        if self.d in src.domain and e.index.args[src.domain.index(self.d)] is make_slice(0, self.D):
+            at = src.domain.index(self.d)  # the read that creates the axis
+            if _mentions(tuple(a for k, a in enumerate(e.index.args) if k != at), self.D):
+                return -1
+            found = slices.index(at)
+            return found if _position(shape, self.D) == found else -1
+        if _mentions(e.index, self.D):
+            return -1
+        found = _position(shape, self.D)
+        return found if found is not None else (None if not _mentions(shape, self.D) else -1)
+
+    def _aggregates(self, n: int) -> bool:
+        """Whether ``n`` sums over the axis (its tiles' partial results can be summed): a sum
+        over the axis, or a matrix product contracting it."""
+        node, edges = self.sdg.nodes[n], self.ins[n]
+        if any(e.cond is not None for e in edges) or _mentions(node.shapes, self.D):
+            return False
+        axes = [self.read_axis(e) for e in edges]
+        ranks = [len(self.sdg.read_shape(e)) for e in edges]
+        if isinstance(node.op, ops.ReduceOp):
+            return (node.op.fn == "sum" and axes[0] not in (None, -1)
+                    and axes[0] in {normalize_axis(a, ranks[0]) for a in node.op.axes})
+        if isinstance(node.op, ops.MatMulOp):
+            return axes[0] == ranks[0] - 1 and axes[1] == ranks[1] - 2 and min(ranks) >= 2
+        if isinstance(node.op, ops.BatchContractOp):  # contracts every axis but m and n
+            return (axes[0] not in (None, -1, ranks[0] - 2) and axes[1] not in (None, -1, ranks[1] - 1)
+                    and (axes[0] == axes[1] or (axes[0] == ranks[0] - 1 and axes[1] == ranks[1] - 2)))
+        return False
 
     def _eligible(self, n: int) -> bool:
         node = self.sdg.nodes[n]
         rule = ROW_WISE.get(type(node.op))
-        if rule is None or n in self.sdg.roots:
+        if rule is None or n in self.sdg.roots or len(node.shapes) != 1:
             return False
-        for shape in node.shapes:
-            if not shape or shape[0] is not self.D or _mentions(shape[1:], self.D):
-                return False
-        if not self._fields_allow(node.op):
+        out = self.axis[n]
+        shapes = [self.sdg.read_shape(e) for e in self.ins[n]]
+        axes = [self.read_axis(e) for e in self.ins[n]]
+        if -1 in axes or all(a is None for a in axes) or not self._fields_allow(node.op, out, axes):
             return False
-        ranks, rows = [], []
-        for e in self.ins[n]:
-            shape = self.sdg.read_shape(e)
-            kind = self._input(e, shape) if e.cond is None else None
-            if kind is None:
-                return False
-            ranks.append(len(shape))
-            rows.append(kind == "rows")
-        return any(rows) and rule(node.op, ranks, rows)
+        return rule(node.op, shapes, axes, out, len(node.shapes[0]))
 
-    def _fields_allow(self, op: ops.Op) -> bool:
+    def _fields_allow(self, op: ops.Op, out: int, axes: list) -> bool:
         D = self.D
         if isinstance(op, (ops.ReshapeOp, ops.ExpandOp)):
-            return bool(op.shape) and op.shape[0] is D and not _mentions(op.shape[1:], D)
+            return len(op.shape) > out and op.shape[out] is D and not _mentions(_without(op.shape, out), D)
         if isinstance(op, ops.SpatialIndexOp):
-            first = op.items[0] if op.items else None
-            return first is make_slice(0, D) and not _mentions(op.items[1:], D)
+            a = axes[0]
+            return a is not None and len(op.items) > a and not _mentions(_without(op.items, a), D)
         return not _mentions(tuple(getattr(op, f.name) for f in fields(op)), D)
-
-    def _input(self, e: Edge, shape: tuple) -> str | None:
-        """How an operand reads the axis: ``rows`` (its leading axis is the dim's), ``broadcast``
-        (no such axis), None (some other way: the reader cannot be tiled)."""
-        src = self.sdg.nodes[e.src]
-        rows = "rows" if not _mentions(shape[1:], self.D) else None
-        if e.src in self.leading:  # a vectorized operand: tiled, or sliced to the tile
-            return None if any(a.op == "slice" for a in e.index.args) else rows
-        if self.d in src.domain:  # a temporal operand: read over the whole dim, as a tile
-            item = e.index.args[src.domain.index(self.d)]
-            first_slice = next((a for a in e.index.args if a.op == "slice"), None)
-            return rows if item is make_slice(0, self.D) and first_slice is item else None
-        return None if _mentions(shape, self.D) else "broadcast"
 
 
 class _Rewrite:
     def __init__(self, sdg: SDG, d: Expr, size: int, plan: _Plan):
         self.old, self.d, self.D, self.plan = sdg, d, bound_of(d), plan
         self.step, self.bound = step_and_bound(f"{d.name}_tile")
+        self.size = size
         start = self.step * size
         self.rows = make_slice(start, min_(start + size, self.D))
         self.length = size_of(self.rows.args[1] - self.rows.args[0])  # as a read of the rows measures it
@@ -217,24 +311,26 @@ class _Rewrite:
                        {**sdg.tiles, self.bound.name: (self.D.name, size)})
 
     def run(self) -> SDG:
-        tiled = self.plan.tiled
-        self.permutes = {e.sink: e for n in tiled for e in self.plan.readers[n]
-                         if self.plan.aggregates(e) and self.plan.through(e) is not None}
+        tiled, axis = self.plan.tiled, self.plan.axis
         for n, node in self.old.nodes.items():
-            if n in self.permutes:
-                continue
             if n in tiled:
+                shapes = tuple(_with(s, axis[n], self.length) for s in node.shapes)
                 self.new.nodes[n] = replace(node, op=self._op(node.op), domain=self._domain(node.domain),
-                                            shapes=tuple(self._shape(s) for s in node.shapes))
+                                            shapes=shapes)
             else:
                 self.new.nodes[n] = node
+        whole: dict[tuple[int, int], int] = {}
         for e in self.old.edges:
             if e.sink in tiled:
                 self.new.add_edge(self._into_tile(e))
-            elif e.src in tiled:
-                self.new.add_edge(self._aggregate(e))
-            elif e.src not in self.permutes:
+            elif e.src in tiled and e.sink not in self.plan.aggregators:
+                if (e.src, e.src_out) not in whole:
+                    whole[(e.src, e.src_out)] = self._untiled(self.old.nodes[e.src], e.src_out)
+                self.new.add_edge(replace(e, src=whole[(e.src, e.src_out)], src_out=0))
+            elif e.sink not in self.plan.aggregators:
                 self.new.add_edge(e)
+        for n in self.plan.aggregators:
+            self._aggregate(self.old.nodes[n])
         return self.new
 
     def _domain(self, domain: tuple) -> tuple:
@@ -245,9 +341,6 @@ class _Rewrite:
         """``index`` (over ``domain``, the untiled domain) with ``item`` at the tile dim's place."""
         at = sum(1 for x in domain if x in self.before)
         return seq(*index.args[:at], item, *index.args[at:])
-
-    def _shape(self, shape: tuple) -> tuple:
-        return (self.length, *shape[1:])
 
     def _op(self, op: ops.Op) -> ops.Op:
         swap = {self.D: self.length}
@@ -265,35 +358,57 @@ class _Rewrite:
         src = self.old.nodes[e.src]
         if e.src in self.plan.tiled:
             return replace(e, index=self._index(e.index, src.domain, self.step))
-        if e.src in self.plan.leading:  # a whole operand: its tile, sliced out
-            whole = self.old.read_shape(e)
-            take = ops.SpatialIndexOp((self.rows,))
-            part = self.new.add_node(take, sink.domain, ((self.length, *whole[1:]),), (src.dtypes[e.src_out],),
-                                     sink.site, sink.label)
+        at = self.plan.read_axis(e)
+        if at is None:  # no axis: broadcast
+            return e
+        if self.d in src.domain and e.index.args[src.domain.index(self.d)] is make_slice(0, self.D):
+            k = src.domain.index(self.d)  # the read that creates the axis reads one tile
+            return replace(e, index=seq(*e.index.args[:k], self.rows, *e.index.args[k + 1:]))
+        whole = self.old.read_shape(e)  # a whole operand: its tile, sliced out
+        take = ops.SpatialIndexOp(tuple(make_slice(0, n) for n in whole[:at]) + (self.rows,))
+        part = self.new.add_node(take, sink.domain, (_with(whole, at, self.length),), (src.dtypes[e.src_out],),
+                                 sink.site, sink.label)
+        if e.src in self.old.vectorized:
             self.new.vectorized[part.id] = self.old.vectorized[e.src]
-            self.new.add_edge(Edge(part.id, 0, e.src, e.src_out, e.index))
-            return replace(e, src=part.id, src_out=0, index=identity_index(sink.domain))
-        if self.d in src.domain:  # the read that creates the axis reads one tile
-            at = src.domain.index(self.d)
-            return replace(e, index=seq(*e.index.args[:at], self.rows, *e.index.args[at + 1:]))
-        return e
+        self.new.add_edge(Edge(part.id, 0, e.src, e.src_out, e.index))
+        return replace(e, src=part.id, src_out=0, index=identity_index(sink.domain))
 
-    def _aggregate(self, e: Edge) -> Edge:
-        """A sum over the leading axis of a tiled node: a partial sum per tile, and the sum of
-        the partial sums (read over the whole tile dim) in the sum's place."""
-        src = self.new.nodes[e.src]
-        last, out = e.src, e.src_out
-        chain = [e.sink] if e.sink not in self.permutes else [e.sink, self.plan.through(e)]
-        for n in chain:
-            step = self.old.nodes[n]
-            shapes, dtypes = infer(step.op, [self.new.nodes[last].shapes[out]], [self.new.nodes[last].dtypes[out]])
-            part = self.new.add_node(step.op, src.domain, shapes, dtypes, step.site, step.label)
-            self.new.add_edge(Edge(part.id, 0, last, out, identity_index(src.domain)))
-            last, out = part.id, 0
-        acc = self._accumulate(self.new.nodes[last])
-        total = self.old.nodes[chain[-1]]
+    def _aggregate(self, total: Node) -> None:
+        """A sum over the axis: the same op over each tile (a partial result), accumulated over
+        the tiles, and the last accumulation in the sum's place."""
+        domain = self._domain(total.domain)
+        partial = self.new.add_node(total.op, domain, total.shapes, total.dtypes, total.site, total.label)
+        for e in self.old.in_edges(total.id):
+            self.new.add_edge(self._into_tile(replace(e, sink=partial.id)))
+        acc = self._accumulate(partial)
         self.new.nodes[total.id] = replace(total, op=ops.IdentOp())
-        return Edge(total.id, 0, acc.id, 0, self._index(e.index, self.old.nodes[e.src].domain, self.bound - 1))
+        self.new.add_edge(Edge(total.id, 0, acc.id, 0, self._index(identity_index(total.domain), total.domain,
+                                                                    self.bound - 1)))
+
+    def _untiled(self, node: Node, out: int) -> int:
+        """A node holding the whole of tiled ``node``'s output, for a reader that is not tiled: each
+        tile padded to ``Z`` rows, the tiles read together, merged into the axis and cut to ``T``."""
+        a, shape, dtype = self.plan.axis[node.id], node.shapes[out], node.dtypes[out]
+        tiled = self.new.nodes[node.id]
+        padded_shape = _with(shape, a, self.size)
+        pad = self.new.add_node(ops.PadOp(a, const(0), self.size - self.length), tiled.domain, (padded_shape,),
+                                (dtype,), node.site, node.label)
+        self.new.add_edge(Edge(pad.id, 0, node.id, out, identity_index(tiled.domain)))
+        rank = len(shape)  # read together: (N, ..., Z, ...); the tiles' rows first, merged, then cut
+        others = _without(shape, a)
+        steps = [ops.PermuteOp((0, a + 1, *(k for k in range(1, rank + 1) if k != a + 1))),
+                 ops.ReshapeOp((size_of(self.bound * self.size), *others)),
+                 ops.SpatialIndexOp((make_slice(0, self.D),))]
+        if a:
+            steps.append(ops.PermuteOp((*range(1, a + 1), 0, *range(a + 1, rank))))
+        src, index = pad.id, self._index(identity_index(node.domain), node.domain, make_slice(0, self.bound))
+        for op in steps:
+            read = self.new.read_shape(Edge(-1, 0, src, 0, index))
+            shapes, _ = infer(op, [read], [dtype])
+            step = self.new.add_node(op, node.domain, shapes, (dtype,), node.site, node.label)
+            self.new.add_edge(Edge(step.id, 0, src, 0, index))
+            src, index = step.id, identity_index(node.domain)
+        return src
 
     def _accumulate(self, partial: Node) -> Node:
         """The running sum of ``partial`` over the tile dim: ``acc[n] = acc[n - 1] + partial[n]``
@@ -313,9 +428,30 @@ class _Rewrite:
         return acc
 
 
-def _sums(op: ops.Op, axis: int, rank: int) -> bool:
-    return (isinstance(op, ops.ReduceOp) and op.fn == "sum"
-            and axis in {normalize_axis(a, rank) for a in op.axes})
+def _closure(start: set[int], neighbours: Callable, within: set[int]) -> set[int]:
+    seen, todo = set(start), list(start)
+    while todo:
+        for m in neighbours(todo.pop()):
+            if m in within and m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
+
+
+def _position(shape: tuple, D: Expr) -> int | None:
+    """The one axis of ``shape`` whose size is ``D`` (None: none, or ``D`` appears otherwise too)."""
+    at = [k for k, x in enumerate(shape) if x is D]
+    if len(at) != 1 or _mentions(_without(shape, at[0]), D):
+        return None
+    return at[0]
+
+
+def _with(shape: tuple, k: int, size) -> tuple:
+    return (*shape[:k], size, *shape[k + 1:])
+
+
+def _without(values: tuple, k: int) -> tuple:
+    return tuple(values[:k]) + tuple(values[k + 1:])
 
 
 def _mentions(values, D: Expr) -> bool:

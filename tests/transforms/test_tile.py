@@ -118,27 +118,35 @@ def test_the_running_sum_frees_each_step_after_the_next_tile_reads_it():
     np.testing.assert_allclose(out[0], out[1], rtol=1e-4, atol=1e-3)
 
 
-def reinforce_returns(size: int | None, nstep: int, memory=None, obs="3,8,8", steps=24):
+def train(example: str, size: int | str | None, memory=None, obs="3,8,8", steps=24, **options):
+    """The returns of ``examples/<example>.py`` on tempo/Synthetic-v0, tiled in ``size`` rows
+    (None: untiled; "auto": as a device budget in ``memory`` chooses), and its program."""
     from tempo.api import compile as compile_mod
 
     from benchmarks.rl_train import _example
 
-    module = _example("reinforce")
-    original = compile_mod.compile_program
+    module = _example(example)
+    original, programs = compile_mod.compile_program, []
 
     def with_tiles(*args, **kwargs):
-        kwargs["passes"] = {"tile": tile.Config(tiles={"t": size})} if size else {"tile": False}
+        if size != "auto":
+            kwargs["passes"] = {"tile": tile.Config(tiles={"t": size})} if size else {"tile": False}
         if memory:
             kwargs["memory"] = memory
-        return original(*args, **kwargs)
+        programs.append(original(*args, **kwargs))
+        return programs[-1]
 
     compile_mod.compile_program = with_tiles
     try:
         args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape=obs, batch=3, steps=steps,
-                           iterations=3, nstep=nstep, hidden=16)
-        return module.main(args)["returns"]
+                           iterations=3, hidden=16, **options)
+        return module.main(args)["returns"], programs[0]
     finally:
         compile_mod.compile_program = original
+
+
+def reinforce_returns(size, nstep: int, memory=None, obs="3,8,8", steps=24):
+    return train("reinforce", size, memory, obs, steps, nstep=nstep)[0]
 
 
 @pytest.mark.parametrize("nstep", [0, 4])
@@ -152,3 +160,21 @@ def test_tiles_let_a_learner_fit_a_device_budget_that_the_whole_batch_exceeds():
         reinforce_returns(None, 0, budget, obs="3,32,32", steps=48)
     assert reinforce_returns(6, 0, budget, obs="3,32,32", steps=48) == reinforce_returns(None, 0, obs="3,32,32",
                                                                                          steps=48)
+
+
+def test_a_device_budget_chooses_the_tiles_itself():
+    budget = {"device_budget": "2MB"}
+    returns, program = train("reinforce", "auto", budget, obs="3,32,32", steps=48, nstep=0)
+    assert program.sdg.tiles and returns == reinforce_returns(None, 0, obs="3,32,32", steps=48)
+    _, roomy = train("reinforce", "auto", {"device_budget": "1GB"}, obs="3,32,32", steps=48, nstep=0)
+    assert not roomy.sdg.tiles  # what fits is left whole
+
+
+def test_a_tiled_ppo_learner_trains_exactly_as_the_untiled_one():
+    """PPO's learner reads its batch in explicit slices (``x[0:B, k, 0:T]``): the axis is not the
+    leading one, its weight gradients are products contracting it, and the value function over
+    the batch feeds a scan over the dim (GAE), which reads the tiles put back together."""
+    tiled, program = train("ppo", 5, epochs=2)
+    assert tiled == train("ppo", None, epochs=2)[0]
+    kinds = {type(n.op).__name__ for n in tiled_nodes(program)}
+    assert "MergeOp" in kinds and "PadOp" in str(program.sdg)
