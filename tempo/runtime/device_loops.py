@@ -81,6 +81,12 @@ class LoopPlan:
     written_back: tuple[tuple[int, int], ...]
     frees: tuple[tuple[ast.Free, tuple[Expr, ...]], ...]
 
+    def signature(self) -> tuple:
+        """What a compiled form of this loop depends on besides its AST: where each input comes from,
+        what is carried and what is written back (the store choices decide them)."""
+        sources = tuple((src.kind, src.key, src.shift) for step in self.steps for src in step.inputs)
+        return sources, tuple(sorted(self.carried.items())), self.written_back
+
 
 def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=frozenset()) -> LoopPlan | None:
     """The plan of ``loop`` as one device program, or None when its body is not all device code.

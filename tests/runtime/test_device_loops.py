@@ -130,3 +130,18 @@ def test_generated_source_calls_the_device_loop_first():
     numpy_executor = Executor(program.sdg, program.ast, base.get_backend("numpy"), {"T": 5},
                               keep={n for n, _ in program.fetch})
     assert "D0" not in numpy_executor.source
+
+
+def test_a_program_run_again_reuses_its_compiled_loop():
+    with tpo.Context() as ctx:
+        (t, T), = ctx.dims("t")
+        s = tpo.placeholder((2,), "float32", dims=(t,))
+        s[0] = tpo.full((2,), 0.5, "float32")
+        s[t + 1] = (s[t] * 1.5).tanh() + 0.25
+        program = ctx.compile([s], passes={"fuse": False})
+    program.backend = base.get_backend("jax")
+    first = program.run({"T": 7})[0]
+    again = program.run({"T": 7})[0]
+    np.testing.assert_array_equal(first, again)
+    (loop, compiled), = program.backend.loops.values()
+    assert len(compiled.fns) == 1

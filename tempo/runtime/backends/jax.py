@@ -443,6 +443,7 @@ class JaxBackend(Backend):
 
     def __init__(self, device: str | None = None):
         self.device, self.compiled = None, {}  # id(op) -> (op, its jitted functions by static key)
+        self.loops: dict[tuple, tuple] = {}  # (id(loop), plan signature) -> (loop, its compiled form)
         if device:
             platform = "gpu" if device in ("cuda", "gpu") else device
             try:
@@ -502,7 +503,11 @@ class JaxBackend(Backend):
         (:mod:`tempo.runtime.backends.jax_loops`), or None where a step has no traced form."""
         from tempo.runtime.backends import jax_loops
 
-        return jax_loops.compile_loop(plan, sdg)
+        key = (id(plan.loop), plan.signature())
+        held = self.loops.get(key)
+        if held is None or held[0] is not plan.loop:  # kept for the program's later runs
+            held = self.loops[key] = (plan.loop, jax_loops.compile_loop(plan, sdg))
+        return held[1]
 
     def view(self, buffer, index):
         if not jax.config.jax_enable_x64:  # a read after the run (fetching), outside running()

@@ -23,7 +23,7 @@ from jax import lax
 
 from tempo.errors import TempoError
 from tempo.ir import ops
-from tempo.runtime.backends.jax import Island, _index_form
+from tempo.runtime.backends.jax import Island, _index_form, _row
 from tempo.runtime.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, LoopPlan, _uses
 from tempo.symbolic.evaluate import compile_expr
 
@@ -34,7 +34,11 @@ class LoopProgram:
     def __init__(self, plan: LoopPlan, islands: list[Island | None]):
         self.plan, self.islands = plan, islands
         self.fns: dict[tuple, Callable] = {}
-        self.unstack = jax.jit(lambda a: tuple(a[k] for k in range(a.shape[0])))
+
+    @staticmethod
+    def unstack(values) -> list:
+        """The rows of ``values`` (one jitted dynamic index each: one compile for any number of rows)."""
+        return [_row(values, k) for k in range(values.shape[0])]
 
     def static_key(self, s: int, env: dict) -> tuple:
         """What step ``s``'s traced code depends on besides its inputs' shapes: an island's static
