@@ -121,9 +121,9 @@ class LaunchProbe:
         compiled = self.backend.device_loop(plan, sdg)
         return None if compiled is None else ProbedLoop(compiled, self)
 
-    def kernel(self, op):
-        kernel, launches, ends, every, clock = (self.backend.kernel(op), self.launches, self.ends, self.every,
-                                                time.perf_counter)
+    def kernel(self, op, **options):
+        kernel, launches, ends, every, clock = (self.backend.kernel(op, **options), self.launches, self.ends,
+                                                self.every, time.perf_counter)
 
         def probed(inputs, env, point):
             out = kernel(inputs, env, point)
@@ -287,8 +287,8 @@ def learning_step(algo: str, point: Point, seed: int, iterations: int = 3) -> di
     seconds = collections.Counter()
 
     class Waiting(LaunchProbe):
-        def kernel(self, op):
-            kernel = self.backend.kernel(op)
+        def kernel(self, op, **options):
+            kernel = self.backend.kernel(op, **options)
 
             def waited(inputs, env, where):
                 wall, cpu = time.perf_counter(), time.process_time()

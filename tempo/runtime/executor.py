@@ -30,7 +30,7 @@ import numpy as np
 from tempo.errors import BoundError, TempoError
 from tempo.ir.ops import ConstOp, MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Node
-from tempo.runtime import device_loops
+from tempo.runtime import device_loops, donation
 from tempo.runtime.backends.base import Backend, StepFailed
 from tempo.runtime.codegen import Generator
 from tempo.runtime.memory import BudgetExceeded, Ledger
@@ -99,6 +99,7 @@ class Executor:
         namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
                      "evict": self._evict, "fail": self._fail, "ledger": self.ledger}
         namespace.update({f"D{k}": loop for k, loop in enumerate(loops.values())})
+        donate = donation.donations(self.sdg, program, kinds, keep) if self.backend.donates else {}
         namespace.update({f"S{n}_{j}": store for (n, j), store in self.stores.items()})
         for n in {ex.node_id for ex in ast.statements(program)}:
             node = self.sdg.nodes[n]
@@ -109,7 +110,8 @@ class Executor:
                 continue
             if isinstance(node.op, ConstOp):
                 _check_const_covers_bounds(node, self.bounds)
-            namespace[f"K{n}"] = self.backend.kernel(node.op)
+            namespace[f"K{n}"] = (self.backend.kernel(node.op, donate=donate[n]) if n in donate
+                                  else self.backend.kernel(node.op))
         exec(compile(self.source, "<tempo program>", "exec"), namespace)  # noqa: S102
         return namespace["program"]
 

@@ -25,6 +25,7 @@ class Backend:
     """Translate ops to kernels and handle the backend's tensors."""
 
     name = "base"
+    donates = False  # whether kernel() takes donate= (inputs it may write its outputs into)
 
     def kernel(self, op: Op) -> Kernel:
         """A function ``(inputs, env, point) -> tuple of outputs`` computing ``op``."""

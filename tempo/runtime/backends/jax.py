@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from typing import Callable
 
 import jax
@@ -217,10 +218,12 @@ class Island:
     the compiled program). A spatial index's points and slice starts are
     arguments too (``x[t]`` is one compiled function for every ``t``); its
     slice sizes are part of the static key. One jitted function is kept per
-    static key.
+    static key. ``donate``: the inputs whose buffers the island may write its
+    outputs into (:mod:`tempo.runtime.donation`: nothing reads them after it).
     """
 
-    def __init__(self, steps: tuple[ops.FusedStep, ...], outputs: tuple[tuple[int, int], ...], compiled: dict):
+    def __init__(self, steps: tuple[ops.FusedStep, ...], outputs: tuple[tuple[int, int], ...], compiled: dict,
+                 donate: frozenset = frozenset()):
         for step in steps:
             if type(step.op) not in IMPLS and not isinstance(step.op, (*HOST, *INDEXED, ops.ConstOp)):
                 raise TempoError(f"the jax backend has no kernel for {step.op.name}")
@@ -235,6 +238,7 @@ class Island:
                                    for n in _static_names(s.op)}))
         self.compiled = compiled  # static key -> jitted function, shared by every run of the program
         self.keyed = bool(self.names or self.indexes)  # else one function serves every launch
+        self.donate = donate
 
     def __call__(self, inputs, env, point):
         if self.keyed:
@@ -248,7 +252,8 @@ class Island:
         fn = self.compiled.get(key)
         if fn is None:
             forms = dict(zip([j for j, _ in self.indexes], key[len(self.names):]))
-            fn = self.compiled[key] = jax.jit(self._traced({n: env[n] for n in self.names}, forms))
+            traced = self._traced({n: env[n] for n in self.names}, forms)
+            fn = self.compiled[key] = _donating(traced, self.donate) if self.donate else jax.jit(traced)
         given = self.consts
         if self.host:
             given = dict(given)
@@ -282,6 +287,27 @@ class Island:
             return tuple(values[j][k] for j, k in outputs)
 
         return run
+
+
+def _donating(run: Callable, donate: frozenset) -> Callable:
+    """``run(inputs, given, starts)`` jitted with the inputs at the positions ``donate`` donated
+    (XLA may write outputs into their buffers; where none fits, it keeps them, silently)."""
+
+    def split(donated, kept, given, starts):
+        donated, kept = iter(donated), iter(kept)
+        return run([next(donated) if k in donate else next(kept) for k in range(count)], given, starts)
+
+    fn, count = jax.jit(split, donate_argnums=0), 0
+
+    def call(inputs, given, starts):
+        nonlocal count
+        count = len(inputs)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+            return fn([x for k, x in enumerate(inputs) if k in donate],
+                      [x for k, x in enumerate(inputs) if k not in donate], given, starts)
+
+    return call
 
 
 def _index_form(index: tuple) -> tuple:
@@ -343,11 +369,12 @@ def _const(op: ops.ConstOp) -> Kernel:
     return lambda inputs, env, point: (jnp.asarray(array[point]),)
 
 
-def kernel(op: ops.Op, compiled: dict) -> Kernel:
+def kernel(op: ops.Op, compiled: dict, donate: frozenset = frozenset()) -> Kernel:
     """The kernel of ``op``: a host function, or an :class:`Island` (one jitted function).
 
     ``compiled`` (static key -> jitted function) is kept per op by the backend,
-    so a program run again reuses what its earlier runs compiled.
+    so a program run again reuses what its earlier runs compiled; ``donate``:
+    the inputs the kernel may donate.
     """
     if isinstance(op, ops.UDFOp):
         return _udf(op)
@@ -356,22 +383,23 @@ def kernel(op: ops.Op, compiled: dict) -> Kernel:
     if isinstance(op, HOST):
         return _host_kernel(op)
     if isinstance(op, ops.FusedOp):
-        return Island(op.steps, op.outputs, compiled)
+        return Island(op.steps, op.outputs, compiled, donate)
     if type(op) not in IMPLS and not isinstance(op, INDEXED):
         raise TempoError(f"the jax backend has no kernel for {op.name}")
-    return Single(op, compiled)
+    return Single(op, compiled, donate)
 
 
 class Single:
     """One op as a one-step :class:`Island` over all the inputs it is given (made at its first call)."""
 
-    def __init__(self, op: ops.Op, compiled: dict):
-        self.op, self.compiled, self.island = op, compiled, None
+    def __init__(self, op: ops.Op, compiled: dict, donate: frozenset = frozenset()):
+        self.op, self.compiled, self.donate, self.island = op, compiled, donate, None
 
     def __call__(self, inputs, env, point):
         if self.island is None:
             step = ops.FusedStep(self.op, tuple((-1, k) for k in range(len(inputs))), ())
-            self.island = Island((step,), tuple((0, k) for k in range(self.op.num_outputs)), self.compiled)
+            self.island = Island((step,), tuple((0, k) for k in range(self.op.num_outputs)), self.compiled,
+                                 self.donate)
         return self.island(inputs, env, point)
 
 
@@ -440,9 +468,10 @@ class JaxBackend(Backend):
     """JAX on ``device`` (JAX's default device when None; ``cpu``, ``gpu``/``cuda`` by platform)."""
 
     name = "jax"
+    donates = True
 
     def __init__(self, device: str | None = None):
-        self.device, self.compiled = None, {}  # id(op) -> (op, its jitted functions by static key)
+        self.device, self.compiled = None, {}  # (id(op), donated inputs) -> (op, its jitted functions by static key)
         self.loops: dict[tuple, tuple] = {}  # (id(loop), plan signature) -> (loop, its compiled form)
         if device:
             platform = "gpu" if device in ("cuda", "gpu") else device
@@ -463,12 +492,12 @@ class JaxBackend(Backend):
         with x64(True), device:
             yield
 
-    def kernel(self, op: ops.Op) -> Kernel:
-        held = self.compiled.get(id(op))
+    def kernel(self, op: ops.Op, donate: frozenset = frozenset()) -> Kernel:
+        held = self.compiled.get((id(op), donate))
         if held is None or held[0] is not op:
-            held = self.compiled[id(op)] = (op, {})
+            held = self.compiled[(id(op), donate)] = (op, {})
         with self.running():
-            return kernel(op, held[1])
+            return kernel(op, held[1], donate)
 
     def stack(self, tensors: list, shape: tuple, dtype: str):
         if not tensors:
