@@ -54,6 +54,9 @@ class Args:
     """observation shape ('3,4,4') for environments that take one (tempo/Synthetic-v0, episodes of `steps`)"""
     backend: str = ""
     """backend: numpy, torch or jax (torch:cuda, jax:gpu for a GPU); empty: $TEMPO_BACKEND, else numpy"""
+    device_budget: str = ""
+    """hold the device tier to this many bytes ('512MB'): the learner runs in tiles and acting's output
+    swaps to the host (docs/memory.md); empty: no budget"""
 
 
 def main(args: Args) -> dict:
@@ -93,7 +96,8 @@ def main(args: Args) -> dict:
                                               f"PPO {args.env}", args.batch, args.steps, every=args.epochs)
         report.start()
         ctx.run(bounds={B: args.batch, I: args.iterations * args.epochs, T: args.steps},
-                backend=args.backend or None)
+                backend=args.backend or None,
+                memory={"device_budget": args.device_budget} if args.device_budget else None)
     return report.finish()
 
 

@@ -61,6 +61,9 @@ class Args:
     """start from a checkpoint written with --checkpoint: its weights, Adam state and lr schedule position"""
     backend: str = ""
     """backend: numpy, torch or jax (torch:cuda, jax:gpu for a GPU); empty: $TEMPO_BACKEND, else numpy"""
+    device_budget: str = ""
+    """hold the device tier to this many bytes ('512MB'): the learner runs in tiles and acting's output
+    swaps to the host (docs/memory.md); empty: no budget"""
 
 
 def main(args: Args) -> dict:
@@ -104,7 +107,8 @@ def main(args: Args) -> dict:
         report = tpo.rl.training.ReturnReport(r[0:B, i, 0:T].sum(axis=1).mean(), args.iterations,
                                               f"REINFORCE {args.env}", args.batch, args.steps)
         report.start()
-        ctx.run(bounds={B: args.batch, I: args.iterations, T: args.steps}, backend=args.backend or None)
+        ctx.run(bounds={B: args.batch, I: args.iterations, T: args.steps}, backend=args.backend or None,
+                memory={"device_budget": args.device_budget} if args.device_budget else None)
     return report.finish()
 
 

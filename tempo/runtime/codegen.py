@@ -97,7 +97,7 @@ class Generator:
             self._execute(stmt, depth)
 
     def _free(self, stmt: ast.Free, depth: int) -> None:
-        outs = [j for j in range(len(self.sdg.nodes[stmt.node_id].shapes))
+        outs = [j for j in stmt.freed(len(self.sdg.nodes[stmt.node_id].shapes))
                 if self.kinds.get((stmt.node_id, j), "point") == "point"]
         point = py(seq(*stmt.point))
         for j in outs:

@@ -395,7 +395,7 @@ class DeviceLoop:
 
     def _free(self, envs: list[dict]) -> None:
         for (free, _), (point, guards) in zip(self.plan.frees, self.free_points):
-            outs = [j for j in range(len(self.sdg.nodes[free.node_id].shapes))
+            outs = [j for j in free.freed(len(self.sdg.nodes[free.node_id].shapes))
                     if self.stores[(free.node_id, j)].kind == "point"]
             for e in envs:
                 if all(g(e) for g in guards):

@@ -50,11 +50,17 @@ class Execute(_Printable):
 
 @dataclass(frozen=True)
 class Free(_Printable):
-    """Deallocate node ``node_id``'s outputs at ``point``: no later statement reads them (TEMPO §5.2)."""
+    """Deallocate node ``node_id``'s ``outputs`` (empty: all of them) at ``point``: no later
+    statement reads them (TEMPO §5.2)."""
 
     node_id: int
     point: tuple[Expr, ...]
     label: str = ""
+    outputs: tuple[int, ...] = ()
+
+    def freed(self, num_outputs: int) -> tuple[int, ...]:
+        """The outputs this statement frees, of a node with ``num_outputs``."""
+        return self.outputs or tuple(range(num_outputs))
 
 
 Stmt = Union[Sequence, Loop, If, Execute, Free]
@@ -74,7 +80,8 @@ def to_text(stmt: Stmt, indent: int = 0) -> str:
         return text
     point = ", ".join(str(p) for p in stmt.point)
     free = "free " if isinstance(stmt, Free) else ""
-    return f"{pad}{free}{stmt.label or 'S' + str(stmt.node_id)}[{point}]"
+    outputs = "".join(f".{j}" for j in stmt.outputs) if isinstance(stmt, Free) else ""
+    return f"{pad}{free}{stmt.label or 'S' + str(stmt.node_id)}{outputs}[{point}]"
 
 
 def leaves(stmt: Stmt):

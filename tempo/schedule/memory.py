@@ -55,21 +55,37 @@ def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int], domains=No
             readers[e.src].append((k, e))
     frees = {}
     for n in runs:
-        edges = [e for _, e in readers[n]]
-        found = _read_once(sdg, n, edges, runs, keep)
-        if found is None and domains is not None:
-            found = _read_once_besides(sdg, n, readers[n], runs, keep, domains)
+        found = _freed(sdg, n, readers[n], runs, keep, domains)
         if found is not None:
-            frees[n] = found
+            frees[(n, ())] = found
+            continue
+        # each output on its own (an island whose outputs are read at different shifts)
+        by_output: dict[tuple, list[int]] = defaultdict(list)
+        for j in range(len(sdg.nodes[n].shapes)):
+            found = _freed(sdg, n, [(k, e) for k, e in readers[n] if e.src_out == j], runs, keep, domains, j)
+            if found is not None:
+                by_output[found].append(j)
+        for found, outs in by_output.items():
+            frees[(n, tuple(outs))] = found
     return _place(program, frees, set())
 
 
-def _read_once(sdg: SDG, n: int, edges: list, runs: dict,
-               keep: set[int]) -> tuple[tuple[Expr, ...], set[int], str] | None:
+def _freed(sdg: SDG, n: int, readers: list, runs: dict, keep: set[int], domains, out: int | None = None):
+    """What :func:`_read_once` (or, with ``domains``, :func:`_read_once_besides`) finds for the
+    ``readers`` of ``n`` (of its output ``out``; None: of all of them)."""
+    found = _read_once(sdg, n, [e for _, e in readers], runs, keep, out)
+    if found is None and domains is not None:
+        found = _read_once_besides(sdg, n, readers, runs, keep, domains, out)
+    return found
+
+
+def _read_once(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int],
+               out: int | None = None) -> tuple[tuple[Expr, ...], frozenset[int], str] | None:
     """``(the point freed, over the readers' loop counters; the readers; a label)`` when every
-    point of ``n`` is read at one reader point only (see the module docstring)."""
+    point of ``n`` (of its output ``out``; None: of all) is read at one reader point only (see
+    the module docstring)."""
     node = sdg.nodes[n]
-    if n in keep or not edges or _small(node):
+    if n in keep or not edges or _small(node, out):
         return None
     first = edges[0]
     reader_domain = sdg.nodes[first.sink].domain
@@ -88,17 +104,18 @@ def _read_once(sdg: SDG, n: int, edges: list, runs: dict,
     at = dict(zip(reader_domain, point))
     freed = tuple(simplify(item.substitute(at)) for item in first.index.args)
     label = runs[n][0].label
-    return freed, {e.sink for e in edges}, label
+    return freed, frozenset(e.sink for e in edges), label
 
 
-def _read_once_besides(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int], domains):
+def _read_once_besides(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int], domains,
+                       out: int | None = None):
     """:func:`_read_once` for the readers of one shifted index, when the other readers read
     only points that those never read."""
     shifted = [(k, e) for k, e in edges if e.index.args and all(a.op != "slice" for a in e.index.args)
                and _shift_of(e.index, sdg.nodes[e.sink].domain, len(sdg.nodes[n].domain))]
     if not shifted or len(shifted) == len(edges):
         return None
-    found = _read_once(sdg, n, [e for _, e in shifted], runs, keep)
+    found = _read_once(sdg, n, [e for _, e in shifted], runs, keep, out)
     if found is None:
         return None
     inside = {k for k, _ in shifted}
@@ -141,12 +158,13 @@ def _place(stmt: ast.Stmt, frees: dict, placed: set[int]) -> ast.Stmt:
     children = [_place(child, frees, placed) for child in stmt.body]
     here = [_executed_here(child) for child in children]
     after: dict[int, list[ast.Free]] = defaultdict(list)
-    for n, (point, sinks, label) in frees.items():
+    for key, (point, sinks, label) in frees.items():
         holding = [k for k, nodes in enumerate(here) if nodes & sinks]
-        if n in placed or not holding or set().union(*(here[k] & sinks for k in holding)) != sinks:
+        if key in placed or not holding or set().union(*(here[k] & sinks for k in holding)) != sinks:
             continue
-        after[max(holding)].append(ast.Free(n, point, label))
-        placed.add(n)
+        n, outputs = key
+        after[max(holding)].append(ast.Free(n, point, label, outputs))
+        placed.add(key)
     body = []
     for k, child in enumerate(children):
         body.append(child)
@@ -165,7 +183,8 @@ def _executed_here(stmt: ast.Stmt) -> set[int]:
     return set()
 
 
-def _small(node: Node) -> bool:
-    """Whether every output has a static shape of fewer than :data:`MIN_BYTES` bytes."""
+def _small(node: Node, out: int | None = None) -> bool:
+    """Whether every output (or output ``out``) has a static shape of fewer than :data:`MIN_BYTES` bytes."""
+    outputs = zip(node.shapes, node.dtypes) if out is None else [(node.shapes[out], node.dtypes[out])]
     return all(all(isinstance(s, int) for s in shape) and math.prod(shape) * np.dtype(dtype).itemsize < MIN_BYTES
-               for shape, dtype in zip(node.shapes, node.dtypes))
+               for shape, dtype in outputs)

@@ -178,3 +178,6 @@ def test_a_tiled_ppo_learner_trains_exactly_as_the_untiled_one():
     assert tiled == train("ppo", None, epochs=2)[0]
     kinds = {type(n.op).__name__ for n in tiled_nodes(program)}
     assert "MergeOp" in kinds and "PadOp" in str(program.sdg)
+    # the tile's island hands on its accumulations one tile later and its rows at once: each
+    # output is freed after its own last reader
+    assert any(isinstance(leaf, ast.Free) and leaf.outputs for leaf in ast.leaves(program.ast))
