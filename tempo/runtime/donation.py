@@ -6,8 +6,8 @@ An input qualifies when its receiver is the last user of the value at every
 point the kernel runs:
 
 - the value is one point of a point store, and the schedule frees that point
-  right after the launch (a Free statement among those directly following
-  it in its sequence);
+  (that output) right after the launch (a Free statement among those
+  directly following it in its sequence);
 - no other input of the launch reads the same tensor;
 - the value is nobody else's: its writer is a kernel (not a merge, which
   stores its branch's value itself, nor a constant, whose kernel returns the
@@ -45,7 +45,8 @@ def donations(sdg: SDG, program: ast.Stmt, kinds: dict, keep) -> dict[int, froze
                     or sources.count(e.src) > 1 or kinds.get((e.src, e.src_out)) != "point"):
                 continue
             index = e.index.substitute(at).args
-            if any(_same_point(index, free.point) for free in frees if free.node_id == e.src):
+            if any(_same_point(index, free.point) for free in frees
+                   if free.node_id == e.src and e.src_out in free.freed(len(writer.shapes))):
                 ok.add(k)
         per_node[node.id] = frozenset(ok) & per_node.get(node.id, frozenset(ok))
     return {n: inputs for n, inputs in per_node.items() if inputs}
