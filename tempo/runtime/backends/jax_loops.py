@@ -89,7 +89,7 @@ class LoopProgram:
                 shapes.append(None)
         plan = self.plan
 
-        def run(closed, consts, xs, ring0):
+        def device_loop(closed, consts, xs, ring0):
             def body(ring, x):
                 values = {}
                 for s, step in enumerate(plan.steps):
@@ -108,7 +108,7 @@ class LoopProgram:
 
             return lax.scan(body, ring0, xs, length=trips)
 
-        return run
+        return device_loop
 
 
 def _input(src, name: str, closed: dict, x: dict, values: dict, ring: dict):
