@@ -1,17 +1,31 @@
-"""Memory of REINFORCE with large observations: Monte-Carlo against n-step returns (TEMPO §7.4, Fig. 23).
+"""Memory experiments (TEMPO §7.4): REINFORCE Monte-Carlo against n-step (Fig. 23), PPO under a device budget (Fig. 21).
 
-``examples/reinforce.py`` on ``tempo/Synthetic-v0`` with 3x64x64 float32
-observations and 4 environments, Monte-Carlo returns (``r[t:T]``) and
-8-step returns (``r[t:min(t + 8, T)]``), at each episode length given. Each
-run is a fresh process on the NumPy backend with one BLAS thread; reported
-per run: the observations one iteration produces, the peak bytes held in
-tensor stores (the device tier of ``program.memory_report()``), the
-process's peak RSS, and the steady-state seconds per iteration. A PNG shows
-the bytes held over the run (kernel launches on the x axis) for each
-return estimator at the longest episode.
+**REINFORCE** -- ``examples/reinforce.py`` on ``tempo/Synthetic-v0`` with
+3x64x64 float32 observations and 4 environments, Monte-Carlo returns
+(``r[t:T]``) and 8-step returns (``r[t:min(t + 8, T)]``), at each episode
+length given. Reported per run: the observations one iteration produces, the
+peak bytes held in tensor stores (the device tier of
+``program.memory_report()``), the process's peak RSS, and the steady-state
+seconds per iteration. A PNG shows the bytes held over the run (kernel
+launches on the x axis) for each return estimator at the longest episode.
 
-    .venv/bin/python benchmarks/memory.py                     # T = 1000 and 4000
-    .venv/bin/python benchmarks/memory.py --steps 250 --quick # a smoke test
+**PPO under a device budget** -- ``examples/ppo.py`` and the CleanRL-style
+baseline (``benchmarks/baselines/cleanrl_ppo.py``) on ``tempo/Synthetic-v0``
+with observations from 3x16x16 to 3x256x256, 4 environments, ``--ppo-steps``
+timesteps. The baseline's device memory is what training adds to its
+process (peak RSS after the run minus before it: the batch it stores, the
+activations and gradients of its update); it is run up to the first size
+over the budget. Tempo runs with ``memory={"device_budget": ...}``: the
+tiling pass cuts the learner into tiles that fit the budget and acting's
+output lives in the host tier; reported are the ledger's device and host
+peaks, the process's peak RSS and the seconds per iteration. A PNG draws
+device memory against observation size with the budget.
+
+Each run is a fresh process on the NumPy backend with one BLAS thread.
+
+    .venv/bin/python benchmarks/memory.py                      # both experiments
+    .venv/bin/python benchmarks/memory.py --experiments ppo    # PPO only
+    .venv/bin/python benchmarks/memory.py --steps 250 --ppo-steps 100 --quick  # a smoke test
 """
 from __future__ import annotations
 
@@ -23,8 +37,11 @@ import subprocess
 import sys
 import tempfile
 
+from tempo.runtime.memory import parse_bytes
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+MIB = 2**20
 
 
 def child(spec: dict, out_path: str) -> None:
@@ -51,6 +68,50 @@ def child(spec: dict, out_path: str) -> None:
         resource.RUSAGE_SELF).ru_maxrss * 1024, seconds_per_iteration=summary["seconds_per_iteration"],
         observation_bytes=spec["envs"] * spec["steps"] * 3 * 64 * 64 * 4, launches=ledger.launches,
         timeline=ledger.timeline, holders=sorted(ledger.peak_holders.items(), key=lambda kv: -kv[1])[:5])
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+def ppo_child(spec: dict, out_path: str) -> None:
+    """One PPO run of ``spec["system"]`` ("cleanrl" or "tempo") in this process; writes what was measured."""
+    def peak_rss() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    obs = spec["obs"]
+    if spec["system"] == "cleanrl":
+        sys.path.insert(0, os.path.join(ROOT, "benchmarks", "baselines"))
+        import cleanrl_ppo
+        from args import PPOArgs
+
+        args = PPOArgs(iterations=spec["iterations"], envs=spec["envs"], steps=spec["steps"], obs_shape=obs,
+                       hidden=spec["hidden"])
+        before = peak_rss()
+        out = cleanrl_ppo.main(args)
+        ends = out["ends"]
+        result = dict(spec, device_bytes=peak_rss() - before, host_bytes=0, peak_rss_bytes=peak_rss(),
+                      seconds_per_iteration=(ends[-1] - ends[0]) / max(1, len(ends) - 1))
+    else:
+        from rl_train import _example
+
+        from tempo.api import compile as compile_mod
+
+        module = _example("ppo")
+        programs, compile_program = [], compile_mod.compile_program
+
+        def probed(*a, **k):
+            programs.append(compile_program(*a, **k))
+            return programs[-1]
+
+        compile_mod.compile_program = probed
+        args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape=obs, batch=spec["envs"],
+                           steps=spec["steps"], iterations=spec["iterations"], epochs=1, hidden=spec["hidden"],
+                           device_budget=str(spec["budget"]))
+        summary = module.main(args)
+        (program,) = programs
+        ledger = program.ledger
+        result = dict(spec, device_bytes=ledger.peak["device"], host_bytes=ledger.peak["host"],
+                      peak_rss_bytes=peak_rss(), seconds_per_iteration=summary["seconds_per_iteration"],
+                      tiles={name: size for name, (_, size) in program.sdg.tiles.items()})  # tile dim bound -> rows
     with open(out_path, "w") as f:
         json.dump(result, f)
 
@@ -90,35 +151,102 @@ def plot(results: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, nargs="+", default=[1000, 4000], help="episode lengths T")
-    parser.add_argument("--envs", type=int, default=4)
-    parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="two iterations per run")
-    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "memory_reinforce.json"))
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        child(json.loads(args.child[0]), args.child[1])
-        return
+def reinforce_experiment(args) -> None:
     iterations = 2 if args.quick else args.iterations
     results = [run({"steps": steps, "nstep": nstep, "envs": args.envs, "iterations": iterations})
                for steps in args.steps for nstep in (0, 8)]
-    mib = 2**20
     print(f"REINFORCE, tempo/Synthetic-v0, 3x64x64 observations, {args.envs} environments, NumPy backend")
     print(f"{'T':>6} {'returns':>12} {'obs MiB':>8} {'store peak MiB':>15} {'process peak MiB':>17} {'s/iter':>7}")
     for r in results:
         label = "Monte-Carlo" if r["nstep"] == 0 else f"{r['nstep']}-step"
-        print(f"{r['steps']:>6} {label:>12} {r['observation_bytes'] / mib:>8.0f} {r['store_peak_bytes'] / mib:>15.0f} "
-              f"{r['peak_rss_bytes'] / mib:>17.0f} {r['seconds_per_iteration']:>7.2f}")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out + ".tmp", "w") as f:
-        json.dump({"results": results}, f)
-    os.replace(args.out + ".tmp", args.out)
+        print(f"{r['steps']:>6} {label:>12} {r['observation_bytes'] / MIB:>8.0f} {r['store_peak_bytes'] / MIB:>15.0f} "
+              f"{r['peak_rss_bytes'] / MIB:>17.0f} {r['seconds_per_iteration']:>7.2f}")
+    write(args.out, {"results": results})
     png = os.path.splitext(args.out)[0] + ".png"
     plot(results, png)
     print(f"wrote {args.out} and {png}")
+
+
+def ppo_experiment(args) -> None:
+    """Both systems at each observation size; the baseline until it goes over the budget."""
+    budget = parse_bytes(args.budget)
+    results, baseline_over = [], False
+    for obs in args.obs:
+        spec = {"obs": obs, "envs": args.envs, "steps": args.ppo_steps, "hidden": args.hidden,
+                "iterations": 2 if args.quick else args.ppo_iterations, "budget": budget}
+        if not baseline_over:
+            base = run(dict(spec, system="cleanrl"))
+            baseline_over = base["device_bytes"] > budget
+            results.append(base)
+        results.append(run(dict(spec, system="tempo")))
+    print(f"PPO, tempo/Synthetic-v0, {args.envs} environments, T={args.ppo_steps}, hidden {args.hidden}, "
+          f"device budget {budget / MIB:.0f} MiB, NumPy backend")
+    print(f"{'observation':>12} {'system':>8} {'device MiB':>11} {'host MiB':>9} {'fits':>5} {'process MiB':>12} "
+          f"{'s/iter':>7}  tiles")
+    for r in results:
+        print(f"{r['obs'].replace(',', 'x'):>12} {r['system']:>8} {r['device_bytes'] / MIB:>11.0f} "
+              f"{r['host_bytes'] / MIB:>9.0f} {'yes' if r['device_bytes'] <= budget else 'no':>5} "
+              f"{r['peak_rss_bytes'] / MIB:>12.0f} {r['seconds_per_iteration']:>7.2f}  {r.get('tiles', '')}")
+    write(args.ppo_out, {"budget_bytes": budget, "results": results})
+    png = os.path.splitext(args.ppo_out)[0] + ".png"
+    plot_budget(results, budget, png)
+    print(f"wrote {args.ppo_out} and {png}")
+
+
+def plot_budget(results: list[dict], budget: int, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    for system, label in (("cleanrl", "CleanRL-style (PyTorch)"), ("tempo", "Tempo, device tier")):
+        rows = [r for r in results if r["system"] == system]
+        ax.plot([r["obs"].replace(",", "x") for r in rows], [r["device_bytes"] / MIB for r in rows], "o-",
+                label=label)
+    ax.axhline(budget / MIB, color="grey", linestyle="--", label="device budget")
+    ax.set_yscale("log")
+    ax.set_xlabel("observation shape")
+    ax.set_ylabel("device memory (MiB)")
+    ax.set_title("PPO under a fixed device budget")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiments", nargs="+", choices=("reinforce", "ppo"), default=["reinforce", "ppo"])
+    parser.add_argument("--steps", type=int, nargs="+", default=[1000, 4000], help="REINFORCE episode lengths T")
+    parser.add_argument("--envs", type=int, default=4)
+    parser.add_argument("--iterations", type=int, default=3, help="REINFORCE iterations per run")
+    parser.add_argument("--obs", nargs="+", default=["3,16,16", "3,32,32", "3,64,64", "3,128,128", "3,256,256"],
+                        help="PPO observation shapes")
+    parser.add_argument("--ppo-steps", type=int, default=1000, help="PPO episode length T")
+    parser.add_argument("--ppo-iterations", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=16, help="PPO hidden width")
+    parser.add_argument("--budget", default="256MB", help="PPO device budget")
+    parser.add_argument("--quick", action="store_true", help="two iterations per run")
+    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "memory_reinforce.json"))
+    parser.add_argument("--ppo-out", default=os.path.join(ROOT, "docs", "results", "memory_ppo_budget.json"))
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        spec = json.loads(args.child[0])
+        (ppo_child if "system" in spec else child)(spec, args.child[1])
+        return
+    if "reinforce" in args.experiments:
+        reinforce_experiment(args)
+    if "ppo" in args.experiments:
+        ppo_experiment(args)
 
 
 if __name__ == "__main__":

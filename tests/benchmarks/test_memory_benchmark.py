@@ -1,0 +1,28 @@
+"""benchmarks/memory.py's PPO experiment, at toy sizes: the table, the JSON and the plot."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.slow
+def test_the_ppo_budget_experiment_writes_both_systems_per_size(tmp_path):
+    out = tmp_path / "ppo.json"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "memory.py"), "--experiments", "ppo",
+                           "--obs", "3,8,8", "3,32,32", "--ppo-steps", "40", "--budget", "8MB", "--quick",
+                           "--ppo-out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    budget = data["budget_bytes"]
+    tempo = [r for r in data["results"] if r["system"] == "tempo"]
+    baseline = [r for r in data["results"] if r["system"] == "cleanrl"]
+    assert [r["obs"] for r in tempo] == ["3,8,8", "3,32,32"]
+    assert all(r["device_bytes"] <= budget for r in tempo)
+    assert baseline and baseline[-1]["device_bytes"] > budget or len(baseline) == 2  # run until over the budget
+    assert (tmp_path / "ppo.png").exists() and "device budget" in done.stdout
