@@ -1,35 +1,34 @@
-"""Tiling (TEMPO §4.3, TimeRL Alg. 3): a vectorized dim's axis is cut into tiles along a new temporal dim.
+"""Tiling (TEMPO §4.3, TimeRL Alg. 3): a dim's axis over a whole batch is cut into tiles along a new temporal dim.
 
 Vectorization turns an RL learner's forward and backward over ``t`` into
-operators over a leading axis of size ``T``; a gradient is then one sum over
-that axis. Tiling splits the axis into ``ceil(T / Z)`` tiles of ``Z`` rows
-(the last may be shorter): the tiled operators run once per tile, over a
-new temporal dim ``t_tile``, and each sum over the axis becomes a sum per
-tile followed by the sum of the tiles' partial results (gradient
-accumulation). A tile's intermediates are freed once the tile is summed,
-and a tile needs only its own rows of what acting produced, so with
-returns that look a bounded number of steps ahead (n-step) a tile can run
-while acting continues.
+operators over an axis of size ``T`` (the leading axis of a vectorized
+learner, or the second of PPO's explicit batch ``x[0:B, k, 0:T]``); a
+gradient is then a sum, or a product contracting that axis. Tiling cuts the
+axis into ``ceil(T / Z)`` tiles of ``Z`` rows (the last may be shorter): the
+tiled operators run once per tile over a new temporal dim ``t_tile``, whose
+bound follows from ``T`` (``SDG.tiles``), and each sum over the axis becomes
+the same op over each tile plus a running sum over the tiles,
+``acc[n] = acc[n - 1] + partial[n]``: gradient accumulation, each tile's
+partial result freed once added.
 
-The tiled set starts from the sums over the axis and grows through their
-operands, stopping (TEMPO's three conditions) at a read that creates the
-axis (``o[i, 0:T]`` becomes ``o[i, t_tile * Z : min(t_tile * Z + Z, T)]``),
-at an operand that stays whole (its tile is sliced out:
-``SpatialIndexOp``) and at an expansion to the axis (it expands to the
-tile instead). An operator joins only if every reader of it is tiled or is
-such a sum, and if it treats the axis row by row: it does not reduce,
-scan, permute or reshape it away, and the axis is its leading one.
+Which operators are tiled: those that treat the axis row by row (per-op
+rules in :data:`ROW_WISE`: they do not reduce, scan, reshape or contract it
+away) and either lead to such a sum or read a large tensor of acting over
+the whole dim (observations). Tiling stops, as TEMPO's three conditions
+say, at a read that creates the axis (``o[i, 0:T]`` becomes
+``o[i, t_tile*Z : min(t_tile*Z + Z, T)]``), at an operand that stays whole
+(its tile is sliced out) and at an expansion to the axis (it expands to the
+tile). A reader that is not tiled (a scan over the dim, such as GAE's over
+a value function's outputs) reads the tiles put back together.
 
-``Config(tiles={"t": 64})`` tiles dim ``t`` in tiles of 64 rows; the tile
-dim's bound is derived from ``T`` (``SDG.tiles``), so a run gives only
-``T``.
+``Config(tiles={"t": 64})`` tiles ``t`` in tiles of 64 rows; with a device
+budget and the run's bounds the pass chooses the tiles (:func:`choose_tiles`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable
-
-import math
 
 import numpy as np
 
@@ -244,10 +243,9 @@ class _Plan:
         shape = self.sdg.read_shape(e)
         if e.cond is not None and _mentions(e.cond, self.D):
             return -1
-        src = self.sdg.nodes[e.src]
         slices = [k for k, a in enumerate(e.index.args) if a.op == "slice"]
-        if self.d in src.domain and e.index.args[src.domain.index(self.d)] is make_slice(0, self.D):
-            at = src.domain.index(self.d)  # the read that creates the axis
+        if self.creates(e):
+            at = self.sdg.nodes[e.src].domain.index(self.d)
             if _mentions(tuple(a for k, a in enumerate(e.index.args) if k != at), self.D):
                 return -1
             found = slices.index(at)
@@ -361,7 +359,7 @@ class _Rewrite:
         at = self.plan.read_axis(e)
         if at is None:  # no axis: broadcast
             return e
-        if self.d in src.domain and e.index.args[src.domain.index(self.d)] is make_slice(0, self.D):
+        if self.plan.creates(e):
             k = src.domain.index(self.d)  # the read that creates the axis reads one tile
             return replace(e, index=seq(*e.index.args[:k], self.rows, *e.index.args[k + 1:]))
         whole = self.old.read_shape(e)  # a whole operand: its tile, sliced out
