@@ -28,11 +28,16 @@ The machine is shared with other work: timings are noisy.
     .venv/bin/python benchmarks/decode.py --quick          # a minute: tiny lengths
     .venv/bin/python benchmarks/decode.py                  # the default sweep (sized for < 30 minutes)
 
-Two more parts: Tempo with causal attention in static tiles of each size of
-``--tiles`` at one length (TEMPO Fig. 18), and the seconds to compile the
-decoding program for 2 to 32 layers (the layer is a dim, so the program is
-the same size). Prints tables and writes ``docs/results/decode.json`` (and
-``.png``), ``decode_tiles.json`` and ``decode_compile.json``.
+Three more parts: Tempo with causal attention in static tiles of each size of
+``--tiles`` at one length (TEMPO Fig. 18) and the tile size ``attention="tiled"``
+measures best there (``tempo.llm.tiling.choose_tile``); the seconds to compile
+the decoding program for 2 to 32 layers (the layer is a dim, so the program is
+the same size); and the prefill, the process CPU seconds from a prompt of
+``--prefill-lengths`` tokens to the first new token, Tempo (the prompt's
+positions at once over the layer dim) against one eager PyTorch forward over
+the prompt. Prints tables and writes ``docs/results/decode.json`` (and
+``.png``), ``decode_tiles.json``, ``decode_compile.json`` and
+``decode_prefill.json``.
 """
 from __future__ import annotations
 
@@ -142,7 +147,8 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
     for n in lengths:
         times = [stamps[p] for p in range(n - last - 1, n) if p in stamps]
         rows[n] = {**_tbt(times), "mem_mb": memory.get(n), "kv_mb": kv.get(n)}
-    return rows, {"seconds": total, "compile_s": compile_s}
+    return rows, {"seconds": total, "compile_s": compile_s,
+                  "launches_per_token": executor[0].ledger.launches / max(lengths)}
 
 
 # ----- PyTorch eager, growing cache -----
@@ -262,6 +268,77 @@ def run_jax(size: Size, batch: int, window: int | None, lengths: list[int], last
     return rows, {}
 
 
+# ----- prefill: time to the first new token -----
+def prefill_tempo(size: Size, batch: int, length: int) -> dict:
+    """Tempo's prefill of a random ``length``-token prompt (all positions at once over the layer
+    dim) and the first new token: process CPU seconds of the run, compile apart."""
+    import tempo as tpo
+    from tempo.llm import program as program_mod
+    from tempo.llm.attention import Attention
+    from tempo.llm.sampling import Sampling
+
+    config, wts = model_config(size, length + 1), weights(size, length + 1)
+    prompt = np.random.default_rng(0).integers(0, size.vocab, (batch, length))
+    with tpo.Context() as ctx:
+        dp = program_mod.build(config, wts, prompt, Attention(), Sampling())
+        started = time.perf_counter()
+        program = ctx.compile(fetch=[dp.tokens])
+        compile_s = time.perf_counter() - started
+    runs = []
+    for _ in range(3):
+        start = time.process_time()
+        program.run(dp.bounds(size.layers, 1))
+        runs.append(time.process_time() - start)
+    return {"cpu_s": min(runs), "runs_cpu_s": runs, "compile_s": compile_s, "launches": program.ledger.launches}
+
+
+def prefill_torch(size: Size, batch: int, length: int) -> dict:
+    """The eager PyTorch reference: one forward over the whole prompt (causal mask), then the
+    first token; process CPU seconds."""
+    import torch
+
+    torch.set_num_threads(1)
+    wts = weights(size, length + 1)
+    layers = [{k: torch.from_numpy(v[i]) for k, v in wts.layers.items()} for i in range(size.layers)]
+    embed, head, final = (torch.from_numpy(a) for a in (wts.embed, wts.head, wts.final_norm))
+    hd, h, kvh = size.head_dim, size.heads, size.kv_heads
+    ang = torch.arange(length, dtype=torch.float32)[:, None] * torch.from_numpy(inverse_frequencies(size))
+    cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()      # (P, hd)
+
+    def rope(x):                                                          # (B, heads, P, hd)
+        return x * cos + torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], -1) * sin
+
+    def norm(x, weight):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+    mask = torch.full((length, length), float("-inf")).triu(1)
+    prompt = torch.from_numpy(np.random.default_rng(0).integers(0, size.vocab, (batch, length)))
+
+    @torch.no_grad()
+    def forward():
+        x = embed[prompt]                                                 # (B, P, D)
+        for p in layers:
+            xn = norm(x, p["input_norm"])
+            q = rope((xn @ p["wq"]).view(batch, length, h, hd).transpose(1, 2))
+            k = rope((xn @ p["wk"]).view(batch, length, kvh, hd).transpose(1, 2)).repeat_interleave(h // kvh, 1)
+            v = (xn @ p["wv"]).view(batch, length, kvh, hd).transpose(1, 2).repeat_interleave(h // kvh, 1)
+            att = torch.softmax(q @ k.transpose(-1, -2) * hd ** -0.5 + mask, -1) @ v
+            x = x + att.transpose(1, 2).reshape(batch, length, -1) @ p["wo"]
+            xn = norm(x, p["post_norm"])
+            x = x + (torch.nn.functional.silu(xn @ p["w_gate"]) * (xn @ p["w_up"])) @ p["w_down"]
+        return (norm(x[:, -1], final) @ head).argmax(-1)
+
+    runs = []
+    for _ in range(3):
+        start = time.process_time()
+        forward()
+        runs.append(time.process_time() - start)
+    return {"cpu_s": min(runs), "runs_cpu_s": runs}
+
+
+PREFILL = {"tempo": prefill_tempo, "torch": prefill_torch}
+
+
 # every system computes on one thread: the machine is shared, and BLAS threads fighting over two busy
 # cores make timings meaningless
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -295,6 +372,14 @@ def compile_times(size: Size, layer_counts: list[int]) -> list[dict]:
 
 def child(spec: dict) -> dict:
     size = Size(**spec["size"])
+    if spec.get("prefill"):
+        return PREFILL[spec["system"]](size, spec["batch"], spec["prefill"])
+    if spec.get("choose_tile"):
+        from tempo.llm.tiling import choose_tile
+
+        choice = choose_tile(spec["batch"], size.kv_heads, size.heads // size.kv_heads, size.head_dim,
+                             spec["choose_tile"])
+        return {"tile": choice.tile, "seconds": {str(z): s for z, s in choice.seconds.items()}, "text": str(choice)}
     rows, extra = SYSTEMS[spec["system"]](size, spec["batch"], spec["window"], spec["lengths"], spec["last"],
                                           spec.get("tile"))
     return {"rows": {str(k): v for k, v in rows.items()}, **extra}
@@ -374,11 +459,15 @@ def main() -> None:
     parser.add_argument("--tile-length", type=int, default=1024, help="the length the tile sweep decodes to")
     parser.add_argument("--tile-batches", nargs="+", type=int, default=[4])
     parser.add_argument("--layer-counts", nargs="+", type=int, default=[2, 4, 8, 16, 32])
-    parser.add_argument("--parts", nargs="+", default=["sweep", "tiles", "compile"],
-                        choices=["sweep", "tiles", "compile"],
-                        help="sweep: lengths x systems; tiles: Tempo's tile sizes; compile: compile time per depth")
+    parser.add_argument("--prefill-lengths", nargs="+", type=int, default=[128, 512, 2048])
+    parser.add_argument("--prefill-batches", nargs="+", type=int, default=[1, 4])
+    parser.add_argument("--parts", nargs="+", default=["sweep", "tiles", "compile", "prefill"],
+                        choices=["sweep", "tiles", "compile", "prefill"],
+                        help="sweep: lengths x systems; tiles: Tempo's tile sizes and the one it measures best; "
+                             "compile: compile time per depth; prefill: time to the first token after a prompt")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode.json"),
-                        help="the sweep's JSON (and PNG); the other parts write NAME_tiles.json, NAME_compile.json")
+                        help="the sweep's JSON (and PNG); the other parts write NAME_tiles.json, NAME_compile.json, "
+                             "NAME_prefill.json")
     ns = parser.parse_args()
     if ns.child:
         print(json.dumps(child(json.loads(ns.child))))
@@ -387,6 +476,7 @@ def main() -> None:
     if ns.quick:
         ns.batches, ns.lengths, ns.window, ns.last = [2], [32, 64], 16, 8
         ns.tiles, ns.tile_length, ns.tile_batches, ns.layer_counts = [16, 64], 64, [2], [2, 4]
+        ns.prefill_lengths, ns.prefill_batches = [32], [2]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     meta = {"size": asdict(size), "parameters": size.parameters(), "commit": commit.strip(),
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared"}
@@ -405,7 +495,27 @@ def main() -> None:
                       f"at {ns.tile_length}, compile {out.get('compile_s', float('nan')):6.1f} s"
                       f"{'  ' + out['error'] if 'error' in out else ''}", flush=True)
                 tiles.append(out)
-        _write(stem + "_tiles.json", {**meta, "length": ns.tile_length, "last": ns.last, "results": tiles})
+        chosen = {}
+        for batch in ns.tile_batches:
+            choice = run_child({"system": "tempo", "batch": batch, "choose_tile": ns.tile_length,
+                                "size": asdict(size)}, ns.timeout)
+            print(f"batch {batch:2d}: attention {choice.get('text', choice.get('error'))}", flush=True)
+            chosen[str(batch)] = choice
+        _write(stem + "_tiles.json", {**meta, "length": ns.tile_length, "last": ns.last, "results": tiles,
+                                      "chosen": chosen})
+    if "prefill" in ns.parts:
+        prefill = []
+        for batch in ns.prefill_batches:
+            for length in ns.prefill_lengths:
+                for system in PREFILL:
+                    out = run_child({"system": system, "batch": batch, "prefill": length, "size": asdict(size)},
+                                    ns.timeout)
+                    out.update(system=system, batch=batch, length=length)
+                    print(f"prefill {system:5s} batch {batch:2d} prompt {length:5d}: "
+                          f"{out.get('cpu_s', float('nan')):7.3f} CPU s{'  ' + out['error'] if 'error' in out else ''}",
+                          flush=True)
+                    prefill.append(out)
+        _write(stem + "_prefill.json", {**meta, "results": prefill})
     if "compile" in ns.parts:
         _write(stem + "_compile.json", {**meta, "results": compile_times(size, ns.layer_counts)})
     if "sweep" not in ns.parts:

@@ -12,8 +12,8 @@ and the same executed points (from the isl analysis). Merges (control flow)
 and UDFs (host code) never fuse. An island must stay schedulable: its
 members read each other only at the same point, and no path that leaves the
 island comes back to it at a point that may be the same. A path that comes
-back at a lexicographically earlier point is fine: ``h[t - 1]`` (the
-recurrence), ``i - 1`` with any ``t`` (a parameter update between
+back at a lexicographically earlier point, in one order of the island's dims
+for all such paths, is fine: ``h[t - 1]`` (the recurrence), ``i - 1`` with any ``t`` (a parameter update between
 iterations), ``(i // K) * K`` and then ``i - 1``. Where an index is not a
 constant offset, isl decides whether it reads at most the current step or
 strictly before it. A path that may come back at the same point or a later
@@ -23,6 +23,7 @@ one.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -151,9 +152,12 @@ def _islands(sdg: SDG, moves: Moves) -> list[list[int]]:
         island_outs[a] = island_outs[a] + island_outs.pop(b)
 
     def try_join(nodes: list[int], dims: tuple[Expr, ...]) -> bool:
-        if dims not in hazards:
-            hazards[dims] = _hazards(sdg, dims, moves)
-        return _schedulable(sdg, set(nodes), outs, dims, moves, group, hazards[dims])
+        for order in _orders(dims):
+            if order not in hazards:
+                hazards[order] = _hazards(sdg, order, moves)
+            if _schedulable(sdg, set(nodes), outs, order, moves, group, hazards[order]):
+                return True
+        return False
 
     candidates = [e for e in sdg.edges if _joinable(sdg, e) and points[e.src].is_equal(points[e.sink])
                   and sdg.vectorized.get(e.src, ()) == sdg.vectorized.get(e.sink, ())]
@@ -174,6 +178,15 @@ def _islands(sdg: SDG, moves: Moves) -> list[list[int]]:
         if a != b and try_join(members[a] + members[b], sdg.nodes[e.src].domain):
             join(a, b)
     return [sorted(m) for m in members.values()]
+
+
+def _orders(dims: tuple[Expr, ...]) -> list[tuple[Expr, ...]]:
+    """The orders of an island's dims to compare points in: the domain's first, then the
+    others. Any one total order in which every path back to the island lands earlier
+    keeps the program schedulable (a decoder's layer body over ``(l, t)``: the path from
+    the last layer through the next token comes back at ``t + 1`` and any ``l``, earlier
+    in the order ``(t, l)`` only)."""
+    return [dims] + [order for order in itertools.permutations(dims) if order != dims]
 
 
 def _root(parent: dict[int, int], n: int) -> int:
