@@ -13,10 +13,12 @@ and UDFs (host code) never fuse. An island must stay schedulable: its
 members read each other only at the same point, and no path that leaves the
 island comes back to it at a point that may be the same. A path that comes
 back at a lexicographically earlier point, in one order of the island's dims
-for all such paths, is fine: ``h[t - 1]`` (the recurrence), ``i - 1`` with any ``t`` (a parameter update between
-iterations), ``(i // K) * K`` and then ``i - 1``. Where an index is not a
-constant offset, isl decides whether it reads at most the current step or
-strictly before it. A path that may come back at the same point or a later
+for all such paths, is fine: ``h[t - 1]`` (the recurrence), ``i - 1`` with
+any ``t`` (a parameter update between iterations), ``(i // K) * K`` and then
+``i - 1``, or ``t + 1`` with any ``l`` (a decoder's next token into its first
+layer; earlier in the order ``(t, l)``). Where an index is not a constant
+offset, isl decides whether it reads at most the current step or strictly
+before it. A path that may come back at the same point or a later
 one is not fine: through a read of a later step (``r[t:T]``), or through a
 node without one of the island's dims before it moved back along an outer
 one.
@@ -181,12 +183,10 @@ def _islands(sdg: SDG, moves: Moves) -> list[list[int]]:
 
 
 def _orders(dims: tuple[Expr, ...]) -> list[tuple[Expr, ...]]:
-    """The orders of an island's dims to compare points in: the domain's first, then the
-    others. Any one total order in which every path back to the island lands earlier
-    keeps the program schedulable (a decoder's layer body over ``(l, t)``: the path from
-    the last layer through the next token comes back at ``t + 1`` and any ``l``, earlier
-    in the order ``(t, l)`` only)."""
-    return [dims] + [order for order in itertools.permutations(dims) if order != dims]
+    """The orders of an island's dims to compare points in, the domain's first: any one in
+    which every path back to the island lands earlier keeps the program schedulable."""
+    return [dims] + [order for order in itertools.permutations(dims)
+                     if any(a is not b for a, b in zip(order, dims))]
 
 
 def _root(parent: dict[int, int], n: int) -> int:
