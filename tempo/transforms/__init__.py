@@ -6,7 +6,9 @@ it records what each pass did (:class:`PassStat`) and, with ``verify`` (or
 the environment variable ``TEMPO_VERIFY=1``), checks the SDG with
 :func:`tempo.ir.verify.verify` after every pass. ``TEMPO_PASSES_OFF=cse,dce``
 switches passes off for every compile that does not configure them itself
-(the test suite runs this way to compare programs with and without them).
+(the test suite runs this way to compare programs with and without them);
+``TEMPO_TILES=t:3`` tiles dim ``t`` in tiles of 3 rows in every compile that
+does not configure the tiling pass (the suites run this way too).
 """
 from __future__ import annotations
 
@@ -72,6 +74,9 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
                              f"the passes are {', '.join(names)}")
         if name:
             passes.setdefault(name, False)
+    tiles = os.environ.get("TEMPO_TILES", "").replace(" ", "")
+    if tiles and "tile" in names:
+        passes.setdefault("tile", tile.Config(tiles=_tile_sizes(tiles)))
     verify = os.environ.get("TEMPO_VERIFY", "") not in ("", "0") if verify is None else verify
     if verify:
         verify_sdg(sdg, dims)
@@ -88,6 +93,17 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
     return sdg, stats
 
 
+def _tile_sizes(text: str) -> dict[str, int]:
+    """``TEMPO_TILES=t:3,l:2`` as ``{"t": 3, "l": 2}``."""
+    out = {}
+    for item in text.split(","):
+        name, _, size = item.partition(":")
+        if not (name and size.isdigit() and int(size) > 0):
+            raise TempoError(f"TEMPO_TILES takes dim:size pairs such as t:64, got {item!r}")
+        out[name] = int(size)
+    return out
+
+
 def report(stats: list[PassStat]) -> str:
     """One line per pass: its name, the node count before and after it, and its seconds."""
     lines = [f"{'pass':<18}{'nodes before':>14}{'nodes after':>13}{'seconds':>10}"]
@@ -97,4 +113,4 @@ def report(stats: list[PassStat]) -> str:
 
 
 __all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "cache_activations", "contract", "cse", "dce", "domain_reduction", "fuse", "lift",
-           "report", "run_pipeline", "simplify", "superopt", "vectorize"]
+           "report", "run_pipeline", "simplify", "superopt", "tile", "vectorize"]
