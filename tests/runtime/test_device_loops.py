@@ -145,3 +145,29 @@ def test_a_program_run_again_reuses_its_compiled_loop():
     np.testing.assert_array_equal(first, again)
     (loop, compiled), = program.backend.loops.values()
     assert len(compiled.fns) == 1
+
+
+def test_a_loop_the_device_cannot_run_runs_statement_by_statement(monkeypatch):
+    """Where the compiled loop fails (here: made to), the generated code runs the loop itself."""
+    from tempo.runtime.backends import jax_loops
+
+    def fail(self, *args):
+        raise RuntimeError("no compiled loop here")
+
+    monkeypatch.setattr(jax_loops.LoopProgram, "__call__", fail)
+    xs = np.arange(10, dtype=np.float32).reshape(5, 2)
+
+    def build():
+        with tpo.Context() as ctx:
+            (t, T), = ctx.dims("t")
+            x = tpo.from_numpy(xs, dims=(t,))
+            s = tpo.placeholder((2,), "float32", dims=(t,))
+            s[0] = tpo.full((2,), 0.0, "float32")
+            s[t + 1] = (s[t] * 0.5).tanh() + x[t]
+            return ctx.compile([s])
+
+    program = build()
+    expected, numpy_launches = _run(program, {"T": 5}, "numpy")
+    got, jax_launches = _run(program, {"T": 5}, "jax")
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)
+    assert jax_launches == numpy_launches
