@@ -12,9 +12,8 @@ from tempo.schedule import ast
 from tempo.transforms import tile
 
 
-def recurrent_learner(ctx, X: np.ndarray, ahead: int):
-    """Acting (a recurrence over ``t``), n-step sums and a learner summing over all of ``t``,
-    whose result updates a state over ``i``: the learner is vectorized over ``t``."""
+def acting(ctx, X: np.ndarray):
+    """A state ``w`` over ``i`` and a recurrence ``o`` over ``t`` that reads it (acting)."""
     (i, I), (t, T) = ctx.dims("i", "t")
     x = tpo.from_numpy(X, dims=(i, t))
     w = tpo.placeholder((X.shape[-1],), "float32", dims=(i,))
@@ -22,6 +21,13 @@ def recurrent_learner(ctx, X: np.ndarray, ahead: int):
     o = tpo.placeholder((X.shape[-1],), "float32", dims=(i, t))
     o[i, 0] = x[i, 0] * w[i]
     o[i, t + 1] = o[i, t] * 0.5 + x[i, t + 1]
+    return (i, I), (t, T), x, w, o
+
+
+def recurrent_learner(ctx, X: np.ndarray, ahead: int):
+    """Acting, n-step sums and a learner summing over all of ``t``, whose result updates the
+    state over ``i``: the learner is vectorized over ``t``."""
+    (i, I), (t, T), x, w, o = acting(ctx, X)
     g = x[i, t:tpo.min(t + ahead, T)].sum(axis=0)
     total = (o * g * w[i]).tanh()[i, 0:T].sum(axis=0)
     w[i + 1] = w[i] - 0.01 * total[i]
@@ -88,13 +94,7 @@ def test_the_sum_over_t_becomes_a_running_sum_freed_tile_by_tile():
 def recurrent_wide_learner(ctx, X: np.ndarray):
     """A learner whose per-tile partial result is a large (256 x 256) product: the running sum's
     steps are freed one step back."""
-    (i, I), (t, T) = ctx.dims("i", "t")
-    x = tpo.from_numpy(X, dims=(i, t))
-    w = tpo.placeholder((X.shape[-1],), "float32", dims=(i,))
-    w[0] = tpo.from_numpy(np.ones(X.shape[-1], np.float32))
-    o = tpo.placeholder((X.shape[-1],), "float32", dims=(i, t))
-    o[i, 0] = x[i, 0] * w[i]
-    o[i, t + 1] = o[i, t] * 0.5 + x[i, t + 1]
+    (i, I), (t, T), _, w, o = acting(ctx, X)
     outer = o.unsqueeze(1) @ (o * w[i]).unsqueeze(0)
     total = outer[i, 0:T].sum(axis=0)
     w[i + 1] = w[i] - 1e-4 * total[i].sum(axis=0)
