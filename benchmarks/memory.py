@@ -19,7 +19,8 @@ over the budget. Tempo runs with ``memory={"device_budget": ...}``: the
 tiling pass cuts the learner into tiles that fit the budget and acting's
 output lives in the host tier; reported are the ledger's device and host
 peaks, the process's peak RSS and the seconds per iteration. A PNG draws
-device memory against observation size with the budget.
+device memory against observation size with the budget, and the bytes
+each tier holds over Tempo's run at the largest size.
 
 Each run is a fresh process on the NumPy backend with one BLAS thread.
 
@@ -111,6 +112,7 @@ def ppo_child(spec: dict, out_path: str) -> None:
         ledger = program.ledger
         result = dict(spec, device_bytes=ledger.peak["device"], host_bytes=ledger.peak["host"],
                       peak_rss_bytes=peak_rss(), seconds_per_iteration=summary["seconds_per_iteration"],
+                      launches=ledger.launches, timeline=ledger.timeline,
                       tiles={name: size for name, (_, size) in program.sdg.tiles.items()})  # tile dim bound -> rows
     with open(out_path, "w") as f:
         json.dump(result, f)
@@ -199,7 +201,7 @@ def plot_budget(results: list[dict], budget: int, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    fig, (ax, over) = plt.subplots(1, 2, figsize=(12, 3.6))
     for system, label in (("cleanrl", "CleanRL-style (PyTorch)"), ("tempo", "Tempo, device tier")):
         rows = [r for r in results if r["system"] == system]
         ax.plot([r["obs"].replace(",", "x") for r in rows], [r["device_bytes"] / MIB for r in rows], "o-",
@@ -210,6 +212,16 @@ def plot_budget(results: list[dict], budget: int, path: str) -> None:
     ax.set_ylabel("device memory (MiB)")
     ax.set_title("PPO under a fixed device budget")
     ax.legend()
+    largest = [r for r in results if r["system"] == "tempo"][-1]
+    launches = [s[0] for s in largest["timeline"]] + [largest["launches"]]
+    for k, tier in ((1, "device"), (2, "host")):
+        held = [s[k] / MIB for s in largest["timeline"]]
+        over.step(launches, held + held[-1:], where="post", label=f"{tier} tier")
+    over.axhline(budget / MIB, color="grey", linestyle="--", label="device budget")
+    over.set_xlabel("kernel launches")
+    over.set_ylabel("MiB held")
+    over.set_title(f"Tempo over the run, {largest['obs'].replace(',', 'x')} observations")
+    over.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
