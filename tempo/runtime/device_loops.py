@@ -89,7 +89,8 @@ class LoopPlan:
 
 
 def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=frozenset()) -> LoopPlan | None:
-    """The plan of ``loop`` as one device program, or None when its body is not all device code.
+    """The plan of ``loop`` as one device program, or None when its body is not all device code
+    (or is one launch, which gains nothing).
 
     ``kinds``: (node, output) -> store kind; ``keep``: fetched nodes; ``host``: stores a swap plan keeps
     on the host (a loop touching one is not compiled)."""
@@ -117,7 +118,7 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
         for e in sdg.in_edges(node.id):
             if e.cond is not None and not isinstance(node.op, MergeOp):
                 return None
-            source = _source(sdg, e, e.index.substitute(at), loop.var, writers, order, host)
+            source = _source(e, e.index.substitute(at), loop.var, writers, order, host)
             if source is None:
                 return None
             inputs.append(source)
@@ -170,7 +171,7 @@ def _counter(e: Expr, var: str) -> Expr | None:
     return next((s for s in e.free_symbols() if s.name == var), None)
 
 
-def _source(sdg: SDG, e: Edge, index: Expr, var: str, writers: dict, order: int, host) -> Source | None:
+def _source(e: Edge, index: Expr, var: str, writers: dict, order: int, host) -> Source | None:
     key = (e.src, e.src_out)
     if e.src not in writers:
         if key in host:
