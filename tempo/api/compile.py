@@ -41,6 +41,7 @@ class Program:
     ledger: Ledger | None = None  # the memory accounting of the last run
     memory: dict = field(default_factory=dict)  # the memory options compiled with
     stopped_at: dict | None = None  # where tpo.stop_when ended the last run ({dim: step}); None: at its bounds
+    ran_source: str | None = None  # the source the last run's executor generated (its backend's device loops too)
 
     def passes_report(self) -> str:
         """A table of the passes run: the SDG's node count before and after each, and its seconds."""
@@ -58,7 +59,7 @@ class Program:
         start = time.perf_counter()
         executor = Executor(self.sdg, self.ast, self.backend, values, keep={n for n, _ in self.fetch},
                             stores=stores, device_budget=self.memory.get("device_budget"))
-        self.ledger = executor.ledger
+        self.ledger, self.ran_source = executor.ledger, executor.source
         try:
             executor.run()
         except BudgetExceeded as over:
@@ -69,7 +70,11 @@ class Program:
 
     @property
     def code(self) -> str:
-        """The Python source the executor generates from the schedule and runs (any bounds)."""
+        """The Python source the executor generates from the schedule and runs: after a run, that
+        run's (with the ``D<k>`` calls of the loops its backend runs as one device program);
+        before one, the statement-by-statement source for any bounds."""
+        if self.ran_source is not None:
+            return self.ran_source
         return executor_source(self.sdg, self.ast, {n for n, _ in self.fetch}, self.domains.params)
 
     def memory_report(self, top: int = 8) -> str:

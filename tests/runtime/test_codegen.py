@@ -30,6 +30,17 @@ def test_program_code_is_the_source_the_executor_runs():
         want.append(np.tanh(want[-1] * 0.5) + 1.0)
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert program.ledger.launches >= 4 * 3
+    assert program.code == program.ran_source  # after a run: that run's source
+
+
+def test_program_code_after_a_run_shows_the_loops_the_backend_runs_whole():
+    pytest.importorskip("jax")
+    with tpo.Context() as ctx:
+        s, T = recurrence(ctx)
+        program = ctx.compile([s], backend="jax")
+    assert "D0(" not in program.code
+    program.run({T: 5})
+    assert "D0(" in program.code
 
 
 def test_a_kernel_failure_in_generated_code_names_the_user_line_and_the_point():
