@@ -18,7 +18,7 @@ def _benchmark():
 def test_block_and_window_stores_are_chosen_and_window_memory_is_flat(tmp_path):
     out = tmp_path / "stores.json"
     _benchmark().main(["--causal", "40", "80", "--window", "40", "160", "--window-width", "8",
-                       "--repeats", "1", "--out", str(out)])
+                       "--iterations", "2", "--repeats", "1", "--out", str(out)])
     rows = json.loads(out.read_text())["rows"]
     kinds = {(r["program"], r["stores_option"]): r["store"] for r in rows}
     assert kinds == {("causal", "auto"): "block", ("causal", "point"): "point",
