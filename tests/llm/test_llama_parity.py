@@ -62,7 +62,7 @@ def test_window_matters(checkpoint):
                                rtol=1e-4)
 
 
-@pytest.mark.slow      # isl analyses the tiled program in 5 to 20 s
+@pytest.mark.slow      # a tiled program compiled per tile size
 @pytest.mark.parametrize("tile", [4, 7, 64])
 def test_statically_tiled_causal_attention_matches_transformers(checkpoint, tile):
     """Causal attention in tiles of a static size (the last one padded and masked) gives

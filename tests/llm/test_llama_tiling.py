@@ -44,7 +44,7 @@ def test_choose_tile_measures_the_candidates_and_takes_the_smallest_near_the_fas
     assert str(choice).startswith(f"tiled:{choice.tile}, the smallest tile")
 
 
-@pytest.mark.slow      # isl analyses the tiled program in 5 to 20 s
+@pytest.mark.slow      # a tiled program compiled per case, with the micro-runs that choose a tile
 def test_attention_tiled_without_a_size_measures_one_and_decodes_as_untiled(checkpoint):
     model = tpo.llm.Llama.from_pretrained(checkpoint("llama_gqa")[0])
     prompt = np.array([[5, 17, 99], [11, 0, 150]], np.int64)
