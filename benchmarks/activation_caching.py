@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rl_train import ROOT, Point, _example  # noqa: E402
+from rl_train import ROOT, Point, _example, _flops  # noqa: E402
 
 from tempo.api import compile as compile_mod  # noqa: E402
 from tempo.ir import ops  # noqa: E402
@@ -90,15 +90,6 @@ class OpCounter:
                 return getattr(backend, name)
 
         return Probe()
-
-
-def _flops(op, inputs, out) -> int:
-    """Floating-point operations of one op: ``2mkn`` per matrix product, else one per output element."""
-    if isinstance(op, ops.MatMulOp):
-        return 2 * np.size(out[0]) * np.shape(inputs[0])[-1]
-    if isinstance(op, ops.BatchContractOp):  # the sum over the batch axes of a @ b
-        return 2 * np.size(inputs[0]) * np.shape(inputs[1])[-1]
-    return sum(np.size(x) for x in out)
 
 
 def run(point: Point, iterations: int, cache: bool) -> dict:
