@@ -22,6 +22,12 @@ point store's point is the only one with an effect (block and window
 stores release whole buffers); and a tensor whose shape is static and
 smaller than :data:`MIN_BYTES` is left to the iteration-level freeing too:
 freeing it early saves nothing and costs a statement at every point.
+
+Where a node's outputs are read differently (a fused island handing one
+output on at once and another one step later), each output is judged on
+its own and freed by a Free of that output; and with the isl domains, the
+readers of one shift may be joined by others that read only points those
+never read (the result of a running sum reading its last step).
 """
 from __future__ import annotations
 
