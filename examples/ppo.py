@@ -10,6 +10,12 @@ compares the current policy with the one that acted (``logp_old``, detached),
 so after the first update of a batch the clip is active.
 
     tempo run examples/ppo.py --iterations 60 --epochs 4
+
+Large observations under a device budget (the learner runs in tiles, the
+observations live in the host tier; docs/memory.md):
+
+    tempo run examples/ppo.py --env tempo/Synthetic-v0 --impl tensor --obs-shape 3,128,128 \
+        --batch 4 --steps 1000 --epochs 1 --hidden 16 --iterations 2 --device-budget 256MB
 """
 from __future__ import annotations
 
