@@ -159,11 +159,7 @@ class BlockStore(_BufferStore):
         self._check_shape(point, value)
         block, row = divmod(point[-1], self.length)
         key = point[:-1] + (block,)
-        buffer = self.blocks.get(key)
-        if buffer is None:
-            buffer = self.blocks[key] = self._allocate(self.length)
-            self.written[key] = bytearray(self.length)
-        self.blocks[key] = self.backend.write_into(buffer, row, value)
+        self.blocks[key] = self.backend.write_into(self._block(key), row, value)
         self.written[key][row] = 1
 
     def write_rows(self, outer: tuple, start: int, values) -> None:
@@ -175,12 +171,16 @@ class BlockStore(_BufferStore):
             raise TempoError(f"internal error: {self.name} written rows {start}:{start + count} of shape "
                              f"{tuple(values.shape[1:])} across blocks of {self.length} rows {self.row_shape}")
         key = outer + (block,)
+        self.blocks[key] = self.backend.write_into(self._block(key), slice(row, row + count), values)
+        self.written[key][row:row + count] = b"\x01" * count
+
+    def _block(self, key: tuple):
+        """The buffer of block ``key``, allocated at its first write."""
         buffer = self.blocks.get(key)
         if buffer is None:
             buffer = self.blocks[key] = self._allocate(self.length)
             self.written[key] = bytearray(self.length)
-        self.blocks[key] = self.backend.write_into(buffer, slice(row, row + count), values)
-        self.written[key][row:row + count] = b"\x01" * count
+        return buffer
 
     def _read(self, outer: tuple, last):
         if isinstance(last, slice):
