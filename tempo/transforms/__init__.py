@@ -75,8 +75,11 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
         if name:
             passes.setdefault(name, False)
     tiles = os.environ.get("TEMPO_TILES", "").replace(" ", "")
-    if tiles and "tile" in names:
-        passes.setdefault("tile", tile.Config(tiles=_tile_sizes(tiles)))
+    if tiles and "tile" in names:  # the dims this program has
+        present = {d.name for node in sdg.nodes.values() for d in node.domain}
+        sizes = {name: size for name, size in _tile_sizes(tiles).items() if name in present}
+        if sizes:
+            passes.setdefault("tile", tile.Config(tiles=sizes))
     verify = os.environ.get("TEMPO_VERIFY", "") not in ("", "0") if verify is None else verify
     if verify:
         verify_sdg(sdg, dims)

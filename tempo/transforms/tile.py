@@ -32,6 +32,7 @@ from typing import Callable
 
 import numpy as np
 
+from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node, identity_index
 from tempo.ir.shapes import infer, normalize_axis
@@ -55,15 +56,23 @@ class Config:
     device_budget: int | None = None
     bounds: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        for name, size in self.tiles.items():
+            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+                raise TempoError(f"tile.Config(tiles=...) takes a positive number of rows per tile, "
+                                 f"got {name!r}: {size!r}")
+
 
 def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     """The SDG with each dim of ``cfg.tiles`` (or of :func:`choose_tiles`) tiled where a sum over
-    its axis allows it."""
+    its axis allows it; a dim the program does not have is an error."""
     tiles = cfg.tiles or (choose_tiles(sdg, cfg.device_budget, cfg.bounds) if cfg.device_budget else {})
+    dims = {d.name: d for d in dim_order(sdg)}
     for name, size in tiles.items():
-        d = next((d for d in dim_order(sdg) if d.name == name), None)
-        if d is not None:
-            sdg = tile(sdg, d, int(size))
+        if name not in dims:
+            raise TempoError(f"tile.Config(tiles=...) names dim {name!r}, which no operator of this program "
+                             f"loops over (its loops: {', '.join(dims) or 'none'}; a dim vectorized whole has none)")
+        sdg = tile(sdg, dims[name], int(size))
     return sdg
 
 

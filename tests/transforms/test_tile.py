@@ -49,10 +49,11 @@ def reference(X: np.ndarray, ahead: int) -> np.ndarray:
     return np.array(out)
 
 
-def compiled(X: np.ndarray, ahead: int, size: int | None, memory=None):
+def compiled(X: np.ndarray, ahead: int, size: int | None, memory=None, passes_default=False):
     with tpo.Context() as ctx:
         total, (I, T) = recurrent_learner(ctx, X, ahead)
         passes = {"tile": tile.Config(tiles={"t": size})} if size else {"tile": False}
+        passes = {} if passes_default else passes
         program = ctx.compile([total], passes=passes, memory=memory)
     return program, {I: X.shape[0], T: X.shape[1]}
 
@@ -181,3 +182,26 @@ def test_a_tiled_ppo_learner_trains_exactly_as_the_untiled_one():
     # the tile's island hands on its accumulations one tile later and its rows at once: each
     # output is freed after its own last reader
     assert any(isinstance(leaf, ast.Free) and leaf.outputs for leaf in ast.leaves(program.ast))
+
+
+def test_bad_tile_configs_are_errors():
+    with pytest.raises(tpo.TempoError, match="positive number of rows"):
+        tile.Config(tiles={"t": 0})
+    with pytest.raises(tpo.TempoError, match="positive number of rows"):
+        tile.Config(tiles={"t": 2.5})
+    X = np.random.default_rng(3).standard_normal((2, 6, 3)).astype(np.float32)
+    with tpo.Context() as ctx:
+        total, _ = recurrent_learner(ctx, X, 2)
+        with pytest.raises(tpo.TempoError, match="names dim 'x'.*its loops: i, t"):
+            ctx.compile([total], passes={"tile": tile.Config(tiles={"x": 4})})
+
+
+def test_tempo_tiles_tiles_every_compile_and_rejects_a_bad_value(monkeypatch):
+    X = np.random.default_rng(4).standard_normal((2, 6, 3)).astype(np.float32)
+    monkeypatch.setenv("TEMPO_TILES", "t:2")
+    program, bounds = compiled(X, 2, None, passes_default=True)
+    assert program.sdg.tiles == {"T_TILE": ("T", 2)}
+    np.testing.assert_allclose(program.run(bounds)[0], reference(X, 2), rtol=2e-5, atol=2e-5)
+    monkeypatch.setenv("TEMPO_TILES", "t:two")
+    with pytest.raises(tpo.TempoError, match="TEMPO_TILES takes dim:size"):
+        compiled(X, 2, None, passes_default=True)
