@@ -67,12 +67,14 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     """The SDG with each dim of ``cfg.tiles`` (or of :func:`choose_tiles`) tiled where a sum over
     its axis allows it; a dim the program does not have is an error."""
     tiles = cfg.tiles or (choose_tiles(sdg, cfg.device_budget, cfg.bounds) if cfg.device_budget else {})
-    dims = {d.name: d for d in dim_order(sdg)}
+    dims = {d.name: d for d in dim_order(sdg)}  # the dims still looped over
+    known = set(dims) | {d.name for batched in sdg.vectorized.values() for d in batched}
     for name, size in tiles.items():
-        if name not in dims:
-            raise TempoError(f"tile.Config(tiles=...) names dim {name!r}, which no operator of this program "
-                             f"loops over (its loops: {', '.join(dims) or 'none'}; a dim vectorized whole has none)")
-        sdg = tile(sdg, dims[name], int(size))
+        if name not in known:
+            raise TempoError(f"tile.Config(tiles=...) names dim {name!r}, which this program does not have "
+                             f"(its dims: {', '.join(sorted(known)) or 'none'})")
+        if name in dims:  # a dim vectorized whole has no loop to tile along
+            sdg = tile(sdg, dims[name], int(size))
     return sdg
 
 

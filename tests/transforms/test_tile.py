@@ -192,7 +192,7 @@ def test_bad_tile_configs_are_errors():
     X = np.random.default_rng(3).standard_normal((2, 6, 3)).astype(np.float32)
     with tpo.Context() as ctx:
         total, _ = recurrent_learner(ctx, X, 2)
-        with pytest.raises(tpo.TempoError, match="names dim 'x'.*its loops: i, t"):
+        with pytest.raises(tpo.TempoError, match="names dim 'x'.*its dims: i, t"):
             ctx.compile([total], passes={"tile": tile.Config(tiles={"x": 4})})
 
 
