@@ -7,8 +7,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tempo.errors import BoundError, TempoError
-from tempo.ir.ops import MergeOp, UDFOp
-from tempo.ir.sdg import SDG, Edge
+from tempo.ir.sdg import SDG
 from tempo.runtime.backends import Backend, get_backend
 from tempo.runtime.executor import Executor
 from tempo.runtime.executor import source as executor_source
@@ -16,8 +15,9 @@ from tempo.runtime.memory import BudgetExceeded, Ledger, parse_bytes
 from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains, isl_schedule
 from tempo.schedule import memory as schedule_memory
-from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
-from tempo.symbolic.simplify import simplify
+from tempo.schedule import swap
+from tempo.schedule import orderings as schedule_orderings
+from tempo.symbolic.expr import Expr, bound_of
 
 
 @dataclass
@@ -155,77 +155,8 @@ def _bound_values(bounds: dict | None) -> dict[str, int] | None:
             if isinstance(value, (int, np.integer)) and value >= 1}
 
 
-def _sinks_before_next_state(ctx, sdg: SDG) -> list[Edge]:
-    """Run each sink within the iteration it observes: before the next value of any state.
-
-    States (parameters, optimizer moments) recur over their last dim; a sink
-    over that dim at ``i - 1`` is ordered before the state at ``i``, so a
-    progress bar or checkpoint runs as its iteration ends, not after the run.
-    """
-    roots = [n for n in ctx.roots if n in sdg.nodes]
-    states = [n for n in roots if isinstance(sdg.nodes[n].op, MergeOp) and sdg.nodes[n].domain]
-    sinks = [n for n in roots if isinstance(sdg.nodes[n].op, UDFOp)]
-    out = []
-    for s in sinks:
-        sink = sdg.nodes[s]
-        for p in states:
-            state = sdg.nodes[p]
-            if not set(state.domain) <= set(sink.domain):
-                continue
-            last = state.domain[-1]
-            index = seq(*(d - 1 if d is last else d if d in state.domain else make_slice(0, bound_of(d))
-                          for d in sink.domain))
-            out.append(Edge(p, -1, s, 0, index, last >= 1))
-    return out
-
-
-def _stops_early(sdg: SDG, executed) -> list[Edge]:
-    """Make each ``tpo.stop_when`` check a barrier between the steps of its flag's last dim:
-    the check at a step runs after everything at the step before, and before everything at
-    its own step that the flag does not read and everything at the next step; so a run it
-    ends computes nothing past what decided it."""
-    from tempo.api.sinks import STOP_LABEL
-
-    def at(dims, of, shift):  # the point of ``of``'s dims at ``dims``' step, ``shift`` back along the last
-        return seq(*(d - shift if d is last else d if any(x is d for x in dims)
-                     else make_slice(0, bound_of(d)) for d in of))
-
-    out = []
-    for s, stop in sdg.nodes.items():
-        if not (isinstance(stop.op, UDFOp) and stop.op.label == STOP_LABEL and stop.domain):
-            continue
-        last = stop.domain[-1]
-        reads = _same_step_reads(sdg, s, last)
-        for n, node in sdg.nodes.items():
-            if n == s or n not in executed or not any(d is last for d in node.domain):
-                continue
-            shift = 1 if n in reads else 0
-            out.append(Edge(n, -1, s, 0, at(node.domain, stop.domain, shift), last >= 1 if shift else None))
-            out.append(Edge(s, -1, n, 0, at(stop.domain, node.domain, 1), last >= 1))
-    return out
-
-
-def _same_step_reads(sdg: SDG, n: int, dim: Expr) -> set[int]:
-    """The nodes ``n`` reads, transitively, at its own step of ``dim`` or may (every read but
-    one of earlier steps only: ``dim - c`` or a slice that ends before ``dim``)."""
-    seen, todo = set(), [n]
-    while todo:
-        for e in sdg.in_edges(todo.pop()):
-            axis = next((k for k, d in enumerate(sdg.nodes[e.src].domain) if d is dim), None)
-            if e.src in seen or (axis is not None and _earlier(e.index.args[axis], dim)):
-                continue
-            seen.add(e.src)
-            todo.append(e.src)
-    return seen
-
-
-def _earlier(index: Expr, dim: Expr) -> bool:
-    """Whether ``index``, a read along ``dim``, reads only steps before ``dim``."""
-    end = simplify((index.args[1] - 1 if index.op == "slice" else index) - dim)
-    return end.is_const and end.value < 0
-
-
-MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes"}
+MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes",
+                  "plan": "'default' or 'memplan'"}
 
 
 def compile_program(ctx, fetch: list, backend: str | None = None, site=None, passes: dict | None = None,
@@ -240,8 +171,9 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     ``memory``: ``{"deallocate": False}`` leaves out the deallocations after
     each tensor's last reader (:mod:`tempo.schedule.memory`);
     ``{"device_budget": "2GB"}`` holds the device tier of every run to that
-    many bytes, keeping large sliced tensors in the host tier
-    (:mod:`tempo.runtime.memory`).
+    many bytes, with evict and load statements that keep large sliced tensors
+    in the host tier (:mod:`tempo.schedule.swap`); ``"plan": "memplan"`` keeps
+    on the device those that ``tempo.memplan`` fits into the budget.
     """
     from tempo.transforms import PIPELINE, run_pipeline
 
@@ -286,7 +218,8 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     domains = isl_domains.analyse(sdg, roots)
     timings["analyse"] = time.perf_counter() - start
     start = time.perf_counter()
-    orderings = _sinks_before_next_state(ctx, sdg) + _stops_early(sdg, domains.executed)
+    orderings = schedule_orderings.sinks_before_next_state(sdg, ctx.roots) + \
+        schedule_orderings.stops_early(sdg, domains.executed)
     schedule = isl_schedule.compute_schedule(sdg, domains, orderings)
     timings["schedule"] = time.perf_counter() - start
     start = time.perf_counter()
@@ -296,18 +229,24 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
         start = time.perf_counter()
         tree = schedule_memory.insert_deallocations(sdg, tree, {n for n, _ in fetch_ids}, domains)
         timings["memory"] = time.perf_counter() - start
+    if memory["device_budget"] is not None:
+        start = time.perf_counter()
+        tree = swap.apply(sdg, tree, {n for n, _ in fetch_ids}, _bound_values(bounds), memory["device_budget"],
+                          memory["plan"])
+        timings["swap"] = time.perf_counter() - start
     return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats,
                    memory=memory)
 
 
 def _memory_options(memory: dict | None, site) -> dict:
-    options = {"deallocate": True, "device_budget": None}
+    options = {"deallocate": True, "device_budget": None, "plan": "default"}
     for key, value in (memory or {}).items():
         if key not in MEMORY_OPTIONS:
             raise TempoError(f"memory names {key!r}, not a memory option; the options are "
                              f"{', '.join(MEMORY_OPTIONS)}", site)
         parsed = value if key == "deallocate" and isinstance(value, bool) else \
-            parse_bytes(value) if key == "device_budget" else None
+            parse_bytes(value) if key == "device_budget" else \
+            value if key == "plan" and value in swap.PLANS else None
         if parsed is None:
             raise TempoError(f"memory[{key!r}] takes {MEMORY_OPTIONS[key]}, got {value!r}", site)
         options[key] = parsed

@@ -1,0 +1,83 @@
+"""Scheduling-only orderings: validity constraints that carry no data.
+
+The scheduler (:func:`tempo.schedule.isl_schedule.compute_schedule`) orders
+statements by their reads; these edges add the orders a program needs
+beyond them: a sink runs within the iteration it observes, and a
+``tpo.stop_when`` check is a barrier between the steps of its dim.
+"""
+from __future__ import annotations
+
+from tempo.ir.ops import MergeOp, UDFOp
+from tempo.ir.sdg import SDG, Edge
+from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
+from tempo.symbolic.simplify import simplify
+
+
+def sinks_before_next_state(sdg: SDG, roots) -> list[Edge]:
+    """Run each sink within the iteration it observes: before the next value of any state.
+
+    States (parameters, optimizer moments) recur over their last dim; a sink
+    over that dim at ``i - 1`` is ordered before the state at ``i``, so a
+    progress bar or checkpoint runs as its iteration ends, not after the run.
+    """
+    roots = [n for n in roots if n in sdg.nodes]
+    states = [n for n in roots if isinstance(sdg.nodes[n].op, MergeOp) and sdg.nodes[n].domain]
+    sinks = [n for n in roots if isinstance(sdg.nodes[n].op, UDFOp)]
+    out = []
+    for s in sinks:
+        sink = sdg.nodes[s]
+        for p in states:
+            state = sdg.nodes[p]
+            if not set(state.domain) <= set(sink.domain):
+                continue
+            last = state.domain[-1]
+            index = seq(*(d - 1 if d is last else d if d in state.domain else make_slice(0, bound_of(d))
+                          for d in sink.domain))
+            out.append(Edge(p, -1, s, 0, index, last >= 1))
+    return out
+
+
+def stops_early(sdg: SDG, executed) -> list[Edge]:
+    """Make each ``tpo.stop_when`` check a barrier between the steps of its flag's last dim:
+    the check at a step runs after everything at the step before, and before everything at
+    its own step that the flag does not read and everything at the next step; so a run it
+    ends computes nothing past what decided it."""
+    from tempo.api.sinks import STOP_LABEL
+
+    def at(dims, of, shift):  # the point of ``of``'s dims at ``dims``' step, ``shift`` back along the last
+        return seq(*(d - shift if d is last else d if any(x is d for x in dims)
+                     else make_slice(0, bound_of(d)) for d in of))
+
+    out = []
+    for s, stop in sdg.nodes.items():
+        if not (isinstance(stop.op, UDFOp) and stop.op.label == STOP_LABEL and stop.domain):
+            continue
+        last = stop.domain[-1]
+        reads = _same_step_reads(sdg, s, last)
+        for n, node in sdg.nodes.items():
+            if n == s or n not in executed or not any(d is last for d in node.domain):
+                continue
+            shift = 1 if n in reads else 0
+            out.append(Edge(n, -1, s, 0, at(node.domain, stop.domain, shift), last >= 1 if shift else None))
+            out.append(Edge(s, -1, n, 0, at(stop.domain, node.domain, 1), last >= 1))
+    return out
+
+
+def _same_step_reads(sdg: SDG, n: int, dim: Expr) -> set[int]:
+    """The nodes ``n`` reads, transitively, at its own step of ``dim`` or may (every read but
+    one of earlier steps only: ``dim - c`` or a slice that ends before ``dim``)."""
+    seen, todo = set(), [n]
+    while todo:
+        for e in sdg.in_edges(todo.pop()):
+            axis = next((k for k, d in enumerate(sdg.nodes[e.src].domain) if d is dim), None)
+            if e.src in seen or (axis is not None and _earlier(e.index.args[axis], dim)):
+                continue
+            seen.add(e.src)
+            todo.append(e.src)
+    return seen
+
+
+def _earlier(index: Expr, dim: Expr) -> bool:
+    """Whether ``index``, a read along ``dim``, reads only steps before ``dim``."""
+    end = simplify((index.args[1] - 1 if index.op == "slice" else index) - dim)
+    return end.is_const and end.value < 0
