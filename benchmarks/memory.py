@@ -1,4 +1,5 @@
-"""Memory experiments (TEMPO §7.4): REINFORCE Monte-Carlo against n-step (Fig. 23), PPO under a device budget (Fig. 21).
+"""Memory experiments (TEMPO §7.4): REINFORCE Monte-Carlo against n-step (Fig. 23), PPO under a device budget
+(Fig. 21), and recomputation against keeping activations under a budget.
 
 **REINFORCE** -- ``examples/reinforce.py`` on ``tempo/Synthetic-v0`` with
 3x64x64 float32 observations and 4 environments, Monte-Carlo returns
@@ -22,9 +23,19 @@ peaks, the process's peak RSS and the seconds per iteration. A PNG draws
 device memory against observation size with the budget, and the bytes
 each tier holds over Tempo's run at the largest size.
 
+**Recomputation** -- ``examples/ppo.py`` at TEMPO's default point (3x4x4
+observations, 512 environments, T=250, two hidden layers of 64), where the
+activations outweigh the observations, without a budget and under each of
+``--recompute-budgets``, with the activation-caching pass choosing by the
+CPU's cost model (the host tier is the same memory: every activation is
+kept and swapped) and by a GPU's (the host link is slow: the learner
+recomputes its forward), both run here. Reported: whether the run fits,
+device and host peaks, the learner nodes that read cached activations, seconds per
+iteration, and whether every run's returns are identical.
+
 Each run is a fresh process on the NumPy backend with one BLAS thread.
 
-    .venv/bin/python benchmarks/memory.py                      # both experiments
+    .venv/bin/python benchmarks/memory.py                      # every experiment
     .venv/bin/python benchmarks/memory.py --experiments ppo    # PPO only
     .venv/bin/python benchmarks/memory.py --steps 250 --ppo-steps 100 --quick  # a smoke test
 """
@@ -116,6 +127,65 @@ def ppo_child(spec: dict, out_path: str) -> None:
                       tiles={name: size for name, (_, size) in program.sdg.tiles.items()})  # tile dim bound -> rows
     with open(out_path, "w") as f:
         json.dump(result, f)
+
+
+def recompute_child(spec: dict, out_path: str) -> None:
+    """One Tempo PPO run under ``spec["budget"]`` with the cost model of ``spec["costs"]``
+    (``"gpu"``: the choices a GPU's costs make, run on this CPU); writes what was measured."""
+    from rl_train import _example
+
+    from tempo.api import compile as compile_mod
+    from tempo.errors import TempoError
+    from tempo.transforms import cache_activations
+
+    cache_activations.COSTS["cpu"] = cache_activations.COSTS[spec["costs"]]
+    module = _example("ppo")
+    programs, compile_program = [], compile_mod.compile_program
+
+    def probed(*a, **k):
+        programs.append(compile_program(*a, **k))
+        return programs[-1]
+
+    compile_mod.compile_program = probed
+    args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape=spec["obs"], batch=spec["envs"],
+                       steps=spec["steps"], iterations=spec["iterations"], epochs=1, hidden=spec["hidden"],
+                       device_budget=str(spec["budget"]) if spec["budget"] else "")
+    try:
+        summary = module.main(args)
+    except TempoError as err:
+        result = dict(spec, fits=False, error=str(err).splitlines()[0][:300])
+    else:
+        (program,) = programs
+        cache = next(st for st in program.pass_stats if st.name == "cache_activations")
+        result = dict(spec, fits=True, device_bytes=program.ledger.peak["device"],
+                      host_bytes=program.ledger.peak["host"], returns=summary["returns"],
+                      seconds_per_iteration=summary["seconds_per_iteration"], cached_nodes=cache.nodes_before - cache.nodes_after,
+                      tiles={name: size for name, (_, size) in program.sdg.tiles.items()})
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+def recompute_experiment(args) -> None:
+    """PPO at TEMPO's default point under device budgets: activations kept (and swapped) by the
+    CPU's cost model, or recomputed where a GPU's cost model says so."""
+    runs = [(None, "cpu")] + [(parse_bytes(b), costs) for b in args.recompute_budgets for costs in ("cpu", "gpu")]
+    results = [run({"experiment": "recompute", "obs": "3,4,4", "envs": 512, "steps": 250, "hidden": 64,
+                    "iterations": 2 if args.quick else 4, "budget": budget, "costs": costs})
+               for budget, costs in runs]
+    print("PPO, tempo/Synthetic-v0 3x4x4, 512 environments, T=250, 2x64 hidden, NumPy backend")
+    print(f"{'budget MiB':>10} {'cost model':>10} {'fits':>5} {'device MiB':>11} {'host MiB':>9} "
+          f"{'learner nodes cached':>20} {'s/iter':>7}  tiles")
+    for r in results:
+        budget = f"{r['budget'] / MIB:.0f}" if r["budget"] else "none"
+        if not r["fits"]:
+            print(f"{budget:>10} {r['costs']:>10} {'no':>5}  {r['error'][:90]}")
+            continue
+        print(f"{budget:>10} {r['costs']:>10} {'yes':>5} {r['device_bytes'] / MIB:>11.1f} {r['host_bytes'] / MIB:>9.1f} "
+              f"{r['cached_nodes']:>20} {r['seconds_per_iteration']:>7.2f}  {r['tiles'] or ''}")
+    returns = {tuple(r["returns"]) for r in results if r["fits"]}
+    print("returns identical in every run that fits:", len(returns) == 1)
+    write(args.recompute_out, {"results": results, "returns_identical": len(returns) == 1})
+    print(f"wrote {args.recompute_out}")
 
 
 def run(spec: dict) -> dict:
@@ -236,7 +306,8 @@ def write(path: str, data: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--experiments", nargs="+", choices=("reinforce", "ppo"), default=["reinforce", "ppo"])
+    parser.add_argument("--experiments", nargs="+", choices=("reinforce", "ppo", "recompute"),
+                        default=["reinforce", "ppo", "recompute"])
     parser.add_argument("--steps", type=int, nargs="+", default=[1000, 4000], help="REINFORCE episode lengths T")
     parser.add_argument("--envs", type=int, default=4)
     parser.add_argument("--iterations", type=int, default=3, help="REINFORCE iterations per run")
@@ -249,16 +320,24 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="two iterations per run")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "memory_reinforce.json"))
     parser.add_argument("--ppo-out", default=os.path.join(ROOT, "docs", "results", "memory_ppo_budget.json"))
+    parser.add_argument("--recompute-budgets", nargs="+", default=["256MB", "64MB"],
+                        help="device budgets of the recomputation experiment")
+    parser.add_argument("--recompute-out", default=os.path.join(ROOT, "docs", "results", "memory_recompute.json"))
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         spec = json.loads(args.child[0])
-        (ppo_child if "system" in spec else child)(spec, args.child[1])
+        if spec.get("experiment") == "recompute":
+            recompute_child(spec, args.child[1])
+        else:
+            (ppo_child if "system" in spec else child)(spec, args.child[1])
         return
     if "reinforce" in args.experiments:
         reinforce_experiment(args)
     if "ppo" in args.experiments:
         ppo_experiment(args)
+    if "recompute" in args.experiments:
+        recompute_experiment(args)
 
 
 if __name__ == "__main__":

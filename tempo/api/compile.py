@@ -198,11 +198,8 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
             raise TempoError(f"passes[{name!r}] takes False (switch the pass off) or a {module.__name__}.Config, "
                              f"got {cfg!r}", site)
     memory = _memory_options(memory, site)
-    if memory["device_budget"] is not None and "tile" not in (passes or {}) and bounds:
-        from tempo.transforms import tile  # a budget lets the tiling pass choose its tiles
-
-        passes = {**(passes or {}), "tile": tile.Config(device_budget=memory["device_budget"],
-                                                          bounds=_bound_values(bounds))}
+    if memory["device_budget"] is not None and bounds:
+        passes = _budget_passes(passes or {}, memory["device_budget"], _bound_values(bounds), chosen)
     fetched = [materialize(x, x.node.site) for x in fetch]
     isl_domains.check_definitions(ctx.sdg, _bound_values(bounds), frozenset(ctx.parameters))
     fetch_ids = [(x.node.id, x.out) for x in fetched]
@@ -228,6 +225,28 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
         timings["memory"] = time.perf_counter() - start
     return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats,
                    memory=memory)
+
+
+def _budget_passes(passes: dict, budget: int, bounds: dict, backend: Backend) -> dict:
+    """``passes`` with the passes a device budget steers (those not configured already): tiling
+    chooses its tiles, activation caching keeps or recomputes each activation by cost."""
+    from tempo.transforms import cache_activations, tile
+
+    chosen = {"tile": tile.Config(device_budget=budget, bounds=bounds),
+              "cache_activations": cache_activations.Config(device_budget=budget, bounds=bounds,
+                                                            costs=cache_activations.COSTS[_device_kind(backend)])}
+    return {**chosen, **passes}
+
+
+def _device_kind(backend: Backend) -> str:
+    """``"gpu"`` when ``backend`` computes on a GPU, else ``"cpu"``."""
+    device = getattr(backend, "device", None)
+    kind = getattr(device, "platform", None) or getattr(device, "type", None) or ""
+    if device is None and backend.name == "jax":
+        import jax
+
+        kind = jax.default_backend()
+    return "gpu" if str(kind).lower() in ("gpu", "cuda") else "cpu"
 
 
 def _memory_options(memory: dict | None, site) -> dict:

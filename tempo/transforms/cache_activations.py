@@ -23,22 +23,81 @@ The slices must cover whole dims (``0:B``, ``0:T``) and the learner must read
 every other dim at its own point: a learner at ``i`` reading the batch of
 ``k = (i // E) * E`` (PPO with ``E > 1`` updates per batch) uses parameters
 other than the actor's at all but the first update and is left as it is.
+
+Under a device budget, caching is one of three options per activation
+(beyond TEMPO, which always keeps them): an activation whose batch fits
+:data:`KEEP_SHARE` of the budget is kept on the device; a larger one is
+either kept and swapped (the executor evicts it to the host tier as acting
+writes it and loads it back for the learner: it crosses the host link
+twice) or recomputed by the learner (its op over the batch, from inputs the
+learner reads anyway), whichever :class:`Costs` says takes less time. On a
+GPU the link is slow next to the device, so cheap layers are recomputed;
+on a CPU the host tier is the same memory, so everything is kept.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Callable
+
+import numpy as np
 
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.ir.shapes import normalize_axis, same_size
+from tempo.symbolic.evaluate import evaluate
 from tempo.symbolic.expr import Expr, bound_of, seq
 from tempo.transforms.editing import Graph, Read, same_dims, sources_first
 
 
 @dataclass(frozen=True)
+class Costs:
+    """The cost model that chooses between swapping and recomputing an activation.
+
+    A swapped activation crosses the host link twice (``link_bytes`` bytes/s); a
+    recomputed one costs its op over the batch: its FLOPs at ``device_flops`` or the
+    bytes it reads and writes at ``device_bytes``, whichever takes longer.
+    """
+
+    device_flops: float
+    device_bytes: float
+    link_bytes: float
+
+    def swap_seconds(self, nbytes: float) -> float:
+        return 2 * nbytes / self.link_bytes
+
+    def recompute_seconds(self, flops: float, nbytes: float) -> float:
+        return max(flops / self.device_flops, nbytes / self.device_bytes)
+
+
+# Per device kind. A CPU core: float32 matmul rate and memory bandwidth, its host tier the
+# same memory. A GPU (H100-class): float32 rate, HBM bandwidth, and PCIe 5.0 x16 to the host.
+COSTS = {"cpu": Costs(device_flops=1e11, device_bytes=1e10, link_bytes=1e10),
+         "gpu": Costs(device_flops=5e13, device_bytes=3e12, link_bytes=5e10)}
+
+# An activation whose batch holds at most this share of the device budget is kept.
+KEEP_SHARE = 1 / 8
+
+
+@dataclass(frozen=True)
 class Config:
-    """Activation caching has no options."""
+    """Without a ``device_budget`` (bytes) every activation the actor computed is cached.
+
+    With one and the run's ``bounds`` (bound name -> value), an activation whose batch
+    holds more than :data:`KEEP_SHARE` of the budget is cached only where ``costs`` says
+    swapping it takes less time than recomputing it.
+    """
+
+    device_budget: int | None = None
+    bounds: dict | None = None
+    costs: Costs = COSTS["cpu"]
+
+    def keeps(self, nbytes: float, flops: float, touched: float) -> bool:
+        """Whether an activation of ``nbytes`` over the batch is cached rather than recomputed
+        by an op of ``flops`` that reads and writes ``touched`` bytes."""
+        if self.device_budget is None or nbytes <= self.device_budget * KEEP_SHARE:
+            return True
+        return self.costs.swap_seconds(nbytes) <= self.costs.recompute_seconds(flops, touched)
 
 
 # (op, rank of each input per point, which inputs are sliced, leading axes) -> the per-point op, or None
@@ -113,7 +172,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     work, cached = sources_first(g), 0
     while work:
         n = work.pop()
-        if n in g.nodes and _reuse(g, g.nodes[n], computed):
+        if n in g.nodes and _reuse(g, g.nodes[n], computed, cfg):
             cached += 1
     return g.to_sdg() if cached else sdg
 
@@ -122,8 +181,9 @@ def _key(op: ops.Op, domain, shapes, dtypes, inputs) -> tuple:
     return (op, domain, shapes, dtypes, tuple((e.src, e.src_out, e.index, e.cond) for e in inputs))
 
 
-def _reuse(g: Graph, node: Node, computed: dict) -> bool:
-    """Send ``node``'s readers to the actor node it recomputes, if there is one."""
+def _reuse(g: Graph, node: Node, computed: dict, cfg: Config) -> bool:
+    """Send ``node``'s readers to the actor node it recomputes, if there is one and ``cfg``
+    keeps it."""
     rule_fn = RULES.get(type(node.op))
     if rule_fn is None or g.is_root(node.id) or node.id in g.vectorized or len(node.shapes) != 1:
         return False
@@ -144,13 +204,42 @@ def _reuse(g: Graph, node: Node, computed: dict) -> bool:
     here = seq(*point_domain)
     reads = [replace(e, index=here) if s else e for e, s in zip(inputs, sliced)]
     actor = computed.get(_key(point_op, point_domain, (shape[lead:],), node.dtypes, reads))
-    if actor is None:
+    if actor is None or not _kept(g, node, inputs, cfg):
         return False
     index = next(e.index for e, s in zip(inputs, sliced) if s)
     if not g.replace_uses(node.id, {0: Read(actor, 0, index)}):
         return False
     g.remove(node.id)
     return True
+
+
+def _kept(g: Graph, node: Node, inputs: list[Edge], cfg: Config) -> bool:
+    """Whether ``cfg`` caches the batch ``node`` computes (see :meth:`Config.keeps`)."""
+    if cfg.device_budget is None or cfg.bounds is None:
+        return True
+
+    def elements(shape) -> int | None:
+        sizes = [evaluate(x, cfg.bounds) if isinstance(x, Expr) else x for x in shape]
+        return math.prod(sizes) if all(isinstance(x, (int, np.integer)) for x in sizes) else None
+
+    out = elements(node.shapes[0])
+    ins = [elements(g.read_shape(e)) for e in inputs]
+    if out is None or None in ins:
+        return True
+    itemsize = np.dtype(node.dtypes[0]).itemsize
+    touched = (out + sum(ins)) * itemsize
+    flops = FLOPS.get(type(node.op), lambda op, out, ins, shapes: 0)(node.op, out, ins,
+                                                                    [g.read_shape(e) for e in inputs])
+    return cfg.keeps(out * itemsize, flops, touched)
+
+
+# Per op type, the FLOPs of recomputing it over the batch: (op, output elements, input
+# elements, input shapes) -> FLOPs. An op type missing here moves data only.
+FLOPS: dict[type, Callable] = {
+    ops.ElementwiseOp: lambda op, out, ins, shapes: out,
+    ops.ReduceOp: lambda op, out, ins, shapes: ins[0],
+    ops.MatMulOp: lambda op, out, ins, shapes: 2 * out * shapes[0][-1],
+}
 
 
 def _slicing(g: Graph, node: Node, inputs: list[Edge]) -> tuple[tuple[Expr, ...], tuple[Expr, ...]] | None:

@@ -26,3 +26,19 @@ def test_the_ppo_budget_experiment_writes_both_systems_per_size(tmp_path):
     assert all(r["device_bytes"] <= budget for r in tempo)
     assert baseline and baseline[-1]["device_bytes"] > budget or len(baseline) == 2  # run until over the budget
     assert (tmp_path / "ppo.png").exists() and "device budget" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_recompute_experiment_fits_a_budget_only_by_recomputing(tmp_path):
+    out = tmp_path / "recompute.json"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "memory.py"), "--experiments",
+                           "recompute", "--recompute-budgets", "64MB", "--quick", "--recompute-out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    by = {(r["budget"], r["costs"]): r for r in data["results"]}
+    budget = 64 * 10**6
+    assert not by[(budget, "cpu")]["fits"] and by[(budget, "gpu")]["fits"]
+    assert by[(budget, "gpu")]["device_bytes"] <= budget
+    assert by[(budget, "gpu")]["cached_nodes"] < by[(None, "cpu")]["cached_nodes"]
+    assert data["returns_identical"]

@@ -139,3 +139,44 @@ def test_random_replayed_chains_compute_what_the_unoptimised_program_does(chain,
     np.testing.assert_allclose(np.moveaxis(got[0], 1, 0), got[1], rtol=1e-6)
     (stat,) = [s for s in fast.pass_stats if s.name == "cache_activations"]
     assert stat.nodes_after <= stat.nodes_before
+
+
+def _with_costs(costs, budget, width=64, B_=8, T_=16):
+    """The replay program compiled with activation caching under a ``budget`` and ``costs``;
+    returns the learner's replayed forward nodes left after the pipeline and the run's values."""
+    def build(ctx):
+        return replay(ctx, width=width, B_=B_, T_=T_)
+
+    with tpo.Context() as ctx:
+        fetch, bounds = build(ctx)
+        cfg = cache_activations.Config(device_budget=budget, bounds={"B": B_, "I": 3, "T": T_}, costs=costs)
+        program = ctx.compile(fetch, passes={"fuse": False, "cache_activations": cfg})
+        values = program.run(bounds)
+    return [n for n in program.sdg.nodes.values() if _is_replayed_forward(n)], values
+
+
+SLOW_LINK = cache_activations.Costs(device_flops=1e15, device_bytes=1e15, link_bytes=1e6)
+FAST_LINK = cache_activations.Costs(device_flops=1e6, device_bytes=1e6, link_bytes=1e15)
+
+
+def test_under_a_budget_activations_are_recomputed_where_the_link_costs_more():
+    batch_bytes = 8 * 16 * 64 * 4  # one activation over the batch: B x T x width float32
+    recomputed, got = _with_costs(SLOW_LINK, budget=batch_bytes)
+    kept, kept_values = _with_costs(FAST_LINK, budget=batch_bytes)
+    fits, want = _with_costs(SLOW_LINK, budget=100 * batch_bytes)
+    assert {ops.MatMulOp, ops.ElementwiseOp} <= {type(n.op) for n in recomputed}  # product, bias, tanh
+    assert not kept and not fits
+    for values in (got, kept_values):
+        for g, w in zip(values, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_costs_compare_two_link_crossings_with_the_slower_of_flops_and_bytes():
+    costs = cache_activations.Costs(device_flops=100.0, device_bytes=10.0, link_bytes=4.0)
+    assert costs.swap_seconds(8) == 4.0
+    assert costs.recompute_seconds(flops=200, nbytes=10) == 2.0
+    assert costs.recompute_seconds(flops=100, nbytes=30) == 3.0
+    cfg = cache_activations.Config(device_budget=64, bounds={}, costs=costs)
+    assert cfg.keeps(nbytes=8, flops=10**9, touched=10**9)       # fits its share of the budget
+    assert not cfg.keeps(nbytes=16, flops=100, touched=16)       # 8 s of swapping, 1.6 s to recompute
+    assert cfg.keeps(nbytes=16, flops=10**4, touched=16)         # 100 s to recompute
