@@ -56,21 +56,26 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 MIB = 2**20
 
 
-def child(spec: dict, out_path: str) -> None:
-    """Train in this process and write what was measured to ``out_path``."""
+def _probed_example(name: str):
+    """The example module ``name``, and the list each program it compiles is appended to."""
     from rl_train import _example
 
     from tempo.api import compile as compile_mod
 
-    module = _example("reinforce")
+    module = _example(name)
     programs, compile_program = [], compile_mod.compile_program
 
     def probed(*args, **kwargs):
-        program = compile_program(*args, **kwargs)
-        programs.append(program)
-        return program
+        programs.append(compile_program(*args, **kwargs))
+        return programs[-1]
 
     compile_mod.compile_program = probed
+    return module, programs
+
+
+def child(spec: dict, out_path: str) -> None:
+    """Train in this process and write what was measured to ``out_path``."""
+    module, programs = _probed_example("reinforce")
     args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape="3,64,64", batch=spec["envs"],
                        steps=spec["steps"], iterations=spec["iterations"], nstep=spec["nstep"], hidden=32)
     summary = module.main(args)
@@ -103,18 +108,7 @@ def ppo_child(spec: dict, out_path: str) -> None:
         result = dict(spec, device_bytes=peak_rss() - before, host_bytes=0, peak_rss_bytes=peak_rss(),
                       seconds_per_iteration=(ends[-1] - ends[0]) / max(1, len(ends) - 1))
     else:
-        from rl_train import _example
-
-        from tempo.api import compile as compile_mod
-
-        module = _example("ppo")
-        programs, compile_program = [], compile_mod.compile_program
-
-        def probed(*a, **k):
-            programs.append(compile_program(*a, **k))
-            return programs[-1]
-
-        compile_mod.compile_program = probed
+        module, programs = _probed_example("ppo")
         args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape=obs, batch=spec["envs"],
                            steps=spec["steps"], iterations=spec["iterations"], epochs=1, hidden=spec["hidden"],
                            device_budget=str(spec["budget"]))
@@ -132,21 +126,11 @@ def ppo_child(spec: dict, out_path: str) -> None:
 def recompute_child(spec: dict, out_path: str) -> None:
     """One Tempo PPO run under ``spec["budget"]`` with the cost model of ``spec["costs"]``
     (``"gpu"``: the choices a GPU's costs make, run on this CPU); writes what was measured."""
-    from rl_train import _example
-
-    from tempo.api import compile as compile_mod
     from tempo.errors import TempoError
     from tempo.transforms import cache_activations
 
     cache_activations.COSTS["cpu"] = cache_activations.COSTS[spec["costs"]]
-    module = _example("ppo")
-    programs, compile_program = [], compile_mod.compile_program
-
-    def probed(*a, **k):
-        programs.append(compile_program(*a, **k))
-        return programs[-1]
-
-    compile_mod.compile_program = probed
+    module, programs = _probed_example("ppo")
     args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape=spec["obs"], batch=spec["envs"],
                        steps=spec["steps"], iterations=spec["iterations"], epochs=1, hidden=spec["hidden"],
                        device_budget=str(spec["budget"]) if spec["budget"] else "")
