@@ -15,6 +15,7 @@ from tempo.runtime.memory import BudgetExceeded, Ledger, parse_bytes
 from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains, isl_schedule
 from tempo.schedule import memory as schedule_memory
+from tempo.schedule import swap
 from tempo.schedule import orderings as schedule_orderings
 from tempo.symbolic.expr import Expr, bound_of
 
@@ -154,7 +155,8 @@ def _bound_values(bounds: dict | None) -> dict[str, int] | None:
             if isinstance(value, (int, np.integer)) and value >= 1}
 
 
-MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes"}
+MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes",
+                  "plan": "'default', 'memplan' or 'memplan:AGENT'"}
 
 
 def compile_program(ctx, fetch: list, backend: str | None = None, site=None, passes: dict | None = None,
@@ -169,8 +171,9 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     ``memory``: ``{"deallocate": False}`` leaves out the deallocations after
     each tensor's last reader (:mod:`tempo.schedule.memory`);
     ``{"device_budget": "2GB"}`` holds the device tier of every run to that
-    many bytes, keeping large sliced tensors in the host tier
-    (:mod:`tempo.runtime.memory`).
+    many bytes, with evict and load statements that keep large sliced tensors
+    in the host tier (:mod:`tempo.schedule.swap`); ``"plan": "memplan"`` keeps
+    on the device those that ``tempo.memplan`` fits into the budget.
     """
     from tempo.transforms import PIPELINE, run_pipeline
 
@@ -223,6 +226,11 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
         start = time.perf_counter()
         tree = schedule_memory.insert_deallocations(sdg, tree, {n for n, _ in fetch_ids}, domains)
         timings["memory"] = time.perf_counter() - start
+    if memory["device_budget"] is not None:
+        start = time.perf_counter()
+        tree = swap.apply(sdg, tree, {n for n, _ in fetch_ids}, _bound_values(bounds), memory["device_budget"],
+                          memory["plan"])
+        timings["swap"] = time.perf_counter() - start
     return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats,
                    memory=memory)
 
@@ -250,13 +258,14 @@ def _device_kind(backend: Backend) -> str:
 
 
 def _memory_options(memory: dict | None, site) -> dict:
-    options = {"deallocate": True, "device_budget": None}
+    options = {"deallocate": True, "device_budget": None, "plan": "default"}
     for key, value in (memory or {}).items():
         if key not in MEMORY_OPTIONS:
             raise TempoError(f"memory names {key!r}, not a memory option; the options are "
                              f"{', '.join(MEMORY_OPTIONS)}", site)
         parsed = value if key == "deallocate" and isinstance(value, bool) else \
-            parse_bytes(value) if key == "device_budget" else None
+            parse_bytes(value) if key == "device_budget" else \
+            value if key == "plan" and swap.known_plan(value) else None
         if parsed is None:
             raise TempoError(f"memory[{key!r}] takes {MEMORY_OPTIONS[key]}, got {value!r}", site)
         options[key] = parsed

@@ -13,8 +13,8 @@ Statements the generator writes inline are kernel launches and merges (an
 from point or block stores; a launch reading a window store (whose rows are
 overwritten later, so its outputs may need copies) and a merge that
 broadcasts a branch call the executor's launcher for their node instead. A
-free drops a point from the point stores of its node. After a launch that
-read a host-tier tensor (a swap plan's), what it loaded is unloaded. A loop
+free drops a point from the point stores of its node; an evict or a load
+calls its stores' ``evict`` or ``load`` with the index it moves. A loop
 the backend runs as one device program (:mod:`tempo.runtime.device_loops`)
 is preceded by a call of its compiled form ``D<k>`` with the bounds and the
 enclosing counters; the loop itself runs only where that call answers False.
@@ -44,10 +44,9 @@ class Generator:
     """Writes the source of one program (see the module docstring)."""
 
     def __init__(self, sdg: SDG, kinds: dict[tuple[int, int], str], main_loop: ast.Loop | None,
-                 bound_names: list[str], host: set[tuple[int, int]] = frozenset(),
-                 device_loops: dict[int, str] | None = None):
+                 bound_names: list[str], device_loops: dict[int, str] | None = None):
         self.sdg, self.kinds, self.main_loop = sdg, kinds, main_loop
-        self.bound_names, self.host = bound_names, host
+        self.bound_names = bound_names
         self.device_loops = device_loops or {}  # id(loop) -> the name of its compiled form
         self.counters: list[str] = []  # the enclosing loops' variables
         self.lines: list[str] = []
@@ -93,6 +92,8 @@ class Generator:
                 self._stmt(stmt.orelse, depth + 1)
         elif isinstance(stmt, ast.Free):
             self._free(stmt, depth)
+        elif isinstance(stmt, ast.Evict):
+            self._move(stmt, depth)
         else:
             self._execute(stmt, depth)
 
@@ -102,6 +103,12 @@ class Generator:
         point = py(seq(*stmt.point))
         for j in outs:
             self._emit(depth, f"S{stmt.node_id}_{j}.free_point({point})  # free {stmt.label}")
+
+    def _move(self, stmt: ast.Evict, depth: int) -> None:
+        method = "load" if isinstance(stmt, ast.Load) else "evict"
+        index = py(seq(*stmt.index))
+        for j in stmt.moved(len(self.sdg.nodes[stmt.node_id].shapes)):
+            self._emit(depth, f"S{stmt.node_id}_{j}.{method}({index})  # {method} {stmt.label}")
 
     def _merge(self, n: int, edges, at: dict, point: str, depth: int) -> None:
         """The first branch whose condition holds at the point is the merge's value there."""
@@ -121,8 +128,6 @@ class Generator:
         edges = self.sdg.in_edges(n)
         at = dict(zip(node.domain, stmt.point))
         self._launch(stmt, node, edges, at, point, depth)
-        if any((e.src, e.src_out) in self.host for e in edges):
-            self._emit(depth, "ledger.unload()")
 
     def _launch(self, stmt: ast.Execute, node, edges, at: dict, point: str, depth: int) -> None:
         n = stmt.node_id

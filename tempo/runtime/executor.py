@@ -17,15 +17,16 @@ before a point store keeps it, and user functions get copies of window reads.
 
 A Free statement (:mod:`tempo.schedule.memory`) drops a point from a point
 store after its last reader; the points no later iteration reads are freed
-after each iteration of the main loop. Every store reports what it holds to
-the executor's :class:`~tempo.runtime.memory.Ledger` (``program.memory_report()``).
+after each iteration of the main loop. Evict and load statements (a swap
+plan's, :mod:`tempo.schedule.swap`) move points between the device and host
+tiers of the stores they name; a block store that swaps keeps its buffers in
+the host tier. Every store reports what it holds to the executor's
+:class:`~tempo.runtime.memory.Ledger` (``program.memory_report()``).
 """
 from __future__ import annotations
 
 import math
 from typing import Callable
-
-import numpy as np
 
 from tempo.errors import BoundError, TempoError
 from tempo.ir.ops import ConstOp, MergeOp, UDFOp
@@ -36,7 +37,7 @@ from tempo.runtime.codegen import Generator
 from tempo.runtime.memory import BudgetExceeded, Ledger
 from tempo.runtime.store_choice import POINT, choose_stores, last_true
 from tempo.runtime.stores import make_store
-from tempo.schedule import ast
+from tempo.schedule import ast, swap
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import Expr, bound_of, symbol
 from tempo.symbolic.simplify import simplify
@@ -74,9 +75,10 @@ class Executor:
                                           bounds[bound_of(node.domain[-1]).name] if node.domain else None,
                                           self.ledger)
                        for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
-        self.host = _host_resident(sdg, self.stores) if device_budget is not None else set()
+        self.host = swap.swapped(sdg, program)
         for key in self.host:
-            self.stores[key].tier = "host"
+            if self.stores[key].kind == "block":
+                self.stores[key].tier = "host"
         self.body = self._compile(program, keep)
         self.stopped_at: dict[str, int] | None = None  # where a StopRun ended the run
 
@@ -94,7 +96,7 @@ class Executor:
         kinds = {key: store.kind for key, store in self.stores.items()}
         loops = device_loops.bind(self.sdg, program, self.stores, self.backend, keep, self.host, self.ledger)
         generator = Generator(self.sdg, kinds, self.main_loop if self.evictions else None, sorted(self.bounds),
-                              self.host, {key: f"D{k}" for k, key in enumerate(loops)})
+                              {key: f"D{k}" for k, key in enumerate(loops)})
         self.source = generator.source(program)
         namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
                      "evict": self._evict, "fail": self._fail, "ledger": self.ledger}
@@ -178,21 +180,10 @@ class Executor:
         return launch
 
 
-SWAP_MIN_BYTES = 1 << 20
-
-
-def _host_resident(sdg: SDG, stores: dict) -> set[tuple[int, int]]:
-    """The block stores a swap plan keeps in the host tier: those of at least
-    :data:`SWAP_MIN_BYTES` a row block that some reader reads in slices (read far from
-    where they are written, as an RL learner reads what acting produced)."""
-    sliced = {(e.src, e.src_out) for e in sdg.edges if any(item.op == "slice" for item in e.index.args)}
-    host = set()
-    for key, store in stores.items():
-        if store.kind == "block" and key in sliced:
-            rows = store.length * math.prod(store.row_shape) * np.dtype(store.dtype).itemsize
-            if rows >= SWAP_MIN_BYTES:
-                host.add(key)
-    return host
+def store_choices(sdg: SDG, program: ast.Stmt, keep) -> dict:
+    """Each tensor's store choice (``(node, output) -> StoreChoice``; missing: a point store), as an
+    executor of ``program`` with ``stores="auto"`` makes it."""
+    return _plan(sdg, program, keep, "auto")[2]
 
 
 def _plan(sdg: SDG, program: ast.Stmt, keep, stores: str):

@@ -10,15 +10,14 @@ store, the peak and which stores held it (taken again whenever the peak grows by
 peak. ``program.memory_report()`` prints it after a run and
 ``program.plot_memory(path)`` draws the timeline.
 
-With a device budget (``memory={"device_budget": "2GB"}``), the executor
-keeps large tensors that a later statement reads in slices (observations
-and activations an RL learner reads after acting) in the host tier: each
-row is evicted as it is written, and a launch that reads such a tensor
-loads what it reads onto the device for that launch only
-(:meth:`Ledger.load`, :meth:`Ledger.unload`). The device tier is held to the
-budget: going over it raises :class:`BudgetExceeded` with the tensors held.
-On the NumPy backend both tiers are host memory, so the plan is enforced by
-this accounting alone.
+With a device budget (``memory={"device_budget": "2GB"}``), the schedule
+holds evict and load statements (:mod:`tempo.schedule.swap`) for large
+tensors that a later statement reads in slices (observations and
+activations an RL learner reads after acting); the stores run them and
+report the bytes each moves between the tiers (``evicted``, ``loaded``).
+The device tier is held to the budget: going over it raises
+:class:`BudgetExceeded` with the tensors held. On the NumPy backend both
+tiers are host memory, so the plan is enforced by this accounting alone.
 """
 from __future__ import annotations
 
@@ -69,7 +68,8 @@ class Ledger:
     timeline: list[tuple[int, int, int]] = field(default_factory=list)  # (launch, device bytes, host bytes)
     launches: int = 0
     budget: int | None = None  # device tier
-    _loads: list = field(default_factory=list)  # (store, bytes) loaded for the current launch
+    evicted: int = 0  # bytes copied from the device to the host tier
+    loaded: int = 0  # bytes copied from the host tier to the device
     _snapshot_above: int = 0  # the device peak that takes a new snapshot of the holders
     _band: tuple[int, int] = (0, 0)  # total live bytes outside this band take a timeline sample
 
@@ -96,17 +96,6 @@ class Ledger:
         if total < low or total > high:
             self._sample()
 
-    def load(self, store: str, nbytes: int) -> None:
-        """``nbytes`` of a host-tier tensor copied to the device for the current launch."""
-        self._loads.append((store, nbytes))
-        self.add(store, nbytes)
-
-    def unload(self) -> None:
-        """Drop what the finished launch loaded (its host copy stays)."""
-        for store, nbytes in self._loads:
-            self.add(store, -nbytes)
-        self._loads.clear()
-
     def _sample(self) -> None:
         total = self.live["device"] + self.live["host"]
         self.timeline.append((self.launches, self.live["device"], self.live["host"]))
@@ -117,6 +106,8 @@ class Ledger:
         """The peak per tier and the stores holding the most at the device tier's peak."""
         lines = [f"peak device bytes: {_fmt(self.peak['device'])} (host: {_fmt(self.peak['host'])}), "
                  f"over {self.launches} kernel launches; live at the end: {_fmt(self.live['device'])}"]
+        if self.evicted or self.loaded:
+            lines.append(f"swapped: {_fmt(self.evicted)} evicted to the host, {_fmt(self.loaded)} loaded back")
         holders = sorted(self.peak_holders.items(), key=lambda kv: -kv[1])
         if holders:
             lines.append(f"held at the peak by ({len(holders)} tensors, the largest {min(top, len(holders))}):")

@@ -19,10 +19,24 @@ store also one point, :meth:`PointStore.free_point`, where the schedule
 deallocates it after its last reader), lists what it holds with
 :meth:`items`, and reports what it allocates and frees to a
 :class:`tempo.runtime.memory.Ledger`.
+
+Point and block stores also run the schedule's swap statements
+(:mod:`tempo.schedule.swap`): ``evict(index)`` moves the points of an index
+(points or slices, as a read takes) to the host tier and ``load(index)``
+copies them back to the device, keeping the host copy. A point written is
+on the device; evicting it copies it to the host the first time and only
+drops the device copy after a load. Reading a point that is on the host
+alone is an internal error: the check that every read of a swapped tensor
+follows a load. A block store that swaps keeps its buffers in the host tier
+(TEMPO's pre-allocated host buffer per swapped tensor) and counts on the
+device the rows written or loaded and not yet evicted.
 """
 from __future__ import annotations
 
 import itertools
+import math
+
+import numpy as np
 
 from tempo.errors import TempoError
 from tempo.runtime.memory import Ledger, owned_nbytes
@@ -37,15 +51,45 @@ class PointStore:
         self.name, self.backend, self.dtype = name, backend, dtype
         self.empty_shape = empty_shape  # () -> spatial shape, for reads of empty slices
         self.data: dict[tuple, object] = {}
+        self.on_host: dict[tuple, bool] = {}  # evicted point -> whether a load put it back on the device
         self.ledger = ledger or Ledger()
 
     def write(self, point: tuple, value) -> None:
         """Store ``value`` (cast to the store's dtype) at ``point``."""
-        old = self.data.get(point)
-        if old is not None:
-            self.ledger.add(self.name, -owned_nbytes(self.backend, old))
+        if point in self.data:
+            self.free_point(point)
         value = self.data[point] = self.backend.cast(value, self.dtype)
         self.ledger.add(self.name, owned_nbytes(self.backend, value))
+
+    def evict(self, index: tuple) -> None:
+        """Move the points of ``index`` held on the device to the host tier (copied the first time)."""
+        self.read = self._read_resident  # from now on every read checks that its points are loaded
+        for point in _points(index):
+            value = self.data.get(point)
+            loaded = self.on_host.get(point)
+            if value is None or loaded is False:
+                continue
+            nbytes = owned_nbytes(self.backend, value)
+            self.ledger.add(self.name, -nbytes)
+            if loaded is None:
+                self.ledger.add(self.name, nbytes, "host")
+                self.ledger.evicted += nbytes
+            self.on_host[point] = False
+
+    def load(self, index: tuple) -> None:
+        """Copy the points of ``index`` that are on the host alone back to the device."""
+        for point in _points(index):
+            if self.on_host.get(point) is False:
+                nbytes = owned_nbytes(self.backend, self.data[point])
+                self.ledger.add(self.name, nbytes)
+                self.ledger.loaded += nbytes
+                self.on_host[point] = True
+
+    def _read_resident(self, index: tuple):
+        for point in _points(index):
+            if self.on_host.get(point) is False:
+                raise _evicted(self.name, point)
+        return PointStore.read(self, index)
 
     def read(self, index: tuple):
         """The tensor at a point, or the points of a slice stacked along leading axes."""
@@ -75,7 +119,12 @@ class PointStore:
         """Drop the tensor at ``point`` (no later statement reads it)."""
         value = self.data.pop(point, None)
         if value is not None:
-            self.ledger.add(self.name, -owned_nbytes(self.backend, value))
+            nbytes = owned_nbytes(self.backend, value)
+            loaded = self.on_host.pop(point, None)
+            if loaded is not False:
+                self.ledger.add(self.name, -nbytes)
+            if loaded is not None:
+                self.ledger.add(self.name, -nbytes, "host")
 
     def items(self):
         """The (point, tensor) pairs held."""
@@ -95,11 +144,12 @@ class _BufferStore:
     """Shared by block and window stores: buffers of rows along the innermost dim,
     one set per point of the outer dims; reads that slice outer dims stack views."""
 
-    tier = "device"  # "host": the rows are evicted as written and loaded for each launch that reads them
+    tier = "device"  # "host": a swap plan's; its buffers are in the host tier (see the module docstring)
 
     def __init__(self, name: str, backend, dtype: str, row_shape: tuple, ledger: Ledger | None = None):
         self.name, self.backend, self.dtype, self.row_shape = name, backend, dtype, tuple(row_shape)
         self.ledger = ledger or Ledger()
+        self.row_nbytes = math.prod(self.row_shape) * np.dtype(dtype).itemsize
 
     def _allocate(self, rows: int):
         buffer = self.backend.empty((rows,) + self.row_shape, self.dtype)
@@ -110,12 +160,13 @@ class _BufferStore:
         self.ledger.add(self.name, -self.backend.nbytes(buffer), self.tier)
 
     def read(self, index: tuple):
-        """A row (point read) or a view of rows (slice of the innermost dim); from the host
-        tier, loaded onto the device for the reading launch."""
-        value = self._gather(index)
-        if self.tier == "host":
-            self.ledger.load(self.name, self.backend.nbytes(value))
-        return value
+        """A row (point read) or a view of rows (slice of the innermost dim)."""
+        return self._gather(index)
+
+    def evict(self, index: tuple) -> None:
+        raise TempoError(f"internal error: {self.name} is a {self.kind} store, which a swap plan does not move")
+
+    load = evict
 
     def _gather(self, index: tuple):
         *outer, last = index
@@ -153,6 +204,7 @@ class BlockStore(_BufferStore):
         self.length = max(1, length)
         self.blocks: dict[tuple, object] = {}  # outer point + (block number,) -> buffer
         self.written: dict[tuple, bytearray] = {}  # same keys -> 1 per row written
+        self.where: dict[tuple, bytearray] = {}  # same keys, in the host tier -> per row: ON_HOST, ON_DEVICE, LOADED
 
     def write(self, point: tuple, value) -> None:
         """Write ``value`` into its row of the block's buffer, in place."""
@@ -161,6 +213,8 @@ class BlockStore(_BufferStore):
         key = point[:-1] + (block,)
         self.blocks[key] = self.backend.write_into(self._block(key), row, value)
         self.written[key][row] = 1
+        if self.tier == "host":
+            self._on_device(key, row, row + 1)
 
     def write_rows(self, outer: tuple, start: int, values) -> None:
         """Write ``values``, rows along a leading axis, at points ``outer + (start + k,)`` in one write
@@ -173,6 +227,61 @@ class BlockStore(_BufferStore):
         key = outer + (block,)
         self.blocks[key] = self.backend.write_into(self._block(key), slice(row, row + count), values)
         self.written[key][row:row + count] = b"\x01" * count
+        if self.tier == "host":
+            self._on_device(key, row, row + count)
+
+    def _on_device(self, key: tuple, start: int, stop: int) -> None:
+        """Rows ``start:stop`` of block ``key`` just written: on the device until evicted."""
+        where = self.where[key]
+        fresh = where[start:stop].count(ON_HOST)
+        where[start:stop] = bytes([ON_DEVICE]) * (stop - start)
+        self.ledger.add(self.name, fresh * self.row_nbytes)
+
+    def evict(self, index: tuple) -> None:
+        """Move the rows of ``index`` on the device to the host tier (copied unless a load put them there)."""
+        for key, start, stop in self._spans(index):
+            where = self.where[key]
+            part = where[start:stop]
+            held = stop - start - part.count(ON_HOST)
+            if held:
+                self.ledger.evicted += part.count(ON_DEVICE) * self.row_nbytes
+                where[start:stop] = bytes(stop - start)
+                self.ledger.add(self.name, -held * self.row_nbytes)
+
+    def load(self, index: tuple) -> None:
+        """Copy the written rows of ``index`` that are on the host alone back to the device."""
+        for key, start, stop in self._spans(index):
+            where, written = self.where[key], self.written[key]
+            count = 0
+            for row in range(start, stop):
+                if written[row] and where[row] == ON_HOST:
+                    where[row] = LOADED
+                    count += 1
+            if count:
+                self.ledger.add(self.name, count * self.row_nbytes)
+                self.ledger.loaded += count * self.row_nbytes
+
+    def read(self, index: tuple):
+        """A row or a view of rows; of a swapped tensor, only rows on the device."""
+        value = self._gather(index)
+        if self.tier == "host":
+            for key, start, stop in self._spans(index):
+                found = self.where[key].find(ON_HOST, start, stop)
+                if found != -1:
+                    raise _evicted(self.name, key[:-1] + (key[-1] * self.length + found,))
+        return value
+
+    def _spans(self, index: tuple):
+        """``(block key, first row, row after the last)`` of every allocated block ``index`` covers."""
+        *outer, last = index
+        ranges = [range(i.start, i.stop) if isinstance(i, slice) else (i,) for i in outer]
+        start, stop = (last.start, last.stop) if isinstance(last, slice) else (last, last + 1)
+        for point in itertools.product(*ranges):
+            for block in range(start // self.length, (stop - 1) // self.length + 1 if stop > start else 0):
+                key = point + (block,)
+                if key in self.blocks:
+                    first = block * self.length
+                    yield key, max(start - first, 0), min(stop - first, self.length)
 
     def _block(self, key: tuple):
         """The buffer of block ``key``, allocated at its first write."""
@@ -180,6 +289,8 @@ class BlockStore(_BufferStore):
         if buffer is None:
             buffer = self.blocks[key] = self._allocate(self.length)
             self.written[key] = bytearray(self.length)
+            if self.tier == "host":
+                self.where[key] = bytearray(self.length)
         return buffer
 
     def _read(self, outer: tuple, last):
@@ -211,6 +322,9 @@ class BlockStore(_BufferStore):
         for key in dead:
             self._release(self.blocks.pop(key))
             del self.written[key]
+            where = self.where.pop(key, None)
+            if where is not None:
+                self.ledger.add(self.name, -(self.length - where.count(ON_HOST)) * self.row_nbytes)
 
     def items(self):
         """The (point, row view) pairs written."""
@@ -291,6 +405,19 @@ class WindowStore(_BufferStore):
 
     def nbytes(self) -> int:
         return sum(self.backend.nbytes(b) for b in self.buffers.values())
+
+
+ON_HOST, ON_DEVICE, LOADED = 0, 1, 2  # where a swapped block's row is: host alone, device alone, both
+
+
+def _points(index: tuple):
+    """The points of an index of points and slices."""
+    return itertools.product(*(range(i.start, i.stop) if isinstance(i, slice) else (i,) for i in index))
+
+
+def _evicted(name: str, point: tuple) -> TempoError:
+    return TempoError(f"internal error: {name} read at {point}, which is evicted to the host "
+                      f"(no load of it before this read)")
 
 
 def make_store(choice, name: str, backend, dtype: str, shape, bound: int | None, ledger: Ledger | None = None):

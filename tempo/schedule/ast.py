@@ -1,4 +1,4 @@
-"""Tempo's schedule AST: sequence, loop, if, execute and free statements.
+"""Tempo's schedule AST: sequence, loop, if, execute, free, evict and load statements.
 
 It is the imperative program the executor walks. Expressions are symbolic
 (over loop counters and bound symbols) and are compiled to Python functions
@@ -63,7 +63,29 @@ class Free(_Printable):
         return self.outputs or tuple(range(num_outputs))
 
 
-Stmt = Union[Sequence, Loop, If, Execute, Free]
+@dataclass(frozen=True)
+class Evict(_Printable):
+    """Move node ``node_id``'s ``outputs`` (empty: all of them) at ``index`` from the device to
+    the host tier (TEMPO §5.2). ``index``: one expression per dim of the node's domain, each a
+    point or a slice (``slice(a, b)``: the points ``a`` to ``b - 1``, moved at once)."""
+
+    node_id: int
+    index: tuple[Expr, ...]
+    label: str = ""
+    outputs: tuple[int, ...] = ()
+
+    def moved(self, num_outputs: int) -> tuple[int, ...]:
+        """The outputs this statement moves, of a node with ``num_outputs``."""
+        return self.outputs or tuple(range(num_outputs))
+
+
+@dataclass(frozen=True)
+class Load(Evict):
+    """Copy node ``node_id``'s ``outputs`` at ``index`` from the host tier back to the device,
+    for the statements after it that read them (its host copy stays)."""
+
+
+Stmt = Union[Sequence, Loop, If, Execute, Free, Evict, Load]
 
 
 def to_text(stmt: Stmt, indent: int = 0) -> str:
@@ -78,14 +100,19 @@ def to_text(stmt: Stmt, indent: int = 0) -> str:
         if stmt.orelse is not None:
             text += f"\n{pad}else:\n{to_text(stmt.orelse, indent + 1)}"
         return text
-    point = ", ".join(str(p) for p in stmt.point)
-    free = "free " if isinstance(stmt, Free) else ""
-    outputs = "".join(f".{j}" for j in stmt.outputs) if isinstance(stmt, Free) else ""
-    return f"{pad}{free}{stmt.label or 'S' + str(stmt.node_id)}{outputs}[{point}]"
+    point = ", ".join(_item(p) for p in (stmt.index if isinstance(stmt, Evict) else stmt.point))
+    verb = {Free: "free ", Evict: "evict ", Load: "load "}.get(type(stmt), "")
+    outputs = "".join(f".{j}" for j in stmt.outputs) if verb else ""
+    return f"{pad}{verb}{stmt.label or 'S' + str(stmt.node_id)}{outputs}[{point}]"
+
+
+def _item(e: Expr) -> str:
+    """A point expression, or a slice as ``a:b``."""
+    return f"{e.args[0]}:{e.args[1]}" if e.op == "slice" else str(e)
 
 
 def leaves(stmt: Stmt):
-    """Every Execute and Free statement in program order."""
+    """Every Execute, Free, Evict and Load statement in program order."""
     if isinstance(stmt, Sequence):
         for s in stmt.body:
             yield from leaves(s)
