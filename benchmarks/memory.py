@@ -33,11 +33,20 @@ recomputes its forward), both run here. Reported: whether the run fits,
 device and host peaks, the learner nodes that read cached activations, seconds per
 iteration, and whether every run's returns are identical.
 
+**Swap plans** -- ``examples/ppo.py`` as in the PPO experiment, under the
+same budget, with the default swap plan (every large tensor the learner
+reads in slices lives in the host tier) and with ``tempo.memplan``'s
+(``memory={"plan": "memplan"}``: the memory-mapping game keeps on the
+device what fits), alternated ``--plan-repeats`` times. Reported: device and
+host peaks, the bytes evicted and loaded, the seconds the plan took to make,
+the seconds per iteration, and whether the returns are identical.
+
 Each run is a fresh process on the NumPy backend with one BLAS thread.
 
     .venv/bin/python benchmarks/memory.py                      # every experiment
     .venv/bin/python benchmarks/memory.py --experiments ppo    # PPO only
     .venv/bin/python benchmarks/memory.py --steps 250 --ppo-steps 100 --quick  # a smoke test
+    .venv/bin/python benchmarks/memory.py --experiments swap-plan --plan-obs 3,64,64   # swap plans only
 """
 from __future__ import annotations
 
@@ -48,6 +57,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 
 from tempo.runtime.memory import parse_bytes
 
@@ -172,6 +182,55 @@ def recompute_experiment(args) -> None:
     print(f"wrote {args.recompute_out}")
 
 
+def swap_plan_child(spec: dict, out_path: str) -> None:
+    """One Tempo PPO run under ``spec["budget"]`` with the swap plan ``spec["plan"]``; writes what was measured."""
+    from tempo.api import compile as compile_mod
+
+    module, programs = _probed_example("ppo")
+    probed = compile_mod.compile_program
+
+    def planned(*a, **k):
+        k["memory"] = {**(k.get("memory") or {}), "plan": spec["plan"]}
+        return probed(*a, **k)
+
+    compile_mod.compile_program = planned
+    args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape=spec["obs"], batch=spec["envs"],
+                       steps=spec["steps"], iterations=spec["iterations"], epochs=1, hidden=spec["hidden"],
+                       device_budget=str(spec["budget"]))
+    start = time.process_time()
+    summary = module.main(args)
+    cpu = time.process_time() - start
+    (program,) = programs
+    ledger = program.ledger
+    result = dict(spec, device_bytes=ledger.peak["device"], host_bytes=ledger.peak["host"],
+                  evicted_bytes=ledger.evicted, loaded_bytes=ledger.loaded, plan_seconds=program.timings["swap"],
+                  seconds_per_iteration=summary["seconds_per_iteration"], cpu_seconds=cpu,
+                  returns=summary["returns"])
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+def swap_plan_experiment(args) -> None:
+    """PPO under the budget with the default swap plan and with tempo.memplan's, alternated."""
+    budget = parse_bytes(args.budget)
+    results = [run({"experiment": "swap-plan", "obs": obs, "envs": args.envs, "steps": args.ppo_steps,
+                    "hidden": args.hidden, "iterations": 2 if args.quick else args.ppo_iterations, "budget": budget,
+                    "plan": plan, "repeat": k})
+               for obs in args.plan_obs for k in range(args.plan_repeats) for plan in ("default", "memplan")]
+    print(f"PPO, tempo/Synthetic-v0, {args.envs} environments, T={args.ppo_steps}, hidden {args.hidden}, "
+          f"device budget {budget / MIB:.0f} MiB, NumPy backend")
+    print(f"{'observation':>12} {'plan':>8} {'device MiB':>11} {'host MiB':>9} {'evicted MiB':>12} "
+          f"{'loaded MiB':>11} {'plan s':>7} {'s/iter':>7} {'CPU s':>7}")
+    for r in results:
+        print(f"{r['obs'].replace(',', 'x'):>12} {r['plan']:>8} {r['device_bytes'] / MIB:>11.1f} "
+              f"{r['host_bytes'] / MIB:>9.1f} {r['evicted_bytes'] / MIB:>12.0f} {r['loaded_bytes'] / MIB:>11.0f} "
+              f"{r['plan_seconds']:>7.2f} {r['seconds_per_iteration']:>7.2f} {r['cpu_seconds']:>7.1f}")
+    identical = all(len({tuple(r["returns"]) for r in results if r["obs"] == obs}) == 1 for obs in args.plan_obs)
+    print("returns identical under both plans:", identical)
+    write(args.swap_plan_out, {"budget_bytes": budget, "results": results, "returns_identical": identical})
+    print(f"wrote {args.swap_plan_out}")
+
+
 def run(spec: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
@@ -290,8 +349,8 @@ def write(path: str, data: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--experiments", nargs="+", choices=("reinforce", "ppo", "recompute"),
-                        default=["reinforce", "ppo", "recompute"])
+    parser.add_argument("--experiments", nargs="+", choices=("reinforce", "ppo", "recompute", "swap-plan"),
+                        default=["reinforce", "ppo", "recompute", "swap-plan"])
     parser.add_argument("--steps", type=int, nargs="+", default=[1000, 4000], help="REINFORCE episode lengths T")
     parser.add_argument("--envs", type=int, default=4)
     parser.add_argument("--iterations", type=int, default=3, help="REINFORCE iterations per run")
@@ -307,12 +366,18 @@ def main() -> None:
     parser.add_argument("--recompute-budgets", nargs="+", default=["256MB", "64MB"],
                         help="device budgets of the recomputation experiment")
     parser.add_argument("--recompute-out", default=os.path.join(ROOT, "docs", "results", "memory_recompute.json"))
+    parser.add_argument("--plan-obs", nargs="+", default=["3,32,32", "3,64,64", "3,128,128"],
+                        help="PPO observation shapes of the swap-plan experiment")
+    parser.add_argument("--plan-repeats", type=int, default=2, help="runs of each swap plan, alternated")
+    parser.add_argument("--swap-plan-out", default=os.path.join(ROOT, "docs", "results", "memory_swap_plan.json"))
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         spec = json.loads(args.child[0])
         if spec.get("experiment") == "recompute":
             recompute_child(spec, args.child[1])
+        elif spec.get("experiment") == "swap-plan":
+            swap_plan_child(spec, args.child[1])
         else:
             (ppo_child if "system" in spec else child)(spec, args.child[1])
         return
@@ -322,6 +387,8 @@ def main() -> None:
         ppo_experiment(args)
     if "recompute" in args.experiments:
         recompute_experiment(args)
+    if "swap-plan" in args.experiments:
+        swap_plan_experiment(args)
 
 
 if __name__ == "__main__":
