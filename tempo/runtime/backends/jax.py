@@ -5,7 +5,10 @@ input shapes: the static key holds the values of the symbols its symbolic
 sizes use (a reshape to ``(T, B, 4)``), read from the run's environment, and
 the sizes of its spatial slices; a spatial index's points and slice starts
 (``x.spatial[t]``) are arguments. A fused island is one jitted function of
-its inputs, so XLA fuses its steps into few loops. What a program computes on
+its inputs, so XLA fuses its steps into few loops; its permutations are
+left lazy while it is traced (:mod:`tempo.runtime.backends.jax_layout`), so
+its steps compute on their operands in the layout they were stored in
+rather than on transposed copies. What a program computes on
 the host stays there: symbol values (``eval_symbol``) and counter-based
 random numbers are computed as the NumPy backend computes them (the same
 bits) and passed to the jitted function as arguments; user functions get
@@ -41,6 +44,7 @@ from jax import lax
 
 from tempo.errors import TempoError
 from tempo.ir import ops
+from tempo.runtime.backends import jax_layout
 from tempo.runtime.backends import numpy as np_backend
 from tempo.runtime.backends.base import Backend, Kernel, StepFailed, register
 from tempo.symbolic.evaluate import compile_expr
@@ -277,14 +281,14 @@ class Island:
                 else:
                     args = [inputs[k] if i < 0 else values[i][k] for i, k in step.inputs]
                     try:
-                        results = ((_index(args[0], forms[j], starts[j]),) if j in forms
-                                   else IMPLS[type(step.op)](step.op, args, env))
+                        results = ((_index(jax_layout.materialised(args[0]), forms[j], starts[j]),) if j in forms
+                                   else jax_layout.run(step.op, args, env, IMPLS[type(step.op)]))
                     except Exception as err:
                         raise StepFailed(step.op.name, step.site, err) from err
                 if step.dtypes:
                     results = [v if v.dtype == d else v.astype(d) for v, d in zip(results, step.dtypes)]
                 values.append(results)
-            return tuple(values[j][k] for j, k in outputs)
+            return tuple(jax_layout.materialised(values[j][k]) for j, k in outputs)
 
         return run
 
