@@ -31,7 +31,8 @@ def compiled(build, memory=None, stores="auto", swap_all=False, monkeypatch=None
         monkeypatch.setattr(swap, "MIN_BYTES", 0)
     with tpo.Context() as ctx:
         fetch, bounds = build(ctx)
-        program = compile_program(ctx, fetch, bounds=bounds, memory=memory, passes=passes)  # as ctx.run: the plan knows the bounds
+        # compiled as ctx.run compiles: for the run's bounds, which the plan's sizes need
+        program = compile_program(ctx, fetch, bounds=bounds, memory=memory, passes=passes)
     return program, program.run(bounds, stores=stores)
 
 
@@ -78,10 +79,11 @@ def test_small_tensors_are_not_swapped_and_the_memplan_plan_keeps_what_fits(monk
     monkeypatch.setattr(swap, "MIN_BYTES", 2 << 20)
     small, _ = compiled(acting_then_learning, {"device_budget": "64MB"})
     assert moves(big) and not moves(small)  # a block of o holds 1.1 MiB: over 1 MiB, under 2 MiB
+    untiled = {"tile": False}  # one program under both budgets
     roomy, got = compiled(acting_then_learning, {"device_budget": "64MB", "plan": "memplan"}, swap_all=True,
-                          monkeypatch=monkeypatch)
-    tight, same = compiled(acting_then_learning, {"device_budget": "2MB", "plan": "memplan"}, swap_all=True,
-                           monkeypatch=monkeypatch)
+                          monkeypatch=monkeypatch, passes=untiled)
+    tight, same = compiled(acting_then_learning, {"device_budget": "3MB", "plan": "memplan"}, swap_all=True,
+                           monkeypatch=monkeypatch, passes=untiled)
     assert not moves(roomy) and moves(tight)
     for g, w in zip(got, same):
         np.testing.assert_array_equal(g, w)
@@ -182,3 +184,43 @@ def test_random_programs_under_a_budget_never_read_an_evicted_point_and_compute_
     for got in runs:
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
+
+
+# ----- the RL examples under a budget -----
+
+def returns(example: str, memory=None, **options):
+    """The returns of ``examples/<example>.py`` on tempo/Synthetic-v0 with 3x32x32 observations, its
+    programs compiled with ``memory``; and the program."""
+    from benchmarks.rl_train import _example
+    from tempo.api import compile as compile_mod
+
+    module, original, programs = _example(example), compile_mod.compile_program, []
+
+    def with_memory(*args, **kwargs):
+        kwargs["memory"] = memory
+        programs.append(original(*args, **kwargs))
+        return programs[-1]
+
+    compile_mod.compile_program = with_memory
+    try:
+        args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape="3,32,32", batch=3, steps=48,
+                           iterations=3, hidden=16, **options)
+        return module.main(args)["returns"], programs[0]
+    finally:
+        compile_mod.compile_program = original
+
+
+@pytest.mark.parametrize("example, options, tight, roomy", [("reinforce", {"nstep": 0}, "3MB", "8MB"),
+                                                            ("ppo", {"epochs": 2}, "4MB", "16MB")])
+def test_the_rl_examples_train_the_same_under_both_swap_plans(example, options, tight, roomy):
+    """3 x 48 x 3x32x32 floats: 1.7 MiB of observations an iteration; the default plan swaps them,
+    the memplan plan keeps them on the device where the budget has room, and a tight budget (in
+    tiles) swaps them under both."""
+    want, _ = returns(example, None, **options)
+    runs = {(budget, plan): returns(example, {"device_budget": budget, "plan": plan}, **options)
+            for budget in (tight, roomy) for plan in ("default", "memplan")}
+    for got, program in runs.values():
+        assert got == want and program.ledger.peak["device"] <= program.memory["device_budget"]
+    evicted = {key: program.ledger.evicted for key, (_, program) in runs.items()}
+    assert evicted[(roomy, "default")] > 0 and evicted[(roomy, "memplan")] == 0
+    assert evicted[(tight, "memplan")] > 0

@@ -12,7 +12,10 @@ budget, asks which of the tensors the default swap plan moves to the host
   writer's step to the step that frees it, at what one iteration of the
   main loop holds of it: its last reader where a free statement releases
   each point after its readers (one point held), else the end of its
-  iteration of the main loop, or of the program outside that loop;
+  iteration of the main loop, or of the program outside that loop (a value
+  the next iteration reads is also held from that iteration's start); a
+  layout op's output (reshape, permute, expand) in a point store is a view
+  and holds nothing;
 - **buffers**: for each candidate, an output buffer at its first writer's step,
   as large as what one iteration holds of it and live until it is freed;
   and an operand buffer at each statement that reads it, as large as one
@@ -37,12 +40,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from tempo.errors import BoundError
+from tempo.ir import ops
 from tempo.ir.sdg import SDG
 from tempo.memplan.problem import Buffer, Instance
+from tempo.runtime.executor import store_choices
 from tempo.schedule import ast
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import bound_of
 from tempo.symbolic.simplify import simplify
+
+
+LAYOUT = (ops.ExpandOp, ops.ReshapeOp, ops.UnsqueezeOp, ops.SqueezeOp, ops.PermuteOp)  # views of their input
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,8 @@ def instance(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int]
     """The game instance of ``program`` for ``bounds`` and a device ``budget`` in bytes (see the
     module docstring); ``candidates``: the tensors the game decides."""
     steps = _steps(program)
-    ends = _iteration_ends(program, len(steps))
+    starts, ends = _iterations(program, len(steps))
+    buffered = {key for key, c in store_choices(sdg, program, keep).items() if c.kind != "point"}  # own rows
     runs: dict[int, list[int]] = defaultdict(list)
     for k, (stmt, _) in enumerate(steps):
         runs[stmt.node_id].append(k)
@@ -86,19 +95,19 @@ def instance(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int]
             continue
         for j in range(len(node.shapes)):
             key = (n, j)
-            held = _row_bytes(node, j, bounds) * (1 if key in freed else _points(node, bounds))
+            owns = key in buffered or _owns(node, j)
+            held = _row_bytes(node, j, bounds) * (1 if key in freed else _points(node, bounds)) * owns
             first = runs[n][0]
             users = [k for k, _ in reads[key]]
-            last = max(users + runs[n])
-            if key not in freed:  # held until its iteration's evictions, or to the end outside the main loop
-                last = max(ends[k] for k in users + runs[n])
-            if any(k < first for k in users) or n in keep:  # read before it is written: across iterations
-                first, last = 0, len(steps) - 1
-            if key in candidates:
-                rows.append((key, first, last, held))
-            else:
-                pinned[first] += held
-                pinned[last + 1] -= held
+            spans = _held(first, users + runs[n], key in freed, starts, ends)
+            if n in keep:
+                spans = [(0, len(steps) - 1)]
+            if key in candidates:  # one buffer: from its first step held to its last
+                rows.append((key, min(a for a, _ in spans), max(b for _, b in spans), held))
+                continue
+            for a, b in spans:
+                pinned[a] += held
+                pinned[b + 1] -= held
     capacity = max(int(budget - np.cumsum(pinned).max()), 1)
     buffers, outputs = [], {}
     entries = []
@@ -162,19 +171,33 @@ def _steps(program: ast.Stmt) -> list[tuple[ast.Execute, int]]:
     return out
 
 
-def _iteration_ends(program: ast.Stmt, count: int) -> list[int]:
-    """For each step, the last step of its iteration of the main loop (the top-level loop running
-    the most statements, after whose iterations the executor frees what no later one reads), or
-    the last step of all outside that loop."""
+def _iterations(program: ast.Stmt, count: int) -> tuple[list[int], list[int]]:
+    """For each step, the first and the last step of its iteration of the main loop (the top-level
+    loop running the most statements, after whose iterations the executor frees what no later
+    one reads); outside that loop, the first and the last step of all."""
     top = program.body if isinstance(program, ast.Sequence) else (program,)
     sizes = [sum(1 for _ in ast.statements(s)) for s in top]
     loops = [k for k, s in enumerate(top) if isinstance(s, ast.Loop)]
     main = max(loops, key=lambda k: sizes[k]) if loops else None
-    ends, start = [], 0
+    starts, ends, start = [], [], 0
     for k, size in enumerate(sizes):
+        starts += [start if k == main else 0] * size
         ends += [start + size - 1 if k == main else count - 1] * size
         start += size
-    return ends
+    return starts, ends
+
+
+def _held(first: int, uses: list[int], freed: bool, starts: list[int], ends: list[int]) -> list[tuple[int, int]]:
+    """The steps over which a tensor first written at step ``first`` and used at ``uses`` is held:
+    to its last use when a free statement releases it (``freed``), else to the end of its
+    iteration; a use before ``first`` reads the previous iteration's value, held from the start of
+    the iteration to that use (or to the iteration's end)."""
+    after = [k for k in uses if k >= first]
+    before = [k for k in uses if k < first]
+    if before:
+        wrap = max(before) if freed else ends[max(before)]
+        return [(first, ends[first]), (starts[first], wrap)]
+    return [(first, max(after) if freed else max(ends[k] for k in after))]
 
 
 def _value(e, env: dict) -> int:
@@ -195,6 +218,15 @@ def _trips(loop: ast.Loop, env: dict) -> int:
 def _row_bytes(node, j: int, bounds: dict) -> int:
     shape = [s if isinstance(s, int) else _value(s, bounds) for s in node.shapes[j]]
     return math.prod(shape) * np.dtype(node.dtypes[j]).itemsize
+
+
+def _owns(node, j: int) -> bool:
+    """Whether output ``j`` of ``node`` holds memory of its own: not a layout op's view of its input
+    (which the ledger does not count either)."""
+    op = node.op
+    if isinstance(op, ops.FusedOp):
+        op = op.steps[op.outputs[j][0]].op
+    return not isinstance(op, LAYOUT)
 
 
 def _points(node, bounds: dict) -> int:
