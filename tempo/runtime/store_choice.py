@@ -15,7 +15,9 @@ tensor's writer and its readers:
 - otherwise a **block store** when some read slices the innermost dim: blocks
   of ``K`` rows when every such slice is an aligned block
   ``(e // K) * K:(e // K) * K + K``, else one block spanning the dim (causal
-  ``0:t+1``, anti-causal ``t:T``, whole ``0:T`` reads);
+  ``0:t+1``, anti-causal ``t:T``, whole ``0:T`` reads), its rows laid out in
+  memory where its readers' permutations of a slice read move them
+  (:func:`_rows_axis`), so the permuted read is contiguous;
 - a **point store** otherwise, and for tensors whose spatial shape varies per
   point, tensors with no temporal dims, and tensors the executor frees point
   by point along their innermost dim that a dim-long block would keep alive.
@@ -27,6 +29,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Mapping
 
+from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.schedule import ast
 from tempo.symbolic.expr import Expr, bound_of
@@ -36,10 +39,12 @@ from tempo.symbolic.simplify import simplify
 @dataclass(frozen=True)
 class StoreChoice:
     """``kind``: ``"point"``, ``"block"`` or ``"window"``; ``size``: rows per block
-    (None: the innermost dim's bound) or points a window store holds."""
+    (None: the innermost dim's bound) or points a window store holds; ``axis``: where a
+    block store's rows lie in memory among a row's axes (0: row after row)."""
 
     kind: str
     size: int | None = None
+    axis: int = 0
 
 
 POINT = StoreChoice("point")
@@ -79,7 +84,31 @@ def _choose(sdg: SDG, node: Node, out: int, edges: list[Edge], places, kept: boo
     frees_rows = evicted_axis == len(node.domain) - 1 and not all(_low(x).is_const for x in lasts)
     if length is None and frees_rows:
         return POINT
-    return StoreChoice("block", length)
+    return StoreChoice("block", length, _rows_axis(sdg, edges, len(node.shapes[out])))
+
+
+def _rows_axis(sdg: SDG, edges: list[Edge], row_ndim: int) -> int:
+    """Where a block store's rows go in memory among a row's axes: where every read that
+    slices the innermost dim alone is moved by the permutations its reader applies to it
+    first (attention's keys ``k[0:t+1]`` permuted to (batch, heads, head_dim, t)), but
+    never after a row's last axis, so a row is still written as runs; 0 when the reads
+    do not agree or are used otherwise."""
+    if row_ndim < 2:
+        return 0
+    axes = set()
+    for e in edges:
+        index = [simplify(x) for x in e.index.args]
+        if index[-1].op != "slice":
+            continue
+        if any(x.op == "slice" for x in index[:-1]):
+            return 0
+        sink = sdg.nodes[e.sink].op
+        uses = [s.op for s in sink.steps if (-1, e.sink_in) in s.inputs] if isinstance(sink, ops.FusedOp) else [sink]
+        for op in uses:
+            if not isinstance(op, ops.PermuteOp):
+                return 0
+            axes.add(min(list(op.axes).index(0), row_ndim - 1))
+    return axes.pop() if len(axes) == 1 else 0
 
 
 def _static(shape: tuple) -> bool:

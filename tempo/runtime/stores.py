@@ -8,7 +8,9 @@ axis to the value read, in index order. Three stores share that interface:
 - :class:`BlockStore` pre-allocates one buffer per block of the innermost
   temporal dim (a block is the whole dim, or ``K`` rows for reads of aligned
   blocks ``(t//K)*K:(t//K)*K+K``); writes go into the buffer in place and slice
-  reads within a block are views.
+  reads within a block are views. Its rows may lie in memory at another axis
+  than the first (where its readers permute them, so that the permuted read is
+  contiguous); the values read are the same.
 - :class:`WindowStore` keeps the last ``W`` points of the innermost dim in a
   circular buffer of ``2W`` rows; each point is written at row ``t % W`` and
   its mirror ``t % W + W``, so every window of up to ``W`` recent points is one
@@ -145,6 +147,7 @@ class _BufferStore:
     one set per point of the outer dims; reads that slice outer dims stack views."""
 
     tier = "device"  # "host": a swap plan's; its buffers are in the host tier (see the module docstring)
+    axis = 0  # where the rows lie in memory among a row's axes (Backend.empty_rows)
 
     def __init__(self, name: str, backend, dtype: str, row_shape: tuple, ledger: Ledger | None = None):
         self.name, self.backend, self.dtype, self.row_shape = name, backend, dtype, tuple(row_shape)
@@ -152,7 +155,7 @@ class _BufferStore:
         self.row_nbytes = math.prod(self.row_shape) * np.dtype(dtype).itemsize
 
     def _allocate(self, rows: int):
-        buffer = self.backend.empty((rows,) + self.row_shape, self.dtype)
+        buffer = self.backend.empty_rows(rows, self.row_shape, self.dtype, self.axis)
         self.ledger.add(self.name, self.backend.nbytes(buffer), self.tier)
         return buffer
 
@@ -195,13 +198,15 @@ class _BufferStore:
 
 class BlockStore(_BufferStore):
     """Pre-allocated buffers of ``length`` rows along the innermost dim, one per block
-    (``t // length``) of each outer point; slice reads within a block are views."""
+    (``t // length``) of each outer point; slice reads within a block are views.
+    ``axis``: where the rows lie in memory among a row's axes (0: row after row)."""
 
     kind = "block"
 
-    def __init__(self, name: str, backend, dtype: str, row_shape: tuple, length: int, ledger: Ledger | None = None):
+    def __init__(self, name: str, backend, dtype: str, row_shape: tuple, length: int, ledger: Ledger | None = None,
+                 axis: int = 0):
         super().__init__(name, backend, dtype, row_shape, ledger)
-        self.length = max(1, length)
+        self.length, self.axis = max(1, length), axis
         self.blocks: dict[tuple, object] = {}  # outer point + (block number,) -> buffer
         self.written: dict[tuple, bytearray] = {}  # same keys -> 1 per row written
         self.where: dict[tuple, bytearray] = {}  # same keys, in the host tier -> per row: ON_HOST, ON_DEVICE, LOADED
@@ -428,7 +433,7 @@ def make_store(choice, name: str, backend, dtype: str, shape, bound: int | None,
     ``ledger``: where it reports the bytes it holds.
     """
     if choice.kind == "block":
-        return BlockStore(name, backend, dtype, shape(), min(choice.size or bound, bound), ledger)
+        return BlockStore(name, backend, dtype, shape(), min(choice.size or bound, bound), ledger, choice.axis)
     if choice.kind == "window":
         return WindowStore(name, backend, dtype, shape(), choice.size, ledger)
     return PointStore(name, backend, dtype, shape, ledger)

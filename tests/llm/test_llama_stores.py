@@ -1,5 +1,6 @@
 """Keys and values are ordinary RTs: the runtime stores them in a block store for causal
-attention and in a window store (memory flat in the length) for window attention."""
+attention and in a window store (memory flat in the length) for window attention; the block
+store lays the rows out per (batch, kv head), where attention's products read them."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,7 @@ from tempo.llm.sampling import Sampling
 from tempo.runtime.executor import Executor
 
 
-def kv_stores(folder: str, attention: str, length: int):
+def run_stores(folder: str, attention: str, length: int) -> list:
     model = tpo.llm.Llama.from_pretrained(folder)
     prompt = np.array([[3, 1, 4]], np.int64)
     with tpo.Context() as ctx:
@@ -21,7 +22,11 @@ def kv_stores(folder: str, attention: str, length: int):
     bounds = {"L": model.config.num_layers, "T": length}
     executor = Executor(program.sdg, program.ast, program.backend, bounds, keep={n for n, _ in program.fetch})
     executor.run()
-    return {type(s).__name__: s.nbytes() for s in executor.stores.values()
+    return list(executor.stores.values())
+
+
+def kv_stores(folder: str, attention: str, length: int):
+    return {type(s).__name__: s.nbytes() for s in run_stores(folder, attention, length)
             if type(s).__name__ in ("BlockStore", "WindowStore")}
 
 
@@ -34,3 +39,17 @@ def test_kv_store_follows_the_attention(checkpoint, attention, kind):
         assert short[kind] == long[kind]
     else:
         assert long[kind] == 4 * short[kind]
+
+
+def test_causal_kv_rows_lie_per_batch_and_head(checkpoint):
+    """The products permute ``k[l, 0:t+1]`` (t, batch, kv heads, head_dim) to put t after the
+    heads, so the block store keeps each (batch, kv head)'s rows contiguous: a read's
+    (t, head_dim) panels need no copy, and it holds the values written."""
+    folder, _ = checkpoint("llama_gqa")
+    blocks = [s for s in run_stores(folder, "causal", 8) if s.kind == "block"]
+    assert len(blocks) == 2 and all(s.axis == 2 for s in blocks)
+    for store in blocks:
+        (key, buffer), = [(k, b) for k, b in store.blocks.items() if k == (0, 0)]
+        panel = np.moveaxis(store.read((0, slice(0, 7))), 0, 2)[0, 1]   # (t, head_dim) of batch 0, head 1
+        assert panel.flags.c_contiguous and np.shares_memory(panel, buffer)   # (the last step runs no model)
+        assert np.array_equal(panel, np.stack([store.read((0, t))[0, 1] for t in range(7)]))

@@ -64,6 +64,12 @@ class Backend:
         """An uninitialised buffer of ``shape`` and ``dtype`` (a block or window store's rows)."""
         raise NotImplementedError
 
+    def empty_rows(self, rows: int, row_shape: tuple, dtype: str, axis: int = 0):
+        """An uninitialised buffer of ``rows`` rows of ``row_shape`` (of shape ``(rows,) + row_shape``)
+        whose rows lie in memory at ``axis`` among a row's axes (0: row after row): a layout
+        hint, which a backend may ignore."""
+        return self.empty((rows,) + tuple(row_shape), dtype)
+
     def write_into(self, buffer, index, value):
         """``buffer`` with ``value`` (cast to the buffer's dtype) written at ``buffer[index]``.
 

@@ -307,6 +307,14 @@ class NumPyBackend(Backend):
     def empty(self, shape: tuple, dtype: str):
         return np.empty(shape, dtype=dtype)
 
+    def empty_rows(self, rows: int, row_shape: tuple, dtype: str, axis: int = 0):
+        """Rows at ``axis`` in memory: in ``buffer[a:b]`` with its first axis moved to ``axis``, the
+        rows under each index of the axes before it are one contiguous run (a matrix product
+        reads them without a copy)."""
+        row_shape = tuple(row_shape)
+        buffer = np.empty(row_shape[:axis] + (rows,) + row_shape[axis:], dtype=dtype)
+        return np.moveaxis(buffer, axis, 0)
+
     def write_into(self, buffer, index, value):
         buffer[index] = value
         return buffer
