@@ -54,6 +54,20 @@ def test_a_budget_puts_evicts_and_loads_in_the_ast_and_the_results_do_not_change
     assert "evicted to the host" in swapped.memory_report()
 
 
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_the_swap_plan_runs_on_the_other_backends_as_on_numpy(backend, monkeypatch):
+    pytest.importorskip(backend)
+    monkeypatch.setattr(swap, "MIN_BYTES", 0)
+    want = compiled(acting_then_learning)[1]
+    with tpo.Context() as ctx:
+        fetch, bounds = acting_then_learning(ctx)
+        program = compile_program(ctx, fetch, backend=backend, bounds=bounds, memory={"device_budget": "64MB"})
+    got = program.run(bounds)
+    assert moves(program) and program.ledger.evicted > 0
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
 def test_a_read_of_an_evicted_point_without_a_load_is_an_error(monkeypatch):
     """The runtime check behind the property test: it fails when a load is missing."""
     program, _ = compiled(acting_then_learning, {"device_budget": "64MB"}, swap_all=True, monkeypatch=monkeypatch)
