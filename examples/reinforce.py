@@ -9,6 +9,7 @@ ignore those steps.
 
     tempo run examples/reinforce.py                 # Monte-Carlo returns
     tempo run examples/reinforce.py --nstep 8       # 8-step returns
+    tempo run examples/reinforce.py --nstep 8 --tiles 10   # 8-step, learning in tiles while acting
     tempo run examples/reinforce.py --checkpoint run.safetensors --iterations 50
     tempo run examples/reinforce.py --resume run.safetensors --iterations 50
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 
 import tempo as tpo
+from tempo.transforms import tile
 
 
 @dataclass
@@ -64,6 +66,9 @@ class Args:
     device_budget: str = ""
     """hold the device tier to this many bytes ('512MB'): the learner runs in tiles and acting's output
     swaps to the host (docs/memory.md); empty: no budget"""
+    tiles: int = 0
+    """run the learner in tiles of this many timesteps (gradients accumulated); with n-step returns the
+    tiles run while acting goes on and free the observations they learned from (docs/memory.md); 0: whole"""
 
 
 def main(args: Args) -> dict:
@@ -92,7 +97,10 @@ def main(args: Args) -> dict:
         baseline = g[0:B, i, t].mean()                               # mean return over the batch, per step
         spread = ((g[0:B, i, t] - baseline) ** 2.0).mean().sqrt() + 1e-6
         advantage = (g - baseline) / spread
-        loss = -(dist.log_prob(a) * advantage * alive)[0:B, i, 0:T].sum() / alive[0:B, i, 0:T].sum()
+        terms = (dist.log_prob(a) * advantage * alive)[0:B, i, 0:T]
+        # Monte-Carlo returns wait for the episode's end anyway; n-step learning averages over the
+        # batch's steps, a count known before the episode ends, so it can learn while acting goes on
+        loss = -(terms.sum() / alive[0:B, i, 0:T].sum() if args.nstep == 0 else terms.mean())
         loss.backward()
         decay = args.lr_decay ** tpo.eval_symbol(i + done).cast("float32")
         adam = tpo.optim.Adam(policy.parameters(), lr=args.lr * decay)
@@ -108,7 +116,8 @@ def main(args: Args) -> dict:
                                               f"REINFORCE {args.env}", args.batch, args.steps)
         report.start()
         ctx.run(bounds={B: args.batch, I: args.iterations, T: args.steps}, backend=args.backend or None,
-                memory={"device_budget": args.device_budget} if args.device_budget else None)
+                memory={"device_budget": args.device_budget} if args.device_budget else None,
+                passes={"tile": tile.Config(tiles={"t": args.tiles})} if args.tiles else None)
     return report.finish()
 
 

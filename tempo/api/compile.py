@@ -17,6 +17,7 @@ from tempo.schedule import isl_domains, isl_schedule
 from tempo.schedule import memory as schedule_memory
 from tempo.schedule import swap
 from tempo.schedule import orderings as schedule_orderings
+from tempo.schedule import shift_fusion
 from tempo.symbolic.expr import Expr, bound_of
 
 
@@ -218,13 +219,15 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     orderings = schedule_orderings.sinks_before_next_state(sdg, ctx.roots) + \
         schedule_orderings.stops_early(sdg, domains.executed)
     schedule = isl_schedule.compute_schedule(sdg, domains, orderings)
+    fused = shift_fusion.apply(sdg, isl_schedule.all_dependences(sdg, domains, orderings), schedule)
     timings["schedule"] = time.perf_counter() - start
     start = time.perf_counter()
-    tree = isl_schedule.build_ast(sdg, domains, schedule)
+    tree = isl_schedule.build_ast(sdg, domains, schedule if fused is None else fused)
     timings["ast"] = time.perf_counter() - start
     if memory["deallocate"]:
         start = time.perf_counter()
-        tree = schedule_memory.insert_deallocations(sdg, tree, {n for n, _ in fetch_ids}, domains)
+        times = fused if fused is not None else schedule.get_map() if schedule is not None else None
+        tree = schedule_memory.insert_deallocations(sdg, tree, {n for n, _ in fetch_ids}, domains, times)
         timings["memory"] = time.perf_counter() - start
     if memory["device_budget"] is not None:
         start = time.perf_counter()

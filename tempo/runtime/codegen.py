@@ -98,11 +98,13 @@ class Generator:
             self._execute(stmt, depth)
 
     def _free(self, stmt: ast.Free, depth: int) -> None:
+        rows = bool(stmt.point) and stmt.point[-1].op == "slice"  # a tile's rows, of a block store
         outs = [j for j in stmt.freed(len(self.sdg.nodes[stmt.node_id].shapes))
-                if self.kinds.get((stmt.node_id, j), "point") == "point"]
+                if self.kinds.get((stmt.node_id, j), "point") == ("block" if rows else "point")]
         point = py(seq(*stmt.point))
         for j in outs:
-            self._emit(depth, f"S{stmt.node_id}_{j}.free_point({point})  # free {stmt.label}")
+            method = "free_rows" if rows else "free_point"
+            self._emit(depth, f"S{stmt.node_id}_{j}.{method}({point})  # free {stmt.label}")
 
     def _move(self, stmt: ast.Evict, depth: int) -> None:
         method = "load" if isinstance(stmt, ast.Load) else "evict"

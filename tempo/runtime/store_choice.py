@@ -14,8 +14,8 @@ tensor's writer and its readers:
   (fetched tensors, kept whole, are never window stored);
 - otherwise a **block store** when some read slices the innermost dim: blocks
   of ``K`` rows when every such slice is an aligned block
-  ``(e // K) * K:(e // K) * K + K``, else one block spanning the dim (causal
-  ``0:t+1``, anti-causal ``t:T``, whole ``0:T`` reads), its rows laid out in
+  ``(e // K) * K:(e // K) * K + K`` or a tile ``K * k:K * k + K``, else one block spanning the dim
+  (causal ``0:t+1``, anti-causal ``t:T``, whole ``0:T`` reads), its rows laid out in
   memory where its readers' permutations of a slice read move them
   (:func:`_rows_axis`), so the permuted read is contiguous;
 - a **point store** otherwise, and for tensors whose spatial shape varies per
@@ -126,16 +126,17 @@ def _const_diff(a: Expr, b: Expr) -> int | None:
 
 
 def _aligned_block(start: Expr, stop: Expr) -> int | None:
-    """``K`` when ``start:stop`` is ``(e // K) * K:(e // K) * K + K`` (or that stop
-    capped by a ``min``): a slice that never leaves one aligned block of ``K`` rows."""
+    """``K`` when ``start:stop`` is ``(e // K) * K:(e // K) * K + K`` or ``K * k:K * k + K`` for a
+    dim ``k`` (a tile; either stop capped by a ``min``): a slice that never leaves one aligned
+    block of ``K`` rows."""
     if start.op != "mul" or len(start.args) != 2:
         return None
     scale = [a for a in start.args if a.is_const]
     inner = [a for a in start.args if not a.is_const]
-    if len(scale) != 1 or len(inner) != 1 or inner[0].op != "floordiv":
+    if len(scale) != 1 or len(inner) != 1 or inner[0].op not in ("floordiv", "sym"):
         return None
     k = int(scale[0].value)
-    divisor = inner[0].args[1]
+    divisor = inner[0].args[1] if inner[0].op == "floordiv" else scale[0]  # Z * k: the tile k of Z rows
     if k < 1 or not divisor.is_const or int(divisor.value) != k:
         return None
     ends = stop.args if stop.op == "min" else (stop,)

@@ -322,14 +322,23 @@ class BlockStore(_BufferStore):
 
     def free_below(self, axis: int, live) -> None:
         """Drop the blocks whose points along ``axis`` all lie below ``live``."""
-        dead = [key for key in self.blocks
-                if (key[axis] < live if axis < len(key) - 1 else (key[-1] + 1) * self.length <= live)]
-        for key in dead:
-            self._release(self.blocks.pop(key))
-            del self.written[key]
-            where = self.where.pop(key, None)
-            if where is not None:
-                self.ledger.add(self.name, -(self.length - where.count(ON_HOST)) * self.row_nbytes)
+        for key in [key for key in self.blocks
+                    if (key[axis] < live if axis < len(key) - 1 else (key[-1] + 1) * self.length <= live)]:
+            self._drop(key)
+
+    def free_rows(self, index: tuple) -> None:
+        """Drop the blocks whose first row lies in ``index``'s rows (a tile read last: its block)."""
+        *outer, last = index
+        for block in range(-(-last.start // self.length), -(-last.stop // self.length)):
+            if tuple(outer) + (block,) in self.blocks:
+                self._drop(tuple(outer) + (block,))
+
+    def _drop(self, key: tuple) -> None:
+        self._release(self.blocks.pop(key))
+        del self.written[key]
+        where = self.where.pop(key, None)
+        if where is not None:
+            self.ledger.add(self.name, -(self.length - where.count(ON_HOST)) * self.row_nbytes)
 
     def items(self):
         """The (point, row view) pairs written."""

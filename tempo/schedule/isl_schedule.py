@@ -62,6 +62,15 @@ def ordering_dependences(sdg: SDG, d: Domains, orderings: list[Edge]) -> isl.Uni
     return deps
 
 
+def all_dependences(sdg: SDG, d: Domains, orderings: list[Edge] = ()) -> isl.UnionMap | None:
+    """The reads' dependences and the ``orderings``' constraints, as one union map."""
+    deps = dependences(sdg, d)
+    extra = ordering_dependences(sdg, d, list(orderings))
+    if extra is not None:
+        deps = extra if deps is None else deps.union(extra)
+    return deps
+
+
 def compute_schedule(sdg: SDG, d: Domains, orderings: list[Edge] = ()) -> isl.Schedule | None:
     """isl's schedule of all executed statements, or a ScheduleError naming a bad cycle.
 
@@ -71,10 +80,7 @@ def compute_schedule(sdg: SDG, d: Domains, orderings: list[Edge] = ()) -> isl.Sc
     dom = domain(d, sdg.nodes)
     if dom is None:
         return None
-    deps = dependences(sdg, d)
-    extra = ordering_dependences(sdg, d, list(orderings))
-    if extra is not None:
-        deps = extra if deps is None else deps.union(extra)
+    deps = all_dependences(sdg, d, orderings)
     constraints = isl.ScheduleConstraints.on_domain(dom)
     if deps is not None:
         constraints = constraints.set_validity(deps).set_proximity(deps)
@@ -106,10 +112,17 @@ def _strongly_connected(sdg: SDG, d: Domains) -> list[set[int]]:
     return cycles(succ)
 
 
-def build_ast(sdg: SDG, d: Domains, schedule: isl.Schedule | None) -> ast.Stmt:
+def build_ast(sdg: SDG, d: Domains, schedule: isl.Schedule | isl.UnionMap | None) -> ast.Stmt:
+    """The Tempo AST that scans ``schedule`` (a schedule tree, or a flat map from statements to times)."""
     if schedule is None:
         return ast.Sequence(())
     build = isl.AstBuild.from_context(d.context)
+    if isinstance(schedule, isl.UnionMap):
+        times = schedule.range()
+        n = times.get_set_list().get_at(0).dim(isl.dim_type.set)
+        names = ", ".join(f"x{k}" for k in range(n))
+        options = isl.UnionMap.read_from_str(schedule.get_ctx(), f"{{ [{names}] -> atomic[k] : 0 <= k < {n} }}")
+        return to_tempo_ast(build.set_options(options).node_from_schedule_map(schedule), sdg)
     return to_tempo_ast(build.node_from_schedule(schedule), sdg)
 
 
@@ -117,7 +130,11 @@ def to_tempo_ast(node: isl.AstNode, sdg: SDG) -> ast.Stmt:
     kind = node.get_type()
     if kind == isl.ast_node_type.block:
         children = node.block_get_children()
-        return ast.Sequence(tuple(to_tempo_ast(children.get_at(i), sdg) for i in range(children.n_ast_node())))
+        body = []
+        for k in range(children.n_ast_node()):
+            child = to_tempo_ast(children.get_at(k), sdg)
+            body.extend(child.body if isinstance(child, ast.Sequence) else (child,))  # a block in a block: one
+        return ast.Sequence(tuple(body))
     if kind == isl.ast_node_type.for_:
         var = node.for_get_iterator().get_id().get_name()
         step = _expr(node.for_get_inc())

@@ -34,8 +34,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+import islpy as isl
 import numpy as np
 
+from tempo.ir import ops
 from tempo.ir.sdg import SDG, Node
 from tempo.schedule import ast
 from tempo.symbolic.expr import Expr
@@ -44,13 +46,15 @@ from tempo.symbolic.simplify import simplify
 MIN_BYTES = 64 * 1024
 
 
-def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int], domains=None) -> ast.Stmt:
+def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int], domains=None, times=None) -> ast.Stmt:
     """``program`` with a Free after the last reader of each point of every tensor that qualifies.
 
     With the program's isl ``domains``, a tensor also qualifies when the readers sharing one
     shift are joined by others that read only points those never read (a running sum read one
     step back by its recurrence and at its last step by its result): the free covers the
-    shifted reads, and the iteration-level freeing the rest.
+    shifted reads, and the iteration-level freeing the rest. With the schedule's ``times`` too
+    (statement -> time, an isl union map), a tensor a learner reads in tiles is freed a tile at a
+    time (see :func:`_tile_read_last`).
     """
     runs: dict[int, list[ast.Execute]] = defaultdict(list)
     for ex in ast.statements(program):
@@ -62,6 +66,8 @@ def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int], domains=No
     frees = {}
     for n in runs:
         found = _freed(sdg, n, readers[n], runs, keep, domains)
+        if found is None and times is not None:
+            found = _tile_read_last(sdg, n, readers[n], runs, keep, domains, times)
         if found is not None:
             frees[(n, ())] = found
             continue
@@ -136,6 +142,112 @@ def _read_once_besides(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int]
 
     others = read([k for k, _ in edges if k not in inside])
     return found if others.intersect(read(inside)).is_empty() else None
+
+
+def _tile_read_last(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int], domains, times):
+    """A Free of the rows one tile reads, after the statement reading them, when ``n`` is read in
+    aligned tiles (``x[i, Z*k:min(Z*k + Z, T)]``, one statement) and otherwise at points only,
+    each of those reads running before the tile holding its point (checked with isl over the
+    schedule's ``times``): an n-step learner fused into acting frees the observations it learned
+    from while acting goes on. The tensor's block store holds the tiles' blocks (see
+    :mod:`tempo.runtime.store_choice`)."""
+    node = sdg.nodes[n]
+    if n in keep or _small(node):
+        return None
+    tiled = [(k, e) for k, e in edges if e.index.args and e.index.args[-1].op == "slice"]
+    if len(tiled) != 1 or any(a.op == "slice" for _, e in edges for a in e.index.args[:-1]):
+        return None
+    (k_tile, tile), reader = tiled[0], sdg.nodes[tiled[0][1].sink]
+    start = tile.index.args[-1].args[0]
+    if len(runs.get(tile.sink, ())) != 1 or not _aligned_on_dim(start, reader.domain) or \
+            any(item is not d for item, d in zip(tile.index.args[:-1], reader.domain)):
+        return None
+
+    def reads(k: int):
+        e = sdg.edges[k]
+        return domains.reads[k].intersect_domain(domains.executed[e.sink].intersect(domains.active[k]))
+
+    by_point = reads(k_tile).reverse()  # point of n -> the tile statement reading it
+    if not by_point.is_single_valued():
+        return None  # read by several tiles (a tensor lifted out of the loop they run in)
+    for k, e in edges:
+        if k == k_tile:
+            continue
+        pairs = reads(k).apply_range(by_point)  # other reader -> tile statement reading that point
+        if pairs.is_empty():
+            continue
+        order = isl.UnionMap.from_map(pairs).apply_domain(times).apply_range(times).deltas()
+        if not all(_lex_positive(s) for s in _sets(order)):
+            return None
+    last = _last_holder(sdg, tile.sink, runs, domains, times)
+    if last is None:
+        return None
+    (ex,) = runs[last]
+    at = dict(zip(sdg.nodes[last].domain, ex.point))
+    freed = tuple(simplify(item.substitute(at)) for item in tile.index.args)
+    return freed, frozenset({last}), runs[n][0].label
+
+
+# Ops whose output may be a view of their input (on NumPy): a reader of a tile that only
+# reshapes or permutes it hands on the tile's memory, which lives while that value does.
+VIEW_OPS = (ops.ReshapeOp, ops.PermuteOp, ops.ExpandOp, ops.SqueezeOp, ops.UnsqueezeOp)
+
+
+def _may_view(node: Node) -> bool:
+    steps = node.op.steps if isinstance(node.op, ops.FusedOp) else ()
+    return isinstance(node.op, VIEW_OPS) or bool(steps) and all(isinstance(st.op, VIEW_OPS) for st in steps)
+
+
+def _last_holder(sdg: SDG, n: int, runs: dict, domains, times) -> int | None:
+    """The statement after which the tile ``n`` reads is dead: ``n`` itself, or, when ``n`` may
+    hand on a view of it, the reader of that view that runs last at each of ``n``'s points
+    (every reader reading it at ``n``'s own point, none a view in turn; checked over ``times``);
+    None when there is no such reader."""
+    node = sdg.nodes[n]
+    if not _may_view(node):
+        return n
+    holders = []
+    for k, e in enumerate(sdg.edges):
+        if e.src != n or e.sink_in < 0 or e.sink not in runs:  # (a node the schedule never runs reads nothing)
+            continue
+        if len(runs[e.sink]) != 1 or _may_view(sdg.nodes[e.sink]) or len(e.index.args) != len(node.domain) \
+                or any(item is not d for item, d in zip(e.index.args, node.domain)):
+            return None
+        holders.append((k, e.sink))
+
+    def reads(k: int):
+        return domains.reads[k].intersect_domain(domains.executed[sdg.edges[k].sink])
+
+    for k, h in holders:
+        after_all = True
+        for k2, h2 in holders:
+            if h2 == h:
+                continue
+            pairs = reads(k2).apply_range(reads(k).reverse())  # the other reader -> h, at one point of n
+            order = isl.UnionMap.from_map(pairs).apply_domain(times).apply_range(times).deltas()
+            after_all = after_all and all(_lex_positive(s) for s in _sets(order))
+        if after_all:
+            return h
+    return None if holders else n
+
+
+def _aligned_on_dim(start: Expr, domain: tuple[Expr, ...]) -> bool:
+    """Whether ``start`` is ``Z * k`` for a dim ``k`` of ``domain`` and a constant ``Z``."""
+    if start.op != "mul" or len(start.args) != 2:
+        return False
+    a, b = start.args
+    scale, dim = (a, b) if a.is_const else (b, a)
+    return scale.is_const and any(dim is d for d in domain)
+
+
+def _sets(union) -> list:
+    out = []
+    union.foreach_set(out.append)
+    return out
+
+
+def _lex_positive(deltas) -> bool:
+    return deltas.is_subset(isl.Map.lex_lt(deltas.get_space()).deltas())
 
 
 def _shift_of(index: Expr, reader_domain: tuple[Expr, ...], rank: int) -> bool:

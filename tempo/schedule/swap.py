@@ -13,7 +13,7 @@ stays on the device) and batch loops of moves into moves of slices.
 Which tensors swap (:func:`candidates`, the default plan): never the
 frequently read ones (parameters, which are read at points; K/V and other
 windows, which live in window stores), but tensors held in block stores of
-at least :data:`MIN_BYTES` a block that some statement reads in slices:
+at least :data:`MIN_BYTES` along their innermost dim that some statement reads in slices:
 read far from where they are produced, as an RL learner reads what acting
 produced. The ``"memplan"`` plan keeps on the device those of them that
 ``tempo.memplan`` fits into the budget (:mod:`tempo.memplan.extract.tempo_schedule`).
@@ -77,9 +77,10 @@ def with_tiles(sdg: SDG, bounds: dict[str, int] | None) -> dict[str, int] | None
     return out
 
 
-def block_bytes(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int] | None) -> dict:
-    """``(node, output) -> bytes of one block`` of every block-stored tensor (``math.inf`` where
-    the size depends on a bound not given)."""
+def block_bytes(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int] | None,
+                whole: bool = False) -> dict:
+    """``(node, output) -> bytes of one block`` of every block-stored tensor (``whole``: of all its
+    blocks along the innermost dim; ``math.inf`` where the size depends on a bound not given)."""
     from tempo.runtime.executor import store_choices
 
     out = {}
@@ -89,7 +90,7 @@ def block_bytes(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, i
         node = sdg.nodes[key[0]]
         try:
             bound = bounds[bound_of(node.domain[-1]).name]
-            rows = min(choice.size or bound, bound)
+            rows = bound if whole else min(choice.size or bound, bound)
             shape = [s if isinstance(s, int) else int(compile_expr(s)(bounds)) for s in node.shapes[key[1]]]
         except (KeyError, TypeError):
             out[key] = math.inf
@@ -99,9 +100,10 @@ def block_bytes(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, i
 
 
 def candidates(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int] | None) -> set[tuple[int, int]]:
-    """The tensors the default plan swaps: block-stored, read in slices, at least :data:`MIN_BYTES` a block."""
+    """The tensors the default plan swaps: block-stored, read in slices, at least :data:`MIN_BYTES`
+    along the innermost dim (in one block, or in tiles' blocks)."""
     sliced = {(e.src, e.src_out) for e in sdg.edges if any(item.op == "slice" for item in e.index.args)}
-    return {key for key, nbytes in block_bytes(sdg, program, keep, bounds).items()
+    return {key for key, nbytes in block_bytes(sdg, program, keep, bounds, whole=True).items()
             if key in sliced and nbytes >= MIN_BYTES}
 
 

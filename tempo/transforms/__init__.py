@@ -80,6 +80,8 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
         sizes = {name: size for name, size in _tile_sizes(tiles).items() if name in present}
         if sizes:
             passes.setdefault("tile", tile.Config(tiles=sizes))
+    if isinstance(passes.get("tile"), tile.Config) and passes["tile"].tiles and "vectorize" in names:
+        passes.setdefault("vectorize", vectorize.Config(stream=tuple(passes["tile"].tiles)))
     verify = os.environ.get("TEMPO_VERIFY", "") not in ("", "0") if verify is None else verify
     if verify:
         verify_sdg(sdg, dims)

@@ -63,9 +63,14 @@ def _selects(op: ops.Op, d: Expr) -> bool:
     return isinstance(op, ops.SpatialIndexOp) and any(_mentions(item, d) for item in op.items)
 
 
-def vectorizable_set(sdg: SDG, d: Expr) -> frozenset[int]:
+def vectorizable_set(sdg: SDG, d: Expr, stream: bool = False) -> frozenset[int]:
     """The nodes over ``d`` to vectorize: all of them when ``d`` is independent, else those
-    outside cycles along ``d`` whose reads allow it (see the module docstring)."""
+    outside cycles along ``d`` whose reads allow it (see the module docstring).
+
+    ``stream``: also keep temporal what a temporal node reads at its own point, so values
+    that steps read back one at a time are computed as the loop over ``d`` goes, rather
+    than for all of ``d`` after it (a learner in tiles then need not wait for the whole loop).
+    """
     whole = whole_dim(sdg, d)
     if whole:
         return whole
@@ -76,7 +81,7 @@ def vectorizable_set(sdg: SDG, d: Expr) -> frozenset[int]:
     while changed:
         changed = False
         for e in sdg.edges:
-            for n in _conflicts(sdg, e, d, chosen):
+            for n in _conflicts(sdg, e, d, chosen, stream):
                 chosen.discard(n)
                 changed = True
     return frozenset(_paying(sdg, d, chosen))
@@ -103,7 +108,7 @@ def _own_fields_allow(node: Node, d: Expr) -> bool:
     return not any(_mentions(s, d) for shape in node.shapes for s in shape if isinstance(s, Expr))
 
 
-def _conflicts(sdg: SDG, e: Edge, d: Expr, chosen: set[int]) -> list[int]:
+def _conflicts(sdg: SDG, e: Edge, d: Expr, chosen: set[int], stream: bool = False) -> list[int]:
     """The ends of ``e`` that cannot stay in ``chosen`` because of how ``e`` reads."""
     src = sdg.nodes[e.src]
     items = dict(zip(src.domain, e.index.args))
@@ -121,6 +126,8 @@ def _conflicts(sdg: SDG, e: Edge, d: Expr, chosen: set[int]) -> list[int]:
             return [e.sink]  # selects a point of d from a tensor that is itself at d
         return []
     if e.src in chosen and item is not whole and item is not d and not _guarded_point(sdg, e, item):
+        return [e.src]
+    if stream and e.src in chosen and item is d and d in sdg.nodes[e.sink].domain:
         return [e.src]
     return []
 

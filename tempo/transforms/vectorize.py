@@ -50,10 +50,14 @@ class Config:
 
     ``partial``: also vectorize the operators of a dim that cannot be
     vectorized whole (False: a dim is vectorized whole or not at all).
+    ``stream``: dims along which what a step reads back at its own point stays
+    temporal (see :func:`~tempo.transforms.batchable.vectorizable_set`); the
+    tiling pass's dims, so its tiles can run while the loop goes on.
     """
 
     dims: tuple[str, ...] | None = None
     partial: bool = True
+    stream: tuple[str, ...] = ()
 
 
 def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
@@ -74,7 +78,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
         else:
             temporal.append(d)
     for d in temporal[1:] if cfg.partial else ():
-        chosen = vectorizable_set(sdg, d)
+        chosen = vectorizable_set(sdg, d, stream=d.name in cfg.stream)
         if chosen:
             sdg = vectorize(sdg, d, chosen)
     return sdg

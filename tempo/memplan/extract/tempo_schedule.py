@@ -82,7 +82,8 @@ def instance(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int]
     runs: dict[int, list[int]] = defaultdict(list)
     for k, (stmt, _) in enumerate(steps):
         runs[stmt.node_id].append(k)
-    freed = {(s.node_id, j) for s in ast.leaves(program) if isinstance(s, ast.Free)
+    freed = {(s.node_id, j) for s in ast.leaves(program)  # point by point (a tile's rows: held whole)
+             if isinstance(s, ast.Free) and not any(p.op == "slice" for p in s.point)
              for j in s.freed(len(sdg.nodes[s.node_id].shapes))}
     reads: dict[tuple[int, int], list] = defaultdict(list)
     for e in sdg.edges:

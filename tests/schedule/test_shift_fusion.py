@@ -1,0 +1,113 @@
+"""Loop fusion with a shift: an n-step learner in tiles runs inside the acting loop, exactly as after it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tempo as tpo
+from tempo.schedule import ast, shift_fusion
+from tempo.transforms import tile
+
+
+def reinforce(nstep: int, tiles: int | None, steps: int, fuse: bool = True, monkeypatch=None):
+    """REINFORCE with n-step returns (0: Monte-Carlo) and a loss averaged over the batch's steps,
+    its learner in tiles of ``tiles`` rows; returns the fetched values and the program."""
+    if not fuse:
+        monkeypatch.setattr(shift_fusion, "apply", lambda *args: None)
+    with tpo.Context(seed=0) as ctx:
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+        env = tpo.rl.make("tempo/Synthetic-v0", dims=(b, i, t), impl="tensor", obs_shape=(3, 4, 4),
+                          episode_length=steps)
+        policy = tpo.nn.MLP(env.obs_size, [16, 16], env.num_actions, dims=(i,), last_init_scale=0.01)
+        o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
+        o[b, i, 0] = env.reset()
+        dist = tpo.nn.Categorical(logits=policy(o.reshape(env.obs_size)))
+        a = dist.sample()
+        o[b, i, t + 1], r, d = env.step(a)
+        g = r[b, i, t:T if nstep == 0 else tpo.min(t + nstep, T)].discounted_sum(0.99)
+        baseline = g[0:B, i, t].mean()
+        loss = -(dist.log_prob(a) * (g - baseline) * tpo.rl.alive(d))[0:B, i, 0:T].mean()
+        loss.backward()
+        tpo.optim.Adam(policy.parameters(), lr=0.01).step()
+        passes = {"tile": tile.Config(tiles={"t": tiles})} if tiles else {}
+        program = ctx.compile([loss, *policy.parameters()], passes=passes)
+        return program.run({B: 3, I: 3, T: steps}), program
+
+
+def loops_around(program, node_id: int) -> list[ast.Loop]:
+    """The loops around the statement executing ``node_id``, outermost first."""
+    found = []
+
+    def walk(stmt, loops):
+        if isinstance(stmt, ast.Execute) and stmt.node_id == node_id:
+            found.extend(loops)
+        elif isinstance(stmt, ast.Sequence):
+            for s in stmt.body:
+                walk(s, loops)
+        elif isinstance(stmt, ast.Loop):
+            walk(stmt.body, loops + [stmt])
+        elif isinstance(stmt, ast.If):
+            walk(stmt.then, loops)
+            if stmt.orelse is not None:
+                walk(stmt.orelse, loops)
+
+    walk(program.ast, [])
+    return found
+
+
+def tile_statements(program) -> list[int]:
+    """The statements of the learner's tiles within an iteration."""
+    return [ex.node_id for ex in ast.statements(program.ast)
+            if [d.name for d in program.sdg.nodes[ex.node_id].domain] == ["i", "t_tile"]]
+
+
+def acting_loops(program) -> tuple[ast.Loop, ast.Loop]:
+    """The iteration loop and the acting loop inside it (the one writing the observations)."""
+    placeholder = next(n for n, node in program.sdg.nodes.items()
+                       if getattr(node.op, "placeholder", False) and [d.name for d in node.domain] == ["i", "t"])
+    *_, iteration, acting = loops_around(program, placeholder)
+    return iteration, acting
+
+
+def learner_tiles(program) -> list[list[ast.Loop]]:
+    """The loops around each tile statement run by the iteration loop."""
+    iteration, _ = acting_loops(program)
+    return [loops for loops in map(lambda n: loops_around(program, n), tile_statements(program))
+            if any(loop is iteration for loop in loops)]
+
+
+def test_an_n_step_learner_in_tiles_runs_inside_the_acting_loop(monkeypatch):
+    fused, program = reinforce(nstep=4, tiles=5, steps=23)
+    _, acting = acting_loops(program)
+    tiles = learner_tiles(program)
+    assert tiles and all(loops[-1] is acting for loops in tiles)
+    after, _ = reinforce(nstep=4, tiles=5, steps=23, fuse=False, monkeypatch=monkeypatch)
+    whole, _ = reinforce(nstep=4, tiles=None, steps=23)
+    for f, a, w in zip(fused, after, whole):
+        np.testing.assert_array_equal(f, a)
+        np.testing.assert_allclose(f, w, rtol=1e-5, atol=1e-6)
+
+
+def test_monte_carlo_returns_keep_the_learner_after_the_loop():
+    """What needs the returns (all of the episode's rewards) waits for the loop to end."""
+    _, program = reinforce(nstep=0, tiles=5, steps=23)
+    _, acting = acting_loops(program)
+    assert any(loops[-1] is not acting for loops in learner_tiles(program))
+
+
+def test_without_tiles_the_schedule_is_left_to_isl():
+    _, program = reinforce(nstep=4, tiles=None, steps=23)
+    assert "//" not in str(program.ast) and "%" not in str(program.ast).replace("Op%", "")
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None)
+@given(nstep=st.integers(1, 6), tiles=st.integers(1, 7), steps=st.integers(5, 19))
+def test_fused_learners_compute_what_the_learner_after_the_loop_does(nstep, tiles, steps):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        fused, _ = reinforce(nstep, tiles, steps)
+        after, _ = reinforce(nstep, tiles, steps, fuse=False, monkeypatch=monkeypatch)
+    for f, a in zip(fused, after):
+        np.testing.assert_array_equal(f, a)
