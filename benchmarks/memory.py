@@ -4,11 +4,16 @@
 **REINFORCE** -- ``examples/reinforce.py`` on ``tempo/Synthetic-v0`` with
 3x64x64 float32 observations and 4 environments, Monte-Carlo returns
 (``r[t:T]``) and 8-step returns (``r[t:min(t + 8, T)]``), at each episode
-length given. Reported per run: the observations one iteration produces, the
-peak bytes held in tensor stores (the device tier of
-``program.memory_report()``), the process's peak RSS, and the steady-state
-seconds per iteration. A PNG shows the bytes held over the run (kernel
-launches on the x axis) for each return estimator at the longest episode.
+length given, the learner in tiles of ``--tiles`` steps (the example's ``--tiles``) and
+a checkpoint written after every iteration (so the last iteration learns
+too). With 8-step returns the tiles run inside the acting loop, each a few
+steps behind it, and free the observations they learned from; Monte-Carlo
+returns need the episode's end. Reported per run: the observations one
+iteration produces, the peak bytes held in tensor stores (the device tier of
+``program.memory_report()``) and its ratio to Monte-Carlo's, the process's
+peak RSS, and the steady-state seconds per iteration. A PNG shows the bytes
+held over the run (kernel launches on the x axis) for each return estimator
+at the longest episode.
 
 **PPO under a device budget** -- ``examples/ppo.py`` and the CleanRL-style
 baseline (``benchmarks/baselines/cleanrl_ppo.py``) on ``tempo/Synthetic-v0``
@@ -86,9 +91,12 @@ def _probed_example(name: str):
 def child(spec: dict, out_path: str) -> None:
     """Train in this process and write what was measured to ``out_path``."""
     module, programs = _probed_example("reinforce")
-    args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape="3,64,64", batch=spec["envs"],
-                       steps=spec["steps"], iterations=spec["iterations"], nstep=spec["nstep"], hidden=32)
-    summary = module.main(args)
+    with tempfile.TemporaryDirectory() as tmp:  # a checkpoint per iteration: the last one learns too
+        args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape="3,64,64", batch=spec["envs"],
+                           steps=spec["steps"], iterations=spec["iterations"], nstep=spec["nstep"], hidden=32,
+                           checkpoint=os.path.join(tmp, "policy.safetensors"), checkpoint_every=1,
+                           tiles=spec["tiles"])
+        summary = module.main(args)
     (program,) = programs
     ledger = program.ledger
     result = dict(spec, store_peak_bytes=ledger.peak["device"], peak_rss_bytes=resource.getrusage(
@@ -268,15 +276,19 @@ def plot(results: list[dict], path: str) -> None:
 
 def reinforce_experiment(args) -> None:
     iterations = 2 if args.quick else args.iterations
-    results = [run({"steps": steps, "nstep": nstep, "envs": args.envs, "iterations": iterations})
-               for steps in args.steps for nstep in (0, 8)]
-    print(f"REINFORCE, tempo/Synthetic-v0, 3x64x64 observations, {args.envs} environments, NumPy backend")
-    print(f"{'T':>6} {'returns':>12} {'obs MiB':>8} {'store peak MiB':>15} {'process peak MiB':>17} {'s/iter':>7}")
+    results = [run({"steps": steps, "nstep": nstep, "envs": args.envs, "iterations": iterations,
+                    "tiles": args.tiles}) for steps in args.steps for nstep in (0, 8)]
+    print(f"REINFORCE, tempo/Synthetic-v0, 3x64x64 observations, {args.envs} environments, learner in tiles of "
+          f"{args.tiles} steps, NumPy backend")
+    print(f"{'T':>6} {'returns':>12} {'obs MiB':>8} {'store peak MiB':>15} {'vs MC':>6} {'process peak MiB':>17} "
+          f"{'s/iter':>7}")
     for r in results:
         label = "Monte-Carlo" if r["nstep"] == 0 else f"{r['nstep']}-step"
-        print(f"{r['steps']:>6} {label:>12} {r['observation_bytes'] / MIB:>8.0f} {r['store_peak_bytes'] / MIB:>15.0f} "
-              f"{r['peak_rss_bytes'] / MIB:>17.0f} {r['seconds_per_iteration']:>7.2f}")
-    write(args.out, {"results": results})
+        mc = next(m for m in results if m["steps"] == r["steps"] and m["nstep"] == 0)
+        print(f"{r['steps']:>6} {label:>12} {r['observation_bytes'] / MIB:>8.0f} {r['store_peak_bytes'] / MIB:>15.1f} "
+              f"{r['store_peak_bytes'] / mc['store_peak_bytes']:>6.3f} {r['peak_rss_bytes'] / MIB:>17.0f} "
+              f"{r['seconds_per_iteration']:>7.2f}")
+    write(args.out, {"tiles": args.tiles, "results": results})
     png = os.path.splitext(args.out)[0] + ".png"
     plot(results, png)
     print(f"wrote {args.out} and {png}")
@@ -354,6 +366,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, nargs="+", default=[1000, 4000], help="REINFORCE episode lengths T")
     parser.add_argument("--envs", type=int, default=4)
     parser.add_argument("--iterations", type=int, default=3, help="REINFORCE iterations per run")
+    parser.add_argument("--tiles", type=int, default=10, help="REINFORCE: steps per tile of the learner")
     parser.add_argument("--obs", nargs="+", default=["3,16,16", "3,32,32", "3,64,64", "3,128,128", "3,256,256"],
                         help="PPO observation shapes")
     parser.add_argument("--ppo-steps", type=int, default=1000, help="PPO episode length T")

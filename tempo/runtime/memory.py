@@ -2,7 +2,8 @@
 
 Every store reports what it allocates and frees to one :class:`Ledger`:
 a point store each tensor it keeps (a view of another tensor's memory, such
-as a slice of a block store's buffer, counts nothing: its owner counts it),
+as a slice of a block store's buffer, counts nothing: its owner counts it;
+a tensor several point stores hold counts once, :meth:`Ledger.hold`),
 a block or window store each buffer. The ledger keeps the bytes live per
 tier (``"device"``; ``"host"`` for what a swap plan moved out) and per
 store, the peak and which stores held it (taken again whenever the peak grows by
@@ -70,6 +71,7 @@ class Ledger:
     budget: int | None = None  # device tier
     evicted: int = 0  # bytes copied from the device to the host tier
     loaded: int = 0  # bytes copied from the host tier to the device
+    _held: dict = field(default_factory=dict)  # id(tensor) -> [point stores holding it, bytes, tensor, first store]
     _snapshot_above: int = 0  # the device peak that takes a new snapshot of the holders
     _band: tuple[int, int] = (0, 0)  # total live bytes outside this band take a timeline sample
 
@@ -95,6 +97,27 @@ class Ledger:
         total = self.live["device"] + self.live["host"]
         if total < low or total > high:
             self._sample()
+
+    def hold(self, store: str, tensor, nbytes: int) -> None:
+        """Point store ``store`` takes ``tensor`` (``nbytes`` of device memory): counted for its
+        first holder only, so a tensor several stores hold counts once (a merge hands on its
+        branch's value; a state is the update that made it)."""
+        entry = self._held.get(id(tensor))
+        if entry is None:
+            self._held[id(tensor)] = [1, nbytes, tensor, store]
+            self.add(store, nbytes)
+        else:
+            entry[0] += 1
+
+    def drop(self, tensor) -> None:
+        """A point store lets go of ``tensor``: its bytes are freed with its last holder."""
+        entry = self._held.get(id(tensor))
+        if entry is None or entry[2] is not tensor:
+            return
+        entry[0] -= 1
+        if not entry[0]:
+            del self._held[id(tensor)]
+            self.add(entry[3], -entry[1])
 
     def _sample(self) -> None:
         total = self.live["device"] + self.live["host"]

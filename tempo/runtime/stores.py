@@ -61,7 +61,7 @@ class PointStore:
         if point in self.data:
             self.free_point(point)
         value = self.data[point] = self.backend.cast(value, self.dtype)
-        self.ledger.add(self.name, owned_nbytes(self.backend, value))
+        self.ledger.hold(self.name, value, owned_nbytes(self.backend, value))
 
     def evict(self, index: tuple) -> None:
         """Move the points of ``index`` held on the device to the host tier (copied the first time)."""
@@ -72,7 +72,7 @@ class PointStore:
             if value is None or loaded is False:
                 continue
             nbytes = owned_nbytes(self.backend, value)
-            self.ledger.add(self.name, -nbytes)
+            self.ledger.drop(value)
             if loaded is None:
                 self.ledger.add(self.name, nbytes, "host")
                 self.ledger.evicted += nbytes
@@ -83,7 +83,7 @@ class PointStore:
         for point in _points(index):
             if self.on_host.get(point) is False:
                 nbytes = owned_nbytes(self.backend, self.data[point])
-                self.ledger.add(self.name, nbytes)
+                self.ledger.hold(self.name, self.data[point], nbytes)
                 self.ledger.loaded += nbytes
                 self.on_host[point] = True
 
@@ -121,12 +121,11 @@ class PointStore:
         """Drop the tensor at ``point`` (no later statement reads it)."""
         value = self.data.pop(point, None)
         if value is not None:
-            nbytes = owned_nbytes(self.backend, value)
             loaded = self.on_host.pop(point, None)
             if loaded is not False:
-                self.ledger.add(self.name, -nbytes)
+                self.ledger.drop(value)
             if loaded is not None:
-                self.ledger.add(self.name, -nbytes, "host")
+                self.ledger.add(self.name, -owned_nbytes(self.backend, value), "host")
 
     def items(self):
         """The (point, tensor) pairs held."""

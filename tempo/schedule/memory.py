@@ -61,7 +61,7 @@ def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int], domains=No
         runs[ex.node_id].append(ex)
     readers: dict[int, list] = defaultdict(list)
     for k, e in enumerate(sdg.edges):
-        if e.sink_in >= 0:
+        if e.sink_in >= 0 and e.sink in runs:  # a node the schedule never runs reads nothing
             readers[e.src].append((k, e))
     frees = {}
     for n in runs:
@@ -208,7 +208,7 @@ def _last_holder(sdg: SDG, n: int, runs: dict, domains, times) -> int | None:
         return n
     holders = []
     for k, e in enumerate(sdg.edges):
-        if e.src != n or e.sink_in < 0 or e.sink not in runs:  # (a node the schedule never runs reads nothing)
+        if e.src != n or e.sink_in < 0 or e.sink not in runs:
             continue
         if len(runs[e.sink]) != 1 or _may_view(sdg.nodes[e.sink]) or len(e.index.args) != len(node.domain) \
                 or any(item is not d for item, d in zip(e.index.args, node.domain)):
