@@ -23,7 +23,8 @@ one thread (BLAS, PyTorch, XLA), in its own subprocess. Memory is the
 process's resident set growth since decoding started (each run is its own
 process; the padded JAX cache is counted from its size, XLA's compile memory is
 not), read when the length is reached. Each run is its own subprocess.
-The machine is shared with other work: timings are noisy.
+The machine is shared with other work: wall timings are noisy, so each row
+also holds the mean process CPU time between tokens (``cpu_ms``, a table column).
 
     .venv/bin/python benchmarks/decode.py --quick          # a minute: tiny lengths
     .venv/bin/python benchmarks/decode.py                  # the default sweep (sized for < 30 minutes)
@@ -103,10 +104,16 @@ def inverse_frequencies(size: Size) -> np.ndarray:
     return (1.0 / 10000.0 ** (np.arange(0, size.head_dim, 2) / size.head_dim)).astype(np.float32)
 
 
-def _tbt(stamps: list[float]) -> dict:
-    """The mean and the median time between consecutive ``stamps``, in ms."""
-    gaps = np.diff(stamps) * 1e3
-    return {"tbt_ms": float(np.mean(gaps)), "tbt_median_ms": float(np.median(gaps))}
+def _stamp() -> tuple[float, float]:
+    """Now: wall seconds and the process's CPU seconds."""
+    return time.perf_counter(), time.process_time()
+
+
+def _tbt(stamps: list[tuple[float, float]]) -> dict:
+    """The mean and the median wall time between consecutive ``stamps`` (:func:`_stamp`), and the
+    mean process CPU time between them, in ms (on a shared machine, CPU time is the steadier)."""
+    wall, cpu = (np.diff([s[k] for s in stamps]) * 1e3 for k in (0, 1))
+    return {"tbt_ms": float(np.mean(wall)), "tbt_median_ms": float(np.median(wall)), "cpu_ms": float(np.mean(cpu))}
 
 
 # ----- Tempo -----
@@ -124,7 +131,7 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
     executor = []
 
     def on_token(tokens, position):
-        stamps[position] = time.perf_counter()
+        stamps[position] = _stamp()
         if not base:
             base.append(rss_mb())
         if position + 1 in wanted:
@@ -199,7 +206,7 @@ def run_torch(size: Size, batch: int, window: int | None, lengths: list[int], la
         stamps = []
         for pos in range(n - last - 1, n):
             tok = step(tok, float(pos), cache)
-            stamps.append(time.perf_counter())
+            stamps.append(_stamp())
         rows[n] = {**_tbt(stamps), "mem_mb": rss_mb() - base,
                    "kv_mb": sum(k.nbytes + v.nbytes for k, v in cache) / 2 ** 20}
         del cache
@@ -263,7 +270,7 @@ def run_jax(size: Size, batch: int, window: int | None, lengths: list[int], last
         for pos in range(n - last - 1, n):
             tok, ks, vs = jitted(tok, jnp.int32(pos), ks, vs)
             tok.block_until_ready()
-            stamps.append(time.perf_counter())
+            stamps.append(_stamp())
         rows[n] = {**_tbt(stamps), "mem_mb": rss_mb() - base, "kv_mb": cache_mb}
     return rows, {}
 
@@ -398,8 +405,8 @@ def run_child(spec: dict, timeout: float) -> dict:
 
 def table(results: list[dict]) -> str:
     lines = ["| attention | batch | length | " + " | ".join(f"{s} TBT ms" for s in SYSTEMS) + " | "
-             + " | ".join(f"{s} K/V MB" for s in SYSTEMS) + " |",
-             "|---|---|---|" + "---|" * (2 * len(SYSTEMS))]
+             + " | ".join(f"{s} CPU ms" for s in SYSTEMS) + " | " + " | ".join(f"{s} K/V MB" for s in SYSTEMS) + " |",
+             "|---|---|---|" + "---|" * (3 * len(SYSTEMS))]
     groups = {}
     for r in results:
         groups.setdefault((r["attention"], r["batch"]), {})[r["system"]] = r
@@ -410,6 +417,7 @@ def table(results: list[dict]) -> str:
                 row = by_system.get(system, {}).get("rows", {}).get(str(n))
                 return "-" if row is None or row.get(key) is None else f"{row[key]:.1f}"
             lines.append(f"| {attention} | {batch} | {n} | " + " | ".join(cell(s, "tbt_ms") for s in SYSTEMS)
+                         + " | " + " | ".join(cell(s, "cpu_ms") for s in SYSTEMS)
                          + " | " + " | ".join(cell(s, "kv_mb") for s in SYSTEMS) + " |")
     return "\n".join(lines)
 
