@@ -11,15 +11,14 @@ from tempo.schedule import ast, shift_fusion
 from tempo.transforms import tile
 
 
-def reinforce(nstep: int, tiles: int | None, steps: int, fuse: bool = True, monkeypatch=None):
+def reinforce(nstep: int, tiles: int | None, steps: int, fuse: bool = True, monkeypatch=None, obs=(3, 4, 4)):
     """REINFORCE with n-step returns (0: Monte-Carlo) and a loss averaged over the batch's steps,
     its learner in tiles of ``tiles`` rows; returns the fetched values and the program."""
     if not fuse:
         monkeypatch.setattr(shift_fusion, "apply", lambda *args: None)
     with tpo.Context(seed=0) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
-        env = tpo.rl.make("tempo/Synthetic-v0", dims=(b, i, t), impl="tensor", obs_shape=(3, 4, 4),
-                          episode_length=steps)
+        env = tpo.rl.make("tempo/Synthetic-v0", dims=(b, i, t), impl="tensor", obs_shape=obs, episode_length=steps)
         policy = tpo.nn.MLP(env.obs_size, [16, 16], env.num_actions, dims=(i,), last_init_scale=0.01)
         o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
         o[b, i, 0] = env.reset()
@@ -32,7 +31,8 @@ def reinforce(nstep: int, tiles: int | None, steps: int, fuse: bool = True, monk
         loss.backward()
         tpo.optim.Adam(policy.parameters(), lr=0.01).step()
         passes = {"tile": tile.Config(tiles={"t": tiles})} if tiles else {}
-        program = ctx.compile([loss, *policy.parameters()], passes=passes)
+        weights = policy.parameters()
+        program = ctx.compile([loss, *weights, weights[0].grad], passes=passes)  # every iteration learns
         return program.run({B: 3, I: 3, T: steps}), program
 
 
@@ -95,6 +95,21 @@ def test_monte_carlo_returns_keep_the_learner_after_the_loop():
     _, program = reinforce(nstep=0, tiles=5, steps=23)
     _, acting = acting_loops(program)
     assert any(loops[-1] is not acting for loops in learner_tiles(program))
+
+
+def test_the_observations_a_fused_tile_learned_from_are_freed_while_acting_goes_on():
+    """3 environments x 60 steps of 3x32x32 floats; tiles of 5 steps: at 8-step returns the
+    observations' store holds a few tiles at a time, at Monte-Carlo returns all 60 steps."""
+    row = 3 * 3 * 32 * 32 * 4  # one step of the 3 environments' observations
+
+    def observations_at_peak(nstep: int) -> int:
+        _, program = reinforce(nstep=nstep, tiles=5, steps=60, obs=(3, 32, 32))
+        placeholder = next(n for n, node in program.sdg.nodes.items()
+                           if getattr(node.op, "placeholder", False) and [d.name for d in node.domain] == ["i", "t"])
+        return sum(v for k, v in program.ledger.peak_holders.items() if k.endswith(f"%{placeholder}"))
+
+    assert observations_at_peak(8) <= 3 * 5 * row
+    assert observations_at_peak(0) == 60 * row
 
 
 def test_without_tiles_the_schedule_is_left_to_isl():
