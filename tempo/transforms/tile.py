@@ -85,24 +85,24 @@ WHOLE_SHARE, TILE_SHARE = 1 / 4, 1 / 16
 
 def choose_tiles(sdg: SDG, budget: int, bounds: dict) -> dict[str, int]:
     """Tile sizes for the dims whose whole reads do not fit the ``budget`` at these ``bounds``: a
-    whole-program view (what the largest launch over the dim would hold) rather than one
-    operator's size."""
+    whole-program view (what the learner, fused into one launch over the dim, reads of acting's
+    output: every tensor it reads whole, once) rather than one operator's size."""
     out = {}
     for d in dim_order(sdg):
         extent = bounds.get(bound_of(d).name)
         if extent is None or extent < 2:
             continue
         plan = _Plan(sdg, d)
-        rows: dict[int, int] = {}  # reader -> bytes per row of what it reads over the dim
+        rows: dict[tuple[int, int], int] = {}  # (node, output) read whole -> its bytes per row
         for n in plan.tiled | plan.aggregators:
             for e in plan.ins[n]:
                 if plan.creates(e):
                     src = sdg.nodes[e.src]
                     shape = [evaluate(x, bounds) if isinstance(x, Expr) else x for x in src.shapes[e.src_out]]
-                    rows[n] = rows.get(n, 0) + math.prod(shape) * np.dtype(src.dtypes[e.src_out]).itemsize
-        widest = max(rows.values(), default=0)
-        if widest * extent > budget * WHOLE_SHARE:
-            out[d.name] = max(1, min(extent, int(budget * TILE_SHARE // widest)))
+                    rows[e.src, e.src_out] = math.prod(shape) * np.dtype(src.dtypes[e.src_out]).itemsize
+        per_row = sum(rows.values())
+        if per_row * extent > budget * WHOLE_SHARE:
+            out[d.name] = max(1, min(extent, int(budget * TILE_SHARE // per_row)))
     return out
 
 

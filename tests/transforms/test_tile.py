@@ -119,6 +119,33 @@ def test_the_running_sum_frees_each_step_after_the_next_tile_reads_it():
     np.testing.assert_allclose(out[0], out[1], rtol=1e-4, atol=1e-3)
 
 
+def two_recurrences_learner(ctx, X: np.ndarray):
+    """A learner reading two recurrent tensors of acting whole, each by its own reader."""
+    (i, I), (t, T), x, w, o = acting(ctx, X)
+    q = tpo.placeholder((X.shape[-1],), "float32", dims=(i, t))
+    q[i, 0] = x[i, 0]
+    q[i, t + 1] = q[i, t] * 0.25 + x[i, t + 1]
+    total = (o * w[i]).tanh()[i, 0:T].sum(axis=0) + (q * w[i]).sin()[i, 0:T].sum(axis=0)
+    w[i + 1] = w[i] - 0.01 * total[i]
+    return total, (I, T)
+
+
+def test_a_budget_counts_every_tensor_the_learner_reads_whole():
+    """Each of ``o`` and ``q`` over all of ``t`` (16 rows of 256 B) fits a quarter of the budget; the
+    learner, one launch once fused, reads both: the budget tiles it."""
+    X = np.random.default_rng(3).standard_normal((2, 16, 64)).astype(np.float32)
+    budget, out = 24_000, []
+    for memory_passes in (None, {"tile": tile.Config(device_budget=budget, bounds={"I": 2, "T": 16})}):
+        with tpo.Context() as ctx:
+            total, (I, T) = two_recurrences_learner(ctx, X)
+            program = ctx.compile([total], passes=memory_passes or {"tile": False})
+        out.append(program.run({I: 2, T: 16})[0])
+    row_bytes = 2 * 64 * 4  # a row of o and one of q
+    assert 16 * row_bytes // 2 < budget * tile.WHOLE_SHARE < 16 * row_bytes
+    assert program.sdg.tiles == {"T_TILE": ("T", int(budget * tile.TILE_SHARE) // row_bytes)}
+    np.testing.assert_allclose(out[1], out[0], rtol=1e-5, atol=1e-6)
+
+
 def train(example: str, size: int | str | None, memory=None, obs="3,8,8", steps=24, **options):
     """The returns of ``examples/<example>.py`` on tempo/Synthetic-v0, tiled in ``size`` rows
     (None: untiled; "auto": as a device budget in ``memory`` chooses), and its program."""
