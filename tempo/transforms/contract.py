@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node, identity_index
 from tempo.ir.shapes import same_size
+from tempo.transforms import dce
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
               dict(sdg.vectorized), sdg.roots, dict(sdg.moved), dict(sdg.tiles))
     for n, product in matches.items():
         _contract(new, sdg.nodes[n], ins[product])
-    return new
+    return dce.apply(new)  # the replaced products and permutations: left unread, fusion would compute them
 
 
 def _identity(e: Edge, src: Node, sink: Node) -> bool:

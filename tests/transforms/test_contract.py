@@ -40,6 +40,17 @@ def test_the_weight_gradient_is_one_contraction():
     assert all(n.shapes[0] == (3, 2) for n in contractions)
 
 
+def test_the_replaced_product_leaves_the_program():
+    """The batch of products the contraction replaces is dropped with the permutations before its
+    sum: nothing reads them, and a fused island would still compute them."""
+    (fast, _), (slow, _) = both(weight_gradient)
+    def batched_products(program):
+        return [n for n in program.sdg.nodes.values() if isinstance(n.op, ops.MatMulOp) and len(n.shapes[0]) > 2]
+    assert len(batched_products(slow)) > len(batched_products(fast))
+    read = {e.src for e in fast.sdg.edges}
+    assert all(n.id in read or n.id in fast.sdg.roots for n in fast.sdg.nodes.values())
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.integers(2, 3), st.integers(2, 4), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3),
        st.permutations([0, 1]))
