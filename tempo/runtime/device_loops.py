@@ -352,9 +352,9 @@ class DeviceLoop:
 
     def _gather(self, src: Source, index, envs: list[dict], wanted, env: dict):
         store = self.stores[src.key]
-        if store.kind == "block" and self.sliced[id(src)] and wanted.all():
-            first = index(envs[0])
-            try:  # consecutive rows of one block: one view
+        first = index(envs[0]) if store.kind == "block" and self.sliced[id(src)] else None
+        if first is not None and first[-1] >= 0:
+            try:  # consecutive rows of one block: one view (rows no step reads are never used)
                 return store.read(first[:-1] + (slice(first[-1], first[-1] + len(envs)),))
             except TempoError:
                 pass

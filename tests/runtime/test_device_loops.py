@@ -171,3 +171,27 @@ def test_a_loop_the_device_cannot_run_runs_statement_by_statement(monkeypatch):
     got, jax_launches = _run(program, {"T": 5}, "jax")
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)
     assert jax_launches == numpy_launches
+
+
+def test_a_row_read_from_the_second_step_on_is_gathered_as_one_view(monkeypatch):
+    """``s[t] = s[t - 1] * w + x[t]`` for ``t >= 1``: the loop's first trip does not read ``x``, the
+    others read consecutive rows of its block store, which the launch takes as one view rather than
+    row by row (the first row is read, and never used)."""
+    xs = np.random.default_rng(1).normal(size=(10, 3)).astype(np.float32)
+    row_reads = []
+    read = device_loops.DeviceLoop._read
+    monkeypatch.setattr(device_loops.DeviceLoop, "_read",
+                        lambda self, src, index: row_reads.append(src.key) or read(self, src, index))
+
+    def build():
+        with tpo.Context() as ctx:
+            (t, T), = ctx.dims("t")
+            x = tpo.placeholder((3,), "float32", dims=(t,))
+            x[t] = tpo.from_numpy(xs, dims=(t,)).tanh()
+            s = tpo.placeholder((3,), "float32", dims=(t,))
+            s[0] = tpo.full((3,), 1.0, "float32")
+            s[t] = s[t - 1] * 0.5 + x[t]
+            return ctx.compile([s, x[0:T].sum(axis=0)])
+
+    program = _compare(build, {"T": 10})
+    assert len(row_reads) == len(set(row_reads)), row_reads  # no store read once per row
