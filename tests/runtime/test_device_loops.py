@@ -193,5 +193,5 @@ def test_a_row_read_from_the_second_step_on_is_gathered_as_one_view(monkeypatch)
             s[t] = s[t - 1] * 0.5 + x[t]
             return ctx.compile([s, x[0:T].sum(axis=0)])
 
-    program = _compare(build, {"T": 10})
+    _compare(build, {"T": 10})
     assert len(row_reads) == len(set(row_reads)), row_reads  # no store read once per row

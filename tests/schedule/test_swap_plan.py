@@ -11,6 +11,7 @@ from tempo.api.compile import compile_program
 from tempo.errors import TempoError
 from tempo.schedule import ast, swap, swap_passes
 from tempo.symbolic.expr import make_slice, symbol
+from tests.schedule.chains import build_chain
 
 WIDTH = 16384  # 64 KiB a point
 XS = np.random.default_rng(1).normal(size=(3, 6, WIDTH)).astype(np.float32)
@@ -163,24 +164,7 @@ def test_random_programs_under_a_budget_never_read_an_evicted_point_and_compute_
     error (the stores check it), so a run that finishes read nothing evicted without a load."""
     def build(ctx):
         (i, I), (t, T) = ctx.dims("i", "t")
-        v = tpo.from_numpy(XS, dims=(i, t))
-        outs = []
-        for op in chain_ops:
-            if op == "tanh":
-                v = v.tanh()
-            elif op == "shift":
-                v = v[i, tpo.max(t - 1, 0)] * 0.5 + v
-            elif op == "window":
-                v = v[i, tpo.max(0, t - 2):t + 1].mean(axis=0)
-            elif op == "causal":
-                outs.append(v[i, 0:t + 1].sum(axis=0))
-            elif op == "whole":
-                outs.append(v[i, 0:T].sum())
-            else:
-                s = tpo.placeholder((WIDTH,), "float32", dims=(i, t))
-                s[i, 0] = v[i, 0]
-                s[i, t + 1] = (s[i, t] * 0.5).tanh() + v[i, t + 1]
-                v = s
+        v, outs = build_chain(chain_ops, XS, i, t, T)
         return outs + [v[i, 0:T].mean(axis=0)], {I: 3, T: 6}
 
     untiled = {"tile": False}  # the same program under every budget
