@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tempo.errors import TempoError
 from tempo.ir.sdg import SDG
 from tempo.ir.verify import verify as verify_sdg
+from tempo.symbolic.expr import bound_of
 from tempo.transforms import (cache_activations, contract, cse, dce, domain_reduction, fuse, lift, simplify, superopt,
                               tile, vectorize)
 
@@ -80,12 +81,14 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
         sizes = {name: size for name, size in _tile_sizes(tiles).items() if name in present}
         if sizes:
             passes.setdefault("tile", tile.Config(tiles=sizes))
+    chosen_by_budget = isinstance(passes.get("tile"), tile.Config) and not passes["tile"].tiles \
+        and passes["tile"].device_budget is not None and "vectorize" in names and "vectorize" not in passes
     if isinstance(passes.get("tile"), tile.Config) and passes["tile"].tiles and "vectorize" in names:
         passes.setdefault("vectorize", vectorize.Config(stream=tuple(passes["tile"].tiles)))
     verify = os.environ.get("TEMPO_VERIFY", "") not in ("", "0") if verify is None else verify
     if verify:
         verify_sdg(sdg, dims)
-    stats = []
+    stats, given = [], sdg
     for name, module in pipeline:
         cfg = passes.get(name)
         if cfg is False:
@@ -95,7 +98,18 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
         stats.append(PassStat(name, before, len(sdg.nodes), time.perf_counter() - start))
         if verify:
             verify_sdg(sdg, dims, after=name)
+    if chosen_by_budget and sdg.tiles:  # again with those tiles, vectorization streaming their dims
+        chosen = _chosen_tiles(given, sdg)
+        again, more = run_pipeline(given, {**passes, "tile": replace(passes["tile"], tiles=chosen)}, verify, dims,
+                                   pipeline)
+        return again, stats + more
     return sdg, stats
+
+
+def _chosen_tiles(given: SDG, tiled: SDG) -> dict[str, int]:
+    """The tiles the tiling pass chose for ``tiled``, by the name of the dim of ``given`` each cuts."""
+    dims = {bound_of(d).name: d.name for node in given.nodes.values() for d in node.domain}
+    return {dims[whole]: size for whole, size in tiled.tiles.values()}
 
 
 def _tile_sizes(text: str) -> dict[str, int]:

@@ -7,13 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tempo as tpo
+from tempo.api.compile import compile_program
 from tempo.schedule import ast, shift_fusion
 from tempo.transforms import tile
 
 
-def reinforce(nstep: int, tiles: int | None, steps: int, fuse: bool = True, monkeypatch=None, obs=(3, 4, 4)):
+def reinforce(nstep: int, tiles: int | None, steps: int, fuse: bool = True, monkeypatch=None, obs=(3, 4, 4),
+              memory=None):
     """REINFORCE with n-step returns (0: Monte-Carlo) and a loss averaged over the batch's steps,
-    its learner in tiles of ``tiles`` rows; returns the fetched values and the program."""
+    its learner in tiles of ``tiles`` rows (or of what ``memory``'s budget chooses); returns the
+    fetched values and the program."""
     if not fuse:
         monkeypatch.setattr(shift_fusion, "apply", lambda *args: None)
     with tpo.Context(seed=0) as ctx:
@@ -32,8 +35,10 @@ def reinforce(nstep: int, tiles: int | None, steps: int, fuse: bool = True, monk
         tpo.optim.Adam(policy.parameters(), lr=0.01).step()
         passes = {"tile": tile.Config(tiles={"t": tiles})} if tiles else {}
         weights = policy.parameters()
-        program = ctx.compile([loss, *weights, weights[0].grad], passes=passes)  # every iteration learns
-        return program.run({B: 3, I: 3, T: steps}), program
+        bounds = {B: 3, I: 3, T: steps}  # a budget chooses tiles for the run's bounds
+        program = compile_program(ctx, [loss, *weights, weights[0].grad], bounds=bounds, passes=passes,
+                                  memory=memory)  # every iteration learns
+        return program.run(bounds), program
 
 
 def loops_around(program, node_id: int) -> list[ast.Loop]:
@@ -88,6 +93,20 @@ def test_an_n_step_learner_in_tiles_runs_inside_the_acting_loop(monkeypatch):
     for f, a, w in zip(fused, after, whole):
         np.testing.assert_array_equal(f, a)
         np.testing.assert_allclose(f, w, rtol=1e-5, atol=1e-6)
+
+
+def test_tiles_a_device_budget_chooses_also_run_inside_the_acting_loop():
+    """No tiles given: 60 steps of 3x32x32 observations do not fit a quarter of 4 MB, so the budget
+    tiles the learner, and the n-step learner runs while acting goes on."""
+    budget = {"device_budget": "4MB"}
+    fused, program = reinforce(nstep=4, tiles=None, steps=60, obs=(3, 32, 32), memory=budget)
+    _, acting = acting_loops(program)
+    tiles = learner_tiles(program)
+    (_, size), = program.sdg.tiles.values()
+    assert tiles and all(loops[-1] is acting for loops in tiles)
+    given, _ = reinforce(nstep=4, tiles=size, steps=60, obs=(3, 32, 32))  # the same tiles, given
+    for f, g in zip(fused, given):
+        np.testing.assert_array_equal(f, g)
 
 
 def test_monte_carlo_returns_keep_the_learner_after_the_loop():
