@@ -65,8 +65,9 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
     (default: ``TEMPO_VERIFY``) checks the SDG before the first pass and after
     every pass, naming the pass that broke it; ``dims``: the declared dims, in
     order, for that check. When the tiling pass chooses its tiles from a device budget, the
-    passes run again with those tiles given, so that vectorization streams the tiled dims
-    as it does for tiles given by the user (the stats hold both runs).
+    passes from vectorization to tiling run again with those tiles given, so that
+    vectorization streams the tiled dims as it does for tiles given by the user (the stats
+    hold both runs).
     """
     passes = dict(passes or {})
     pipeline = PIPELINE if pipeline is None else pipeline
@@ -84,28 +85,41 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
         if sizes:
             passes.setdefault("tile", tile.Config(tiles=sizes))
     chosen_by_budget = isinstance(passes.get("tile"), tile.Config) and not passes["tile"].tiles \
-        and passes["tile"].device_budget is not None and "vectorize" in names and "vectorize" not in passes
+        and passes["tile"].device_budget is not None and {"vectorize", "tile"} <= set(names) \
+        and "vectorize" not in passes
     if isinstance(passes.get("tile"), tile.Config) and passes["tile"].tiles and "vectorize" in names:
         passes.setdefault("vectorize", vectorize.Config(stream=tuple(passes["tile"].tiles)))
     verify = os.environ.get("TEMPO_VERIFY", "") not in ("", "0") if verify is None else verify
     if verify:
         verify_sdg(sdg, dims)
-    stats, given = [], sdg
+    if not chosen_by_budget:
+        return _run(sdg, pipeline, passes, verify, dims)[:2]
+    split = names.index("tile") + 1  # the tiles the budget chooses are known after the tiling pass
+    sdg, stats, given = _run(sdg, pipeline[:split], passes, verify, dims)
+    if sdg.tiles:  # from vectorization on again, streaming the tiled dims
+        chosen = _chosen_tiles(given["vectorize"], sdg)
+        passes = {**passes, "tile": replace(passes["tile"], tiles=chosen),
+                  "vectorize": vectorize.Config(stream=tuple(chosen))}
+        sdg, more, _ = _run(given["vectorize"], pipeline[names.index("vectorize"):split], passes, verify, dims)
+        stats += more
+    sdg, more, _ = _run(sdg, pipeline[split:], passes, verify, dims)
+    return sdg, stats + more
+
+
+def _run(sdg: SDG, pipeline, passes: dict, verify: bool, dims) -> tuple[SDG, list[PassStat], dict[str, SDG]]:
+    """``sdg`` through the passes of ``pipeline`` not switched off; also the SDG each pass was given."""
+    stats, given = [], {}
     for name, module in pipeline:
         cfg = passes.get(name)
         if cfg is False:
             continue
+        given[name] = sdg
         before, start = len(sdg.nodes), time.perf_counter()
         sdg = module.apply(sdg, cfg or module.Config())
         stats.append(PassStat(name, before, len(sdg.nodes), time.perf_counter() - start))
         if verify:
             verify_sdg(sdg, dims, after=name)
-    if chosen_by_budget and sdg.tiles:  # again with those tiles, vectorization streaming their dims
-        chosen = _chosen_tiles(given, sdg)
-        again, more = run_pipeline(given, {**passes, "tile": replace(passes["tile"], tiles=chosen)}, verify, dims,
-                                   pipeline)
-        return again, stats + more
-    return sdg, stats
+    return sdg, stats, given
 
 
 def _chosen_tiles(given: SDG, tiled: SDG) -> dict[str, int]:
