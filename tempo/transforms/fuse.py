@@ -7,9 +7,12 @@ executor launches it once per point instead of once per op, and the values
 passed inside it are never stored.
 
 Two nodes fuse when one reads the other at the same point (an identity edge
-with no condition) and both have the same domain, the same vectorized dims
-and the same executed points (from the isl analysis). Merges (control flow)
-and UDFs (host code) never fuse. An island must stay schedulable: its
+with no condition) and both have the same domain and the same executed points
+(from the isl analysis). Merges (control flow) and UDFs (host code) never
+fuse. The members whose values leave an island share their vectorized dims
+(the fused node's outputs have one layout); members read only inside it may
+differ: a learner's batch of per-point gradients and the contraction that
+sums it away are one island, so the batch is never stored. An island must stay schedulable: its
 members read each other only at the same point, and no path that leaves the
 island comes back to it at a point that may be the same. A path that comes
 back at a lexicographically earlier point, in one order of the island's dims
@@ -154,6 +157,8 @@ def _islands(sdg: SDG, moves: Moves) -> list[list[int]]:
         island_outs[a] = island_outs[a] + island_outs.pop(b)
 
     def try_join(nodes: list[int], dims: tuple[Expr, ...]) -> bool:
+        if not _one_layout_out(sdg, nodes, outs):
+            return False
         for order in _orders(dims):
             if order not in hazards:
                 hazards[order] = _hazards(sdg, order, moves)
@@ -161,8 +166,7 @@ def _islands(sdg: SDG, moves: Moves) -> list[list[int]]:
                 return True
         return False
 
-    candidates = [e for e in sdg.edges if _joinable(sdg, e) and points[e.src].is_equal(points[e.sink])
-                  and sdg.vectorized.get(e.src, ()) == sdg.vectorized.get(e.sink, ())]
+    candidates = [e for e in sdg.edges if _joinable(sdg, e) and points[e.src].is_equal(points[e.sink])]
     # first each whole connected set of candidates at once (one check, usually enough) ...
     linked = {n: n for n in sdg.nodes}
     for e in candidates:
@@ -180,6 +184,16 @@ def _islands(sdg: SDG, moves: Moves) -> list[list[int]]:
         if a != b and try_join(members[a] + members[b], sdg.nodes[e.src].domain):
             join(a, b)
     return [sorted(m) for m in members.values()]
+
+
+def _one_layout_out(sdg: SDG, nodes: list[int], outs: dict[int, list[Edge]]) -> bool:
+    """Whether the members whose values leave the island share their vectorized dims: those are the
+    fused node's, so its outputs have one layout. Members read only inside may differ (a batch of
+    per-point gradients vectorized over ``(t, b)`` feeding the contraction that sums them away)."""
+    members, roots = set(nodes), set(sdg.roots)
+    layouts = {sdg.vectorized.get(n, ()) for n in nodes
+               if n in roots or any(e.sink not in members for e in outs[n])}
+    return len(layouts) <= 1
 
 
 def _orders(dims: tuple[Expr, ...]) -> list[tuple[Expr, ...]]:
@@ -298,8 +312,8 @@ def _rebuild(sdg: SDG, islands: list[list[int]]) -> SDG:
             moved[key] = (node.id, j)
         for m in island:
             new.vectorized.pop(m, None)
-        if island[0] in sdg.vectorized:
-            new.vectorized[node.id] = sdg.vectorized[island[0]]
+        if exposed[0][0] in sdg.vectorized:
+            new.vectorized[node.id] = sdg.vectorized[exposed[0][0]]
     last = {max(island): k for k, island in enumerate(islands)}
     for n, node in sdg.nodes.items():
         if n in last:
