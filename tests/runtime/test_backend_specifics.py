@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tempo as tpo
+from tempo.ir import ops
 from tempo.runtime.backends import base
 
 BACKENDS = [b for b in ("torch", "jax") if b in base.available_backends()]
@@ -80,6 +81,25 @@ def test_jax_compiles_a_step_indexed_read_once():
     compiled = [fn for _, fns in program.backend.compiled.values() for fn in fns.values()]
     assert compiled and all(fn._cache_size() == 1 for fn in compiled)
     assert isinstance(jax_backend.JaxBackend, type)
+
+
+def test_jax_compiles_once_per_size_not_per_step():
+    """A pad of ``min(t, 3)`` rows: one compiled function per distinct size (0, 1, 2, 3), not per step."""
+    from tempo.api.vjp import pad
+
+    with tpo.Context() as ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(np.arange(8.0, dtype=np.float32), dims=(t,)).unsqueeze(0)
+        y = pad(x, 0, tpo.min(t, 3), 0) * 2.0
+        program = ctx.compile(fetch=[y], backend="jax")
+    out, = program.run({T: 8})
+    for k in range(8):
+        np.testing.assert_array_equal(out[k], [0.0] * min(k, 3) + [2.0 * k])
+    steps = {id(op): [s.op for s in op.steps] if isinstance(op, ops.FusedOp) else [op]
+             for op, _ in program.backend.compiled.values()}
+    sizes = [len(fns) for op, fns in program.backend.compiled.values()
+             if any(isinstance(x, ops.PadOp) for x in steps[id(op)])]
+    assert sizes == [4]
 
 
 def test_jax_turns_64_bit_types_on_only_inside_a_run():

@@ -202,13 +202,16 @@ def _static_sizes(shape, env: dict) -> tuple:
     return tuple(s if isinstance(s, int) else int(compile_expr(s)(env)) for s in shape)
 
 
-def _static_names(op: ops.Op) -> tuple[str, ...]:
-    """The symbols whose values an op's traced implementation reads from the environment."""
+def _static_exprs(op: ops.Op) -> tuple:
+    """The expressions an op's traced implementation evaluates in the environment (sizes, pads)."""
     exprs = {ops.ReshapeOp: lambda: op.shape, ops.ExpandOp: lambda: op.shape,
              ops.SpatialIndexOp: lambda: op.items, ops.PadOp: lambda: (op.before, op.after)}.get(type(op))
-    if exprs is None:
-        return ()
-    return tuple(sorted({s.name for e in exprs() if not isinstance(e, int) for s in e.free_symbols()}))
+    return () if exprs is None else tuple(e for e in exprs() if not isinstance(e, int))
+
+
+def _static_names(op: ops.Op) -> tuple[str, ...]:
+    """The symbols whose values an op's traced implementation reads from the environment."""
+    return tuple(sorted({s.name for e in _static_exprs(op) for s in e.free_symbols()}))
 
 
 _NONE: dict = {}  # no spatial index starts
@@ -240,13 +243,17 @@ class Island:
                         if isinstance(s.op, ops.SpatialIndexOp)]
         self.names = tuple(sorted({n for s in steps if not isinstance(s.op, ops.SpatialIndexOp)
                                    for n in _static_names(s.op)}))
+        # the static key evaluates the expressions, not the symbols in them: a pad of
+        # ``w - min(t + 1, w)`` rows compiles once for every t from w - 1 on
+        self.sizes = [compile_expr(e) for s in steps if not isinstance(s.op, ops.SpatialIndexOp)
+                      for e in _static_exprs(s.op)]
         self.compiled = compiled  # static key -> jitted function, shared by every run of the program
-        self.keyed = bool(self.names or self.indexes)  # else one function serves every launch
+        self.keyed = bool(self.sizes or self.indexes)  # else one function serves every launch
         self.donate = donate
 
     def __call__(self, inputs, env, point):
         if self.keyed:
-            key, starts = [env[n] for n in self.names], {}
+            key, starts = [size(env) for size in self.sizes], {}
             for j, index in self.indexes:
                 form, starts[j] = _index_form(index(env))
                 key.append(form)
@@ -255,7 +262,7 @@ class Island:
             key, starts = (), _NONE
         fn = self.compiled.get(key)
         if fn is None:
-            forms = dict(zip([j for j, _ in self.indexes], key[len(self.names):]))
+            forms = dict(zip([j for j, _ in self.indexes], key[len(self.sizes):]))
             traced = self._traced({n: env[n] for n in self.names}, forms)
             fn = self.compiled[key] = _donating(traced, self.donate) if self.donate else jax.jit(traced)
         given = self.consts
