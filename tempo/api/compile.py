@@ -13,7 +13,7 @@ from tempo.runtime.executor import Executor
 from tempo.runtime.executor import source as executor_source
 from tempo.runtime.memory import BudgetExceeded, Ledger, parse_bytes
 from tempo.schedule import ast as ast_mod
-from tempo.schedule import isl_domains, isl_schedule
+from tempo.schedule import isl_domains, isl_memory, isl_schedule
 from tempo.schedule import memory as schedule_memory
 from tempo.schedule import swap
 from tempo.schedule import orderings as schedule_orderings
@@ -224,12 +224,16 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     fused = shift_fusion.apply(sdg, isl_schedule.all_dependences(sdg, domains, orderings), schedule)
     timings["schedule"] = time.perf_counter() - start
     start = time.perf_counter()
-    tree = isl_schedule.build_ast(sdg, domains, schedule if fused is None else fused)
+    scheduled = schedule if fused is None else fused
+    tree = isl_schedule.build_ast(sdg, domains, scheduled)
     timings["ast"] = time.perf_counter() - start
-    if memory["deallocate"]:
+    if memory["deallocate"] and scheduled is not None:
         start = time.perf_counter()
-        times = fused if fused is not None else schedule.get_map() if schedule is not None else None
-        tree = schedule_memory.insert_deallocations(sdg, tree, {n for n, _ in fetch_ids}, domains, times)
+        times = fused if fused is not None else schedule.get_map()
+        deallocs = schedule_memory.deallocations(sdg, tree, {n for n, _ in fetch_ids}, domains, times)
+        if deallocs:
+            scheduled = isl_memory.with_deallocations(sdg, domains, scheduled, deallocs)
+            tree = schedule_memory.batch_frees(isl_schedule.build_ast(sdg, domains, scheduled))
         timings["memory"] = time.perf_counter() - start
     if memory["device_budget"] is not None:
         start = time.perf_counter()

@@ -4,7 +4,8 @@ Every edge of the SDG gives a validity constraint (the source instance runs
 before the sink instance that reads it) and a proximity constraint (keep them
 close, for locality and short tensor lifetimes). isl's scheduler
 (``ScheduleConstraints.compute_schedule``) finds a schedule; isl's AST builder
-scans it; :func:`to_tempo_ast` converts the result into :mod:`tempo.schedule.ast`.
+scans it (with the deallocation statements :mod:`tempo.schedule.isl_memory` adds);
+:func:`to_tempo_ast` converts the result into :mod:`tempo.schedule.ast`.
 """
 from __future__ import annotations
 
@@ -126,7 +127,14 @@ def build_ast(sdg: SDG, d: Domains, schedule: isl.Schedule | isl.UnionMap | None
     return to_tempo_ast(build.node_from_schedule(schedule), sdg)
 
 
+def free_statement(node_id: int, outputs: tuple[int, ...] = (), piece: int = 0) -> str:
+    """The isl name of (``piece`` of) the statement freeing ``node_id``'s ``outputs`` (empty: all)."""
+    return "_".join([f"F{node_id}", str(piece), *map(str, outputs)])
+
+
 def to_tempo_ast(node: isl.AstNode, sdg: SDG) -> ast.Stmt:
+    """isl's AST as Tempo's: a statement ``S<n>`` executes node ``n``, a statement ``F<n>_<piece>`` (or
+    ``F<n>_<piece>_<j>...``) frees its outputs (see :func:`free_statement`)."""
     kind = node.get_type()
     if kind == isl.ast_node_type.block:
         children = node.block_get_children()
@@ -146,9 +154,12 @@ def to_tempo_ast(node: isl.AstNode, sdg: SDG) -> ast.Stmt:
     if kind == isl.ast_node_type.user:
         call = node.user_get_expr()
         name = call.get_op_arg(0).get_id().get_name()
-        node_id = int(name[1:])
+        node_id, *parts = (int(part) for part in name[1:].split("_"))
         point = tuple(_expr(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg()))
-        return ast.Execute(node_id, point, sdg.nodes[node_id].label or f"{sdg.nodes[node_id].op.name}%{node_id}")
+        label = sdg.nodes[node_id].label or f"{sdg.nodes[node_id].op.name}%{node_id}"
+        if name.startswith("F"):
+            return ast.Free(node_id, point, label, tuple(parts[1:]))
+        return ast.Execute(node_id, point, label)
     if kind == isl.ast_node_type.mark:
         return to_tempo_ast(node.mark_get_node(), sdg)
     raise ScheduleError(f"unexpected isl AST node {kind}")

@@ -1,25 +1,26 @@
-"""Deallocation statements in the schedule AST (TEMPO §5.2-§5.3).
+"""Which tensors get deallocation statements (TEMPO §5.2-§5.3).
 
 A tensor whose every point is read once, by statements of one loop body at
 one point (a hidden layer's output read by the next layer at the same
 step, an environment's next observation read by the placeholder ``o[t + 1]``
 at the next step, each intermediate of a vectorized learner within one
-iteration), is dead as soon as those readers have run. This pass puts a
-:class:`~tempo.schedule.ast.Free` of the point they read right after the
-statement holding the last of them, so a loop body holds its live values
-only, instead of every value until the iteration ends (when the executor's
-iteration evictions would free it).
+iteration), is dead as soon as those readers have run. Such a tensor gets a
+deallocation statement (:class:`Dealloc`), which
+:mod:`tempo.schedule.isl_memory` schedules with the computation: isl places
+the free of each point right after the last statement instance reading it,
+so a loop body holds its live values only, instead of every value until the
+iteration ends (when the executor's iteration evictions would free it).
 
 A tensor qualifies when it is not fetched and all its reads share one index
 that shifts each of the reader's dims by a constant (``x[i, t]``,
 ``x[i, t - 1]``: each point is read at exactly one reader point, so after
 that point nothing reads it), from readers over the same dims run in one
-statement each, at the same point expressions, in one sequence (through
-``if``\\ s, not through a loop). A reader under a condition that does not
-hold at a point reads nothing there, so the free is still safe. Tensors
-read in slices keep their stores' iteration-level freeing; a free of a
-point store's point is the only one with an effect (block and window
-stores release whole buffers); and a tensor whose shape is static and
+statement each, at the same point expressions in the computation's AST. A
+reader under a condition that does not hold at a point reads nothing there,
+so the free is still safe. Tensors read in slices keep their stores'
+iteration-level freeing (but for a learner's tiles, see
+:func:`_tile_read_last`); a free of a point store's point is the only one
+with an effect on a point (block and window stores release whole buffers); and a tensor whose shape is static and
 smaller than :data:`MIN_BYTES` is left to the iteration-level freeing too:
 freeing it early saves nothing and costs a statement at every point.
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 
 import islpy as isl
 import numpy as np
@@ -40,18 +42,30 @@ import numpy as np
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Node
 from tempo.schedule import ast
-from tempo.symbolic.expr import Expr
+from tempo.symbolic.expr import Expr, make_slice, symbol
 from tempo.symbolic.simplify import simplify
 
 MIN_BYTES = 64 * 1024
 
 
-def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int], domains=None, times=None) -> ast.Stmt:
-    """``program`` with a Free after the last reader of each point of every tensor that qualifies.
+@dataclass(frozen=True)
+class Dealloc:
+    """A tensor freed point by point: node ``node``'s ``outputs`` (empty: all of them), at the
+    points its reads ``edges`` (positions in ``sdg.edges``) read. ``holder``: a statement that
+    holds a view of what those reads return, at the reader's own point (None: none)."""
+
+    node: int
+    outputs: tuple[int, ...]
+    edges: tuple[int, ...]
+    holder: int | None = None
+
+
+def deallocations(sdg: SDG, program: ast.Stmt, keep: set[int], domains=None, times=None) -> list[Dealloc]:
+    """The tensors of ``program`` (the computation's AST) that qualify for deallocation statements.
 
     With the program's isl ``domains``, a tensor also qualifies when the readers sharing one
     shift are joined by others that read only points those never read (a running sum read one
-    step back by its recurrence and at its last step by its result): the free covers the
+    step back by its recurrence and at its last step by its result): its free covers the
     shifted reads, and the iteration-level freeing the rest. With the schedule's ``times`` too
     (statement -> time, an isl union map), a tensor a learner reads in tiles is freed a tile at a
     time (see :func:`_tile_read_last`).
@@ -63,60 +77,87 @@ def insert_deallocations(sdg: SDG, program: ast.Stmt, keep: set[int], domains=No
     for k, e in enumerate(sdg.edges):
         if e.sink_in >= 0 and e.sink in runs:  # a node the schedule never runs reads nothing
             readers[e.src].append((k, e))
-    frees = {}
+    out = []
     for n in runs:
         found = _freed(sdg, n, readers[n], runs, keep, domains)
-        if found is None and times is not None:
-            found = _tile_read_last(sdg, n, readers[n], runs, keep, domains, times)
         if found is not None:
-            frees[(n, ())] = found
+            out.append(Dealloc(n, (), found))
             continue
-        # each output on its own (an island whose outputs are read at different shifts)
-        by_output: dict[tuple, list[int]] = defaultdict(list)
+        tiled = _tile_read_last(sdg, n, readers[n], runs, keep, domains, times) if times is not None else None
+        if tiled is not None:
+            out.append(tiled)
+            continue
+        # each output on its own (an island whose outputs are read at different shifts); the
+        # outputs read by the same readers at the same index share one statement
+        by_reads: dict[frozenset, tuple[list[int], list[int]]] = {}
         for j in range(len(sdg.nodes[n].shapes)):
             found = _freed(sdg, n, [(k, e) for k, e in readers[n] if e.src_out == j], runs, keep, domains, j)
             if found is not None:
-                by_output[found].append(j)
-        for found, outs in by_output.items():
-            frees[(n, tuple(outs))] = found
-    return _place(program, frees, set())
+                key = frozenset((sdg.edges[k].sink, sdg.edges[k].index) for k in found)
+                outs, edges = by_reads.setdefault(key, ([], []))
+                outs.append(j)
+                edges.extend(found)
+        out.extend(Dealloc(n, tuple(outs), tuple(edges)) for outs, edges in by_reads.values())
+    return out
 
 
-def _freed(sdg: SDG, n: int, readers: list, runs: dict, keep: set[int], domains, out: int | None = None):
+def batch_frees(stmt: ast.Stmt) -> ast.Stmt:
+    """``stmt`` with every loop whose body is one Free of the loop's point along the freed
+    tensor's last dim turned into one Free of those points as a slice (TEMPO §5.3: a tile's rows,
+    which its block store frees at once)."""
+    if isinstance(stmt, ast.Sequence):
+        return ast.Sequence(tuple(batch_frees(s) for s in stmt.body))
+    if isinstance(stmt, ast.If):
+        return ast.If(stmt.cond, batch_frees(stmt.then), batch_frees(stmt.orelse) if stmt.orelse is not None else None)
+    if not isinstance(stmt, ast.Loop):
+        return stmt
+    body = batch_frees(stmt.body)
+    free = body.body[0] if isinstance(body, ast.Sequence) and len(body.body) == 1 else body
+    stop = _stop(stmt)
+    var = symbol(stmt.var)
+    if isinstance(free, ast.Free) and free.point and stop is not None and free.point[-1] is var and \
+            all(v is not var for item in free.point[:-1] for v in item.free_symbols()):
+        return ast.Free(free.node_id, free.point[:-1] + (make_slice(stmt.start, stop),), free.label, free.outputs)
+    return ast.Loop(stmt.var, stmt.start, stmt.cond, stmt.step, body)
+
+
+def _stop(loop: ast.Loop) -> Expr | None:
+    """The first point a step-1 loop ``for v = a; v < b`` (or ``v <= b``) does not run: ``b`` (``b + 1``)."""
+    cond = loop.cond
+    if loop.step != 1 or cond.op not in ("lt", "le") or cond.args[0] is not symbol(loop.var):
+        return None
+    return cond.args[1] if cond.op == "lt" else simplify(cond.args[1] + 1)
+
+
+def _freed(sdg: SDG, n: int, readers: list, runs: dict, keep: set[int], domains,
+           out: int | None = None) -> tuple[int, ...] | None:
     """What :func:`_read_once` (or, with ``domains``, :func:`_read_once_besides`) finds for the
     ``readers`` of ``n`` (of its output ``out``; None: of all of them)."""
-    found = _read_once(sdg, n, [e for _, e in readers], runs, keep, out)
+    found = _read_once(sdg, n, readers, runs, keep, out)
     if found is None and domains is not None:
         found = _read_once_besides(sdg, n, readers, runs, keep, domains, out)
     return found
 
 
-def _read_once(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int],
-               out: int | None = None) -> tuple[tuple[Expr, ...], frozenset[int], str] | None:
-    """``(the point freed, over the readers' loop counters; the readers; a label)`` when every
-    point of ``n`` (of its output ``out``; None: of all) is read at one reader point only (see
-    the module docstring)."""
+def _read_once(sdg: SDG, n: int, readers: list, runs: dict, keep: set[int],
+               out: int | None = None) -> tuple[int, ...] | None:
+    """The positions of the ``readers``' edges when every point of ``n`` (of its output ``out``;
+    None: of all) is read at one reader point only (see the module docstring)."""
     node = sdg.nodes[n]
-    if n in keep or not edges or _small(node, out):
+    if n in keep or not readers or _small(node, out):
         return None
-    first = edges[0]
+    first = readers[0][1]
     reader_domain = sdg.nodes[first.sink].domain
     if not _shift_of(first.index, reader_domain, len(node.domain)):
         return None
     points = set()
-    for e in edges:
+    for _, e in readers:
         sink = sdg.nodes[e.sink]
         if e.index is not first.index or len(runs.get(e.sink, ())) != 1 or \
                 not (len(sink.domain) == len(reader_domain) and all(a is b for a, b in zip(sink.domain, reader_domain))):
             return None
         points.add(runs[e.sink][0].point)
-    if len(points) != 1:
-        return None
-    (point,) = points
-    at = dict(zip(reader_domain, point))
-    freed = tuple(simplify(item.substitute(at)) for item in first.index.args)
-    label = runs[n][0].label
-    return freed, frozenset(e.sink for e in edges), label
+    return tuple(k for k, _ in readers) if len(points) == 1 else None
 
 
 def _read_once_besides(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int], domains,
@@ -127,7 +168,7 @@ def _read_once_besides(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int]
                and _shift_of(e.index, sdg.nodes[e.sink].domain, len(sdg.nodes[n].domain))]
     if not shifted or len(shifted) == len(edges):
         return None
-    found = _read_once(sdg, n, [e for _, e in shifted], runs, keep, out)
+    found = _read_once(sdg, n, shifted, runs, keep, out)
     if found is None:
         return None
     inside = {k for k, _ in shifted}
@@ -182,10 +223,7 @@ def _tile_read_last(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int], d
     last = _last_holder(sdg, tile.sink, runs, domains, times)
     if last is None:
         return None
-    (ex,) = runs[last]
-    at = dict(zip(sdg.nodes[last].domain, ex.point))
-    freed = tuple(simplify(item.substitute(at)) for item in tile.index.args)
-    return freed, frozenset({last}), runs[n][0].label
+    return Dealloc(n, (), (k_tile,), None if last == tile.sink else last)
 
 
 # Ops whose output may be a view of their input (on NumPy): a reader of a tile that only
@@ -261,44 +299,6 @@ def _shift_of(index: Expr, reader_domain: tuple[Expr, ...], rank: int) -> bool:
         if not offset.is_const:
             return False
     return True
-
-
-def _place(stmt: ast.Stmt, frees: dict, placed: set[int]) -> ast.Stmt:
-    """Insert each Free after the child of the innermost sequence that holds all its readers
-    (``placed``: the tensors freed already, deeper in)."""
-    if isinstance(stmt, ast.Loop):
-        return ast.Loop(stmt.var, stmt.start, stmt.cond, stmt.step, _place(stmt.body, frees, placed))
-    if isinstance(stmt, ast.If):
-        orelse = _place(stmt.orelse, frees, placed) if stmt.orelse is not None else None
-        return ast.If(stmt.cond, _place(stmt.then, frees, placed), orelse)
-    if not isinstance(stmt, ast.Sequence):
-        return stmt
-    children = [_place(child, frees, placed) for child in stmt.body]
-    here = [_executed_here(child) for child in children]
-    after: dict[int, list[ast.Free]] = defaultdict(list)
-    for key, (point, sinks, label) in frees.items():
-        holding = [k for k, nodes in enumerate(here) if nodes & sinks]
-        if key in placed or not holding or set().union(*(here[k] & sinks for k in holding)) != sinks:
-            continue
-        n, outputs = key
-        after[max(holding)].append(ast.Free(n, point, label, outputs))
-        placed.add(key)
-    body = []
-    for k, child in enumerate(children):
-        body.append(child)
-        body.extend(after.get(k, ()))
-    return ast.Sequence(tuple(body))
-
-
-def _executed_here(stmt: ast.Stmt) -> set[int]:
-    """Nodes ``stmt`` executes at its own level: through ``if``\\ s, not inside loops."""
-    if isinstance(stmt, ast.Execute):
-        return {stmt.node_id}
-    if isinstance(stmt, ast.If):
-        return _executed_here(stmt.then) | (_executed_here(stmt.orelse) if stmt.orelse is not None else set())
-    if isinstance(stmt, ast.Sequence):
-        return set().union(*(_executed_here(s) for s in stmt.body)) if stmt.body else set()
-    return set()
 
 
 def _small(node: Node, out: int | None = None) -> bool:

@@ -65,11 +65,10 @@ def test_the_memplan_plan_runs_like_the_default_plan_with_fewer_moves_when_there
     want = program(None).run(BOUNDS)
     default = program({"device_budget": "64MB"})
     planned = program({"device_budget": "64MB", "plan": "memplan"})
-    half = program({"device_budget": "12MB", "plan": "memplan"})  # room for one of the two
-    tight = program({"device_budget": "9MB", "plan": "memplan"})  # the last launch reads both: 8 MiB
+    half = program({"device_budget": "9MB", "plan": "memplan"})  # room for one of the two (x is freed early)
     moves = lambda p: [s for s in ast.leaves(p.ast) if isinstance(s, ast.Evict)]
-    assert not moves(planned) and 0 < len(moves(half)) < len(moves(tight)) == len(moves(default))
-    for p in (default, planned, half, tight):
+    assert not moves(planned) and 0 < len(moves(half)) < len(moves(default))
+    for p in (default, planned, half):
         got = p.run(BOUNDS)
         np.testing.assert_array_equal(got[0], want[0])
         assert p.ledger.peak["device"] <= p.memory["device_budget"]

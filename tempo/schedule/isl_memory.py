@@ -1,0 +1,232 @@
+"""Deallocation statements scheduled with the computation (TEMPO §5.2, Fig. 15a).
+
+Each tensor :func:`tempo.schedule.memory.deallocations` frees becomes a
+statement ``F<n>`` (``F<n>_<j>`` for some of its outputs) over the points it
+frees, a subset of the producer's domain: ``F<n>[p]`` deallocates point ``p``.
+Its dependences are Fig. 15a's: the producer's identity dependence
+(``S<n>[p]`` before ``F<n>[p]``) and, through the inverse of every read
+access, each reader instance ``S<r>[q]`` that reads ``p`` before
+``F<n>[p]`` (and, where a reader hands on a view of what it read, the
+statement holding that view). Proximity asks for the free as early as those
+dependences allow: right after the last of them.
+
+The computation's schedule comes first and stays as it is: the memory
+statements must not change the order of the computation, and isl's
+scheduler cannot hold part of a schedule fixed (a second
+``compute_schedule`` over computation and frees would schedule the
+computation anew). So each free is placed from its dependences over the
+computed schedule: isl's ``lexmax`` over the times of the instances it
+waits for gives, for every point, the last of them, and the free runs right
+after it. Where the last statement differs between points (a reader one
+step ahead stops at the loop's last step), the free runs after the place in
+the loop body of the one statement that follows every dependence (checked
+with isl), so it needs no branch per statement:
+
+* on isl's schedule tree, the frees placed after a statement of one leaf
+  are grafted after that leaf as an extension node (``graft_after``) that
+  maps the leaf's prefix schedule (the iteration of the loops around it) to
+  the points freed there; isl's AST generator scans them with the
+  computation, and the statements' order in the tree does not change;
+* on a flat schedule map (:mod:`tempo.schedule.shift_fusion`'s times), every
+  time gets one more dimension, 0 for the computation and 1 for a free, and
+  a free's time is its statement's with that 1.
+
+A free of the rows a tile read is scanned as a loop over those rows, which
+:func:`tempo.schedule.memory.batch_frees` turns into one free of a slice.
+Either way isl's AST holds the frees where the schedule puts them, and
+:func:`tempo.schedule.isl_schedule.to_tempo_ast` turns them into
+:class:`~tempo.schedule.ast.Free` statements.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from tempo.ir.sdg import SDG
+from tempo.schedule.isl_domains import Domains, statement
+from tempo.schedule.isl_schedule import free_statement
+from tempo.schedule.memory import Dealloc
+
+
+def with_deallocations(sdg: SDG, d: Domains, schedule: isl.Schedule | isl.UnionMap,
+                       deallocs: list[Dealloc]) -> isl.Schedule | isl.UnionMap:
+    """``schedule`` (a schedule tree or a flat map) with a free statement per entry of
+    ``deallocs``, each point freed right after the last statement instance depending on it."""
+    times = schedule if isinstance(schedule, isl.UnionMap) else schedule.get_map()
+    deps = reach = None
+    for dealloc in deallocs:
+        dep = dependences(sdg, d, dealloc)
+        if dep is not None:
+            deps = dep if deps is None else deps.union(dep)
+            boxed = dependences(sdg, d, dealloc, boxed=True)
+            reach = boxed if reach is None else reach.union(boxed)
+    if deps is None:
+        return schedule
+    freed_by = deps.reverse()  # free instance -> the instances it waits for
+    last = freed_by.apply_range(times).lexmax()
+    pieces = _by_statement(freed_by.intersect(last.apply_range(times.reverse())))
+    pieces = _joined(pieces, freed_by, reach.reverse(), times)
+    if isinstance(schedule, isl.UnionMap):
+        return _appended(times, 0).union(_appended(pieces.apply_range(_extended(times)), 1))
+    return _grafted(schedule, pieces)
+
+
+def _joined(pieces: isl.UnionMap, freed_by: isl.UnionMap, reach: isl.UnionMap, times: isl.UnionMap) -> isl.UnionMap:
+    """``pieces`` with the pieces of each free joined into one where that is valid: every point
+    freed after the place in the loop body of one piece's statement, also where that statement
+    does not run (the last step of a loop, where a reader reading one step ahead stops), so
+    the free runs under its own condition only instead of one branch per statement."""
+    by_free: dict[str, list[isl.Map]] = {}
+    pieces.foreach_map(lambda m: by_free.setdefault(_free_of(m), []).append(m))
+    out = None
+    for name, maps in by_free.items():
+        joined = _one_piece(name, maps, freed_by, reach, times) if len(maps) > 1 else None
+        for m in [joined] if joined is not None else maps:
+            out = isl.UnionMap.from_map(m) if out is None else out.union(isl.UnionMap.from_map(m))
+    return out
+
+
+def _one_piece(name: str, maps: list[isl.Map], freed_by: isl.UnionMap, reach: isl.UnionMap,
+               times: isl.UnionMap) -> isl.Map | None:
+    """The free ``name``'s points all placed at one of its pieces' statements (see :func:`_joined`),
+    or None when no piece's place follows every instance the free waits for. ``reach``: free ->
+    the instances of each statement's box that would read the point (executed or not)."""
+    points = None
+    for m in maps:
+        p = m.domain().set_tuple_name(name)
+        points = p if points is None else points.union(p)
+    waits = freed_by.intersect_domain(isl.UnionSet.from_set(points)).apply_range(times)
+    reads: list[isl.Map] = []
+    reach.intersect_domain(isl.UnionSet.from_set(points)).foreach_map(reads.append)
+    for m in maps:  # at the point of its loop body where m's statement runs, at the readers' point
+        at = m.get_tuple_name(isl.dim_type.out)
+        everywhere = None
+        for r in reads:
+            if r.dim(isl.dim_type.out) == m.dim(isl.dim_type.out):
+                r = isl.UnionMap.from_map(r.set_tuple_name(isl.dim_type.out, at))
+                everywhere = r if everywhere is None else everywhere.union(r)
+        if everywhere is None:
+            continue
+        if everywhere.is_empty() or not everywhere.is_single_valued() or \
+                not everywhere.domain().is_equal(isl.UnionSet.from_set(points)):
+            continue
+        if _not_before(waits, everywhere.apply_range(_extended(times))):
+            return isl.Map.from_union_map(everywhere)
+    return None
+
+
+def _not_before(waits: isl.UnionMap, at: isl.UnionMap) -> bool:
+    """Whether, for every free instance, ``at``'s time is no earlier than any time of ``waits``."""
+    pairs = at.reverse().apply_range(waits)  # the free's time -> the times it waits for
+    if pairs.is_empty():
+        return True
+    space = pairs.range().get_set_list().get_at(0).get_space()
+    return pairs.is_subset(isl.UnionMap.from_map(isl.Map.lex_ge(space)))
+
+
+def _free_of(m: isl.Map) -> str:
+    """The name of the free statement whose piece ``m`` is: ``F<n>_0...``."""
+    node_id, _, *outputs = (int(part) for part in m.get_tuple_name(isl.dim_type.in_)[1:].split("_"))
+    return free_statement(node_id, tuple(outputs))
+
+
+def _extended(times: isl.UnionMap) -> isl.UnionMap:
+    """Each statement's time as a function of its dims beyond its domain (the place in its loop
+    body where it would run)."""
+    maps: list[isl.Map] = []
+    times.foreach_map(maps.append)
+    out = None
+    for m in maps:
+        m = isl.UnionMap.from_map(m.gist_domain(m.domain()))
+        out = m if out is None else out.union(m)
+    return out
+
+
+def dependences(sdg: SDG, d: Domains, dealloc: Dealloc, boxed: bool = False) -> isl.UnionMap | None:
+    """``S[q] -> F[p]``: every instance that must run before point ``p`` is freed (Fig. 15a).
+
+    ``boxed``: the readers only, with the instances of their boxes, executed or not (where
+    each would read ``p``)."""
+    name = free_statement(dealloc.node, dealloc.outputs)
+    runs = d.box if boxed else d.executed
+
+    def to_free(reads: isl.Map) -> isl.UnionMap:  # reader[q] -> source[p], as reader[q] -> F[p]
+        return isl.UnionMap.from_map(reads.set_tuple_name(isl.dim_type.out, name))
+
+    def executed_reads(k: int) -> isl.Map:
+        e = sdg.edges[k]
+        at = runs[e.sink].intersect(d.active[k])
+        return d.reads[k].intersect_domain(at).intersect_range(runs[e.src])
+
+    freed = None
+    for k in dealloc.edges:
+        points = executed_reads(k).range().intersect(d.executed[dealloc.node])
+        freed = points if freed is None else freed.union(points)
+    if freed is None or freed.is_empty():
+        return None
+    freed_at = isl.UnionSet.from_set(freed.set_tuple_name(name))
+    producer = isl.Map.identity(freed.get_space().map_from_set()).intersect_domain(freed)
+    deps = to_free(producer.subtract(producer) if boxed else producer)
+    for k, e in enumerate(sdg.edges):
+        if e.src == dealloc.node and e.sink_in >= 0 and (not dealloc.outputs or e.src_out in dealloc.outputs):
+            deps = deps.union(to_free(executed_reads(k)))
+    if dealloc.holder is not None and not boxed:  # the holder at the reader's own point holds a view of what it read
+        (k,) = dealloc.edges
+        held = executed_reads(k).set_tuple_name(isl.dim_type.in_, statement(dealloc.holder))
+        deps = deps.union(to_free(held.intersect_domain(runs[dealloc.holder])))
+    return deps.intersect_range(freed_at)
+
+
+def _by_statement(last: isl.UnionMap) -> isl.UnionMap:
+    """``last`` (free -> the last instances it waits for) with each free split into one piece
+    per statement that runs last at some of its points (``F<n>_<piece>``): a piece's time is
+    that statement's, one affine time and one place in a loop body."""
+    maps: list[isl.Map] = []
+    last.foreach_map(maps.append)
+    out, taken = None, {}
+    for m in sorted(maps, key=lambda m: (m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out))):
+        name = m.get_tuple_name(isl.dim_type.in_)
+        piece, earlier = taken.get(name, (0, None))
+        if earlier is not None:  # freed after an instance of an earlier piece's statement too
+            m = m.subtract_domain(earlier)
+        if m.is_empty():
+            continue
+        taken[name] = (piece + 1, m.domain() if earlier is None else earlier.union(m.domain()))
+        node_id, _, *outputs = (int(part) for part in name[1:].split("_"))
+        m = m.set_tuple_name(isl.dim_type.in_, free_statement(node_id, tuple(outputs), piece))
+        out = isl.UnionMap.from_map(m) if out is None else out.union(isl.UnionMap.from_map(m))
+    return out
+
+
+def _appended(times: isl.UnionMap, value: int) -> isl.UnionMap:
+    """``times`` with one more time dimension, equal to ``value``."""
+    ctx = times.get_ctx()
+    at = isl.UnionSet.read_from_str(ctx, f"{{ [{value}] }}").align_params(times.get_space())
+    return times.flat_range_product(isl.UnionMap.from_domain_and_range(times.domain(), at))
+
+
+def _grafted(schedule: isl.Schedule, last: isl.UnionMap) -> isl.Schedule:
+    """``schedule`` with each free instance of ``last`` (free -> the last instance it waits for)
+    grafted right after the leaf holding that instance, at that instance's prefix schedule."""
+    grafts = []
+    left = last
+    for path, leaf in _leaves(schedule.get_root()):
+        here = left.intersect_range(leaf.get_universe_domain())
+        if here.is_empty():
+            continue
+        left = left.subtract_domain(here.domain())
+        grafts.append((path, here.apply_range(_extended(leaf.get_prefix_schedule_union_map())).reverse()))
+    for path, extension in reversed(grafts):  # the later leaves first: the earlier paths stay valid
+        node = schedule.get_root()
+        for k in path:
+            node = node.child(k)
+        schedule = node.graft_after(isl.ScheduleNode.from_extension(extension)).get_schedule()
+    return schedule
+
+
+def _leaves(node: isl.ScheduleNode, path: tuple[int, ...] = ()):
+    """Every leaf under ``node`` in document order, with its path of child positions."""
+    if node.get_type() == isl.schedule_node_type.leaf:
+        yield path, node
+        return
+    for k in range(node.n_children()):
+        yield from _leaves(node.child(k), path + (k,))
