@@ -6,6 +6,11 @@ parameters, grouped-query attention) decoded greedily three ways:
 - **tempo**: ``tpo.llm.Llama.generate`` on the NumPy backend, from a one-token
   prompt up to the longest length, K/V stored as the runtime chooses (block
   store for causal, window store for window attention);
+- **tempo-jax** (``--systems tempo tempo-jax torch jax``; not in the default
+  run, which it would take past 30 minutes): the same program on the JAX
+  backend, window attention only (every fused island is one XLA program,
+  compiled once per shape: the window's reads stop changing shape once it
+  is full; a causal read ``k[0:t+1]`` changes shape at every token);
 - **torch**: an eager PyTorch decoder with a growing K/V cache (``torch.cat``
   per token; window attention keeps the last ``w`` entries), the usual
   reference implementation;
@@ -43,6 +48,7 @@ the prompt. Prints tables and writes ``docs/results/decode.json`` (and
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -117,7 +123,8 @@ def _tbt(stamps: list[tuple[float, float]]) -> dict:
 
 
 # ----- Tempo -----
-def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], last: int, tile: int | None):
+def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], last: int, tile: int | None,
+              backend: str = "numpy"):
     import tempo as tpo
     from tempo.llm import program as program_mod
     from tempo.llm.attention import Attention
@@ -143,7 +150,7 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
         dp = program_mod.build(config, wts, np.ones((batch, 1), np.int64), Attention(window, tile), Sampling(),
                                on_token)
         started = time.perf_counter()
-        program = ctx.compile(fetch=[dp.tokens])
+        program = ctx.compile(fetch=[dp.tokens], backend=backend)
         compile_s = time.perf_counter() - started
     bounds = {k.name: v for k, v in dp.bounds(size.layers, max(lengths)).items()}
     executor.append(Executor(program.sdg, program.ast, program.backend, bounds, keep={n for n, _ in program.fetch}))
@@ -351,7 +358,9 @@ PREFILL = {"tempo": prefill_tempo, "torch": prefill_torch}
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
 
-SYSTEMS = {"tempo": run_tempo, "torch": run_torch, "jax": run_jax}
+SYSTEMS = {"tempo": run_tempo, "tempo-jax": functools.partial(run_tempo, backend="jax"), "torch": run_torch,
+           "jax": run_jax}
+CAUSAL = ("tempo", "torch", "jax")  # the systems of the causal sweep
 
 
 def compile_times(size: Size, layer_counts: list[int]) -> list[dict]:
@@ -404,9 +413,10 @@ def run_child(spec: dict, timeout: float) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| attention | batch | length | " + " | ".join(f"{s} TBT ms" for s in SYSTEMS) + " | "
-             + " | ".join(f"{s} CPU ms" for s in SYSTEMS) + " | " + " | ".join(f"{s} K/V MB" for s in SYSTEMS) + " |",
-             "|---|---|---|" + "---|" * (3 * len(SYSTEMS))]
+    systems = [s for s in SYSTEMS if any(r["system"] == s for r in results)]
+    lines = ["| attention | batch | length | " + " | ".join(f"{s} TBT ms" for s in systems) + " | "
+             + " | ".join(f"{s} CPU ms" for s in systems) + " | " + " | ".join(f"{s} K/V MB" for s in systems) + " |",
+             "|---|---|---|" + "---|" * (3 * len(systems))]
     groups = {}
     for r in results:
         groups.setdefault((r["attention"], r["batch"]), {})[r["system"]] = r
@@ -416,9 +426,9 @@ def table(results: list[dict]) -> str:
             def cell(system, key):
                 row = by_system.get(system, {}).get("rows", {}).get(str(n))
                 return "-" if row is None or row.get(key) is None else f"{row[key]:.1f}"
-            lines.append(f"| {attention} | {batch} | {n} | " + " | ".join(cell(s, "tbt_ms") for s in SYSTEMS)
-                         + " | " + " | ".join(cell(s, "cpu_ms") for s in SYSTEMS)
-                         + " | " + " | ".join(cell(s, "kv_mb") for s in SYSTEMS) + " |")
+            lines.append(f"| {attention} | {batch} | {n} | " + " | ".join(cell(s, "tbt_ms") for s in systems)
+                         + " | " + " | ".join(cell(s, "cpu_ms") for s in systems)
+                         + " | " + " | ".join(cell(s, "kv_mb") for s in systems) + " |")
     return "\n".join(lines)
 
 
@@ -453,7 +463,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="tiny lengths and batch, to check the script")
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--systems", nargs="+", default=list(CAUSAL), choices=list(SYSTEMS))
     parser.add_argument("--batches", nargs="+", type=int, default=[4, 16])
     parser.add_argument("--lengths", nargs="+", type=int, default=[256, 512, 1024, 2048, 4096, 8192])
     parser.add_argument("--causal-max", type=int, default=2048,
@@ -536,6 +546,8 @@ def main() -> None:
             lengths = [n for n in lengths if n <= ns.causal_max]
         for batch in ns.batches:
             for system in ns.systems:
+                if attention == "causal" and system not in CAUSAL:
+                    continue
                 spec = {"system": system, "batch": batch, "lengths": lengths, "last": ns.last,
                         "window": ns.window if attention == "window" else None, "size": asdict(size)}
                 t0 = time.perf_counter()
