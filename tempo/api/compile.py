@@ -15,7 +15,7 @@ from tempo.runtime.memory import BudgetExceeded, Ledger, parse_bytes
 from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains, isl_memory, isl_schedule
 from tempo.schedule import memory as schedule_memory
-from tempo.schedule import swap
+from tempo.schedule import swap, swap_passes
 from tempo.schedule import orderings as schedule_orderings
 from tempo.schedule import shift_fusion
 from tempo.symbolic.expr import Expr, bound_of
@@ -227,21 +227,33 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     scheduled = schedule if fused is None else fused
     tree = isl_schedule.build_ast(sdg, domains, scheduled)
     timings["ast"] = time.perf_counter() - start
-    if memory["deallocate"] and scheduled is not None:
-        start = time.perf_counter()
-        times = fused if fused is not None else schedule.get_map()
-        deallocs = schedule_memory.deallocations(sdg, tree, {n for n, _ in fetch_ids}, domains, times)
-        if deallocs:
-            scheduled = isl_memory.with_deallocations(sdg, domains, scheduled, deallocs)
-            tree = schedule_memory.batch_frees(isl_schedule.build_ast(sdg, domains, scheduled))
-        timings["memory"] = time.perf_counter() - start
-    if memory["device_budget"] is not None:
-        start = time.perf_counter()
-        tree = swap.apply(sdg, tree, {n for n, _ in fetch_ids}, _bound_values(bounds), memory["device_budget"],
-                          memory["plan"])
-        timings["swap"] = time.perf_counter() - start
+    if scheduled is not None and (memory["deallocate"] or memory["device_budget"] is not None):
+        tree = _with_memory(sdg, domains, scheduled, tree, fused if fused is not None else schedule.get_map(),
+                            {n for n, _ in fetch_ids}, _bound_values(bounds), memory, timings)
     return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats,
                    memory=memory)
+
+
+def _with_memory(sdg, domains, scheduled, tree: ast_mod.Stmt, times, keep: set[int], bounds: dict, memory: dict,
+                 timings: dict) -> ast_mod.Stmt:
+    """``tree`` rebuilt from ``scheduled`` with the memory statements isl schedules with the
+    computation (TEMPO §5.2): the frees (``memory["deallocate"]``), then, under a device budget,
+    the evicts and loads of the tensors the swap plan chooses given the AST with those frees."""
+    start = time.perf_counter()
+    deallocs = schedule_memory.deallocations(sdg, tree, keep, domains, times) if memory["deallocate"] else []
+    if deallocs:
+        tree = schedule_memory.batch_frees(isl_schedule.build_ast(
+            sdg, domains, isl_memory.with_memory(sdg, domains, scheduled, deallocs)))
+    timings["memory"] = time.perf_counter() - start
+    if memory["device_budget"] is None:
+        return tree
+    start = time.perf_counter()
+    swapped = swap.choose(sdg, tree, keep, bounds, memory["device_budget"], memory["plan"])
+    if swapped:
+        with_swaps = isl_memory.with_memory(sdg, domains, scheduled, deallocs, swapped)
+        tree = swap_passes.apply(sdg, schedule_memory.batch_frees(isl_schedule.build_ast(sdg, domains, with_swaps)))
+    timings["swap"] = time.perf_counter() - start
+    return tree
 
 
 def _budget_passes(passes: dict, budget: int, bounds: dict, backend: Backend) -> dict:

@@ -1,4 +1,5 @@
-"""Deallocation statements scheduled with the computation (TEMPO §5.2, Fig. 15a).
+"""Memory statements scheduled with the computation (TEMPO §5.2, Fig. 15): deallocations
+(Fig. 15a) here, and the evicts and loads of :mod:`tempo.schedule.isl_swap` (Fig. 15b).
 
 Each tensor :func:`tempo.schedule.memory.deallocations` frees becomes a
 statement ``F<n>`` (``F<n>_<j>`` for some of its outputs) over the points it
@@ -27,31 +28,52 @@ with isl), so it needs no branch per statement:
   maps the leaf's prefix schedule (the iteration of the loops around it) to
   the points freed there; isl's AST generator scans them with the
   computation, and the statements' order in the tree does not change;
+  the loads of a leaf's instances are grafted before it (``graft_before``),
+  its evicts after it and before its frees;
 * on a flat schedule map (:mod:`tempo.schedule.shift_fusion`'s times), every
-  time gets one more dimension, 0 for the computation and 1 for a free, and
-  a free's time is its statement's with that 1.
+  time gets one more dimension, 0 for a load, 1 for the computation, 2 for
+  an evict and 3 for a free, and a memory statement's time is that of the
+  instance it precedes or follows with its value.
 
 A free of the rows a tile read is scanned as a loop over those rows, which
 :func:`tempo.schedule.memory.batch_frees` turns into one free of a slice.
-Either way isl's AST holds the frees where the schedule puts them, and
-:func:`tempo.schedule.isl_schedule.to_tempo_ast` turns them into
-:class:`~tempo.schedule.ast.Free` statements.
+Either way isl's AST holds the memory statements where the schedule puts
+them, and :func:`tempo.schedule.isl_schedule.to_tempo_ast` turns them into
+:class:`~tempo.schedule.ast.Free`, :class:`~tempo.schedule.ast.Evict` and
+:class:`~tempo.schedule.ast.Load` statements.
 """
 from __future__ import annotations
 
 import islpy as isl
 
 from tempo.ir.sdg import SDG
+from tempo.schedule import isl_swap
 from tempo.schedule.isl_domains import Domains, statement
 from tempo.schedule.isl_schedule import free_statement
 from tempo.schedule.memory import Dealloc
 
 
-def with_deallocations(sdg: SDG, d: Domains, schedule: isl.Schedule | isl.UnionMap,
-                       deallocs: list[Dealloc]) -> isl.Schedule | isl.UnionMap:
+def with_memory(sdg: SDG, d: Domains, schedule: isl.Schedule | isl.UnionMap, deallocs: list[Dealloc],
+                swapped: set[tuple[int, int]] = frozenset()) -> isl.Schedule | isl.UnionMap:
     """``schedule`` (a schedule tree or a flat map) with a free statement per entry of
-    ``deallocs``, each point freed right after the last statement instance depending on it."""
+    ``deallocs``, each point freed right after the last statement instance depending on it, and
+    the evicts and loads of the ``swapped`` tensors (:mod:`tempo.schedule.isl_swap`)."""
     times = schedule if isinstance(schedule, isl.UnionMap) else schedule.get_map()
+    loads, evicts = isl_swap.placements(sdg, d, times, swapped)
+    frees = _frees(sdg, d, times, deallocs)
+    if loads is None and evicts is None and frees is None:
+        return schedule
+    if isinstance(schedule, isl.UnionMap):  # in one time: the loads, the computation, the evicts, the frees
+        out = _appended(times, 1)
+        for placed, value in ((loads, 0), (evicts, 2), (frees, 3)):
+            if placed is not None:
+                out = out.union(_appended(placed.apply_range(_extended(times)), value))
+        return out
+    return _grafted(schedule, loads, [evicts, frees])
+
+
+def _frees(sdg: SDG, d: Domains, times: isl.UnionMap, deallocs: list[Dealloc]) -> isl.UnionMap | None:
+    """Each free instance -> the instance it runs right after (the last it waits for)."""
     deps = reach = None
     for dealloc in deallocs:
         dep = dependences(sdg, d, dealloc)
@@ -60,14 +82,11 @@ def with_deallocations(sdg: SDG, d: Domains, schedule: isl.Schedule | isl.UnionM
             boxed = dependences(sdg, d, dealloc, boxed=True)
             reach = boxed if reach is None else reach.union(boxed)
     if deps is None:
-        return schedule
+        return None
     freed_by = deps.reverse()  # free instance -> the instances it waits for
     last = freed_by.apply_range(times).lexmax()
     pieces = _by_statement(freed_by.intersect(last.apply_range(times.reverse())))
-    pieces = _joined(pieces, freed_by, reach.reverse(), times)
-    if isinstance(schedule, isl.UnionMap):
-        return _appended(times, 0).union(_appended(pieces.apply_range(_extended(times)), 1))
-    return _grafted(schedule, pieces)
+    return _joined(pieces, freed_by, reach.reverse(), times)
 
 
 def _joined(pieces: isl.UnionMap, freed_by: isl.UnionMap, reach: isl.UnionMap, times: isl.UnionMap) -> isl.UnionMap:
@@ -204,22 +223,30 @@ def _appended(times: isl.UnionMap, value: int) -> isl.UnionMap:
     return times.flat_range_product(isl.UnionMap.from_domain_and_range(times.domain(), at))
 
 
-def _grafted(schedule: isl.Schedule, last: isl.UnionMap) -> isl.Schedule:
-    """``schedule`` with each free instance of ``last`` (free -> the last instance it waits for)
-    grafted right after the leaf holding that instance, at that instance's prefix schedule."""
-    grafts = []
-    left = last
+def _grafted(schedule: isl.Schedule, before: isl.UnionMap | None, afters: list) -> isl.Schedule:
+    """``schedule`` with each instance of ``before`` (statement -> the instance it precedes)
+    grafted right before the leaf holding that instance, and those of each of ``afters``
+    (statement -> the instance it follows) right after it, in the order of ``afters``, each at
+    that instance's prefix schedule (a free may follow an instance that does not run: the
+    leaf's statements, not its executed instances, decide where it goes)."""
+    grafts, left = [], [before, *afters]
     for path, leaf in _leaves(schedule.get_root()):
-        here = left.intersect_range(leaf.get_universe_domain())
-        if here.is_empty():
+        here = [None if placed is None else placed.intersect_range(leaf.get_universe_domain()) for placed in left]
+        if all(h is None or h.is_empty() for h in here):
             continue
-        left = left.subtract_domain(here.domain())
-        grafts.append((path, here.apply_range(_extended(leaf.get_prefix_schedule_union_map())).reverse()))
-    for path, extension in reversed(grafts):  # the later leaves first: the earlier paths stay valid
+        left = [placed if h is None else placed.subtract_domain(h.domain()) for placed, h in zip(left, here)]
+        prefix = _extended(leaf.get_prefix_schedule_union_map())
+        grafts.append((path, [None if h is None or h.is_empty() else h.apply_range(prefix).reverse() for h in here]))
+    for path, (first, *then) in reversed(grafts):  # the later leaves first: the earlier paths stay valid
         node = schedule.get_root()
         for k in path:
             node = node.child(k)
-        schedule = node.graft_after(isl.ScheduleNode.from_extension(extension)).get_schedule()
+        for extension in reversed(then):  # each grafted right after the leaf: the last one first
+            if extension is not None:
+                node = node.graft_after(isl.ScheduleNode.from_extension(extension))
+        if first is not None:
+            node = node.graft_before(isl.ScheduleNode.from_extension(first))
+        schedule = node.get_schedule()
     return schedule
 
 

@@ -132,9 +132,13 @@ def free_statement(node_id: int, outputs: tuple[int, ...] = (), piece: int = 0) 
     return "_".join([f"F{node_id}", str(piece), *map(str, outputs)])
 
 
+_MOVES = {"E": ast.Evict, "L": ast.Load}
+
+
 def to_tempo_ast(node: isl.AstNode, sdg: SDG) -> ast.Stmt:
     """isl's AST as Tempo's: a statement ``S<n>`` executes node ``n``, a statement ``F<n>_<piece>`` (or
-    ``F<n>_<piece>_<j>...``) frees its outputs (see :func:`free_statement`)."""
+    ``F<n>_<piece>_<j>...``) frees its outputs (see :func:`free_statement`), ``E<n>_<r>...`` and
+    ``L<n>_<r>...`` evict and load them (see :func:`tempo.schedule.isl_swap.swap_statement`)."""
     kind = node.get_type()
     if kind == isl.ast_node_type.block:
         children = node.block_get_children()
@@ -159,6 +163,9 @@ def to_tempo_ast(node: isl.AstNode, sdg: SDG) -> ast.Stmt:
         label = sdg.nodes[node_id].label or f"{sdg.nodes[node_id].op.name}%{node_id}"
         if name.startswith("F"):
             return ast.Free(node_id, point, label, tuple(parts[1:]))
+        if name[0] in _MOVES:  # the moved point is the call's last arguments (a reader's point may precede it)
+            point = point[len(point) - len(sdg.nodes[node_id].domain):]
+            return _MOVES[name[0]](node_id, point, label, tuple(parts[1:]))
         return ast.Execute(node_id, point, label)
     if kind == isl.ast_node_type.mark:
         return to_tempo_ast(node.mark_get_node(), sdg)

@@ -1,14 +1,12 @@
-"""The swap plan: evict and load statements in the schedule AST (TEMPO §5.2, Fig. 15b).
+"""The swap plan: which tensors live in the host tier between their uses (TEMPO §5.2, Fig. 15b).
 
-A tensor the plan swaps lives in the host tier between its uses. For every
-statement that produces it, an evict of the point produced follows
-(Evict_A: right after production); for every statement that reads it, a
-load of what that statement reads precedes it and an evict of the same
-points follows it (Load, and Evict_B after the last use). A read under a
-condition (a merge's branch) is loaded and evicted under that condition.
-The AST passes of :mod:`tempo.schedule.swap_passes` then remove the moves
-that change nothing (a point evicted and loaded back with no use between
-stays on the device) and batch loops of moves into moves of slices.
+:func:`choose` picks the tensors; :mod:`tempo.schedule.isl_swap` places their
+evict and load statements on the computed schedule (an evict right after
+production, per reader a load before its first read of each point and an
+evict after its last), and the AST passes of :mod:`tempo.schedule.swap_passes`
+then remove the moves that change nothing (a point evicted and loaded back
+with no use between stays on the device) and batch loops of moves into
+moves of slices.
 
 Which tensors swap (:func:`candidates`, the default plan): never the
 frequently read ones (parameters, which are read at points; K/V and other
@@ -30,18 +28,17 @@ import numpy as np
 
 from tempo.errors import TempoError
 from tempo.ir.sdg import SDG
-from tempo.schedule import ast, swap_passes
+from tempo.schedule import ast
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import bound_of
-from tempo.symbolic.simplify import simplify
 
 MIN_BYTES = 1 << 20
 
 
-def apply(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int] | None,
-          budget: int, plan: str = "default") -> ast.Stmt:
-    """``program`` with the evict and load statements of ``plan`` (see :func:`known_plan`) for a
-    device ``budget`` in bytes and the run's ``bounds`` (None: not known), after the swap AST passes."""
+def choose(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int] | None,
+           budget: int, plan: str = "default") -> set[tuple[int, int]]:
+    """``(node, output)`` of every tensor ``plan`` (see :func:`known_plan`) swaps in ``program`` for
+    a device ``budget`` in bytes and the run's ``bounds`` (None: not known)."""
     bounds = with_tiles(sdg, bounds)
     swapped = candidates(sdg, program, keep, bounds)
     if plan != "default" and swapped:
@@ -52,7 +49,7 @@ def apply(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int] | 
 
         agent = plan.partition(":")[2] or "heuristic"
         swapped -= tempo_schedule.resident(sdg, program, keep, bounds, budget, swapped, agent)
-    return swap_passes.apply(sdg, insert_swaps(sdg, program, swapped))
+    return swapped
 
 
 def known_plan(plan) -> bool:
@@ -105,63 +102,6 @@ def candidates(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, in
     sliced = {(e.src, e.src_out) for e in sdg.edges if any(item.op == "slice" for item in e.index.args)}
     return {key for key, nbytes in block_bytes(sdg, program, keep, bounds, whole=True).items()
             if key in sliced and nbytes >= MIN_BYTES}
-
-
-def insert_swaps(sdg: SDG, program: ast.Stmt, swapped: set[tuple[int, int]]) -> ast.Stmt:
-    """``program`` with a load before and an evict after each read of a ``swapped`` tensor, and
-    an evict after each statement that produces one (see the module docstring)."""
-    if not swapped:
-        return program
-
-    def walk(stmt: ast.Stmt) -> list[ast.Stmt]:
-        if isinstance(stmt, ast.Sequence):
-            return [ast.Sequence(tuple(s for child in stmt.body for s in walk(child)))]
-        if isinstance(stmt, ast.Loop):
-            return [ast.Loop(stmt.var, stmt.start, stmt.cond, stmt.step, _one(walk(stmt.body)))]
-        if isinstance(stmt, ast.If):
-            orelse = _one(walk(stmt.orelse)) if stmt.orelse is not None else None
-            return [ast.If(stmt.cond, _one(walk(stmt.then)), orelse)]
-        if isinstance(stmt, ast.Execute):
-            return _around(sdg, stmt, swapped)
-        return [stmt]
-
-    return _one(walk(program))
-
-
-def _around(sdg: SDG, stmt: ast.Execute, swapped) -> list[ast.Stmt]:
-    """The loads before ``stmt``, ``stmt``, and the evicts after it."""
-    node = sdg.nodes[stmt.node_id]
-    at = dict(zip(node.domain, stmt.point))
-    reads = {}
-    for e in sdg.in_edges(stmt.node_id):
-        if e.sink_in >= 0 and (e.src, e.src_out) in swapped:
-            index = tuple(simplify(item.substitute(at)) for item in e.index.args)
-            cond = simplify(e.cond.substitute(at)) if e.cond is not None else None
-            reads.setdefault((e.src, e.src_out, index, cond), None)
-    loads, evicts = [], []
-    for src, out, index, cond in reads:
-        label, outputs = _label(sdg, src), (out,) if len(sdg.nodes[src].shapes) > 1 else ()
-        loads.append(_guard(ast.Load(src, index, label, outputs), cond))
-        evicts.append(_guard(ast.Evict(src, index, label, outputs), cond))
-    point = tuple(simplify(p) for p in stmt.point)
-    produced = tuple(j for j in range(len(node.shapes)) if (stmt.node_id, j) in swapped)
-    if produced:
-        outputs = () if len(produced) == len(node.shapes) else produced
-        evicts.append(ast.Evict(stmt.node_id, point, stmt.label, outputs))
-    return loads + [stmt] + evicts
-
-
-def _guard(stmt: ast.Stmt, cond) -> ast.Stmt:
-    return stmt if cond is None else ast.If(cond, stmt)
-
-
-def _label(sdg: SDG, n: int) -> str:
-    node = sdg.nodes[n]
-    return node.label or f"{node.op.name}%{n}"
-
-
-def _one(stmts: list[ast.Stmt]) -> ast.Stmt:
-    return stmts[0] if len(stmts) == 1 else ast.Sequence(tuple(stmts))
 
 
 def swapped(sdg: SDG, program: ast.Stmt) -> set[tuple[int, int]]:
