@@ -15,8 +15,10 @@ from tests.schedule.test_deallocations import XS, chain, compiled
 
 def walk(program, bounds: dict) -> tuple[list, list]:
     """The statements ``program.ast`` runs at ``bounds``, in order, as ``(kind, node, point)``, and
-    every read of a freed point (``(reader, node, output, point)``) found on the way."""
+    every read of a freed point, or of one evicted and not loaded back (``(reader, node, output,
+    point)``), found on the way."""
     sdg, env, trace, freed, bad = program.sdg, program._check_bounds(bounds), [], set(), []
+    host = set()  # the points evicted to the host and not loaded back
 
     def points(item, at):
         value = evaluate(item, at)
@@ -42,6 +44,15 @@ def walk(program, bounds: dict) -> tuple[list, list]:
             for j in stmt.freed(len(node.shapes)):
                 freed.update((stmt.node_id, j, p) for p in _product(rows))
             trace.append(("free", stmt.node_id, tuple(tuple(r) for r in rows)))
+        elif isinstance(stmt, ast.Evict):  # a load too
+            node = sdg.nodes[stmt.node_id]
+            rows = [list(points(item, at)) for item in stmt.index]
+            moved = {(stmt.node_id, j, p) for j in stmt.moved(len(node.shapes)) for p in _product(rows)}
+            if isinstance(stmt, ast.Load):
+                host.difference_update(moved)
+            else:
+                host.update(moved)
+            trace.append((type(stmt).__name__.lower(), stmt.node_id, tuple(tuple(r) for r in rows)))
         elif isinstance(stmt, ast.Execute):
             node = sdg.nodes[stmt.node_id]
             point = tuple(evaluate(p, at) for p in stmt.point)
@@ -50,8 +61,9 @@ def walk(program, bounds: dict) -> tuple[list, list]:
                 if e.cond is not None and not evaluate(e.cond, here):
                     continue
                 for p in _product([list(points(item, here)) for item in e.index.args]):
-                    if (e.src, e.src_out, p) in freed:
+                    if (e.src, e.src_out, p) in freed or (e.src, e.src_out, p) in host:
                         bad.append((stmt.node_id, e.src, e.src_out, p))
+            host.difference_update((stmt.node_id, j, point) for j in range(len(node.shapes)))
             trace.append(("execute", stmt.node_id, point))
 
     run(program.ast, dict(env))
