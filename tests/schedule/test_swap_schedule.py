@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import tempo as tpo
 from tempo.api.compile import compile_program
 from tempo.schedule import swap
+from tempo.transforms import tile
 from tests.schedule.chains import build_chain
 from tests.schedule.test_deallocation_schedule import walk
 from tests.schedule.test_swap_plan import XS, acting_then_learning
@@ -48,14 +49,16 @@ def test_the_moves_are_statements_of_the_schedule_around_their_producer_and_read
 
 @settings(max_examples=20, deadline=None)
 @given(st.lists(st.sampled_from(["tanh", "shift", "window", "causal", "whole", "recur", "next"]),
-                min_size=1, max_size=4), st.booleans(), st.integers(1, 6))
-def test_no_point_is_read_while_evicted_and_the_computation_keeps_its_order(chain_ops, fuse, steps):
+                min_size=1, max_size=4), st.booleans(), st.sampled_from([0, 2, 4]), st.integers(1, 6))
+def test_no_point_is_read_while_evicted_and_the_computation_keeps_its_order(chain_ops, fuse, tiles, steps):
+    """On isl's schedule tree, and on shift fusion's flat map where tiles of the whole-dim read
+    run inside the loop producing what they read."""
     def build(ctx):
         (i, I), (t, T) = ctx.dims("i", "t")
         v, outs = build_chain(chain_ops, XS, i, t, T)
         return outs + [v[i, 0:T].mean(axis=0)], {I: 3, T: 6}
 
-    passes = {"tile": False} if fuse else {"tile": False, "fuse": False}
+    passes = {"tile": tile.Config(tiles={"t": tiles}) if tiles else False, **({} if fuse else {"fuse": False})}
     moving, still = with_and_without_moves(build, passes)
     bounds = {"I": 2, "T": steps}
     trace, bad = walk(moving, bounds)
