@@ -65,7 +65,7 @@ def test_the_memplan_plan_runs_like_the_default_plan_with_fewer_moves_when_there
     want = program(None).run(BOUNDS)
     default = program({"device_budget": "64MB"})
     planned = program({"device_budget": "64MB", "plan": "memplan"})
-    half = program({"device_budget": "9MB", "plan": "memplan"})  # room for one of the two (x is freed early)
+    half = program({"device_budget": "14MB", "plan": "memplan"})  # room for one of the two
     moves = lambda p: [s for s in ast.leaves(p.ast) if isinstance(s, ast.Evict)]
     assert not moves(planned) and 0 < len(moves(half)) < len(moves(default))
     for p in (default, planned, half):

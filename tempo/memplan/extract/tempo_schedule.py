@@ -10,8 +10,10 @@ budget, asks which of the tensors the default swap plan moves to the host
 - **fast memory** is the device: its capacity is the budget less the most
   bytes the other tensors hold at once, each counted from its first
   writer's step to the step that frees it, at what one iteration of the
-  main loop holds of it: its last reader where a free statement releases
-  each point after its readers (one point held), else the end of its
+  main loop holds of it: its last reader where a free statement in the
+  producer's own loop body releases each point after its readers (one point
+  held; a free in a later loop finds every point of the producer's loop
+  live), else the end of its
   iteration of the main loop, or of the program outside that loop (a value
   the next iteration reads is also held from that iteration's start); a
   layout op's output (reshape, permute, expand) in a point store is a view
@@ -82,8 +84,10 @@ def instance(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int]
     runs: dict[int, list[int]] = defaultdict(list)
     for k, (stmt, _) in enumerate(steps):
         runs[stmt.node_id].append(k)
+    loop_of = _innermost_loops(program)
     freed = {(s.node_id, j) for s in ast.leaves(program)  # point by point (a tile's rows: held whole)
              if isinstance(s, ast.Free) and not any(p.op == "slice" for p in s.point)
+             and loop_of.get(id(s)) is loop_of.get(("run", s.node_id))  # in the loop body that makes them
              for j in s.freed(len(sdg.nodes[s.node_id].shapes))}
     reads: dict[tuple[int, int], list] = defaultdict(list)
     for e in sdg.edges:
@@ -146,6 +150,30 @@ def resident(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int]
     validate(extracted.instance, solution)
     kept = {d.buffer for d in solution.decisions if d.action == "nocopy"}
     return {key for key, bid in extracted.outputs.items() if bid in kept}
+
+
+def _innermost_loops(program: ast.Stmt) -> dict:
+    """The innermost loop around each Free statement (by ``id``) and each node's first Execute
+    (by ``("run", node)``); None outside every loop."""
+    out: dict = {}
+
+    def walk(stmt, loop):
+        if isinstance(stmt, ast.Sequence):
+            for s in stmt.body:
+                walk(s, loop)
+        elif isinstance(stmt, ast.Loop):
+            walk(stmt.body, stmt)
+        elif isinstance(stmt, ast.If):
+            walk(stmt.then, loop)
+            if stmt.orelse is not None:
+                walk(stmt.orelse, loop)
+        elif isinstance(stmt, ast.Free):
+            out[id(stmt)] = loop
+        elif isinstance(stmt, ast.Execute):
+            out.setdefault(("run", stmt.node_id), loop)
+
+    walk(program, None)
+    return out
 
 
 def _steps(program: ast.Stmt) -> list[tuple[ast.Execute, int]]:
