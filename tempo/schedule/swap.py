@@ -2,8 +2,8 @@
 
 :func:`choose` picks the tensors; :mod:`tempo.schedule.isl_swap` places their
 evict and load statements on the computed schedule (an evict right after
-production, per reader a load before its first read of each point and an
-evict after its last), and the AST passes of :mod:`tempo.schedule.swap_passes`
+production, per reader a load right before and an evict right after each
+instance that reads), and the AST passes of :mod:`tempo.schedule.swap_passes`
 then remove the moves that change nothing (a point evicted and loaded back
 with no use between stays on the device) and batch loops of moves into
 moves of slices.
