@@ -47,6 +47,14 @@ class Domains:
     context: isl.Set
 
 
+def executed_reads(sdg: SDG, d: Domains, k: int, runs: dict[int, isl.Set] | None = None) -> isl.Map:
+    """Edge ``k``'s reads where its sink runs and reads it: sink instance -> the source points it
+    reads (``runs``: each node's instances, by default the executed ones)."""
+    e = sdg.edges[k]
+    runs = d.executed if runs is None else runs
+    return d.reads[k].intersect_domain(runs[e.sink].intersect(d.active[k]))
+
+
 def all_params(sdg: SDG) -> list[str]:
     exprs: list[Expr] = []
     for node in sdg.nodes.values():

@@ -48,7 +48,7 @@ import islpy as isl
 
 from tempo.ir.sdg import SDG
 from tempo.schedule import isl_swap
-from tempo.schedule.isl_domains import Domains, statement
+from tempo.schedule.isl_domains import Domains, executed_reads, statement
 from tempo.schedule.isl_schedule import free_statement
 from tempo.schedule.memory import Dealloc
 
@@ -171,14 +171,12 @@ def dependences(sdg: SDG, d: Domains, dealloc: Dealloc, boxed: bool = False) -> 
     def to_free(reads: isl.Map) -> isl.UnionMap:  # reader[q] -> source[p], as reader[q] -> F[p]
         return isl.UnionMap.from_map(reads.set_tuple_name(isl.dim_type.out, name))
 
-    def executed_reads(k: int) -> isl.Map:
-        e = sdg.edges[k]
-        at = runs[e.sink].intersect(d.active[k])
-        return d.reads[k].intersect_domain(at).intersect_range(runs[e.src])
+    def reads(k: int) -> isl.Map:
+        return executed_reads(sdg, d, k, runs).intersect_range(runs[sdg.edges[k].src])
 
     freed = None
     for k in dealloc.edges:
-        points = executed_reads(k).range().intersect(d.executed[dealloc.node])
+        points = reads(k).range().intersect(d.executed[dealloc.node])
         freed = points if freed is None else freed.union(points)
     if freed is None or freed.is_empty():
         return None
@@ -187,10 +185,10 @@ def dependences(sdg: SDG, d: Domains, dealloc: Dealloc, boxed: bool = False) -> 
     deps = to_free(producer.subtract(producer) if boxed else producer)
     for k, e in enumerate(sdg.edges):
         if e.src == dealloc.node and e.sink_in >= 0 and (not dealloc.outputs or e.src_out in dealloc.outputs):
-            deps = deps.union(to_free(executed_reads(k)))
+            deps = deps.union(to_free(reads(k)))
     if dealloc.holder is not None and not boxed:  # the holder at the reader's own point holds a view of what it read
         (k,) = dealloc.edges
-        held = executed_reads(k).set_tuple_name(isl.dim_type.in_, statement(dealloc.holder))
+        held = reads(k).set_tuple_name(isl.dim_type.in_, statement(dealloc.holder))
         deps = deps.union(to_free(held.intersect_domain(runs[dealloc.holder])))
     return deps.intersect_range(freed_at)
 

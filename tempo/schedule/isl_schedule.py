@@ -16,7 +16,7 @@ from tempo.ir.components import cycles
 from tempo.ir.sdg import SDG, Edge
 from tempo.schedule import isl_expr
 from tempo.schedule import ast
-from tempo.schedule.isl_domains import Domains, statement
+from tempo.schedule.isl_domains import Domains, executed_reads, statement
 from tempo.symbolic.expr import Expr, const, max_, min_, symbol
 
 
@@ -26,8 +26,7 @@ def dependences(sdg: SDG, d: Domains, nodes: set[int] | None = None) -> isl.Unio
     for k, e in enumerate(sdg.edges):
         if nodes is not None and not {e.sink, e.src} <= nodes:
             continue
-        at = d.executed[e.sink].intersect(d.active[k])
-        dep = d.reads[k].intersect_domain(at).intersect_range(d.executed[e.src])
+        dep = executed_reads(sdg, d, k).intersect_range(d.executed[e.src])
         if dep.is_empty():
             continue
         dep = isl.UnionMap.from_map(dep.reverse())

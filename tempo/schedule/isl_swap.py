@@ -31,7 +31,7 @@ from __future__ import annotations
 import islpy as isl
 
 from tempo.ir.sdg import SDG
-from tempo.schedule.isl_domains import Domains
+from tempo.schedule.isl_domains import Domains, executed_reads
 
 
 def swap_statement(kind: str, node_id: int, reader: int | None, outputs: tuple[int, ...] = ()) -> str:
@@ -65,8 +65,7 @@ def _reads(sdg: SDG, d: Domains, node: int, out: int) -> dict[int, isl.Map]:
     for k, e in enumerate(sdg.edges):
         if e.src != node or e.src_out != out or e.sink_in < 0 or e.sink not in d.executed:
             continue
-        reads = d.reads[k].intersect_domain(d.executed[e.sink].intersect(d.active[k]))
-        reads = reads.intersect_range(d.executed[node])
+        reads = executed_reads(sdg, d, k).intersect_range(d.executed[node])
         if not reads.is_empty():
             out_reads[e.sink] = reads if e.sink not in out_reads else out_reads[e.sink].union(reads)
     return out_reads

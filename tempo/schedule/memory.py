@@ -42,6 +42,7 @@ import numpy as np
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Node
 from tempo.schedule import ast
+from tempo.schedule.isl_domains import executed_reads
 from tempo.symbolic.expr import Expr, make_slice, symbol
 from tempo.symbolic.simplify import simplify
 
@@ -176,8 +177,7 @@ def _read_once_besides(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int]
     def read(ks):
         out = None
         for k in ks:
-            e = sdg.edges[k]
-            points = domains.reads[k].intersect_domain(domains.executed[e.sink].intersect(domains.active[k])).range()
+            points = executed_reads(sdg, domains, k).range()
             out = points if out is None else out.union(points)
         return out
 
@@ -204,17 +204,13 @@ def _tile_read_last(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int], d
             any(item is not d for item, d in zip(tile.index.args[:-1], reader.domain)):
         return None
 
-    def reads(k: int):
-        e = sdg.edges[k]
-        return domains.reads[k].intersect_domain(domains.executed[e.sink].intersect(domains.active[k]))
-
-    by_point = reads(k_tile).reverse()  # point of n -> the tile statement reading it
+    by_point = executed_reads(sdg, domains, k_tile).reverse()  # point of n -> the tile statement reading it
     if not by_point.is_single_valued():
         return None  # read by several tiles (a tensor lifted out of the loop they run in)
     for k, e in edges:
         if k == k_tile:
             continue
-        pairs = reads(k).apply_range(by_point)  # other reader -> tile statement reading that point
+        pairs = executed_reads(sdg, domains, k).apply_range(by_point)  # other reader -> tile statement reading that point
         if pairs.is_empty():
             continue
         order = isl.UnionMap.from_map(pairs).apply_domain(times).apply_range(times).deltas()
