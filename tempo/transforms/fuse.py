@@ -12,9 +12,10 @@ with no condition) and both have the same domain and the same executed points
 fuse. The members whose values leave an island share their vectorized dims
 (the fused node's outputs have one layout); members read only inside it may
 differ: a learner's batch of per-point gradients and the contraction that
-sums it away are one island, so the batch is never stored. An island must stay schedulable: its
-members read each other only at the same point, and no path that leaves the
-island comes back to it at a point that may be the same. A path that comes
+sums it away are one island, so the batch is never stored. An island must
+stay schedulable: its members read each other only at the same point, and
+no path that leaves the island comes back to it at a point that may be the
+same. A path that comes
 back at a lexicographically earlier point, in one order of the island's dims
 for all such paths, is fine: ``h[t - 1]`` (the recurrence), ``i - 1`` with
 any ``t`` (a parameter update between iterations), ``(i // K) * K`` and then

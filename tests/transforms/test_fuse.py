@@ -202,3 +202,24 @@ def test_random_programs_compute_the_same_fused_and_unfused(spec):
     (_, got), (_, want) = run_both(build_chain(spec), {"T": 4})
     for x, y in zip(got, want):
         np.testing.assert_array_equal(x, y)
+
+
+def test_per_point_gradients_and_the_contraction_summing_them_are_one_island():
+    """The batch of per-point values vectorized over (b, t) that the weight gradient's contraction
+    sums is read only inside its island: fused with the contraction, it is never stored."""
+    from tempo.ir import ops
+
+    def weight_gradient(ctx):
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+        rng = np.random.default_rng(0)
+        w = tpo.nn.parameter(rng.normal(size=(3, 2)), dims=(i,))
+        x = tpo.from_numpy(rng.normal(size=(4, 5, 3)), dims=(b, t))
+        (x.unsqueeze(0) @ w).squeeze(0).tanh()[0:B, i, 0:T].sum().backward()
+        tpo.optim.SGD([w], lr=0.1).step()
+        return [w], lambda bounds: {B: 4, I: 3, T: 5}
+
+    (fused, got), (_, want) = run_both(weight_gradient, {})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    (island,) = [n for n in islands(fused) if any(isinstance(s.op, ops.BatchContractOp) for s in n.op.steps)]
+    assert any(s.shapes and len(s.shapes[0]) > 2 for s in island.op.steps)  # a (T, B, ...) batch inside
+    assert all(len(shape) <= 2 for shape in island.shapes)  # only parameter-sized values leave it
