@@ -237,21 +237,28 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
 def _with_memory(sdg, domains, scheduled, tree: ast_mod.Stmt, times, keep: set[int], bounds: dict, memory: dict,
                  timings: dict) -> ast_mod.Stmt:
     """``tree`` rebuilt from ``scheduled`` with the memory statements isl schedules with the
-    computation (TEMPO §5.2): the frees (``memory["deallocate"]``), then, under a device budget,
-    the evicts and loads of the tensors the swap plan chooses given the AST with those frees."""
+    computation (TEMPO §5.2): the frees (``memory["deallocate"]``) and, under a device budget,
+    the evicts and loads of the tensors the swap plan chooses. The default plan chooses from
+    the computation's AST, so isl's AST is built once more in all; a memplan plan weighs what
+    the frees release, so it chooses from the AST with them, built first."""
     start = time.perf_counter()
     deallocs = schedule_memory.deallocations(sdg, tree, keep, domains, times) if memory["deallocate"] else []
-    if deallocs:
-        tree = schedule_memory.batch_frees(isl_schedule.build_ast(
-            sdg, domains, isl_memory.with_memory(sdg, domains, scheduled, deallocs)))
+    budget, plan = memory["device_budget"], memory["plan"]
+
+    def built(swapped=frozenset()) -> ast_mod.Stmt:
+        placed = isl_memory.with_memory(sdg, domains, scheduled, deallocs, swapped)
+        return schedule_memory.batch_frees(isl_schedule.build_ast(sdg, domains, placed))
+
+    with_frees = built() if deallocs and (budget is None or plan != "default") else None
     timings["memory"] = time.perf_counter() - start
-    if memory["device_budget"] is None:
-        return tree
+    if budget is None:
+        return with_frees or tree
     start = time.perf_counter()
-    swapped = swap.choose(sdg, tree, keep, bounds, memory["device_budget"], memory["plan"])
+    swapped = swap.choose(sdg, with_frees or tree, keep, bounds, budget, plan)
     if swapped:
-        with_swaps = isl_memory.with_memory(sdg, domains, scheduled, deallocs, swapped)
-        tree = swap_passes.apply(sdg, schedule_memory.batch_frees(isl_schedule.build_ast(sdg, domains, with_swaps)))
+        tree = swap_passes.apply(sdg, built(swapped))
+    elif deallocs:
+        tree = with_frees or built()
     timings["swap"] = time.perf_counter() - start
     return tree
 
