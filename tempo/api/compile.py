@@ -176,7 +176,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     in the host tier (:mod:`tempo.schedule.swap`); ``"plan": "memplan"`` keeps
     on the device those that ``tempo.memplan`` fits into the budget.
     """
-    from tempo.transforms import PIPELINE, run_pipeline
+    from tempo.transforms import PIPELINE, pack_weights, run_pipeline
 
     from tempo.api.rt import RecurrentTensor, materialize
 
@@ -208,7 +208,8 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     isl_domains.check_definitions(ctx.sdg, _bound_values(bounds), frozenset(ctx.parameters))
     fetch_ids = [(x.node.id, x.out) for x in fetched]
     roots = tuple(dict.fromkeys([n for n, _ in fetch_ids] + ctx.roots or list(ctx.sdg.nodes)))
-    sdg, pass_stats = run_pipeline(replace(ctx.sdg, roots=roots), passes, dims=ctx.dim_order)
+    sdg, pass_stats = run_pipeline(replace(ctx.sdg, roots=roots), passes, dims=ctx.dim_order,
+                                   defaults={"pack_weights": pack_weights.Config(panel=chosen.weight_panel)})
     timings: dict[str, float] = {}
     for stat in pass_stats:  # a pass run twice (tiles a budget chose, then streamed) counts both runs
         timings[stat.name] = timings.get(stat.name, 0.0) + stat.seconds

@@ -20,8 +20,8 @@ from tempo.errors import TempoError
 from tempo.ir.sdg import SDG
 from tempo.ir.verify import verify as verify_sdg
 from tempo.symbolic.expr import bound_of
-from tempo.transforms import (cache_activations, contract, cse, dce, domain_reduction, fuse, lift, simplify, superopt,
-                              tile, vectorize)
+from tempo.transforms import (cache_activations, contract, cse, dce, domain_reduction, fuse, lift, pack_weights,
+                              simplify, superopt, tile, vectorize)
 
 # (name, module), in order; a compile may switch any of them off by name. The
 # simplification passes and lifting come first: each leaves less for
@@ -29,7 +29,9 @@ from tempo.transforms import (cache_activations, contract, cse, dce, domain_redu
 # learner to the activations acting computed, and dead-code elimination sweeps
 # up what they all disconnected. Contraction follows vectorization, which forms the
 # batched products it folds; tiling then cuts the learner's axis over ``t`` into
-# tiles, the contractions and sums over it becoming accumulations.
+# tiles, the contractions and sums over it becoming accumulations. Weight packing
+# stores constant weights in the backend's layout for the products of few rows
+# vectorization left, before fusion folds its steps into their islands.
 PIPELINE = (
     ("cse", cse),
     ("simplify", simplify),
@@ -40,6 +42,7 @@ PIPELINE = (
     ("vectorize", vectorize),
     ("contract", contract),
     ("tile", tile),
+    ("pack_weights", pack_weights),
     ("fuse", fuse),
     ("superopt", superopt),
 )
@@ -57,14 +60,15 @@ class PassStat:
 
 
 def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = None,
-                 dims=None, pipeline=None) -> tuple[SDG, list[PassStat]]:
+                 dims=None, pipeline=None, defaults: dict | None = None) -> tuple[SDG, list[PassStat]]:
     """Run ``pipeline`` (default :data:`PIPELINE`) on ``sdg``; returns the new SDG and one
     :class:`PassStat` per pass run.
 
     ``passes`` maps a pass name to False (off) or its ``Config``; ``verify``
     (default: ``TEMPO_VERIFY``) checks the SDG before the first pass and after
     every pass, naming the pass that broke it; ``dims``: the declared dims, in
-    order, for that check. When the tiling pass chooses its tiles from a device budget, the
+    order, for that check; ``defaults``: configs for passes that ``passes`` and
+    ``TEMPO_PASSES_OFF`` leave unsaid (the backend's). When the tiling pass chooses its tiles from a device budget, the
     passes from vectorization to tiling run again with those tiles given, so that
     vectorization streams the tiled dims as it does for tiles given by the user (the stats
     hold both runs).
@@ -78,6 +82,8 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
                              f"the passes are {', '.join(names)}")
         if name:
             passes.setdefault(name, False)
+    for name, cfg in (defaults or {}).items():  # the backend's configs, for passes neither given nor off
+        passes.setdefault(name, cfg)
     tiles = os.environ.get("TEMPO_TILES", "").replace(" ", "")
     if tiles and "tile" in names:  # the dims this program has
         present = {d.name for node in sdg.nodes.values() for d in node.domain}

@@ -35,3 +35,25 @@ def test_layer_body_is_two_fused_islands(attention):
     unfused, plain = decode(attention, passes={"fuse": False})
     assert len(plain) > 40
     np.testing.assert_array_equal(tokens, unfused)
+
+
+
+def packed_weights(passes=None) -> list:
+    """The decoding program's constants stored as column panels (stacked over layers: 4 axes)."""
+    with tpo.Context() as ctx:
+        dp = program_mod.build(CONFIG, Weights.random(CONFIG, 0), np.array([[1, 2, 3, 4]]), Attention(), Sampling())
+        program = ctx.compile(fetch=[dp.tokens], passes=passes)
+    steps = [s.op for n in program.sdg.nodes.values()
+             for s in (n.op.steps if isinstance(n.op, ops.FusedOp) else [ops.FusedStep(n.op, (), ())])]
+    return [op for op in steps if isinstance(op, ops.ConstOp) and op.value.array.ndim == 4]
+
+
+def test_the_weights_a_step_multiplies_are_packed_as_panels():
+    """On NumPy the weight matrices a decoding step multiplies (one row here) are stored as column
+    panels of 32 (``tempo.transforms.pack_weights``): wqkv (64 columns), w_gate and w_up (64);
+    wo and w_down have 32 columns, one panel, and stay. The tokens are the unpacked program's."""
+    assert sorted(op.value.array.shape for op in packed_weights()) == [(2, 2, 32, 32)] * 3
+    assert not packed_weights({"pack_weights": False})
+    tokens, _ = decode(Attention())
+    plain, _ = decode(Attention(), passes={"pack_weights": False})
+    np.testing.assert_array_equal(tokens, plain)

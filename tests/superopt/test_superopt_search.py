@@ -30,9 +30,11 @@ def test_tasos_sum_charges_the_weight_only_ops_too():
     w = node("concat", b.weight((64, 32)), b.weight((64, 32)), axis=1)
     g = b.build([node("matmul", x, w)])
     folding, summing = CostModel(repeats=3), CostModel(repeats=3, fold_weights=False)
-    assert summing.cost(g) > folding.cost(g) > 0
+    assert folding.cost(g) > 0 and len(folding.cache) == 1
+    total = summing.cost(g)
     assert len(summing.cache) == 2                    # the concat of the weights is timed too
-    assert summing.cost(g) == sum(summing.op_cost(n) for n in g.topo() if n.src)
+    parts = [summing.op_cost(n) for n in g.topo() if n.src]
+    assert len(parts) == 2 and min(parts) > 0 and total == sum(parts)
 
 
 def test_tasos_search_leaves_a_batch_norm_that_folding_would_remove(monkeypatch):

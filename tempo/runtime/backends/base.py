@@ -40,6 +40,11 @@ class Backend:
         the backend runs loops statement by statement."""
         return None
 
+    def weight_panel(self, rows: int) -> int | None:
+        """The columns per panel a constant right operand of a product of ``rows`` rows is
+        stored in (:mod:`tempo.transforms.pack_weights`), or None: as it is."""
+        return None
+
     def running(self):
         """A context manager the executor runs a program under (JAX: 64-bit types on)."""
         return contextlib.nullcontext()

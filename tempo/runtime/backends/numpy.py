@@ -289,6 +289,12 @@ class NumPyBackend(Backend):
     def covers(self, op_type: type) -> bool:
         return op_type in KERNELS
 
+    def weight_panel(self, rows: int) -> int | None:
+        """OpenBLAS multiplies a few rows by a large matrix 2-4x faster panel by panel
+        (``benchmarks/matmul_panels.py``: 8 -> 29 GB/s of weights read for 4 rows, with panels of
+        64 columns; 32 columns for 1 and for 5 to 32 rows)."""
+        return 64 if 2 <= rows <= 4 else 32
+
     def stack(self, tensors: list, shape: tuple, dtype: str):
         if not tensors:
             return np.zeros(shape, dtype=dtype)

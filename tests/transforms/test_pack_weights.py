@@ -1,0 +1,78 @@
+"""Weight prepacking: constant right operands of products of few rows stored as column panels,
+checked against the products computed by a NumPy loop."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tempo as tpo
+from tempo.ir import ops
+from tempo.transforms import pack_weights
+from tests.transforms.simplification import ops_of
+
+
+def packed_constants(program) -> list:
+    """The program's constants stored as panels (rank 3 per point: panels, k, width)."""
+    return [n for n in ops_of(program, ops.ConstOp) if len(n.shapes[0]) == 3]
+
+
+def run(rows: int, k: int, n: int, width: int, layers: int, steps: int = 3, other_reader: bool = False):
+    """``y[l, t] = tanh(x[t] @ w[l])`` for x (steps, rows, k) and w (layers, k, n), packed at ``width``;
+    the compiled program, what it computed, what a NumPy loop computes, and ``w``."""
+    rng = np.random.default_rng(rows * 100 + k)
+    x = rng.standard_normal((steps, rows, k)).astype(np.float32)
+    w = rng.standard_normal((layers, k, n)).astype(np.float32)
+    with tpo.Context() as ctx:
+        (l, L), (t, T) = ctx.dims("l", "t")
+        xs = tpo.from_numpy(x, dims=(t,))
+        ws = tpo.from_numpy(w, dims=(l,))
+        y = (xs[t] @ ws[l]).tanh()
+        fetch = [y]
+        if other_reader:
+            fetch.append(ws[l].sum(axis=0))
+        program = ctx.compile(fetch, passes={"vectorize": False, "pack_weights": pack_weights.Config(
+            panel=lambda m: width)})
+        got = program.run({L: layers, T: steps})
+    want = np.stack([[np.tanh(x[s] @ w[j]) for s in range(steps)] for j in range(layers)])
+    return program, got, want, w
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 40), k=st.sampled_from([3, 8]), panels=st.integers(1, 3), width=st.sampled_from([4, 8]),
+       layers=st.integers(1, 2))
+def test_packed_products_compute_the_products(rows, k, panels, width, layers):
+    program, got, want, _ = run(rows, k, panels * width, width, layers)
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+    assert len(packed_constants(program)) == (1 if rows <= 32 and panels >= 2 else 0)
+
+
+def test_the_panels_hold_the_columns_in_order():
+    program, got, want, w = run(4, 5, 12, 4, 2)
+    (const,) = packed_constants(program)
+    panels = const.op.value.array                                   # (layers, 3 panels, k, 4 columns)
+    assert panels.shape == (2, 3, 5, 4) and panels.flags.c_contiguous
+    np.testing.assert_array_equal(np.concatenate(list(np.moveaxis(panels, 1, 0)), axis=-1), w)
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_constant_with_another_reader_is_left_as_it_is():
+    program, got, want, _ = run(4, 8, 16, 4, 2, other_reader=True)
+    assert not packed_constants(program)
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_numpy_backend_packs_by_default_and_other_backends_do_not():
+    from tempo.runtime.backends import get_backend
+
+    assert get_backend("numpy").weight_panel(4) == 64 and get_backend("numpy").weight_panel(16) == 32
+    assert get_backend("torch").weight_panel(4) is None and get_backend("jax").weight_panel(4) is None
+    x = np.ones((2, 4, 8), np.float32)
+    w = np.arange(8 * 128, dtype=np.float32).reshape(8, 128) / 1000
+    for backend, packs in (("numpy", True), ("jax", False)):
+        with tpo.Context() as ctx:
+            (t, T), = ctx.dims("t")
+            y = tpo.from_numpy(x, dims=(t,))[t] @ tpo.from_numpy(w)
+            program = ctx.compile([y], backend=backend, passes={"vectorize": False})
+            np.testing.assert_allclose(program.run({T: 2})[0], x @ w, rtol=1e-6)
+        assert bool(packed_constants(program)) == packs
