@@ -133,9 +133,8 @@ class Executor:
         """Free the points no later iteration reads (see :func:`_iteration_evictions`)."""
         later = {self.main_loop.var: iteration + 1}
         for n, axis, floors in self.evictions:
-            live = min(floor(later) for floor in floors)
-            for j in range(len(self.sdg.nodes[n].shapes)):
-                self.stores[(n, j)].free_below(axis, live)
+            for j, per_output in floors.items():  # an island's outputs may be read from different points
+                self.stores[(n, j)].free_below(axis, min((floor(later) for floor in per_output), default=math.inf))
 
     # ----- launchers -----
     def _launcher(self, node: Node) -> Callable[[tuple], None]:
@@ -211,9 +210,10 @@ def _iteration_evictions(sdg: SDG, program: ast.Stmt, keep) -> tuple[ast.Loop | 
     freed after each iteration, so memory stays flat over thousands of
     iterations. ``keep``: nodes whose values must survive (fetched).
 
-    Returns the loop and ``(node, axis, floors)`` triples: each floor maps
-    ``{loop counter: next iteration}`` to the lowest index one reader can read
-    from then on.
+    Returns the loop and ``(node, axis, floors)`` triples: ``floors`` holds, per output of
+    the node, one function per reader mapping ``{loop counter: next iteration}`` to the
+    lowest index that reader can read from then on (an output nobody reads has none: all
+    of it is freed).
     """
     top = program.body if isinstance(program, ast.Sequence) else (program,)
     loops = [s for s in top if isinstance(s, ast.Loop)]
@@ -238,9 +238,12 @@ def _iteration_evictions(sdg: SDG, program: ast.Stmt, keep) -> tuple[ast.Loop | 
     for n, (axis, _) in inside.items():
         if n in keep:
             continue
-        floors = [_read_floor(e, axis, dim, loop.var, inside) for e in sdg.edges
-                  if e.src == n and e.sink in executed]
-        if floors and all(floor is not None for floor in floors):
+        floors: dict[int, list] = {j: [] for j in range(len(sdg.nodes[n].shapes))}
+        for e in sdg.edges:
+            if e.src == n and e.sink in executed:
+                floors[e.src_out].append(_read_floor(e, axis, dim, loop.var, inside))
+        found = [floor for per_output in floors.values() for floor in per_output]
+        if found and all(floor is not None for floor in found):
             evictions.append((n, axis, floors))
     return loop, evictions
 

@@ -164,3 +164,29 @@ def test_an_unknown_store_choice_is_an_error():
     program, _ = _recurrence()
     with pytest.raises(TempoError, match="stores='dense' is not a store choice"):
         program.run({"T": 4}, stores="dense")
+
+
+def test_an_island_output_read_at_its_point_is_freed_though_another_is_read_causally():
+    """k and q computed by one fused island in a recurrence; k is read causally (kept from 0),
+    q only at t: q's points are freed after each iteration, not kept as long as k's."""
+    with tpo.Context() as ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.placeholder(shape=(), dtype="float64", dims=(t,))
+        x[0] = tpo.full((), 0.5, "float64")
+        shared = x * 2.0
+        k, q = shared.exp(), (shared + 1.0).tanh() ** 2.0
+        scores = (k[0:t + 1] * q[t]).sum()
+        x[t + 1] = scores * 0.01
+        program = ctx.compile(fetch=[scores], passes={"lift": False})
+    (island,) = [n for n in program.sdg.nodes.values() if len(n.shapes) == 2]
+    executor = Executor(program.sdg, program.ast, program.backend, {"T": T_}, keep={n for n, _ in program.fetch})
+    executor.run()
+    held = [executor.stores[(island.id, j)] for j in range(2)]
+    assert sorted(s.kind for s in held) == ["block", "point"]
+    assert len(next(s for s in held if s.kind == "point").data) <= 1
+    xs, ks, want = [0.5], [], []
+    for _ in range(T_):
+        ks.append(np.exp(xs[-1] * 2.0))
+        want.append(sum(ks) * np.tanh(xs[-1] * 2.0 + 1.0) ** 2)
+        xs.append(want[-1] * 0.01)
+    np.testing.assert_allclose(program.run({"T": T_})[0], want)
