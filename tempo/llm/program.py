@@ -118,14 +118,12 @@ def prompt_attention(q: RT, k: RT, v: RT, window: int | None, scale: float) -> R
     return F.reshape(F.permute(mixed, 0, 3, 1, 2, 4), batch, length, kv_heads * groups * head_dim)
 
 
-def per_group(x: RT, y: RT) -> RT:
-    """``x @ y`` for ``x`` (batch, kv heads, groups, m) and ``y`` (batch, kv heads, m, n), as one
-    row-times-matrix product per query group, the groups of a head one after another on
-    its (m, n) panel of ``y``: on NumPy, vector-matrix products that stream the panel (the
-    next group's read of it hits the cache), where a product of ``groups`` rows first packs
-    the panel; with keys and values thousands of rows long, about 1.3x (scores) and 2x
-    (mix) faster."""
-    return F.squeeze(F.matmul(F.unsqueeze(x, 3), F.unsqueeze(y, 2)), 3)
+def scores_of(q: RT, keys: RT) -> RT:
+    """``q @ keys^T`` for ``q`` (batch, kv heads, groups, hd) and ``keys`` (batch, kv heads, S, hd),
+    computed as ``keys @ q^T`` and read transposed: one product per head streaming its (S, hd)
+    panel of keys as stored, against the query groups as a few columns (on NumPy 1.3x faster
+    than each group's row times the panel read transposed, at S = 2048)."""
+    return F.permute(F.matmul(keys, F.permute(q, 0, 1, 3, 2)), 0, 1, 3, 2)
 
 
 def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float) -> RT:
@@ -134,12 +132,12 @@ def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float) -> RT:
     softmax over both: the largest score of either, each part's exponentials against it, summed.
     The products read ``keys`` and ``values`` permuted to (batch, kv heads, ., .), so their block
     store keeps each head's rows contiguous (``tempo.runtime.store_choice``)."""
-    scores = per_group(q, F.permute(keys, 1, 2, 3, 0)) * scale            # (batch, kv, groups, S)
+    scores = scores_of(q, F.permute(keys, 1, 2, 0, 3)) * scale             # (batch, kv, groups, S)
     prompt = prefix.scores(q)                                                # (batch, kv, groups, P)
     top = F.maximum(F.max(scores, axis=-1, keepdims=True), F.max(prompt, axis=-1, keepdims=True))
     weights, prompt = F.exp(scores - top), F.exp(prompt - top)
     total = F.sum(weights, axis=-1, keepdims=True) + F.sum(prompt, axis=-1, keepdims=True)
-    mixed = per_group(weights, F.permute(values, 1, 2, 0, 3)) + F.matmul(prompt, prefix.values)
+    mixed = F.matmul(weights, F.permute(values, 1, 2, 0, 3)) + F.matmul(prompt, prefix.values)
     return mixed / total
 
 
