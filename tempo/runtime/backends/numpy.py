@@ -203,15 +203,10 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     NumPy multiplies a stack by a matrix one small product at a time: a
     (512, 250, 64) @ (64, 64) takes about 30x longer than the same numbers
-    as one (128000, 64) @ (64, 64) (numpy 2.4, this 2-core machine). A left
-    operand whose rows are strided (attention weights read transposed) and no
-    larger than the right one is copied first: NumPy multiplies it 3-5x slower
-    in place.
+    as one (128000, 64) @ (64, 64) (numpy 2.4, this 2-core machine).
     """
     if b.ndim == 2 and a.ndim > 2:
         return (a.reshape(-1, a.shape[-1]) @ b).reshape(*a.shape[:-1], b.shape[-1])
-    if a.ndim >= 2 and a.strides[-1] != a.itemsize and a.size <= b.size:
-        a = np.ascontiguousarray(a)  # rows strided (a transposed view): NumPy's slow path, 3-5x
     return np.matmul(a, b)
 
 
