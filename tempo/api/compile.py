@@ -9,7 +9,7 @@ import numpy as np
 from tempo.errors import BoundError, TempoError
 from tempo.ir.sdg import SDG
 from tempo.runtime.backends import Backend, get_backend
-from tempo.runtime.executor import Executor
+from tempo.runtime.executor import Executor, runtime_plan
 from tempo.runtime.executor import source as executor_source
 from tempo.runtime.memory import BudgetExceeded, Ledger, parse_bytes
 from tempo.schedule import ast as ast_mod
@@ -156,6 +156,8 @@ def _bound_values(bounds: dict | None) -> dict[str, int] | None:
             if isinstance(value, (int, np.integer)) and value >= 1}
 
 
+AST_PASSES = ("partial_unroll",)  # passes over the schedule AST, switched off by ``passes={name: False}``
+
 MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes",
                   "plan": "'default', 'memplan' or 'memplan:AGENT'"}
 
@@ -165,7 +167,9 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     """Transform, analyse, validate, schedule and build the AST of ``ctx``'s program.
 
     ``passes`` maps a pass name of :data:`tempo.transforms.PIPELINE` to its
-    config, or to False to switch it off. With nothing fetched, every tensor
+    config, or to False to switch it off; ``"partial_unroll"`` (see
+    :func:`_partially_unrolled`) is on by default on a backend that runs no
+    loop as one device program, and True or False sets it on any backend. With nothing fetched, every tensor
     of the program is computed (sinks and parameter updates included).
     ``bounds``, the bounds of the run the program is compiled for (``ctx.run``),
     only let errors quote them: the program is compiled for every bound.
@@ -192,18 +196,23 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
             raise TempoError(f"this tensor belongs to another context than the one it is fetched from{by}: "
                              f"build it inside this context's `with ctx:` block, or fetch it with its own "
                              f"context's run/compile", x.node.site)
-    unknown_passes = sorted(set(passes or {}) - {name for name, _ in PIPELINE})
+    names = [name for name, _ in PIPELINE] + list(AST_PASSES)
+    unknown_passes = sorted(set(passes or {}) - set(names))
     if unknown_passes:
         raise TempoError(f"passes names {', '.join(map(repr, unknown_passes))}, not a pass of this compiler; "
-                         f"the passes are {', '.join(name for name, _ in PIPELINE)}", site)
+                         f"the passes are {', '.join(names)}", site)
     for name, module in PIPELINE:
         cfg = (passes or {}).get(name)
         if not (cfg is None or cfg is False or isinstance(cfg, module.Config)):
             raise TempoError(f"passes[{name!r}] takes False (switch the pass off) or a {module.__name__}.Config, "
                              f"got {cfg!r}", site)
+    unroll = (passes or {}).get("partial_unroll", not chosen.compiles_loops)
+    if not isinstance(unroll, bool):
+        raise TempoError(f"passes['partial_unroll'] takes True or False, got {unroll!r}", site)
+    passes = {name: cfg for name, cfg in (passes or {}).items() if name not in AST_PASSES}
     memory = _memory_options(memory, site)
     if memory["device_budget"] is not None and bounds:
-        passes = _budget_passes(passes or {}, memory["device_budget"], _bound_values(bounds), chosen)
+        passes = _budget_passes(passes, memory["device_budget"], _bound_values(bounds), chosen)
     fetched = [materialize(x, x.node.site) for x in fetch]
     isl_domains.check_definitions(ctx.sdg, _bound_values(bounds), frozenset(ctx.parameters))
     fetch_ids = [(x.node.id, x.out) for x in fetched]
@@ -228,40 +237,63 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     scheduled = schedule if fused is None else fused
     tree = isl_schedule.build_ast(sdg, domains, scheduled)
     timings["ast"] = time.perf_counter() - start
+    placed, swapped = scheduled, False
     if scheduled is not None and (memory["deallocate"] or memory["device_budget"] is not None):
-        tree = _with_memory(sdg, domains, scheduled, tree, fused if fused is not None else schedule.get_map(),
-                            {n for n, _ in fetch_ids}, _bound_values(bounds), memory, timings)
+        tree, placed, swapped = _with_memory(sdg, domains, scheduled, tree,
+                                             fused if fused is not None else schedule.get_map(),
+                                             {n for n, _ in fetch_ids}, _bound_values(bounds), memory, timings)
+    if unroll and scheduled is not None:
+        start = time.perf_counter()
+        tree = _partially_unrolled(sdg, domains, placed, swapped, tree, {n for n, _ in fetch_ids})
+        timings["unroll"] = time.perf_counter() - start
     return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats,
                    memory=memory)
 
 
 def _with_memory(sdg, domains, scheduled, tree: ast_mod.Stmt, times, keep: set[int], bounds: dict, memory: dict,
-                 timings: dict) -> ast_mod.Stmt:
+                 timings: dict) -> tuple[ast_mod.Stmt, object, bool]:
     """``tree`` rebuilt from ``scheduled`` with the memory statements isl schedules with the
     computation (TEMPO §5.2): the frees (``memory["deallocate"]``) and, under a device budget,
     the evicts and loads of the tensors the swap plan chooses. The default plan chooses from
     the computation's AST, so isl's AST is built once more in all; a memplan plan weighs what
-    the frees release, so it chooses from the AST with them, built first."""
+    the frees release, so it chooses from the AST with them, built first. Returns the AST, the
+    schedule it scans and whether it holds moves."""
     start = time.perf_counter()
     deallocs = schedule_memory.deallocations(sdg, tree, keep, domains, times) if memory["deallocate"] else []
     budget, plan = memory["device_budget"], memory["plan"]
 
-    def built(swapped=frozenset()) -> ast_mod.Stmt:
+    def built(swapped=frozenset()) -> tuple[object, ast_mod.Stmt]:
         placed = isl_memory.with_memory(sdg, domains, scheduled, deallocs, swapped)
-        return schedule_memory.batch_frees(isl_schedule.build_ast(sdg, domains, placed))
+        return placed, schedule_memory.batch_frees(isl_schedule.build_ast(sdg, domains, placed))
 
-    with_frees = built() if deallocs and (budget is None or plan != "default") else None
+    freed = built() if deallocs and (budget is None or plan != "default") else None
     timings["memory"] = time.perf_counter() - start
     if budget is None:
-        return with_frees or tree
+        placed, tree = freed or (scheduled, tree)
+        return tree, placed, False
     start = time.perf_counter()
-    swapped = swap.choose(sdg, with_frees or tree, keep, bounds, budget, plan)
+    swapped = swap.choose(sdg, freed[1] if freed else tree, keep, bounds, budget, plan)
+    placed = scheduled
     if swapped:
-        tree = swap_passes.apply(sdg, built(swapped))
+        placed, tree = built(swapped)
+        tree = swap_passes.apply(sdg, tree)
     elif deallocs:
-        tree = with_frees or built()
+        placed, tree = freed or built()
     timings["swap"] = time.perf_counter() - start
-    return tree
+    return tree, placed, bool(swapped)
+
+
+def _partially_unrolled(sdg, domains, placed, swapped: bool, tree: ast_mod.Stmt, keep: set[int]) -> ast_mod.Stmt:
+    """The AST of ``placed`` built with TEMPO §5.3's partial unrolling (isl separates each loop into
+    the pieces where one set of statements runs, so a condition holding on a whole piece is tested
+    once: :func:`tempo.schedule.isl_schedule.build_ast`), where the executor plans the same stores
+    and the same frees along the main loop for it as for ``tree``, the AST built without it; else
+    ``tree``. Those analyses take each statement once, and a peeled copy of a statement can make
+    them give up a window store or a point freed as the main loop goes."""
+    unrolled = schedule_memory.batch_frees(isl_schedule.build_ast(sdg, domains, placed, separate=True))
+    if swapped:
+        unrolled = swap_passes.apply(sdg, unrolled)
+    return unrolled if runtime_plan(sdg, unrolled, keep) == runtime_plan(sdg, tree, keep) else tree
 
 
 def _budget_passes(passes: dict, budget: int, bounds: dict, backend: Backend) -> dict:

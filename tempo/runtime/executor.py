@@ -192,6 +192,13 @@ def _plan(sdg: SDG, program: ast.Stmt, keep, stores: str):
     return main_loop, evictions, choices
 
 
+def runtime_plan(sdg: SDG, program: ast.Stmt, keep) -> tuple[dict, dict]:
+    """What an executor of ``program`` plans beside the AST: node -> the axis along which it frees
+    the node's points as the main loop runs, and each tensor's store choice."""
+    _, evictions, choices = _plan(sdg, program, keep, "auto")
+    return {n: axis for n, axis, _ in evictions}, choices
+
+
 def source(sdg: SDG, program: ast.Stmt, keep, bound_names, stores: str = "auto") -> str:
     """The generated source an executor of this program runs (for any bounds of ``bound_names``)."""
     main_loop, evictions, choices = _plan(sdg, program, keep, stores)
@@ -229,10 +236,13 @@ def _iteration_evictions(sdg: SDG, program: ast.Stmt, keep) -> tuple[ast.Loop | 
         dim = node.domain[axes[0][0]]
         if inside.setdefault(ex.node_id, axes[0]) != axes[0]:
             return None, []
+    after = False
     for other in top:
+        after = after or other is loop
         if other is not loop:
-            for ex in ast.statements(other):  # also run outside the loop (a peeled piece): keep
-                inside.pop(ex.node_id, None)
+            for ex in ast.statements(other):  # also run outside the loop: keep, unless at a peeled iteration
+                if ex.node_id in inside and not _peeled(ex, loop, after, inside[ex.node_id]):
+                    inside.pop(ex.node_id)
     executed = {ex.node_id for ex in ast.statements(program)}  # the others never read anything
     evictions = []
     for n, (axis, _) in inside.items():
@@ -246,6 +256,23 @@ def _iteration_evictions(sdg: SDG, program: ast.Stmt, keep) -> tuple[ast.Loop | 
         if found and all(floor is not None for floor in found):
             evictions.append((n, axis, floors))
     return loop, evictions
+
+
+def _peeled(ex: ast.Execute, loop: ast.Loop, after: bool, at: tuple[int, int]) -> bool:
+    """Whether ``ex``, a statement ``after`` ``loop`` or before it, runs at the loop's next counter
+    value after its last iteration or before its first (``at``: the axis of the loop's dim in its
+    point, and the shift its node runs at in the loop): an iteration partial unrolling peeled,
+    which reads no lower points than the loop's next or first iteration would."""
+    axis, shift = at
+    cond = loop.cond
+    if not after:
+        edge = loop.start - 1
+    elif cond.op in ("lt", "le") and cond.args[0].op == "sym" and cond.args[0].name == loop.var:
+        edge = cond.args[1] + (1 if cond.op == "le" else 0)
+    else:
+        return False
+    gap = simplify(ex.point[axis] - (edge + shift))
+    return gap.is_const and gap.value == 0
 
 
 def _names(e: Expr) -> set[str]:

@@ -7,9 +7,11 @@ pseudocode.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Union
 
+from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import Expr
 
 
@@ -129,3 +131,25 @@ def leaves(stmt: Stmt):
 def statements(stmt: Stmt):
     """Every Execute statement in program order."""
     return (s for s in leaves(stmt) if isinstance(s, Execute))
+
+
+def conditions_tested(stmt: Stmt, bounds: dict[str, int]) -> int:
+    """How many ``if`` conditions a run of ``stmt`` for ``bounds`` tests (its loops walked,
+    nothing executed)."""
+    compiled = functools.cache(compile_expr)
+
+    def walk(s: Stmt, env: dict) -> int:
+        if isinstance(s, Sequence):
+            return sum(walk(x, env) for x in s.body)
+        if isinstance(s, Loop):
+            count, cond, env = 0, compiled(s.cond), {**env, s.var: compiled(s.start)(env)}
+            while cond(env):
+                count += walk(s.body, env)
+                env = {**env, s.var: env[s.var] + s.step}
+            return count
+        if isinstance(s, If):
+            taken = s.then if compiled(s.cond)(env) else s.orelse
+            return 1 + (walk(taken, env) if taken is not None else 0)
+        return 0
+
+    return walk(stmt, dict(bounds))

@@ -112,8 +112,17 @@ def _strongly_connected(sdg: SDG, d: Domains) -> list[set[int]]:
     return cycles(succ)
 
 
-def build_ast(sdg: SDG, d: Domains, schedule: isl.Schedule | isl.UnionMap | None) -> ast.Stmt:
-    """The Tempo AST that scans ``schedule`` (a schedule tree, or a flat map from statements to times)."""
+def build_ast(sdg: SDG, d: Domains, schedule: isl.Schedule | isl.UnionMap | None,
+              separate: bool = False) -> ast.Stmt:
+    """The Tempo AST that scans ``schedule`` (a schedule tree, or a flat map from statements to times).
+
+    ``separate``: TEMPO §5.3's partial unrolling, on a schedule tree. isl splits every loop of a
+    band into the pieces where one set of statements runs (peeling the first or last iterations
+    where a statement starts or stops), so a condition that holds on a whole piece is tested once,
+    not at every iteration. The pieces repeat the statements they share: an analysis that wants
+    each statement once reads the AST built without it. A flat map (shift fusion's, whose loops
+    hold statements shifted against each other) is scanned atomically either way: each statement
+    once."""
     if schedule is None:
         return ast.Sequence(())
     build = isl.AstBuild.from_context(d.context)
@@ -123,7 +132,18 @@ def build_ast(sdg: SDG, d: Domains, schedule: isl.Schedule | isl.UnionMap | None
         names = ", ".join(f"x{k}" for k in range(n))
         options = isl.UnionMap.read_from_str(schedule.get_ctx(), f"{{ [{names}] -> atomic[k] : 0 <= k < {n} }}")
         return to_tempo_ast(build.set_options(options).node_from_schedule_map(schedule), sdg)
+    if separate:
+        schedule = schedule.map_schedule_node_bottom_up(_separated)
     return to_tempo_ast(build.node_from_schedule(schedule), sdg)
+
+
+def _separated(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """A band node with every member's loops separated (see :func:`build_ast`); another node as it is."""
+    if node.get_type() != isl.schedule_node_type.band:
+        return node
+    for k in range(node.band_n_member()):
+        node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.separate)
+    return node
 
 
 def free_statement(node_id: int, outputs: tuple[int, ...] = (), piece: int = 0) -> str:
