@@ -156,7 +156,7 @@ def _bound_values(bounds: dict | None) -> dict[str, int] | None:
             if isinstance(value, (int, np.integer)) and value >= 1}
 
 
-AST_PASSES = ("partial_unroll",)  # passes over the schedule AST, switched off by ``passes={name: False}``
+AST_PASSES = ("partial_unroll",)  # passes over the schedule AST, switched on by ``passes={name: True}``
 
 MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes",
                   "plan": "'default', 'memplan' or 'memplan:AGENT'"}
@@ -167,9 +167,9 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     """Transform, analyse, validate, schedule and build the AST of ``ctx``'s program.
 
     ``passes`` maps a pass name of :data:`tempo.transforms.PIPELINE` to its
-    config, or to False to switch it off; ``"partial_unroll"`` (see
-    :func:`_partially_unrolled`) is on by default on a backend that runs no
-    loop as one device program, and True or False sets it on any backend. With nothing fetched, every tensor
+    config, or to False to switch it off; ``{"partial_unroll": True}`` switches
+    on the AST pass of :func:`_partially_unrolled` (off by default: it tests
+    fewer conditions but measures no faster). With nothing fetched, every tensor
     of the program is computed (sinks and parameter updates included).
     ``bounds``, the bounds of the run the program is compiled for (``ctx.run``),
     only let errors quote them: the program is compiled for every bound.
@@ -206,7 +206,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
         if not (cfg is None or cfg is False or isinstance(cfg, module.Config)):
             raise TempoError(f"passes[{name!r}] takes False (switch the pass off) or a {module.__name__}.Config, "
                              f"got {cfg!r}", site)
-    unroll = (passes or {}).get("partial_unroll", not chosen.compiles_loops)
+    unroll = (passes or {}).get("partial_unroll", False)
     if not isinstance(unroll, bool):
         raise TempoError(f"passes['partial_unroll'] takes True or False, got {unroll!r}", site)
     passes = {name: cfg for name, cfg in (passes or {}).items() if name not in AST_PASSES}

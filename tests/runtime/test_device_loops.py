@@ -26,8 +26,7 @@ def _run(program, bounds, backend):
 
 
 def _compare(build, bounds, rtol=1e-5, atol=1e-6):
-    """Run the program ``build()`` returns (compiled for JAX: its loops not partially unrolled) on NumPy
-    and JAX; the JAX run launches fewer kernels."""
+    """Run the program ``build()`` returns on NumPy and JAX; the JAX run launches fewer kernels."""
     program = build()
     expected, numpy_launches = _run(program, bounds, "numpy")
     got, jax_launches = _run(program, bounds, "jax")
@@ -50,7 +49,7 @@ def test_recurrence_with_carried_and_gathered_values():
             s[0] = tpo.full((3,), 1.0, "float32")
             s[t + 1] = (s[t] * w).tanh() + x[t] * 0.1
             y = s[0:T].sum(axis=0)
-            return ctx.compile([s, y], backend="jax")
+            return ctx.compile([s, y])
 
     _compare(build, {"T": 12})
 
@@ -66,7 +65,7 @@ def test_two_steps_back_and_a_condition():
             f[1] = tpo.full((), 1.0, "float64")
             f[t + 2] = f[t + 1] + f[t] * 1.0
             k = tpo.eval_symbol(t) * 2 + f[t].cast("int64")
-            return ctx.compile([f, k], backend="jax")
+            return ctx.compile([f, k])
 
     program = _compare(build, {"T": 20}, rtol=1e-12, atol=0)
     out, = program.run({"T": 20})[:1]
@@ -125,7 +124,7 @@ def test_generated_source_calls_the_device_loop_first():
         s = tpo.placeholder((), "float32", dims=(t,))
         s[0] = tpo.full((), 0.0, "float32")
         s[t + 1] = (s[t] + 1.0).tanh() * 2.0
-        program = ctx.compile([s], backend="jax", passes={"fuse": False})
+        program = ctx.compile([s], passes={"fuse": False})
     executor = Executor(program.sdg, program.ast, base.get_backend("jax"), {"T": 5}, keep={n for n, _ in program.fetch})
     assert "if not D0({" in executor.source
     numpy_executor = Executor(program.sdg, program.ast, base.get_backend("numpy"), {"T": 5},
@@ -139,7 +138,7 @@ def test_a_program_run_again_reuses_its_compiled_loop():
         s = tpo.placeholder((2,), "float32", dims=(t,))
         s[0] = tpo.full((2,), 0.5, "float32")
         s[t + 1] = (s[t] * 1.5).tanh() + 0.25
-        program = ctx.compile([s], backend="jax", passes={"fuse": False})
+        program = ctx.compile([s], passes={"fuse": False})
     program.backend = base.get_backend("jax")
     first = program.run({"T": 7})[0]
     again = program.run({"T": 7})[0]
@@ -192,7 +191,7 @@ def test_a_row_read_from_the_second_step_on_is_gathered_as_one_view(monkeypatch)
             s = tpo.placeholder((3,), "float32", dims=(t,))
             s[0] = tpo.full((3,), 1.0, "float32")
             s[t] = s[t - 1] * 0.5 + x[t]
-            return ctx.compile([s, x[0:T].sum(axis=0)], backend="jax")
+            return ctx.compile([s, x[0:T].sum(axis=0)])
 
     _compare(build, {"T": 10})
     assert len(row_reads) == len(set(row_reads)), row_reads  # no store read once per row

@@ -27,7 +27,7 @@ def test_ast_is_a_loop_over_t_for_a_recurrence():
         s = tpo.placeholder(shape=(), dtype="float64", dims=(t,))
         s[0] = 1.0
         s[t + 1] = s[t] * 2
-        program = ctx.compile(fetch=[s], passes={"partial_unroll": False})  # unrolled: test_partial_unrolling.py
+        program = ctx.compile(fetch=[s])
     text = str(program.ast)
     assert "for c0 = 0; c0 < T; c0 += 1:\n  MergeOp" in text
     executes = list(ast.statements(program.ast))

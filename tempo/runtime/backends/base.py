@@ -26,7 +26,6 @@ class Backend:
 
     name = "base"
     donates = False  # whether kernel() takes donate= (inputs it may write its outputs into)
-    compiles_loops = False  # whether device_loop() runs some loops as one device program
 
     def kernel(self, op: Op) -> Kernel:
         """A function ``(inputs, env, point) -> tuple of outputs`` computing ``op``."""

@@ -480,7 +480,6 @@ class JaxBackend(Backend):
 
     name = "jax"
     donates = True
-    compiles_loops = True
 
     def __init__(self, device: str | None = None):
         self.device, self.compiled = None, {}  # (id(op), donated inputs) -> (op, its jitted functions by static key)
