@@ -24,13 +24,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import statistics
+import sys
 import time
 
 import numpy as np
 
 import tempo as tpo
 from tempo.schedule import ast
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # rl_train, run as a script or imported
 
 SETTINGS = {"on": {"partial_unroll": True}, "off": {"partial_unroll": False}}
 
@@ -48,7 +52,7 @@ def recurrence(args, passes):
 def reinforce(args, passes):
     """The example's program as it compiles it (its run in ``main`` is the first of the repeats'
     warm-up, not timed)."""
-    from benchmarks.rl_train import _example
+    from rl_train import _example
     from tempo.api import compile as compile_mod
 
     module, compile_program, captured = _example("reinforce"), compile_mod.compile_program, []
