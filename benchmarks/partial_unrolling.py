@@ -91,15 +91,6 @@ def decode(args, passes):
 PROGRAMS = {"recurrence": recurrence, "reinforce": reinforce, "decode": decode}
 
 
-def ifs(stmt: ast.Stmt) -> int:
-    if isinstance(stmt, ast.Sequence):
-        return sum(ifs(s) for s in stmt.body)
-    if isinstance(stmt, ast.Loop):
-        return ifs(stmt.body)
-    if isinstance(stmt, ast.If):
-        return 1 + ifs(stmt.then) + (ifs(stmt.orelse) if stmt.orelse is not None else 0)
-    return 0
-
 
 def measure(name: str, args) -> dict:
     compiled = {key: PROGRAMS[name](args, passes) for key, passes in SETTINGS.items()}
@@ -117,7 +108,7 @@ def measure(name: str, args) -> dict:
     same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(outputs["on"], outputs["off"]))
     rows = {}
     for key, (program, bounds) in compiled.items():
-        rows[key] = {"kept": str(program.ast) != str(compiled["off"][0].ast), "ifs": ifs(program.ast),
+        rows[key] = {"kept": str(program.ast) != str(compiled["off"][0].ast), "ifs": ast.if_nodes(program.ast),
                      "tested": ast.conditions_tested(program.ast, bounds),
                      "run_s": statistics.median(seconds[key]), "cpu_s": statistics.median(cpu[key]),
                      "unroll_compile_s": program.timings.get("unroll", 0.0)}

@@ -133,6 +133,17 @@ def statements(stmt: Stmt):
     return (s for s in leaves(stmt) if isinstance(s, Execute))
 
 
+def if_nodes(stmt: Stmt) -> int:
+    """How many ``if`` statements ``stmt`` holds."""
+    if isinstance(stmt, Sequence):
+        return sum(if_nodes(s) for s in stmt.body)
+    if isinstance(stmt, Loop):
+        return if_nodes(stmt.body)
+    if isinstance(stmt, If):
+        return 1 + if_nodes(stmt.then) + (if_nodes(stmt.orelse) if stmt.orelse is not None else 0)
+    return 0
+
+
 def conditions_tested(stmt: Stmt, bounds: dict[str, int]) -> int:
     """How many ``if`` conditions a run of ``stmt`` for ``bounds`` tests (its loops walked,
     nothing executed)."""

@@ -16,15 +16,6 @@ XS = np.random.default_rng(0).normal(size=(3, 6, 2)).astype(np.float32)
 ON, OFF = {"partial_unroll": True}, {"partial_unroll": False}
 
 
-def ifs(stmt: ast.Stmt) -> int:
-    if isinstance(stmt, ast.Sequence):
-        return sum(ifs(s) for s in stmt.body)
-    if isinstance(stmt, ast.Loop):
-        return ifs(stmt.body)
-    if isinstance(stmt, ast.If):
-        return 1 + ifs(stmt.then) + (ifs(stmt.orelse) if stmt.orelse is not None else 0)
-    return 0
-
 
 def top_level_executes(stmt: ast.Stmt) -> list[ast.Execute]:
     """The Execute statements in no loop."""
@@ -49,13 +40,13 @@ def recurrence(passes):
 
 def test_the_last_step_of_a_recurrence_is_peeled_instead_of_tested_at_every_step():
     (on, s, step), (off, _, _) = recurrence(ON), recurrence(OFF)
-    assert ifs(on.ast) < ifs(off.ast)
+    assert ast.if_nodes(on.ast) < ast.if_nodes(off.ast)
     assert [ex.node_id for ex in top_level_executes(off.ast) if ex.node_id == s.node.id] == []
     peeled, = [ex for ex in top_level_executes(on.ast) if ex.node_id == s.node.id]
     assert str(peeled.point[0]) == "T - 1"
     loop, = [x for x in on.ast.body if isinstance(x, ast.Loop) and step.node.id in
              {ex.node_id for ex in ast.statements(x)}]
-    assert str(loop.cond) == "c0 < T - 1" and not ifs(loop)
+    assert str(loop.cond) == "c0 < T - 1" and not ast.if_nodes(loop)
     assert ast.conditions_tested(on.ast, {"T": 8}) == 0 and ast.conditions_tested(off.ast, {"T": 8}) == 8
     for got, want in zip(on.run({"T": 8}), off.run({"T": 8})):
         np.testing.assert_array_equal(got, want)
