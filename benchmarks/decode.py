@@ -364,7 +364,8 @@ CAUSAL = ("tempo", "torch", "jax")  # the systems of the causal sweep
 
 
 def compile_times(size: Size, layer_counts: list[int]) -> list[dict]:
-    """Seconds to build and compile the decoding program for each number of layers."""
+    """Seconds to build and compile the decoding program for each number of layers (and what of
+    them CSE and weight packing took: the packing copies the weights, so it grows with them)."""
     import tempo as tpo
     from tempo.llm import program as program_mod
     from tempo.llm.attention import Attention
@@ -380,9 +381,9 @@ def compile_times(size: Size, layer_counts: list[int]) -> list[dict]:
             program = ctx.compile(fetch=[dp.tokens])
         seconds = time.perf_counter() - start
         out.append({"layers": layers, "compile_s": seconds, "nodes": len(program.sdg.nodes),
-                    "cse_s": program.timings.get("cse", 0.0)})
+                    "cse_s": program.timings.get("cse", 0.0), "pack_s": program.timings.get("pack_weights", 0.0)})
         print(f"{layers:3d} layers: {seconds:6.2f} s to compile, {len(program.sdg.nodes)} nodes, "
-              f"cse {out[-1]['cse_s']:.2f} s", flush=True)
+              f"cse {out[-1]['cse_s']:.2f} s, weight packing {out[-1]['pack_s']:.2f} s", flush=True)
     return out
 
 

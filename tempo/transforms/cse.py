@@ -16,8 +16,10 @@ from them (Adam's bias corrections for every parameter).
 
 Only pure ops merge: a ``RandomOp`` is a draw of its own and a ``UDFOp`` may
 have side effects (an environment step, a progress bar), so neither ever
-does. Constants compare by content (shape, dtype and a digest of their
-bytes), not by the identity of their arrays. A root represents its class
+does. Constants up to :data:`DIGEST_BYTES` compare by content (shape, dtype
+and a digest of their bytes), not by the identity of their arrays; larger ones
+(a model's stacked weights) by identity, so that compiling does not read every
+weight (hashing 32 layers' weights took longer than the rest of the compile). A root represents its class
 where there is one; another root of the class is forwarded to it (a fetch
 of either reads the one left).
 """
@@ -78,11 +80,15 @@ def _own_key(g: Graph, node: Node, edges) -> tuple:
     return (_op_key(node.op), node.domain, node.shapes, node.dtypes, g.vectorized.get(node.id, ()), ports)
 
 
+DIGEST_BYTES = 1 << 20  # larger constants compare by the identity of their arrays
+
+
 def _op_key(op: ops.Op):
     if isinstance(op, ops.ConstOp):
         array = op.value.array
-        digest = hashlib.blake2b(array.tobytes(), digest_size=16).hexdigest()
-        return ("const", array.shape, str(array.dtype), digest, op.num_domain_axes)
+        content = (("array", id(array)) if array.nbytes > DIGEST_BYTES
+                   else hashlib.blake2b(array.tobytes(), digest_size=16).hexdigest())
+        return ("const", array.shape, str(array.dtype), content, op.num_domain_axes)
     return op
 
 

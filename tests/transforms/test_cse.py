@@ -53,6 +53,16 @@ def test_constants_with_other_values_stay_apart():
     assert exps(fast) == 2
 
 
+def test_large_constants_compare_by_identity_and_are_not_read():
+    """Past DIGEST_BYTES constants compare by their arrays' identity: two equal ones stay apart
+    (their bytes are not hashed), where small equal ones merge."""
+    big = np.random.default_rng(1).standard_normal((cse.DIGEST_BYTES // 8 + 1,))
+    with tpo.Context() as ctx:
+        program = ctx.compile([tpo.from_numpy(big).exp() + tpo.from_numpy(big.copy()).exp()], passes={"fuse": False})
+    assert len([n for n in program.sdg.nodes.values() if isinstance(n.op, ops.ConstOp)]) == 2
+    np.testing.assert_allclose(program.run({})[0], 2 * np.exp(big))
+
+
 def test_reads_at_other_points_stay_apart():
     def build(ctx):
         (t, T), = ctx.dims("t")
