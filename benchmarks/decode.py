@@ -1,6 +1,6 @@
 """LLM decoding: time between tokens and memory, Tempo against a PyTorch and a JAX decoder (TEMPO §7.2).
 
-One random-weight Llama (``--hidden 512 --layers 6 --vocab 8192``: 28M
+One random-weight Llama (``--hidden 512 --layers 6 --vocab 8192``: 26M
 parameters, grouped-query attention) decoded greedily three ways:
 
 - **tempo**: ``tpo.llm.Llama.generate`` on the NumPy backend, from a one-token
