@@ -42,7 +42,7 @@ the same size); and the prefill, the process CPU seconds from a prompt of
 ``--prefill-lengths`` tokens to the first new token, Tempo (the prompt's
 positions at once over the layer dim) against one eager PyTorch forward over
 the prompt. Prints tables and writes ``docs/results/decode.json`` (and
-``.png``), ``decode_tiles.json``, ``decode_compile.json`` and
+``.png``), ``decode_tiles.json`` (and ``.png``), ``decode_compile.json`` and
 ``decode_prefill.json``.
 """
 from __future__ import annotations
@@ -460,6 +460,36 @@ def plot(results: list[dict], path: str) -> None:
     fig.savefig(path, dpi=100)
 
 
+def plot_tiles(tiles: list[dict], chosen: dict, length: int, path: str) -> None:
+    """TEMPO Fig. 18's view: time between tokens at ``length`` against the tile size, per batch
+    (the untiled program dashed), beside the micro-run ``attention="tiled"`` chooses from."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for batch in sorted({r["batch"] for r in tiles}):
+        rows = [(r["tile"], r.get("rows", {}).get(str(length), {}).get("tbt_ms")) for r in tiles if r["batch"] == batch]
+        sized = [(z, ms) for z, ms in rows if z is not None and ms is not None]
+        line = left.plot([z for z, _ in sized], [ms for _, ms in sized], marker="o", label=f"batch {batch}")
+        untiled = [ms for z, ms in rows if z is None and ms is not None]
+        if untiled:
+            left.axhline(untiled[0], linestyle="--", color=line[0].get_color(), label=f"untiled, batch {batch}")
+        seconds = chosen.get(str(batch), {}).get("seconds", {})
+        if seconds:
+            sizes = sorted(int(z) for z in seconds)
+            right.plot(sizes, [seconds[str(z)] * 1e3 for z in sizes], marker="o", label=f"batch {batch}")
+            right.axvline(chosen[str(batch)]["tile"], linestyle=":", color=line[0].get_color())
+    left.set(xscale="log", xlabel="tile size Z", ylabel="time between tokens (ms)",
+             title=f"decoding to {length} tokens, causal, tiled")
+    right.set(xscale="log", xlabel="tile size Z", ylabel="one step's tiled attention (ms)",
+              title="what attention='tiled' measures (dotted: its choice)")
+    left.set_xscale("log", base=2)
+    right.set_xscale("log", base=2)
+    left.legend()
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -522,6 +552,7 @@ def main() -> None:
             chosen[str(batch)] = choice
         _write(stem + "_tiles.json", {**meta, "length": ns.tile_length, "last": ns.last, "results": tiles,
                                       "chosen": chosen})
+        plot_tiles(tiles, chosen, ns.tile_length, stem + "_tiles.png")
     if "prefill" in ns.parts:
         prefill = []
         for batch in ns.prefill_batches:
