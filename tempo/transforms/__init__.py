@@ -68,10 +68,10 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
     (default: ``TEMPO_VERIFY``) checks the SDG before the first pass and after
     every pass, naming the pass that broke it; ``dims``: the declared dims, in
     order, for that check; ``defaults``: configs for passes that ``passes`` and
-    ``TEMPO_PASSES_OFF`` leave unsaid (the backend's). When the tiling pass chooses its tiles from a device budget, the
-    passes from vectorization to tiling run again with those tiles given, so that
-    vectorization streams the tiled dims as it does for tiles given by the user (the stats
-    hold both runs).
+    ``TEMPO_PASSES_OFF`` leave unsaid (the backend's). When the tiling pass chooses its
+    tiles from a device budget, the passes from vectorization to tiling run again with
+    those tiles given, so that vectorization streams the tiled dims as it does for tiles
+    given by the user (the stats hold both runs).
     """
     passes = dict(passes or {})
     pipeline = PIPELINE if pipeline is None else pipeline
