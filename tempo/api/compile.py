@@ -264,7 +264,7 @@ def _with_memory(sdg, domains, scheduled, tree: ast_mod.Stmt, times, keep: set[i
 
     def built(swapped=frozenset()) -> tuple[object, ast_mod.Stmt]:
         placed = isl_memory.with_memory(sdg, domains, scheduled, deallocs, swapped)
-        return placed, schedule_memory.batch_frees(isl_schedule.build_ast(sdg, domains, placed))
+        return placed, _memory_ast(sdg, domains, placed, bool(swapped))
 
     freed = built() if deallocs and (budget is None or plan != "default") else None
     timings["memory"] = time.perf_counter() - start
@@ -276,11 +276,18 @@ def _with_memory(sdg, domains, scheduled, tree: ast_mod.Stmt, times, keep: set[i
     placed = scheduled
     if swapped:
         placed, tree = built(swapped)
-        tree = swap_passes.apply(sdg, tree)
     elif deallocs:
         placed, tree = freed or built()
     timings["swap"] = time.perf_counter() - start
     return tree, placed, bool(swapped)
+
+
+def _memory_ast(sdg, domains, placed, moves: bool, separate: bool = False) -> ast_mod.Stmt:
+    """isl's AST of ``placed`` (the schedule with its memory statements), its loops of frees
+    batched (TEMPO §5.3's promotion) and, when it holds moves, the redundant ones removed;
+    ``separate``: partially unrolled (:func:`tempo.schedule.isl_schedule.build_ast`)."""
+    tree = schedule_memory.batch_frees(isl_schedule.build_ast(sdg, domains, placed, separate=separate))
+    return swap_passes.apply(sdg, tree) if moves else tree
 
 
 def _partially_unrolled(sdg, domains, placed, swapped: bool, tree: ast_mod.Stmt, keep: set[int]) -> ast_mod.Stmt:
@@ -290,9 +297,7 @@ def _partially_unrolled(sdg, domains, placed, swapped: bool, tree: ast_mod.Stmt,
     and the same frees along the main loop for it as for ``tree``, the AST built without it; else
     ``tree``. Those analyses take each statement once, and a peeled copy of a statement can make
     them give up a window store or a point freed as the main loop goes."""
-    unrolled = schedule_memory.batch_frees(isl_schedule.build_ast(sdg, domains, placed, separate=True))
-    if swapped:
-        unrolled = swap_passes.apply(sdg, unrolled)
+    unrolled = _memory_ast(sdg, domains, placed, swapped, separate=True)
     return unrolled if runtime_plan(sdg, unrolled, keep) == runtime_plan(sdg, tree, keep) else tree
 
 
