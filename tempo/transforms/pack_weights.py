@@ -33,6 +33,7 @@ from typing import Callable
 
 import numpy as np
 
+from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.ir.ops import Array
 from tempo.ir.sdg import SDG, Edge, identity_index
@@ -53,6 +54,8 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     """The SDG with each packable constant stored as column panels and its products rewritten."""
     if cfg.panel is None:
         return sdg
+    if not isinstance(cfg.max_rows, int) or cfg.max_rows < 1:
+        raise TempoError(f"pack_weights.Config(max_rows=...) takes a positive int, got {cfg.max_rows!r}")
     graph = Graph(sdg)
     packed: dict[int, np.ndarray] = {}  # id(original array) -> its panels, shared by constants holding it
     changed = False
@@ -94,6 +97,9 @@ def _panel_width(graph: Graph, c: int, cfg: Config) -> int | None:
     if fewest > cfg.max_rows:
         return None
     width = cfg.panel(fewest)
+    if width is not None and (not isinstance(width, (int, np.integer)) or width < 1):
+        raise TempoError(f"pack_weights.Config(panel=...) gave {width!r} for products of {fewest} rows; "
+                         f"it must give a positive int (columns per panel) or None (leave them)")
     n = node.shapes[0][1]
     if width is None or not isinstance(n, (int, np.integer)) or n % width or n < 2 * width:
         return None

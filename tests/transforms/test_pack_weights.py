@@ -6,7 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pytest
+
 import tempo as tpo
+from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.transforms import pack_weights
 from tests.transforms.simplification import ops_of
@@ -76,3 +79,16 @@ def test_the_numpy_backend_packs_by_default_and_other_backends_do_not():
             program = ctx.compile([y], backend=backend, passes={"vectorize": False})
             np.testing.assert_allclose(program.run({T: 2})[0], x @ w, rtol=1e-6)
         assert bool(packed_constants(program)) == packs
+
+
+@pytest.mark.parametrize("cfg, message", [
+    (pack_weights.Config(panel=lambda m: 0), "gave 0 for products of 4 rows"),
+    (pack_weights.Config(panel=lambda m: 8.0), "gave 8.0"),
+    (pack_weights.Config(panel=lambda m: 8, max_rows=0), "max_rows"),
+])
+def test_a_bad_panel_config_is_a_clear_error(cfg, message):
+    with tpo.Context() as ctx:
+        (t, T), = ctx.dims("t")
+        y = tpo.from_numpy(np.ones((2, 4, 8), np.float32), dims=(t,))[t] @ tpo.from_numpy(np.ones((8, 32), np.float32))
+        with pytest.raises(TempoError, match=message):
+            ctx.compile([y], passes={"vectorize": False, "pack_weights": cfg})
