@@ -1,0 +1,132 @@
+"""The package's floors import downward only (DESIGN.md): every import of every module under
+``tempo/``, module-level and function-local, read with ``ast`` and mapped to its sub-package's floor."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tempo"
+
+# Floors from the bottom. ``files`` (atomic writes) sits with ``errors``; the package's own
+# ``__init__``/``__main__`` sit above everything, since they gather the public API.
+FLOORS = ("errors", "symbolic", "ir", "schedule", "plan", "runtime", "transforms", "api",
+          "nn", "optim", "rl", "llm", "superopt", "memplan", "gmi", "cli")
+RANK = {**{name: k for k, name in enumerate(FLOORS)}, "files": 0, "__init__": len(FLOORS), "__main__": len(FLOORS)}
+CORE = ("symbolic", "ir", "api", "transforms", "schedule", "plan", "runtime")
+
+# The applications may use the public facade (``import tempo as tpo``): its names come from the
+# floors below them, and ``tempo.llm``, the one application it binds, is bound last.
+FACADE_USERS = ("nn", "optim", "rl", "llm", "superopt", "memplan", "gmi", "cli")
+
+# Every function-local import of a tempo module in the core, with why it is local.
+LOCAL_IN_CORE: dict[tuple[str, str], str] = {
+    ("tempo.api.compile", "tempo.api.rt"): "",
+    ("tempo.api.compile", "tempo.transforms"): "",
+    ("tempo.api.context", "tempo.api.compile"): "",
+    ("tempo.api.data_parallel", "tempo.api.functional"): "",
+    ("tempo.api.functional", "tempo.api.autodiff"): "",
+    ("tempo.api.rt", "tempo.api.functional"): "",
+    ("tempo.api.vjp", "tempo.api.autodiff"): "",
+    ("tempo.runtime.backends.jax", "tempo.runtime.backends"): "",
+    ("tempo.schedule.isl_expr", "tempo.symbolic.expr"): "",
+    ("tempo.schedule.orderings", "tempo.api.sinks"): "",
+    ("tempo.schedule.swap", "tempo.memplan.agents"): "",
+    ("tempo.schedule.swap", "tempo.memplan.extract"): "",
+    ("tempo.schedule.swap", "tempo.runtime.executor"): "",
+    ("tempo.symbolic.expr", "tempo.symbolic.simplify"): "",
+    ("tempo.transforms.superopt", "tempo.superopt.agent"): "",
+    ("tempo.transforms.superopt", "tempo.superopt.costmodel"): "",
+    ("tempo.transforms.superopt", "tempo.superopt.islands"): "",
+    ("tempo.transforms.superopt", "tempo.superopt.rules"): "",
+}
+
+# Upward imports still to remove: (importing module, imported module).
+UPWARD_ALLOWED: set[tuple[str, str]] = {
+    ("tempo.schedule.orderings", "tempo.api.sinks"),
+    ("tempo.schedule.swap", "tempo.memplan.agents"),
+    ("tempo.schedule.swap", "tempo.memplan.extract"),
+    ("tempo.schedule.swap", "tempo.runtime.executor"),
+    ("tempo.transforms.superopt", "tempo.superopt.agent"),
+    ("tempo.transforms.superopt", "tempo.superopt.costmodel"),
+    ("tempo.transforms.superopt", "tempo.superopt.islands"),
+    ("tempo.transforms.superopt", "tempo.superopt.rules"),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _floor(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports(path: Path, module: str):
+    """``(imported module, is function-local)`` for every import of a tempo module in ``path``,
+    the source of ``module``."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    tree = ast.parse(path.read_text())
+
+    def visit(node, local: bool):
+        for child in ast.iter_child_nodes(node):
+            inner = local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                yield from ((a.name, inner) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = ".".join(package[:len(package) - child.level + 1]) if child.level else ""
+                target = ".".join(x for x in (base, child.module) if x)
+                if child.module is None or target == "tempo":  # ``from . import ast``: the names are modules
+                    yield from ((f"{target}.{a.name}", inner) for a in child.names)
+                else:
+                    yield target, inner
+            yield from visit(child, inner)
+
+    return [(target, local) for target, local in visit(tree, False) if target.split(".")[0] == "tempo"]
+
+
+def _graph():
+    """``(module, imported module, is function-local)`` for every import of a tempo module in the
+    package but an application's of the public facade."""
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        for target, local in _imports(path, module):
+            facade = target in ("tempo", "tempo.__version__") and _floor(module) in FACADE_USERS
+            if not facade:
+                out.append((module, target, local))
+    return out
+
+
+def test_every_floor_is_known():
+    unknown = {_floor(m) for m, t, _ in _graph()} | {_floor(t) for _, t, _ in _graph()}
+    assert unknown <= set(RANK), sorted(unknown - set(RANK))
+
+
+def test_no_floor_imports_a_floor_above_it():
+    upward = {(m, t) for m, t, _ in _graph() if RANK[_floor(t)] > RANK[_floor(m)]}
+    assert upward == UPWARD_ALLOWED, sorted(upward ^ UPWARD_ALLOWED)
+
+
+def test_no_cycle_between_floors():
+    arrows = {(_floor(m), _floor(t)) for m, t, _ in _graph() if _floor(m) != _floor(t)}
+    assert all(RANK[a] != RANK[b] for a, b in arrows)
+    cycles = {(a, b) for a, b in arrows if (b, a) in arrows}
+    assert cycles <= {(_floor(m), _floor(t)) for m, t in UPWARD_ALLOWED} | \
+        {(_floor(t), _floor(m)) for m, t in UPWARD_ALLOWED}, sorted(cycles)
+
+
+def test_function_local_imports_in_the_core_are_few_and_explained():
+    local = {(m, t) for m, t, is_local in _graph() if is_local and _floor(m) in CORE}
+    assert local == set(LOCAL_IN_CORE), sorted(local ^ set(LOCAL_IN_CORE))
+    assert len(LOCAL_IN_CORE) <= 5 or UPWARD_ALLOWED
+
+
+def test_the_graph_sees_local_relative_and_package_imports(tmp_path):
+    source = tmp_path / "probe.py"
+    source.write_text("import numpy\nfrom . import ast\nfrom tempo import nn\n"
+                      "def f():\n    from tempo.api.sinks import sink\n"
+                      "class C:\n    def g(self):\n        import tempo.rl.env\n")
+    assert _imports(source, "tempo.schedule.probe") == [
+        ("tempo.schedule.ast", False), ("tempo.nn", False), ("tempo.api.sinks", True), ("tempo.rl.env", True)]
