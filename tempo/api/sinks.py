@@ -14,9 +14,7 @@ import numpy as np
 from tempo.api import functional as F
 from tempo.api.rt import RecurrentTensor as RT
 from tempo.errors import TempoError, user_site
-from tempo.runtime.executor import StopRun
-
-STOP_LABEL = "stop_when"  # the label of tpo.stop_when's check (compile orders it before the next step)
+from tempo.ir.ops import STOP_LABEL, StopRun
 
 
 def sink_many(values: Mapping[str, RT], fn: Callable[[dict, dict], None], label: str = "sink") -> RT:

@@ -247,6 +247,18 @@ class UDFOp(Op):
         return len(self.out_shapes)
 
 
+STOP_LABEL = "stop_when"  # the label of ``tpo.stop_when``'s check (scheduled before the next step)
+
+
+class StopRun(Exception):
+    """Raised by a host function (``tpo.stop_when``'s check) to end the run where it is:
+    nothing scheduled after that launch runs, what was computed stays. ``point``: dim name -> step."""
+
+    def __init__(self, point: dict[str, int]):
+        super().__init__(f"run stopped at {point}")
+        self.point = point
+
+
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not")
 
 

@@ -29,7 +29,7 @@ import math
 from typing import Callable
 
 from tempo.errors import BoundError, TempoError
-from tempo.ir.ops import ConstOp, MergeOp, UDFOp
+from tempo.ir.ops import ConstOp, MergeOp, StopRun, UDFOp
 from tempo.ir.sdg import SDG, Node
 from tempo.runtime import device_loops, donation
 from tempo.runtime.backends.base import Backend, StepFailed
@@ -44,15 +44,6 @@ from tempo.symbolic.simplify import simplify
 
 
 STORES = ("auto", "point")
-
-
-class StopRun(Exception):
-    """Raised by a host function (``tpo.stop_when``'s sink) to end the run where it is:
-    nothing scheduled after that launch runs, what was computed stays. ``point``: dim name -> step."""
-
-    def __init__(self, point: dict[str, int]):
-        super().__init__(f"run stopped at {point}")
-        self.point = point
 
 
 class Executor:

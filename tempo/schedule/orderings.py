@@ -7,7 +7,7 @@ beyond them: a sink runs within the iteration it observes, and a
 """
 from __future__ import annotations
 
-from tempo.ir.ops import MergeOp, UDFOp
+from tempo.ir.ops import STOP_LABEL, MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
 from tempo.symbolic.simplify import simplify
@@ -42,8 +42,6 @@ def stops_early(sdg: SDG, executed) -> list[Edge]:
     the check at a step runs after everything at the step before, and before everything at
     its own step that the flag does not read and everything at the next step; so a run it
     ends computes nothing past what decided it."""
-    from tempo.api.sinks import STOP_LABEL
-
     def at(dims, of, shift):  # the point of ``of``'s dims at ``dims``' step, ``shift`` back along the last
         return seq(*(d - shift if d is last else d if any(x is d for x in dims)
                      else make_slice(0, bound_of(d)) for d in of))
