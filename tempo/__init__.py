@@ -32,3 +32,5 @@ __all__ = ["BoundError", "Context", "checkpoint", "load_checkpoint", "Definition
            "sqrt", "stop_gradient", "stop_when", "tanh", "udf", "where", "zeros"]
 
 from tempo import llm  # noqa: E402  (tempo.llm builds on the names above)
+from tempo.memplan import swap_plan as _memplan_swap_plan  # noqa: E402,F401  (registers the "memplan" swap plan)
+from tempo.superopt import island_pass as _superopt_island_pass  # noqa: E402,F401  (registers the superopt pass's optimiser)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -9,13 +10,15 @@ import numpy as np
 from tempo.errors import BoundError, TempoError
 from tempo.ir.sdg import SDG
 from tempo.runtime.backends import Backend, get_backend
-from tempo.runtime.executor import Executor, runtime_plan
+from tempo.plan import ExecutionPlan, build
+from tempo.plan import swap
+from tempo.runtime.executor import Executor
 from tempo.runtime.executor import source as executor_source
 from tempo.runtime.memory import BudgetExceeded, Ledger, parse_bytes
 from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains, isl_memory, isl_schedule
 from tempo.schedule import memory as schedule_memory
-from tempo.schedule import swap, swap_passes
+from tempo.schedule import swap_passes
 from tempo.schedule import orderings as schedule_orderings
 from tempo.schedule import shift_fusion
 from tempo.symbolic.expr import Expr, bound_of
@@ -23,11 +26,13 @@ from tempo.symbolic.expr import Expr, bound_of
 
 @dataclass
 class Program:
-    """A compiled program: its SDG, its schedule AST, and ``run(bounds)``.
+    """A compiled program: its SDG, its schedule AST, its execution plan and ``run(bounds)``.
 
     Compilation is parametric in the bound symbols, so one program runs for
-    any bounds. ``timings`` holds the seconds each compile stage took;
-    ``pass_stats`` what each pass did (``passes_report()`` prints it).
+    any bounds. ``plan`` (``print(program.plan)``) holds every decision about
+    how the AST runs, made once at compile time (:mod:`tempo.plan`).
+    ``timings`` holds the seconds each compile stage took; ``pass_stats``
+    what each pass did (``passes_report()`` prints it).
     """
 
     sdg: SDG
@@ -43,6 +48,8 @@ class Program:
     memory: dict = field(default_factory=dict)  # the memory options compiled with
     stopped_at: dict | None = None  # where tpo.stop_when ended the last run ({dim: step}); None: at its bounds
     ran_source: str | None = None  # the source the last run's executor generated (its backend's device loops too)
+    plan: ExecutionPlan | None = None  # how the AST runs (stores chosen from the reads); None: planned at the first run
+    point_plan: ExecutionPlan | None = field(default=None, repr=False)  # the plan of runs with stores="point"
 
     def passes_report(self) -> str:
         """A table of the passes run: the SDG's node count before and after each, and its seconds."""
@@ -58,8 +65,8 @@ class Program:
         values = self._check_bounds(bounds)
         self.validate(values)
         start = time.perf_counter()
-        executor = Executor(self.sdg, self.ast, self.backend, values, keep={n for n, _ in self.fetch},
-                            stores=stores, device_budget=self.memory.get("device_budget"))
+        executor = Executor(self.sdg, self.ast, self.backend, values, keep=self._keep(),
+                            device_budget=self.memory.get("device_budget"), plan=self.plan_for(stores))
         self.ledger, self.ran_source = executor.ledger, executor.source
         try:
             executor.run()
@@ -69,6 +76,19 @@ class Program:
         self.stopped_at = executor.stopped_at
         return [self._gather(executor, n, out, values) for n, out in self.fetch]
 
+    def plan_for(self, stores: str = "auto") -> ExecutionPlan:
+        """The plan of runs with ``stores`` (see :meth:`run`), made at most once."""
+        if stores == "auto":
+            if self.plan is None:
+                self.plan = build(self.sdg, self.ast, self._keep())
+            return self.plan
+        if stores == "point" and self.point_plan is None:
+            self.point_plan = build(self.sdg, self.ast, self._keep(), "point")
+        return self.point_plan if stores == "point" else build(self.sdg, self.ast, self._keep(), stores)
+
+    def _keep(self) -> set[int]:
+        return {n for n, _ in self.fetch}
+
     @property
     def code(self) -> str:
         """The Python source the executor generates from the schedule and runs: after a run, that
@@ -76,7 +96,7 @@ class Program:
         before one, the statement-by-statement source for any bounds."""
         if self.ran_source is not None:
             return self.ran_source
-        return executor_source(self.sdg, self.ast, {n for n, _ in self.fetch}, self.domains.params)
+        return executor_source(self.sdg, self.ast, self.plan_for(), self.domains.params)
 
     def memory_report(self, top: int = 8) -> str:
         """The last run's memory: peak bytes held in tensor stores and the tensors holding the most then."""
@@ -156,6 +176,30 @@ def _bound_values(bounds: dict | None) -> dict[str, int] | None:
             if isinstance(value, (int, np.integer)) and value >= 1}
 
 
+class FirstCompile(Exception):
+    """Raised by the first compile inside :func:`stop_at_first_compile`: ``program`` is what it
+    compiled, ``bounds`` the bounds of the run it was compiled for (by name; None: ``ctx.compile``)."""
+
+    def __init__(self, program: Program, bounds: dict[str, int] | None):
+        super().__init__("a Tempo program was compiled")
+        self.program, self.bounds = program, bounds
+
+
+_STOPPING: list[dict] = []  # the memory options of the active stop_at_first_compile blocks
+
+
+@contextmanager
+def stop_at_first_compile(memory: dict | None = None):
+    """Inside this block, compiling a program raises :class:`FirstCompile` instead of running it, the
+    program compiled with ``memory`` over its own memory options: a tool (``tempo memplan extract``)
+    runs a user's script up to its first compiled program this way."""
+    _STOPPING.append(dict(memory or {}))
+    try:
+        yield
+    finally:
+        _STOPPING.pop()
+
+
 AST_PASSES = ("partial_unroll",)  # passes over the schedule AST, switched on by ``passes={name: True}``
 
 MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes",
@@ -177,7 +221,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     each tensor's last reader (:mod:`tempo.schedule.memory`);
     ``{"device_budget": "2GB"}`` holds the device tier of every run to that
     many bytes, with evict and load statements that keep large sliced tensors
-    in the host tier (:mod:`tempo.schedule.swap`); ``"plan": "memplan"`` keeps
+    in the host tier (:mod:`tempo.plan.swap`); ``"plan": "memplan"`` keeps
     on the device those that ``tempo.memplan`` fits into the budget.
     """
     from tempo.transforms import PIPELINE, pack_weights, run_pipeline
@@ -210,7 +254,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     if not isinstance(unroll, bool):
         raise TempoError(f"passes['partial_unroll'] takes True or False, got {unroll!r}", site)
     passes = {name: cfg for name, cfg in (passes or {}).items() if name not in AST_PASSES}
-    memory = _memory_options(memory, site)
+    memory = _memory_options({**(memory or {}), **(_STOPPING[-1] if _STOPPING else {})}, site)
     if memory["device_budget"] is not None and bounds:
         passes = _budget_passes(passes, memory["device_budget"], _bound_values(bounds), chosen)
     fetched = [materialize(x, x.node.site) for x in fetch]
@@ -242,12 +286,18 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
         tree, placed, swapped = _with_memory(sdg, domains, scheduled, tree,
                                              fused if fused is not None else schedule.get_map(),
                                              {n for n, _ in fetch_ids}, _bound_values(bounds), memory, timings)
+    start = time.perf_counter()
+    plan = build(sdg, tree, {n for n, _ in fetch_ids})
+    timings["plan"] = time.perf_counter() - start
     if unroll and scheduled is not None:
         start = time.perf_counter()
-        tree = _partially_unrolled(sdg, domains, placed, swapped, tree, {n for n, _ in fetch_ids})
+        tree, plan = _partially_unrolled(sdg, domains, placed, swapped, tree, plan, {n for n, _ in fetch_ids})
         timings["unroll"] = time.perf_counter() - start
-    return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats,
-                   memory=memory)
+    program = Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats,
+                      memory=memory, plan=plan)
+    if _STOPPING:
+        raise FirstCompile(program, _bound_values(bounds))
+    return program
 
 
 def _with_memory(sdg, domains, scheduled, tree: ast_mod.Stmt, times, keep: set[int], bounds: dict, memory: dict,
@@ -272,7 +322,7 @@ def _with_memory(sdg, domains, scheduled, tree: ast_mod.Stmt, times, keep: set[i
         placed, tree = freed or (scheduled, tree)
         return tree, placed, False
     start = time.perf_counter()
-    swapped = swap.choose(sdg, freed[1] if freed else tree, keep, bounds, budget, plan)
+    swapped = swap.choose(sdg, freed[1] if freed else tree, keep, bounds, budget, swap.chooser(plan))
     placed = scheduled
     if swapped:
         placed, tree = built(swapped)
@@ -290,15 +340,17 @@ def _memory_ast(sdg, domains, placed, moves: bool, separate: bool = False) -> as
     return swap_passes.apply(sdg, tree) if moves else tree
 
 
-def _partially_unrolled(sdg, domains, placed, swapped: bool, tree: ast_mod.Stmt, keep: set[int]) -> ast_mod.Stmt:
+def _partially_unrolled(sdg, domains, placed, swapped: bool, tree: ast_mod.Stmt, plan: ExecutionPlan,
+                        keep: set[int]) -> tuple[ast_mod.Stmt, ExecutionPlan]:
     """The AST of ``placed`` built with TEMPO §5.3's partial unrolling (isl separates each loop into
     the pieces where one set of statements runs, so a condition holding on a whole piece is tested
-    once: :func:`tempo.schedule.isl_schedule.build_ast`), where the executor plans the same stores
-    and the same frees along the main loop for it as for ``tree``, the AST built without it; else
-    ``tree``. Those analyses take each statement once, and a peeled copy of a statement can make
-    them give up a window store or a point freed as the main loop goes."""
+    once: :func:`tempo.schedule.isl_schedule.build_ast`) and its plan, where that plan equals
+    ``plan``, the plan of ``tree``, the AST built without it (the same stores, the same frees along
+    the main loop); else ``tree`` and ``plan``. The planners take each statement once, and a peeled
+    copy of a statement can make them give up a window store or a point freed as the main loop goes."""
     unrolled = _memory_ast(sdg, domains, placed, swapped, separate=True)
-    return unrolled if runtime_plan(sdg, unrolled, keep) == runtime_plan(sdg, tree, keep) else tree
+    unrolled_plan = build(sdg, unrolled, keep)
+    return (unrolled, unrolled_plan) if unrolled_plan == plan else (tree, plan)
 
 
 def _budget_passes(passes: dict, budget: int, bounds: dict, backend: Backend) -> dict:

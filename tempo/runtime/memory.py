@@ -12,7 +12,7 @@ peak. ``program.memory_report()`` prints it after a run and
 ``program.plot_memory(path)`` draws the timeline.
 
 With a device budget (``memory={"device_budget": "2GB"}``), the schedule
-holds evict and load statements (:mod:`tempo.schedule.swap`) for large
+holds evict and load statements (:mod:`tempo.plan.swap`) for large
 tensors that a later statement reads in slices (observations and
 activations an RL learner reads after acting); the stores run them and
 report the bytes each moves between the tiers (``evicted``, ``loaded``).

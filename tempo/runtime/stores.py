@@ -23,7 +23,7 @@ deallocates it after its last reader), lists what it holds with
 :class:`tempo.runtime.memory.Ledger`.
 
 Point and block stores also run the schedule's swap statements
-(:mod:`tempo.schedule.swap`): ``evict(index)`` moves the points of an index
+(:mod:`tempo.plan.swap`): ``evict(index)`` moves the points of an index
 (points or slices, as a read takes) to the host tier and ``load(index)``
 copies them back to the device, keeping the host copy. A point written is
 on the device; evicting it copies it to the host the first time and only
@@ -434,7 +434,7 @@ def _evicted(name: str, point: tuple) -> TempoError:
 
 
 def make_store(choice, name: str, backend, dtype: str, shape, bound: int | None, ledger: Ledger | None = None):
-    """The store ``choice`` (a :class:`tempo.runtime.store_choice.StoreChoice`) names.
+    """The store ``choice`` (a :class:`tempo.plan.store_choice.StoreChoice`) names.
 
     ``shape``: a function returning the spatial shape; ``bound``: the innermost
     dim's bound (the rows of a block when the choice leaves it open, and at most);

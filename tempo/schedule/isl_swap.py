@@ -1,7 +1,7 @@
 """Evict and load statements placed on the computed schedule (TEMPO §5.2, Fig. 15b).
 
 For each swapped tensor (node ``n``, output ``j``) of the plan
-(:func:`tempo.schedule.swap.choose`) three kinds of statements join the
+(:func:`tempo.plan.swap.choose`) three kinds of statements join the
 schedule, like the frees of :mod:`tempo.schedule.isl_memory`:
 
 * ``E<n>_0`` (Evict_A) over every point produced, with the producer's

@@ -191,7 +191,7 @@ def _tile_read_last(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int], d
     each of those reads running before the tile holding its point (checked with isl over the
     schedule's ``times``): an n-step learner fused into acting frees the observations it learned
     from while acting goes on. The tensor's block store holds the tiles' blocks (see
-    :mod:`tempo.runtime.store_choice`)."""
+    :mod:`tempo.plan.store_choice`)."""
     node = sdg.nodes[n]
     if n in keep or _small(node):
         return None

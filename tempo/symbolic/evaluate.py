@@ -58,3 +58,8 @@ def evaluate(e: Expr, env: Mapping) -> object:
     """Value of ``e``; ``env`` maps symbols (Expr or name) to integers."""
     names = {(k.name if isinstance(k, Expr) else k): v for k, v in env.items()}
     return compile_expr(e)(names)
+
+
+def shape_at(shape: tuple, env: Mapping[str, int]) -> tuple[int, ...]:
+    """The sizes of a shape of ints and expressions (``(T - t, 4)``) at ``env``."""
+    return tuple(s if isinstance(s, int) else int(compile_expr(s)(env)) for s in shape)

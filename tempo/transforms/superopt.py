@@ -1,7 +1,8 @@
 """The superoptimiser on the static islands the fuse pass made (off unless configured).
 
 Each :class:`~tempo.ir.ops.FusedOp` is translated to a tensor graph of
-:mod:`tempo.superopt`, rewritten by one of its optimisers (TASO's greedy or
+:mod:`tempo.superopt` (by :mod:`tempo.superopt.island_pass`, which registers
+itself here: :func:`register`), rewritten by one of its optimisers (TASO's greedy or
 backtracking search, equality saturation, or the X-RLflow agent) and
 translated back; operators are timed, and whole islands measured, on the
 runtime's own NumPy kernels at the sizes ``sizes`` names. See
@@ -15,16 +16,14 @@ whatever the number of points it runs at.
 """
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import Callable
 
 from tempo.errors import TempoError
-from tempo.ir.ops import FusedOp
 from tempo.ir.sdg import SDG
 from tempo.symbolic.expr import bound_of
 
 AGENTS = ("greedy", "backtrack", "eqsat", "rl")
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,30 +53,18 @@ def optimise_islands(sdg: SDG, cfg: Config) -> tuple[SDG, dict]:
     if unknown:
         raise TempoError(f"superopt.Config(sizes=...) names {', '.join(unknown)}, not a bound of this program "
                          f"(its bounds: {', '.join(bounds) or 'none'})")
-    import torch
+    if _OPTIMISER is None:
+        raise TempoError("no island optimiser is registered for the superopt pass (tempo.superopt registers one)")
+    return _OPTIMISER(sdg, cfg)
 
-    from tempo.superopt.agent import PPOConfig
-    from tempo.superopt.costmodel import CostModel
-    from tempo.superopt.islands import Island, optimise
-    from tempo.superopt.rules import load_rules
 
-    options: dict = {"model": CostModel(backend="numpy")}
-    if cfg.agent == "rl":   # no curriculum: windows of an island are not islands the runtime can run
-        options.update(progress=False, config=PPOConfig(window_share=0.0))
-    rules, threads = load_rules(), torch.get_num_threads()
-    nodes, outcomes = dict(sdg.nodes), {}
-    try:
-        for node in sdg.nodes.values():
-            if not isinstance(node.op, FusedOp):
-                continue
-            edges = sdg.in_edges(node.id)
-            island = Island(node.op, tuple(sdg.read_shape(e) for e in edges),
-                            tuple(sdg.nodes[e.src].dtypes[e.src_out] for e in edges),
-                            tuple(d.name for d in node.domain), dict(cfg.sizes))
-            outcome = outcomes[node.id] = optimise(island, cfg.agent, cfg.budget_s, rules, **options)
-            nodes[node.id] = replace(node, op=outcome.op)
-            log.info("island %%%d: %d -> %d steps, %s", node.id, outcome.steps_before, outcome.steps_after,
-                     outcome.kept or f"{outcome.before_ms:.4f} -> {outcome.after_ms:.4f} ms")
-    finally:
-        torch.set_num_threads(threads)   # optimize() times on one thread
-    return replace(sdg, nodes=nodes), outcomes
+IslandOptimiser = Callable[[SDG, Config], tuple[SDG, dict]]
+_OPTIMISER: IslandOptimiser | None = None
+
+
+def register(optimiser: IslandOptimiser) -> None:
+    """Make the pass rewrite islands with ``optimiser(sdg, cfg) -> (sdg, outcomes)``: ``tempo.superopt``
+    registers :func:`tempo.superopt.island_pass.optimise_islands` (the application plugs into the
+    pipeline; the pass does not import it)."""
+    global _OPTIMISER
+    _OPTIMISER = optimiser

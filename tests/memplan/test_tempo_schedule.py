@@ -14,7 +14,8 @@ from tempo.memplan.extract import tempo_schedule
 from tempo.memplan.problem import MemplanError, instance_from_json, instance_to_json
 from tempo.memplan.validate import validate
 from tempo.memplan.agents.heuristic import heuristic_solution
-from tempo.schedule import ast, swap
+from tempo.plan import swap
+from tempo.schedule import ast
 
 WIDTH = 65536  # 256 KiB a point
 XS = np.random.default_rng(2).normal(size=(2, 8, WIDTH)).astype(np.float32)

@@ -1,11 +1,11 @@
-"""Buffer donation (tempo/runtime/donation.py): which kernel inputs a launch may hand to its outputs."""
+"""Buffer donation (tempo/plan/donation.py): which kernel inputs a launch may hand to its outputs."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import tempo as tpo
-from tempo.runtime import donation
+from tempo.plan import donation
 from tempo.runtime.backends import base
 from tempo.runtime.executor import Executor
 

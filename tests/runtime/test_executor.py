@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tempo as tpo
-from tempo.runtime.executor import Executor, _nondecreasing_in
+from tempo.runtime.executor import Executor
+from tempo.symbolic.affine import nondecreasing_in
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import const, max_, min_, step_and_bound
 from tempo.symbolic.simplify import simplify
@@ -106,7 +107,7 @@ indices = st.recursive(st.one_of(st.integers(-5, 5).map(const), st.just(i_sym)),
 @given(indices)
 def test_claimed_nondecreasing_indices_never_decrease(index):
     index = simplify(index)
-    if not _nondecreasing_in(index, i_sym):
+    if not nondecreasing_in(index, i_sym):
         return
     values = [compile_expr(index)({"i": u}) for u in range(40)]
     assert all(a <= b for a, b in zip(values, values[1:])), (index, values)
@@ -114,6 +115,6 @@ def test_claimed_nondecreasing_indices_never_decrease(index):
 
 def test_block_and_window_starts_are_recognised():
     for index in [i_sym - 1, (i_sym // K) * K, max_(0, i_sym - 3), const(0)]:
-        assert _nondecreasing_in(simplify(index), i_sym), index
+        assert nondecreasing_in(simplify(index), i_sym), index
     for index in [-i_sym, 5 - i_sym, i_sym % K]:
-        assert not _nondecreasing_in(simplify(index), i_sym), index
+        assert not nondecreasing_in(simplify(index), i_sym), index

@@ -9,7 +9,7 @@ import pytest
 import tempo as tpo
 from tempo.errors import TempoError
 from tempo.runtime.executor import Executor
-from tempo.runtime.store_choice import StoreChoice, choose_stores
+from tempo.plan.store_choice import StoreChoice, choose_stores
 
 T_ = 12
 

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 import tempo as tpo
 from tempo.runtime.backends import base
-from tempo.runtime.executor import runtime_plan
 from tempo.schedule import ast
 from tests.schedule.chains import build_chain
 
@@ -97,8 +96,7 @@ def test_programs_compute_the_same_with_and_without_it(build):
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     assert ast.conditions_tested(on.ast, bounds) <= ast.conditions_tested(off.ast, bounds)
-    assert runtime_plan(on.sdg, on.ast, {n for n, _ in on.fetch}) == \
-        runtime_plan(off.sdg, off.ast, {n for n, _ in off.fetch})
+    assert on.plan == off.plan
 
 
 def test_an_rl_like_program_tests_fewer_conditions():
@@ -131,8 +129,7 @@ def test_the_main_loop_with_its_last_iteration_peeled_still_frees_as_it_goes():
         state[i + 1] = state[i] - 0.5 * mean[i]
         on = ctx.compile(fetch=[mean], passes=ON)
     assert any(ex.node_id == state.node.id and str(ex.point[0]) == "I - 1" for ex in top_level_executes(on.ast))
-    evicted, _ = runtime_plan(on.sdg, on.ast, {mean.node.id})
-    assert state.node.id in evicted
+    assert state.node.id in {e.node for e in on.plan.evictions}
     out, = on.run({"I": 12})
     assert out[10] == 0.5 ** 10
 

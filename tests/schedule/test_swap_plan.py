@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 import tempo as tpo
 from tempo.api.compile import compile_program
 from tempo.errors import TempoError
-from tempo.schedule import ast, swap, swap_passes
+from tempo.plan import swap
+from tempo.schedule import ast, swap_passes
 from tempo.symbolic.expr import make_slice, symbol
 from tests.schedule.chains import build_chain
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import tempo as tpo
 from tempo.api.compile import compile_program
-from tempo.schedule import swap
+from tempo.plan import swap
 from tempo.transforms import tile
 from tests.schedule.chains import build_chain
 from tests.schedule.test_deallocation_schedule import walk

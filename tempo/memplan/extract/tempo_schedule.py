@@ -2,7 +2,7 @@
 
 The instance of a compiled Tempo program, for its run's bounds and a device
 budget, asks which of the tensors the default swap plan moves to the host
-(:func:`tempo.schedule.swap.candidates`) may stay on the device instead:
+(:func:`tempo.plan.swap.candidates`) may stay on the device instead:
 
 - **logical time** is the schedule's order: one step per execute statement of
   the AST, in program order (a loop's body counts once: every run of a
@@ -36,6 +36,8 @@ device: the ``"memplan"`` swap plan swaps the others.
 from __future__ import annotations
 
 import math
+import runpy
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -44,8 +46,11 @@ import numpy as np
 from tempo.errors import BoundError
 from tempo.ir import ops
 from tempo.ir.sdg import SDG
-from tempo.memplan.problem import Buffer, Instance
-from tempo.runtime.executor import store_choices
+from tempo.api.compile import FirstCompile, stop_at_first_compile
+from tempo.memplan.agents import get_agent
+from tempo.memplan.problem import Buffer, Instance, MemplanError
+from tempo.memplan.validate import validate
+from tempo.plan import ExecutionPlan, build, swap
 from tempo.schedule import ast
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import bound_of
@@ -75,12 +80,15 @@ class Extracted:
 
 
 def instance(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int], budget: int,
-             candidates: set[tuple[int, int]], model: TierModel = TierModel(), name: str = "tempo") -> Extracted:
+             candidates: set[tuple[int, int]], model: TierModel = TierModel(), name: str = "tempo",
+             plan: ExecutionPlan | None = None) -> Extracted:
     """The game instance of ``program`` for ``bounds`` and a device ``budget`` in bytes (see the
-    module docstring); ``candidates``: the tensors the game decides."""
+    module docstring); ``candidates``: the tensors the game decides; ``plan``: the program's
+    execution plan (None: made here)."""
     steps = _steps(program)
     starts, ends = _iterations(program, len(steps))
-    buffered = {key for key, c in store_choices(sdg, program, keep).items() if c.kind != "point"}  # own rows
+    plan = plan if plan is not None else build(sdg, program, keep)
+    buffered = {key for key, c in plan.choices.items() if c.kind != "point"}  # own rows
     runs: dict[int, list[int]] = defaultdict(list)
     for k, (stmt, _) in enumerate(steps):
         runs[stmt.node_id].append(k)
@@ -140,9 +148,6 @@ def resident(sdg: SDG, program: ast.Stmt, keep: set[int], bounds: dict[str, int]
              candidates: set[tuple[int, int]], agent: str = "heuristic", seconds: float = 1.0,
              seed: int = 0) -> set[tuple[int, int]]:
     """The ``candidates`` that ``agent``'s solution of the instance keeps on the device."""
-    from tempo.memplan.agents import get_agent
-    from tempo.memplan.validate import validate
-
     extracted = instance(sdg, program, keep, bounds, budget, candidates)
     if not extracted.outputs:
         return set()
@@ -275,47 +280,30 @@ def _read_bytes(sdg: SDG, e, stmt: ast.Execute, bounds: dict) -> int:
     return count * _row_bytes(sdg.nodes[e.src], e.src_out, bounds)
 
 
-class _Captured(Exception):
-    """Carries the first program a script compiles, and the bounds it was compiled for."""
-
-
 def capture(path: str, argv: list[str], budget: int | None = None):
     """Run the Tempo script at ``path`` (with ``argv``) up to its first compiled program and return
     ``(program, bounds)`` without running it; ``budget``: compile it under this device budget."""
-    import runpy
-    import sys
-
-    from tempo.api import compile as compile_mod
-    from tempo.memplan.problem import MemplanError
-
-    original, saved_argv = compile_mod.compile_program, sys.argv
-
-    def capturing(*args, **kwargs):
-        if budget is not None:
-            kwargs["memory"] = {**(kwargs.get("memory") or {}), "device_budget": budget}
-        raise _Captured(original(*args, **kwargs), compile_mod._bound_values(kwargs.get("bounds")))
-
-    compile_mod.compile_program, sys.argv = capturing, [path, *argv]
+    saved_argv = sys.argv
+    sys.argv = [path, *argv]
     try:
-        runpy.run_path(path, run_name="__main__")
-    except _Captured as found:
-        return found.args
+        with stop_at_first_compile(None if budget is None else {"device_budget": budget}):
+            runpy.run_path(path, run_name="__main__")
+    except FirstCompile as found:
+        return found.program, found.bounds
     except FileNotFoundError:
         raise MemplanError(f"{path}: no such file") from None
     finally:
-        compile_mod.compile_program, sys.argv = original, saved_argv
+        sys.argv = saved_argv
     raise MemplanError(f"{path} ran without compiling a Tempo program (ctx.run or ctx.compile)")
 
 
 def program_instance(program, bounds: dict[str, int] | None, budget: int | None = None) -> Extracted:
     """The instance of a compiled :class:`tempo.api.compile.Program` for the run's ``bounds`` and
     ``budget`` (None: the one it was compiled with)."""
-    from tempo.memplan.problem import MemplanError
-    from tempo.schedule import swap
-
     budget = budget or program.memory.get("device_budget")
     if budget is None or not bounds:
         raise MemplanError("a Tempo instance needs the run's bounds and a device budget (--budget)")
     keep, bounds = {n for n, _ in program.fetch}, swap.with_tiles(program.sdg, bounds)
-    found = swap.candidates(program.sdg, program.ast, keep, bounds)
-    return instance(program.sdg, program.ast, keep, bounds, budget, found, name="tempo")
+    plan = program.plan
+    found = swap.candidates(program.sdg, program.ast, keep, bounds, plan.choices)
+    return instance(program.sdg, program.ast, keep, bounds, budget, found, name="tempo", plan=plan)

@@ -47,7 +47,7 @@ from tempo.ir import ops
 from tempo.runtime.backends import jax_layout
 from tempo.runtime.backends import numpy as np_backend
 from tempo.runtime.backends.base import Backend, Kernel, StepFailed, register
-from tempo.symbolic.evaluate import compile_expr
+from tempo.symbolic.evaluate import compile_expr, shape_at
 from tempo.symbolic.expr import seq
 
 x64 = jax.enable_x64  # a context manager: 64-bit types while it is entered
@@ -190,16 +190,12 @@ SIMPLE: dict[type, Callable] = {
     ops.CatOp: lambda op, xs, env: jnp.concatenate(_same_dtype(xs), axis=op.axis),
     ops.CastOp: lambda op, xs, env: xs[0].astype(op.dtype),
     ops.IdentOp: lambda op, xs, env: xs[0],
-    ops.ReshapeOp: lambda op, xs, env: jnp.reshape(xs[0], _static_sizes(op.shape, env)),
-    ops.ExpandOp: lambda op, xs, env: jnp.broadcast_to(xs[0], _static_sizes(op.shape, env)),
+    ops.ReshapeOp: lambda op, xs, env: jnp.reshape(xs[0], shape_at(op.shape, env)),
+    ops.ExpandOp: lambda op, xs, env: jnp.broadcast_to(xs[0], shape_at(op.shape, env)),
 }
 
 for _op_type, _fn in SIMPLE.items():
     IMPLS[_op_type] = lambda op, xs, env, _fn=_fn: (_fn(op, xs, env),)
-
-
-def _static_sizes(shape, env: dict) -> tuple:
-    return tuple(s if isinstance(s, int) else int(compile_expr(s)(env)) for s in shape)
 
 
 def _static_exprs(op: ops.Op) -> tuple:
@@ -539,7 +535,7 @@ class JaxBackend(Backend):
         return buffer
 
     def device_loop(self, plan, sdg):
-        """A planned loop (:mod:`tempo.runtime.device_loops`) as one jitted ``lax.scan``
+        """A planned loop (:mod:`tempo.plan.device_loops`) as one jitted ``lax.scan``
         (:mod:`tempo.runtime.backends.jax_loops`), or None where a step has no traced form."""
         from tempo.runtime.backends import jax_loops
 

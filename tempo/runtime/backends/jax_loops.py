@@ -1,4 +1,4 @@
-"""A planned loop (:mod:`tempo.runtime.device_loops`) as one ``lax.scan`` inside ``jax.jit``.
+"""A planned loop (:mod:`tempo.plan.device_loops`) as one ``lax.scan`` inside ``jax.jit``.
 
 The scan's body traces every step of the loop in order: a fused island or
 device op through its :class:`~tempo.runtime.backends.jax.Island`'s traced
@@ -23,8 +23,9 @@ from jax import lax
 
 from tempo.errors import TempoError
 from tempo.ir import ops
+from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, LoopPlan
 from tempo.runtime.backends.jax import Island, _index_form, _row
-from tempo.runtime.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, LoopPlan, _uses
+from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
 
 
@@ -154,7 +155,7 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
             island = Island(steps, outputs, {})
         except TempoError:
             return None
-        moving = {d.name for d, p in zip(node.domain, step.execute.point) if _uses(p, plan.loop.var)}
+        moving = {d.name for d, p in zip(node.domain, step.execute.point) if uses(p, plan.loop.var)}
         if moving & set(island.names):
             return None
         islands.append(island)

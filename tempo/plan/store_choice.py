@@ -31,7 +31,9 @@ from typing import Mapping
 
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node
+from tempo.plan.evictions import iteration_evictions
 from tempo.schedule import ast
+from tempo.symbolic.affine import const_diff, last_true, offset, uses
 from tempo.symbolic.expr import Expr, bound_of
 from tempo.symbolic.simplify import simplify
 
@@ -48,6 +50,13 @@ class StoreChoice:
 
 
 POINT = StoreChoice("point")
+
+
+def store_choices(sdg: SDG, program: ast.Stmt, keep) -> dict[tuple[int, int], StoreChoice]:
+    """Each tensor's store choice (missing: a point store) for ``program``, the executor freeing
+    what :func:`tempo.plan.evictions.iteration_evictions` finds as the main loop goes."""
+    _, evictions = iteration_evictions(sdg, program, keep)
+    return choose_stores(sdg, program, keep, {e.node: e.axis for e in evictions})
 
 
 def choose_stores(sdg: SDG, program: ast.Stmt, keep=frozenset(),
@@ -120,11 +129,6 @@ def _low(index: Expr) -> Expr:
     return index.args[0] if index.op == "slice" else index
 
 
-def _const_diff(a: Expr, b: Expr) -> int | None:
-    d = simplify(a - b)
-    return int(d.value) if d.is_const else None
-
-
 def _aligned_block(start: Expr, stop: Expr) -> int | None:
     """``K`` when ``start:stop`` is ``(e // K) * K:(e // K) * K + K`` or ``K * k:K * k + K`` for a
     dim ``k`` (a tile; either stop capped by a ``min``): a slice that never leaves one aligned
@@ -140,7 +144,7 @@ def _aligned_block(start: Expr, stop: Expr) -> int | None:
     if k < 1 or not divisor.is_const or int(divisor.value) != k:
         return None
     ends = stop.args if stop.op == "min" else (stop,)
-    return k if any(_const_diff(end, start) == k for end in ends) else None
+    return k if any(const_diff(end, start) == k for end in ends) else None
 
 
 def _window_span(index: Expr, dim: Expr) -> tuple[int, int] | None:
@@ -148,33 +152,17 @@ def _window_span(index: Expr, dim: Expr) -> tuple[int, int] | None:
     is a point ``dim + c`` or a slice ``max(c0, dim + a):dim + b`` (its stop maybe
     capped by a ``min``); ``dim`` may also be a bound symbol."""
     if index.op != "slice":
-        c = _const_diff(index, dim)
+        c = const_diff(index, dim)
         return None if c is None else (c, c)
     start, stop = index.args
     starts = [a for a in start.args if not a.is_const] if start.op == "max" else [start]
     stops = [a for a in stop.args if not a.free_symbols() <= _bounds(a)] if stop.op == "min" else [stop]
     if len(starts) != 1 or len(stops) != 1:
         return None
-    lo, end = _const_diff(starts[0], dim), _const_diff(stops[0], dim)
+    lo, end = const_diff(starts[0], dim), const_diff(stops[0], dim)
     if lo is None or end is None or end - 1 < lo:
         return None
     return lo, end - 1
-
-
-def last_true(cond: Expr, dim: Expr) -> int | None:
-    """The largest ``dim`` for which ``cond`` can hold, when ``cond`` bounds it above
-    by a constant (``dim == c``, ``dim <= c``, ``dim < c``, or a conjunction with one)."""
-    if cond.op == "and":
-        lasts = [last for last in (last_true(c, dim) for c in cond.args) if last is not None]
-        return min(lasts) if lasts else None
-    if cond.op not in ("eq", "le", "lt") or len(cond.args) != 2:
-        return None
-    left, right = cond.args
-    if cond.op == "eq" and right is dim and left.is_const:
-        left, right = right, left
-    if left is not dim or not right.is_const:
-        return None
-    return int(right.value) - (cond.op == "lt")
 
 
 def _bounds(e: Expr) -> frozenset:
@@ -191,9 +179,9 @@ def _window_capacity(sdg: SDG, node: Node, edges: list[Edge], lasts: list[Expr],
     if len(writers) != 1 or not writers[0][1]:
         return None
     write, loops, write_order = writers[0]
-    loop = next((x for x in reversed(loops) if _uses(write.point[-1], x.var)), None)  # may enclose loops over outer dims
-    k_write = None if loop is None else _shift(write.point[-1], loop.var)
-    if k_write is None or loop.step != 1 or any(_uses(p, loop.var) for p in write.point[:-1]):
+    loop = next((x for x in reversed(loops) if uses(write.point[-1], x.var)), None)  # may enclose loops over outer dims
+    k_write = None if loop is None else offset(write.point[-1], loop.var)
+    if k_write is None or loop.step != 1 or any(uses(p, loop.var) for p in write.point[:-1]):
         return None
     capacity = 1
     for e, last in zip(edges, lasts):
@@ -223,7 +211,7 @@ def _need_in_loop(e: Edge, last: Expr, dim: Expr, axis, run: ast.Execute, var: s
     if span is None and last.is_const and e.cond is not None:  # x[0] if t == 0: a point of the window
         until, c = last_true(e.cond, dim), int(last.value)
         span = None if until is None else (c - until, c - until if e.cond.op == "eq" else c)
-    k_read = None if span is None or axis is None else _shift(run.point[axis], var)
+    k_read = None if span is None or axis is None else offset(run.point[axis], var)
     if k_read is None or k_read + span[1] > latest:
         return None
     return latest - (k_read + span[0]) + 1
@@ -237,16 +225,6 @@ def _need_after_loop(last: Expr, bound: Expr) -> int | None:
 
 def _axis(domain: tuple, dim: Expr) -> int | None:
     return next((k for k, d in enumerate(domain) if d is dim), None)
-
-
-def _uses(e: Expr, var: str) -> bool:
-    return any(s.name == var for s in e.free_symbols())
-
-
-def _shift(e: Expr, var: str) -> int | None:
-    """``k`` when ``e`` is ``var + k``."""
-    counter = next((s for s in e.free_symbols() if s.name == var), None)
-    return None if counter is None else _const_diff(e, counter)
 
 
 def _places(program: ast.Stmt) -> dict[int, list[tuple[ast.Execute, tuple[ast.Loop, ...], int]]]:
