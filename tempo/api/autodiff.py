@@ -26,7 +26,7 @@ from dataclasses import replace
 from tempo.api import functional as F
 from tempo.api.rt import RecurrentTensor as RT
 from tempo.api.rt import apply, materialize, steps_in
-from tempo.api.vjp import VJPCall, is_float, pad, rule_for
+from tempo.api.vjp import VJPCall, is_float, pad, rule_for, where_else_zeros
 from tempo.errors import DomainError, ShapeError, TempoError, user_site
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, Node, identity_index
@@ -144,31 +144,10 @@ def _differentiate(ctx, node: Node, grads, active, contributions, executed: Expr
             if g is None or (e.src, e.src_out) not in active:
                 continue
             if executed is not None:
-                g = _merge(node.domain, _on_domain(g, node.domain), identity_index(node.domain), executed)
+                g = where_else_zeros(node.domain, _on_domain(g, node.domain), identity_index(node.domain), executed)
             contributions[(e.src, e.src_out)].append(_accumulate(ctx, g, e, node, sdg.nodes[e.src]))
     except TempoError as err:
         raise type(err)(f"differentiating this tensor: {err.problem}", node.site) from None
-
-
-def masked_branch(call: VJPCall, k: int) -> RT | None:
-    """The output gradient where branch ``k`` of a MergeOp was the one taken, else zero."""
-    taken = [e.cond if e.cond is not None else Expr("const", (True,)) for e in call.edges[:k + 1]]
-    cond = simplify(logical_and(taken[k], *(Expr("not", (c,)) for c in taken[:k])))
-    if cond.is_const:
-        return call.g if cond.value else None
-    return _merge(call.node.domain, call.g, identity_index(call.node.domain), cond)
-
-
-def _merge(domain: tuple, value: RT, index: Expr, cond: Expr) -> RT:
-    """A MergeOp over ``domain``: ``value`` read at ``index`` where ``cond``, zeros elsewhere."""
-    ctx, site = value.ctx, user_site()
-    value = materialize(value, site)
-    shape = RT(ctx, value.node, value.out, index).shape
-    zeros = F.zeros(shape, value.dtype)
-    node = ctx.sdg.add_node(ops.MergeOp(), ctx.order(domain), (shape,), (value.dtype,), site)
-    ctx.sdg.add_edge(Edge(node.id, 0, value.node.id, value.out, index, cond))
-    ctx.sdg.add_edge(Edge(node.id, 1, zeros.node.id, zeros.out, identity_index(zeros.node.domain)))
-    return RT(ctx, node)
 
 
 def _on_domain(x: RT, domain: tuple) -> RT:
@@ -213,7 +192,7 @@ def _accumulate(ctx, contrib: RT, edge: Edge, sink: Node, src: Node) -> RT:
     if cond is None or (cond.is_const and cond.value):
         read = RT(ctx, contrib.node, contrib.out, index)
     else:
-        read = _merge(src.domain, contrib, index, cond)
+        read = where_else_zeros(src.domain, contrib, index, cond)
     stacked = sum(1 for item in items if item.op == "slice")
     if selected:
         keep = tuple(make_slice(0, n) for n in read.shape[:stacked])

@@ -1,27 +1,25 @@
-"""From a Context to a runnable Program: analyse, validate, schedule, build the AST."""
+"""From a Context to a runnable Program: the compile driver (its stages are :mod:`tempo.api.stages`)."""
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from tempo.api import stages
+from tempo.config import Config
 from tempo.errors import BoundError, TempoError
 from tempo.ir.sdg import SDG
-from tempo.runtime.backends import Backend, get_backend
 from tempo.plan import ExecutionPlan, build
-from tempo.plan import swap
+from tempo.runtime.backends import Backend
 from tempo.runtime.executor import Executor
 from tempo.runtime.executor import source as executor_source
-from tempo.runtime.memory import BudgetExceeded, Ledger, parse_bytes
+from tempo.runtime.memory import BudgetExceeded, Ledger
 from tempo.schedule import ast as ast_mod
-from tempo.schedule import isl_domains, isl_memory, isl_schedule
-from tempo.schedule import memory as schedule_memory
-from tempo.schedule import swap_passes
-from tempo.schedule import orderings as schedule_orderings
-from tempo.schedule import shift_fusion
+from tempo.schedule import isl_domains
 from tempo.symbolic.expr import Expr, bound_of
+from tempo.transforms import report
 
 
 @dataclass
@@ -53,8 +51,6 @@ class Program:
 
     def passes_report(self) -> str:
         """A table of the passes run: the SDG's node count before and after each, and its seconds."""
-        from tempo.transforms import report
-
         return report(self.pass_stats)
 
     def run(self, bounds: dict, stores: str = "auto") -> list[np.ndarray]:
@@ -168,14 +164,6 @@ class Program:
         return np.transpose(out, order + list(range(len(axes), out.ndim)))
 
 
-def _bound_values(bounds: dict | None) -> dict[str, int] | None:
-    """The valid entries of a run's ``bounds`` by name (``Program.run`` reports the others)."""
-    if bounds is None:
-        return None
-    return {key.name if isinstance(key, Expr) else str(key): int(value) for key, value in bounds.items()
-            if isinstance(value, (int, np.integer)) and value >= 1}
-
-
 class FirstCompile(Exception):
     """Raised by the first compile inside :func:`stop_at_first_compile`: ``program`` is what it
     compiled, ``bounds`` the bounds of the run it was compiled for (by name; None: ``ctx.compile``)."""
@@ -200,21 +188,16 @@ def stop_at_first_compile(memory: dict | None = None):
         _STOPPING.pop()
 
 
-AST_PASSES = ("partial_unroll",)  # passes over the schedule AST, switched on by ``passes={name: True}``
-
-MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes",
-                  "plan": "'default', 'memplan' or 'memplan:AGENT'"}
-
-
 def compile_program(ctx, fetch: list, backend: str | None = None, site=None, passes: dict | None = None,
-                    bounds: dict | None = None, memory: dict | None = None) -> Program:
-    """Transform, analyse, validate, schedule and build the AST of ``ctx``'s program.
+                    bounds: dict | None = None, memory: dict | None = None, config: Config | None = None) -> Program:
+    """Validate, transform, analyse, schedule, place memory, plan and build the AST of ``ctx``'s
+    program: the stages of :mod:`tempo.api.stages`, in order.
 
     ``passes`` maps a pass name of :data:`tempo.transforms.PIPELINE` to its
     config, or to False to switch it off; ``{"partial_unroll": True}`` switches
-    on the AST pass of :func:`_partially_unrolled` (off by default: it tests
-    fewer conditions but measures no faster). With nothing fetched, every tensor
-    of the program is computed (sinks and parameter updates included).
+    on that pass of :data:`tempo.api.stages.AST_PIPELINE` (off by default: it
+    tests fewer conditions but measures no faster). With nothing fetched, every
+    tensor of the program is computed (sinks and parameter updates included).
     ``bounds``, the bounds of the run the program is compiled for (``ctx.run``),
     only let errors quote them: the program is compiled for every bound.
     ``memory``: ``{"deallocate": False}`` leaves out the deallocations after
@@ -223,168 +206,35 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     many bytes, with evict and load statements that keep large sliced tensors
     in the host tier (:mod:`tempo.plan.swap`); ``"plan": "memplan"`` keeps
     on the device those that ``tempo.memplan`` fits into the budget.
+    ``config``: the compiler's :class:`tempo.config.Config` (None: the
+    environment's, :meth:`~tempo.config.Config.from_env`).
     """
-    from tempo.transforms import PIPELINE, pack_weights, run_pipeline
-
-    from tempo.api.rt import RecurrentTensor, materialize
-
-    chosen = get_backend(backend, site)
-    unknown = sorted(set(ctx.start) - {d.name for d in ctx.dim_order})
-    if unknown:
-        raise TempoError(f"Context(start=...) names {', '.join(unknown)}, not a dimension of this context", site)
-    for x in fetch:
-        if not isinstance(x, RecurrentTensor):
-            raise TempoError(f"fetch takes recurrent tensors, got {type(x).__name__}", site)
-        if x.ctx is not ctx:
-            by = f" (fetched at {site})" if site is not None else ""
-            raise TempoError(f"this tensor belongs to another context than the one it is fetched from{by}: "
-                             f"build it inside this context's `with ctx:` block, or fetch it with its own "
-                             f"context's run/compile", x.node.site)
-    names = [name for name, _ in PIPELINE] + list(AST_PASSES)
-    unknown_passes = sorted(set(passes or {}) - set(names))
-    if unknown_passes:
-        raise TempoError(f"passes names {', '.join(map(repr, unknown_passes))}, not a pass of this compiler; "
-                         f"the passes are {', '.join(names)}", site)
-    for name, module in PIPELINE:
-        cfg = (passes or {}).get(name)
-        if not (cfg is None or cfg is False or isinstance(cfg, module.Config)):
-            raise TempoError(f"passes[{name!r}] takes False (switch the pass off) or a {module.__name__}.Config, "
-                             f"got {cfg!r}", site)
-    unroll = (passes or {}).get("partial_unroll", False)
-    if not isinstance(unroll, bool):
-        raise TempoError(f"passes['partial_unroll'] takes True or False, got {unroll!r}", site)
-    passes = {name: cfg for name, cfg in (passes or {}).items() if name not in AST_PASSES}
-    memory = _memory_options({**(memory or {}), **(_STOPPING[-1] if _STOPPING else {})}, site)
-    if memory["device_budget"] is not None and bounds:
-        passes = _budget_passes(passes, memory["device_budget"], _bound_values(bounds), chosen)
-    fetched = [materialize(x, x.node.site) for x in fetch]
-    isl_domains.check_definitions(ctx.sdg, _bound_values(bounds), frozenset(ctx.parameters))
-    fetch_ids = [(x.node.id, x.out) for x in fetched]
-    roots = tuple(dict.fromkeys([n for n, _ in fetch_ids] + ctx.roots or list(ctx.sdg.nodes)))
-    sdg, pass_stats = run_pipeline(replace(ctx.sdg, roots=roots), passes, dims=ctx.dim_order,
-                                   defaults={"pack_weights": pack_weights.Config(panel=chosen.weight_panel)})
     timings: dict[str, float] = {}
-    for stat in pass_stats:  # a pass run twice (tiles a budget chose, then streamed) counts both runs
+    config = Config.from_env() if config is None else config
+    stopping = _STOPPING[-1] if _STOPPING else {}
+    request = stages.validate(ctx, fetch, backend, site, passes, bounds, {**(memory or {}), **stopping}, config)
+    lowered = stages.lower(request)
+    for stat in lowered.stats:  # a pass run twice (tiles a budget chose, then streamed) counts both runs
         timings[stat.name] = timings.get(stat.name, 0.0) + stat.seconds
-    fetch_ids = [sdg.resolve(n, out) for n, out in fetch_ids]
-    roots = list(sdg.roots)
-    start = time.perf_counter()
-    domains = isl_domains.analyse(sdg, roots)
-    timings["analyse"] = time.perf_counter() - start
-    start = time.perf_counter()
-    orderings = schedule_orderings.sinks_before_next_state(sdg, ctx.roots) + \
-        schedule_orderings.stops_early(sdg, domains.executed)
-    schedule = isl_schedule.compute_schedule(sdg, domains, orderings)
-    fused = shift_fusion.apply(sdg, isl_schedule.all_dependences(sdg, domains, orderings), schedule)
-    timings["schedule"] = time.perf_counter() - start
-    start = time.perf_counter()
-    scheduled = schedule if fused is None else fused
-    tree = isl_schedule.build_ast(sdg, domains, scheduled)
-    timings["ast"] = time.perf_counter() - start
-    placed, swapped = scheduled, False
-    if scheduled is not None and (memory["deallocate"] or memory["device_budget"] is not None):
-        tree, placed, swapped = _with_memory(sdg, domains, scheduled, tree,
-                                             fused if fused is not None else schedule.get_map(),
-                                             {n for n, _ in fetch_ids}, _bound_values(bounds), memory, timings)
-    start = time.perf_counter()
-    plan = build(sdg, tree, {n for n, _ in fetch_ids})
-    timings["plan"] = time.perf_counter() - start
-    if unroll and scheduled is not None:
-        start = time.perf_counter()
-        tree, plan = _partially_unrolled(sdg, domains, placed, swapped, tree, plan, {n for n, _ in fetch_ids})
-        timings["unroll"] = time.perf_counter() - start
-    program = Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats,
-                      memory=memory, plan=plan)
+    domains = _timed(timings, "analyse", stages.analyse, lowered)
+    schedule = _timed(timings, "schedule", stages.schedule, lowered, domains, ctx.roots)
+    scheduled = _timed(timings, "ast", stages.build_ast, lowered, domains, schedule)
+    scheduled = stages.place_memory(request, lowered, domains, scheduled, timings)
+    planned = _timed(timings, "plan", stages.plan, lowered, scheduled)
+    for name, (key, ast_pass) in stages.AST_PIPELINE.items():
+        if name in request.ast_passes:
+            planned = _timed(timings, key, ast_pass, lowered, domains, planned)
+    program = Program(lowered.sdg, list(lowered.fetch), domains, planned.scheduled.ast, request.backend,
+                      tuple(ctx.dim_order), site, timings, list(lowered.stats), memory=request.memory,
+                      plan=planned.plan)
     if _STOPPING:
-        raise FirstCompile(program, _bound_values(bounds))
+        raise FirstCompile(program, request.bounds)
     return program
 
 
-def _with_memory(sdg, domains, scheduled, tree: ast_mod.Stmt, times, keep: set[int], bounds: dict, memory: dict,
-                 timings: dict) -> tuple[ast_mod.Stmt, object, bool]:
-    """``tree`` rebuilt from ``scheduled`` with the memory statements isl schedules with the
-    computation (TEMPO §5.2): the frees (``memory["deallocate"]``) and, under a device budget,
-    the evicts and loads of the tensors the swap plan chooses. The default plan chooses from
-    the computation's AST, so isl's AST is built once more in all; a memplan plan weighs what
-    the frees release, so it chooses from the AST with them, built first. Returns the AST, the
-    schedule it scans and whether it holds moves."""
+def _timed(timings: dict, key: str, stage, *args):
+    """``stage(*args)``, its seconds kept in ``timings[key]``."""
     start = time.perf_counter()
-    deallocs = schedule_memory.deallocations(sdg, tree, keep, domains, times) if memory["deallocate"] else []
-    budget, plan = memory["device_budget"], memory["plan"]
-
-    def built(swapped=frozenset()) -> tuple[object, ast_mod.Stmt]:
-        placed = isl_memory.with_memory(sdg, domains, scheduled, deallocs, swapped)
-        return placed, _memory_ast(sdg, domains, placed, bool(swapped))
-
-    freed = built() if deallocs and (budget is None or plan != "default") else None
-    timings["memory"] = time.perf_counter() - start
-    if budget is None:
-        placed, tree = freed or (scheduled, tree)
-        return tree, placed, False
-    start = time.perf_counter()
-    swapped = swap.choose(sdg, freed[1] if freed else tree, keep, bounds, budget, swap.chooser(plan))
-    placed = scheduled
-    if swapped:
-        placed, tree = built(swapped)
-    elif deallocs:
-        placed, tree = freed or built()
-    timings["swap"] = time.perf_counter() - start
-    return tree, placed, bool(swapped)
-
-
-def _memory_ast(sdg, domains, placed, moves: bool, separate: bool = False) -> ast_mod.Stmt:
-    """isl's AST of ``placed`` (the schedule with its memory statements), its loops of frees
-    batched (TEMPO §5.3's promotion) and, when it holds moves, the redundant ones removed;
-    ``separate``: partially unrolled (:func:`tempo.schedule.isl_schedule.build_ast`)."""
-    tree = schedule_memory.batch_frees(isl_schedule.build_ast(sdg, domains, placed, separate=separate))
-    return swap_passes.apply(sdg, tree) if moves else tree
-
-
-def _partially_unrolled(sdg, domains, placed, swapped: bool, tree: ast_mod.Stmt, plan: ExecutionPlan,
-                        keep: set[int]) -> tuple[ast_mod.Stmt, ExecutionPlan]:
-    """The AST of ``placed`` built with TEMPO §5.3's partial unrolling (isl separates each loop into
-    the pieces where one set of statements runs, so a condition holding on a whole piece is tested
-    once: :func:`tempo.schedule.isl_schedule.build_ast`) and its plan, where that plan equals
-    ``plan``, the plan of ``tree``, the AST built without it (the same stores, the same frees along
-    the main loop); else ``tree`` and ``plan``. The planners take each statement once, and a peeled
-    copy of a statement can make them give up a window store or a point freed as the main loop goes."""
-    unrolled = _memory_ast(sdg, domains, placed, swapped, separate=True)
-    unrolled_plan = build(sdg, unrolled, keep)
-    return (unrolled, unrolled_plan) if unrolled_plan == plan else (tree, plan)
-
-
-def _budget_passes(passes: dict, budget: int, bounds: dict, backend: Backend) -> dict:
-    """``passes`` with the passes a device budget steers (those not configured already): tiling
-    chooses its tiles, activation caching keeps or recomputes each activation by cost."""
-    from tempo.transforms import cache_activations, tile
-
-    chosen = {"tile": tile.Config(device_budget=budget, bounds=bounds),
-              "cache_activations": cache_activations.Config(device_budget=budget, bounds=bounds,
-                                                            costs=cache_activations.COSTS[_device_kind(backend)])}
-    return {**chosen, **passes}
-
-
-def _device_kind(backend: Backend) -> str:
-    """``"gpu"`` when ``backend`` computes on a GPU, else ``"cpu"``."""
-    device = getattr(backend, "device", None)
-    kind = getattr(device, "platform", None) or getattr(device, "type", None) or ""
-    if device is None and backend.name == "jax":
-        import jax
-
-        kind = jax.default_backend()
-    return "gpu" if str(kind).lower() in ("gpu", "cuda") else "cpu"
-
-
-def _memory_options(memory: dict | None, site) -> dict:
-    options = {"deallocate": True, "device_budget": None, "plan": "default"}
-    for key, value in (memory or {}).items():
-        if key not in MEMORY_OPTIONS:
-            raise TempoError(f"memory names {key!r}, not a memory option; the options are "
-                             f"{', '.join(MEMORY_OPTIONS)}", site)
-        parsed = value if key == "deallocate" and isinstance(value, bool) else \
-            parse_bytes(value) if key == "device_budget" else \
-            value if key == "plan" and swap.known_plan(value) else None
-        if parsed is None:
-            raise TempoError(f"memory[{key!r}] takes {MEMORY_OPTIONS[key]}, got {value!r}", site)
-        options[key] = parsed
-    return options
+    out = stage(*args)
+    timings[key] = time.perf_counter() - start
+    return out

@@ -5,7 +5,8 @@ from typing import Sequence
 
 import numpy as np
 
-from tempo.api import data_parallel
+from tempo.api.replicas import active
+from tempo.config import Config
 from tempo.errors import DomainError, TempoError, user_site
 from tempo.ir.sdg import SDG
 from tempo.symbolic.expr import Expr, step_and_bound
@@ -51,7 +52,7 @@ class Context:
         self.sdg = SDG()
         self.dim_order: list[Expr] = []
         self.seed = seed
-        self.replica = data_parallel.active()
+        self.replica = active()
         self._streams = 0
         self.parameters: set[int] = set()  # node ids of parameters: leaves for autodiff
         self.grads: dict[tuple[int, int], object] = {}  # (node id, output) -> gradient RT
@@ -111,7 +112,7 @@ class Context:
         return tuple(d for d in self.dim_order if d in steps)
 
     def run(self, bounds: dict, fetch: Sequence = (), backend: str | None = None, passes: dict | None = None,
-            stores: str = "auto", memory: dict | None = None) -> list:
+            stores: str = "auto", memory: dict | None = None, config: Config | None = None) -> list:
         """Compile the program and execute it; returns one NumPy array per fetched RT.
 
         Each array is shaped ``(*bounds of the RT's dims, *spatial shape)``;
@@ -119,20 +120,23 @@ class Context:
         ``stores="point"`` keeps every tensor in a point store instead of the
         store its reads call for (``"auto"``). ``backend``: ``"numpy"``, ``"torch"``
         or ``"jax"``, with an optional device (``"torch:cuda"``); None is
-        ``$TEMPO_BACKEND``, else ``"numpy"``. ``memory``: memory-planning options,
+        the config's backend, else ``"numpy"``. ``memory``: memory-planning options,
         ``{"deallocate": False}`` keeps every tensor until its iteration ends,
         ``{"device_budget": "2GB"}`` holds the device tier to a budget
-        (``docs/memory.md``).
+        (``docs/memory.md``). ``config``: the compiler's :class:`tempo.config.Config`
+        (None: the one the environment variables say).
         """
         from tempo.api.compile import compile_program
 
         program = compile_program(self, list(fetch), backend=backend, site=user_site(), passes=passes,
-                                  bounds=bounds, memory=memory)
+                                  bounds=bounds, memory=memory, config=config)
         return program.run(bounds, stores=stores)
 
     def compile(self, fetch: Sequence = (), backend: str | None = None, passes: dict | None = None,
-                memory: dict | None = None):
-        """Compile without running: the returned program has ``.sdg``, ``.ast`` and ``.run(bounds)``."""
+                memory: dict | None = None, config: Config | None = None):
+        """Compile without running: the returned program has ``.sdg``, ``.ast``, ``.plan`` and
+        ``.run(bounds)``; the options are :meth:`run`'s."""
         from tempo.api.compile import compile_program
 
-        return compile_program(self, list(fetch), backend=backend, site=user_site(), passes=passes, memory=memory)
+        return compile_program(self, list(fetch), backend=backend, site=user_site(), passes=passes, memory=memory,
+                               config=config)

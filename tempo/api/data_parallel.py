@@ -18,51 +18,18 @@ identical.
 """
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
-from tempo.errors import TempoError, user_site
+from tempo.api.functional import udf
+from tempo.api.replicas import AllReduce, Replica, active, data_parallel
 
-AllReduce = Callable[[np.ndarray], np.ndarray]
-
-
-@dataclass(frozen=True)
-class Replica:
-    """This process's place in a data-parallel job."""
-
-    rank: int
-    world: int
-    all_reduce: AllReduce
-
-
-_ACTIVE: list[Replica] = []
-
-
-@contextlib.contextmanager
-def data_parallel(rank: int, world: int, all_reduce: AllReduce) -> Iterator[Replica]:
-    """Build programs as replica ``rank`` of ``world`` (see the module docstring)."""
-    if not 0 <= rank < world:
-        raise TempoError(f"replica rank must be in [0, {world}), got {rank}", user_site())
-    replica = Replica(rank, world, all_reduce)
-    _ACTIVE.append(replica)
-    try:
-        yield replica
-    finally:
-        _ACTIVE.remove(replica)
-
-
-def active() -> Replica | None:
-    """The innermost ``data_parallel`` replica, or None outside one."""
-    return _ACTIVE[-1] if _ACTIVE else None
+__all__ = ["AllReduce", "Replica", "active", "data_parallel", "mean_over_replicas"]
 
 
 def mean_over_replicas(grads: Sequence, replica: Replica) -> list:
     """The replicas' mean of each gradient RT (one all-reduce per point of their domain)."""
-    from tempo.api.functional import udf
-
     shapes = [tuple(g.shape) for g in grads]
     sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
     dtypes = [g.dtype for g in grads]

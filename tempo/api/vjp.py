@@ -16,12 +16,13 @@ import numpy as np
 
 from tempo.api import functional as F
 from tempo.api.rt import RecurrentTensor as RT
-from tempo.api.rt import apply
-from tempo.errors import TempoError
+from tempo.api.rt import apply, materialize
+from tempo.errors import TempoError, user_site
 from tempo.ir import ops
-from tempo.ir.sdg import Edge, Node
+from tempo.ir.sdg import Edge, Node, identity_index
 from tempo.ir.shapes import same_size
-from tempo.symbolic.expr import as_expr, make_slice
+from tempo.symbolic.expr import Expr, as_expr, logical_and, make_slice
+from tempo.symbolic.simplify import simplify
 
 
 @dataclass
@@ -270,9 +271,28 @@ def _ident(call: VJPCall) -> list:
 @vjp_rule(ops.MergeOp)
 def _merge(call: VJPCall) -> list:
     """The gradient flows only into the branch that was taken at each point (TEMPO §3)."""
-    from tempo.api.autodiff import masked_branch
-
     return [masked_branch(call, k) for k in range(len(call.inputs))]
+
+
+def masked_branch(call: VJPCall, k: int) -> RT | None:
+    """The output gradient where branch ``k`` of a MergeOp was the one taken, else zero."""
+    taken = [e.cond if e.cond is not None else Expr("const", (True,)) for e in call.edges[:k + 1]]
+    cond = simplify(logical_and(taken[k], *(Expr("not", (c,)) for c in taken[:k])))
+    if cond.is_const:
+        return call.g if cond.value else None
+    return where_else_zeros(call.node.domain, call.g, identity_index(call.node.domain), cond)
+
+
+def where_else_zeros(domain: tuple, value: RT, index: Expr, cond: Expr) -> RT:
+    """A MergeOp over ``domain``: ``value`` read at ``index`` where ``cond``, zeros elsewhere."""
+    ctx, site = value.ctx, user_site()
+    value = materialize(value, site)
+    shape = RT(ctx, value.node, value.out, index).shape
+    zeros = F.zeros(shape, value.dtype)
+    node = ctx.sdg.add_node(ops.MergeOp(), ctx.order(domain), (shape,), (value.dtype,), site)
+    ctx.sdg.add_edge(Edge(node.id, 0, value.node.id, value.out, index, cond))
+    ctx.sdg.add_edge(Edge(node.id, 1, zeros.node.id, zeros.out, identity_index(zeros.node.domain)))
+    return RT(ctx, node)
 
 
 def rule_for(op: ops.Op) -> Rule:

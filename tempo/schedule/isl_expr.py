@@ -10,7 +10,7 @@ from typing import Sequence
 
 import islpy as isl
 
-from tempo.symbolic.expr import Expr
+from tempo.symbolic.expr import Expr, bound_of
 from tempo.symbolic.simplify import simplify
 
 _CMP = {"lt": "<", "le": "<=", "eq": "=", "ne": "!="}
@@ -79,16 +79,12 @@ def _prefix(params: Sequence[str]) -> str:
 
 def box(dims: Sequence[Expr]) -> list[str]:
     """The constraints ``0 <= t < T`` of each step symbol in ``dims``."""
-    from tempo.symbolic.expr import bound_of
-
     return [f"0 <= {d.name} < {bound_of(d).name}" for d in dims]
 
 
 def domain_set(name: str, dims: Sequence[Expr], where: Expr | None = None,
                params: Sequence[str] = ()) -> isl.Set:
     """``{ name[dims] : 0 <= dims < bounds and where }`` as an isl set."""
-    from tempo.symbolic.expr import bound_of
-
     constraints = box(dims) + ([cond(simplify(where))] if where is not None else [])
     all_params = sorted(set(params) | {bound_of(d).name for d in dims}
                         | set(params_of([where] if where is not None else [])))
@@ -106,8 +102,6 @@ def access_map(sink: str, sink_dims: Sequence[Expr], src: str, src_dims: Sequenc
     the sink's step symbols. With ``src_box=False`` the reads are not clipped
     to the source's box (to find reads outside it).
     """
-    from tempo.symbolic.expr import bound_of
-
     out_names = [f"{d.name}__src" for d in src_dims]
     constraints = box(sink_dims)
     if src_box:

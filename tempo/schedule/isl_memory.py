@@ -47,10 +47,10 @@ from __future__ import annotations
 import islpy as isl
 
 from tempo.ir.sdg import SDG
-from tempo.schedule import isl_swap
+from tempo.schedule import isl_swap, swap_passes
 from tempo.schedule.isl_domains import Domains, executed_reads, statement
-from tempo.schedule.isl_schedule import free_statement
-from tempo.schedule.memory import Dealloc
+from tempo.schedule.isl_schedule import build_ast, free_statement
+from tempo.schedule.memory import Dealloc, batch_frees
 
 
 def with_memory(sdg: SDG, d: Domains, schedule: isl.Schedule | isl.UnionMap, deallocs: list[Dealloc],
@@ -255,3 +255,11 @@ def _leaves(node: isl.ScheduleNode, path: tuple[int, ...] = ()):
         return
     for k in range(node.n_children()):
         yield from _leaves(node.child(k), path + (k,))
+
+
+def memory_ast(sdg: SDG, d: Domains, placed, moves: bool, separate: bool = False):
+    """isl's AST of ``placed`` (a schedule with its memory statements), its loops of frees
+    batched (TEMPO §5.3's promotion) and, when it holds moves, the redundant ones removed;
+    ``separate``: partially unrolled (:func:`tempo.schedule.isl_schedule.build_ast`)."""
+    tree = batch_frees(build_ast(sdg, d, placed, separate=separate))
+    return swap_passes.apply(sdg, tree) if moves else tree

@@ -112,6 +112,11 @@ def _strongly_connected(sdg: SDG, d: Domains) -> list[set[int]]:
     return cycles(succ)
 
 
+def as_map(schedule: isl.Schedule | isl.UnionMap) -> isl.UnionMap:
+    """``schedule`` as a flat map from statement instances to times."""
+    return schedule if isinstance(schedule, isl.UnionMap) else schedule.get_map()
+
+
 def build_ast(sdg: SDG, d: Domains, schedule: isl.Schedule | isl.UnionMap | None,
               separate: bool = False) -> ast.Stmt:
     """The Tempo AST that scans ``schedule`` (a schedule tree, or a flat map from statements to times).

@@ -9,8 +9,8 @@ adds time to a run, so the fastest runs are the least disturbed. Timed alone
 at different moments, one operator came out up to 2x apart between fresh
 models; the median of the cycle-paired ratios instead lets a large operator
 slow the reference run that follows it (it ranked a 512x512 matmul at half the
-multiple of a 16x16 one that the fastest runs give; measured with
-``benchmarks/superopt_costmodel_spread.py`` at commit b5010af).
+multiple of a 16x16 one that the fastest runs give; measured at commit b5010af
+by the script ``git show b5010af:benchmarks/superopt_costmodel_spread.py`` prints).
 
 Weight-only operators cost nothing: they are constant-folded before
 inference. With ``fold_weights=False`` they are charged like every other

@@ -78,8 +78,8 @@ def compile_graph(graph: Graph, device: str = "cpu") -> Callable[[Mapping[str, n
     call is the end-to-end latency from host inputs to computed outputs.
     Weights and inputs are copied into memory torch allocates (64-byte aligned)
     on the CPU too: matmuls ran 2-14% slower on weights 4-32 bytes off a
-    64-byte boundary (measured with ``benchmarks/superopt_alignment.py`` at
-    commit b5010af; NumPy aligns to 16), so without the copy a graph's speed
+    64-byte boundary (measured at commit b5010af by the script
+    ``git show b5010af:benchmarks/superopt_alignment.py`` prints; NumPy aligns to 16), so without the copy a graph's speed
     would depend on where NumPy had happened to place its arrays. On a
     GPU, TF32 is switched off (for the whole process): float32 is computed as
     the reference backend computes it.

@@ -3,19 +3,20 @@
 :func:`run_pipeline` runs them for the compiler: a pass is switched off by
 ``passes={name: False}`` and configured by ``passes={name: module.Config(...)}``;
 it records what each pass did (:class:`PassStat`) and, with ``verify`` (or
-the environment variable ``TEMPO_VERIFY=1``), checks the SDG with
-:func:`tempo.ir.verify.verify` after every pass. ``TEMPO_PASSES_OFF=cse,dce``
-switches passes off for every compile that does not configure them itself
-(the test suite runs this way to compare programs with and without them);
-``TEMPO_TILES=t:3`` tiles dim ``t`` in tiles of 3 rows in every compile that
-does not configure the tiling pass (the suites run this way too).
+the :class:`tempo.config.Config`'s ``verify``, seeded by ``TEMPO_VERIFY=1``),
+checks the SDG with :func:`tempo.ir.verify.verify` after every pass. The
+config's ``passes_off`` (``TEMPO_PASSES_OFF=cse,dce``) switches passes off for
+every compile that does not configure them itself (the test suite runs this way
+to compare programs with and without them); its ``tiles`` (``TEMPO_TILES=t:3``)
+tiles dim ``t`` in tiles of 3 rows in every compile that does not configure the
+tiling pass (the suites run this way too).
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
 
+from tempo.config import Config
 from tempo.errors import TempoError
 from tempo.ir.sdg import SDG
 from tempo.ir.verify import verify as verify_sdg
@@ -60,15 +61,17 @@ class PassStat:
 
 
 def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = None,
-                 dims=None, pipeline=None, defaults: dict | None = None) -> tuple[SDG, list[PassStat]]:
+                 dims=None, pipeline=None, defaults: dict | None = None,
+                 config: Config | None = None) -> tuple[SDG, list[PassStat]]:
     """Run ``pipeline`` (default :data:`PIPELINE`) on ``sdg``; returns the new SDG and one
     :class:`PassStat` per pass run.
 
     ``passes`` maps a pass name to False (off) or its ``Config``; ``verify``
-    (default: ``TEMPO_VERIFY``) checks the SDG before the first pass and after
+    (default: ``config.verify``) checks the SDG before the first pass and after
     every pass, naming the pass that broke it; ``dims``: the declared dims, in
     order, for that check; ``defaults``: configs for passes that ``passes`` and
-    ``TEMPO_PASSES_OFF`` leave unsaid (the backend's). When the tiling pass chooses its
+    ``config.passes_off`` leave unsaid (the backend's); ``config``: the compiler's
+    :class:`tempo.config.Config` (None: the environment's). When the tiling pass chooses its
     tiles from a device budget, the passes from vectorization to tiling run again with
     those tiles given, so that vectorization streams the tiled dims as it does for tiles
     given by the user (the stats hold both runs).
@@ -76,18 +79,17 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
     passes = dict(passes or {})
     pipeline = PIPELINE if pipeline is None else pipeline
     names = [name for name, _ in pipeline]
-    for name in os.environ.get("TEMPO_PASSES_OFF", "").replace(" ", "").split(","):
-        if name and name not in names:
-            raise TempoError(f"TEMPO_PASSES_OFF names {name!r}, not a pass of this compiler; "
+    config = Config.from_env() if config is None else config
+    for name in config.passes_off:
+        if name not in names:
+            raise TempoError(f"{config.named('passes_off')} names {name!r}, not a pass of this compiler; "
                              f"the passes are {', '.join(names)}")
-        if name:
-            passes.setdefault(name, False)
+        passes.setdefault(name, False)
     for name, cfg in (defaults or {}).items():  # the backend's configs, for passes neither given nor off
         passes.setdefault(name, cfg)
-    tiles = os.environ.get("TEMPO_TILES", "").replace(" ", "")
-    if tiles and "tile" in names:  # the dims this program has
+    if config.tiles and "tile" in names:  # the dims this program has
         present = {d.name for node in sdg.nodes.values() for d in node.domain}
-        sizes = {name: size for name, size in _tile_sizes(tiles).items() if name in present}
+        sizes = {name: size for name, size in config.tiles.items() if name in present}
         if sizes:
             passes.setdefault("tile", tile.Config(tiles=sizes))
     chosen_by_budget = isinstance(passes.get("tile"), tile.Config) and not passes["tile"].tiles \
@@ -95,7 +97,7 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
         and "vectorize" not in passes
     if isinstance(passes.get("tile"), tile.Config) and passes["tile"].tiles and "vectorize" in names:
         passes.setdefault("vectorize", vectorize.Config(stream=tuple(passes["tile"].tiles)))
-    verify = os.environ.get("TEMPO_VERIFY", "") not in ("", "0") if verify is None else verify
+    verify = config.verify if verify is None else verify
     if verify:
         verify_sdg(sdg, dims)
     if not chosen_by_budget:
@@ -132,17 +134,6 @@ def _chosen_tiles(given: SDG, tiled: SDG) -> dict[str, int]:
     """The tiles the tiling pass chose for ``tiled``, by the name of the dim of ``given`` each cuts."""
     dims = {bound_of(d).name: d.name for node in given.nodes.values() for d in node.domain}
     return {dims[whole]: size for whole, size in tiled.tiles.values()}
-
-
-def _tile_sizes(text: str) -> dict[str, int]:
-    """``TEMPO_TILES=t:3,l:2`` as ``{"t": 3, "l": 2}``."""
-    out = {}
-    for item in text.split(","):
-        name, _, size = item.partition(":")
-        if not (name and size.isdigit() and int(size) > 0):
-            raise TempoError(f"TEMPO_TILES takes dim:size pairs such as t:64, got {item!r}")
-        out[name] = int(size)
-    return out
 
 
 def report(stats: list[PassStat]) -> str:

@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 import tempo.api.compile as compile_mod
+import tempo.api.stages as stages
 from tempo.runtime.backends import base
 
 BACKENDS = [b for b in ("torch", "jax") if b in base.available_backends()]
@@ -78,7 +79,7 @@ def on_backend(monkeypatch):
     """Switch every compile of the test to a backend."""
     def use(name: str):
         real = base.get_backend
-        monkeypatch.setattr(compile_mod, "get_backend", lambda _name=None, site=None: real(name, site))
+        monkeypatch.setattr(stages, "get_backend", lambda _name=None, site=None: real(name, site))
 
     return use
 

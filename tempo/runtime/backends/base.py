@@ -7,6 +7,7 @@ import importlib.util
 import os
 from typing import Callable
 
+from tempo.config import ENV
 from tempo.errors import TempoError
 from tempo.ir.ops import Op
 
@@ -34,6 +35,14 @@ class Backend:
     def covers(self, op_type: type) -> bool:
         """Whether :meth:`kernel` handles ops of ``op_type`` (merges are the executor's own)."""
         raise NotImplementedError
+
+    @property
+    def device_kind(self) -> str:
+        """``"gpu"`` when the backend computes on a GPU, else ``"cpu"`` (the cost tables a device
+        budget steers passes by: :mod:`tempo.transforms.cache_activations`)."""
+        device = getattr(self, "device", None)
+        kind = getattr(device, "platform", None) or getattr(device, "type", None) or ""
+        return "gpu" if str(kind).lower() in ("gpu", "cuda") else "cpu"
 
     def device_loop(self, plan, sdg):
         """A planned loop (:mod:`tempo.runtime.device_loops`) compiled as one device program, or None:
@@ -105,7 +114,7 @@ class Backend:
 
 _BACKENDS: dict[str, Callable[..., Backend]] = {}
 MODULES = {"numpy": "numpy", "torch": "torch", "jax": "jax"}  # backend name -> the package it needs
-DEFAULT_ENV = "TEMPO_BACKEND"
+DEFAULT_ENV = ENV["backend"]
 
 
 def register(name: str):
@@ -122,7 +131,8 @@ def available_backends() -> list[str]:
 
 
 def default_backend() -> str:
-    """The backend a run uses when none is named: ``$TEMPO_BACKEND``, else ``numpy``."""
+    """The backend a run uses when neither it nor its :class:`tempo.config.Config` names one:
+    ``$TEMPO_BACKEND``, else ``numpy``."""
     return os.environ.get(DEFAULT_ENV) or "numpy"
 
 

@@ -493,6 +493,11 @@ class JaxBackend(Backend):
     def covers(self, op_type: type) -> bool:
         return op_type in IMPLS or issubclass(op_type, (*HOST, *INDEXED, ops.ConstOp, ops.UDFOp, ops.FusedOp))
 
+    @property
+    def device_kind(self) -> str:
+        platform = self.device.platform if self.device is not None else jax.default_backend()
+        return "gpu" if platform in ("gpu", "cuda") else "cpu"
+
     @contextlib.contextmanager
     def running(self):
         device = jax.default_device(self.device) if self.device is not None else contextlib.nullcontext()

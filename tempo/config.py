@@ -1,0 +1,65 @@
+"""The compiler's settings, in one place: :class:`Config`.
+
+Pass one in code (``ctx.run(bounds, config=tpo.Config(verify=True))``) or let the
+environment seed it: a compile given no config reads :meth:`Config.from_env` then.
+
+===================  =======================  ==========================================
+field                environment variable     what it does
+===================  =======================  ==========================================
+``passes_off``       ``TEMPO_PASSES_OFF``     passes switched off (``cse,dce``) in every
+                                              compile that does not configure them
+``tiles``            ``TEMPO_TILES``          dims tiled (``t:3,l:2``) in every compile
+                                              that does not configure the tiling pass
+``verify``           ``TEMPO_VERIFY``         check the SDG after every pass (``1``)
+``backend``          ``TEMPO_BACKEND``        the backend of runs that name none
+===================  =======================  ==========================================
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from tempo.errors import TempoError
+
+ENV = {"passes_off": "TEMPO_PASSES_OFF", "tiles": "TEMPO_TILES", "verify": "TEMPO_VERIFY",
+       "backend": "TEMPO_BACKEND"}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings every compile reads (see the module docstring). ``passes_off``: names of
+    :data:`tempo.transforms.PIPELINE`; ``tiles``: dim name -> rows per tile; ``verify``: run
+    :func:`tempo.ir.verify.verify` before the first pass and after each; ``backend``: ``numpy``,
+    ``torch`` or ``jax`` (with an optional device, ``torch:cuda``), None: ``numpy``."""
+
+    passes_off: tuple[str, ...] = ()
+    tiles: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    verify: bool = False
+    backend: str | None = None
+    from_environment: bool = field(default=False, compare=False, repr=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Config:
+        """The config the environment variables say (unset: the defaults)."""
+        off = environ.get(ENV["passes_off"], "").replace(" ", "")
+        return cls(passes_off=tuple(name for name in off.split(",") if name),
+                   tiles=MappingProxyType(_tile_sizes(environ.get(ENV["tiles"], "").replace(" ", ""))),
+                   verify=environ.get(ENV["verify"], "") not in ("", "0"),
+                   backend=environ.get(ENV["backend"]) or None, from_environment=True)
+
+    def named(self, setting: str) -> str:
+        """How the user spelled ``setting``: its environment variable, or the field of Config."""
+        return ENV[setting] if self.from_environment else f"Config({setting}=...)"
+
+
+def _tile_sizes(text: str) -> dict[str, int]:
+    """``TEMPO_TILES=t:3,l:2`` as ``{"t": 3, "l": 2}``."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        name, _, size = item.partition(":")
+        if not (name and size.isdigit() and int(size) > 0):
+            raise TempoError(f"TEMPO_TILES takes dim:size pairs such as t:64, got {item!r}")
+        out[name] = int(size)
+    return out
