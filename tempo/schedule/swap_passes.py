@@ -28,6 +28,7 @@ from collections import defaultdict
 
 from tempo.ir.sdg import SDG
 from tempo.schedule import ast
+from tempo.symbolic.affine import offset, uses
 from tempo.symbolic.expr import make_slice
 from tempo.symbolic.simplify import simplify
 
@@ -189,13 +190,11 @@ def _sliced(index: tuple, var: str, start, stop) -> tuple | None:
     counter is not in exactly one item at a constant shift."""
     out, found = [], False
     for item in index:
-        names = {s.name for s in item.free_symbols()}
-        if var not in names:
+        if not uses(item, var):
             out.append(item)
             continue
-        counter = next(s for s in item.free_symbols() if s.name == var)
-        shift = simplify(item - counter)
-        if found or item.op == "slice" or not shift.is_const:
+        shift = offset(item, var)
+        if found or item.op == "slice" or shift is None:
             return None
         found = True
         out.append(make_slice(simplify(start + shift), simplify(stop + shift)))
