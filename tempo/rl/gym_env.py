@@ -38,9 +38,9 @@ class _Episodes:
     """The host side: one gymnasium environment per running episode."""
 
     def __init__(self, name: str, kwargs: dict, sample_key: tuple[int, ...], first: gymnasium.Env, obs_dtype: str,
-                 action_ndim: int, discrete: bool):
+                 action_ndim: int, box: tuple[np.ndarray, np.ndarray] | None):
         self.name, self.kwargs, self.sample_key = name, kwargs, sample_key
-        self.obs_dtype, self.action_ndim, self.discrete = obs_dtype, action_ndim, discrete
+        self.obs_dtype, self.action_ndim, self.box = obs_dtype, action_ndim, box
         self.free = [first]
         self.running: dict[tuple[int, ...], _Episode] = {}
 
@@ -77,7 +77,7 @@ class _Episodes:
         if ended:
             reward, done = 0.0, True
         else:
-            action = int(action) if self.discrete else np.asarray(action)
+            action = int(action) if self.box is None else np.clip(action, *self.box).astype(self.box[0].dtype)
             obs, reward, terminated, truncated, _ = episode.env.step(action)
             episode.last_obs = np.asarray(obs, dtype=self.obs_dtype)
             done = bool(terminated or truncated)
@@ -112,6 +112,18 @@ def _gym_make(name: str, kwargs: dict) -> gymnasium.Env:
         raise TempoError(f"gymnasium.make({name!r}) failed: {type(err).__name__}: {err}", user_site()) from err
 
 
+def _action_space(name: str, space, site) -> tuple:
+    """``(num_actions, action_shape, action_dtype, low, high)`` of a gymnasium action space."""
+    if isinstance(space, spaces.Discrete):
+        if int(space.start) != 0:
+            raise TempoError(f"{name}: action space {space} starts at {space.start}; only Discrete spaces that "
+                             f"start at 0 are supported", site)
+        return int(space.n), (), "int64", None, None
+    if isinstance(space, spaces.Box):
+        return None, tuple(space.shape), str(space.dtype), space.low, space.high
+    raise TempoError(f"{name}: action space {space} is not supported (Discrete or Box)", site)
+
+
 class GymEnv(Env):
     """A gymnasium environment over ``dims``, stepped on the host (see the module docstring).
 
@@ -129,17 +141,11 @@ class GymEnv(Env):
         obs_space, act_space = env.observation_space, env.action_space
         if not isinstance(obs_space, (spaces.Box, spaces.Discrete)):
             raise TempoError(f"{name}: observation space {obs_space} is not supported (Box or Discrete)", site)
-        if isinstance(act_space, spaces.Discrete):
-            num_actions, action_shape, action_dtype = int(act_space.n), (), "int64"
-        elif isinstance(act_space, spaces.Box):
-            num_actions, action_shape, action_dtype = None, tuple(act_space.shape), str(act_space.dtype)
-        else:
-            raise TempoError(f"{name}: action space {act_space} is not supported (Discrete or Box)", site)
         obs_dtype = "int64" if isinstance(obs_space, spaces.Discrete) else str(obs_space.dtype)
-        super().__init__(name, dims, tuple(obs_space.shape), obs_dtype, num_actions, action_shape, action_dtype)
+        super().__init__(name, dims, tuple(obs_space.shape), obs_dtype, *_action_space(name, act_space, site))
         self.max_episode_steps = env.spec.max_episode_steps if env.spec is not None else None
-        self._host = _Episodes(name, kwargs, current().sample_key, env, obs_dtype, len(action_shape),
-                               num_actions is not None)
+        box = None if self.is_discrete else (self.action_low, self.action_high)
+        self._host = _Episodes(name, kwargs, current().sample_key, env, obs_dtype, len(self.action_shape), box)
         self._reset: tuple[RecurrentTensor, RecurrentTensor] | None = None
         self._offsets = tuple(current().offset(d) for d in self.episode_dims)
 

@@ -103,3 +103,4 @@ def test_diag_gaussian_head_checks_its_sizes():
         head = tpo.nn.DiagGaussianHead(2)
         with pytest.raises(tpo.TempoError, match="last axis of 2, got shape \\(3,\\)"):
             head(tpo.from_numpy(MEAN))
+
