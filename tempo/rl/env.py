@@ -28,7 +28,7 @@ from tempo.api.rt import RecurrentTensor
 from tempo.errors import TempoError, user_site
 from tempo.symbolic.expr import Expr
 
-IMPLS = ("gymnasium", "tensor")
+IMPLS = ("gymnasium", "tensor", "envpool")
 
 
 class Env:
@@ -164,8 +164,11 @@ def make(name: str, dims: Sequence[Expr], impl: str | None = None, **kwargs) -> 
     ``impl="gymnasium"`` runs a gymnasium environment on the host through UDF
     ops (any registered id; ``kwargs`` go to ``gymnasium.make``);
     ``impl="tensor"`` builds a built-in environment from tensor ops only
-    (``CartPole-v1``, ``Pendulum-v1``, ``tempo/Synthetic-v0``). The default is ``"tensor"`` for
-    the ``tempo/`` environments and ``"gymnasium"`` for every other name.
+    (``CartPole-v1``, ``Pendulum-v1``, ``tempo/Synthetic-v0``);
+    ``impl="envpool"`` steps envpool's C++ environments through the same UDF
+    ops (``kwargs`` go to ``envpool.make``; needs the ``envpool`` package).
+    The default is ``"tensor"`` for the ``tempo/`` environments and
+    ``"gymnasium"`` for every other name.
 
     >>> import tempo as tpo, tempo.rl
     >>> with tpo.Context() as ctx:
@@ -192,6 +195,10 @@ def make(name: str, dims: Sequence[Expr], impl: str | None = None, **kwargs) -> 
         return tensor_envs[name](name, dims, **kwargs)
     if name in tensor_envs and name.startswith("tempo/"):
         raise TempoError(f"{name!r} exists only as a tensor environment: use impl='tensor'", site)
+    if impl == "envpool":
+        from tempo.rl.envpool_env import EnvPoolEnv
+
+        return EnvPoolEnv(name, dims, **kwargs)
     return GymEnv(name, dims, **kwargs)
 
 
