@@ -42,6 +42,7 @@ class Program:
     site: object = None
     timings: dict[str, float] = field(default_factory=dict)
     pass_stats: list = field(default_factory=list)  # tempo.transforms.PassStat per pass run
+    written: tuple[SDG, isl_domains.Domains] | None = None  # the program as the user wrote it, with its domains
     ledger: Ledger | None = None  # the memory accounting of the last run
     memory: dict = field(default_factory=dict)  # the memory options compiled with
     stopped_at: dict | None = None  # where tpo.stop_when ended the last run ({dim: step}); None: at its bounds
@@ -107,9 +108,12 @@ class Program:
         self.ledger.plot(path)
 
     def validate(self, bounds: dict[str, int] | None = None) -> None:
-        """Check for out-of-range reads, for these bounds or (None) for every bound."""
-        context = self.domains.context if bounds is None else isl_domains.pinned(self.domains, bounds)
-        isl_domains.check_reads_in_range(self.sdg, self.domains, context)
+        """Check the program as the user wrote it, before any pass, for out-of-range reads,
+        for these bounds or (None) for every bound: the verdict never depends on the data
+        (a pass may fold away the read of an all-zero constant)."""
+        sdg, domains = self.written or (self.sdg, self.domains)
+        context = domains.context if bounds is None else isl_domains.pinned(domains, bounds)
+        isl_domains.check_reads_in_range(sdg, domains, context)
 
     def _over_budget(self, over: BudgetExceeded) -> str:
         largest = sorted(over.holders.items(), key=lambda kv: -kv[1])[:5]
@@ -214,6 +218,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     stopping = _STOPPING[-1] if _STOPPING else {}
     request = stages.validate(ctx, fetch, backend, site, passes, bounds, {**(memory or {}), **stopping}, config)
     lowered = stages.lower(request)
+    timings["validate"] = lowered.validate_seconds
     for stat in lowered.stats:  # a pass run twice (tiles a budget chose, then streamed) counts both runs
         timings[stat.name] = timings.get(stat.name, 0.0) + stat.seconds
     domains = _timed(timings, "analyse", stages.analyse, lowered)
@@ -225,8 +230,8 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
         if name in request.ast_passes:
             planned = _timed(timings, key, ast_pass, lowered, domains, planned)
     program = Program(lowered.sdg, list(lowered.fetch), domains, planned.scheduled.ast, request.backend,
-                      tuple(ctx.dim_order), site, timings, list(lowered.stats), memory=request.memory,
-                      plan=planned.plan)
+                      tuple(ctx.dim_order), site, timings, list(lowered.stats), written=lowered.written,
+                      memory=request.memory, plan=planned.plan)
     if _STOPPING:
         raise FirstCompile(program, request.bounds)
     return program

@@ -49,11 +49,15 @@ class Request:
 
 @dataclass(frozen=True)
 class Lowered:
-    """The SDG after the passes, the fetched tensors in it, and what each pass did."""
+    """The SDG after the passes, the fetched tensors in it, and what each pass did; ``written``: the
+    program as the user wrote it, with its domains (runs check their reads on it), analysed in
+    ``validate_seconds``."""
 
     sdg: SDG
     fetch: tuple
     stats: tuple[PassStat, ...]
+    written: tuple[SDG, isl_domains.Domains]
+    validate_seconds: float
 
     @property
     def keep(self) -> set[int]:
@@ -98,16 +102,22 @@ def validate(ctx, fetch: list, backend: str | None, site, passes: dict | None, b
 
 
 def lower(request: Request) -> Lowered:
-    """The SDG of the fetched tensors through the passes of :data:`tempo.transforms.PIPELINE`."""
+    """The SDG of the fetched tensors through the passes of :data:`tempo.transforms.PIPELINE`, and the
+    program as written, analysed before any pass."""
     ctx = request.ctx
     fetched = [materialize(x, x.node.site) for x in request.fetch]
     isl_domains.check_definitions(ctx.sdg, request.bounds, frozenset(ctx.parameters))
     fetch_ids = [(x.node.id, x.out) for x in fetched]
     roots = tuple(dict.fromkeys([n for n, _ in fetch_ids] + ctx.roots or list(ctx.sdg.nodes)))
-    sdg, stats = run_pipeline(replace(ctx.sdg, roots=roots), request.passes, dims=ctx.dim_order,
+    start = time.perf_counter()
+    written = replace(ctx.sdg, roots=roots)
+    written_domains = isl_domains.analyse(written, list(roots))
+    validated = time.perf_counter() - start
+    sdg, stats = run_pipeline(written, request.passes, dims=ctx.dim_order,
                               defaults={"pack_weights": pack_weights.Config(panel=request.backend.weight_panel)},
                               config=request.config)
-    return Lowered(sdg, tuple(sdg.resolve(n, out) for n, out in fetch_ids), tuple(stats))
+    return Lowered(sdg, tuple(sdg.resolve(n, out) for n, out in fetch_ids), tuple(stats),
+                   (written, written_domains), validated)
 
 
 def analyse(lowered: Lowered) -> isl_domains.Domains:
