@@ -131,7 +131,7 @@ def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float) -> RT:
     (``prefix``) and decoding's own (``keys``, ``values``: (S, batch, kv heads, hd)), one
     softmax over both: the largest score of either, each part's exponentials against it, summed.
     The products read ``keys`` and ``values`` permuted to (batch, kv heads, ., .), so their block
-    store keeps each head's rows contiguous (``tempo.runtime.store_choice``)."""
+    store keeps each head's rows contiguous (``tempo.plan.store_choice``)."""
     scores = scores_of(q, F.permute(keys, 1, 2, 0, 3)) * scale             # (batch, kv, groups, S)
     prompt = prefix.scores(q)                                                # (batch, kv, groups, P)
     top = F.maximum(F.max(scores, axis=-1, keepdims=True), F.max(prompt, axis=-1, keepdims=True))
