@@ -51,8 +51,8 @@ class Recorder:
             pending[id(program)] = time.perf_counter() - start
             return program
 
-        def timed_run(program, bounds):
-            out = original_run(program, bounds)
+        def timed_run(program, bounds, **options):
+            out = original_run(program, bounds, **options)
             t = program.timings
             self.rows.append(Row(self.test, len(program.sdg.nodes), len(program.sdg.edges), t["analyse"],
                                  t["schedule"], t["ast"], pending.get(id(program), float("nan")), t["run"]))
