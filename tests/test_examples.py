@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("examples/reinforce.py", ["--iterations", "2", "--batch", "2", "--steps", "20", "--nstep", "8"],
      "mean_return_last5="),
     ("examples/a2c.py", ["--iterations", "2", "--batch", "2", "--steps", "20"], "mean_return_last5="),
-    ("examples/ppo.py", ["--iterations", "2", "--epochs", "2", "--batch", "2", "--steps", "20"],
+    ("examples/ppo_fixed_horizon.py", ["--iterations", "2", "--epochs", "2", "--batch", "2", "--steps", "20"],
      "iterations=2 "),
 ])
 def test_example_runs(script, args, expect, tmp_path):
@@ -31,7 +31,7 @@ def test_example_runs(script, args, expect, tmp_path):
     ("examples/reinforce.py", "--lr-decay FLOAT", "learning rate multiplier per iteration: lr * lr_decay ** i",
      "0.995"),
     ("examples/a2c.py", "--nstep INT", "bootstrap horizon n of the returns", "16"),
-    ("examples/ppo.py", "--clip FLOAT", "PPO clip range: the ratio is clipped to [1 - clip, 1 + clip]", "0.2"),
+    ("examples/ppo_fixed_horizon.py", "--clip FLOAT", "PPO clip range: the ratio is clipped to [1 - clip, 1 + clip]", "0.2"),
     ("examples/returns.py", "--window INT", "number of timesteps in the sliding-window mean", "4"),
     ("examples/inspect_program.py", "--dot STR", "write the SDG as Graphviz source to this path", '""'),
     ("examples/superopt_islands.py", "--agent STR", "optimiser: greedy, backtrack, eqsat or rl", "greedy"),
@@ -60,7 +60,7 @@ def test_ppo_collects_episodes_once_per_batch(monkeypatch):
     reset_one = gym_env._Episodes._reset_one
     monkeypatch.setattr(gym_env._Episodes, "_reset_one",
                         lambda self, key: resets.append(key) or reset_one(self, key))
-    ppo = runpy.run_path(str(ROOT / "examples" / "ppo.py"), run_name="ppo")
+    ppo = runpy.run_path(str(ROOT / "examples" / "ppo_fixed_horizon.py"), run_name="ppo")
     args = ppo["Args"](iterations=3, epochs=4, batch=2, steps=10)
     summary = ppo["main"](args)
     assert len(resets) == args.iterations * args.batch  # not iterations * epochs * batch

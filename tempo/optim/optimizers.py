@@ -49,6 +49,13 @@ class Optimizer:
             p[p.domain[0] + 1] = new
             self.states[self._prefix], self.next_states[self._prefix] = p, new
 
+    def updated(self, p: RT) -> RT:
+        """``p[i + 1]``: the parameter ``p`` after this iteration's update (call after :meth:`step`)."""
+        for name, state in self.states.items():
+            if state.node.id == p.node.id and "/" not in name:
+                return self.next_states[name]
+        raise TempoError(f"{p!r} is not updated by this optimizer (or step() was not called yet)", user_site())
+
     def state_dict(self) -> dict[str, RT]:
         """Every state's value for the next iteration, by name: what a checkpoint saves."""
         return dict(self.next_states)

@@ -112,6 +112,37 @@ def _gym_make(name: str, kwargs: dict) -> gymnasium.Env:
         raise TempoError(f"gymnasium.make({name!r}) failed: {type(err).__name__}: {err}", user_site()) from err
 
 
+@dataclass
+class SpaceSpec:
+    """What an environment's spaces say: a made environment and the shapes and dtypes of its tensors."""
+
+    env: gymnasium.Env
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    num_actions: int | None
+    action_shape: tuple[int, ...]
+    action_dtype: str
+    max_episode_steps: int | None
+
+
+def describe_spaces(name: str, kwargs: dict) -> SpaceSpec:
+    """Make ``name`` once and read its spaces, or a TempoError for the spaces Tempo does not take."""
+    site = user_site()
+    env = _gym_make(name, kwargs)
+    obs_space, act_space = env.observation_space, env.action_space
+    if not isinstance(obs_space, (spaces.Box, spaces.Discrete)):
+        raise TempoError(f"{name}: observation space {obs_space} is not supported (Box or Discrete)", site)
+    if isinstance(act_space, spaces.Discrete):
+        num_actions, action_shape, action_dtype = int(act_space.n), (), "int64"
+    elif isinstance(act_space, spaces.Box):
+        num_actions, action_shape, action_dtype = None, tuple(act_space.shape), str(act_space.dtype)
+    else:
+        raise TempoError(f"{name}: action space {act_space} is not supported (Discrete or Box)", site)
+    obs_dtype = "int64" if isinstance(obs_space, spaces.Discrete) else str(obs_space.dtype)
+    limit = env.spec.max_episode_steps if env.spec is not None else None
+    return SpaceSpec(env, tuple(obs_space.shape), obs_dtype, num_actions, action_shape, action_dtype, limit)
+
+
 class GymEnv(Env):
     """A gymnasium environment over ``dims``, stepped on the host (see the module docstring).
 
@@ -125,21 +156,12 @@ class GymEnv(Env):
         site = user_site()
         if len(dims) < 2:
             raise TempoError(f"{name}: an environment needs a batch dim and a time dim, e.g. dims=(b, t)", site)
-        env = _gym_make(name, kwargs)
-        obs_space, act_space = env.observation_space, env.action_space
-        if not isinstance(obs_space, (spaces.Box, spaces.Discrete)):
-            raise TempoError(f"{name}: observation space {obs_space} is not supported (Box or Discrete)", site)
-        if isinstance(act_space, spaces.Discrete):
-            num_actions, action_shape, action_dtype = int(act_space.n), (), "int64"
-        elif isinstance(act_space, spaces.Box):
-            num_actions, action_shape, action_dtype = None, tuple(act_space.shape), str(act_space.dtype)
-        else:
-            raise TempoError(f"{name}: action space {act_space} is not supported (Discrete or Box)", site)
-        obs_dtype = "int64" if isinstance(obs_space, spaces.Discrete) else str(obs_space.dtype)
-        super().__init__(name, dims, tuple(obs_space.shape), obs_dtype, num_actions, action_shape, action_dtype)
-        self.max_episode_steps = env.spec.max_episode_steps if env.spec is not None else None
-        self._host = _Episodes(name, kwargs, current().sample_key, env, obs_dtype, len(action_shape),
-                               num_actions is not None)
+        spec = describe_spaces(name, kwargs)
+        super().__init__(name, dims, spec.obs_shape, spec.obs_dtype, spec.num_actions, spec.action_shape,
+                         spec.action_dtype)
+        self.max_episode_steps = spec.max_episode_steps
+        self._host = _Episodes(name, kwargs, current().sample_key, spec.env, spec.obs_dtype,
+                               len(spec.action_shape), spec.num_actions is not None)
         self._reset: tuple[RecurrentTensor, RecurrentTensor] | None = None
         self._offsets = tuple(current().offset(d) for d in self.episode_dims)
 

@@ -44,6 +44,14 @@ def _type_hints(cls) -> dict:
         return {}
 
 
+def _optional_of(hint):
+    """``X`` for a hint ``X | None`` (the flag takes an ``X`` and defaults to None), else the hint."""
+    args = typing.get_args(hint)
+    if type(None) in args and len(args) == 2:
+        return next(a for a in args if a is not type(None))
+    return hint
+
+
 def parse_args(args_type, description: str = "", argv: Sequence[str] | None = None):
     """An instance of the dataclass ``args_type`` from ``--field-name value`` flags.
 
@@ -56,7 +64,7 @@ def parse_args(args_type, description: str = "", argv: Sequence[str] | None = No
     for f in dataclasses.fields(args_type):
         default = (f.default if f.default is not dataclasses.MISSING
                    else f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        kind = hints.get(f.name)
+        kind = _optional_of(hints.get(f.name))
         kind = kind if kind in (*_PLAIN, bool) else type(default) if isinstance(default, _PLAIN) else str
         shown = '""' if default == "" else default
         text = docs.get(f.name, "").replace("%", "%%")

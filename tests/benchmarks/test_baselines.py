@@ -81,7 +81,7 @@ def test_the_baselines_default_to_the_examples_hyper_parameters(style, algo):
     for name in SHARED[algo]:
         assert getattr(baseline, name) == getattr(example, name), name
     if algo == "ppo":
-        assert baseline.max_grad_norm == 0.5                         # examples/ppo.py's Adam(max_grad_norm=0.5)
+        assert baseline.max_grad_norm == 0.5                         # examples/ppo_fixed_horizon.py's Adam(max_grad_norm=0.5)
 
 
 def run_baseline(style, algo, iterations, **sizes):
