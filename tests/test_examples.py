@@ -19,6 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
     ("examples/a2c.py", ["--iterations", "2", "--batch", "2", "--steps", "20"], "mean_return_last5="),
     ("examples/ppo_fixed_horizon.py", ["--iterations", "2", "--epochs", "2", "--batch", "2", "--steps", "20"],
      "iterations=2 "),
+    ("examples/ppo.py", ["--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64"],
+     "global_step=256 sps="),
+    ("examples/ppo.py", ["--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--impl", "tensor",
+                         "--update-epochs", "2", "--num-minibatches", "2"], "global_step=256 sps="),
 ])
 def test_example_runs(script, args, expect, tmp_path):
     out = subprocess.run([sys.executable, "-m", "tempo", "run", str(ROOT / script), *args],
@@ -32,6 +36,8 @@ def test_example_runs(script, args, expect, tmp_path):
      "0.995"),
     ("examples/a2c.py", "--nstep INT", "bootstrap horizon n of the returns", "16"),
     ("examples/ppo_fixed_horizon.py", "--clip FLOAT", "PPO clip range: the ratio is clipped to [1 - clip, 1 + clip]", "0.2"),
+    ("examples/ppo.py", "--num-minibatches INT", "the number of mini-batches", "4"),
+    ("examples/ppo.py", "--target-kl FLOAT", "the target KL divergence threshold", "None"),
     ("examples/returns.py", "--window INT", "number of timesteps in the sliding-window mean", "4"),
     ("examples/inspect_program.py", "--dot STR", "write the SDG as Graphviz source to this path", '""'),
     ("examples/superopt_islands.py", "--agent STR", "optimiser: greedy, backtrack, eqsat or rl", "greedy"),
