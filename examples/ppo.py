@@ -81,6 +81,9 @@ class Args:
     backend: str = ""
     """backend: numpy, torch or jax; empty: $TEMPO_BACKEND, else numpy"""
 
+    def __post_init__(self) -> None:
+        tpo.rl.training.require_positive(self, "total_timesteps", "num_envs", "num_steps", "num_minibatches",
+                                         "update_epochs")
 
 def main(args: Args) -> dict:
     if args.target_kl is not None:

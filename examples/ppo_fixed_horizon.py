@@ -64,6 +64,9 @@ class Args:
     """hold the device tier to this many bytes ('512MB'): the learner runs in tiles and acting's output
     swaps to the host (docs/memory.md); empty: no budget"""
 
+    def __post_init__(self) -> None:
+        tpo.rl.training.require_positive(self, "iterations", "epochs", "batch", "steps", "hidden", "layers")
+
 
 def main(args: Args) -> dict:
     with tpo.Context(seed=args.seed) as ctx:

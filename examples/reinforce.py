@@ -71,6 +71,9 @@ class Args:
     tiles run while acting goes on and free the observations they learned from (docs/memory.md); 0: whole"""
 
 
+    def __post_init__(self) -> None:
+        tpo.rl.training.require_positive(self, "iterations", "batch", "steps", "hidden", "layers", "checkpoint_every")
+
 def main(args: Args) -> dict:
     resumed = tpo.load_checkpoint(args.resume) if args.resume else None
     done = int(resumed.tensors["iterations"]) if resumed else 0  # iterations trained before this run
@@ -109,7 +112,7 @@ def main(args: Args) -> dict:
             adam.resume(resumed)
         if args.checkpoint:
             state = {**adam.state_dict(), "iterations": tpo.eval_symbol(i + done + 1)}
-            tpo.checkpoint(state, args.checkpoint, when=(i + 1) % args.checkpoint_every == 0)
+            tpo.checkpoint(state, args.checkpoint, when=(i + done + 1) % args.checkpoint_every == 0)
 
         # ----- reporting: the mean episode return of every iteration -----
         report = tpo.rl.training.ReturnReport(r[0:B, i, 0:T].sum(axis=1).mean(), args.iterations,

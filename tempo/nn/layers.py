@@ -32,6 +32,9 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, dims: Sequence[Expr] = (),
                  init_scale: float = 1.0, init: str = "uniform") -> None:
         super().__init__(dims)
+        for what, size in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+                raise TempoError(f"Linear: {what} must be a positive int, got {size!r}", user_site())
         if init not in INITS:
             raise TempoError(f"unknown init {init!r}; choose from {', '.join(INITS)}", user_site())
         if init == "orthogonal":

@@ -30,10 +30,10 @@ VECTOR_KINDS = ("sync", "async")
 class _VectorHost:
     """The host side: a vector env made at the first reset, with as many environments as ``b`` has."""
 
-    def __init__(self, name: str, kwargs: dict, sample_key: tuple[int, ...], obs_dtype: str, discrete: bool,
-                 vector: str):
+    def __init__(self, name: str, kwargs: dict, sample_key: tuple[int, ...], obs_dtype: str,
+                 box: tuple[np.ndarray, np.ndarray] | None, vector: str):
         self.name, self.kwargs, self.sample_key = name, kwargs, sample_key
-        self.obs_dtype, self.discrete, self.vector = obs_dtype, discrete, vector
+        self.obs_dtype, self.box, self.vector = obs_dtype, box, vector
         self.envs: gymnasium.vector.VectorEnv | None = None
 
     def reset_seed(self, b: int) -> int:
@@ -52,8 +52,8 @@ class _VectorHost:
         if self.envs is None:
             raise RuntimeError(f"{self.name}: stepped before the reset")
         action = np.asarray(action)
-        obs, reward, terminated, truncated, info = self.envs.step(action.astype(np.int64) if self.discrete
-                                                                  else action)
+        action = action.astype(np.int64) if self.box is None else np.clip(action, *self.box).astype(self.box[0].dtype)
+        obs, reward, terminated, truncated, info = self.envs.step(action)
         obs = np.asarray(obs, dtype=self.obs_dtype)
         final = obs.copy()
         if "_final_obs" in info:
@@ -88,7 +88,7 @@ class GymVectorEnv(Env):
     """
 
     def __init__(self, name: str, dims: tuple[Expr, ...], rollout_every: int = 1, vector: str = "sync", **kwargs):
-        from tempo.rl.gym_env import describe_spaces
+        from tempo.rl.gym_env import _action_space, _gym_make
 
         site = user_site()
         if len(dims) != 3:
@@ -96,12 +96,17 @@ class GymVectorEnv(Env):
                              f"rollouts and steps; got {len(dims)} dims", site)
         if vector not in VECTOR_KINDS:
             raise TempoError(f"vector={vector!r} is not one of {', '.join(map(repr, VECTOR_KINDS))}", site)
-        spec = describe_spaces(name, kwargs)
-        super().__init__(name, dims, spec.obs_shape, spec.obs_dtype, spec.num_actions, spec.action_shape,
-                         spec.action_dtype)
-        self.max_episode_steps, self.every = spec.max_episode_steps, check_every(rollout_every)
-        self._host = _VectorHost(name, kwargs, current().sample_key, spec.obs_dtype, spec.num_actions is not None,
-                                 vector)
+        env = _gym_make(name, kwargs)
+        obs_space = env.observation_space
+        if not isinstance(obs_space, gymnasium.spaces.Box):
+            raise TempoError(f"{name}: an autoresetting environment takes Box observations, not {obs_space}", site)
+        super().__init__(name, dims, tuple(obs_space.shape), str(obs_space.dtype),
+                         *_action_space(name, env.action_space, site))
+        env.close()
+        self.max_episode_steps = env.spec.max_episode_steps if env.spec is not None else None
+        self.every = check_every(rollout_every)
+        box = None if self.is_discrete else (self.action_low, self.action_high)
+        self._host = _VectorHost(name, kwargs, current().sample_key, self.obs_dtype, box, vector)
         self._start: RecurrentTensor | None = None
 
     def reset_seed(self, b: int) -> int:

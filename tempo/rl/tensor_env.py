@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tempo.api.functional import eval_symbol, from_numpy, full, placeholder, where
+from tempo.api.functional import eval_symbol, from_numpy, full, maximum, minimum, placeholder, where
 from tempo.api.rt import RecurrentTensor
 from tempo.errors import TempoError, user_site
 from tempo.rl.env import Env
@@ -34,13 +34,16 @@ class TensorEnv(Env):
     the steps taken in the episode are carried (:mod:`tempo.rl.rollout`), an
     episode that ends restarts from a fresh initial state drawn at that
     step, and ``step`` returns a :class:`~tempo.rl.rollout.Transition`.
+    A continuous environment gives its action bounds (``action_low``,
+    ``action_high``); ``transition`` then sees actions clipped to them.
     """
 
     state_shape: tuple[int, ...] = ()
     state_dtype: str = "float32"
 
     def __init__(self, name: str, dims: tuple[Expr, ...], obs_shape, obs_dtype, num_actions, action_shape,
-                 action_dtype, max_episode_steps: int | None, autoreset: bool = False, rollout_every: int = 1):
+                 action_dtype, max_episode_steps: int | None, action_low=None, action_high=None,
+                 autoreset: bool = False, rollout_every: int = 1):
         if autoreset and len(dims) != 3:
             raise TempoError(f"{name}: an autoresetting environment runs over dims (b, i, t): environments, "
                              f"rollouts and steps; got {len(dims)} dims", user_site())
@@ -50,7 +53,8 @@ class TensorEnv(Env):
         if max_episode_steps is not None and (not isinstance(max_episode_steps, int) or max_episode_steps < 1):
             raise TempoError(f"{name}: max_episode_steps must be a positive int or None, got "
                              f"{max_episode_steps!r}", user_site())
-        super().__init__(name, dims, obs_shape, obs_dtype, num_actions, action_shape, action_dtype)
+        super().__init__(name, dims, obs_shape, obs_dtype, num_actions, action_shape, action_dtype, action_low,
+                         action_high)
         self.max_episode_steps = max_episode_steps
         self.autoreset, self.every = autoreset, check_every(rollout_every)
         self._state0: RT | None = None
@@ -97,7 +101,7 @@ class TensorEnv(Env):
         ended = placeholder((), "bool", self.dims)
         state[(*outer, 0)] = self._initial()
         ended[(*outer, 0)] = False
-        moved, reward, done = self.transition(state, action)
+        moved, reward, done = self.transition(state, self._clipped(action))
         if self.max_episode_steps is not None:
             done = done | (eval_symbol(t) >= self.max_episode_steps - 1)
         next_state = where(ended, state, moved)
@@ -107,6 +111,12 @@ class TensorEnv(Env):
         return self.observe(next_state), where(ended, 0.0, reward.cast("float32")), done
 
     step.__doc__ = Env.step.__doc__
+
+    def _clipped(self, action: RT) -> RT:
+        if self.is_discrete:
+            return action
+        action = action.cast(self.action_dtype)
+        return minimum(maximum(action, from_numpy(self.action_low)), from_numpy(self.action_high))
 
     def _initial(self) -> RT:
         if self._state0 is None:
@@ -123,7 +133,7 @@ class TensorEnv(Env):
 
     def _autoreset_step(self, action: RT) -> Transition:
         state, state_start, steps, steps_start = self._rollout_state()
-        moved, reward, terminated = self.transition(state, action)
+        moved, reward, terminated = self.transition(state, self._clipped(action))
         terminated, taken = terminated.cast("bool"), steps + 1
         limit = self.max_episode_steps
         truncated = full((), False, "bool") if limit is None else taken >= limit
