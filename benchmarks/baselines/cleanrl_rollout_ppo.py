@@ -11,15 +11,16 @@ entropy bonus, global grad-norm clipping and linear learning-rate annealing.
 Same flags and defaults as the Tempo examples. One deliberate difference
 from CleanRL's file, shared with the Tempo examples: a truncated episode
 bootstraps from the value of its final observation (``--no-bootstrap-
-truncation`` restores CleanRL's behaviour). Continuous runs clip actions to
-the bounds when stepping; CleanRL's observation and reward normalisation
-wrappers are not applied.
+truncation`` restores CleanRL's behaviour). Continuous runs use CleanRL's
+wrappers (actions clipped to the bounds, observations and rewards
+normalised and clipped); episodic returns are the raw rewards'.
 
     .venv/bin/python benchmarks/baselines/cleanrl_rollout_ppo.py --env-id CartPole-v1 --total-timesteps 500000
 """
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import gymnasium
@@ -68,8 +69,23 @@ def entropy(dist, continuous: bool) -> torch.Tensor:
     return dist.entropy().sum(-1) if continuous else dist.entropy()
 
 
+def make_env(env_id: str, gamma: float):
+    """CleanRL's wrappers: episode statistics on the raw rewards; Box actions are clipped, observations
+    and rewards normalised and clipped to [-10, 10]."""
+    def thunk():
+        env = gymnasium.wrappers.RecordEpisodeStatistics(gymnasium.make(env_id))
+        if isinstance(env.action_space, gymnasium.spaces.Box):
+            env = gymnasium.wrappers.ClipAction(env)
+            env = gymnasium.wrappers.NormalizeObservation(env)
+            env = gymnasium.wrappers.TransformObservation(env, lambda o: np.clip(o, -10, 10), env.observation_space)
+            env = gymnasium.wrappers.NormalizeReward(env, gamma=gamma)
+            env = gymnasium.wrappers.TransformReward(env, lambda r: np.clip(r, -10, 10))
+        return env
+    return thunk
+
+
 def make_envs(args) -> gymnasium.vector.SyncVectorEnv:
-    return gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make(args.env_id)] * args.num_envs,
+    return gymnasium.vector.SyncVectorEnv([make_env(args.env_id, args.gamma) for _ in range(args.num_envs)],
                                           autoreset_mode=AutoresetMode.SAME_STEP)
 
 
@@ -81,7 +97,6 @@ def main(args) -> dict:
     continuous = isinstance(envs.single_action_space, gymnasium.spaces.Box)
     n_obs = int(np.prod(envs.single_observation_space.shape))
     n_act = int(envs.single_action_space.shape[0]) if continuous else int(envs.single_action_space.n)
-    low, high = (envs.single_action_space.low, envs.single_action_space.high) if continuous else (None, None)
     agent = Agent(n_obs, n_act, continuous)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     batch_size = args.num_envs * args.num_steps
@@ -93,7 +108,7 @@ def main(args) -> dict:
     logprobs, rewards, values = (torch.zeros((T, N)) for _ in range(3))
     finals = torch.zeros((T, N, n_obs))  # each step's observation before any reset
     terminated, dones = torch.zeros((T, N)), torch.zeros((T, N))
-    episodes, running_return, running_length = [], np.zeros(N), np.zeros(N, dtype=np.int64)
+    episodes = []
     started, cpu_started, global_step = time.perf_counter(), time.process_time(), 0
     seeds = [int(np.random.SeedSequence([args.seed, b]).generate_state(1)[0]) for b in range(N)]
     next_obs = torch.tensor(envs.reset(seed=seeds)[0], dtype=torch.float32)
@@ -110,7 +125,7 @@ def main(args) -> dict:
                 logprobs[step] = log_prob(dist, action, continuous)
                 values[step] = agent.value(next_obs)
             actions[step] = action
-            sent = np.clip(action.numpy(), low, high) if continuous else action.numpy()
+            sent = action.numpy()
             raw_obs, reward, term, trunc, info = envs.step(sent)
             final = np.array(raw_obs, dtype=np.float32)
             if "_final_obs" in info:
@@ -122,12 +137,10 @@ def main(args) -> dict:
             terminated[step] = torch.tensor(term if args.bootstrap_truncation else done, dtype=torch.float32)
             dones[step] = torch.tensor(done, dtype=torch.float32)
             next_obs = torch.tensor(raw_obs, dtype=torch.float32)
-            running_return += reward
-            running_length += 1
-            for k in np.flatnonzero(done):
-                episodes.append((global_step, float(running_return[k]), int(running_length[k]),
+            ended = info.get("final_info", {})  # same-step autoreset: the ending step's info
+            for k in np.flatnonzero(ended.get("_episode", [])):
+                episodes.append((global_step, float(ended["episode"]["r"][k]), int(ended["episode"]["l"][k]),
                                  time.perf_counter() - started))
-                running_return[k], running_length[k] = 0.0, 0
         # ----- GAE, bootstrapping from the value of each step's final observation -----
         with torch.no_grad():
             next_values = agent.value(finals)
@@ -177,7 +190,7 @@ def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     flags = dict(env_id="CartPole-v1", seed=1, total_timesteps=500000, learning_rate=2.5e-4, num_envs=4,
                  num_steps=128, gamma=0.99, gae_lambda=0.95, num_minibatches=4, update_epochs=4, clip_coef=0.2,
-                 ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5)
+                 ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5)  # ppo.py's; rl_learning.py passes the continuous ones
     for name, default in flags.items():
         p.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
     for name in ("anneal_lr", "norm_adv", "clip_vloss", "bootstrap_truncation"):
@@ -186,4 +199,5 @@ def parse(argv=None):
 
 
 if __name__ == "__main__":
-    main(parse())
+    summary = main(parse())
+    print("EPISODES " + json.dumps({k: summary[k] for k in ("episodes", "global_step", "sps", "seconds")}))
