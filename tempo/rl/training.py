@@ -67,11 +67,12 @@ def parse_args(args_type, description: str = "", argv: Sequence[str] | None = No
     for f in dataclasses.fields(args_type):
         default = (f.default if f.default is not dataclasses.MISSING
                    else f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        optional = _optional_of(hints.get(f.name)) is not hints.get(f.name)
         kind = _optional_of(hints.get(f.name))
         kind = kind if kind in (*_PLAIN, bool) else type(default) if isinstance(default, _PLAIN) else str
         shown = '""' if default == "" else default
         text = docs.get(f.name, "").replace("%", "%%")
-        help_text = f"{text} (default: {shown})" if default is not None else text or None
+        help_text = f"{text} (default: {shown})" if default is not None or optional else text or None
         options = dict(default=default, help=help_text)
         if kind is bool:
             options["action"] = argparse.BooleanOptionalAction
