@@ -210,7 +210,7 @@ def main(argv=None) -> dict:
               "summary": summary, "runs": runs}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
+        json.dump(report, f, separators=(",", ":"))  # every episode of every run: compact
     plot(runs, args.envs, args.out + ".png")
     print(json.dumps(summary, indent=1))
     return report
