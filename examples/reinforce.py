@@ -112,7 +112,7 @@ def main(args: Args) -> dict:
             adam.resume(resumed)
         if args.checkpoint:
             state = {**adam.state_dict(), "iterations": tpo.eval_symbol(i + done + 1)}
-            tpo.checkpoint(state, args.checkpoint, when=(i + done + 1) % args.checkpoint_every == 0)
+            tpo.checkpoint(state, args.checkpoint, when=(i + 1) % args.checkpoint_every == 0)
 
         # ----- reporting: the mean episode return of every iteration -----
         report = tpo.rl.training.ReturnReport(r[0:B, i, 0:T].sum(axis=1).mean(), args.iterations,

@@ -126,3 +126,32 @@ def test_sizing_a_policy_by_num_actions_on_a_box_space_names_the_mistake():
         env = tempo.rl.make("Pendulum-v1", dims=(b, i, t))
         with pytest.raises(tpo.TempoError, match="Pendulum-v1 has a continuous action space.*tpo.nn.Normal"):
             tpo.nn.MLP(env.obs_size, [8], env.num_actions, dims=(i,))
+
+
+def test_a_clipped_surrogate_ppo_on_a_box_space_compiles_runs_and_trains_its_log_std():
+    """With a differentiable sample() this program was a ScheduleError; log_prob of the sample now trains."""
+    epochs = 2
+    with tpo.Context(seed=0) as ctx:
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+        env = tempo.rl.make("Pendulum-v1", dims=(b, i, t))
+        actor = tpo.nn.MLP(env.obs_size, [16], env.action_size, dims=(i,), last_init_scale=0.01)
+        head = tpo.nn.DiagGaussianHead(env.action_size, dims=(i,))
+        critic = tpo.nn.MLP(env.obs_size, [16], 1, dims=(i,))
+        o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
+        o[b, i, 0] = env.reset()
+        dist = head(actor(o))
+        a = dist.sample()
+        o[b, i, t + 1], r, d = env.step(a)
+        logp_old = dist.log_prob(a).sum(axis=-1).detach()
+        advantage, target = tempo.rl.gae(r, critic(o).squeeze(0).detach(), d, 0.99, 0.95)
+        k = (i // epochs) * epochs
+        obs, act = o[0:B, k, 0:T], a[0:B, k, 0:T]
+        new = head(actor(obs))
+        loss = tempo.rl.ppo_clip_loss(new.log_prob(act).sum(axis=-1), logp_old[0:B, k, 0:T], advantage[0:B, k, 0:T],
+                                      critic(obs).squeeze(-1), target[0:B, k, 0:T], new.entropy().sum(axis=-1),
+                                      tempo.rl.alive(d)[0:B, k, 0:T], 0.2, 0.5, 0.0)
+        loss.backward()
+        tpo.optim.Adam(actor.parameters() + head.parameters() + critic.parameters(), lr=3e-3).step()
+        actions, log_std = ctx.run(bounds={B: 2, I: 4, T: 30}, fetch=[a, head.log_std])
+    assert np.isfinite(actions).all() and (np.abs(actions) > 2).any()  # sampled beyond the bounds, stepped clipped
+    assert log_std[0, 0] == 0.0 and len(np.unique(log_std[:, 0])) == 4
