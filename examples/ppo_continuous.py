@@ -73,7 +73,7 @@ class Args:
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
     target_kl: float | None = None
-    """the target KL divergence threshold (not supported yet: a value is an error)"""
+    """the target KL divergence threshold"""
     track_tensorboard: bool = True
     """write TensorBoard event files under runs/{run_name}"""
     backend: str = ""
@@ -85,8 +85,6 @@ class Args:
 
 
 def main(args: Args) -> dict:
-    if args.target_kl is not None:
-        raise tpo.TempoError("--target-kl early stopping is not supported by examples/ppo_continuous.py yet")
     batch_size = args.num_envs * args.num_steps
     num_iterations = args.total_timesteps // batch_size
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
@@ -142,7 +140,8 @@ def main(args: Args) -> dict:
         lr = args.learning_rate * frac if args.anneal_lr else args.learning_rate
         adam = tpo.optim.Adam(critic.parameters() + actor.parameters() + head.parameters(), lr=lr, eps=1e-5,
                               max_grad_norm=args.max_grad_norm)
-        adam.step()
+        keep = None if args.target_kl is None else batches.keep_updating(stats.approx_kl, args.target_kl)
+        adam.step(when=keep)
 
         # ----- logging and the saved policy -----
         log = RunLog(args.num_envs, args.num_steps, num_iterations, K,

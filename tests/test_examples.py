@@ -53,7 +53,7 @@ def test_a_zero_count_flag_is_reported_as_the_flag(script, flag, tmp_path):
     ("examples/a2c.py", "--nstep INT", "bootstrap horizon n of the returns", "16"),
     ("examples/ppo_fixed_horizon.py", "--clip FLOAT", "PPO clip range: the ratio is clipped to [1 - clip, 1 + clip]", "0.2"),
     ("examples/ppo.py", "--num-minibatches INT", "the number of mini-batches", "4"),
-    ("examples/ppo.py", "--target-kl FLOAT", "the target KL divergence threshold (not supported yet: a value is an error)", "None"),
+    ("examples/ppo.py", "--target-kl FLOAT", "the target KL divergence threshold", "None"),
     ("examples/returns.py", "--window INT", "number of timesteps in the sliding-window mean", "4"),
     ("examples/inspect_program.py", "--dot STR", "write the SDG as Graphviz source to this path", '""'),
     ("examples/superopt_islands.py", "--agent STR", "optimiser: greedy, backtrack, eqsat or rl", "greedy"),

@@ -68,6 +68,20 @@ class Minibatches:
                              user_site())
         return F.matmul(self._selection(), table[self.rollout])
 
+    def keep_updating(self, approx_kl: RT, target_kl: float) -> RT:
+        """CleanRL's ``--target-kl``: bool over ``i``, false for the updates after an epoch whose last
+        minibatch's ``approx_kl`` (a scalar RT over ``i``) exceeded ``target_kl``, until the next rollout.
+
+        Give it to ``Optimizer.step(when=...)``.
+        """
+        i, m = self.i, self.num_minibatches
+        stopped = F.placeholder((), "bool", (i,))
+        stopped[0] = False
+        epoch_end = F.eval_symbol(i % m) == m - 1
+        after = stopped | (epoch_end & (approx_kl > target_kl))
+        stopped[i + 1] = F.where(F.eval_symbol((i + 1) % self.rollout_every) == 0, False, after)
+        return ~stopped
+
     def _selection(self) -> RT:
         first = F.eval_symbol(self.i % self.num_minibatches) * self.size
         rows = F.from_numpy(np.arange(self.size, dtype=np.int64)) + first

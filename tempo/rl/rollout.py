@@ -70,7 +70,7 @@ def continue_rollout(start: RT, following: RT, every: int) -> None:
 def carried(shape, dtype: str, dims: tuple[Expr, ...], first, every: int) -> tuple[RT, RT]:
     """``(x, start)``: ``x[b, i, t]`` starts each rollout at ``start[b, i]`` (``first`` in the first);
     define the rest with :func:`carry`."""
-    b, i, t = dims
+    b, i, _ = dims
     start = start_of_rollout(shape, dtype, dims, first, every)
     x = placeholder(shape, dtype, dims)
     x[b, i, 0] = start

@@ -80,3 +80,29 @@ def test_ppo_minibatch_loss_matches_cleanrl(seed):
         got = ctx.run({}, fetch=list(loss))
     want = reference_loss(*(x.astype(np.float64) for x in arrays))
     np.testing.assert_allclose([float(g) for g in got], want, rtol=1e-4, atol=1e-6)
+
+
+def test_target_kl_stops_the_rest_of_the_rollouts_epochs():
+    # 2 epochs x 3 minibatches per rollout; the kl of each update
+    kl = np.array([0.0, 0.0, 0.5, 0.0, 0.0, 0.0,     # epoch 0 ends past the target: epoch 1 is skipped
+                   0.0, 0.5, 0.0, 0.0, 0.0, 0.9,     # a mid-epoch spike does not count; the last epoch's end
+                   0.0, 0.0, 0.0, 0.0, 0.0, 0.0], np.float32)  # a new rollout updates again
+    with tpo.Context() as ctx:
+        (i, I), = ctx.dims("i")
+        keep = Minibatches(i, N, EPOCHS, MINIBATCHES).keep_updating(tpo.from_numpy(kl, dims=(i,)), 0.1)
+        got, = ctx.run({I: len(kl)}, fetch=[keep])
+    want = [True] * 3 + [False] * 3 + [True] * 6 + [True] * 6
+    assert got.tolist() == want
+
+
+def test_a_gated_step_leaves_parameters_and_adam_state_as_they_were():
+    with tpo.Context(seed=0) as ctx:
+        (i, I), = ctx.dims("i")
+        w = tpo.nn.parameter(np.ones(3, np.float32), dims=(i,), name="w")
+        ((w - 2.0) ** 2.0).sum().backward()
+        adam = tpo.optim.Adam([w], lr=0.1)
+        adam.step(when=(tpo.eval_symbol(i) % 3) != 1)
+        got, m = ctx.run({I: 6}, fetch=[w, adam.states["0.w/m"]])
+    np.testing.assert_array_equal(got[2], got[1])         # update 1 skipped
+    np.testing.assert_array_equal(m[2], m[1])             # its moments too
+    assert not np.array_equal(got[1], got[0]) and not np.array_equal(got[3], got[2])

@@ -1,6 +1,7 @@
 """examples/ppo.py as a CleanRL user runs it: flags, TensorBoard files, the saved policy and its evaluation."""
 from __future__ import annotations
 
+import os
 import runpy
 import struct
 from pathlib import Path
@@ -88,8 +89,6 @@ def trained(tmp_path_factory):
     args = ppo["Args"](total_timesteps=1024, num_envs=4, num_steps=64, save_model=True, seed=2)
     cwd = Path.cwd()
     try:
-        import os
-
         os.chdir(root)
         summary = ppo["main"](args)
     finally:
