@@ -225,6 +225,8 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     schedule = _timed(timings, "schedule", stages.schedule, lowered, domains, ctx.roots)
     scheduled = _timed(timings, "ast", stages.build_ast, lowered, domains, schedule)
     scheduled = stages.place_memory(request, lowered, domains, scheduled, timings)
+    if request.early_tiles and lowered.sdg.tiles and not stages.tiles_run_while_acting(lowered.sdg, scheduled.ast):
+        return compile_program(ctx, fetch, backend, site, {**(passes or {}), "tile": False}, bounds, memory, config)
     planned = _timed(timings, "plan", stages.plan, lowered, scheduled)
     for name, (key, ast_pass) in stages.AST_PIPELINE.items():
         if name in request.ast_passes:

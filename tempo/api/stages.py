@@ -4,6 +4,9 @@ validate (:class:`Request`) -> lower: the SDG passes (:class:`Lowered`) -> analy
 (:class:`~tempo.schedule.isl_domains.Domains`) -> schedule and build the AST
 (:class:`Scheduled`) -> place the memory statements (:class:`Scheduled`) -> plan
 (:class:`Planned`) -> the AST passes of :data:`AST_PIPELINE` (:class:`Planned`).
+Tiles chosen for a learner that can run early are dropped, and the program compiled
+again whole, where no loop over acting frees what they read
+(:func:`tiles_run_while_acting`).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains, isl_memory, isl_schedule, shift_fusion
 from tempo.schedule import memory as schedule_memory
 from tempo.schedule import orderings as schedule_orderings
-from tempo.symbolic.expr import Expr
+from tempo.symbolic.expr import Expr, bound_of
 from tempo.transforms import PIPELINE, PassStat, cache_activations, pack_weights, run_pipeline, tile
 
 MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes",
@@ -45,6 +48,7 @@ class Request:
     bounds: dict | None
     site: object
     config: Config
+    early_tiles: bool = False  # whether the tiling pass tiles a learner that can run early (TEMPO §4.3)
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,10 @@ def validate(ctx, fetch: list, backend: str | None, site, passes: dict | None, b
     by_name = bound_values(bounds)
     if options["device_budget"] is not None and bounds:
         sdg_passes = _budget_passes(sdg_passes, options["device_budget"], by_name, chosen)
-    return Request(ctx, tuple(fetch), chosen, sdg_passes, on, options, by_name, site, config)
+    early = _early_tiles(sdg_passes, options, by_name, config)
+    if early is not None:
+        sdg_passes = {**sdg_passes, "tile": early}
+    return Request(ctx, tuple(fetch), chosen, sdg_passes, on, options, by_name, site, config, early is not None)
 
 
 def lower(request: Request) -> Lowered:
@@ -247,6 +254,69 @@ def _check_passes(passes: dict, site) -> None:
     for name in AST_PIPELINE:
         if not isinstance(passes.get(name, False), bool):
             raise TempoError(f"passes[{name!r}] takes True or False, got {passes[name]!r}", site)
+
+
+def _early_tiles(passes: dict, memory: dict, bounds: dict | None, config: Config):
+    """The tiling pass's config that tiles a learner able to run while acting goes on (TEMPO
+    §4.3's incrementalisation, :func:`tempo.transforms.tile.early_tiles`), when the run's bounds
+    are known and neither tiles (``passes``, ``config.tiles``) nor a device budget are given."""
+    if not bounds or "tile" in passes or config.tiles or memory["device_budget"] is not None:
+        return None
+    return tile.Config(bounds=bounds, early=True)
+
+
+LARGE_ROW_BYTES = 1024  # the static part of a row of acting's output that early tiles must free
+
+
+def tiles_run_while_acting(sdg: SDG, tree: ast_mod.Stmt) -> bool:
+    """Whether a loop over acting's steps also frees, tile by tile, a tensor of acting with rows
+    of :data:`LARGE_ROW_BYTES` or more (observations) that the learner's tiles read: else tiles
+    chosen by :func:`_early_tiles` only add launches (a Monte-Carlo return or GAE waits for the
+    episode's end), and are dropped."""
+    steps_of = {tile_bound: steps for tile_bound, (steps, _) in sdg.tiles.items()}
+
+    def over(node_id: int, bound: str) -> bool:
+        return any(bound_of(d).name == bound for d in sdg.nodes[node_id].domain)
+
+    def large(node_id: int, out: int) -> bool:
+        node = sdg.nodes[node_id]
+        static = [x for x in node.shapes[out] if isinstance(x, int)]
+        return int(np.prod(static)) * np.dtype(node.dtypes[out]).itemsize >= LARGE_ROW_BYTES
+
+    streamed = {e.src for e in sdg.edges for tile_bound, steps in steps_of.items()
+                if over(e.sink, tile_bound) and over(e.src, steps) and not over(e.src, tile_bound)
+                and large(e.src, e.src_out)}
+    acting = {n for n in sdg.nodes if any(over(n, steps) for steps in steps_of.values())
+              and not any(over(n, tile_bound) for tile_bound in steps_of)}
+    for loop in _loops(tree):
+        direct = _direct(loop.body)
+        if any(isinstance(s, ast_mod.Free) and s.node_id in streamed for s in direct) and \
+                any(isinstance(s, ast_mod.Execute) and s.node_id in acting for s in direct):
+            return True
+    return False
+
+
+def _loops(stmt: ast_mod.Stmt):
+    """Every loop of ``stmt``, outer ones first."""
+    if isinstance(stmt, ast_mod.Loop):
+        yield stmt
+        yield from _loops(stmt.body)
+    elif isinstance(stmt, ast_mod.Sequence):
+        for s in stmt.body:
+            yield from _loops(s)
+    elif isinstance(stmt, ast_mod.If):
+        yield from _loops(stmt.then)
+        if stmt.orelse is not None:
+            yield from _loops(stmt.orelse)
+
+
+def _direct(stmt: ast_mod.Stmt) -> list:
+    """The statements of a loop body outside the loops nested in it (under its conditions too)."""
+    if isinstance(stmt, ast_mod.Sequence):
+        return [x for s in stmt.body for x in _direct(s)]
+    if isinstance(stmt, ast_mod.If):
+        return _direct(stmt.then) + (_direct(stmt.orelse) if stmt.orelse is not None else [])
+    return [] if isinstance(stmt, ast_mod.Loop) else [stmt]
 
 
 def _budget_passes(passes: dict, budget: int, bounds: dict, backend: Backend) -> dict:
