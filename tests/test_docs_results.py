@@ -15,10 +15,13 @@ def _docs() -> str:
 
 
 def _cited(text: str) -> set[str]:
-    """Paths relative to docs/ that ``text`` cites, globs expanded."""
+    """Paths relative to docs/ that ``text`` cites, globs expanded; a path without a suffix is the
+    stem a command writes its files to (``--out docs/results/rl_learning_cartpole``)."""
     out = set()
     for path in CITED.findall(text):
-        out |= {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").glob(path)} if "*" in path else {path}
+        pattern = path if "*" in path else path + ".*" if "." not in path.rsplit("/", 1)[-1] else None
+        found = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").glob(pattern)} if pattern else set()
+        out |= found or {path}
     out |= {stem + ext for stem, ext in SIBLING.findall(text)}
     return out
 
@@ -37,6 +40,6 @@ def test_every_cited_results_path_exists():
 
 def test_the_citation_patterns_read_what_the_docs_write():
     text = ("see `docs/results/a.json` and `.png`, [b](results/sub/b.json), benchmarks/results/c.json "
-            "and docs/results/d_*.json")
-    assert _cited(text) >= {"results/a.json", "results/a.png", "results/sub/b.json"}
+            "and docs/results/d_*.json, written by --out docs/results/e")
+    assert _cited(text) >= {"results/a.json", "results/a.png", "results/sub/b.json", "results/e"}
     assert not any(p.startswith("results/c") for p in _cited(text))
