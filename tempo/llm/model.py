@@ -11,10 +11,12 @@ import tempo as tpo
 from tempo.errors import TempoError
 from tempo.llm import program as program_mod
 from tempo.llm.attention import AUTO, Attention
+from tempo.llm.chat import ChatTemplate
 from tempo.llm.config import LlamaConfig
+from tempo.llm.gguf_file import GGUFFile, read_config
 from tempo.llm.sampling import Sampling
 from tempo.llm.tiling import TileChoice, choose_tile
-from tempo.llm.tokenizer import load_tokenizer
+from tempo.llm.tokenizer import gguf_tokenizer, load_tokenizer
 from tempo.llm.weights import Weights
 
 
@@ -23,7 +25,8 @@ class Llama:
     """A Llama-family decoder (Llama 2/3, Mistral) run as a Tempo program.
 
     ``config``: its sizes; ``weights``: its tensors; ``tokenizer``: a
-    ``tokenizers.Tokenizer`` or None. Every call builds and compiles one
+    ``tokenizers.Tokenizer`` or None; ``chat_template``: the checkpoint's chat template
+    (:meth:`chat`) or None. Every call builds and compiles one
     program: the layer index and the decoding step are its temporal dims.
     ``tile_choices``: the tile sizes ``attention="tiled"`` chose by measurement,
     by ``(backend, batch, new tokens)``.
@@ -32,16 +35,33 @@ class Llama:
     config: LlamaConfig
     weights: Weights
     tokenizer: object = None
+    chat_template: ChatTemplate | None = None
     tile_choices: dict[tuple, TileChoice] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_pretrained(cls, path: str) -> "Llama":
-        """Load ``path``: a folder with ``config.json``, ``model.safetensors`` (or shards and
-        ``model.safetensors.index.json``) and optionally ``tokenizer.json``."""
+    def from_pretrained(cls, path: str, quantized: bool = False) -> "Llama":
+        """Load ``path``: a GGUF file (``*.gguf``: :meth:`from_gguf`), or a folder with
+        ``config.json``, ``model.safetensors`` (or shards and ``model.safetensors.index.json``),
+        optionally ``tokenizer.json`` and ``tokenizer_config.json`` (its chat template)."""
+        if path.endswith(".gguf") or os.path.isfile(path):
+            return cls.from_gguf(path, quantized)
         if not os.path.isdir(path):
             raise TempoError(f"model folder {path!r} does not exist")
         config = LlamaConfig.from_file(os.path.join(path, "config.json"))
-        return cls(config, Weights.from_folder(path, config), load_tokenizer(path))
+        tokenizer = load_tokenizer(path)
+        return cls(config, Weights.from_folder(path, config), tokenizer, ChatTemplate.from_folder(path))
+
+    @classmethod
+    def from_gguf(cls, path: str, quantized: bool = False) -> "Llama":
+        """Load a GGUF file: the config from its metadata, the tokenizer and chat template it
+        embeds, its weights dequantised to float32; with ``quantized``, the Q8_0, Q4_0 and Q4_1
+        matrices stay quantised and each product is computed from them
+        (:mod:`tempo.llm.quantized`, NumPy backend)."""
+        f = GGUFFile.read(path)
+        config = read_config(f)
+        tokenizer = gguf_tokenizer(f.metadata, path)
+        weights = Weights.from_gguf(f, config, quantized)
+        return cls(config, weights, tokenizer, ChatTemplate.from_gguf(f.metadata))
 
     @classmethod
     def random(cls, config: LlamaConfig, seed: int = 0) -> "Llama":
