@@ -9,6 +9,8 @@ import numpy as np
 
 from tempo.errors import TempoError
 from tempo.llm.config import LlamaConfig
+from tempo.llm.gguf_file import GGUFFile, Tensor, hf_tensors
+from tempo.llm.quantized import TYPES as QUANTIZED_TYPES, QuantizedMatrices
 
 # per-layer tensor -> (Hugging Face name inside model.layers.{i}, shape from the config)
 LAYER_TENSORS = {
@@ -29,7 +31,8 @@ TRANSPOSED = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"}
 @dataclass(frozen=True)
 class Weights:
     """``embed`` (V, D), ``head`` (D, V), ``final_norm`` (D,), and ``layers``: name -> array
-    stacked over the layers (leading axis L), matrices as (in, out)."""
+    stacked over the layers (leading axis L), matrices as (in, out), or a matrix kept quantised
+    (:class:`tempo.llm.quantized.QuantizedMatrices`, (out, in) per layer)."""
 
     embed: np.ndarray
     head: np.ndarray
@@ -41,12 +44,14 @@ class Weights:
         """Pick, check and stack the tensors a Llama needs from ``tensors`` (Hugging Face names)."""
         c = config
 
-        def take(name: str, shape: tuple) -> np.ndarray:
+        def take(name: str, shape: tuple):
             if name not in tensors:
                 raise TempoError(f"{source}: missing tensor {name!r}")
             value = tensors[name]
             if tuple(value.shape) != shape:
                 raise TempoError(f"{source}: tensor {name!r} has shape {tuple(value.shape)}, expected {shape}")
+            if isinstance(value, Tensor):
+                return value
             return np.array(value, dtype=np.float32)  # a copy: never a view of the mapped file
 
         embed = take("model.embed_tokens.weight", (c.vocab_size, c.hidden_size))
@@ -56,7 +61,12 @@ class Weights:
             head = take("lm_head.weight", (c.vocab_size, c.hidden_size))
         layers = {}
         for key, (name, shape) in LAYER_TENSORS.items():
-            stacked = np.stack([take(f"model.layers.{i}.{name}", shape(c)) for i in range(c.num_layers)])
+            values = [take(f"model.layers.{i}.{name}", shape(c)) for i in range(c.num_layers)]
+            kinds = {v.type_name if isinstance(v, Tensor) else None for v in values}
+            if len(kinds) == 1 and kinds <= set(QUANTIZED_TYPES):       # one quantised type in every layer
+                layers[key] = QuantizedMatrices.from_raw(values[0].type_name, [v.raw for v in values], *shape(c))
+                continue
+            stacked = np.stack([v.to_float32(source) if isinstance(v, Tensor) else v for v in values])
             layers[key] = np.ascontiguousarray(stacked.transpose(0, 2, 1)) if key in TRANSPOSED else stacked
         return cls(embed=embed, head=np.ascontiguousarray(head.T),
                    final_norm=take("model.norm.weight", (c.hidden_size,)), layers=layers)
@@ -78,6 +88,16 @@ class Weights:
                 shape = shape(c)
                 tensors[f"model.layers.{i}.{name}"] = np.ones(shape, np.float32) if len(shape) == 1 else normal(shape)
         return cls.from_tensors(tensors, config, "random weights")
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile, config: LlamaConfig, quantized: bool = False) -> "Weights":
+        """The tensors of a GGUF file, dequantised to float32; with ``quantized``, the layers'
+        matrices of a type in :data:`tempo.llm.quantized.TYPES` (the same in every layer) stay
+        quantised."""
+        def keep(name: str, tensor: Tensor) -> bool:
+            return quantized and tensor.type_name in QUANTIZED_TYPES and name.endswith("_proj.weight")
+
+        return cls.from_tensors(hf_tensors(f, config, keep), config, f.path)
 
     @classmethod
     def from_folder(cls, folder: str, config: LlamaConfig) -> "Weights":
