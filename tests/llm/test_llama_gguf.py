@@ -22,9 +22,9 @@ TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"]
 def hf_tiny(kind: str = "llama", seed: int = 0, **options):
     """A transformers model with 265 tokens (tiny_gguf's vocabulary) and inputs of 256 (a K-quant block)."""
     torch.manual_seed(seed)
-    sizes = dict(vocab_size=len(tiny_gguf.vocabulary()[0]), hidden_size=256, intermediate_size=256,
-                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                 eos_token_id=None, bos_token_id=None, pad_token_id=None, **options)
+    sizes = dict(dict(vocab_size=len(tiny_gguf.vocabulary()[0]), hidden_size=256, intermediate_size=256,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      eos_token_id=None, bos_token_id=None, pad_token_id=None), **options)
     cls = transformers.MistralForCausalLM if kind == "mistral" else transformers.LlamaForCausalLM
     config = (transformers.MistralConfig if kind == "mistral" else transformers.LlamaConfig)(**sizes)
     model = cls(config)
@@ -80,8 +80,11 @@ def logits(model, ids: np.ndarray) -> np.ndarray:
         return model(torch.tensor(ids)).logits.numpy()
 
 
+FAST_TYPES = ("F32", "Q8_0", "Q4_K")     # the others are marked slow: about 5 s each here
+
+
 @pytest.mark.parametrize("type_name, kind, options", [
-    *[(t, "llama", {}) for t in TYPES],
+    *[pytest.param(t, "llama", {}, marks=() if t in FAST_TYPES else pytest.mark.slow) for t in TYPES],
     ("Q8_0", "mistral", {}),
     ("Q4_1", "llama", dict(num_key_value_heads=1, tie_word_embeddings=True)),
     ("F32", "llama", dict(num_key_value_heads=4)),
