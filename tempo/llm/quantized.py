@@ -38,8 +38,9 @@ class QuantizedMatrices:
 
     ``q``: (L, panels, in / 32, rows per panel, 32) int8 for Q8_0, or (..., 16) uint8 of
     packed 4-bit values (low nibbles: a block's first 16) for Q4_0/Q4_1; ``scale`` and
-    ``offset`` (L, panels, in / 32, rows per panel) float32 (``offset`` None for Q8_0).
-    Rows past ``out`` (the last panel's padding) have scale and offset 0."""
+    ``offset`` (L, panels, in / 32, rows per panel) float32 (``offset``: Q4_1's block minimum;
+    None for Q8_0 and Q4_0, whose offset is ``-8 * scale``). Rows past ``out`` (the last
+    panel's padding) have scale and offset 0."""
 
     type_name: str
     out_features: int
@@ -64,10 +65,9 @@ class QuantizedMatrices:
         if type_name == "Q8_0":
             return cls(type_name, out_features, in_features,
                        np.ascontiguousarray(blocks[..., 2:34]).view(np.int8), d, None)
-        m = -8 * d if type_name == "Q4_0" else _half(blocks, 2)
+        m = None if type_name == "Q4_0" else _half(blocks, 2)
         start = 2 if type_name == "Q4_0" else 4
-        return cls(type_name, out_features, in_features, np.ascontiguousarray(blocks[..., start:start + 16]),
-                   d, np.ascontiguousarray(m))
+        return cls(type_name, out_features, in_features, np.ascontiguousarray(blocks[..., start:start + 16]), d, m)
 
     @classmethod
     def concat(cls, parts: list["QuantizedMatrices"]) -> "QuantizedMatrices | None":
@@ -103,7 +103,7 @@ class QuantizedMatrices:
         lead = x.shape[:-1]
         rows = np.ascontiguousarray(x, np.float32).reshape(-1, self.in_features)
         xb = np.ascontiguousarray(rows.reshape(-1, self.in_features // BLOCK, BLOCK).transpose(1, 2, 0))
-        sums = xb.sum(axis=1) if self.offset is not None else None                  # (B, m)
+        sums = xb.sum(axis=1) if self.type_name != "Q8_0" else None                 # (B, m)
         out = np.empty((self.q.shape[1], self.q.shape[3], rows.shape[0]), np.float32)
         for p in range(self.q.shape[1]):
             out[p] = self._panel(xb, sums, layer, p)
@@ -113,7 +113,7 @@ class QuantizedMatrices:
     def _panel(self, xb: np.ndarray, sums, layer: int, p: int) -> np.ndarray:
         """One panel's outputs (rows, m): its blocks' dot products, then the scales applied."""
         q, d = self.q[layer, p], self.scale[layer, p]
-        if self.offset is None:
+        if self.type_name == "Q8_0":
             dots = np.matmul(q.astype(np.float32), xb)                             # (B, rows, m)
         else:
             half = BLOCK // 2
@@ -121,8 +121,8 @@ class QuantizedMatrices:
             dots += np.matmul((q >> 4).astype(np.float32), xb[:, half:])
         dots *= d[:, :, None]
         y = dots.sum(axis=0)
-        if self.offset is not None:
-            y += self.offset[layer, p].T @ sums
+        if self.type_name != "Q8_0":
+            y += (-8 * d if self.offset is None else self.offset[layer, p]).T @ sums
         return y
 
     def stacked_inputs_outputs(self) -> np.ndarray:

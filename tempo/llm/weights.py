@@ -89,6 +89,14 @@ class Weights:
                 tensors[f"model.layers.{i}.{name}"] = np.ones(shape, np.float32) if len(shape) == 1 else normal(shape)
         return cls.from_tensors(tensors, config, "random weights")
 
+    def bytes_per_token(self) -> int:
+        """The bytes of weights one decoding step reads: every layer matrix (its quantised bytes and
+        scales where it is kept quantised), the norms, the output head and one embedding row."""
+        total = self.head.nbytes + self.final_norm.nbytes + self.embed.nbytes // len(self.embed)
+        for value in self.layers.values():
+            total += value.nbytes_per_layer * value.num_layers if isinstance(value, QuantizedMatrices) else value.nbytes
+        return total
+
     @classmethod
     def from_gguf(cls, f: GGUFFile, config: LlamaConfig, quantized: bool = False) -> "Weights":
         """The tensors of a GGUF file, dequantised to float32; with ``quantized``, the layers'
