@@ -123,17 +123,26 @@ class TextStream:
 
     def __call__(self, tokens, position: int) -> None:
         token = int(tokens[0])
-        self.done = self.done or token in self.stops
         if self.done:
+            return
+        if token in self.stops:
+            self.finish()
             return
         self.ids.append(token)
         if self.tokenizer is None:
-            piece = f"{token} "
-            self.text += piece
-        else:
-            text = self.tokenizer.decode(self.ids)
-            if text.endswith("\ufffd"):          # an incomplete character: wait for its other bytes
-                return
-            piece, self.text = text[len(self.text):], text
-        if self.write is not None:
+            self._emit(self.text + f"{token} ")
+            return
+        text = self.tokenizer.decode(self.ids)
+        if not text.endswith("\ufffd"):          # else an incomplete character: wait for its other bytes
+            self._emit(text)
+
+    def finish(self) -> None:
+        """End the stream: hand out any text still held back (an incomplete character as decoded)."""
+        if not self.done and self.tokenizer is not None:
+            self._emit(self.tokenizer.decode(self.ids))
+        self.done = True
+
+    def _emit(self, text: str) -> None:
+        piece, self.text = text[len(self.text):], text
+        if piece and self.write is not None:
             self.write(piece)

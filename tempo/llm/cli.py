@@ -93,6 +93,7 @@ def main(argv: Sequence[str]) -> int:
         prompt = _prompt(model, ns)
         stream = TextStream(model.tokenizer, model.config.eos_token_ids, lambda piece: _write(sys.stdout, piece))
         model.generate(prompt, max_new_tokens=ns.max_new_tokens, on_token=stream, **_options(ns))
+        stream.finish()
         for choice in model.tile_choices.values():
             print(f"tempo: attention {choice}", file=sys.stderr)
     except TempoError as err:

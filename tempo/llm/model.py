@@ -132,6 +132,7 @@ class Llama:
         stream = TextStream(self.tokenizer, stops, on_text)
         new = min(max_new_tokens, self.config.max_positions - len(ids))
         self.generate(np.array([ids], np.int64), max(new, 0), on_token=stream, stop_tokens=stops, **options)
+        stream.finish()
         return stream.text
 
     def end_of_turn_ids(self) -> tuple[int, ...]:
