@@ -163,7 +163,7 @@ class Llama:
         attention = self.default_attention() if attention is None else Attention.parse(attention)
         attention = replace(attention, tile=None)
         with tpo.Context() as ctx:
-            dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling())
+            dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling(), stops=False)
             (logits,) = ctx.run(bounds=dp.bounds(self.config.num_layers, 1),
                                 fetch=[dp.prompt_logits], backend=backend)
         return logits

@@ -75,7 +75,8 @@ def embed(tokens: RT, table: np.ndarray, position, on_token=None) -> RT:
 
 @dataclass(frozen=True)
 class QuantizedWeight:
-    """A layer's matrix kept quantised (``matrices``, stacked over the layers) read at layer ``layer``."""
+    """A matrix kept quantised (``matrices``, stacked over the layers) read at layer ``layer``
+    (None: a matrix of no layer, the output head)."""
 
     matrices: QuantizedMatrices
     layer: object
@@ -86,10 +87,12 @@ def linear(x: RT, w) -> RT:
     it from the quantised matrix (:meth:`QuantizedMatrices.matmul`, panel by panel)."""
     if not isinstance(w, QuantizedWeight):
         return F.matmul(x, w)
-    m = w.matrices
+    m, shape = w.matrices, [(*x.shape[:-1], w.matrices.out_features)]
+    label = f"{m.type_name.lower()}_matmul"
+    if w.layer is None:
+        return F.udf(lambda xs: (m.matmul(xs, 0),), [x], out_shapes=shape, out_dtypes=["float32"], label=label)
     return F.udf(lambda xs, layer: (m.matmul(xs, int(layer)),), [x, F.eval_symbol(w.layer)],
-                 out_shapes=[(*x.shape[:-1], m.out_features)], out_dtypes=["float32"],
-                 label=f"{m.type_name.lower()}_matmul")
+                 out_shapes=shape, out_dtypes=["float32"], label=label)
 
 
 def layer_weights(weights: Weights, layer) -> dict:
@@ -177,12 +180,14 @@ def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float) -> RT:
 
 def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: Attention,
           sampling: Sampling, on_token=None, stop_at_eos: bool = False,
-          stop_tokens: tuple | None = None) -> DecodeProgram:
+          stop_tokens: tuple | None = None, stops: bool = True) -> DecodeProgram:
     """The decoding program for ``prompt`` (batch, P) in the current context (see the module
     docstring). ``on_token(ids, position)`` is called with each token as it enters a decoding
     step. The run ends (``tpo.stop_when``) at its last step, before that step's model runs,
     and with ``stop_at_eos`` as soon as every sequence has produced one of ``stop_tokens``
-    (default: the config's end-of-sequence tokens; :func:`end_of_sequence`)."""
+    (default: the config's end-of-sequence tokens; :func:`end_of_sequence`). Without ``stops``
+    the run does every step (a program run for its prompt logits: a stopped run skips what is
+    scheduled after the decoding loop)."""
     c = config
     batch, prompt_len = prompt.shape
     ctx = tpo.api.context.current()
@@ -195,10 +200,12 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     inv = inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling)
     rotate = F.from_numpy(rotate_half_matrix(c.head_dim))
     scale = c.head_dim ** -0.5
-    final_norm, head = F.from_numpy(weights.final_norm), F.from_numpy(weights.head)
+    final_norm = F.from_numpy(weights.final_norm)
+    head = (QuantizedWeight(weights.head, None) if isinstance(weights.head, QuantizedMatrices)
+            else F.from_numpy(weights.head))
 
     def logits_of(y: RT) -> RT:
-        return F.matmul(rms_norm(y, final_norm, c.rms_norm_eps), head)
+        return linear(rms_norm(y, final_norm, c.rms_norm_eps), head)
 
     # the prompt, all positions at once
     angles = np.arange(prompt_len, dtype=np.float32)[:, None] * inv[None, :]
@@ -233,16 +240,16 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     last = F.eval_symbol(t) == F.eval_symbol(T - 1)                  # the last step's model never runs
     picked = sampling.next_token(logits, t)
     tokens[0] = first
-    stops = (c.eos_token_ids if stop_tokens is None else tuple(stop_tokens)) if stop_at_eos else ()
-    tokens[t + 1] = end_of_sequence(tokens, picked, stops, c.pad_token_id, t, last)[t]
+    eos = (c.eos_token_ids if stop_tokens is None else tuple(stop_tokens)) if stop_at_eos else ()
+    tokens[t + 1] = end_of_sequence(tokens, picked, eos, c.pad_token_id, t, last if stops else None)[t]
     return DecodeProgram(tokens, logits, prompt_logits, (l, L), (t, T), tiles, attention.tile)
 
 
-def end_of_sequence(tokens: RT, picked: RT, eos: tuple, pad: int | None, step, last: RT) -> RT:
+def end_of_sequence(tokens: RT, picked: RT, eos: tuple, pad: int | None, step, last: RT | None) -> RT:
     """The token after ``tokens[t]``: ``picked``, continued as ``transformers``' ``generate`` does
     once a sequence has produced one of the tokens ``eos`` (with ``pad``, or the first EOS).
     The run ends (``tpo.stop_when``) at the first step where every sequence has produced one,
-    or where ``last`` holds, before that step's model runs (the check reads ``tokens[t]``,
+    or where ``last`` holds (None: no stop), before that step's model runs (the check reads ``tokens[t]``,
     so the step's token is known when it ends)."""
     t = step
     hit = tokens < 0 if not eos else tokens == eos[0]            # no token id is negative
@@ -251,7 +258,8 @@ def end_of_sequence(tokens: RT, picked: RT, eos: tuple, pad: int | None, step, l
     ended = F.placeholder(tokens.shape, "bool", dims=(t,))           # an EOS among tokens[0..t]
     ended[0] = hit[0]
     ended[t + 1] = ended[t] | hit[t + 1]
-    tpo.stop_when(ended[t] | last)
+    if last is not None:
+        tpo.stop_when(ended[t] | last)
     if not eos:
         return picked
     return F.where(ended[t], F.full((), eos[0] if pad is None else pad, "int64"), picked)

@@ -31,8 +31,9 @@ TRANSPOSED = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"}
 @dataclass(frozen=True)
 class Weights:
     """``embed`` (V, D), ``head`` (D, V), ``final_norm`` (D,), and ``layers``: name -> array
-    stacked over the layers (leading axis L), matrices as (in, out), or a matrix kept quantised
-    (:class:`tempo.llm.quantized.QuantizedMatrices`, (out, in) per layer)."""
+    stacked over the layers (leading axis L), matrices as (in, out). A matrix kept quantised
+    (the head, or a layer matrix) is a :class:`tempo.llm.quantized.QuantizedMatrices` instead,
+    (out, in) per layer (the head: one layer)."""
 
     embed: np.ndarray
     head: np.ndarray
@@ -59,6 +60,12 @@ class Weights:
             head = embed
         else:
             head = take("lm_head.weight", (c.vocab_size, c.hidden_size))
+        if isinstance(embed, Tensor):
+            embed = embed.to_float32(source)                  # the lookup reads rows: no product to compute
+        if isinstance(head, Tensor):
+            head = QuantizedMatrices.from_raw(head.type_name, [head.raw], c.vocab_size, c.hidden_size)
+        else:
+            head = np.ascontiguousarray(head.T)
         layers = {}
         for key, (name, shape) in LAYER_TENSORS.items():
             values = [take(f"model.layers.{i}.{name}", shape(c)) for i in range(c.num_layers)]
@@ -68,7 +75,7 @@ class Weights:
                 continue
             stacked = np.stack([v.to_float32(source) if isinstance(v, Tensor) else v for v in values])
             layers[key] = np.ascontiguousarray(stacked.transpose(0, 2, 1)) if key in TRANSPOSED else stacked
-        return cls(embed=embed, head=np.ascontiguousarray(head.T),
+        return cls(embed=embed, head=head,
                    final_norm=take("model.norm.weight", (c.hidden_size,)), layers=layers)
 
     @classmethod
@@ -92,8 +99,8 @@ class Weights:
     def bytes_per_token(self) -> int:
         """The bytes of weights one decoding step reads: every layer matrix (its quantised bytes and
         scales where it is kept quantised), the norms, the output head and one embedding row."""
-        total = self.head.nbytes + self.final_norm.nbytes + self.embed.nbytes // len(self.embed)
-        for value in self.layers.values():
+        total = self.final_norm.nbytes + self.embed.nbytes // len(self.embed)
+        for value in [self.head, *self.layers.values()]:
             total += value.nbytes_per_layer * value.num_layers if isinstance(value, QuantizedMatrices) else value.nbytes
         return total
 
@@ -103,7 +110,8 @@ class Weights:
         matrices of a type in :data:`tempo.llm.quantized.TYPES` (the same in every layer) stay
         quantised."""
         def keep(name: str, tensor: Tensor) -> bool:
-            return quantized and tensor.type_name in QUANTIZED_TYPES and name.endswith("_proj.weight")
+            matrix = name.endswith("_proj.weight") or name in ("model.embed_tokens.weight", "lm_head.weight")
+            return quantized and tensor.type_name in QUANTIZED_TYPES and matrix
 
         return cls.from_tensors(hf_tensors(f, config, keep), config, f.path)
 

@@ -47,13 +47,17 @@ def test_quantised_matrices_read_fewer_bytes(type_name, ratio):
     assert matrices.nbytes_per_layer == pytest.approx(192 * 256 * 4 * ratio, rel=0.01)
 
 
-@pytest.mark.parametrize("type_name", ["Q8_0", "Q4_1", pytest.param("Q4_0", marks=pytest.mark.slow)])
-def test_a_model_computing_from_quantised_weights_decodes_as_the_dequantised_one(tmp_path, type_name):
+@pytest.mark.parametrize("type_name, tied", [("Q8_0", False), ("Q4_1", True),
+                                             pytest.param("Q4_0", False, marks=pytest.mark.slow)])
+def test_a_model_computing_from_quantised_weights_decodes_as_the_dequantised_one(tmp_path, type_name, tied):
+    """Every matrix quantised, the output head too (the embedding's, when tied)."""
     path = tmp_path / "m.gguf"
-    tiny_gguf.write(path, hf_tiny(), type_name)
+    tiny_gguf.write(path, hf_tiny(tie_word_embeddings=tied), type_name, embed_type=type_name)
     plain = tpo.llm.Llama.from_pretrained(str(path))
     packed = tpo.llm.Llama.from_pretrained(str(path), quantized=True)
     assert all(isinstance(packed.weights.layers[k], QuantizedMatrices) for k in ("wq", "wo", "w_down"))
+    assert isinstance(packed.weights.head, QuantizedMatrices) and packed.weights.head.out_features == 265
+    np.testing.assert_array_equal(packed.weights.embed, plain.weights.embed)
     assert packed.weights.bytes_per_token() < 0.4 * plain.weights.bytes_per_token()
     ids = plain.generate(PROMPT, max_new_tokens=8)
     np.testing.assert_array_equal(packed.generate(PROMPT, max_new_tokens=8), ids)

@@ -53,9 +53,9 @@ def encode(w: np.ndarray, type_name: str, rng) -> tuple[np.ndarray, Q | None]:
 
 def write(path, hf_model, type_name: str = "F32", arch: str = "llama", name: str = "tiny llama",
           template: str | None = CHATML, tokenizer: bool = True, seed: int = 0,
-          head_override=None) -> None:
-    """``hf_model``'s config and weights as a GGUF file at ``path``, matrices in ``type_name``
-    (norms and the embedding stay F32). ``head_override(head)`` may change the output head."""
+          head_override=None, embed_type: str = "F32") -> None:
+    """``hf_model``'s config and weights as a GGUF file at ``path``, matrices in ``type_name``,
+    the embedding in ``embed_type``, norms in F32. ``head_override(head)`` may change the output head."""
     rng = np.random.default_rng(seed)
     c = hf_model.config
     heads, kv_heads = c.num_attention_heads, c.num_key_value_heads
@@ -83,9 +83,8 @@ def write(path, hf_model, type_name: str = "F32", arch: str = "llama", name: str
     if template is not None:
         writer.add_chat_template(template)
     state = {k: v.detach().numpy() for k, v in hf_model.state_dict().items()}
-    plain = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
-    for hf, name in plain.items():
-        writer.add_tensor(name, state[hf].astype(np.float32))
+    writer.add_tensor("token_embd.weight", *_tensor(state["model.embed_tokens.weight"], embed_type, rng))
+    writer.add_tensor("output_norm.weight", state["model.norm.weight"].astype(np.float32))
     if not c.tie_word_embeddings:
         head = state["lm_head.weight"] if head_override is None else head_override(state["lm_head.weight"].copy())
         writer.add_tensor("output.weight", *_tensor(head, type_name, rng))
