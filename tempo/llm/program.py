@@ -102,7 +102,7 @@ def layer_weights(weights: Weights, layer) -> dict:
     parts = [stacked.pop(name) for name in ("wq", "wk", "wv")]
     fused = QuantizedMatrices.concat(parts) if all(isinstance(p, QuantizedMatrices) for p in parts) else None
     if fused is None:
-        parts = [p.stacked_inputs_outputs() if isinstance(p, QuantizedMatrices) else p for p in parts]
+        parts = [p.dequantized_stack() if isinstance(p, QuantizedMatrices) else p for p in parts]
         fused = np.concatenate(parts, axis=2)
     stacked["wqkv"] = fused
     return {name: QuantizedWeight(a, layer) if isinstance(a, QuantizedMatrices) else F.from_numpy(a, dims=(layer,))

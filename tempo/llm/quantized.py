@@ -125,7 +125,7 @@ class QuantizedMatrices:
             y += (-8 * d if self.offset is None else self.offset[layer, p]).T @ sums
         return y
 
-    def stacked_inputs_outputs(self) -> np.ndarray:
+    def dequantized_stack(self) -> np.ndarray:
         """Every layer's matrix dequantised and transposed: float32 (L, in, out)."""
         return np.stack([self.dequantize(layer).T for layer in range(self.num_layers)])
 
