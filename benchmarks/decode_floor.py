@@ -290,39 +290,40 @@ def main() -> None:
         if not os.path.exists(files[type_name]):
             print(f"writing {files[type_name]}...", flush=True)
             write_model(files[type_name], type_name, context)
-    results, first = [], []
-    for type_name, path in files.items():
-        for system in systems:
-            if system in ("tempo", "transformers") and type_name != ns.types[0]:
-                continue        # float32 systems: the same sizes from any file
-            out = run_child({"part": "decode", "system": system, "path": path, "lengths": ns.lengths,
-                             "last": ns.last}, timeout=3600)
-            results.append({"system": system, "type": type_name, **out})
-            print(f"decode {system:12s} {type_name}: {out.get('error') or out['rows']}", flush=True)
-    weight_sizes = sorted({r["weight_bytes"] for r in results if "weight_bytes" in r})
-    sizes = sorted({w + kv_bytes(n, 1, r["kv_element"]) for r in results if "rows" in r for n in ns.lengths
-                    for w in [r["weight_bytes"]]} | set(weight_sizes) | {2 ** 31})
-    rates = run_child({"part": "bandwidth", "sizes": sizes}, timeout=1800)
-    for type_name, path in files.items():
-        for system in systems:
-            if system in ("tempo", "transformers") and type_name != ns.types[0]:
-                continue
-            for prompt in ns.prompts:
-                out = run_child({"part": "first", "system": system, "path": path, "prompt": prompt}, timeout=3600)
-                first.append({"system": system, "type": type_name, "prompt": prompt, **out})
-                print(f"first token {system:12s} {type_name} prompt {prompt}: {out}", flush=True)
-    rows = floor_rows(results, rates, ns.lengths)
-    print(floor_table(rows, rates))
-    print(first_table(first))
+    results, first, rates = [], [], {}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
-    report = {"commit": commit.strip(), "machine": platform.processor() or platform.machine(),
-              "cpus": os.cpu_count(), "load_average": os.getloadavg(), "size": SIZE, "quick": ns.quick,
-              "bandwidth_gb_s": rates, "decode": rows, "first_token": first, "raw": results,
-              "seconds": time.perf_counter() - started}
-    os.makedirs(os.path.dirname(ns.out), exist_ok=True)
-    with open(ns.out + ".part", "w") as f:
-        json.dump(report, f, indent=1)
-    os.replace(ns.out + ".part", ns.out)
+
+    def save() -> None:              # after every child: a run cut short keeps what it measured
+        report = {"commit": commit.strip(), "machine": platform.processor() or platform.machine(),
+                  "cpus": os.cpu_count(), "load_average": os.getloadavg(), "size": SIZE, "quick": ns.quick,
+                  "bandwidth_gb_s": rates, "decode": floor_rows(results, rates, ns.lengths) if rates else [],
+                  "first_token": first, "raw": results, "seconds": time.perf_counter() - started}
+        os.makedirs(os.path.dirname(ns.out), exist_ok=True)
+        with open(ns.out + ".part", "w") as f:
+            json.dump(report, f, indent=1)
+        os.replace(ns.out + ".part", ns.out)
+
+    runs = [(t, path, system) for t, path in files.items() for system in systems
+            if system not in ("tempo", "transformers") or t == ns.types[0]]   # float32: the same from any file
+    for type_name, path, system in runs:
+        out = run_child({"part": "decode", "system": system, "path": path, "lengths": ns.lengths,
+                         "last": ns.last}, timeout=3600)
+        results.append({"system": system, "type": type_name, **out})
+        print(f"decode {system:12s} {type_name}: {out.get('error') or out['rows']}", flush=True)
+        save()
+    sizes = sorted({r["weight_bytes"] + kv_bytes(n, 1, r["kv_element"]) for r in results if "rows" in r
+                    for n in ns.lengths} | {2 ** 31})
+    rates.update(run_child({"part": "bandwidth", "sizes": sizes}, timeout=1800))
+    save()
+    print(floor_table(floor_rows(results, rates, ns.lengths), rates), flush=True)
+    for type_name, path, system in runs:
+        for prompt in ns.prompts:
+            out = run_child({"part": "first", "system": system, "path": path, "prompt": prompt}, timeout=3600)
+            first.append({"system": system, "type": type_name, "prompt": prompt, **out})
+            print(f"first token {system:12s} {type_name} prompt {prompt}: {out}", flush=True)
+            save()
+    print(floor_table(floor_rows(results, rates, ns.lengths), rates))
+    print(first_table(first))
     print(f"wrote {ns.out}")
 
 
