@@ -179,9 +179,10 @@ def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Standard-normal float32 arrays for every input of ``graph`` (the values
     :func:`given_feeds` gives, where it gives them)."""
     rng = np.random.default_rng(seed)
-    feeds = {n.attr("name"): rng.standard_normal(n.shape).astype(np.float32) for n in graph.inputs}
+    feeds = {}
     for n in graph.inputs:
         value = _GIVEN.get(n.attr("name"))
-        if value is not None and value.shape == n.shape:
-            feeds[n.attr("name")] = np.asarray(value, np.float32)
+        given = value is not None and value.shape == n.shape
+        feeds[n.attr("name")] = (np.asarray(value, np.float32) if given else
+                                 rng.standard_normal(n.shape).astype(np.float32))
     return feeds
