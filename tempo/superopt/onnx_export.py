@@ -1,8 +1,11 @@
 """Graphs to ONNX models.
 
-The graph is constant-folded first, so weight-only ops become initializers;
-each remaining op has an emitter in :data:`EMITTERS` that writes one or a few
-ONNX nodes. Verbatim (opaque) nodes are written back as they were read.
+Each op has an emitter in :data:`EMITTERS` that writes one or a few ONNX
+nodes through a :class:`Writer` at a given opset, raising
+:class:`Inexpressible` where that opset cannot express the op.
+:func:`export_model` writes a whole graph as a new model (constant-folded
+first, so weight-only ops become initializers); :mod:`tempo.superopt.onnx_splice`
+uses the same emitters to write only a rewrite into an existing model.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tempo.errors import TempoError
 from tempo.files import write_bytes_atomic
 from tempo.superopt.fold import fold_constants
-from tempo.superopt.graph import Graph, Node
+from tempo.superopt.graph import Graph
 
 OPSET = 20
 ACT = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}
@@ -165,32 +168,12 @@ EMITTERS: dict[str, Callable] = {
 }
 
 
-def _emit_opaque(w: Writer, n: Node, ins: list[str], done: dict) -> str:
-    """Write a verbatim node once (for all its outputs); the name of output ``index``."""
-    key = (n.attr("proto"), tuple(ins))
-    if key not in done:
-        proto = onnx.NodeProto.FromString(n.attr("proto"))
-        names = iter(ins)
-        inputs = [next(names) if i else "" for i in proto.input]
-        outs = [w.fresh("opaque") for _ in proto.output]
-        del proto.input[:], proto.output[:]
-        proto.input.extend(inputs)
-        proto.output.extend(outs)
-        proto.name = w.fresh(proto.op_type)
-        w.nodes.append(proto)
-        done[key] = outs
-    return done[key][n.attr("index")]
-
-
-def export_model(graph: Graph, other_domains: list | None = None) -> onnx.ModelProto:
-    """An ONNX model computing ``graph`` (weights as initializers, outputs named as the graph's).
-
-    ``other_domains`` are opset imports of non-default domains that verbatim nodes need.
-    """
+def export_model(graph: Graph) -> onnx.ModelProto:
+    """An ONNX model computing ``graph`` at opset :data:`OPSET` (weights as initializers,
+    outputs named as the graph's)."""
     g = fold_constants(graph)
     w = Writer()
     names: dict[int, str] = {}
-    opaque_done: dict = {}
     wanted = {id(o): name for o, name in zip(g.outputs, g.output_names)}
     for n in g.topo():
         if n.op == "input":
@@ -198,8 +181,6 @@ def export_model(graph: Graph, other_domains: list | None = None) -> onnx.ModelP
         elif n.op in ("weight", "scalar"):
             value = g.weights[n.attr("name")] if n.op == "weight" else n.attr("value")
             names[id(n)] = w.const(value)
-        elif n.op == "opaque":
-            names[id(n)] = _emit_opaque(w, n, [names[id(s)] for s in n.src], opaque_done)
         else:
             names[id(n)] = EMITTERS[n.op](w, n, [names[id(s)] for s in n.src], wanted.pop(id(n), None))
     for o, name in zip(g.outputs, g.output_names):
@@ -211,8 +192,8 @@ def export_model(graph: Graph, other_domains: list | None = None) -> onnx.ModelP
         [helper.make_tensor_value_info(name, TensorProto.FLOAT, o.shape)
          for o, name in zip(g.outputs, g.output_names)],
         w.inits)
-    imports = [helper.make_opsetid("", OPSET), *(other_domains or [])]
-    return helper.make_model(graph_proto, opset_imports=imports, producer_name="tempo.superopt")
+    return helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", OPSET)],
+                             producer_name="tempo.superopt")
 
 
 def save(model: onnx.ModelProto, path: str) -> None:

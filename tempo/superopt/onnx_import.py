@@ -223,8 +223,9 @@ def _region(ctx: _Ctx, readers: set[str], graph_inputs: set[str]) -> Graph:
     return Graph(inputs, outputs, {k: v for k, v in ctx.weights.items() if k in used}, tuple(names))
 
 
-def load(path: str) -> Imported:
-    """Read an ONNX file and import it (:func:`import_model`)."""
+def load(path: str) -> tuple[Graph, list[str], onnx.ModelProto]:
+    """Read an ONNX file: its region's graph, the pass-through warnings and the model
+    (:func:`import_model`)."""
     try:
         model = onnx.load(path)
     except FileNotFoundError:
@@ -232,4 +233,5 @@ def load(path: str) -> Imported:
     except Exception as exc:  # protobuf decode errors have no common base
         raise OnnxImportError(f"'{path}' is not a readable ONNX model ({type(exc).__name__}: "
                               f"{exc})") from None
-    return import_model(model)
+    imported = import_model(model)
+    return imported.graph, imported.warnings, model

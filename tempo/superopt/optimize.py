@@ -82,12 +82,14 @@ SEARCH_RUNS = 40
 
 def compare_latency(a: Graph, b: Graph, rounds: int = CHECK_ROUNDS, repeats: int = 10,
                     compiles: int = DECISION_COMPILES, deadline: float | None = None
-                    ) -> tuple[float, float]:
-    """The median latency of ``a`` and ``b``'s speed-up over it (the median of the per-round
-    cycle-paired ratios ``a / b``, :func:`~tempo.superopt.stats.paired_speedup`), timed
-    interleaved to share the noise; ``rounds`` at most, fewer where ``deadline`` comes first."""
+                    ) -> tuple[float, float, int]:
+    """The median latency of ``a``, ``b``'s speed-up over it (the median of the per-round
+    cycle-paired ratios ``a / b``, :func:`~tempo.superopt.stats.paired_speedup`) and the rounds
+    timed: interleaved to share the noise, ``rounds`` at most, fewer where ``deadline`` comes
+    first."""
     lat = time_interleaved({"a": a, "b": b}, rounds, repeats, compiles=compiles, deadline=deadline)
-    return lat["a"].median_ms, paired_speedup(lat["a"], lat["b"], timed_rounds(lat["a"], repeats))
+    timed = timed_rounds(lat["a"], repeats)
+    return lat["a"].median_ms, paired_speedup(lat["a"], lat["b"], timed), timed
 
 
 def check_seconds(run_ms: float, budget_s: float) -> float:
@@ -116,7 +118,9 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
     (:func:`check_seconds`) is set aside first, the search gets the rest, and
     the check's rounds stop at the budget's end: the call returns within
     ``budget_s`` plus :data:`BUDGET_TOLERANCE_S` for graphs that run in
-    milliseconds (every timing runs one round at least).
+    milliseconds (every timing runs one round at least). A graph too slow for the budget to
+    run :data:`SEARCH_RUNS` times is returned unsearched; one too slow for the check's
+    rounds is timed in fewer, and the outcome's ``reason`` says how many.
 
     A graph no rule matches is returned at once, unsearched (every search would stop there,
     the RL agent after training on it for the whole budget), unless ``options`` ask for a
@@ -145,11 +149,10 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
     if not same_outputs(graph, result.graph):
         return Outcome(graph, [], elapsed, before, before, True, "outputs differed; input kept",
                        result.origin, result.applied, result.stages, episodes=result.episodes)
+    # no more compiles than the rounds that fit in check_s (two graphs, 11 runs each, doubled)
     compiles = max(1, min(DECISION_COMPILES, int(check_s * 1e3 / (4 * 11 * before))))
-    lat = time_interleaved({"a": graph, "b": result.graph}, CHECK_ROUNDS, 10, compiles=compiles,
-                           deadline=deadline)
-    before, rounds = lat["a"].median_ms, timed_rounds(lat["a"], 10)
-    speedup = paired_speedup(lat["a"], lat["b"], rounds)
+    before, speedup, rounds = compare_latency(graph, result.graph, compiles=compiles,
+                                              deadline=deadline)
     note = "" if rounds == CHECK_ROUNDS else (
         f"timed in {rounds} of {CHECK_ROUNDS} rounds: one run takes {before:.1f} ms")
     if speedup <= 1.0:

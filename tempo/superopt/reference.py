@@ -91,16 +91,6 @@ def _slice(a, x):
     return x[tuple(index)]
 
 
-def opaque_kernel(a, *xs):
-    """Run one verbatim ONNX node with onnx's reference evaluator."""
-    from onnx import NodeProto
-    from onnx.reference import ReferenceEvaluator
-
-    proto = NodeProto.FromString(a["proto"])
-    feeds = {name: x for name, x in zip(proto.input, xs) if name}
-    return np.asarray(ReferenceEvaluator(proto).run(None, feeds)[a["index"]])
-
-
 # Binary arithmetic is spelled the same on NumPy arrays, JAX arrays and torch tensors.
 ARITHMETIC = {
     "add": lambda a, x, y: x + y,
@@ -131,7 +121,6 @@ KERNELS = {
     "slice": _slice,
     "reshape": lambda a, x: x.reshape(a["shape"]),
     "transpose": lambda a, x: x.transpose(a["perm"]),
-    "opaque": opaque_kernel,
 }
 
 
