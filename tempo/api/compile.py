@@ -39,6 +39,7 @@ class Program:
     site: object = None
     timings: dict[str, float] = field(default_factory=dict)
     pass_stats: list = field(default_factory=list)  # tempo.transforms.PassStat per pass run
+    written: tuple[SDG, isl_domains.Domains] | None = None  # the program as the user wrote it, with its domains
     ledger: Ledger | None = None  # the memory accounting of the last run
     memory: dict = field(default_factory=dict)  # the memory options compiled with
     stopped_at: dict | None = None  # where tpo.stop_when ended the last run ({dim: step}); None: at its bounds
@@ -91,9 +92,12 @@ class Program:
         self.ledger.plot(path)
 
     def validate(self, bounds: dict[str, int] | None = None) -> None:
-        """Check for out-of-range reads, for these bounds or (None) for every bound."""
-        context = self.domains.context if bounds is None else isl_domains.pinned(self.domains, bounds)
-        isl_domains.check_reads_in_range(self.sdg, self.domains, context)
+        """Check the program as the user wrote it, before any pass, for out-of-range reads,
+        for these bounds or (None) for every bound: the verdict never depends on the data
+        (a pass may fold away the read of an all-zero constant)."""
+        sdg, domains = self.written or (self.sdg, self.domains)
+        context = domains.context if bounds is None else isl_domains.pinned(domains, bounds)
+        isl_domains.check_reads_in_range(sdg, domains, context)
 
     def _over_budget(self, over: BudgetExceeded) -> str:
         largest = sorted(over.holders.items(), key=lambda kv: -kv[1])[:5]
@@ -217,9 +221,13 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     isl_domains.check_definitions(ctx.sdg, _bound_values(bounds), frozenset(ctx.parameters))
     fetch_ids = [(x.node.id, x.out) for x in fetched]
     roots = tuple(dict.fromkeys([n for n, _ in fetch_ids] + ctx.roots or list(ctx.sdg.nodes)))
-    sdg, pass_stats = run_pipeline(replace(ctx.sdg, roots=roots), passes, dims=ctx.dim_order,
+    start = time.perf_counter()
+    written = replace(ctx.sdg, roots=roots)
+    written = (written, isl_domains.analyse(written, list(roots)))
+    validated = time.perf_counter() - start
+    sdg, pass_stats = run_pipeline(written[0], passes, dims=ctx.dim_order,
                                    defaults={"pack_weights": pack_weights.Config(panel=chosen.weight_panel)})
-    timings: dict[str, float] = {}
+    timings: dict[str, float] = {"validate": validated}
     for stat in pass_stats:  # a pass run twice (tiles a budget chose, then streamed) counts both runs
         timings[stat.name] = timings.get(stat.name, 0.0) + stat.seconds
     fetch_ids = [sdg.resolve(n, out) for n, out in fetch_ids]
@@ -247,7 +255,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
         tree = _partially_unrolled(sdg, domains, placed, swapped, tree, {n for n, _ in fetch_ids})
         timings["unroll"] = time.perf_counter() - start
     return Program(sdg, fetch_ids, domains, tree, chosen, tuple(ctx.dim_order), site, timings, pass_stats,
-                   memory=memory)
+                   written=written, memory=memory)
 
 
 def _with_memory(sdg, domains, scheduled, tree: ast_mod.Stmt, times, keep: set[int], bounds: dict, memory: dict,
