@@ -108,33 +108,39 @@ def _subgraph_cost(n: Node, model: CostModel) -> float:
     return model.cost(Graph((), (n,)))
 
 
+# The e-graph with the declarations and one rule set's rules, per rule set (keyed by the rules'
+# egglog text): reading them takes seconds, more than a small budget, and each search adds its
+# graph inside a push/pop pair, so the rules are read once per process.
+_BASES: dict[tuple[str, ...], object] = {}
+
+
+def base_egraph(rules: list[Rule]):
+    """The e-graph that holds ``rules`` (made once per rule set and process)."""
+    from egglog import bindings
+
+    texts = tuple(translate_all(rules)[0])
+    if texts not in _BASES:
+        eg = bindings.EGraph()
+        program = "\n".join([declarations(), shape_rules(), const_rules(), *texts])
+        eg.run_program(*eg.parse_program(program))
+        _BASES[texts] = eg
+    return _BASES[texts]
+
+
 def eqsat(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | None = None,
           node_limit: int = 20000, iterations: int = 2) -> SearchResult:
     """Saturate ``graph`` under the egglog-expressible ``rules`` and extract the cheapest graph."""
-    from egglog import bindings
-
     model = model or CostModel()
     deadline = time.perf_counter() + budget_s
     start_cost = model.cost(graph)
-    texts, _left_out = translate_all(rules)
     enc = _Encoder(graph)
-    eg = bindings.EGraph()
-    program = "\n".join([declarations(), shape_rules(), const_rules(), *texts, *enc.lines])
-    eg.run_program(*eg.parse_program(program))
-    fired: dict[str, int] = {}
-    size = 0
-    for _ in range(iterations):
-        if time.perf_counter() >= deadline or size >= node_limit:
-            break
-        report = eg.run_program(*eg.parse_program("(run 1)"))[-1].report
-        for name, count in report.num_matches_per_rule.items():
-            if count and not name.startswith("("):
-                fired[name] = fired.get(name, 0) + count
-        serialized = json.loads(eg.serialize([]).to_json())
-        size = len(serialized["nodes"])
-        if not report.updated:
-            break
-    serialized = json.loads(eg.serialize([]).to_json())
+    eg = base_egraph(rules)
+    eg.run_program(*eg.parse_program("(push)"))
+    try:
+        eg.run_program(*eg.parse_program("\n".join(enc.lines)))
+        fired, serialized = _saturate(eg, deadline, node_limit, iterations)
+    finally:
+        eg.run_program(*eg.parse_program("(pop)"))
     chosen = _extract(serialized, enc.leaves, model)
     classes = {n["eclass"] for k, n in serialized["nodes"].items()
                if k.startswith("function-") and n["op"] in ("Leaf", *CTORS)}
@@ -150,7 +156,24 @@ def eqsat(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | N
     else:
         trace.append(cost)
     applied = sorted(fired) if result is not graph else []
-    return SearchResult(result, applied, cost, explored=size, trace=trace)
+    return SearchResult(result, applied, cost, explored=len(serialized["nodes"]), trace=trace)
+
+
+def _saturate(eg, deadline: float, node_limit: int, iterations: int) -> tuple[dict[str, int], dict]:
+    """Run the rules for up to ``iterations`` rounds; the rules that fired and the e-graph."""
+    fired: dict[str, int] = {}
+    serialized = json.loads(eg.serialize([]).to_json())
+    for _ in range(iterations):
+        if time.perf_counter() >= deadline or len(serialized["nodes"]) >= node_limit:
+            break
+        report = eg.run_program(*eg.parse_program("(run 1)"))[-1].report
+        for name, count in report.num_matches_per_rule.items():
+            if count and not name.startswith("("):
+                fired[name] = fired.get(name, 0) + count
+        serialized = json.loads(eg.serialize([]).to_json())
+        if not report.updated:
+            break
+    return fired, serialized
 
 
 def _class_of(serialized: dict, let_name: str) -> str | None:

@@ -60,7 +60,11 @@ def warm_up(agent: str = "greedy") -> None:
     from tempo.superopt.optimize import agent_function
 
     agent_function(agent)
-    load_rules()
+    rules = load_rules()
+    if agent == "eqsat":
+        from tempo.superopt.eqsat import base_egraph
+
+        base_egraph(rules)
     try:
         runner(onnx.helper.make_model(onnx.helper.make_graph([], "empty", [], [])), "onnxruntime")
     except ModelRunError:
