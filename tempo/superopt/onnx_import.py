@@ -129,6 +129,8 @@ def _constant_value(n: onnx.NodeProto, consts: dict, model: onnx.ModelProto) -> 
     if any(i and i not in consts for i in n.input) or sum(
             consts[i].size for i in n.input if i) > CONST_LIMIT:
         return None
+    if n.op_type == "ConstantOfShape" and np.prod(consts[n.input[0]]) > CONST_LIMIT:
+        return None
     from onnx.reference import ReferenceEvaluator
 
     inputs = [i for i in n.input if i]

@@ -19,15 +19,15 @@ import onnx
 
 from tempo.superopt.onnx_export import Inexpressible
 from tempo.superopt.onnx_import import import_model
-from tempo.superopt.onnx_run import Feeds, ModelRunError, model_feeds, tensor_values, verify
+from tempo.superopt.onnx_run import Feeds, ModelRunError, model_feeds, verify
 from tempo.superopt.onnx_splice import splice
-from tempo.superopt.optimize import Outcome, optimize
+from tempo.superopt.optimize import SEARCH_RUNS, Outcome, optimize
 from tempo.superopt.reference import given_feeds
 from tempo.superopt.rewrite import candidates
 from tempo.superopt.rules import Rule, load_rules
 
-# The time set aside for verifying the written model: runs of both models (ONNX_RUNS_TO_VERIFY
-# times the input's run time, for session creation and both runs) and the checker.
+# The time set aside for verifying the written model: loading and running both models (twice
+# what loading and running the input once took, doubled for a loaded machine) and the checker.
 ONNX_RUNS_TO_VERIFY = 4
 CHECKER_S = 0.3
 
@@ -89,14 +89,16 @@ def optimize_model(model: onnx.ModelProto, agent: str = "greedy", budget_s: floa
         result.reason = "no rule matches"
         return result
     try:
-        feeds, run_s = model_feeds(model, feeds)
-        inputs = tensor_values(model, feeds, [n.attr("name") for n in imported.graph.inputs])
+        run = model_feeds(model, feeds, [n.attr("name") for n in imported.graph.inputs])
     except ModelRunError as exc:
         return _kept(result, f"the input model cannot be run to measure and check a result: {exc}")
-    verify_s = ONNX_RUNS_TO_VERIFY * run_s + CHECKER_S
-    with given_feeds(inputs):
-        left = deadline - verify_s - time.perf_counter()
-        result.outcome = optimize(imported.graph, agent, max(0.0, left), rules, **options)
+    verify_s = ONNX_RUNS_TO_VERIFY * (run.load_s + run.run_s) + CHECKER_S
+    left = deadline - verify_s - time.perf_counter()
+    if SEARCH_RUNS * run.run_s > left:
+        return _kept(result, f"one run of the model takes {run.run_s:.2f} s: the budget cannot "
+                     f"time the {SEARCH_RUNS} runs a search and its check need at the least")
+    with given_feeds(run.values):
+        result.outcome = optimize(imported.graph, agent, left, rules, **options)
     if result.outcome.kept_input:
         result.reason = result.outcome.reason
         return result
@@ -104,7 +106,7 @@ def optimize_model(model: onnx.ModelProto, agent: str = "greedy", budget_s: floa
         written = splice(imported, result.outcome.graph)
     except Inexpressible as exc:
         return _kept(result, f"the rewrite cannot be written at the model's opset: {exc}")
-    why = verify(written, model, feeds)
+    why = verify(written, model, run.feeds)
     if why is not None:
         return _kept(result, f"the rewritten model was not written: {why}")
     result.model = written

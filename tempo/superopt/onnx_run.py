@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +37,9 @@ def _ort_session(model: onnx.ModelProto):
 
 
 def runner(model: onnx.ModelProto, engine: str | None = None) -> tuple[str, Callable[[Feeds], list]]:
-    """``(engine, run)`` for ``model``: onnxruntime where it loads the model (unless ``engine``
-    names one), else onnx.reference; ``run(feeds)`` returns the outputs in order."""
+    """``(engine, run)`` for ``model``: with ``engine`` None, onnxruntime where it loads the
+    model, else onnx.reference; ``"onnxruntime"`` or ``"reference"`` ask for that one only.
+    ``run(feeds)`` returns the outputs in order."""
     if engine in (None, "onnxruntime"):
         try:
             session = _ort_session(model)
@@ -100,47 +102,59 @@ def test_inputs(path: str | Path, model: onnx.ModelProto) -> Feeds | None:
     return {name: numpy_helper.to_array(t) for name, t in zip(names, tensors)}
 
 
-def model_feeds(model: onnx.ModelProto, given: Feeds | None = None, seed: int = 0
-                ) -> tuple[Feeds, float]:
-    """Inputs the model runs on and the seconds one run took: ``given`` where it runs on them,
-    else generated per element type (standard normal, then uniform in [0, 1), then ones, the
-    first the model runs on without error or non-finite outputs)."""
+@dataclass
+class ModelRun:
+    """Inputs a model runs on, the values of the tensors asked for, and how long loading the
+    model into its engine and one run took."""
+
+    feeds: Feeds
+    values: dict[str, np.ndarray]
+    load_s: float
+    run_s: float
+
+
+def model_feeds(model: onnx.ModelProto, given: Feeds | None = None, names: list[str] = (),
+                seed: int = 0, engine: str | None = None) -> ModelRun:
+    """Inputs the model runs on (``given`` where it runs on them, else generated per element
+    type: standard normal, then uniform in [0, 1), then ones, the first the model runs on
+    without error or non-finite outputs) and the values the float32 tensors ``names`` take.
+    ``engine`` as in :func:`runner`; onnx.reference takes over where onnxruntime fails."""
+    probe = _with_outputs(model, names)
+    start = time.perf_counter()
+    engine, run = runner(probe, engine)
+    load_s = time.perf_counter() - start
     attempts = [given] if given is not None else []
     rng = np.random.default_rng(seed)
     attempts += [{vi.name: _generated(vi, rng, kind) for vi in model_inputs(model)}
                  for kind in ("normal", "unit", "ones")]
-    failure = None
+    outputs = [o.name for o in probe.graph.output]
     for feeds in attempts:
         start = time.perf_counter()
         try:
-            _, outs = run_model(model, feeds)
-        except ModelRunError as exc:
-            failure = exc
+            outs = [np.asarray(o) for o in run(feeds)]
+        except Exception:  # an engine's failure on these inputs: try the next ones
             continue
         if feeds is given or all(_finite(o) for o in outs):
-            return feeds, time.perf_counter() - start
-    if failure is not None:
-        raise failure
-    return attempts[-1], time.perf_counter() - start
+            found = dict(zip(outputs, outs))
+            values = {n: feeds[n] if n in feeds else found[n] for n in names}
+            return ModelRun(feeds, values, load_s, time.perf_counter() - start)
+    if engine == "onnxruntime":
+        return model_feeds(model, given, names, seed, "reference")
+    raise ModelRunError(f"{engine} runs the model on none of its inputs tried")
+
+
+def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """``model`` with the float32 tensors ``names`` among its outputs."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    declared = {o.name for o in probe.graph.output} | {i.name for i in probe.graph.input}
+    probe.graph.output.extend(helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+                              for n in names if n not in declared)
+    return probe
 
 
 def _finite(value: np.ndarray) -> bool:
     return value.dtype.kind not in "fc" or bool(np.all(np.isfinite(value)))
-
-
-def tensor_values(model: onnx.ModelProto, feeds: Feeds, names: list[str]) -> dict[str, np.ndarray]:
-    """The values of tensors ``names`` (float32 intermediate tensors) when ``model`` runs on
-    ``feeds``."""
-    wanted = [n for n in names if n not in feeds]
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    declared = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
-                              for n in wanted if n not in declared)
-    outputs = [o.name for o in probe.graph.output]
-    _, values = run_model(probe, feeds)
-    found = dict(zip(outputs, values))
-    return {n: feeds[n] if n in feeds else found[n] for n in names}
 
 
 def same_values(want: list[np.ndarray], got: list[np.ndarray], rtol: float = 1e-3,

@@ -149,10 +149,12 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
     if not same_outputs(graph, result.graph):
         return Outcome(graph, [], elapsed, before, before, True, "outputs differed; input kept",
                        result.origin, result.applied, result.stages, episodes=result.episodes)
-    # no more compiles than the rounds that fit in check_s (two graphs, 11 runs each, doubled)
+    # no more compiles than the rounds that fit in check_s (two graphs, 11 runs each, doubled),
+    # and rounds of fewer cycles where not even one fits
     compiles = max(1, min(DECISION_COMPILES, int(check_s * 1e3 / (4 * 11 * before))))
-    before, speedup, rounds = compare_latency(graph, result.graph, compiles=compiles,
-                                              deadline=deadline)
+    repeats = max(2, min(10, int(check_s * 1e3 / (4 * before)) - 1))
+    before, speedup, rounds = compare_latency(graph, result.graph, repeats=repeats,
+                                              compiles=compiles, deadline=deadline)
     note = "" if rounds == CHECK_ROUNDS else (
         f"timed in {rounds} of {CHECK_ROUNDS} rounds: one run takes {before:.1f} ms")
     if speedup <= 1.0:
