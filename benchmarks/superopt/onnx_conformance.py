@@ -29,7 +29,7 @@ def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--agents", nargs="+", default=["greedy"])
     p.add_argument("--node-budget", type=float, default=2.0, help="seconds per node test")
-    p.add_argument("--model-budget", type=float, default=20.0, help="seconds per shipped model")
+    p.add_argument("--model-budget", type=float, default=30.0, help="seconds per shipped model")
     p.add_argument("--step", type=int, default=1, help="every STEP-th node test (1: all)")
     p.add_argument("--out", default="docs/results/superopt/onnx_conformance.json")
     return p.parse_args()

@@ -13,8 +13,8 @@ the whole graph, the input is returned when the extracted graph costs more.
 Saturation runs at most ``iterations`` rounds, 2 by default: with egglog
 13.2.0 the full rule set panics inside egglog's join (``Option::unwrap()`` on
 ``None`` in ``core-relations/src/free_join``) in the third round on the conv
-workloads, and the process cannot use egglog again after that panic. Two
-rounds already fuse, fold batch norms, enlarge and merge convolutions.
+workloads. Two rounds already fuse, fold batch norms, enlarge and merge
+convolutions.
 """
 from __future__ import annotations
 
@@ -108,23 +108,30 @@ def _subgraph_cost(n: Node, model: CostModel) -> float:
     return model.cost(Graph((), (n,)))
 
 
-# The e-graph with the declarations and one rule set's rules, per rule set (keyed by the rules'
-# egglog text): reading them takes seconds, more than a small budget, and each search adds its
-# graph inside a push/pop pair, so the rules are read once per process.
-_BASES: dict[tuple[str, ...], object] = {}
+# A fresh e-graph holding the declarations and one rule set's rules, per rule set (keyed by
+# the rules' egglog text), made ahead by prepare(): reading the rules takes seconds, more than
+# a small budget. Each search takes one and leaves it behind (an e-graph reused through egglog's
+# push/pop panicked after some hundred searches).
+_PREPARED: dict[tuple[str, ...], object] = {}
 
 
-def base_egraph(rules: list[Rule]):
-    """The e-graph that holds ``rules`` (made once per rule set and process)."""
+def _rules_text(rules: list[Rule]) -> tuple[str, ...]:
+    return tuple(translate_all(rules)[0])
+
+
+def _read_rules(texts: tuple[str, ...]):
     from egglog import bindings
 
-    texts = tuple(translate_all(rules)[0])
-    if texts not in _BASES:
-        eg = bindings.EGraph()
-        program = "\n".join([declarations(), shape_rules(), const_rules(), *texts])
-        eg.run_program(*eg.parse_program(program))
-        _BASES[texts] = eg
-    return _BASES[texts]
+    eg = bindings.EGraph()
+    eg.run_program(*eg.parse_program("\n".join([declarations(), shape_rules(), const_rules(), *texts])))
+    return eg
+
+
+def prepare(rules: list[Rule]) -> None:
+    """Read ``rules`` into a fresh e-graph now, for the next :func:`eqsat` search to use."""
+    texts = _rules_text(rules)
+    if texts not in _PREPARED:
+        _PREPARED[texts] = _read_rules(texts)
 
 
 def eqsat(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | None = None,
@@ -134,13 +141,10 @@ def eqsat(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | N
     deadline = time.perf_counter() + budget_s
     start_cost = model.cost(graph)
     enc = _Encoder(graph)
-    eg = base_egraph(rules)
-    eg.run_program(*eg.parse_program("(push)"))
-    try:
-        eg.run_program(*eg.parse_program("\n".join(enc.lines)))
-        fired, serialized = _saturate(eg, deadline, node_limit, iterations)
-    finally:
-        eg.run_program(*eg.parse_program("(pop)"))
+    texts = _rules_text(rules)
+    eg = _PREPARED.pop(texts, None) or _read_rules(texts)
+    eg.run_program(*eg.parse_program("\n".join(enc.lines)))
+    fired, serialized = _saturate(eg, deadline, node_limit, iterations)
     chosen = _extract(serialized, enc.leaves, model)
     classes = {n["eclass"] for k, n in serialized["nodes"].items()
                if k.startswith("function-") and n["op"] in ("Leaf", *CTORS)}

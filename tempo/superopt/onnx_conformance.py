@@ -115,7 +115,9 @@ def check(case: Case, agent: str = "greedy", budget_s: float = 2.0, **options) -
     start = time.perf_counter()
     try:
         result = optimize_model(case.model, agent, budget_s, feeds=dict(case.inputs), **options)
-    except Exception:  # a crash is what this check counts
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # a crash is what this check counts (Rust panics included)
         return Verdict(case.name, "crash", detail=traceback.format_exc(limit=-3))
     seconds = time.perf_counter() - start
     speedup = result.outcome.speedup if result.rewritten else 1.0
