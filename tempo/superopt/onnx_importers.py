@@ -109,6 +109,20 @@ def _binary(op: str):
     return importer
 
 
+def _sum(ctx, n, a):
+    """Sum of one or more tensors as a chain of adds (opset 8 broadcasts as add does; before,
+    the shapes must agree)."""
+    if a and set(a) != {"consumed_inputs"}:
+        raise Unsure(f"attributes {sorted(a)}")
+    values = [ctx.get(i) for i in n.input]
+    if ctx.opset < 8 and len({v.shape for v in values}) != 1:
+        raise Unsure("a pre-8 Sum of different shapes")
+    total = values[0]
+    for v in values[1:]:
+        total = node("add", total, v)
+    return [total]
+
+
 def _unary(op: str):
     def importer(ctx, n, a):
         if set(a) - {"consumed_inputs"}:
@@ -241,6 +255,7 @@ IMPORTERS: dict[str, Callable] = {
     "MatMul": _matmul,
     "Gemm": _gemm,
     **{op: _binary(op.lower()) for op in ("Add", "Sub", "Mul", "Div")},
+    "Sum": _sum,
     **{op: _unary(op.lower()) for op in ("Relu", "Sigmoid", "Tanh", "Exp", "Sqrt")},
     "Gelu": _gelu,
     "Softmax": _softmax,

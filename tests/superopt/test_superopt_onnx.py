@@ -134,3 +134,16 @@ def test_save_is_atomic_and_readable(tmp_path):
     save(export_model(build("resnext", scale="small")), str(path))
     assert onnx.load(str(path)).graph.node
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_sum_of_three_is_two_adds_with_broadcasting():
+    nodes = [helper.make_node("Sum", ["a", "b", "c"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    model = _model(nodes, [], [_float("a", [2, 3]), _float("b", [2, 3]), _float("c", [3])],
+                   [_float("y", [2, 3])], opset=13)
+    g = import_model(model).graph
+    assert g.op_counts() == {"input": 3, "add": 2, "relu": 1}
+    rng = np.random.default_rng(2)
+    feeds = {"a": rng.standard_normal((2, 3)), "b": rng.standard_normal((2, 3)),
+             "c": rng.standard_normal(3)}
+    feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
+    _close(evaluate(g, feeds)[0], ReferenceEvaluator(model).run(None, feeds)[0])
