@@ -21,7 +21,7 @@ from tempo.superopt.onnx_export import Inexpressible
 from tempo.superopt.onnx_import import import_model
 from tempo.superopt.onnx_run import Feeds, ModelRunError, model_feeds, verify
 from tempo.superopt.onnx_splice import splice
-from tempo.superopt.optimize import SEARCH_RUNS, Outcome, optimize
+from tempo.superopt.optimize import BUDGET_TOLERANCE_S, SEARCH_RUNS, Outcome, optimize
 from tempo.superopt.reference import given_feeds
 from tempo.superopt.rewrite import candidates
 from tempo.superopt.rules import Rule, load_rules
@@ -97,6 +97,8 @@ def optimize_model(model: onnx.ModelProto, agent: str = "greedy", budget_s: floa
     if SEARCH_RUNS * run.run_s > left:
         return _kept(result, f"one run of the model takes {run.run_s:.2f} s: the budget cannot "
                      f"time the {SEARCH_RUNS} runs a search and its check need at the least")
+    if agent == "rl":       # its steps and updates are not cut short at its deadline
+        left -= min(BUDGET_TOLERANCE_S, 0.25 * left)
     with given_feeds(run.values):
         result.outcome = optimize(imported.graph, agent, left, rules, **options)
     if result.outcome.kept_input:
