@@ -43,6 +43,9 @@ class Args:
     """backend: numpy, torch or jax (torch:cuda, jax:gpu for a GPU); empty: $TEMPO_BACKEND, else numpy"""
 
 
+    def __post_init__(self) -> None:
+        tpo.rl.training.require_positive(self, "iterations", "batch", "steps", "nstep", "hidden")
+
 def main(args: Args) -> dict:
     with tpo.Context(seed=args.seed) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")

@@ -65,6 +65,9 @@ class Args:
     swaps to the host (docs/memory.md); empty: no budget"""
 
 
+    def __post_init__(self) -> None:
+        tpo.rl.training.require_positive(self, "iterations", "epochs", "batch", "steps", "hidden", "layers")
+
 def main(args: Args) -> dict:
     with tpo.Context(seed=args.seed) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")

@@ -71,6 +71,9 @@ class Args:
     tiles run while acting goes on and free the observations they learned from (docs/memory.md); 0: whole"""
 
 
+    def __post_init__(self) -> None:
+        tpo.rl.training.require_positive(self, "iterations", "batch", "steps", "hidden", "layers", "checkpoint_every")
+
 def main(args: Args) -> dict:
     resumed = tpo.load_checkpoint(args.resume) if args.resume else None
     done = int(resumed.tensors["iterations"]) if resumed else 0  # iterations trained before this run

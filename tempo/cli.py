@@ -1,8 +1,9 @@
 """The ``tempo`` command.
 
-``tempo --version`` prints the version; ``tempo run [--backend NAME] FILE.py [ARGS...]``
+``tempo --version`` prints the version; ``tempo run [--backend NAME] [--threads N] FILE.py [ARGS...]``
 runs a user program as ``__main__`` (like ``python FILE.py ARGS...``; ``--backend``
-is the backend of its runs that name none), reporting a
+is the backend of its runs that name none; ``--threads`` caps the native thread
+pools of NumPy's BLAS and OpenMP, 1 by default), reporting a
 :class:`~tempo.errors.TempoError` as one clean ``tempo: error: ...`` message
 instead of a traceback.
 
@@ -20,6 +21,8 @@ import os
 import runpy
 import sys
 from collections.abc import Sequence
+
+from threadpoolctl import threadpool_limits
 
 from tempo import __version__
 from tempo.errors import TempoError
@@ -57,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default=None,
                      help="the backend of the program's runs that name none: numpy, torch or jax, "
                           "optionally with a device (torch:cuda); sets $TEMPO_BACKEND")
+    run.add_argument("--threads", type=int, default=1, metavar="N",
+                     help="threads of NumPy's BLAS (and other native pools threadpoolctl knows) while the program "
+                          "runs; Tempo's kernels are small, and one thread per process avoids oversubscribing "
+                          "a shared machine; 0 keeps the libraries' own defaults (default: 1)")
     run.add_argument("file", metavar="FILE.py", help="the program to run")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="arguments passed to the program")
@@ -106,24 +113,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {__version__}")
         return 0
     if ns.command == "run":
-        if ns.backend:
-            from tempo.runtime.backends.base import DEFAULT_ENV, get_backend
-
-            try:
-                get_backend(ns.backend)
-            except TempoError as exc:
-                _error(str(exc))
-                return 2
-            saved = os.environ.get(DEFAULT_ENV)
-            os.environ[DEFAULT_ENV] = ns.backend
-            try:
-                return run_file(ns.file, ns.args)
-            finally:
-                if saved is None:
-                    del os.environ[DEFAULT_ENV]
-                else:
-                    os.environ[DEFAULT_ENV] = saved
-        return run_file(ns.file, ns.args)
+        if ns.threads < 0:
+            _error(f"--threads must be 0 (the libraries' defaults) or a positive count, got {ns.threads}")
+            return 2
+        with threadpool_limits(limits=ns.threads or None):
+            return _run_command(ns)
     parser.print_usage(sys.stderr)
     _error("a command is required (try 'tempo run FILE.py' or 'tempo --help')")
     return 2
+
+
+def _run_command(ns: argparse.Namespace) -> int:
+    """``tempo run``: the program, under ``--backend`` when one is given."""
+    if ns.backend:
+        from tempo.runtime.backends.base import DEFAULT_ENV, get_backend
+
+        try:
+            get_backend(ns.backend)
+        except TempoError as exc:
+            _error(str(exc))
+            return 2
+        saved = os.environ.get(DEFAULT_ENV)
+        os.environ[DEFAULT_ENV] = ns.backend
+        try:
+            return run_file(ns.file, ns.args)
+        finally:
+            if saved is None:
+                del os.environ[DEFAULT_ENV]
+            else:
+                os.environ[DEFAULT_ENV] = saved
+    return run_file(ns.file, ns.args)

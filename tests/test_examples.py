@@ -1,4 +1,5 @@
 """Smoke tests: every example runs to completion through the tempo CLI."""
+import os
 import re
 import subprocess
 import sys
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 @pytest.mark.parametrize("script, args, expect", [
@@ -22,9 +24,19 @@ ROOT = Path(__file__).resolve().parents[1]
 ])
 def test_example_runs(script, args, expect, tmp_path):
     out = subprocess.run([sys.executable, "-m", "tempo", "run", str(ROOT / script), *args],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300, env=ENV)
     assert out.returncode == 0, out.stderr
     assert expect in out.stdout
+
+
+@pytest.mark.parametrize("script, flag", [
+    ("examples/ppo.py", "--epochs"), ("examples/reinforce.py", "--checkpoint-every"), ("examples/a2c.py", "--nstep"),
+])
+def test_a_zero_count_flag_is_reported_as_the_flag(script, flag, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "tempo", "run", str(ROOT / script), flag, "0"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120, env=ENV)
+    assert out.returncode == 2
+    assert f"error: {flag} must be at least 1, got 0" in out.stderr and "ReturnReport" not in out.stderr
 
 
 @pytest.mark.parametrize("script, flag, doc, default", [
@@ -42,7 +54,7 @@ def test_example_help_shows_each_fields_docstring_and_default(script, flag, doc,
     if script == "examples/gmi_roles.py":
         pytest.importorskip("torch")
     out = subprocess.run([sys.executable, "-m", "tempo", "run", str(ROOT / script), "--help"],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300, env=ENV)
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())  # argparse wraps long help lines
     assert f"{flag} {doc}" in text and f"(default: {default})" in text, out.stdout

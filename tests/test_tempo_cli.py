@@ -147,3 +147,34 @@ def test_subsystem_commands_dispatch_to_their_module(tmp_path, monkeypatch, caps
     monkeypatch.setitem(cli.SUBSYSTEMS, "fake", ("fake_subsystem", "a test command"))
     assert cli.main(["fake", "--help", "x"]) == 3
     assert capsys.readouterr().out == "got ['--help', 'x']\n"
+
+
+BLAS_THREADS = """\
+    import numpy
+    from threadpoolctl import threadpool_info
+    print("blas", sorted({pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}))
+"""
+
+
+@pytest.mark.parametrize("flags, expect", [([], "blas [1]"), (["--threads", "2"], "blas [2]")])
+def test_run_caps_the_blas_threads(tmp_path, flags, expect):
+    prog = write(tmp_path / "prog.py", BLAS_THREADS)
+    out = run_module("run", *flags, str(prog), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == expect
+
+
+def test_threads_zero_keeps_the_library_default_and_the_cap_ends_with_the_run(tmp_path, capsys):
+    from threadpoolctl import threadpool_info
+
+    def blas():
+        return sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+
+    before = blas()
+    prog = write(tmp_path / "prog.py", BLAS_THREADS)
+    assert main(["run", "--threads", "0", str(prog)]) == 0
+    assert capsys.readouterr().out.strip() == f"blas {before}"
+    assert main(["run", str(prog)]) == 0
+    assert capsys.readouterr().out.strip() == "blas [1]" and blas() == before
+    assert main(["run", "--threads", "-1", str(prog)]) == 2
+    assert "--threads must be 0" in capsys.readouterr().err

@@ -6,6 +6,10 @@ directory, fsync'ed, then renamed over ``path``, so a crash never leaves a
 truncated checkpoint. ``path`` may name dims (``"ckpt-{i}.safetensors"``).
 ``tpo.load_checkpoint(path)`` returns the tensors and the point they were
 written at; ``Optimizer.resume(checkpoint)`` restarts training from them.
+Points are global: in a run that continues an earlier one
+(``tpo.Context(start={"i": n})``), step ``i`` is written as ``i + n``, in
+the file name and in the checkpoint's point, so a resumed run never
+overwrites the files of the run it continues.
 """
 from __future__ import annotations
 
@@ -52,23 +56,23 @@ def checkpoint(state: Mapping[str, RT], path: str, when: Expr | None = None) -> 
     site = user_site()
     _check_writable(path, site)
     values = {name: (rt[when] if when is not None else rt) for name, rt in state.items()}
-
-    def write(tensors: dict, point: dict) -> None:
-        target = path.format(**point)
-        write_atomic(target, tensors, {f"point.{k}": str(v) for k, v in point.items()})
-
-    return sink_many(values, write, label="checkpoint")
+    return sink_many(values, _writer(path, next((rt.ctx.start for rt in state.values()), {})), label="checkpoint")
 
 
 def rt_checkpoint(self: RT, path: str, name: str = "value") -> RT:
     """``rt.checkpoint(path)``: write this RT at every point where it is defined (index it by a condition)."""
     site = user_site()
     _check_writable(path, site)
+    return sink_many({name: self}, _writer(path, self.ctx.start), label="checkpoint")
 
+
+def _writer(path: str, start: Mapping[str, int]):
+    """The sink that writes one checkpoint at a point of this run, named by its global point."""
     def write(tensors: dict, point: dict) -> None:
+        point = {k: v + start.get(k, 0) for k, v in point.items()}
         write_atomic(path.format(**point), tensors, {f"point.{k}": str(v) for k, v in point.items()})
 
-    return sink_many({name: self}, write, label="checkpoint")
+    return write
 
 
 def load_checkpoint(path: str) -> Checkpoint:

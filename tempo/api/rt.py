@@ -231,16 +231,23 @@ def define_branch(rt: RecurrentTensor, key, value, site) -> None:
     sdg.add_edge(Edge(rt.node.id, len(sdg.in_edges(rt.node.id)), value.node.id, value.out, index, cond))
 
 
-def restart(state: RecurrentTensor, value) -> None:
-    """Make a placeholder's first branch (``s[0] = ...``) read ``value`` instead (resuming from a checkpoint)."""
+def restart(state: RecurrentTensor, value, dims: Sequence[Expr] = ()) -> None:
+    """Make a placeholder's first branch (``s[0] = ...``) read ``value`` instead (resuming from a checkpoint).
+
+    ``value``'s leading axes are bound to ``dims`` (as in ``tpo.from_numpy``):
+    ``dims=(b,)`` restarts a state kept per environment ``b`` from an array
+    shaped ``(B, *state.shape)``.
+    """
     from tempo.api.functional import from_numpy
 
     sdg = state.ctx.sdg
     value = np.asarray(value)
-    if value.shape != tuple(state.shape) or str(value.dtype) != state.dtype:
+    lead = len(tuple(dims))
+    if value.shape[lead:] != tuple(state.shape) or value.ndim != lead + len(state.shape) \
+            or str(value.dtype) != state.dtype:
         raise ShapeError(f"cannot restart {state!r} from a {value.dtype} array of shape {value.shape}", user_site())
     k, first = next((k, e) for k, e in enumerate(sdg.edges) if e.sink == state.node.id and e.sink_in == 0)
-    const = from_numpy(value)
+    const = from_numpy(value, dims=dims)
     sdg.edges[k] = Edge(first.sink, 0, const.node.id, 0, const.index_expr(), first.cond)
 
 

@@ -24,6 +24,9 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, dims: Sequence[Expr] = (),
                  init_scale: float = 1.0) -> None:
         super().__init__(dims)
+        for what, size in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+                raise TempoError(f"Linear: {what} must be a positive int, got {size!r}", user_site())
         bound = init_scale / np.sqrt(in_features)
         self.weight = self.param("weight", self.rng.uniform(-bound, bound, (in_features, out_features)))
         self.bias = self.param("bias", self.rng.uniform(-bound, bound, (out_features,))) if bias else None

@@ -23,6 +23,7 @@ class Optimizer:
         self.params, self.lr, self.max_grad_norm = list(params), lr, max_grad_norm
         self.states: dict[str, RT] = {}  # name -> state placeholder (parameters and moments)
         self.next_states: dict[str, RT] = {}  # name -> its value for the next iteration
+        self._resume_from = None  # a checkpoint given to resume() before step()
         site = user_site()
         if not self.params:
             raise TempoError("the optimizer got no parameters", site)
@@ -48,13 +49,25 @@ class Optimizer:
             new = self.update(p, g).cast(p.dtype)
             p[p.domain[0] + 1] = new
             self.states[self._prefix], self.next_states[self._prefix] = p, new
+        if self._resume_from is not None:
+            self._restart(self._resume_from)
 
     def state_dict(self) -> dict[str, RT]:
         """Every state's value for the next iteration, by name: what a checkpoint saves."""
         return dict(self.next_states)
 
     def resume(self, ckpt) -> None:
-        """Start every state (parameters, moments) from a checkpoint of :meth:`state_dict`."""
+        """Start every state (parameters, moments) from a checkpoint of :meth:`state_dict`.
+
+        It may come before or after :meth:`step`: called first, the states
+        restart from the checkpoint as soon as ``step()`` defines them.
+        """
+        if self.states:
+            self._restart(ckpt)
+        else:
+            self._resume_from = ckpt
+
+    def _restart(self, ckpt) -> None:
         from tempo.api.rt import restart
 
         missing = [name for name in self.states if name not in ckpt.tensors]

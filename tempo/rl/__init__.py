@@ -15,7 +15,8 @@
 from tempo.rl import training
 from tempo.rl.env import Env, make
 from tempo.rl.losses import masked_mean, ppo_clip_loss
+from tempo.rl.normalize import NormalizeObservation, NormalizeReward
 from tempo.rl.returns import alive, discounted_returns, gae, n_step_returns
 
-__all__ = ["Env", "alive", "discounted_returns", "gae", "make", "masked_mean", "n_step_returns", "ppo_clip_loss",
+__all__ = ["Env", "NormalizeObservation", "NormalizeReward", "alive", "discounted_returns", "gae", "make", "masked_mean", "n_step_returns", "ppo_clip_loss",
            "training"]

@@ -28,29 +28,64 @@ from tempo.api.rt import RecurrentTensor
 from tempo.errors import TempoError, user_site
 from tempo.symbolic.expr import Expr
 
-IMPLS = ("gymnasium", "tensor")
+IMPLS = ("gymnasium", "tensor", "envpool")
 
 
 class Env:
     """An environment over ``dims``; subclasses implement ``reset`` and ``step``.
 
     Attributes: ``name``, ``dims``, ``obs_shape``, ``obs_dtype``, ``obs_size``
-    (elements per observation), ``num_actions`` (discrete action spaces, else
-    None), ``action_shape`` and ``action_dtype``.
+    (elements per observation), ``is_discrete``, ``action_shape``,
+    ``action_dtype``, ``action_size`` (elements per action) and the action
+    bounds ``action_low`` / ``action_high`` (NumPy arrays of
+    ``action_shape``: a Box space's bounds, ``0`` and ``n - 1`` for
+    ``Discrete(n)``). ``num_actions`` is the number of discrete actions; a
+    continuous (Box) environment has none, and reading it is an error that
+    says what to use instead. Continuous actions are clipped to the bounds
+    when the environment steps (the policy's log-probability keeps the
+    unclipped action, as CleanRL's ``ClipAction`` does).
     """
 
     def __init__(self, name: str, dims: tuple[Expr, ...], obs_shape: tuple[int, ...], obs_dtype: str,
-                 num_actions: int | None, action_shape: tuple[int, ...], action_dtype: str):
+                 num_actions: int | None, action_shape: tuple[int, ...], action_dtype: str,
+                 action_low=None, action_high=None):
         self.name, self.dims = name, dims
         self.obs_shape, self.obs_dtype = tuple(obs_shape), obs_dtype
         self.obs_size = math.prod(self.obs_shape)
-        self.num_actions, self.action_shape, self.action_dtype = num_actions, tuple(action_shape), action_dtype
+        self.is_discrete = num_actions is not None
+        self._num_actions, self.action_shape, self.action_dtype = num_actions, tuple(action_shape), action_dtype
+        self.action_size = math.prod(self.action_shape)
+        self.action_low, self.action_high = self._bounds(action_low, action_high)
         self._stepped = False
 
+    def _bounds(self, low, high) -> tuple[np.ndarray, np.ndarray]:
+        if self.is_discrete:
+            return np.zeros((), self.action_dtype), np.full((), self._num_actions - 1, self.action_dtype)
+        low = np.full(self.action_shape, -np.inf) if low is None else low
+        high = np.full(self.action_shape, np.inf) if high is None else high
+        return (np.broadcast_to(np.asarray(low, self.action_dtype), self.action_shape).copy(),
+                np.broadcast_to(np.asarray(high, self.action_dtype), self.action_shape).copy())
+
+    @property
+    def num_actions(self) -> int:
+        """How many discrete actions there are (``Discrete(n)``: ``n``); an error for a Box space."""
+        if not self.is_discrete:
+            raise TempoError(f"{self.name} has a continuous action space {self.action_space}, so it has no "
+                             f"num_actions: size the policy's output with env.action_size ({self.action_size}) "
+                             f"and sample from tpo.nn.Normal (e.g. tpo.nn.DiagGaussianHead)", user_site())
+        return self._num_actions
+
+    @property
+    def action_space(self) -> str:
+        """The action space in gymnasium's notation: ``Discrete(2)``, ``Box(-2.0, 2.0, (1,), float32)``."""
+        if self.is_discrete:
+            return f"Discrete({self._num_actions})"
+        low, high = (_bound_text(x) for x in (self.action_low, self.action_high))
+        return f"Box({low}, {high}, {self.action_shape}, {self.action_dtype})"
+
     def __repr__(self) -> str:
-        space = f"{self.num_actions} actions" if self.num_actions is not None else f"actions {self.action_shape}"
         dims = ", ".join(d.name for d in self.dims)
-        return f"{type(self).__name__}({self.name!r}, dims=({dims}), obs {self.obs_shape}, {space})"
+        return f"{type(self).__name__}({self.name!r}, dims=({dims}), obs {self.obs_shape}, {self.action_space})"
 
     def reset(self) -> RecurrentTensor:
         """The first observation of each episode, an RT over ``dims[:-1]``."""
@@ -79,17 +114,35 @@ class Env:
                              f"stream, so make a second environment for a second one", site)
         if not isinstance(action, RecurrentTensor):
             raise TempoError(f"{self.name}: env.step takes an action RT, not {type(action).__name__}", site)
-        if self.num_actions is not None and np.dtype(action.dtype).kind not in "iu":
-            raise TempoError(f"{self.name}: actions are discrete, so the action RT must have an integer dtype, "
-                             f"not {action.dtype}", site)
+        self._check_action_kind(action, site)
         if tuple(action.shape) != self.action_shape:
             raise TempoError(f"{self.name}: the action RT has shape {tuple(action.shape)}, the environment "
-                             f"takes actions of shape {self.action_shape}", site)
+                             f"takes actions of shape {self.action_shape} ({self.action_space})", site)
         extra = set(action.domain) - set(self.dims)
         if extra:
             raise TempoError(f"{self.name}: the action varies with {', '.join(sorted(d.name for d in extra))}, "
                              f"which is not a dim of the environment", site)
         self._stepped = True
+
+    def _check_action_kind(self, action: RecurrentTensor, site) -> None:
+        """A discrete policy on a Box space, or a continuous one on a Discrete space, is the user's mistake."""
+        kind = np.dtype(action.dtype).kind
+        if self.is_discrete and kind not in "iu":
+            raise TempoError(f"{self.name} has a discrete action space {self.action_space}, but the action RT is "
+                             f"{action.dtype}: a continuous policy (tpo.nn.Normal) cannot act here; sample "
+                             f"integer actions from tpo.nn.Categorical(logits=...) with env.num_actions logits",
+                             site)
+        if not self.is_discrete and kind != "f":
+            raise TempoError(f"{self.name} has a continuous action space {self.action_space}, but the action RT "
+                             f"is {action.dtype}: a discrete policy (tpo.nn.Categorical) cannot act here; sample "
+                             f"float actions of shape {self.action_shape} from tpo.nn.Normal (e.g. "
+                             f"tpo.nn.DiagGaussianHead(env.action_size))", site)
+
+
+def _bound_text(bound: np.ndarray) -> str:
+    """One number when every element of a bound is the same, else the array."""
+    flat = np.unique(bound)
+    return str(flat[0]) if flat.size == 1 else np.array2string(bound, separator=", ")
 
 
 def check_dims(dims: Sequence[Expr]) -> tuple[Expr, ...]:
@@ -111,8 +164,11 @@ def make(name: str, dims: Sequence[Expr], impl: str | None = None, **kwargs) -> 
     ``impl="gymnasium"`` runs a gymnasium environment on the host through UDF
     ops (any registered id; ``kwargs`` go to ``gymnasium.make``);
     ``impl="tensor"`` builds a built-in environment from tensor ops only
-    (``CartPole-v1``, ``tempo/Synthetic-v0``). The default is ``"tensor"`` for
-    the ``tempo/`` environments and ``"gymnasium"`` for every other name.
+    (``CartPole-v1``, ``Pendulum-v1``, ``tempo/Synthetic-v0``);
+    ``impl="envpool"`` steps envpool's C++ environments through the same UDF
+    ops (``kwargs`` go to ``envpool.make``; needs the ``envpool`` package).
+    The default is ``"tensor"`` for the ``tempo/`` environments and
+    ``"gymnasium"`` for every other name.
 
     >>> import tempo as tpo, tempo.rl
     >>> with tpo.Context() as ctx:
@@ -139,14 +195,19 @@ def make(name: str, dims: Sequence[Expr], impl: str | None = None, **kwargs) -> 
         return tensor_envs[name](name, dims, **kwargs)
     if name in tensor_envs and name.startswith("tempo/"):
         raise TempoError(f"{name!r} exists only as a tensor environment: use impl='tensor'", site)
+    if impl == "envpool":
+        from tempo.rl.envpool_env import EnvPoolEnv
+
+        return EnvPoolEnv(name, dims, **kwargs)
     return GymEnv(name, dims, **kwargs)
 
 
 def _tensor_envs() -> dict:
     from tempo.rl.cartpole import CartPole
+    from tempo.rl.pendulum import Pendulum
     from tempo.rl.synthetic import Synthetic
 
-    return {"CartPole-v1": CartPole, "tempo/Synthetic-v0": Synthetic}
+    return {"CartPole-v1": CartPole, "Pendulum-v1": Pendulum, "tempo/Synthetic-v0": Synthetic}
 
 
 def _suggest(name: str, known) -> str:

@@ -38,27 +38,26 @@ class _Episodes:
     """The host side: one gymnasium environment per running episode."""
 
     def __init__(self, name: str, kwargs: dict, sample_key: tuple[int, ...], first: gymnasium.Env, obs_dtype: str,
-                 action_ndim: int, discrete: bool):
+                 action_ndim: int, box: tuple[np.ndarray, np.ndarray] | None):
         self.name, self.kwargs, self.sample_key = name, kwargs, sample_key
-        self.obs_dtype, self.action_ndim, self.discrete = obs_dtype, action_ndim, discrete
+        self.obs_dtype, self.action_ndim, self.box = obs_dtype, action_ndim, box
         self.free = [first]
         self.running: dict[tuple[int, ...], _Episode] = {}
 
     def reset_seed(self, key: tuple[int, ...]) -> int:
-        """The reset seed of one episode, from the context's sample key and the episode's indices."""
-        return int(np.random.SeedSequence([*self.sample_key, *key]).generate_state(1)[0])
+        return episode_seed(self.sample_key, key)
 
     def reset(self, key):
-        keys, batched = _episode_keys(key)
+        keys, batched = episode_keys(key)
         obs = np.stack([self._reset_one(k) for k in keys])
         done = np.zeros(len(keys), dtype=bool)
         return (obs, done) if batched else (obs[0], done[0])
 
     def step(self, key, steps_left, action, ended):
-        keys, batched = _episode_keys(key)
+        keys, batched = episode_keys(key)
         n = len(keys)
-        rows = zip(keys, _rows(steps_left, 0, n), _rows(action, self.action_ndim, n), _rows(ended, 0, n))
-        obs, reward, done = zip(*(self._step_one(*row) for row in rows))
+        per_row = zip(keys, rows(steps_left, 0, n), rows(action, self.action_ndim, n), rows(ended, 0, n))
+        obs, reward, done = zip(*(self._step_one(*row) for row in per_row))
         out = np.stack(obs), np.asarray(reward, dtype=np.float32), np.asarray(done, dtype=bool)
         return out if batched else tuple(x[0] for x in out)
 
@@ -77,7 +76,7 @@ class _Episodes:
         if ended:
             reward, done = 0.0, True
         else:
-            action = int(action) if self.discrete else np.asarray(action)
+            action = int(action) if self.box is None else np.clip(action, *self.box).astype(self.box[0].dtype)
             obs, reward, terminated, truncated, _ = episode.env.step(action)
             episode.last_obs = np.asarray(obs, dtype=self.obs_dtype)
             done = bool(terminated or truncated)
@@ -89,13 +88,18 @@ class _Episodes:
         return gymnasium.make(self.name, **self.kwargs)
 
 
-def _episode_keys(key) -> tuple[list[tuple[int, ...]], bool]:
+def episode_seed(sample_key: tuple[int, ...], key: tuple[int, ...]) -> int:
+    """The reset seed of one episode, from the context's sample key and the episode's indices."""
+    return int(np.random.SeedSequence([*sample_key, *key]).generate_state(1)[0])
+
+
+def episode_keys(key) -> tuple[list[tuple[int, ...]], bool]:
     key = np.asarray(key)
     batched = key.ndim == 2
     return [tuple(int(v) for v in row) for row in (key if batched else key[None])], batched
 
 
-def _rows(x, ndim: int, n: int) -> np.ndarray:
+def rows(x, ndim: int, n: int) -> np.ndarray:
     """``x`` with a leading axis of ``n`` rows (broadcast when it has none)."""
     x = np.asarray(x)
     return x if x.ndim > ndim else np.broadcast_to(x, (n,) + x.shape)
@@ -112,6 +116,18 @@ def _gym_make(name: str, kwargs: dict) -> gymnasium.Env:
         raise TempoError(f"gymnasium.make({name!r}) failed: {type(err).__name__}: {err}", user_site()) from err
 
 
+def _action_space(name: str, space, site) -> tuple:
+    """``(num_actions, action_shape, action_dtype, low, high)`` of a gymnasium action space."""
+    if isinstance(space, spaces.Discrete):
+        if int(space.start) != 0:
+            raise TempoError(f"{name}: action space {space} starts at {space.start}; only Discrete spaces that "
+                             f"start at 0 are supported", site)
+        return int(space.n), (), "int64", None, None
+    if isinstance(space, spaces.Box):
+        return None, tuple(space.shape), str(space.dtype), space.low, space.high
+    raise TempoError(f"{name}: action space {space} is not supported (Discrete or Box)", site)
+
+
 class GymEnv(Env):
     """A gymnasium environment over ``dims``, stepped on the host (see the module docstring).
 
@@ -121,27 +137,27 @@ class GymEnv(Env):
     context's ``start`` shifts it).
     """
 
+    host_class = _Episodes  # the host side, built from the probe environment
+
     def __init__(self, name: str, dims: tuple[Expr, ...], **kwargs):
         site = user_site()
         if len(dims) < 2:
             raise TempoError(f"{name}: an environment needs a batch dim and a time dim, e.g. dims=(b, t)", site)
-        env = _gym_make(name, kwargs)
+        env, self.max_episode_steps = self._probe(name, kwargs)
         obs_space, act_space = env.observation_space, env.action_space
         if not isinstance(obs_space, (spaces.Box, spaces.Discrete)):
             raise TempoError(f"{name}: observation space {obs_space} is not supported (Box or Discrete)", site)
-        if isinstance(act_space, spaces.Discrete):
-            num_actions, action_shape, action_dtype = int(act_space.n), (), "int64"
-        elif isinstance(act_space, spaces.Box):
-            num_actions, action_shape, action_dtype = None, tuple(act_space.shape), str(act_space.dtype)
-        else:
-            raise TempoError(f"{name}: action space {act_space} is not supported (Discrete or Box)", site)
         obs_dtype = "int64" if isinstance(obs_space, spaces.Discrete) else str(obs_space.dtype)
-        super().__init__(name, dims, tuple(obs_space.shape), obs_dtype, num_actions, action_shape, action_dtype)
-        self.max_episode_steps = env.spec.max_episode_steps if env.spec is not None else None
-        self._host = _Episodes(name, kwargs, current().sample_key, env, obs_dtype, len(action_shape),
-                               num_actions is not None)
+        super().__init__(name, dims, tuple(obs_space.shape), obs_dtype, *_action_space(name, act_space, site))
+        box = None if self.is_discrete else (self.action_low, self.action_high)
+        self._host = self.host_class(name, kwargs, current().sample_key, env, obs_dtype, len(self.action_shape), box)
         self._reset: tuple[RecurrentTensor, RecurrentTensor] | None = None
         self._offsets = tuple(current().offset(d) for d in self.episode_dims)
+
+    def _probe(self, name: str, kwargs: dict):
+        """An environment that tells the spaces, and the truncation limit."""
+        env = _gym_make(name, kwargs)
+        return env, env.spec.max_episode_steps if env.spec is not None else None
 
     def reset_seed(self, key: tuple[int, ...]) -> int:
         return self._host.reset_seed(tuple(key))

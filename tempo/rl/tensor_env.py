@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tempo.api.functional import eval_symbol, from_numpy, placeholder, where
+from tempo.api.functional import eval_symbol, from_numpy, maximum, minimum, placeholder, where
 from tempo.api.rt import RecurrentTensor
 from tempo.errors import TempoError, user_site
 from tempo.rl.env import Env
@@ -26,21 +26,24 @@ class TensorEnv(Env):
     ``initial_state()`` (an RT over the episode dims), ``transition(state,
     action) -> (next_state, reward, terminated)`` and ``observe(state)``.
     ``max_episode_steps`` truncates every episode after that many steps
-    (None: never).
+    (None: never). A continuous environment gives its action bounds
+    (``action_low``, ``action_high``); ``transition`` then sees actions
+    clipped to them.
     """
 
     state_shape: tuple[int, ...] = ()
     state_dtype: str = "float32"
 
     def __init__(self, name: str, dims: tuple[Expr, ...], obs_shape, obs_dtype, num_actions, action_shape,
-                 action_dtype, max_episode_steps: int | None):
+                 action_dtype, max_episode_steps: int | None, action_low=None, action_high=None):
         if len(dims) < 2:
             raise TempoError(f"{name}: an environment needs a batch dim and a time dim, e.g. dims=(b, t)",
                              user_site())
         if max_episode_steps is not None and (not isinstance(max_episode_steps, int) or max_episode_steps < 1):
             raise TempoError(f"{name}: max_episode_steps must be a positive int or None, got "
                              f"{max_episode_steps!r}", user_site())
-        super().__init__(name, dims, obs_shape, obs_dtype, num_actions, action_shape, action_dtype)
+        super().__init__(name, dims, obs_shape, obs_dtype, num_actions, action_shape, action_dtype, action_low,
+                         action_high)
         self.max_episode_steps = max_episode_steps
         self._state0: RT | None = None
 
@@ -78,7 +81,7 @@ class TensorEnv(Env):
         ended = placeholder((), "bool", self.dims)
         state[(*outer, 0)] = self._initial()
         ended[(*outer, 0)] = False
-        moved, reward, done = self.transition(state, action)
+        moved, reward, done = self.transition(state, self._clipped(action))
         if self.max_episode_steps is not None:
             done = done | (eval_symbol(t) >= self.max_episode_steps - 1)
         next_state = where(ended, state, moved)
@@ -88,6 +91,12 @@ class TensorEnv(Env):
         return self.observe(next_state), where(ended, 0.0, reward.cast("float32")), done
 
     step.__doc__ = Env.step.__doc__
+
+    def _clipped(self, action: RT) -> RT:
+        if self.is_discrete:
+            return action
+        action = action.cast(self.action_dtype)
+        return minimum(maximum(action, from_numpy(self.action_low)), from_numpy(self.action_high))
 
     def _initial(self) -> RT:
         if self._state0 is None:

@@ -50,6 +50,9 @@ def parse_args(args_type, description: str = "", argv: Sequence[str] | None = No
     Each field is one flag; its docstring (the string right after the field)
     is the flag's help, followed by its default. A ``bool`` field is a
     ``--name``/``--no-name`` switch. ``argv`` defaults to ``sys.argv[1:]``.
+    A TempoError from the dataclass's ``__post_init__`` (see
+    :func:`require_positive`) is a usage error: printed with the usage line,
+    exit status 2, as argparse reports a malformed flag.
     """
     parser = argparse.ArgumentParser(description=description)
     docs, hints = field_docs(args_type), _type_hints(args_type)
@@ -70,7 +73,22 @@ def parse_args(args_type, description: str = "", argv: Sequence[str] | None = No
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             options.update(required=True, default=None)
         parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, **options)
-    return args_type(**vars(parser.parse_args(argv)))
+    try:
+        return args_type(**vars(parser.parse_args(argv)))
+    except TempoError as err:
+        parser.error(err.problem)
+
+
+def require_positive(args, *names: str) -> None:
+    """Raise a TempoError naming the flag (``--epochs``) of each field in ``names`` that is below 1.
+
+    Call it from an ``Args`` dataclass's ``__post_init__``, so that a bad
+    value is reported as the flag the user typed, before anything runs.
+    """
+    for name in names:
+        value = getattr(args, name)
+        if value < 1:
+            raise TempoError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
 
 
 class ReturnReport:
@@ -96,8 +114,8 @@ class ReturnReport:
             return
         self.returns.append(float(value))
         self.times.append(time.perf_counter())
-        self.bar.update(1)
-        self.bar.set_postfix(mean_return=f"{float(value):.1f}")
+        self.bar.set_postfix(mean_return=f"{float(value):.1f}", refresh=False)
+        self.bar.update(1)  # one redraw, showing this iteration's return
 
     def start(self) -> None:
         self.started = time.perf_counter()

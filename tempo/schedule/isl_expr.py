@@ -6,6 +6,7 @@ bound symbols (``T``) are isl parameters, constrained to ``T >= 1``.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Sequence
 
 import islpy as isl
@@ -87,13 +88,20 @@ def box(dims: Sequence[Expr]) -> list[str]:
 def domain_set(name: str, dims: Sequence[Expr], where: Expr | None = None,
                params: Sequence[str] = ()) -> isl.Set:
     """``{ name[dims] : 0 <= dims < bounds and where }`` as an isl set."""
+    return _domain_set(tuple(dims), where, tuple(params)).set_tuple_name(name)
+
+
+@lru_cache(maxsize=4096)
+def _domain_set(dims: tuple[Expr, ...], where: Expr | None, params: tuple[str, ...]) -> isl.Set:
+    """:func:`domain_set` under a placeholder name: programs repeat a few shapes of set many
+    times, and parsing isl's syntax is most of the cost of building one."""
     from tempo.symbolic.expr import bound_of
 
     constraints = box(dims) + ([cond(simplify(where))] if where is not None else [])
     all_params = sorted(set(params) | {bound_of(d).name for d in dims}
                         | set(params_of([where] if where is not None else [])))
     body = " and ".join(constraints) if constraints else "1 = 1"
-    text = f"{_prefix(all_params)}{{ {name}[{', '.join(d.name for d in dims)}] : {body} }}"
+    text = f"{_prefix(all_params)}{{ S[{', '.join(d.name for d in dims)}] : {body} }}"
     return isl.Set.read_from_str(CTX, text)
 
 
@@ -106,6 +114,14 @@ def access_map(sink: str, sink_dims: Sequence[Expr], src: str, src_dims: Sequenc
     the sink's step symbols. With ``src_box=False`` the reads are not clipped
     to the source's box (to find reads outside it).
     """
+    template = _access_map(tuple(sink_dims), tuple(src_dims), index, where, tuple(params), src_box)
+    return template.set_tuple_name(isl.dim_type.in_, sink).set_tuple_name(isl.dim_type.out, src)
+
+
+@lru_cache(maxsize=4096)
+def _access_map(sink_dims: tuple[Expr, ...], src_dims: tuple[Expr, ...], index: Expr, where: Expr | None,
+                params: tuple[str, ...], src_box: bool) -> isl.Map:
+    """:func:`access_map` between placeholder names (see :func:`_domain_set`)."""
     from tempo.symbolic.expr import bound_of
 
     out_names = [f"{d.name}__src" for d in src_dims]
@@ -122,6 +138,6 @@ def access_map(sink: str, sink_dims: Sequence[Expr], src: str, src_dims: Sequenc
         constraints.append(cond(simplify(where)))
     exprs = [index] + list(sink_dims) + list(src_dims) + ([where] if where is not None else [])
     params = sorted(set(params) | set(params_of(exprs)) | {bound_of(d).name for d in [*sink_dims, *src_dims]})
-    text = (f"{_prefix(params)}{{ {sink}[{', '.join(d.name for d in sink_dims)}] -> "
-            f"{src}[{', '.join(out_names)}] : {' and '.join(constraints) or '1 = 1'} }}")
+    text = (f"{_prefix(params)}{{ S[{', '.join(d.name for d in sink_dims)}] -> "
+            f"R[{', '.join(out_names)}] : {' and '.join(constraints) or '1 = 1'} }}")
     return isl.Map.read_from_str(CTX, text)

@@ -118,19 +118,26 @@ def _one_piece(name: str, maps: list[isl.Map], freed_by: isl.UnionMap, reach: is
     reach.intersect_domain(isl.UnionSet.from_set(points)).foreach_map(reads.append)
     for m in maps:  # at the point of its loop body where m's statement runs, at the readers' point
         at = m.get_tuple_name(isl.dim_type.out)
-        everywhere = None
-        for r in reads:
-            if r.dim(isl.dim_type.out) == m.dim(isl.dim_type.out):
-                r = isl.UnionMap.from_map(r.set_tuple_name(isl.dim_type.out, at))
-                everywhere = r if everywhere is None else everywhere.union(r)
-        if everywhere is None:
-            continue
-        if everywhere.is_empty() or not everywhere.is_single_valued() or \
-                not everywhere.domain().is_equal(isl.UnionSet.from_set(points)):
-            continue
-        if _not_before(waits, everywhere.apply_range(_extended(times))):
-            return isl.Map.from_union_map(everywhere)
+        for readers in ([r for r in reads if r.get_tuple_name(isl.dim_type.out) == at],
+                        [r for r in reads if r.dim(isl.dim_type.out) == m.dim(isl.dim_type.out)]):
+            everywhere = _renamed_union(readers, at)
+            if everywhere is None or everywhere.is_empty() or not everywhere.is_single_valued() or \
+                    not everywhere.domain().is_equal(isl.UnionSet.from_set(points)):
+                continue
+            if _not_before(waits, everywhere.apply_range(_extended(times))):
+                return isl.Map.from_union_map(everywhere)
     return None
+
+
+def _renamed_union(reads: list[isl.Map], at: str) -> isl.UnionMap | None:
+    """The union of ``reads`` (free -> reader instance), each reader renamed ``at``: the place in
+    the loop body where ``at`` runs, at the reader's point (its own reads first, where it reads
+    every point freed: a learner's tile also where that tile does not run)."""
+    out = None
+    for r in reads:
+        r = isl.UnionMap.from_map(r.set_tuple_name(isl.dim_type.out, at))
+        out = r if out is None else out.union(r)
+    return out
 
 
 def _not_before(waits: isl.UnionMap, at: isl.UnionMap) -> bool:
@@ -178,6 +185,8 @@ def dependences(sdg: SDG, d: Domains, dealloc: Dealloc, boxed: bool = False) -> 
     for k in dealloc.edges:
         points = reads(k).range().intersect(d.executed[dealloc.node])
         freed = points if freed is None else freed.union(points)
+    if dealloc.unread and freed is not None:
+        freed = d.executed[dealloc.node]
     if freed is None or freed.is_empty():
         return None
     freed_at = isl.UnionSet.from_set(freed.set_tuple_name(name))

@@ -53,12 +53,14 @@ MIN_BYTES = 64 * 1024
 class Dealloc:
     """A tensor freed point by point: node ``node``'s ``outputs`` (empty: all of them), at the
     points its reads ``edges`` (positions in ``sdg.edges``) read. ``holder``: a statement that
-    holds a view of what those reads return, at the reader's own point (None: none)."""
+    holds a view of what those reads return, at the reader's own point (None: none). ``unread``:
+    the points those reads never read are freed too, each after the last reader it has."""
 
     node: int
     outputs: tuple[int, ...]
     edges: tuple[int, ...]
     holder: int | None = None
+    unread: bool = False  # also the executed points ``edges`` never read, each after its other readers
 
 
 def deallocations(sdg: SDG, program: ast.Stmt, keep: set[int], domains=None, times=None) -> list[Dealloc]:
@@ -190,7 +192,9 @@ def _tile_read_last(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int], d
     aligned tiles (``x[i, Z*k:min(Z*k + Z, T)]``, one statement) and otherwise at points only,
     each of those reads running before the tile holding its point (checked with isl over the
     schedule's ``times``): an n-step learner fused into acting frees the observations it learned
-    from while acting goes on. The tensor's block store holds the tiles' blocks (see
+    from while acting goes on. The points no tile reads (the last iteration's, when nothing reads
+    its update) are freed after their other readers, so the memory does not depend on whether the
+    last update is used. The tensor's block store holds the tiles' blocks (see
     :mod:`tempo.runtime.store_choice`)."""
     node = sdg.nodes[n]
     if n in keep or _small(node):
@@ -219,7 +223,7 @@ def _tile_read_last(sdg: SDG, n: int, edges: list, runs: dict, keep: set[int], d
     last = _last_holder(sdg, tile.sink, runs, domains, times)
     if last is None:
         return None
-    return Dealloc(n, (), (k_tile,), None if last == tile.sink else last)
+    return Dealloc(n, (), (k_tile,), None if last == tile.sink else last, unread=True)
 
 
 # Ops whose output may be a view of their input (on NumPy): a reader of a tile that only

@@ -90,3 +90,11 @@ def test_normal_matches_torch():
 def test_unknown_activation_is_an_error():
     with tpo.Context(), pytest.raises(tpo.TempoError, match="unknown activation 'swish'"):
         tpo.nn.MLP(2, [3], 1, activation="swish")
+
+
+def test_a_layer_size_that_is_not_a_positive_int_is_an_error():
+    with tpo.Context():
+        with pytest.raises(tpo.TempoError, match="Linear: out_features must be a positive int, got None"):
+            tpo.nn.MLP(3, [8], None)
+        with pytest.raises(tpo.TempoError, match="Linear: in_features must be a positive int, got 0"):
+            tpo.nn.Linear(0, 2)

@@ -90,7 +90,7 @@ def test_box_actions_and_discrete_observations():
         (b, B), (t, T) = ctx.dims("b", "t")
         pendulum = tempo.rl.make("Pendulum-v1", dims=(b, t))
         lake = tempo.rl.make("FrozenLake-v1", dims=(b, t), is_slippery=False)
-        assert (pendulum.num_actions, pendulum.action_shape, pendulum.obs_shape) == (None, (1,), (3,))
+        assert (pendulum.is_discrete, pendulum.action_shape, pendulum.obs_shape) == (False, (1,), (3,))
         assert (lake.num_actions, lake.obs_shape, lake.obs_dtype) == (4, (), "int64")
         _, r_pendulum, _ = pendulum.step(tpo.full((1,), 0.5))
         lake_obs, r_lake, _ = lake.step(tpo.full((), 2, "int64"))  # always right: never reaches the goal
@@ -132,7 +132,7 @@ def test_bad_dims_and_actions_are_named():
         env = tempo.rl.make("CartPole-v1", dims=(b, t))
         with pytest.raises(tpo.TempoError, match=r"initial_state needs impl='tensor'"):
             env.reset(initial_state=np.zeros(4))
-        with pytest.raises(tpo.TempoError, match=r"integer dtype, not float32"):
+        with pytest.raises(tpo.TempoError, match=r"discrete action space Discrete\(2\), but the action RT is float32"):
             env.step(tpo.full((), 1.0))
         with pytest.raises(tpo.TempoError, match=r"shape \(2,\), the environment takes actions of shape \(\)"):
             env.step(tpo.full((2,), 1, "int64"))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import pytest
 
 import tempo as tpo
-from tempo.rl.training import ReturnReport, field_docs, parse_args
+from tempo.rl.training import ReturnReport, field_docs, parse_args, require_positive
 
 
 @dataclass
@@ -68,3 +68,36 @@ def test_the_summary_line_names_the_mean_of_the_last_five_iterations(capsys):
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith("mean_return_last5=4.0 iterations=7 seconds=")
     assert summary["mean_return"] == 4.0 and summary["returns"][-1] == 6.0
+
+
+def test_the_bar_redraws_once_per_iteration_with_that_iterations_return():
+    with tpo.Context() as ctx:
+        (i, I), = ctx.dims("i")
+        report = ReturnReport(tpo.eval_symbol(i).cast("float32") * 10.0, 4, "test")
+        bar = report.bar
+        bar.mininterval, bar.miniters, bar.dynamic_miniters = 0, 1, False
+        drawn = []
+        display = bar.display
+        bar.display = lambda *a, **k: drawn.append((bar.n, bar.format_dict["postfix"])) or display(*a, **k)
+        report.start()
+        ctx.run(bounds={I: 4})
+    assert drawn == [(k + 1, f"mean_return={10.0 * k:.1f}") for k in range(4)]
+    report.finish()
+
+
+def test_require_positive_names_the_flag(capsys):
+    @dataclass
+    class Counts:
+        num_envs: int = 4
+        """environments"""
+
+        def __post_init__(self) -> None:
+            require_positive(self, "num_envs")
+
+    assert parse_args(Counts, argv=["--num-envs", "2"]).num_envs == 2
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(Counts, argv=["--num-envs", "0"])
+    assert exit_.value.code == 2
+    assert "error: --num-envs must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(tpo.TempoError, match="--num-envs must be at least 1, got -1"):
+        Counts(num_envs=-1)

@@ -1,0 +1,150 @@
+"""Observation and reward normalisation as recurrences, against gymnasium's wrappers on the same data."""
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.wrappers import NormalizeObservation, NormalizeReward
+
+import tempo as tpo
+import tempo.rl
+
+B, I, T = 2, 3, 6
+
+
+class Replay(gymnasium.Env):
+    """An environment that replays given observations, rewards and terminations."""
+
+    def __init__(self, obs, rewards=None, terminated=None):
+        self.obs, self.rewards, self.terminated, self.k = obs, rewards, terminated, 0
+        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, obs.shape[1:], np.float32)
+        self.action_space = gymnasium.spaces.Discrete(1)
+
+    def reset(self, seed=None, options=None):
+        return self.obs[0], {}
+
+    def step(self, action):
+        self.k += 1
+        reward = 0.0 if self.rewards is None else float(self.rewards[self.k - 1])
+        terminated = False if self.terminated is None else bool(self.terminated[self.k - 1])
+        return self.obs[self.k], reward, terminated, False, {}
+
+
+def observations(seed=0, shape=(B, I, T, 3)):
+    rng = np.random.default_rng(seed)
+    data = (rng.normal(size=shape) * [1.0, 5.0, 0.1] + [2.0, -1.0, 0.0]).astype(np.float32)
+    data.reshape(-1)[9] = 400.0  # an outlier
+    return data
+
+
+def gym_observations(stream: np.ndarray, clip=10.0) -> np.ndarray:
+    env = NormalizeObservation(Replay(stream))
+    out = [env.reset()[0]] + [env.step(0)[0] for _ in range(len(stream) - 1)]
+    return np.clip(np.array(out), -clip, clip)
+
+
+def gym_rewards(rewards: np.ndarray, terminated: np.ndarray, gamma: float, clip: float) -> np.ndarray:
+    env = NormalizeReward(Replay(np.zeros((len(rewards) + 1, 1), np.float32), rewards, terminated), gamma=gamma)
+    env.reset()
+    return np.clip(np.array([env.step(0)[1] for _ in rewards]), -clip, clip)
+
+
+def normalize_obs(data, valid=None, **kwargs):
+    with tpo.Context() as ctx:
+        (b, Bs), (i, Is), (t, Ts) = ctx.dims("b", "i", "t")
+        o = tpo.from_numpy(data, dims=(b, i, t))
+        ok = None if valid is None else tpo.from_numpy(valid, dims=(b, i, t))
+        norm = tempo.rl.NormalizeObservation(o, valid=ok, **kwargs)
+        return ctx.run({Bs: data.shape[0], Is: data.shape[1], Ts: data.shape[2]}, fetch=[norm.normalized])[0]
+
+
+def test_observations_match_gymnasium_per_environment_across_iterations():
+    data = observations()
+    ours = normalize_obs(data)
+    assert ours.dtype == np.float32
+    for k in range(B):
+        np.testing.assert_allclose(ours[k].reshape(I * T, 3), gym_observations(data[k].reshape(I * T, 3)),
+                                   rtol=1e-4, atol=2e-5)
+
+
+def test_observations_over_one_time_dim_and_another_clip():
+    data = observations(seed=1, shape=(3, 10, 3))
+    with tpo.Context() as ctx:
+        (b, Bs), (t, Ts) = ctx.dims("b", "t")
+        norm = tempo.rl.NormalizeObservation(tpo.from_numpy(data, dims=(b, t)), clip=1.5)
+        ours, = ctx.run({Bs: 3, Ts: 10}, fetch=[norm.normalized])
+    for k in range(3):
+        np.testing.assert_allclose(ours[k], gym_observations(data[k], clip=1.5), rtol=1e-4, atol=2e-5)
+    assert np.abs(ours).max() == np.float32(1.5)
+
+
+def test_invalid_steps_leave_the_statistics_alone():
+    data = observations(seed=2)
+    valid = np.ones((B, I, T), bool)
+    valid[:, :, 4:] = False  # the padding after each episode's end
+    ours = normalize_obs(data, valid=valid)
+    for k in range(B):
+        kept = data[k][valid[k]]
+        np.testing.assert_allclose(ours[k][valid[k]], gym_observations(kept), rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("gamma, clip", [(0.99, 10.0), (0.9, 0.5)])
+def test_rewards_match_gymnasium_with_terminations(gamma, clip):
+    rng = np.random.default_rng(3)
+    rewards = rng.normal(1.0, 3.0, size=(B, I, T)).astype(np.float32)
+    terminated = rng.random((B, I, T)) < 0.2
+    rewards[1, 2, 5] = 1e4  # an outlier
+    with tpo.Context() as ctx:
+        (b, Bs), (i, Is), (t, Ts) = ctx.dims("b", "i", "t")
+        norm = tempo.rl.NormalizeReward(tpo.from_numpy(rewards, dims=(b, i, t)),
+                                        tpo.from_numpy(terminated, dims=(b, i, t)), gamma=gamma, clip=clip)
+        ours, = ctx.run({Bs: B, Is: I, Ts: T}, fetch=[norm.normalized])
+    assert np.abs(ours).max() == np.float32(clip)  # the clip is reached (the first step divides by ~0)
+    for k in range(B):
+        ref = gym_rewards(rewards[k].reshape(-1), terminated[k].reshape(-1), gamma, clip)
+        np.testing.assert_allclose(ours[k].reshape(-1), ref, rtol=1e-5, atol=1e-6)
+
+
+def run_normalized(data, rewards, terminated, iterations, path=None, resume_from=None, start=0):
+    """Both wrappers over (b, i, t), checkpointed at every i; resumed from ``resume_from`` at ``start``."""
+    with tpo.Context(start={"i": start}) as ctx:
+        (b, Bs), (i, Is), (t, Ts) = ctx.dims("b", "i", "t")
+        obs = tempo.rl.NormalizeObservation(tpo.from_numpy(data[:, start:start + iterations], dims=(b, i, t)))
+        rew = tempo.rl.NormalizeReward(tpo.from_numpy(rewards[:, start:start + iterations], dims=(b, i, t)),
+                                       tpo.from_numpy(terminated[:, start:start + iterations], dims=(b, i, t)))
+        if path is not None:
+            tpo.checkpoint({**obs.state_dict(), **rew.state_dict()}, path)
+        if resume_from is not None:
+            ckpt = tpo.load_checkpoint(resume_from)
+            obs.resume(ckpt)
+            rew.resume(ckpt)
+        return ctx.run({Bs: B, Is: iterations, Ts: T}, fetch=[obs.normalized, rew.normalized])
+
+
+def test_statistics_checkpoint_and_resume_bit_identically(tmp_path):
+    rng = np.random.default_rng(4)
+    data = observations(seed=4, shape=(B, 4, T, 3))
+    rewards = rng.normal(size=(B, 4, T)).astype(np.float32)
+    terminated = rng.random((B, 4, T)) < 0.1
+    full = run_normalized(data, rewards, terminated, 4, path=str(tmp_path / "norm-{i}.safetensors"))
+    saved = tpo.load_checkpoint(str(tmp_path / "norm-1.safetensors"))
+    assert saved.point == {"i": 1} and saved.tensors["obs_rms/mean"].shape == (B, 3)
+    assert sorted(saved.tensors) == ["obs_rms/count", "obs_rms/mean", "obs_rms/var", "return_rms/count",
+                                     "return_rms/mean", "return_rms/return", "return_rms/var"]
+    np.testing.assert_allclose(saved.tensors["obs_rms/count"], [2 * T + 1e-4] * B)
+    resumed = run_normalized(data, rewards, terminated, 2, resume_from=str(tmp_path / "norm-1.safetensors"),
+                             start=2)
+    for ours, theirs in zip(resumed, full):
+        np.testing.assert_array_equal(ours, theirs[:, 2:])
+
+
+def test_bad_time_dims_and_gamma_are_errors():
+    with tpo.Context() as ctx:
+        (b, Bs), (i, Is), (t, Ts) = ctx.dims("b", "i", "t")
+        o = tpo.from_numpy(np.zeros((2, 3, 4, 1), np.float32), dims=(b, i, t))
+        with pytest.raises(tpo.TempoError, match="time dims must be the tensor's last dims"):
+            tempo.rl.NormalizeObservation(o, time=(b, i))
+        with pytest.raises(tpo.TempoError, match="time must be one or two of the tensor's dims"):
+            tempo.rl.NormalizeObservation(o, time=(b, i, t))
+        with pytest.raises(tpo.TempoError, match="gamma must be in \\[0, 1\\], got 1.5"):
+            tempo.rl.NormalizeReward(o.squeeze(0), o.squeeze(0) > 0, gamma=1.5)

@@ -1,0 +1,64 @@
+"""One algorithm, several spellings, one memory class.
+
+An n-step REINFORCE learner whose tiles run while acting goes on frees the
+observations it learned from, so its stores hold a few tiles whatever ``T``
+is. That must not hang on incidental details of how the program is written:
+a sink reporting every iteration or none, a checkpoint keeping the last
+update alive or none (the last iteration's learning is then dead, and its
+observations are read by acting alone), a ``.mean()`` loss or a
+``.sum() / n`` one. Each spelling is checked against Monte-Carlo returns,
+which hold an iteration's observations until its end.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import tempo as tpo
+from tempo.transforms import tile
+
+B_, I_, T_, OBS = 4, 2, 120, (3, 32, 32)
+OBSERVATIONS = B_ * T_ * 4 * 3 * 32 * 32  # bytes of one iteration's observations
+
+
+def peak(tmp_path, nstep: int, sink: bool, checkpoint: bool, loss: str) -> int:
+    """The peak bytes held in stores by one spelling of REINFORCE."""
+    with tpo.Context(seed=0) as ctx:
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+        env = tpo.rl.make("tempo/Synthetic-v0", dims=(b, i, t), impl="tensor", obs_shape=OBS, episode_length=T_)
+        policy = tpo.nn.MLP(env.obs_size, [16], env.num_actions, dims=(i,))
+        o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
+        o[b, i, 0] = env.reset()
+        dist = tpo.nn.Categorical(logits=policy(o.reshape(env.obs_size)))
+        a = dist.sample()
+        o[b, i, t + 1], r, d = env.step(a)
+        g = r[b, i, t:(T if nstep == 0 else tpo.min(t + nstep, T))].discounted_sum(0.99)
+        terms = (dist.log_prob(a) * g)[0:B, i, 0:T]
+        objective = terms.mean() if loss == "mean" else terms.sum() / float(B_ * T_)
+        (-objective).backward()
+        adam = tpo.optim.Adam(policy.parameters(), lr=1e-3)
+        adam.step()
+        if checkpoint:
+            tpo.checkpoint(adam.state_dict(), str(tmp_path / "ck_{i}.npz"))
+        if sink:
+            tpo.sink(r[0:B, i, 0:T].sum(), lambda point, value: None)
+        program = ctx.compile(passes={"tile": tile.Config(tiles={"t": 10})})
+        program.run({B: B_, I: I_, T: T_})
+    return program.ledger.peak["device"]
+
+
+SPELLINGS = list(itertools.product([False, True], [False, True], ["mean", "sum"]))
+
+
+@pytest.fixture(scope="module")
+def monte_carlo(tmp_path_factory) -> int:
+    return peak(tmp_path_factory.mktemp("mc"), 0, sink=True, checkpoint=False, loss="mean")
+
+
+@pytest.mark.parametrize("sink, checkpoint, loss", SPELLINGS)
+def test_nstep_learning_while_acting_holds_a_few_tiles_in_every_spelling(tmp_path, monte_carlo, sink, checkpoint,
+                                                                         loss):
+    assert monte_carlo >= OBSERVATIONS  # Monte-Carlo holds an iteration's observations
+    got = peak(tmp_path, 8, sink, checkpoint, loss)
+    assert got <= 0.4 * monte_carlo, f"{got / 2**20:.1f} MiB against Monte-Carlo's {monte_carlo / 2**20:.1f} MiB"
