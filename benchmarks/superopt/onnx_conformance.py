@@ -30,6 +30,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--agents", nargs="+", default=["greedy"])
     p.add_argument("--node-budget", type=float, default=2.0, help="seconds per node test")
     p.add_argument("--model-budget", type=float, default=30.0, help="seconds per shipped model")
+    p.add_argument("--suites", nargs="+", default=["node", "models"], choices=["node", "models"],
+                   help="the node tests, the shipped models, or both")
     p.add_argument("--step", type=int, default=1, help="every STEP-th node test (1: all)")
     p.add_argument("--out", default="docs/results/superopt/onnx_conformance.json")
     return p.parse_args()
@@ -55,8 +57,11 @@ def main() -> None:
     args = _args()
     rows = {}
     for agent in args.agents:
-        for suite, cases, budget in (("node tests", node_cases(), args.node_budget),
-                                     ("shipped models", data_cases(), args.model_budget)):
+        for key, suite, cases, budget in (
+                ("node", "node tests", node_cases(), args.node_budget),
+                ("models", "shipped models", data_cases(), args.model_budget)):
+            if key not in args.suites:
+                continue
             if suite == "node tests" and args.step > 1:
                 cases = (c for k, c in enumerate(cases) if k % args.step == 0)
             start = time.perf_counter()

@@ -14,7 +14,8 @@ Saturation runs at most ``iterations`` rounds, 2 by default: with egglog
 13.2.0 the full rule set panics inside egglog's join (``Option::unwrap()`` on
 ``None`` in ``core-relations/src/free_join``) in the third round on the conv
 workloads. Two rounds already fuse, fold batch norms, enlarge and merge
-convolutions.
+convolutions. Where egglog panics anyway, or extraction is still running at
+the deadline, the search returns its input.
 """
 from __future__ import annotations
 
@@ -68,8 +69,10 @@ def _value(enode: dict, nodes: dict) -> object:
                                                       else int(op))
 
 
-def _extract(serialized: dict, leaves: list[Node], model: CostModel) -> dict[str, Node]:
-    """The cheapest node of every e-class of terms, by fixed-point iteration."""
+def _extract(serialized: dict, leaves: list[Node], model: CostModel, deadline: float
+             ) -> dict[str, Node] | None:
+    """The cheapest node of every e-class of terms, by fixed-point iteration (None when the
+    ``deadline`` comes first)."""
     nodes = serialized["nodes"]
     terms = [(k, v) for k, v in nodes.items() if v["op"] == "Leaf" or v["op"] in CTORS]
     best: dict[str, tuple[float, Node]] = {}
@@ -77,6 +80,8 @@ def _extract(serialized: dict, leaves: list[Node], model: CostModel) -> dict[str
     while changed:
         changed = False
         for _, e in terms:
+            if time.perf_counter() > deadline:
+                return None
             made = _build(e, nodes, best, leaves)
             if made is None:
                 continue
@@ -144,8 +149,16 @@ def eqsat(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | N
     texts = _rules_text(rules)
     eg = _PREPARED.pop(texts, None) or _read_rules(texts)
     eg.run_program(*eg.parse_program("\n".join(enc.lines)))
-    fired, serialized = _saturate(eg, deadline, node_limit, iterations)
-    chosen = _extract(serialized, enc.leaves, model)
+    try:
+        fired, serialized = _saturate(eg, deadline, node_limit, iterations)
+    except BaseException as exc:    # egglog's Rust panics derive from BaseException
+        if type(exc).__name__ != "PanicException":
+            raise
+        return SearchResult(graph, [], start_cost, trace=[start_cost])
+    chosen = _extract(serialized, enc.leaves, model, deadline)
+    if chosen is None:
+        return SearchResult(graph, [], start_cost, explored=len(serialized["nodes"]),
+                            trace=[start_cost])
     classes = {n["eclass"] for k, n in serialized["nodes"].items()
                if k.startswith("function-") and n["op"] in ("Leaf", *CTORS)}
     outputs = []
