@@ -55,6 +55,8 @@ def _summary(verdicts: list) -> dict:
 
 def main() -> None:
     args = _args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
     rows = {}
     for agent in args.agents:
         for key, suite, cases, budget in (
@@ -69,8 +71,6 @@ def main() -> None:
             rows[f"{agent} / {suite}"] = {**_summary(verdicts), "budget_s": budget,
                                           "wall_s": time.perf_counter() - start}
             _print_row(f"{agent} / {suite}", rows[f"{agent} / {suite}"])
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"commit": commit, "onnx": onnx.__version__,

@@ -29,6 +29,10 @@ from tempo.superopt.rules import Rule, load_rules
 # The time set aside for verifying the written model: loading and running both models (twice
 # what loading and running the input once took, doubled for a loaded machine) and the checker.
 ONNX_RUNS_TO_VERIFY = 4
+# Runs of the model the RL agent needs at the least: a step of an episode times two graphs for
+# 10 cycles, and its steps and updates are not cut short at the deadline (light CNNs at 0.1-1 s
+# a run overran 30 s budgets by 10-100 s), so a model slower than this is not given to it.
+RL_RUNS = 400
 CHECKER_S = 0.3
 
 
@@ -94,9 +98,10 @@ def optimize_model(model: onnx.ModelProto, agent: str = "greedy", budget_s: floa
         return _kept(result, f"the input model cannot be run to measure and check a result: {exc}")
     verify_s = ONNX_RUNS_TO_VERIFY * (run.load_s + run.run_s) + CHECKER_S
     left = deadline - verify_s - time.perf_counter()
-    if SEARCH_RUNS * run.run_s > left:
+    runs = RL_RUNS if agent == "rl" else SEARCH_RUNS
+    if runs * run.run_s > left:
         return _kept(result, f"one run of the model takes {run.run_s:.2f} s: the budget cannot "
-                     f"time the {SEARCH_RUNS} runs a search and its check need at the least")
+                     f"time the {runs} runs {agent} and its check need at the least")
     if agent == "rl":       # its steps and updates are not cut short at its deadline
         left -= min(BUDGET_TOLERANCE_S, 0.25 * left)
     with given_feeds(run.values):
