@@ -1,6 +1,6 @@
 """Activation caching (TEMPO §7.3): executed operations per iteration with the pass on and off.
 
-PPO (``examples/ppo.py``, one update per batch) replays the actor and the
+PPO (``examples/ppo_fixed_horizon.py``, one update per batch) replays the actor and the
 critic over the batch it just collected, with the parameters that collected
 it; the ``cache_activations`` pass lets the learner read the activations
 acting computed instead. This script runs the same program with the pass on
@@ -94,7 +94,7 @@ class OpCounter:
 
 def run(point: Point, iterations: int, cache: bool) -> dict:
     """Train PPO at ``point`` for ``iterations`` (plus one that does not learn) and count."""
-    module = _example("ppo")
+    module = _example("ppo_fixed_horizon")
     args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape=point.obs_shape, batch=point.envs,
                        steps=point.steps, hidden=point.hidden, layers=point.layers, iterations=iterations + 1,
                        epochs=1)

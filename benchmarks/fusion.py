@@ -53,8 +53,12 @@ def _times(ratio: float | None) -> str:
     return f"{ratio:.2f}x" if ratio is not None else "-"
 
 
+# the example file each program name trains with (PPO here is the paper's fixed-horizon formulation)
+EXAMPLE_FILES = {"ppo": "ppo_fixed_horizon", "reinforce": "reinforce", "a2c": "a2c"}
+
+
 def _example(name: str):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "examples", f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "examples", f"{EXAMPLE_FILES.get(name, name)}.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

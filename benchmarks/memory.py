@@ -15,7 +15,7 @@ peak RSS, and the steady-state seconds per iteration. A PNG shows the bytes
 held over the run (kernel launches on the x axis) for each return estimator
 at the longest episode.
 
-**PPO under a device budget** -- ``examples/ppo.py`` and the CleanRL-style
+**PPO under a device budget** -- ``examples/ppo_fixed_horizon.py`` and the CleanRL-style
 baseline (``benchmarks/baselines/cleanrl_ppo.py``) on ``tempo/Synthetic-v0``
 with observations from 3x16x16 to 3x256x256, 4 environments, ``--ppo-steps``
 timesteps. The baseline's device memory is what training adds to its
@@ -28,7 +28,7 @@ peaks, the process's peak RSS and the seconds per iteration. A PNG draws
 device memory against observation size with the budget, and the bytes
 each tier holds over Tempo's run at the largest size.
 
-**Recomputation** -- ``examples/ppo.py`` at TEMPO's default point (3x4x4
+**Recomputation** -- ``examples/ppo_fixed_horizon.py`` at TEMPO's default point (3x4x4
 observations, 512 environments, T=250, two hidden layers of 64), where the
 activations outweigh the observations, without a budget and under each of
 ``--recompute-budgets``, with the activation-caching pass choosing by the
@@ -38,7 +38,7 @@ recomputes its forward), both run here. Reported: whether the run fits,
 device and host peaks, the learner nodes that read cached activations, seconds per
 iteration, and whether every run's returns are identical.
 
-**Swap plans** -- ``examples/ppo.py`` as in the PPO experiment, under the
+**Swap plans** -- ``examples/ppo_fixed_horizon.py`` as in the PPO experiment, under the
 same budget, with the default swap plan (every large tensor the learner
 reads in slices lives in the host tier) and with ``tempo.memplan``'s
 (``memory={"plan": "memplan"}``: the memory-mapping game keeps on the
@@ -126,7 +126,7 @@ def ppo_child(spec: dict, out_path: str) -> None:
         result = dict(spec, device_bytes=peak_rss() - before, host_bytes=0, peak_rss_bytes=peak_rss(),
                       seconds_per_iteration=(ends[-1] - ends[0]) / max(1, len(ends) - 1))
     else:
-        module, programs = _probed_example("ppo")
+        module, programs = _probed_example("ppo_fixed_horizon")
         args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape=obs, batch=spec["envs"],
                            steps=spec["steps"], iterations=spec["iterations"], epochs=1, hidden=spec["hidden"],
                            device_budget=str(spec["budget"]))
@@ -148,7 +148,7 @@ def recompute_child(spec: dict, out_path: str) -> None:
     from tempo.transforms import cache_activations
 
     cache_activations.COSTS["cpu"] = cache_activations.COSTS[spec["costs"]]
-    module, programs = _probed_example("ppo")
+    module, programs = _probed_example("ppo_fixed_horizon")
     args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape=spec["obs"], batch=spec["envs"],
                        steps=spec["steps"], iterations=spec["iterations"], epochs=1, hidden=spec["hidden"],
                        device_budget=str(spec["budget"]) if spec["budget"] else "")
@@ -194,7 +194,7 @@ def swap_plan_child(spec: dict, out_path: str) -> None:
     """One Tempo PPO run under ``spec["budget"]`` with the swap plan ``spec["plan"]``; writes what was measured."""
     from tempo.api import compile as compile_mod
 
-    module, programs = _probed_example("ppo")
+    module, programs = _probed_example("ppo_fixed_horizon")
     probed = compile_mod.compile_program
 
     def planned(*a, **k):

@@ -4,7 +4,7 @@ Every system trains the same algorithm (``--algo ppo`` or ``reinforce``) with
 the same network, initialisation and hyper-parameters on the same
 environment dynamics (``tempo/Synthetic-v0``):
 
-- ``tempo-numpy``, ``tempo-torch``, ``tempo-jax``: ``examples/ppo.py`` /
+- ``tempo-numpy``, ``tempo-torch``, ``tempo-jax``: ``examples/ppo_fixed_horizon.py`` /
   ``examples/reinforce.py`` themselves, on the NumPy, PyTorch (eager, CPU)
   and JAX (one ``jax.jit`` function per fused island, the acting loop one
   ``lax.scan``) backends;
@@ -156,8 +156,12 @@ class ProbedLoop:
         return getattr(self.compiled, name)
 
 
+# the example file each program name trains with (PPO here is the paper's fixed-horizon formulation)
+EXAMPLE_FILES = {"ppo": "ppo_fixed_horizon", "reinforce": "reinforce", "a2c": "a2c"}
+
+
 def _example(name: str):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "examples", f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "examples", f"{EXAMPLE_FILES.get(name, name)}.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

@@ -1,6 +1,6 @@
 """Does ``torch.compile`` pay for Tempo's fused islands? PPO's islands, eager against compiled.
 
-Compiles PPO (``examples/ppo.py``, ``tempo/Synthetic-v0``, the default RL
+Compiles PPO (``examples/ppo_fixed_horizon.py``, ``tempo/Synthetic-v0``, the default RL
 point of ``benchmarks/rl_train.py`` unless flags say otherwise) for the torch
 backend, runs one iteration to capture each fused island's inputs, then
 times the largest acting island (run once per step) and the largest
@@ -40,7 +40,7 @@ def capture(args) -> list:
         return probe
 
     torch_backend.TorchBackend.kernel = kernel
-    spec = importlib.util.spec_from_file_location("ppo", os.path.join(ROOT, "examples", "ppo.py"))
+    spec = importlib.util.spec_from_file_location("ppo", os.path.join(ROOT, "examples", "ppo_fixed_horizon.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules["ppo"] = module
     spec.loader.exec_module(module)

@@ -1,113 +1,157 @@
-"""PPO on CartPole-v1: clipped surrogate, GAE, several updates per batch of episodes.
+"""PPO as CleanRL's ``ppo.py`` runs it: persistent vector environments, GAE, minibatch epochs.
 
-The parameters are a recurrence over the update dim ``i``. A batch of
-episodes is collected at every ``epochs``-th update, with the policy of that
-update, and the next ``epochs`` updates all train on it:
-``k = (i // epochs) * epochs`` is the update whose episodes update ``i``
-reads. Acting is defined at every ``i`` but only the points some update reads
-are executed, so episodes are collected once per batch. The probability ratio
-compares the current policy with the one that acted (``logp_old``, detached),
-so after the first update of a batch the clip is active.
+Same flags, defaults and outputs as CleanRL: a CleanRL user changes the
+command name and nothing else. ``num_envs`` environments are stepped
+``num_steps`` times per rollout and keep running across rollouts,
+resetting themselves at the end of an episode; truncated episodes bootstrap
+from the value of their final observation. Each rollout then trains for
+``update_epochs`` epochs of ``num_minibatches`` shuffled minibatches.
 
-    tempo run examples/ppo.py --iterations 60 --epochs 4
+The whole run is one program. The update dim ``i`` counts optimizer steps;
+a rollout is taken at every ``update_epochs * num_minibatches``-th update
+(``k = (i // K) * K`` is the update whose rollout update ``i`` trains on),
+and the environments' state, the episode statistics and the observation
+are recurrences carried from one rollout to the next.
 
-Large observations under a device budget (the learner runs in tiles, the
-observations live in the host tier; docs/memory.md):
+    tempo run examples/ppo.py --env-id CartPole-v1 --total-timesteps 500000
+    tempo run examples/ppo.py --env-id Acrobot-v1 --save-model
+    tempo rl evaluate runs/<run name>/ppo.safetensors --env-id CartPole-v1
 
-    tempo run examples/ppo.py --env tempo/Synthetic-v0 --impl tensor --obs-shape 3,128,128 \
-        --batch 4 --steps 1000 --epochs 1 --hidden 16 --iterations 2 --device-budget 256MB
+TensorBoard files go to ``runs/<env_id>__<exp_name>__<seed>__<time>``.
 """
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 
 import tempo as tpo
+from tempo.rl.minibatch import Minibatches, flatten
+from tempo.rl.run_log import RunLog
 
 
 @dataclass
 class Args:
-    env: str = "CartPole-v1"
-    """gymnasium environment id"""
+    exp_name: str = "ppo"
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    save_model: bool = False
+    """whether to save the policy into `runs/{run_name}`"""
+    env_id: str = "CartPole-v1"
+    """the id of the environment"""
     impl: str = "gymnasium"
-    """'gymnasium' (UDF ops) or 'tensor' (CartPole written as tensor ops)"""
-    seed: int = 0
-    """seeds initialisation, sampling and the environments"""
-    iterations: int = 60
-    """batches of episodes (each trained on for `epochs` updates)"""
-    epochs: int = 4
-    """updates per batch of episodes"""
-    batch: int = 32
-    """episodes per batch"""
-    steps: int = 500
-    """timesteps per episode"""
+    """'gymnasium' (UDF ops) or 'tensor' (environments written as tensor ops: CartPole-v1)"""
+    vector: str = "sync"
+    """gymnasium vector environment: 'sync' (one process) or 'async' (a subprocess per environment)"""
+    total_timesteps: int = 500000
+    """total timesteps of the experiments"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 4
+    """the number of parallel game environments"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
     gamma: float = 0.99
-    """discount factor"""
-    lam: float = 0.95
-    """GAE lambda"""
-    clip: float = 0.2
-    """PPO clip range: the ratio is clipped to [1 - clip, 1 + clip]"""
-    lr: float = 0.003
-    """Adam learning rate (actor and critic), annealed linearly to 0 over the updates"""
-    value_coef: float = 0.5
-    """weight of the critic's squared error"""
-    entropy_coef: float = 0.0
-    """weight of the entropy bonus"""
-    hidden: int = 32
-    """width of the hidden layers"""
-    layers: int = 2
-    """hidden layers of the actor and of the critic"""
-    obs_shape: str = ""
-    """observation shape ('3,4,4') for environments that take one (tempo/Synthetic-v0, episodes of `steps`)"""
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: float | None = None
+    """the target KL divergence threshold"""
+    track_tensorboard: bool = True
+    """write TensorBoard event files under runs/{run_name}"""
     backend: str = ""
-    """backend: numpy, torch or jax (torch:cuda, jax:gpu for a GPU); empty: $TEMPO_BACKEND, else numpy"""
-    device_budget: str = ""
-    """hold the device tier to this many bytes ('512MB'): the learner runs in tiles and acting's output
-    swaps to the host (docs/memory.md); empty: no budget"""
-
+    """backend: numpy, torch or jax; empty: $TEMPO_BACKEND, else numpy"""
 
     def __post_init__(self) -> None:
-        tpo.rl.training.require_positive(self, "iterations", "epochs", "batch", "steps", "hidden", "layers")
+        tpo.rl.training.require_positive(self, "total_timesteps", "num_envs", "num_steps", "num_minibatches",
+                                         "update_epochs")
 
 def main(args: Args) -> dict:
+    batch_size = args.num_envs * args.num_steps
+    num_iterations = args.total_timesteps // batch_size
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     with tpo.Context(seed=args.seed) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+        batches = Minibatches(i, batch_size, args.update_epochs, args.num_minibatches)
+        K = batches.rollout_every
 
-        # ----- acting, with the policy of update i (executed where an update reads it) -----
-        shape = tuple(int(n) for n in args.obs_shape.split(",") if n)
-        shaped = {"obs_shape": shape, "episode_length": args.steps} if shape else {}
-        env = tpo.rl.make(args.env, dims=(b, i, t), impl=args.impl, **shaped)
-        actor = tpo.nn.MLP(env.obs_size, [args.hidden] * args.layers, env.num_actions, dims=(i,),
-                           last_init_scale=0.01)
-        critic = tpo.nn.MLP(env.obs_size, [args.hidden] * args.layers, 1, dims=(i,))
-        o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
-        o[b, i, 0] = env.reset()
-        x = o.reshape(env.obs_size) if len(env.obs_shape) > 1 else o  # the networks read flat observations
-        dist = tpo.nn.Categorical(logits=actor(x))
+        # ----- the agent: CleanRL's separate actor and critic MLPs, orthogonal init -----
+        env = tpo.rl.make(args.env_id, dims=(b, i, t), impl=args.impl, autoreset=True, rollout_every=K,
+                          **({"vector": args.vector} if args.impl == "gymnasium" else {}))
+        n_obs = env.obs_size
+        critic = tpo.nn.MLP(n_obs, [64, 64], 1, dims=(i,), init="orthogonal", last_init_scale=1.0)
+        actor = tpo.nn.MLP(n_obs, [64, 64], env.num_actions, dims=(i,), init="orthogonal", last_init_scale=0.01)
+
+        # ----- the rollout: persistent environments, carried across rollouts -----
+        o = tpo.placeholder(env.obs_shape, "float32", dims=(b, i, t))
+        o[b, i, 0] = env.reset().cast("float32")
+        dist = tpo.nn.Categorical(logits=actor(o))
         a = dist.sample()
-        o[b, i, t + 1], r, d = env.step(a)
-        logp_old = dist.log_prob(a).detach()
-        advantage, target = tpo.rl.gae(r, critic(x).squeeze(0).detach(), d, args.gamma, args.lam)
-        alive = tpo.rl.alive(d)                                      # 1 until the episode has ended
+        step = env.step(a)
+        o[b, i, t + 1] = step.obs.cast("float32")
+        value = critic(o).squeeze(0).detach()
+        next_value = critic(step.final_obs.cast("float32")).squeeze(0).detach()
+        advantages, returns = tpo.rl.rollout_gae(step.reward, value, next_value, step.terminated, step.done,
+                                                 args.gamma, args.gae_lambda)
+        episode_return, episode_length = tpo.rl.episode_statistics(step.reward, step.done, every=K)
 
-        # ----- learning: update i trains on the episodes of update k -----
-        k = (i // args.epochs) * args.epochs
-        obs, act = x[0:B, k, 0:T], a[0:B, k, 0:T]
-        new = tpo.nn.Categorical(logits=actor(obs))
-        loss = tpo.rl.ppo_clip_loss(new.log_prob(act), logp_old[0:B, k, 0:T], advantage[0:B, k, 0:T],
-                                    critic(obs).squeeze(-1), target[0:B, k, 0:T], new.entropy(),
-                                    alive[0:B, k, 0:T], args.clip, args.value_coef, args.entropy_coef)
-        loss.backward()
-        lr = args.lr * (1.0 - tpo.eval_symbol(i).cast("float32") / tpo.eval_symbol(I).cast("float32"))
-        tpo.optim.Adam(actor.parameters() + critic.parameters(), lr=lr, max_grad_norm=0.5).step()
+        # ----- learning: update i trains on minibatch i % num_minibatches of rollout k -----
+        def column(x):  # one rollout's x as columns (num_envs * num_steps, size) of the minibatch table
+            x = x.cast("float32")
+            return flatten(x if x.shape else x.unsqueeze(0), args.num_envs, args.num_steps)
 
-        # ----- reporting: the mean episode return of every batch (at its first update) -----
-        report = tpo.rl.training.ReturnReport(r[0:B, k, 0:T].sum(axis=1).mean(), args.iterations,
-                                              f"PPO {args.env}", args.batch, args.steps, every=args.epochs)
-        report.start()
-        ctx.run(bounds={B: args.batch, I: args.iterations * args.epochs, T: args.steps},
-                backend=args.backend or None,
-                memory={"device_budget": args.device_budget} if args.device_budget else None)
-    return report.finish()
+        table = tpo.cat([column(x) for x in (o, a, dist.log_prob(a).detach(), advantages, returns, value)], axis=1)
+        rows = batches.select(table)
+        mb_obs, mb = rows.spatial[:, 0:n_obs], [rows.spatial[:, n_obs + k] for k in range(5)]
+        new = tpo.nn.Categorical(logits=actor(mb_obs))
+        stats = tpo.rl.ppo_minibatch_loss(new.log_prob(mb[0].cast("int64")), mb[1], mb[2],
+                                          critic(mb_obs).squeeze(-1), mb[4], mb[3], new.entropy(), args.clip_coef,
+                                          args.clip_vloss, args.ent_coef, args.vf_coef, args.norm_adv)
+        stats.loss.backward()
+        frac = 1.0 - tpo.eval_symbol(i // K).cast("float32") / float(num_iterations)
+        lr = args.learning_rate * frac if args.anneal_lr else args.learning_rate
+        adam = tpo.optim.Adam(critic.parameters() + actor.parameters(), lr=lr, eps=1e-5,
+                              max_grad_norm=args.max_grad_norm)
+        keep = None if args.target_kl is None else batches.keep_updating(stats.approx_kl, args.target_kl)
+        adam.step(when=keep)
+
+        # ----- logging and the saved policy -----
+        log = RunLog(args.num_envs, args.num_steps, num_iterations, K,
+                     f"runs/{run_name}" if args.track_tensorboard else None, f"PPO {args.env_id}")
+        log.track_episodes(episode_return, episode_length, step.done)
+        log.track_losses(i, {name: getattr(stats, name) for name in tpo.rl.run_log.LOSS_TAGS}, lr)
+        model_path = f"runs/{run_name}/ppo.safetensors"
+        if args.save_model:
+            os.makedirs(os.path.dirname(model_path), exist_ok=True)
+            weights = {f"{part}.{name}": adam.updated(p) for part, module in (("actor", actor), ("critic", critic))
+                       for name, p in module.named_parameters()}
+            tpo.checkpoint(weights, model_path, when=i == I - 1)
+        log.start()
+        ctx.run(bounds={B: args.num_envs, I: num_iterations * K, T: args.num_steps}, backend=args.backend or None)
+    summary = log.finish()
+    if args.save_model:
+        print(f"model saved to {model_path}")
+        summary["model_path"] = model_path
+    return summary
 
 
 if __name__ == "__main__":

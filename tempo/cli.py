@@ -35,6 +35,7 @@ SUBSYSTEMS = {
     "memplan": ("tempo.memplan.cli", "the memory-mapping game and its agents (MMap-MuZero)"),
     "gmi": ("tempo.gmi.cli", "many RL instances per device (GMI-DRL)"),
     "generate": ("tempo.llm.cli", "generate text with a Llama/Mistral checkpoint, printed as produced"),
+    "rl": ("tempo.rl.evaluate", "evaluate a saved policy (tempo rl evaluate FILE --env-id ID)"),
 }
 
 

@@ -19,8 +19,14 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.e
     ("examples/reinforce.py", ["--iterations", "2", "--batch", "2", "--steps", "20", "--nstep", "8"],
      "mean_return_last5="),
     ("examples/a2c.py", ["--iterations", "2", "--batch", "2", "--steps", "20"], "mean_return_last5="),
-    ("examples/ppo.py", ["--iterations", "2", "--epochs", "2", "--batch", "2", "--steps", "20"],
+    ("examples/ppo_fixed_horizon.py", ["--iterations", "2", "--epochs", "2", "--batch", "2", "--steps", "20"],
      "iterations=2 "),
+    ("examples/ppo.py", ["--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64"],
+     "global_step=256 sps="),
+    ("examples/ppo.py", ["--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--impl", "tensor",
+                         "--update-epochs", "2", "--num-minibatches", "2"], "global_step=256 sps="),
+    ("examples/ppo_continuous.py", ["--env-id", "Pendulum-v1", "--total-timesteps", "256", "--num-steps", "128",
+                                    "--num-minibatches", "2", "--update-epochs", "2"], "global_step=256 sps="),
 ])
 def test_example_runs(script, args, expect, tmp_path):
     out = subprocess.run([sys.executable, "-m", "tempo", "run", str(ROOT / script), *args],
@@ -30,7 +36,9 @@ def test_example_runs(script, args, expect, tmp_path):
 
 
 @pytest.mark.parametrize("script, flag", [
-    ("examples/ppo.py", "--epochs"), ("examples/reinforce.py", "--checkpoint-every"), ("examples/a2c.py", "--nstep"),
+    ("examples/ppo_fixed_horizon.py", "--epochs"), ("examples/ppo.py", "--num-minibatches"),
+    ("examples/ppo_continuous.py", "--update-epochs"), ("examples/reinforce.py", "--checkpoint-every"),
+    ("examples/a2c.py", "--nstep"),
 ])
 def test_a_zero_count_flag_is_reported_as_the_flag(script, flag, tmp_path):
     out = subprocess.run([sys.executable, "-m", "tempo", "run", str(ROOT / script), flag, "0"],
@@ -43,7 +51,9 @@ def test_a_zero_count_flag_is_reported_as_the_flag(script, flag, tmp_path):
     ("examples/reinforce.py", "--lr-decay FLOAT", "learning rate multiplier per iteration: lr * lr_decay ** i",
      "0.995"),
     ("examples/a2c.py", "--nstep INT", "bootstrap horizon n of the returns", "16"),
-    ("examples/ppo.py", "--clip FLOAT", "PPO clip range: the ratio is clipped to [1 - clip, 1 + clip]", "0.2"),
+    ("examples/ppo_fixed_horizon.py", "--clip FLOAT", "PPO clip range: the ratio is clipped to [1 - clip, 1 + clip]", "0.2"),
+    ("examples/ppo.py", "--num-minibatches INT", "the number of mini-batches", "4"),
+    ("examples/ppo.py", "--target-kl FLOAT", "the target KL divergence threshold", "None"),
     ("examples/returns.py", "--window INT", "number of timesteps in the sliding-window mean", "4"),
     ("examples/inspect_program.py", "--dot STR", "write the SDG as Graphviz source to this path", '""'),
     ("examples/superopt_islands.py", "--agent STR", "optimiser: greedy, backtrack, eqsat or rl", "greedy"),
@@ -72,7 +82,7 @@ def test_ppo_collects_episodes_once_per_batch(monkeypatch):
     reset_one = gym_env._Episodes._reset_one
     monkeypatch.setattr(gym_env._Episodes, "_reset_one",
                         lambda self, key: resets.append(key) or reset_one(self, key))
-    ppo = runpy.run_path(str(ROOT / "examples" / "ppo.py"), run_name="ppo")
+    ppo = runpy.run_path(str(ROOT / "examples" / "ppo_fixed_horizon.py"), run_name="ppo")
     args = ppo["Args"](iterations=3, epochs=4, batch=2, steps=10)
     summary = ppo["main"](args)
     assert len(resets) == args.iterations * args.batch  # not iterations * epochs * batch

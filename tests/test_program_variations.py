@@ -7,7 +7,10 @@ a sink reporting every iteration or none, a checkpoint keeping the last
 update alive or none (the last iteration's learning is then dead, and its
 observations are read by acting alone), a ``.mean()`` loss or a
 ``.sum() / n`` one. Each spelling is checked against Monte-Carlo returns,
-which hold an iteration's observations until its end.
+which hold an iteration's observations until its end. With no tiles given,
+a run's bounds let the compiler tile the n-step learner itself (TEMPO §4.3's
+incrementalisation, ``tempo.transforms.tile.early_tiles``), and leave the
+Monte-Carlo learner whole.
 """
 from __future__ import annotations
 
@@ -16,14 +19,22 @@ import itertools
 import pytest
 
 import tempo as tpo
+from tempo.api.compile import compile_program
 from tempo.transforms import tile
 
 B_, I_, T_, OBS = 4, 2, 120, (3, 32, 32)
 OBSERVATIONS = B_ * T_ * 4 * 3 * 32 * 32  # bytes of one iteration's observations
 
 
-def peak(tmp_path, nstep: int, sink: bool, checkpoint: bool, loss: str) -> int:
-    """The peak bytes held in stores by one spelling of REINFORCE."""
+def peak(tmp_path, nstep: int, sink: bool, checkpoint: bool, loss: str, tiles: bool = True) -> int:
+    """The peak bytes held in stores by one spelling of REINFORCE; ``tiles``: in tiles of 10 steps
+    (else as the compiler chooses for the run's bounds)."""
+    program = compiled(tmp_path, nstep, sink, checkpoint, loss, tiles)
+    program.run({"B": B_, "I": I_, "T": T_})
+    return program.ledger.peak["device"]
+
+
+def compiled(tmp_path, nstep: int, sink: bool, checkpoint: bool, loss: str, tiles: bool):
     with tpo.Context(seed=0) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
         env = tpo.rl.make("tempo/Synthetic-v0", dims=(b, i, t), impl="tensor", obs_shape=OBS, episode_length=T_)
@@ -43,9 +54,8 @@ def peak(tmp_path, nstep: int, sink: bool, checkpoint: bool, loss: str) -> int:
             tpo.checkpoint(adam.state_dict(), str(tmp_path / "ck_{i}.npz"))
         if sink:
             tpo.sink(r[0:B, i, 0:T].sum(), lambda point, value: None)
-        program = ctx.compile(passes={"tile": tile.Config(tiles={"t": 10})})
-        program.run({B: B_, I: I_, T: T_})
-    return program.ledger.peak["device"]
+        passes = {"tile": tile.Config(tiles={"t": 10})} if tiles else None
+        return compile_program(ctx, [], passes=passes, bounds={B: B_, I: I_, T: T_})
 
 
 SPELLINGS = list(itertools.product([False, True], [False, True], ["mean", "sum"]))
@@ -62,3 +72,22 @@ def test_nstep_learning_while_acting_holds_a_few_tiles_in_every_spelling(tmp_pat
     assert monte_carlo >= OBSERVATIONS  # Monte-Carlo holds an iteration's observations
     got = peak(tmp_path, 8, sink, checkpoint, loss)
     assert got <= 0.4 * monte_carlo, f"{got / 2**20:.1f} MiB against Monte-Carlo's {monte_carlo / 2**20:.1f} MiB"
+
+
+@pytest.fixture
+def small_early_budget(monkeypatch):
+    """The incrementalisation policy at a scale these small programs reach."""
+    monkeypatch.setattr(tile, "EARLY_BUDGET", 2 * 2**20)
+
+
+@pytest.mark.parametrize("sink, checkpoint", [(True, False), (False, True)])
+def test_nstep_learning_is_tiled_without_a_flag(tmp_path, monte_carlo, small_early_budget, sink, checkpoint):
+    program = compiled(tmp_path, 8, sink, checkpoint, "mean", tiles=False)
+    assert program.sdg.tiles, "the n-step learner was not tiled"
+    program.run({"B": B_, "I": I_, "T": T_})
+    assert program.ledger.peak["device"] <= 0.4 * monte_carlo
+
+
+def test_monte_carlo_learning_stays_whole_without_a_flag(tmp_path, small_early_budget):
+    program = compiled(tmp_path, 0, True, False, "mean", tiles=False)
+    assert not program.sdg.tiles

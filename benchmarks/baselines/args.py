@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 @dataclass
 class PPOArgs:
-    """PPO's settings, shared by the torch and JAX baselines (same defaults as ``examples/ppo.py``)."""
+    """PPO's settings, shared by the torch and JAX baselines (same defaults as ``examples/ppo_fixed_horizon.py``)."""
 
     seed: int = 0
     """seeds the network initialisation, the action sampling and the initial states"""

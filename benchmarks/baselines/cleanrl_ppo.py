@@ -1,6 +1,6 @@
 """CleanRL-style PPO in PyTorch on tempo/Synthetic-v0: the baseline of ``benchmarks/rl_train.py``.
 
-The algorithm of ``examples/ppo.py``, written the way CleanRL writes PPO: an
+The algorithm of ``examples/ppo_fixed_horizon.py``, written the way CleanRL writes PPO: an
 eager acting loop stores the batch (observations, actions, log-probabilities,
 values, rewards, dones) for ``steps`` timesteps of ``envs`` environments, GAE
 runs over the stored batch, and each update replays the forward pass over the

@@ -1,6 +1,6 @@
 """PureJaxRL-style PPO in JAX on tempo/Synthetic-v0: the baseline of ``benchmarks/rl_train.py``.
 
-The algorithm of ``examples/ppo.py``, written the way PureJaxRL writes PPO:
+The algorithm of ``examples/ppo_fixed_horizon.py``, written the way PureJaxRL writes PPO:
 acting is a ``lax.scan`` over the timesteps with the environments as a batch
 axis, GAE a reverse ``lax.scan``, and the updates a ``lax.scan`` over the
 epochs; the whole iteration (acting, GAE, updates) is one ``jax.jit``-ed

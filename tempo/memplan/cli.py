@@ -3,7 +3,7 @@
     tempo memplan solve INSTANCE.json --agent heuristic --budget-seconds 10 --output SOL.json
     tempo memplan validate INSTANCE.json SOL.json
     tempo memplan extract mlp --scale 2 --output mlp.json
-    tempo memplan extract tempo examples/ppo.py --args "--obs-shape 3,64,64" --budget 256MB --output ppo.json
+    tempo memplan extract tempo examples/ppo_fixed_horizon.py --args "--obs-shape 3,64,64" --budget 256MB --output ppo.json
 """
 from __future__ import annotations
 

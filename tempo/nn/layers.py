@@ -18,35 +18,63 @@ from tempo.nn.module import Module
 from tempo.symbolic.expr import Expr
 
 
+INITS = ("uniform", "orthogonal")
+
+
 class Linear(Module):
-    """``x @ weight + bias`` with ``weight`` of shape (in, out), initialised U(-1/sqrt(in), 1/sqrt(in))."""
+    """``x @ weight + bias`` with ``weight`` of shape (in, out).
+
+    ``init="uniform"``: weight and bias U(-1/sqrt(in), 1/sqrt(in)), times
+    ``init_scale``; ``init="orthogonal"``: an orthogonal weight times
+    ``init_scale`` (the gain) and a zero bias, as CleanRL's ``layer_init``.
+    """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, dims: Sequence[Expr] = (),
-                 init_scale: float = 1.0) -> None:
+                 init_scale: float = 1.0, init: str = "uniform") -> None:
         super().__init__(dims)
         for what, size in (("in_features", in_features), ("out_features", out_features)):
             if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
                 raise TempoError(f"Linear: {what} must be a positive int, got {size!r}", user_site())
-        bound = init_scale / np.sqrt(in_features)
-        self.weight = self.param("weight", self.rng.uniform(-bound, bound, (in_features, out_features)))
-        self.bias = self.param("bias", self.rng.uniform(-bound, bound, (out_features,))) if bias else None
+        if init not in INITS:
+            raise TempoError(f"unknown init {init!r}; choose from {', '.join(INITS)}", user_site())
+        if init == "orthogonal":
+            weight, bias_init = init_scale * orthogonal(self.rng, in_features, out_features), np.zeros(out_features)
+        else:
+            bound = init_scale / np.sqrt(in_features)
+            weight = self.rng.uniform(-bound, bound, (in_features, out_features))
+            bias_init = self.rng.uniform(-bound, bound, (out_features,))
+        self.weight = self.param("weight", weight)
+        self.bias = self.param("bias", bias_init) if bias else None
 
     def forward(self, x: RT) -> RT:
         y = F.matmul(x, self.weight)
         return y + self.bias if self.bias is not None else y
 
 
+def orthogonal(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """A (rows, cols) matrix with orthonormal rows or columns (QR of a Gaussian matrix, signs fixed)."""
+    q, r = np.linalg.qr(rng.normal(size=(max(rows, cols), min(rows, cols))))
+    q = q * np.sign(np.diag(r))
+    return q if rows >= cols else q.T
+
+
 class MLP(Module):
-    """Linear layers with an activation between them (none after the last)."""
+    """Linear layers with an activation between them (none after the last).
+
+    With ``init="orthogonal"`` the hidden layers have gain sqrt(2) and the
+    last ``last_init_scale`` (CleanRL's PPO networks).
+    """
 
     def __init__(self, in_features: int, hidden: Sequence[int], out_features: int, activation: str = "tanh",
-                 dims: Sequence[Expr] = (), last_init_scale: float = 1.0) -> None:
+                 dims: Sequence[Expr] = (), last_init_scale: float = 1.0, init: str = "uniform") -> None:
         super().__init__(dims)
         if activation not in ACTIVATIONS:
             raise TempoError(f"unknown activation {activation!r}; choose from {', '.join(ACTIVATIONS)}",
                              user_site())
         sizes = [in_features, *hidden, out_features]
-        self.layers = [Linear(a, b, dims=dims, init_scale=last_init_scale if k == len(sizes) - 2 else 1.0)
+        hidden_scale = np.sqrt(2.0) if init == "orthogonal" else 1.0
+        self.layers = [Linear(a, b, dims=dims, init=init,
+                              init_scale=last_init_scale if k == len(sizes) - 2 else hidden_scale)
                        for k, (a, b) in enumerate(zip(sizes, sizes[1:]))]
         self.activation = ACTIVATIONS[activation]
 

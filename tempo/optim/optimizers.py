@@ -24,6 +24,7 @@ class Optimizer:
         self.states: dict[str, RT] = {}  # name -> state placeholder (parameters and moments)
         self.next_states: dict[str, RT] = {}  # name -> its value for the next iteration
         self._resume_from = None  # a checkpoint given to resume() before step()
+        self._when: RT | None = None  # step()'s gate
         site = user_site()
         if not self.params:
             raise TempoError("the optimizer got no parameters", site)
@@ -33,11 +34,15 @@ class Optimizer:
             if len(p.domain) != 1:
                 raise DomainError(f"{p!r} has no iteration dim to update over; give its module dims=(i,)", site)
 
-    def step(self) -> None:
+    def step(self, when: RT | None = None) -> None:
         """Define ``p[i + 1]`` for every parameter from its gradient at ``i``.
 
         Under ``tpo.data_parallel`` the gradient is the mean over the replicas.
+        ``when``: a bool RT over the iteration dim; where it is false, the
+        iteration leaves every parameter and optimizer state as it was (an
+        update skipped, e.g. by PPO's target-KL early stop).
         """
+        self._when = when
         grads = [p.grad for p in self.params]
         replica = self.params[0].ctx.replica
         if replica is not None:
@@ -46,11 +51,21 @@ class Optimizer:
             grads = clip_by_global_norm(grads, self.max_grad_norm)
         for k, (p, g) in enumerate(zip(self.params, grads)):
             self._prefix = f"{k}.{p.node.label or 'param'}"
-            new = self.update(p, g).cast(p.dtype)
+            new = self._gated(p, self.update(p, g).cast(p.dtype))
             p[p.domain[0] + 1] = new
             self.states[self._prefix], self.next_states[self._prefix] = p, new
         if self._resume_from is not None:
             self._restart(self._resume_from)
+
+    def _gated(self, old: RT, new: RT) -> RT:
+        return new if self._when is None else F.where(self._when, new, old)
+
+    def updated(self, p: RT) -> RT:
+        """``p[i + 1]``: the parameter ``p`` after this iteration's update (call after :meth:`step`)."""
+        for name, state in self.states.items():
+            if state.node.id == p.node.id and "/" not in name:
+                return self.next_states[name]
+        raise TempoError(f"{p!r} is not updated by this optimizer (or step() was not called yet)", user_site())
 
     def state_dict(self) -> dict[str, RT]:
         """Every state's value for the next iteration, by name: what a checkpoint saves."""
@@ -88,6 +103,7 @@ class Optimizer:
 
     def define(self, name: str, s: RT, new: RT) -> None:
         """``s[i + 1] = new``, remembered under ``name`` for checkpoints."""
+        new = self._gated(s, new)
         s[s.domain[0] + 1] = new
         self.states[f"{self._prefix}/{name}"], self.next_states[f"{self._prefix}/{name}"] = s, new
 

@@ -14,9 +14,13 @@
 """
 from tempo.rl import training
 from tempo.rl.env import Env, make
-from tempo.rl.losses import masked_mean, ppo_clip_loss
+from tempo.rl import rollout, run_log
+from tempo.rl.evaluate import evaluate
+from tempo.rl.losses import PPOLoss, masked_mean, ppo_clip_loss, ppo_minibatch_loss
 from tempo.rl.normalize import NormalizeObservation, NormalizeReward
-from tempo.rl.returns import alive, discounted_returns, gae, n_step_returns
+from tempo.rl.returns import alive, discounted_returns, gae, n_step_returns, rollout_gae
+from tempo.rl.rollout import Transition, episode_statistics
 
-__all__ = ["Env", "NormalizeObservation", "NormalizeReward", "alive", "discounted_returns", "gae", "make", "masked_mean", "n_step_returns", "ppo_clip_loss",
-           "training"]
+__all__ = ["Env", "NormalizeObservation", "NormalizeReward", "PPOLoss", "Transition", "alive", "discounted_returns",
+           "episode_statistics", "evaluate", "gae", "make", "masked_mean", "n_step_returns", "ppo_clip_loss",
+           "ppo_minibatch_loss", "rollout", "rollout_gae", "run_log", "training"]

@@ -42,11 +42,11 @@ class CartPole(TensorEnv):
     state_shape = (4,)
     state_dtype = "float64"
 
-    def __init__(self, name: str, dims: tuple[Expr, ...], max_episode_steps: int | None = 500):
-        super().__init__(name, dims, (4,), "float32", 2, (), "int64", max_episode_steps)
+    def __init__(self, name: str, dims: tuple[Expr, ...], max_episode_steps: int | None = 500, **options):
+        super().__init__(name, dims, (4,), "float32", 2, (), "int64", max_episode_steps, **options)
 
-    def initial_state(self) -> RT:
-        return uniform((4,), dims=self.episode_dims, low=-0.05, high=0.05, dtype="float64")
+    def initial_state(self, dims: tuple[Expr, ...]) -> RT:
+        return uniform((4,), dims=dims, low=-0.05, high=0.05, dtype="float64")
 
     def observe(self, state: RT) -> RT:
         return state.cast("float32")

@@ -158,8 +158,15 @@ def check_dims(dims: Sequence[Expr]) -> tuple[Expr, ...]:
     return dims
 
 
-def make(name: str, dims: Sequence[Expr], impl: str | None = None, **kwargs) -> Env:
+def make(name: str, dims: Sequence[Expr], impl: str | None = None, autoreset: bool = False, **kwargs) -> Env:
     """An environment ``name`` over ``dims = (b, ..., t)`` (batch first, time last).
+
+    With ``autoreset=True`` the environments persist across rollouts over
+    ``dims = (b, i, t)`` and reset themselves when an episode ends (CleanRL
+    and Stable-Baselines3 semantics, :mod:`tempo.rl.rollout`): ``step``
+    returns a ``Transition``; ``rollout_every=k`` runs rollouts at every
+    k-th ``i``; gymnasium environments take ``vector="sync"`` or
+    ``"async"``.
 
     ``impl="gymnasium"`` runs a gymnasium environment on the host through UDF
     ops (any registered id; ``kwargs`` go to ``gymnasium.make``);
@@ -192,13 +199,21 @@ def make(name: str, dims: Sequence[Expr], impl: str | None = None, **kwargs) -> 
             known = ", ".join(sorted(tensor_envs))
             raise TempoError(f"no tensor implementation of {name!r}{_suggest(name, tensor_envs)}; "
                              f"tensor environments: {known}", site)
-        return tensor_envs[name](name, dims, **kwargs)
+        options = {"autoreset": True, **kwargs} if autoreset else kwargs
+        return tensor_envs[name](name, dims, **options)
     if name in tensor_envs and name.startswith("tempo/"):
         raise TempoError(f"{name!r} exists only as a tensor environment: use impl='tensor'", site)
     if impl == "envpool":
         from tempo.rl.envpool_env import EnvPoolEnv
 
+        if autoreset:
+            raise TempoError("autoreset=True runs gymnasium vector envs or tensor envs; impl='envpool' steps "
+                             "episodes only", site)
         return EnvPoolEnv(name, dims, **kwargs)
+    if autoreset:
+        from tempo.rl.gym_vector_env import GymVectorEnv
+
+        return GymVectorEnv(name, dims, **kwargs)
     return GymEnv(name, dims, **kwargs)
 
 

@@ -31,7 +31,7 @@ import tempo.api.functional as F
 from tempo.api.rt import RecurrentTensor as RT
 from tempo.api.rt import restart
 from tempo.errors import TempoError, user_site
-from tempo.symbolic.expr import Expr, bound_of
+from tempo.symbolic.expr import Expr, as_expr, bound_of, logical_and
 
 INITIAL_COUNT = 1e-4  # gymnasium's RunningMeanStd(epsilon=1e-4)
 
@@ -39,8 +39,8 @@ INITIAL_COUNT = 1e-4  # gymnasium's RunningMeanStd(epsilon=1e-4)
 class _Carry:
     """Placeholders over ``batch + time`` that hold a state before each step and carry it to the next."""
 
-    def __init__(self, domain: tuple[Expr, ...], time: tuple[Expr, ...]):
-        self.domain, self.time = domain, time
+    def __init__(self, domain: tuple[Expr, ...], time: tuple[Expr, ...], every: int = 1):
+        self.domain, self.time, self.every = domain, time, every
         self.batch = tuple(d for d in domain if d not in time)
         self.before: dict[str, RT] = {}
 
@@ -48,7 +48,10 @@ class _Carry:
         """The state ``name`` before each step, starting from ``init`` at the first step."""
         init = np.asarray(init, dtype=np.float64)
         s = F.placeholder(init.shape, "float64", self.domain)
-        s[(*self.batch, *(0 for _ in self.time))] = F.from_numpy(init)
+        if len(self.time) == 2 and self.every > 1:  # the first rollout starts anywhere before the second
+            s[logical_and(self.time[0] < self.every, Expr("eq", (self.time[1], as_expr(0))))] = F.from_numpy(init)
+        else:
+            s[(*self.batch, *(0 for _ in self.time))] = F.from_numpy(init)
         self.before[name] = s
         return s
 
@@ -58,7 +61,7 @@ class _Carry:
         s[(*self.batch, *self.time[:-1], inner + 1)] = after
         if len(self.time) == 2:
             outer = self.time[0]
-            s[(*self.batch, outer + 1, 0)] = after[(*self.batch, outer, bound_of(inner) - 1)]
+            s[(*self.batch, outer + self.every, 0)] = after[(*self.batch, outer, bound_of(inner) - 1)]
 
     def last(self, after: RT) -> RT:
         """``after`` at the last step of each outer time point, gathered over the batch dims."""
@@ -114,12 +117,14 @@ class NormalizeObservation(_Normalizer):
     result is ``clip((o - mean) / sqrt(var + epsilon), -clip, clip)`` as
     float32, with the statistics after ``o``'s own step (gymnasium's order).
     ``valid`` (bool, over ``o``'s dims) marks the steps that count.
-    ``prefix`` names the statistics in :meth:`state_dict`.
+    ``prefix`` names the statistics in :meth:`state_dict`. ``rollout_every``:
+    over two time dims ``(i, t)`` with rollouts at every k-th ``i``
+    (:mod:`tempo.rl.rollout`), the statistics go from ``i`` to ``i + k``.
     """
 
     def __init__(self, obs: RT, time: Sequence[Expr] | None = None, clip: float = 10.0, epsilon: float = 1e-8,
-                 valid: RT | None = None, prefix: str = "obs_rms") -> None:
-        self.carry = _time_carry(obs, time, "NormalizeObservation")
+                 valid: RT | None = None, prefix: str = "obs_rms", rollout_every: int = 1) -> None:
+        self.carry = _time_carry(obs, time, "NormalizeObservation", rollout_every)
         rms = _RunningMeanStd(self.carry, prefix, obs.cast("float64"), valid)
         self.after = dict(zip(rms.names, (rms.mean, rms.var, rms.count)))
         self.mean, self.var = rms.mean, rms.var
@@ -135,15 +140,16 @@ class NormalizeReward(_Normalizer):
     running variance is updated with every step's ``acc``, and the result is
     ``clip(r / sqrt(var + epsilon), -clip, clip)`` as float32: gymnasium's
     ``NormalizeReward`` followed by CleanRL's clip. ``terminated`` (bool) is
-    the transition's termination, not truncation.
+    the transition's termination, not truncation. ``rollout_every`` as in
+    :class:`NormalizeObservation`.
     """
 
     def __init__(self, reward: RT, terminated: RT, gamma: float = 0.99, time: Sequence[Expr] | None = None,
                  clip: float = 10.0, epsilon: float = 1e-8, valid: RT | None = None,
-                 prefix: str = "return_rms") -> None:
+                 prefix: str = "return_rms", rollout_every: int = 1) -> None:
         if not 0.0 <= gamma <= 1.0:
             raise TempoError(f"NormalizeReward: gamma must be in [0, 1], got {gamma}", user_site())
-        self.carry = _time_carry(reward, time, "NormalizeReward")
+        self.carry = _time_carry(reward, time, "NormalizeReward", rollout_every)
         acc = self.carry.state(f"{prefix}/return", 0.0)
         keep = 1.0 - terminated.cast("float64")
         acc_after = acc * gamma * keep + reward.cast("float64")
@@ -160,7 +166,7 @@ def _clip(x: RT, bound: float) -> RT:
     return F.minimum(F.maximum(x, -bound), bound)
 
 
-def _time_carry(x: RT, time: Sequence[Expr] | None, what: str) -> _Carry:
+def _time_carry(x: RT, time: Sequence[Expr] | None, what: str, every: int = 1) -> _Carry:
     site = user_site()
     domain = tuple(x.domain)
     time = tuple(domain[1:] if time is None else time)
@@ -169,4 +175,4 @@ def _time_carry(x: RT, time: Sequence[Expr] | None, what: str) -> _Carry:
                          f"({', '.join(d.name for d in domain) or 'none'}), got {time!r}", site)
     if domain[len(domain) - len(time):] != x.ctx.order(time):
         raise TempoError(f"{what}: the time dims must be the tensor's last dims, in order", site)
-    return _Carry(domain, time)
+    return _Carry(domain, time, every)

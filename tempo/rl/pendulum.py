@@ -38,13 +38,13 @@ class Pendulum(TensorEnv):
     state_shape = (2,)
     state_dtype = "float64"
 
-    def __init__(self, name: str, dims: tuple[Expr, ...], max_episode_steps: int | None = 200):
+    def __init__(self, name: str, dims: tuple[Expr, ...], max_episode_steps: int | None = 200, **options):
         super().__init__(name, dims, (3,), "float32", None, (1,), "float32", max_episode_steps,
-                         action_low=-MAX_TORQUE, action_high=MAX_TORQUE)
+                         action_low=-MAX_TORQUE, action_high=MAX_TORQUE, **options)
 
-    def initial_state(self) -> RT:
-        theta = uniform((1,), dims=self.episode_dims, low=-math.pi, high=math.pi, dtype="float64")
-        theta_dot = uniform((1,), dims=self.episode_dims, low=-1.0, high=1.0, dtype="float64")
+    def initial_state(self, dims: tuple[Expr, ...]) -> RT:
+        theta = uniform((1,), dims=dims, low=-math.pi, high=math.pi, dtype="float64")
+        theta_dot = uniform((1,), dims=dims, low=-1.0, high=1.0, dtype="float64")
         return cat([theta, theta_dot])
 
     def observe(self, state: RT) -> RT:

@@ -81,6 +81,29 @@ def gae(reward: RT, value: RT, done: RT | None, gamma: float, lam: float,
     return adv, returns
 
 
+def rollout_gae(reward: RT, value: RT, next_value: RT, terminated: RT, done: RT, gamma: float,
+                lam: float) -> tuple[RT, RT]:
+    """GAE over rollouts of autoresetting environments (:mod:`tempo.rl.rollout`): ``(advantages, returns)``.
+
+    ``next_value[t]`` is the value of ``final_obs[t]``, the observation step
+    ``t`` reached before any reset: the next observation's value inside an
+    episode and across the rollout boundary, and the value to bootstrap from
+    at a truncation. ``delta[t] = reward[t] + gamma * (1 - terminated[t]) *
+    next_value[t] - value[t]`` and ``adv[t] = delta[t] + gamma * lam * (1 -
+    done[t]) * adv[t + 1]``, with ``adv[T - 1] = delta[T - 1]`` (the next
+    rollout's steps are not seen). ``returns = advantages + value``.
+    """
+    t = _time_dim(reward)
+    T = bound_of(t)
+    for x in (value, next_value, terminated, done):
+        _time_dim(x, t)
+    delta = reward + gamma * _not(terminated) * next_value - value
+    adv = _placeholder_over(t, delta.dtype, delta, done)
+    adv[t >= T - 1] = delta
+    adv[t < T - 1] = delta + gamma * lam * _not(done) * _shift(adv, t, 1)
+    return adv, adv + value
+
+
 def alive(done: RT) -> RT:
     """1.0 at the steps of an episode up to and including its ending transition, 0.0 after it.
 

@@ -34,18 +34,18 @@ class Synthetic(TensorEnv):
     state_dtype = "int64"
 
     def __init__(self, name: str, dims: tuple[Expr, ...], obs_shape=(3, 64, 64), num_actions: int = 4,
-                 episode_length: int | None = 200):
+                 episode_length: int | None = 200, **options):
         obs_shape = tuple(obs_shape) if isinstance(obs_shape, (tuple, list)) else (obs_shape,)
         if not obs_shape or any(not isinstance(s, int) or s < 1 for s in obs_shape):
             raise TempoError(f"{name}: obs_shape must be a tuple of positive ints, got {obs_shape!r}", user_site())
         if not isinstance(num_actions, int) or num_actions < 1:
             raise TempoError(f"{name}: num_actions must be a positive int, got {num_actions!r}", user_site())
-        super().__init__(name, dims, obs_shape, "float32", num_actions, (), "int64", episode_length)
+        super().__init__(name, dims, obs_shape, "float32", num_actions, (), "int64", episode_length, **options)
         size = math.prod(obs_shape)
         self.pattern = (0.75 + 0.25 * np.cos(np.arange(size))).reshape(obs_shape).astype(np.float32)
 
-    def initial_state(self) -> RT:
-        u = uniform((), dims=self.episode_dims, dtype="float64")
+    def initial_state(self, dims: tuple[Expr, ...]) -> RT:
+        u = uniform((), dims=dims, dtype="float64")
         return (u * self.num_actions).cast("int64")
 
     def observe(self, state: RT) -> RT:

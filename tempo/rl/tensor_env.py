@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tempo.api.functional import eval_symbol, from_numpy, maximum, minimum, placeholder, where
+from tempo.api.functional import eval_symbol, from_numpy, full, maximum, minimum, placeholder, where
 from tempo.api.rt import RecurrentTensor
 from tempo.errors import TempoError, user_site
 from tempo.rl.env import Env
+from tempo.rl.rollout import Transition, carried, carry, check_every
 from tempo.symbolic.expr import Expr
 
 RT = RecurrentTensor
@@ -23,19 +24,29 @@ class TensorEnv(Env):
     """Base class of the tensor environments.
 
     Subclasses set ``state_shape`` and ``state_dtype`` and implement
-    ``initial_state()`` (an RT over the episode dims), ``transition(state,
-    action) -> (next_state, reward, terminated)`` and ``observe(state)``.
-    ``max_episode_steps`` truncates every episode after that many steps
-    (None: never). A continuous environment gives its action bounds
-    (``action_low``, ``action_high``); ``transition`` then sees actions
-    clipped to them.
+    ``initial_state(dims)`` (a random initial state at every point of
+    ``dims``), ``transition(state, action) -> (next_state, reward,
+    terminated)`` and ``observe(state)``. ``max_episode_steps`` truncates
+    every episode after that many steps (None: never).
+
+    With ``autoreset=True`` (dims ``(b, i, t)``) the environments persist
+    across rollouts, taken at every ``rollout_every``-th ``i``: the state and
+    the steps taken in the episode are carried (:mod:`tempo.rl.rollout`), an
+    episode that ends restarts from a fresh initial state drawn at that
+    step, and ``step`` returns a :class:`~tempo.rl.rollout.Transition`.
+    A continuous environment gives its action bounds (``action_low``,
+    ``action_high``); ``transition`` then sees actions clipped to them.
     """
 
     state_shape: tuple[int, ...] = ()
     state_dtype: str = "float32"
 
     def __init__(self, name: str, dims: tuple[Expr, ...], obs_shape, obs_dtype, num_actions, action_shape,
-                 action_dtype, max_episode_steps: int | None, action_low=None, action_high=None):
+                 action_dtype, max_episode_steps: int | None, action_low=None, action_high=None,
+                 autoreset: bool = False, rollout_every: int = 1):
+        if autoreset and len(dims) != 3:
+            raise TempoError(f"{name}: an autoresetting environment runs over dims (b, i, t): environments, "
+                             f"rollouts and steps; got {len(dims)} dims", user_site())
         if len(dims) < 2:
             raise TempoError(f"{name}: an environment needs a batch dim and a time dim, e.g. dims=(b, t)",
                              user_site())
@@ -45,10 +56,12 @@ class TensorEnv(Env):
         super().__init__(name, dims, obs_shape, obs_dtype, num_actions, action_shape, action_dtype, action_low,
                          action_high)
         self.max_episode_steps = max_episode_steps
+        self.autoreset, self.every = autoreset, check_every(rollout_every)
         self._state0: RT | None = None
+        self._carried: tuple[RT, RT, RT, RT] | None = None  # state and its start, steps taken and their start
 
     # ----- the dynamics, written by subclasses -----
-    def initial_state(self) -> RT:
+    def initial_state(self, dims: tuple[Expr, ...]) -> RT:
         raise NotImplementedError
 
     def transition(self, state: RT, action: RT) -> tuple[RT, RT, RT]:
@@ -67,6 +80,11 @@ class TensorEnv(Env):
         dims (``(B, 4)`` for CartPole over ``(b, i, t)``: one state per
         ``b``). It can only be given before the first ``reset``/``step``.
         """
+        if self.autoreset:
+            if initial_state is not None:
+                raise TempoError(f"{self.name}: an autoresetting environment starts from random initial states",
+                                 user_site())
+            return self.observe(self._rollout_state()[1])
         if initial_state is not None:
             if self._state0 is not None:
                 raise TempoError(f"{self.name}: initial_state must be given to the first reset(), before "
@@ -74,8 +92,10 @@ class TensorEnv(Env):
             self._state0 = self._given_state(initial_state)
         return self.observe(self._initial())
 
-    def step(self, action: RT) -> tuple[RT, RT, RT]:
+    def step(self, action: RT):
         self._claim_step(action)
+        if self.autoreset:
+            return self._autoreset_step(action)
         outer, t = self.episode_dims, self.dims[-1]
         state = placeholder(self.state_shape, self.state_dtype, self.dims)
         ended = placeholder((), "bool", self.dims)
@@ -100,8 +120,29 @@ class TensorEnv(Env):
 
     def _initial(self) -> RT:
         if self._state0 is None:
-            self._state0 = self.initial_state()
+            self._state0 = self.initial_state(self.episode_dims)
         return self._state0
+
+    def _rollout_state(self) -> tuple[RT, RT, RT, RT]:
+        if self._carried is None:
+            first = self.initial_state(self.dims[:1])
+            state = carried(self.state_shape, self.state_dtype, self.dims, first, self.every)
+            steps = carried((), "int64", self.dims, 0, self.every)
+            self._carried = (*state, *steps)
+        return self._carried
+
+    def _autoreset_step(self, action: RT) -> Transition:
+        state, state_start, steps, steps_start = self._rollout_state()
+        moved, reward, terminated = self.transition(state, self._clipped(action))
+        terminated, taken = terminated.cast("bool"), steps + 1
+        limit = self.max_episode_steps
+        truncated = full((), False, "bool") if limit is None else taken >= limit
+        done = terminated | truncated
+        next_state = where(done, self.initial_state(self.dims), moved)
+        carry(state, state_start, next_state, self.every)
+        carry(steps, steps_start, where(done, 0, taken), self.every)
+        reward = where(done, reward, reward).cast("float32")  # over (b, i, t) even when constant
+        return Transition(self.observe(next_state), reward, terminated, truncated, self.observe(moved))
 
     def _given_state(self, value) -> RT:
         site = user_site()

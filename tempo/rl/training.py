@@ -44,6 +44,14 @@ def _type_hints(cls) -> dict:
         return {}
 
 
+def _optional_of(hint):
+    """``X`` for a hint ``X | None`` (the flag takes an ``X`` and defaults to None), else the hint."""
+    args = typing.get_args(hint)
+    if type(None) in args and len(args) == 2:
+        return next(a for a in args if a is not type(None))
+    return hint
+
+
 def parse_args(args_type, description: str = "", argv: Sequence[str] | None = None):
     """An instance of the dataclass ``args_type`` from ``--field-name value`` flags.
 
@@ -59,11 +67,12 @@ def parse_args(args_type, description: str = "", argv: Sequence[str] | None = No
     for f in dataclasses.fields(args_type):
         default = (f.default if f.default is not dataclasses.MISSING
                    else f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        kind = hints.get(f.name)
+        optional = _optional_of(hints.get(f.name)) is not hints.get(f.name)
+        kind = _optional_of(hints.get(f.name))
         kind = kind if kind in (*_PLAIN, bool) else type(default) if isinstance(default, _PLAIN) else str
         shown = '""' if default == "" else default
         text = docs.get(f.name, "").replace("%", "%%")
-        help_text = f"{text} (default: {shown})" if default is not None else text or None
+        help_text = f"{text} (default: {shown})" if default is not None or optional else text or None
         options = dict(default=default, help=help_text)
         if kind is bool:
             options["action"] = argparse.BooleanOptionalAction

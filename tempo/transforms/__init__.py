@@ -71,7 +71,8 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
     ``TEMPO_PASSES_OFF`` leave unsaid (the backend's). When the tiling pass chooses its
     tiles from a device budget, the passes from vectorization to tiling run again with
     those tiles given, so that vectorization streams the tiled dims as it does for tiles
-    given by the user (the stats hold both runs).
+    given by the user (the stats hold both runs); so too when it chooses them for a learner
+    that can run early (``tile.Config(early=True)``).
     """
     passes = dict(passes or {})
     pipeline = PIPELINE if pipeline is None else pipeline
@@ -82,17 +83,16 @@ def run_pipeline(sdg: SDG, passes: dict | None = None, verify: bool | None = Non
                              f"the passes are {', '.join(names)}")
         if name:
             passes.setdefault(name, False)
-    for name, cfg in (defaults or {}).items():  # the backend's configs, for passes neither given nor off
-        passes.setdefault(name, cfg)
     tiles = os.environ.get("TEMPO_TILES", "").replace(" ", "")
     if tiles and "tile" in names:  # the dims this program has
         present = {d.name for node in sdg.nodes.values() for d in node.domain}
         sizes = {name: size for name, size in _tile_sizes(tiles).items() if name in present}
         if sizes:
             passes.setdefault("tile", tile.Config(tiles=sizes))
-    chosen_by_budget = isinstance(passes.get("tile"), tile.Config) and not passes["tile"].tiles \
-        and passes["tile"].device_budget is not None and {"vectorize", "tile"} <= set(names) \
-        and "vectorize" not in passes
+    for name, cfg in (defaults or {}).items():  # the backend's configs, for passes neither given nor off
+        passes.setdefault(name, cfg)
+    chosen_by_budget = isinstance(passes.get("tile"), tile.Config) and passes["tile"].chooses \
+        and {"vectorize", "tile"} <= set(names) and "vectorize" not in passes
     if isinstance(passes.get("tile"), tile.Config) and passes["tile"].tiles and "vectorize" in names:
         passes.setdefault("vectorize", vectorize.Config(stream=tuple(passes["tile"].tiles)))
     verify = os.environ.get("TEMPO_VERIFY", "") not in ("", "0") if verify is None else verify

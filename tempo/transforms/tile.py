@@ -39,6 +39,7 @@ from tempo.ir.shapes import infer, normalize_axis
 from tempo.ir.shapes import size as size_of
 from tempo.symbolic.evaluate import evaluate
 from tempo.symbolic.expr import Expr, bound_of, const, make_slice, min_, seq, step_and_bound
+from tempo.symbolic.simplify import simplify
 from tempo.transforms.vectorize import dim_order
 
 
@@ -49,12 +50,20 @@ class Config:
     Without ``tiles``, a ``device_budget`` (bytes) and the run's ``bounds`` (bound name ->
     value) let the pass choose: a dim is tiled when what one launch would read of acting's
     output over the whole dim is more than :data:`WHOLE_SHARE` of the budget, in tiles whose
-    reads fit :data:`TILE_SHARE` of it (see :func:`choose_tiles`).
+    reads fit :data:`TILE_SHARE` of it (see :func:`choose_tiles`). With ``early`` and the
+    bounds, and no budget, the pass tiles the dims whose learner can run while acting goes on
+    (:func:`early_tiles`): ``tempo.api.compile`` asks for it whenever a run's bounds are known.
     """
 
     tiles: dict = field(default_factory=dict)
     device_budget: int | None = None
     bounds: dict = field(default_factory=dict)
+    early: bool = False
+
+    @property
+    def chooses(self) -> bool:
+        """Whether the pass chooses the tiles itself (from a budget, or for an early learner)."""
+        return not self.tiles and (self.device_budget is not None or self.early) and bool(self.bounds)
 
     def __post_init__(self):
         for name, size in self.tiles.items():
@@ -66,7 +75,8 @@ class Config:
 def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     """The SDG with each dim of ``cfg.tiles`` (or of :func:`choose_tiles`) tiled where a sum over
     its axis allows it; a dim the program does not have is an error."""
-    tiles = cfg.tiles or (choose_tiles(sdg, cfg.device_budget, cfg.bounds) if cfg.device_budget else {})
+    tiles = cfg.tiles or (choose_tiles(sdg, cfg.device_budget, cfg.bounds) if cfg.device_budget else
+                          early_tiles(sdg, cfg.bounds) if cfg.early and cfg.bounds else {})
     dims = {d.name: d for d in dim_order(sdg)}  # the dims still looped over
     known = set(dims) | {d.name for batched in sdg.vectorized.values() for d in batched}
     for name, size in tiles.items():
@@ -83,16 +93,19 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
 WHOLE_SHARE, TILE_SHARE = 1 / 4, 1 / 16
 
 
-def choose_tiles(sdg: SDG, budget: int, bounds: dict) -> dict[str, int]:
+def choose_tiles(sdg: SDG, budget: int, bounds: dict, only=None) -> dict[str, int]:
     """Tile sizes for the dims whose whole reads do not fit the ``budget`` at these ``bounds``: a
     whole-program view (what the learner, fused into one launch over the dim, reads of acting's
-    output: every tensor it reads whole, once) rather than one operator's size."""
+    output: every tensor it reads whole, once) rather than one operator's size. ``only``: a
+    test of each dim's plan, for the dims that may be tiled (None: every dim)."""
     out = {}
     for d in dim_order(sdg):
         extent = bounds.get(bound_of(d).name)
         if extent is None or extent < 2:
             continue
         plan = _Plan(sdg, d)
+        if only is not None and not only(plan):
+            continue
         rows: dict[tuple[int, int], int] = {}  # (node, output) read whole -> its bytes per row
         for n in plan.tiled | plan.aggregators:
             for e in plan.ins[n]:
@@ -104,6 +117,67 @@ def choose_tiles(sdg: SDG, budget: int, bounds: dict) -> dict[str, int]:
         if per_row * extent > budget * WHOLE_SHARE:
             out[d.name] = max(1, min(extent, int(budget * TILE_SHARE // per_row)))
     return out
+
+
+# The incrementalisation policy (TEMPO §4.3) with no budget given: a learner that can run a
+# bounded number of steps behind acting is tiled as a device budget of this many bytes would
+# tile it (when it reads more than a quarter of it over the whole dim, in tiles that read a
+# sixteenth), so that its tiles run while acting goes on and free what they learned from.
+EARLY_BUDGET = 64 * 2**20
+
+
+def early_tiles(sdg: SDG, bounds: dict) -> dict[str, int]:
+    """Tile sizes (as :func:`choose_tiles` with :data:`EARLY_BUDGET`) for the dims whose learner
+    can run early (:func:`runs_early`): n-step returns and TD losses, not Monte-Carlo returns."""
+    return choose_tiles(sdg, EARLY_BUDGET, bounds, only=runs_early)
+
+
+def runs_early(plan: _Plan) -> bool:
+    """Whether the tiles of ``plan`` can run while acting goes on: every tensor over the dim that
+    they read whole depends on acting only a bounded number of steps ahead of the row read (an
+    n-step return ``r[t:min(t + n, T)]``, not ``r[t:T]``). A tile may still wait for acting's
+    end through a whole-dim result of an untiled operator (a scan over the dim, such as GAE):
+    whether the schedule runs the tiles early is known once it is built, and
+    ``tempo.api.compile`` drops tiles it chose this way when it does not."""
+    if not plan.tiled:
+        return False
+    ahead = _steps_ahead(plan.sdg, plan.d)
+    return all(ahead.get(e.src, math.inf) < math.inf for n in plan.tiled | plan.aggregators
+               for e in plan.ins[n] if e.src not in plan.tiled and plan.creates(e))
+
+
+def _steps_ahead(sdg: SDG, d: Expr) -> dict[int, float]:
+    """Per node over ``d``: how many steps of ``d`` beyond its own point its value depends on
+    (``inf``: unboundedly many, such as a read up to the dim's bound); a longest-path fixed point
+    over the reads between nodes over ``d`` (a recurrence reads behind, so cycles do not grow)."""
+    over = {n for n, node in sdg.nodes.items() if d in node.domain}
+    ahead = {n: 0.0 for n in over}
+    edges = [e for e in sdg.edges if e.sink in over and e.src in over]
+    for _ in range(len(over) + 1):
+        changed = False
+        for e in edges:
+            reach = _offset(e.index.args[sdg.nodes[e.src].domain.index(d)], d) + ahead[e.src]
+            if reach > ahead[e.sink]:
+                ahead[e.sink], changed = min(reach, math.inf), True
+        if not changed:
+            return ahead
+    return {n: (v if v <= 0 else math.inf) for n, v in ahead.items()}
+
+
+def _offset(item: Expr, d: Expr) -> float:
+    """The last step of ``d`` that index ``item`` reads, minus ``d`` (``inf``: unbounded)."""
+    if item.op == "slice":
+        return _offset(item.args[1], d) - 1
+    if item.op == "min":
+        return min(_offset(a, d) for a in item.args)
+    if item.op == "max":
+        return max(_offset(a, d) for a in item.args)
+    delta = simplify(item - d)
+    if delta.is_const:
+        return float(delta.value)
+    if not item.free_symbols():
+        return -math.inf
+    return math.inf
 
 
 # A read of acting's output over the whole dim whose rows (their static part) hold at least

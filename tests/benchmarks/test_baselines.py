@@ -76,12 +76,13 @@ SHARED = {"ppo": ("gamma", "lam", "clip", "lr", "value_coef", "entropy_coef", "s
 @pytest.mark.parametrize("style", ["cleanrl", "purejaxrl"])
 @pytest.mark.parametrize("algo", ["ppo", "reinforce"])
 def test_the_baselines_default_to_the_examples_hyper_parameters(style, algo):
-    example = runpy.run_path(str(ROOT / "examples" / f"{algo}.py"), run_name=algo)["Args"]()
+    script = {"ppo": "ppo_fixed_horizon", "reinforce": "reinforce"}[algo]  # the algorithms rl_train.py measures
+    example = runpy.run_path(str(ROOT / "examples" / f"{script}.py"), run_name=algo)["Args"]()
     baseline = importlib.import_module(f"{style}_{algo}").Args()
     for name in SHARED[algo]:
         assert getattr(baseline, name) == getattr(example, name), name
     if algo == "ppo":
-        assert baseline.max_grad_norm == 0.5                         # examples/ppo.py's Adam(max_grad_norm=0.5)
+        assert baseline.max_grad_norm == 0.5                         # examples/ppo_fixed_horizon.py's Adam(max_grad_norm=0.5)
 
 
 def run_baseline(style, algo, iterations, **sizes):

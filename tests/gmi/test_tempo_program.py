@@ -94,7 +94,7 @@ def test_unknown_or_mistyped_program_arguments_are_named(program):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("program, extra", [("examples/reinforce.py", []),
-                                            ("examples/ppo.py", ["--program-arg", "epochs=2"])])
+                                            ("examples/ppo_fixed_horizon.py", ["--program-arg", "epochs=2"])])
 def test_rl_programs_on_tensor_cartpole_through_the_cli(program, extra, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "tempo", "gmi", "train", "--algo", "tempo", "--layout", "1x2",

@@ -10,11 +10,12 @@ import pytest
 
 import tempo.rl
 import tempo.rl.env
+import tempo.rl.tensorboard
 
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "rl.md"
 
 
-@pytest.mark.parametrize("module", [tempo.rl, tempo.rl.env], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [tempo.rl, tempo.rl.env, tempo.rl.tensorboard], ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     failed, attempted = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert attempted > 0 and failed == 0

@@ -148,3 +148,22 @@ def test_bad_time_dims_and_gamma_are_errors():
             tempo.rl.NormalizeObservation(o, time=(b, i, t))
         with pytest.raises(tpo.TempoError, match="gamma must be in \\[0, 1\\], got 1.5"):
             tempo.rl.NormalizeReward(o.squeeze(0), o.squeeze(0) > 0, gamma=1.5)
+
+
+def test_statistics_carry_from_rollout_to_rollout_every_k_updates():
+    """With rollouts at every k-th i (tempo.rl.rollout), the statistics run through i = 0, k, 2k, ... only."""
+    from tempo.api.sinks import sink_many
+
+    every, data = 2, observations(seed=3, shape=(B, 3 * 2, T, 3))
+    seen = {}
+    with tpo.Context() as ctx:
+        (b, Bs), (i, Is), (t, Ts) = ctx.dims("b", "i", "t")
+        norm = tempo.rl.NormalizeObservation(tpo.from_numpy(data, dims=(b, i, t)), rollout_every=every)
+        at = (i % every) == 0
+        sink_many({"x": norm.normalized[0:Bs, i, 0:Ts][at]}, lambda x, point: seen.__setitem__(point["i"], x["x"]))
+        ctx.run({Bs: B, Is: 3 * every, Ts: T})
+    assert sorted(seen) == [0, 2, 4]
+    for k in range(B):
+        stream = data[k, ::every].reshape(-1, 3)
+        ours = np.concatenate([seen[i][k] for i in sorted(seen)])
+        np.testing.assert_allclose(ours, gym_observations(stream), rtol=1e-4, atol=2e-5)

@@ -136,3 +136,35 @@ def test_alive_is_one_through_the_ending_transition_then_zero():
         (b, B), (t, T) = ctx.dims("b", "t")
         mask, = ctx.run({B: 2, T: 5}, fetch=[tpo.rl.alive(tpo.from_numpy(done, dims=(b, t)))])
     np.testing.assert_array_equal(mask, [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+
+
+# ----- GAE over rollouts of autoresetting environments -----
+def ref_rollout_gae(reward, value, next_value, terminated, done):
+    """SB3-style GAE of one environment's rollout: truncation bootstraps from next_value, the last step
+    from the value after the rollout."""
+    adv, last = np.zeros(len(reward)), 0.0
+    for k in reversed(range(len(reward))):
+        delta = reward[k] + GAMMA * next_value[k] * (1.0 - terminated[k]) - value[k]
+        last = delta + GAMMA * LAM * (1.0 - done[k]) * (last if k < len(reward) - 1 else 0.0)
+        adv[k] = last
+    return adv
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rollout_gae_bootstraps_at_truncation_and_across_the_rollout_boundary(seed):
+    rng = np.random.default_rng(seed)
+    shape = (3, 2, 17)
+    reward, value, next_value = (rng.normal(size=shape).astype(np.float32) for _ in range(3))
+    terminated = rng.random(shape) < 0.1
+    truncated = (rng.random(shape) < 0.1) & ~terminated
+    done = terminated | truncated
+    with tpo.Context() as ctx:
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+        rts = [tpo.from_numpy(x, dims=(b, i, t)) for x in (reward, value, next_value, terminated, done)]
+        adv, ret = tempo.rl.rollout_gae(*rts, GAMMA, LAM)
+        got_adv, got_ret = ctx.run({B: 3, I: 2, T: 17}, fetch=[adv, ret])
+    assert truncated.any() and terminated.any()
+    for key in np.ndindex(3, 2):
+        want = ref_rollout_gae(reward[key], value[key], next_value[key], terminated[key], done[key])
+        np.testing.assert_allclose(got_adv[key], want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got_ret[key], want + value[key], rtol=1e-5, atol=1e-5)

@@ -142,7 +142,7 @@ def _example(name: str):
 
 RL_CASES = {
     "reinforce-gymnasium": ("reinforce", dict(iterations=3, batch=8, steps=40)),
-    "ppo-tensor": ("ppo", dict(iterations=3, epochs=2, batch=16, steps=30, env="tempo/Synthetic-v0", impl="tensor",
+    "ppo-tensor": ("ppo_fixed_horizon", dict(iterations=3, epochs=2, batch=16, steps=30, env="tempo/Synthetic-v0", impl="tensor",
                                obs_shape="3,4,4")),
     "a2c-gymnasium": ("a2c", dict(iterations=3, batch=8, steps=30, nstep=4)),
 }

@@ -79,7 +79,7 @@ def test_ppo_acting_loop_is_one_launch_and_matches_numpy():
     import os
     import sys
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "ppo.py")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "ppo_fixed_horizon.py")
     spec = importlib.util.spec_from_file_location("ppo_device_loops", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["ppo_device_loops"] = module

@@ -210,7 +210,7 @@ def returns(example: str, memory=None, **options):
 
 
 @pytest.mark.parametrize("example, options, tight, roomy", [("reinforce", {"nstep": 0}, "3MB", "8MB"),
-                                                            ("ppo", {"epochs": 2}, "4MB", "16MB")])
+                                                            ("ppo_fixed_horizon", {"epochs": 2}, "4MB", "16MB")])
 def test_the_rl_examples_train_the_same_under_both_swap_plans(example, options, tight, roomy):
     """3 x 48 x 3x32x32 floats: 1.7 MiB of observations an iteration; the default plan swaps them,
     the memplan plan keeps them on the device where the budget has room, and a tight budget (in

@@ -203,8 +203,8 @@ def test_a_tiled_ppo_learner_trains_exactly_as_the_untiled_one():
     """PPO's learner reads its batch in explicit slices (``x[0:B, k, 0:T]``): the axis is not the
     leading one, its weight gradients are products contracting it, and the value function over
     the batch feeds a scan over the dim (GAE), which reads the tiles put back together."""
-    tiled, program = train("ppo", 5, epochs=2)
-    assert tiled == train("ppo", None, epochs=2)[0]
+    tiled, program = train("ppo_fixed_horizon", 5, epochs=2)
+    assert tiled == train("ppo_fixed_horizon", None, epochs=2)[0]
     kinds = {type(n.op).__name__ for n in tiled_nodes(program)}
     assert "MergeOp" in kinds and "PadOp" in str(program.sdg)
     # the tile's island hands on its accumulations one tile later and its rows at once: each

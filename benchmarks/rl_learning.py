@@ -1,0 +1,220 @@
+"""Learning curves: Tempo's CleanRL-style PPO examples against the CleanRL-style PyTorch loop.
+
+Each run trains one system on one environment with one seed, in a fresh
+process at one thread (NumPy/BLAS, torch and XLA capped at 1), and records
+every finished episode (global step, return, wall seconds since the run
+started) and the process's wall and CPU seconds.
+
+- ``tempo``: ``examples/ppo.py`` (discrete actions) or
+  ``examples/ppo_continuous.py`` (Box actions), with ``--tempo-impl`` and
+  ``--tempo-backend``;
+- ``cleanrl``: ``benchmarks/baselines/cleanrl_rollout_ppo.py``, the same
+  algorithm and hyper-parameters written as CleanRL writes it (torch eager,
+  one thread).
+
+Environments and their settings (CleanRL's ``ppo.py`` defaults for the
+discrete ones, ``ppo_continuous_action.py``'s for the others); ``--scale``
+multiplies every step budget for a reduced run:
+
+    CartPole-v1 500k, Acrobot-v1 500k, Pendulum-v1 200k (4 envs x 512 steps),
+    HalfCheetah-v5 and Hopper-v5 1M
+
+It writes ``<out>.json`` (every run, and per environment and system: the
+final return, env steps to a target return, steps per second of wall and of
+CPU time, and whether Tempo's mean curve lies within the baseline's seed
+spread at every 10% of the run) and ``<out>.png`` (episodic return against
+environment steps and against wall seconds, mean and min-max band over
+seeds).
+
+    .venv/bin/python benchmarks/rl_learning.py                       # the full run
+    .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --seeds 1 2 3
+    .venv/bin/python benchmarks/rl_learning.py --envs Acrobot-v1 Pendulum-v1 --scale 0.1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import warnings
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+DISCRETE = dict(num_envs=4, num_steps=128, num_minibatches=4, update_epochs=4, learning_rate=2.5e-4, ent_coef=0.01)
+CONTINUOUS = dict(num_envs=1, num_steps=2048, num_minibatches=32, update_epochs=10, learning_rate=3e-4,
+                  ent_coef=0.0)
+ENVS = {  # env id -> (example, settings, total timesteps, target return)
+    "CartPole-v1": ("ppo", DISCRETE, 500_000, 475.0),
+    "Acrobot-v1": ("ppo", DISCRETE, 500_000, -100.0),
+    "Pendulum-v1": ("ppo_continuous", dict(CONTINUOUS, num_envs=4, num_steps=512), 200_000, -400.0),
+    "HalfCheetah-v5": ("ppo_continuous", CONTINUOUS, 1_000_000, 1500.0),
+    "Hopper-v5": ("ppo_continuous", CONTINUOUS, 1_000_000, 1500.0),
+}
+SYSTEMS = ("tempo", "cleanrl")
+
+
+def flags(settings: dict) -> list[str]:
+    return [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
+
+
+def command(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str) -> list[str]:
+    example, settings, _, _ = ENVS[env_id]
+    common = flags(dict(settings, env_id=env_id, seed=seed, total_timesteps=steps))
+    if system == "cleanrl":
+        return [sys.executable, os.path.join(ROOT, "benchmarks", "baselines", "cleanrl_rollout_ppo.py"), *common]
+    extra = [f"--impl={impl}", "--no-track-tensorboard"] + ([f"--backend={backend}"] if backend else [])
+    return [sys.executable, "-c", WORKER, os.path.join(ROOT, "examples", f"{example}.py"), *common, *extra]
+
+
+# runs an example's main() and prints its summary as one JSON line (the episodes, the clocks)
+WORKER = """
+import json, runpy, sys, time
+path, argv = sys.argv[1], sys.argv[2:]
+module = runpy.run_path(path, run_name="example")
+import tempo as tpo
+summary = module["main"](tpo.rl.training.parse_args(module["Args"], "", argv))
+print("RESULT " + json.dumps({k: summary[k] for k in ("episodes", "global_step", "sps", "seconds")}))
+"""
+
+
+def run_one(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str, timeout: float) -> dict:
+    """One training run in a fresh one-thread process: its episodes and its wall and CPU seconds."""
+    from rl_train import thread_env
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as cwd:
+        done = subprocess.run(command(system, env_id, seed, steps, impl, backend), capture_output=True, text=True,
+                              timeout=timeout, cwd=cwd, env=dict(thread_env(1), PYTHONPATH=ROOT))
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if done.returncode != 0:
+        return {"system": system, "env": env_id, "seed": seed, "failed": done.stderr[-2000:]}
+    result = _parse(system, done.stdout)
+    return {"system": system, "env": env_id, "seed": seed, "steps": steps, "process_wall_s": wall,
+            "process_cpu_s": cpu, **result}
+
+
+def _parse(system: str, stdout: str) -> dict:
+    if system == "tempo":
+        line = next(x for x in stdout.splitlines() if x.startswith("RESULT "))
+        return json.loads(line[len("RESULT "):])
+    final = stdout.strip().splitlines()[-1]
+    return {"final_line": final, **json.loads(stdout.split("EPISODES ", 1)[1].splitlines()[0])}
+
+
+def curve(episodes: list, grid: np.ndarray, column: int, window: int = 20) -> np.ndarray:
+    """The mean return of the last ``window`` episodes finished by each grid point (NaN before any)."""
+    if not episodes:
+        return np.full(len(grid), np.nan)
+    ep = np.asarray(episodes, dtype=np.float64)
+    ends = np.searchsorted(ep[:, column], grid, side="right")
+    return np.array([ep[max(0, n - window):n, 1].mean() if n else np.nan for n in ends])
+
+
+def summarise(runs: list[dict], env_id: str, target: float) -> dict:
+    """Per system: final return, steps to target, SPS; and Tempo's curve against the baseline's spread."""
+    out, grids = {}, {}
+    for system in SYSTEMS:
+        mine = [r for r in runs if r["system"] == system and r["env"] == env_id and "episodes" in r]
+        if not mine:
+            continue
+        steps = mine[0]["steps"]
+        grid = np.linspace(steps / 10, steps, 10)
+        curves = np.array([curve(r["episodes"], grid, 0) for r in mine])
+        grids[system] = curves
+        reached = [next((e[0] for e in _smoothed(r["episodes"]) if e[1] >= target), None) for r in mine]
+        out[system] = {
+            "seeds": [r["seed"] for r in mine],
+            "final_return": [float(c[-1]) for c in curves],
+            "steps_to_target": reached, "target": target,
+            "sps_wall": [r["global_step"] / r["process_wall_s"] for r in mine],
+            "sps_cpu": [r["global_step"] / r["process_cpu_s"] for r in mine],
+            "sps_in_run": [r["sps"] for r in mine],  # the run's own clock: compilation in, imports out
+            "return_at_each_10pct_mean": np.nanmean(curves, axis=0).tolist(),
+        }
+    if len(grids) == 2:
+        tempo, base = np.nanmean(grids["tempo"], axis=0), grids["cleanrl"]
+        low, high = np.nanmin(base, axis=0), np.nanmax(base, axis=0)
+        out["tempo_within_baseline_spread"] = [bool(lo <= v <= hi) for v, lo, hi in zip(tempo, low, high)]
+    return out
+
+
+def _smoothed(episodes: list, window: int = 20):
+    for k in range(len(episodes)):
+        yield episodes[k][0], float(np.mean([e[1] for e in episodes[max(0, k - window + 1):k + 1]]))
+
+
+def plot(runs: list[dict], envs: list[str], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(envs), 2, figsize=(11, 3.2 * len(envs)), squeeze=False)
+    for row, env_id in zip(axes, envs):
+        for system, color in zip(SYSTEMS, ("tab:blue", "tab:orange")):
+            mine = [r for r in runs if r["system"] == system and r["env"] == env_id and r.get("episodes")]
+            if not mine:
+                continue
+            for ax, column, label in ((row[0], 0, "environment steps"), (row[1], 3, "wall seconds")):
+                end = max(max(e[column] for e in r["episodes"]) for r in mine)
+                grid = np.linspace(0, end, 200)
+                curves = np.array([curve(r["episodes"], grid, column) for r in mine])
+                ax.plot(grid, np.nanmean(curves, axis=0), color=color, label=f"{system} ({len(mine)} seeds)")
+                ax.fill_between(grid, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), color=color, alpha=0.2)
+                ax.set_xlabel(label)
+                ax.set_ylabel("episodic return (last 20)")
+                ax.set_title(env_id)
+                ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every step budget (reduced runs)")
+    p.add_argument("--tempo-impl", default="gymnasium", help="gymnasium or tensor (CartPole-v1, Pendulum-v1)")
+    p.add_argument("--tempo-backend", default="", help="numpy (default), torch or jax")
+    p.add_argument("--timeout", type=float, default=7200.0, help="seconds per run")
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "rl_learning"),
+                   help="output path without extension (.json and .png are written)")
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore", message="(Mean of empty slice|All-NaN slice)")
+    runs = []
+    for env_id in args.envs:
+        steps = int(ENVS[env_id][2] * args.scale)
+        for seed in args.seeds:
+            for system in args.systems:
+                impl = args.tempo_impl if env_id in ("CartPole-v1", "Pendulum-v1") else "gymnasium"
+                run = run_one(system, env_id, seed, steps, impl, args.tempo_backend, args.timeout)
+                runs.append(run)
+                shown = run.get("failed", "")[-300:] or (f"final={curve(run['episodes'], np.array([steps]), 0)[0]:.1f} "
+                                                         f"sps_wall={run['global_step'] / run['process_wall_s']:.0f} "
+                                                         f"sps_cpu={run['global_step'] / run['process_cpu_s']:.0f}")
+                print(f"{env_id:15s} {system:8s} seed={seed} steps={steps} {shown}", flush=True)
+    summary = {env_id: summarise(runs, env_id, ENVS[env_id][3]) for env_id in args.envs}
+    report = {"argv": sys.argv[1:] if argv is None else list(argv), "scale": args.scale,
+              "tempo_impl": args.tempo_impl, "tempo_backend": args.tempo_backend or "numpy",
+              "summary": summary, "runs": runs}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump(report, f, separators=(",", ":"))  # every episode of every run: compact
+    plot(runs, args.envs, args.out + ".png")
+    print(json.dumps(summary, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Persistent gymnasium environments: one vector env of ``B`` environments that autoreset.
+
+The host side is a gymnasium ``SyncVectorEnv`` or ``AsyncVectorEnv`` (one
+subprocess per environment) in gymnasium's same-step autoreset mode, the
+semantics CleanRL and Stable-Baselines3 train with: the step that ends an
+episode returns the first observation of the next one, and the observation
+it reached goes out as ``final_obs``. Environment ``b`` is reset once, at the
+start of the run, with the seed :meth:`GymVectorEnv.reset_seed` gives it.
+
+The UDFs are called once per step with every environment at once (the batch
+dim ``b`` vectorized); they read ``b`` so the host can check that.
+"""
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from tempo.api.context import current
+from tempo.api.functional import eval_symbol, udf
+from tempo.api.rt import RecurrentTensor
+from tempo.errors import TempoError, user_site
+from tempo.rl.env import Env
+from tempo.rl.rollout import Transition, check_every, continue_rollout, start_of_rollout
+from tempo.symbolic.expr import Expr
+
+VECTOR_KINDS = ("sync", "async")
+
+
+class _VectorHost:
+    """The host side: a vector env made at the first reset, with as many environments as ``b`` has."""
+
+    def __init__(self, name: str, kwargs: dict, sample_key: tuple[int, ...], obs_dtype: str,
+                 box: tuple[np.ndarray, np.ndarray] | None, vector: str):
+        self.name, self.kwargs, self.sample_key = name, kwargs, sample_key
+        self.obs_dtype, self.box, self.vector = obs_dtype, box, vector
+        self.envs: gymnasium.vector.VectorEnv | None = None
+
+    def reset_seed(self, b: int) -> int:
+        return int(np.random.SeedSequence([*self.sample_key, b]).generate_state(1)[0])
+
+    def reset(self, index):
+        count = self._count(index)
+        self.close()
+        make = gymnasium.vector.SyncVectorEnv if self.vector == "sync" else gymnasium.vector.AsyncVectorEnv
+        self.envs = make([self._factory] * count, autoreset_mode=AutoresetMode.SAME_STEP)
+        obs, _ = self.envs.reset(seed=[self.reset_seed(b) for b in range(count)])
+        return np.asarray(obs, dtype=self.obs_dtype)
+
+    def step(self, index, action):
+        self._count(index)
+        if self.envs is None:
+            raise RuntimeError(f"{self.name}: stepped before the reset")
+        action = np.asarray(action)
+        action = action.astype(np.int64) if self.box is None else np.clip(action, *self.box).astype(self.box[0].dtype)
+        obs, reward, terminated, truncated, info = self.envs.step(action)
+        obs = np.asarray(obs, dtype=self.obs_dtype)
+        final = obs.copy()
+        if "_final_obs" in info:
+            for k in np.flatnonzero(info["_final_obs"]):
+                final[k] = info["final_obs"][k]
+        return obs, np.asarray(reward, np.float32), np.asarray(terminated, bool), np.asarray(truncated, bool), final
+
+    def close(self) -> None:
+        if self.envs is not None:
+            self.envs.close()
+            self.envs = None
+
+    def _factory(self) -> gymnasium.Env:
+        return gymnasium.make(self.name, **self.kwargs)
+
+    def _count(self, index) -> int:
+        index = np.asarray(index)
+        if index.ndim != 1 or not np.array_equal(index, np.arange(len(index))):
+            raise RuntimeError(f"{self.name}: a vector environment steps every environment at once; it was "
+                               f"called for environments {index.tolist()} (is the batch dim vectorized?)")
+        return len(index)
+
+
+class GymVectorEnv(Env):
+    """A gymnasium environment over ``dims = (b, i, t)`` that persists across rollouts and autoresets.
+
+    ``env.reset()`` is the observation each rollout starts from (an RT over
+    ``(b, i)``); ``env.step(a)`` returns a :class:`tempo.rl.rollout.Transition`.
+    ``rollout_every``: rollouts run at the multiples of it on ``i``.
+    ``vector``: ``"sync"`` (one process) or ``"async"`` (a subprocess per
+    environment).
+    """
+
+    def __init__(self, name: str, dims: tuple[Expr, ...], rollout_every: int = 1, vector: str = "sync", **kwargs):
+        from tempo.rl.gym_env import _action_space, _gym_make
+
+        site = user_site()
+        if len(dims) != 3:
+            raise TempoError(f"{name}: an autoresetting environment runs over dims (b, i, t): environments, "
+                             f"rollouts and steps; got {len(dims)} dims", site)
+        if vector not in VECTOR_KINDS:
+            raise TempoError(f"vector={vector!r} is not one of {', '.join(map(repr, VECTOR_KINDS))}", site)
+        env = _gym_make(name, kwargs)
+        obs_space = env.observation_space
+        if not isinstance(obs_space, gymnasium.spaces.Box):
+            raise TempoError(f"{name}: an autoresetting environment takes Box observations, not {obs_space}", site)
+        super().__init__(name, dims, tuple(obs_space.shape), str(obs_space.dtype),
+                         *_action_space(name, env.action_space, site))
+        env.close()
+        self.max_episode_steps = env.spec.max_episode_steps if env.spec is not None else None
+        self.every = check_every(rollout_every)
+        box = None if self.is_discrete else (self.action_low, self.action_high)
+        self._host = _VectorHost(name, kwargs, current().sample_key, self.obs_dtype, box, vector)
+        self._start: RecurrentTensor | None = None
+
+    def reset_seed(self, b: int) -> int:
+        """The seed environment ``b`` is reset with (once, at the start of the run)."""
+        return self._host.reset_seed(int(b))
+
+    def reset(self) -> RecurrentTensor:
+        """The observation each rollout starts from: the seeded reset, then where the last rollout stopped."""
+        if self._start is None:
+            b = self.dims[0]
+            first = udf(self._host.reset, [eval_symbol(b)], [self.obs_shape], [self.obs_dtype],
+                         label=f"{self.name}.reset", batched=True)
+            self._start = start_of_rollout(self.obs_shape, self.obs_dtype, self.dims, first, self.every)
+        return self._start
+
+    def step(self, action: RecurrentTensor) -> Transition:
+        """The :class:`~tempo.rl.rollout.Transition` of every environment for the action RT ``a[b, i, t]``."""
+        self._claim_step(action)
+        start = self.reset()
+        out = udf(self._host.step, [eval_symbol(self.dims[0]), action],
+                  [self.obs_shape, (), (), (), self.obs_shape], [self.obs_dtype, "float32", "bool", "bool",
+                                                                 self.obs_dtype],
+                  label=f"{self.name}.step", batched=True)
+        step = Transition(*out)
+        continue_rollout(start, step.obs, self.every)
+        return step
