@@ -11,10 +11,12 @@ import tempo as tpo
 from tempo.errors import TempoError
 from tempo.llm import program as program_mod
 from tempo.llm.attention import AUTO, Attention
+from tempo.llm.chat import ChatTemplate, TextStream
 from tempo.llm.config import LlamaConfig
+from tempo.llm.gguf_file import GGUFFile, read_config
 from tempo.llm.sampling import Sampling
 from tempo.llm.tiling import TileChoice, choose_tile
-from tempo.llm.tokenizer import load_tokenizer
+from tempo.llm.tokenizer import gguf_tokenizer, load_tokenizer
 from tempo.llm.weights import Weights
 
 
@@ -23,7 +25,8 @@ class Llama:
     """A Llama-family decoder (Llama 2/3, Mistral) run as a Tempo program.
 
     ``config``: its sizes; ``weights``: its tensors; ``tokenizer``: a
-    ``tokenizers.Tokenizer`` or None. Every call builds and compiles one
+    ``tokenizers.Tokenizer`` or None; ``chat_template``: the checkpoint's chat template
+    (:meth:`chat`) or None. Every call builds and compiles one
     program: the layer index and the decoding step are its temporal dims.
     ``tile_choices``: the tile sizes ``attention="tiled"`` chose by measurement,
     by ``(backend, batch, new tokens)``.
@@ -32,16 +35,33 @@ class Llama:
     config: LlamaConfig
     weights: Weights
     tokenizer: object = None
+    chat_template: ChatTemplate | None = None
     tile_choices: dict[tuple, TileChoice] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_pretrained(cls, path: str) -> "Llama":
-        """Load ``path``: a folder with ``config.json``, ``model.safetensors`` (or shards and
-        ``model.safetensors.index.json``) and optionally ``tokenizer.json``."""
+    def from_pretrained(cls, path: str, quantized: bool = False) -> "Llama":
+        """Load ``path``: a GGUF file (``*.gguf``: :meth:`from_gguf`), or a folder with
+        ``config.json``, ``model.safetensors`` (or shards and ``model.safetensors.index.json``),
+        optionally ``tokenizer.json`` and ``tokenizer_config.json`` (its chat template)."""
+        if path.endswith(".gguf") or os.path.isfile(path):
+            return cls.from_gguf(path, quantized)
         if not os.path.isdir(path):
             raise TempoError(f"model folder {path!r} does not exist")
         config = LlamaConfig.from_file(os.path.join(path, "config.json"))
-        return cls(config, Weights.from_folder(path, config), load_tokenizer(path))
+        tokenizer = load_tokenizer(path)
+        return cls(config, Weights.from_folder(path, config), tokenizer, ChatTemplate.from_folder(path))
+
+    @classmethod
+    def from_gguf(cls, path: str, quantized: bool = False) -> "Llama":
+        """Load a GGUF file: the config from its metadata, the tokenizer and chat template it
+        embeds, its weights dequantised to float32; with ``quantized``, the Q8_0, Q4_0 and Q4_1
+        matrices stay quantised and each product is computed from them
+        (:mod:`tempo.llm.quantized`, NumPy backend)."""
+        f = GGUFFile.read(path)
+        config = read_config(f)
+        tokenizer = gguf_tokenizer(f.metadata, path)
+        weights = Weights.from_gguf(f, config, quantized)
+        return cls(config, weights, tokenizer, ChatTemplate.from_gguf(f.metadata))
 
     @classmethod
     def random(cls, config: LlamaConfig, seed: int = 0) -> "Llama":
@@ -55,7 +75,8 @@ class Llama:
     def generate(self, prompt_ids, max_new_tokens: int, attention=None, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                  seed: int = 0, stop_at_eos: bool = True, backend: str = "numpy",
-                 on_token: Callable[[np.ndarray, int], None] | None = None) -> np.ndarray:
+                 on_token: Callable[[np.ndarray, int], None] | None = None,
+                 stop_tokens: tuple[int, ...] | None = None) -> np.ndarray:
         """Decode ``max_new_tokens`` tokens after ``prompt_ids`` (batch, prompt) or (prompt,).
 
         ``attention``: ``"causal"``, ``("window", w)`` / ``"window:w"``, ``("tiled", Z)`` /
@@ -63,8 +84,9 @@ class Llama:
         tile size measured best on ``backend``: :meth:`tile_for`), or None for the checkpoint's own. Greedy unless ``do_sample``; sampling is deterministic given
         ``seed``. ``on_token(tokens, position)`` sees each new token column (batch,) as it
         is produced. Returns the int64 ids (batch, prompt + new); with ``stop_at_eos``,
-        a sequence that has produced an end-of-sequence token continues with padding,
-        and decoding ends (no further model step runs) once every sequence has.
+        a sequence that has produced an end-of-sequence token (one of ``stop_tokens``, default
+        the config's) continues with padding, and decoding ends (no further model step runs)
+        once every sequence has.
         """
         prompt = self._check_prompt(prompt_ids, max_new_tokens)
         sampling = Sampling(greedy=not do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -82,7 +104,8 @@ class Llama:
                 reported[0] += 1
 
         with tpo.Context(seed=seed) as ctx:
-            dp = program_mod.build(self.config, self.weights, prompt, attention, sampling, report, stop_at_eos)
+            dp = program_mod.build(self.config, self.weights, prompt, attention, sampling, report, stop_at_eos,
+                                   stop_tokens)
             compiled = ctx.compile(fetch=[dp.tokens], backend=backend)
             (tokens,) = compiled.run(dp.bounds(self.config.num_layers, max_new_tokens))
         end = compiled.stopped_at[dp.positions[0].name] + 1       # the step where decoding ended
@@ -90,6 +113,37 @@ class Llama:
         for position in range(reported[0], ids.shape[1]):      # the last token enters no model step
             report(ids[:, position], position)
         return ids
+
+    def chat(self, messages: list[dict], max_new_tokens: int = 256,
+             on_text: Callable[[str], None] | None = None, **options) -> str:
+        """The assistant's reply to ``messages`` (dicts with ``role`` and ``content``): the
+        checkpoint's chat template renders them with a generation prompt, and decoding stops at
+        the template's end-of-turn token (or an end-of-sequence one) or after ``max_new_tokens``
+        (fewer if the model's positions run out). ``on_text(piece)`` sees the reply's text as it
+        is produced; ``options`` go to :meth:`generate` (sampling, attention, backend)."""
+        if self.chat_template is None:
+            raise TempoError("the model has no chat template (tokenizer_config.json's chat_template "
+                             "or the GGUF metadata's tokenizer.chat_template)")
+        if self.tokenizer is None:
+            raise TempoError("the model has no tokenizer (tokenizer.json or the GGUF vocabulary): chat needs one")
+        text = self.chat_template.render(messages)
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        stops = self.end_of_turn_ids()
+        stream = TextStream(self.tokenizer, stops, on_text)
+        new = min(max_new_tokens, self.config.max_positions - len(ids))
+        self.generate(np.array([ids], np.int64), max(new, 0), on_token=stream, stop_tokens=stops, **options)
+        stream.finish()
+        return stream.text
+
+    def end_of_turn_ids(self) -> tuple[int, ...]:
+        """The tokens that end an assistant's turn: the chat template's end-of-turn token (what it
+        writes after a message, when that is one token) and the end-of-sequence tokens."""
+        ids = list(self.config.eos_token_ids)
+        if self.chat_template is not None and self.tokenizer is not None:
+            own = self.tokenizer.token_to_id(self.chat_template.end_of_turn().strip())
+            if own is not None and own not in ids:
+                ids.insert(0, own)
+        return tuple(ids)
 
     def tile_for(self, batch: int, new_tokens: int, backend: str = "numpy") -> TileChoice:
         """The tile size of ``attention="tiled"`` for ``new_tokens`` decoding steps of ``batch``
@@ -109,7 +163,7 @@ class Llama:
         attention = self.default_attention() if attention is None else Attention.parse(attention)
         attention = replace(attention, tile=None)
         with tpo.Context() as ctx:
-            dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling())
+            dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling(), stops=False)
             (logits,) = ctx.run(bounds=dp.bounds(self.config.num_layers, 1),
                                 fetch=[dp.prompt_logits], backend=backend)
         return logits

@@ -26,6 +26,7 @@ import tempo.api.functional as F
 from tempo.api.rt import RecurrentTensor as RT
 from tempo.llm.attention import Attention
 from tempo.llm.config import LlamaConfig
+from tempo.llm.quantized import QuantizedMatrices
 from tempo.llm.rope import inverse_frequencies, rotate_half_matrix
 from tempo.llm.sampling import Sampling
 from tempo.llm.tiling import Prefix, tiled_attention
@@ -72,6 +73,42 @@ def embed(tokens: RT, table: np.ndarray, position, on_token=None) -> RT:
                  out_dtypes=[str(table.dtype)], label="embed")
 
 
+@dataclass(frozen=True)
+class QuantizedWeight:
+    """A matrix kept quantised (``matrices``, stacked over the layers) read at layer ``layer``
+    (None: a matrix of no layer, the output head)."""
+
+    matrices: QuantizedMatrices
+    layer: object
+
+
+def linear(x: RT, w) -> RT:
+    """``x @ w``: a product of RTs, or, for a :class:`QuantizedWeight`, a host function computing
+    it from the quantised matrix (:meth:`QuantizedMatrices.matmul`, panel by panel)."""
+    if not isinstance(w, QuantizedWeight):
+        return F.matmul(x, w)
+    m, shape = w.matrices, [(*x.shape[:-1], w.matrices.out_features)]
+    label = f"{m.type_name.lower()}_matmul"
+    if w.layer is None:
+        return F.udf(lambda xs: (m.matmul(xs, 0),), [x], out_shapes=shape, out_dtypes=["float32"], label=label)
+    return F.udf(lambda xs, layer: (m.matmul(xs, int(layer)),), [x, F.eval_symbol(w.layer)],
+                 out_shapes=shape, out_dtypes=["float32"], label=label)
+
+
+def layer_weights(weights: Weights, layer) -> dict:
+    """The layers' weights read at ``layer``: RTs (the query, key and value matrices as one), or
+    :class:`QuantizedWeight` for matrices kept quantised."""
+    stacked = dict(weights.layers)
+    parts = [stacked.pop(name) for name in ("wq", "wk", "wv")]
+    fused = QuantizedMatrices.concat(parts) if all(isinstance(p, QuantizedMatrices) for p in parts) else None
+    if fused is None:
+        parts = [p.dequantized_stack() if isinstance(p, QuantizedMatrices) else p for p in parts]
+        fused = np.concatenate(parts, axis=2)
+    stacked["wqkv"] = fused
+    return {name: QuantizedWeight(a, layer) if isinstance(a, QuantizedMatrices) else F.from_numpy(a, dims=(layer,))
+            for name, a in stacked.items()}
+
+
 def rms_norm(x: RT, weight: RT, eps: float) -> RT:
     """``x * (mean(x**2) + eps) ** -0.5 * weight`` over the last axis."""
     return x * (F.mean(x * x, axis=-1, keepdims=True) + eps) ** -0.5 * weight
@@ -88,7 +125,7 @@ def project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT, rotate: RT) -
     c, lead = config, tuple(x.shape[:-1])
     heads, kv_heads = c.num_heads, c.num_kv_heads
     xn = rms_norm(x, w["input_norm"], c.rms_norm_eps)
-    qkv = F.reshape(F.matmul(xn, w["wqkv"]), *lead, heads + 2 * kv_heads, c.head_dim)
+    qkv = F.reshape(linear(xn, w["wqkv"]), *lead, heads + 2 * kv_heads, c.head_dim)
     keep = (slice(None),) * len(lead)
     qk = rotary(qkv.spatial[keep + (slice(0, heads + kv_heads),)], cos, sin, rotate)
     q = qk.spatial[keep + (slice(0, heads),)]
@@ -100,9 +137,9 @@ def project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT, rotate: RT) -
 def finish(config: LlamaConfig, w: dict, x: RT, mixed: RT) -> RT:
     """The rest of a layer after attention: ``mixed`` (..., heads * head_dim) projected and added
     to ``x``, then the SwiGLU MLP."""
-    x = x + F.matmul(mixed, w["wo"])
+    x = x + linear(mixed, w["wo"])
     xn = rms_norm(x, w["post_norm"], config.rms_norm_eps)
-    return x + F.matmul(silu(F.matmul(xn, w["w_gate"])) * F.matmul(xn, w["w_up"]), w["w_down"])
+    return x + linear(silu(linear(xn, w["w_gate"])) * linear(xn, w["w_up"]), w["w_down"])
 
 
 def prompt_attention(q: RT, k: RT, v: RT, window: int | None, scale: float) -> RT:
@@ -142,12 +179,15 @@ def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float) -> RT:
 
 
 def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: Attention,
-          sampling: Sampling, on_token=None, stop_at_eos: bool = False) -> DecodeProgram:
+          sampling: Sampling, on_token=None, stop_at_eos: bool = False,
+          stop_tokens: tuple | None = None, stops: bool = True) -> DecodeProgram:
     """The decoding program for ``prompt`` (batch, P) in the current context (see the module
     docstring). ``on_token(ids, position)`` is called with each token as it enters a decoding
     step. The run ends (``tpo.stop_when``) at its last step, before that step's model runs,
-    and with ``stop_at_eos`` (and end-of-sequence tokens in the config) as soon as every
-    sequence has produced one (:func:`end_of_sequence`)."""
+    and with ``stop_at_eos`` as soon as every sequence has produced one of ``stop_tokens``
+    (default: the config's end-of-sequence tokens; :func:`end_of_sequence`). Without ``stops``
+    the run does every step (a program run for its prompt logits: a stopped run skips what is
+    scheduled after the decoding loop)."""
     c = config
     batch, prompt_len = prompt.shape
     ctx = tpo.api.context.current()
@@ -156,16 +196,16 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
         tiles = None
     else:
         (l, L), (t, T), tiles = ctx.dims("l", "t", "n")
-    stacked = dict(weights.layers)
-    stacked["wqkv"] = np.concatenate([stacked.pop("wq"), stacked.pop("wk"), stacked.pop("wv")], axis=2)
-    w = {name: F.from_numpy(a, dims=(l,)) for name, a in stacked.items()}
+    w = layer_weights(weights, l)
     inv = inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling)
     rotate = F.from_numpy(rotate_half_matrix(c.head_dim))
     scale = c.head_dim ** -0.5
-    final_norm, head = F.from_numpy(weights.final_norm), F.from_numpy(weights.head)
+    final_norm = F.from_numpy(weights.final_norm)
+    head = (QuantizedWeight(weights.head, None) if isinstance(weights.head, QuantizedMatrices)
+            else F.from_numpy(weights.head))
 
     def logits_of(y: RT) -> RT:
-        return F.matmul(rms_norm(y, final_norm, c.rms_norm_eps), head)
+        return linear(rms_norm(y, final_norm, c.rms_norm_eps), head)
 
     # the prompt, all positions at once
     angles = np.arange(prompt_len, dtype=np.float32)[:, None] * inv[None, :]
@@ -200,16 +240,16 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     last = F.eval_symbol(t) == F.eval_symbol(T - 1)                  # the last step's model never runs
     picked = sampling.next_token(logits, t)
     tokens[0] = first
-    tokens[t + 1] = end_of_sequence(tokens, picked, c.eos_token_ids if stop_at_eos else (), c.pad_token_id,
-                                    t, last)[t]
+    eos = (c.eos_token_ids if stop_tokens is None else tuple(stop_tokens)) if stop_at_eos else ()
+    tokens[t + 1] = end_of_sequence(tokens, picked, eos, c.pad_token_id, t, last if stops else None)[t]
     return DecodeProgram(tokens, logits, prompt_logits, (l, L), (t, T), tiles, attention.tile)
 
 
-def end_of_sequence(tokens: RT, picked: RT, eos: tuple, pad: int | None, step, last: RT) -> RT:
+def end_of_sequence(tokens: RT, picked: RT, eos: tuple, pad: int | None, step, last: RT | None) -> RT:
     """The token after ``tokens[t]``: ``picked``, continued as ``transformers``' ``generate`` does
     once a sequence has produced one of the tokens ``eos`` (with ``pad``, or the first EOS).
     The run ends (``tpo.stop_when``) at the first step where every sequence has produced one,
-    or where ``last`` holds, before that step's model runs (the check reads ``tokens[t]``,
+    or where ``last`` holds (None: no stop), before that step's model runs (the check reads ``tokens[t]``,
     so the step's token is known when it ends)."""
     t = step
     hit = tokens < 0 if not eos else tokens == eos[0]            # no token id is negative
@@ -218,7 +258,8 @@ def end_of_sequence(tokens: RT, picked: RT, eos: tuple, pad: int | None, step, l
     ended = F.placeholder(tokens.shape, "bool", dims=(t,))           # an EOS among tokens[0..t]
     ended[0] = hit[0]
     ended[t + 1] = ended[t] | hit[t + 1]
-    tpo.stop_when(ended[t] | last)
+    if last is not None:
+        tpo.stop_when(ended[t] | last)
     if not eos:
         return picked
     return F.where(ended[t], F.full((), eos[0] if pad is None else pad, "int64"), picked)

@@ -9,6 +9,8 @@ import numpy as np
 
 from tempo.errors import TempoError
 from tempo.llm.config import LlamaConfig
+from tempo.llm.gguf_file import GGUFFile, Tensor, hf_tensors
+from tempo.llm.quantized import TYPES as QUANTIZED_TYPES, QuantizedMatrices
 
 # per-layer tensor -> (Hugging Face name inside model.layers.{i}, shape from the config)
 LAYER_TENSORS = {
@@ -29,7 +31,9 @@ TRANSPOSED = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"}
 @dataclass(frozen=True)
 class Weights:
     """``embed`` (V, D), ``head`` (D, V), ``final_norm`` (D,), and ``layers``: name -> array
-    stacked over the layers (leading axis L), matrices as (in, out)."""
+    stacked over the layers (leading axis L), matrices as (in, out). A matrix kept quantised
+    (the head, or a layer matrix) is a :class:`tempo.llm.quantized.QuantizedMatrices` instead,
+    (out, in) per layer (the head: one layer)."""
 
     embed: np.ndarray
     head: np.ndarray
@@ -41,12 +45,14 @@ class Weights:
         """Pick, check and stack the tensors a Llama needs from ``tensors`` (Hugging Face names)."""
         c = config
 
-        def take(name: str, shape: tuple) -> np.ndarray:
+        def take(name: str, shape: tuple):
             if name not in tensors:
                 raise TempoError(f"{source}: missing tensor {name!r}")
             value = tensors[name]
             if tuple(value.shape) != shape:
                 raise TempoError(f"{source}: tensor {name!r} has shape {tuple(value.shape)}, expected {shape}")
+            if isinstance(value, Tensor):
+                return value
             return np.array(value, dtype=np.float32)  # a copy: never a view of the mapped file
 
         embed = take("model.embed_tokens.weight", (c.vocab_size, c.hidden_size))
@@ -54,11 +60,22 @@ class Weights:
             head = embed
         else:
             head = take("lm_head.weight", (c.vocab_size, c.hidden_size))
+        if isinstance(embed, Tensor):
+            embed = embed.to_float32(source)                  # the lookup reads rows: no product to compute
+        if isinstance(head, Tensor):
+            head = QuantizedMatrices.from_raw(head.type_name, [head.raw], c.vocab_size, c.hidden_size)
+        else:
+            head = np.ascontiguousarray(head.T)
         layers = {}
         for key, (name, shape) in LAYER_TENSORS.items():
-            stacked = np.stack([take(f"model.layers.{i}.{name}", shape(c)) for i in range(c.num_layers)])
+            values = [take(f"model.layers.{i}.{name}", shape(c)) for i in range(c.num_layers)]
+            kinds = {v.type_name if isinstance(v, Tensor) else None for v in values}
+            if len(kinds) == 1 and kinds <= set(QUANTIZED_TYPES):       # one quantised type in every layer
+                layers[key] = QuantizedMatrices.from_raw(values[0].type_name, [v.raw for v in values], *shape(c))
+                continue
+            stacked = np.stack([v.to_float32(source) if isinstance(v, Tensor) else v for v in values])
             layers[key] = np.ascontiguousarray(stacked.transpose(0, 2, 1)) if key in TRANSPOSED else stacked
-        return cls(embed=embed, head=np.ascontiguousarray(head.T),
+        return cls(embed=embed, head=head,
                    final_norm=take("model.norm.weight", (c.hidden_size,)), layers=layers)
 
     @classmethod
@@ -78,6 +95,25 @@ class Weights:
                 shape = shape(c)
                 tensors[f"model.layers.{i}.{name}"] = np.ones(shape, np.float32) if len(shape) == 1 else normal(shape)
         return cls.from_tensors(tensors, config, "random weights")
+
+    def bytes_per_token(self) -> int:
+        """The bytes of weights one decoding step reads: every layer matrix (its quantised bytes and
+        scales where it is kept quantised), the norms, the output head and one embedding row."""
+        total = self.final_norm.nbytes + self.embed.nbytes // len(self.embed)
+        for value in [self.head, *self.layers.values()]:
+            total += value.nbytes_per_layer * value.num_layers if isinstance(value, QuantizedMatrices) else value.nbytes
+        return total
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile, config: LlamaConfig, quantized: bool = False) -> "Weights":
+        """The tensors of a GGUF file, dequantised to float32; with ``quantized``, the layers'
+        matrices of a type in :data:`tempo.llm.quantized.TYPES` (the same in every layer) stay
+        quantised."""
+        def keep(name: str, tensor: Tensor) -> bool:
+            matrix = name.endswith("_proj.weight") or name in ("model.embed_tokens.weight", "lm_head.weight")
+            return quantized and tensor.type_name in QUANTIZED_TYPES and matrix
+
+        return cls.from_tensors(hf_tensors(f, config, keep), config, f.path)
 
     @classmethod
     def from_folder(cls, folder: str, config: LlamaConfig) -> "Weights":

@@ -47,32 +47,65 @@ def _options(ns: argparse.Namespace) -> dict:
 
 
 def run(ns: argparse.Namespace) -> int:
-    """Load, optimise, export and report, within the budget; raises TempoError for bad input."""
-    from tempo.superopt import onnx_export, onnx_import
+    """Load, optimise, verify and write, within the budget; raises TempoError for a file that
+    is not a readable ONNX model."""
+    from tempo.files import write_bytes_atomic
     from tempo.superopt.execute import set_default_backend
-    from tempo.superopt.optimize import agent_function, optimize
+    from tempo.superopt.onnx_optimize import optimize_model, warm_up
+    from tempo.superopt.onnx_run import test_inputs
     from tempo.superopt.rules import load_rules
 
-    agent_function(ns.agent)            # its libraries imported before the budget's clock starts
-    start = time.perf_counter()
     if ns.budget_seconds <= 0:
         raise TempoError(f"--budget-seconds must be positive, not {ns.budget_seconds}")
+    warm_up(ns.agent)             # imports before the budget's clock starts
+    start = time.perf_counter()
     set_default_backend(ns.backend)
-    graph, warnings, model = onnx_import.load(ns.input)
-    for w in warnings:
-        print(f"{PROG}: warning: {w}", file=sys.stderr)
+    source = _read(ns.input)
+    model = _parse(ns.input, source)
     rules = load_rules(ns.rules)
     left = ns.budget_seconds - (time.perf_counter() - start)
-    outcome = optimize(graph, ns.agent, max(0.0, left), rules, **_options(ns))
-    extra = [o for o in model.opset_import if o.domain not in ("", "ai.onnx")]
-    onnx_export.save(onnx_export.export_model(outcome.graph, extra), ns.output)
-    print(f"{ns.agent}: {outcome.before_ms:.3f} ms -> {outcome.after_ms:.3f} ms "
-          f"(x{outcome.speedup:.3f}) in {time.perf_counter() - start:.1f} s "
-          f"(budget {ns.budget_seconds:g} s); "
-          f"{len(outcome.applied)} rewrites"
-          + (f" after {outcome.episodes} training episodes" if outcome.episodes else "")
-          + (f"; {outcome.reason}" if outcome.reason else ""))
+    result = optimize_model(model, ns.agent, left, rules, test_inputs(ns.input, model),
+                            **_options(ns))
+    for w in result.warnings:
+        print(f"{PROG}: warning: {w}", file=sys.stderr)
+    write_bytes_atomic(ns.output, result.model.SerializeToString() if result.rewritten else source)
+    print(_summary(ns, result, time.perf_counter() - start))
     return 0
+
+
+def _read(path: str) -> bytes:
+    from tempo.superopt.onnx_import import OnnxImportError
+
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise OnnxImportError(f"no such ONNX file '{path}'") from None
+    except OSError as exc:
+        raise TempoError(f"cannot read '{path}': {exc.strerror}") from None
+
+
+def _parse(path: str, source: bytes):
+    import onnx
+
+    from tempo.superopt.onnx_import import OnnxImportError
+
+    try:
+        model = onnx.load_from_string(source)
+    except Exception as exc:  # protobuf decode errors have no common base
+        raise OnnxImportError(f"'{path}' is not a readable ONNX model ({type(exc).__name__})") from None
+    if not model.graph.node and not model.graph.output:
+        raise OnnxImportError(f"'{path}' is not an ONNX model: it has no graph")
+    return model
+
+
+def _summary(ns: argparse.Namespace, result, seconds: float) -> str:
+    o = result.outcome
+    timing = f"{o.before_ms:.3f} ms -> {o.after_ms:.3f} ms (x{o.speedup:.3f}) " if o else ""
+    rewrites = f"{len(o.applied)} rewrites" if o and result.rewritten else "input written unchanged"
+    return (f"{ns.agent}: {timing}in {seconds:.1f} s (budget {ns.budget_seconds:g} s); {rewrites}"
+            + (f" after {o.episodes} training episodes" if o and o.episodes else "")
+            + (f"; {result.reason}" if result.reason else ""))
 
 
 def main(argv: Sequence[str]) -> int:

@@ -13,8 +13,9 @@ the whole graph, the input is returned when the extracted graph costs more.
 Saturation runs at most ``iterations`` rounds, 2 by default: with egglog
 13.2.0 the full rule set panics inside egglog's join (``Option::unwrap()`` on
 ``None`` in ``core-relations/src/free_join``) in the third round on the conv
-workloads, and the process cannot use egglog again after that panic. Two
-rounds already fuse, fold batch norms, enlarge and merge convolutions.
+workloads. Two rounds already fuse, fold batch norms, enlarge and merge
+convolutions. Where egglog panics anyway, or extraction is still running at
+the deadline, the search returns its input.
 """
 from __future__ import annotations
 
@@ -68,8 +69,10 @@ def _value(enode: dict, nodes: dict) -> object:
                                                       else int(op))
 
 
-def _extract(serialized: dict, leaves: list[Node], model: CostModel) -> dict[str, Node]:
-    """The cheapest node of every e-class of terms, by fixed-point iteration."""
+def _extract(serialized: dict, leaves: list[Node], model: CostModel, deadline: float
+             ) -> dict[str, Node] | None:
+    """The cheapest node of every e-class of terms, by fixed-point iteration (None when the
+    ``deadline`` comes first)."""
     nodes = serialized["nodes"]
     terms = [(k, v) for k, v in nodes.items() if v["op"] == "Leaf" or v["op"] in CTORS]
     best: dict[str, tuple[float, Node]] = {}
@@ -77,6 +80,8 @@ def _extract(serialized: dict, leaves: list[Node], model: CostModel) -> dict[str
     while changed:
         changed = False
         for _, e in terms:
+            if time.perf_counter() > deadline:
+                return None
             made = _build(e, nodes, best, leaves)
             if made is None:
                 continue
@@ -108,34 +113,52 @@ def _subgraph_cost(n: Node, model: CostModel) -> float:
     return model.cost(Graph((), (n,)))
 
 
+# A fresh e-graph holding the declarations and one rule set's rules, per rule set (keyed by
+# the rules' egglog text), made ahead by prepare(): reading the rules takes seconds, more than
+# a small budget. Each search takes one and leaves it behind (an e-graph reused through egglog's
+# push/pop panicked after some hundred searches).
+_PREPARED: dict[tuple[str, ...], object] = {}
+
+
+def _rules_text(rules: list[Rule]) -> tuple[str, ...]:
+    return tuple(translate_all(rules)[0])
+
+
+def _read_rules(texts: tuple[str, ...]):
+    from egglog import bindings
+
+    eg = bindings.EGraph()
+    eg.run_program(*eg.parse_program("\n".join([declarations(), shape_rules(), const_rules(), *texts])))
+    return eg
+
+
+def prepare(rules: list[Rule]) -> None:
+    """Read ``rules`` into a fresh e-graph now, for the next :func:`eqsat` search to use."""
+    texts = _rules_text(rules)
+    if texts not in _PREPARED:
+        _PREPARED[texts] = _read_rules(texts)
+
+
 def eqsat(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | None = None,
           node_limit: int = 20000, iterations: int = 2) -> SearchResult:
     """Saturate ``graph`` under the egglog-expressible ``rules`` and extract the cheapest graph."""
-    from egglog import bindings
-
     model = model or CostModel()
     deadline = time.perf_counter() + budget_s
     start_cost = model.cost(graph)
-    texts, _left_out = translate_all(rules)
     enc = _Encoder(graph)
-    eg = bindings.EGraph()
-    program = "\n".join([declarations(), shape_rules(), const_rules(), *texts, *enc.lines])
-    eg.run_program(*eg.parse_program(program))
-    fired: dict[str, int] = {}
-    size = 0
-    for _ in range(iterations):
-        if time.perf_counter() >= deadline or size >= node_limit:
-            break
-        report = eg.run_program(*eg.parse_program("(run 1)"))[-1].report
-        for name, count in report.num_matches_per_rule.items():
-            if count and not name.startswith("("):
-                fired[name] = fired.get(name, 0) + count
-        serialized = json.loads(eg.serialize([]).to_json())
-        size = len(serialized["nodes"])
-        if not report.updated:
-            break
-    serialized = json.loads(eg.serialize([]).to_json())
-    chosen = _extract(serialized, enc.leaves, model)
+    texts = _rules_text(rules)
+    eg = _PREPARED.pop(texts, None) or _read_rules(texts)
+    eg.run_program(*eg.parse_program("\n".join(enc.lines)))
+    try:
+        fired, serialized = _saturate(eg, deadline, node_limit, iterations)
+    except BaseException as exc:    # egglog's Rust panics derive from BaseException
+        if type(exc).__name__ != "PanicException":
+            raise
+        return SearchResult(graph, [], start_cost, trace=[start_cost])
+    chosen = _extract(serialized, enc.leaves, model, deadline)
+    if chosen is None:
+        return SearchResult(graph, [], start_cost, explored=len(serialized["nodes"]),
+                            trace=[start_cost])
     classes = {n["eclass"] for k, n in serialized["nodes"].items()
                if k.startswith("function-") and n["op"] in ("Leaf", *CTORS)}
     outputs = []
@@ -150,7 +173,24 @@ def eqsat(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | N
     else:
         trace.append(cost)
     applied = sorted(fired) if result is not graph else []
-    return SearchResult(result, applied, cost, explored=size, trace=trace)
+    return SearchResult(result, applied, cost, explored=len(serialized["nodes"]), trace=trace)
+
+
+def _saturate(eg, deadline: float, node_limit: int, iterations: int) -> tuple[dict[str, int], dict]:
+    """Run the rules for up to ``iterations`` rounds; the rules that fired and the e-graph."""
+    fired: dict[str, int] = {}
+    serialized = json.loads(eg.serialize([]).to_json())
+    for _ in range(iterations):
+        if time.perf_counter() >= deadline or len(serialized["nodes"]) >= node_limit:
+            break
+        report = eg.run_program(*eg.parse_program("(run 1)"))[-1].report
+        for name, count in report.num_matches_per_rule.items():
+            if count and not name.startswith("("):
+                fired[name] = fired.get(name, 0) + count
+        serialized = json.loads(eg.serialize([]).to_json())
+        if not report.updated:
+            break
+    return fired, serialized
 
 
 def _class_of(serialized: dict, let_name: str) -> str | None:

@@ -98,7 +98,7 @@ def _leaf_shape(shapes, a):
 for _leaf in ("input", "weight"):
     _register(_leaf, (0,), {"name": "", "shape": ()}, _leaf_shape)
 _register("scalar", (0,), {"value": 0.0}, lambda shapes, a: ())
-# an ONNX node this IR does not model, kept verbatim (the serialized NodeProto and which output)
+# a step of a Tempo island this IR does not model, kept as it is (which step, and which output)
 _register("opaque", None, {"proto": b"", "index": 0, "shape": (), "dtype": 1}, _leaf_shape)
 
 # ---------------------------------------------------------------- element-wise

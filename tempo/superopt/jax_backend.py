@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tempo.errors import TempoError
 from tempo.superopt.graph import Graph
 from tempo.superopt.reference import ARITHMETIC
 
@@ -55,10 +54,6 @@ def _enlarge(a, w):
     return jnp.pad(w, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
 
 
-def _opaque(a, *xs):
-    raise TempoError("the JAX executor cannot run verbatim ONNX nodes; use the torch backend")
-
-
 KERNELS: dict[str, Callable] = {
     "relu": lambda a, x: jax.nn.relu(x),
     "sigmoid": lambda a, x: jax.nn.sigmoid(x),
@@ -82,7 +77,6 @@ KERNELS: dict[str, Callable] = {
     "slice": lambda a, x: jax.lax.slice_in_dim(x, a["start"], a["end"], axis=a["axis"] % x.ndim),
     "reshape": lambda a, x: x.reshape(a["shape"]),
     "transpose": lambda a, x: x.transpose(a["perm"]),
-    "opaque": _opaque,
 }
 
 

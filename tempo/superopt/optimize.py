@@ -75,24 +75,28 @@ CHECK_SHARE = 0.2
 # How far past its budget optimize may return: work between two looks at the clock (an environment
 # step, a PPO update, a rollout of the policy, a round of timing) is not cut short.
 BUDGET_TOLERANCE_S = 1.0
+# Runs of the graph that a search and its check need at the least (the cost model's per-operator
+# timing, the check's rounds): a budget shorter than that many runs keeps the input unsearched.
+SEARCH_RUNS = 40
 
 
 def compare_latency(a: Graph, b: Graph, rounds: int = CHECK_ROUNDS, repeats: int = 10,
                     compiles: int = DECISION_COMPILES, deadline: float | None = None
-                    ) -> tuple[float, float]:
-    """The median latency of ``a`` and ``b``'s speed-up over it (the median of the per-round
-    cycle-paired ratios ``a / b``, :func:`~tempo.superopt.stats.paired_speedup`), timed
-    interleaved to share the noise; ``rounds`` at most, fewer where ``deadline`` comes first."""
+                    ) -> tuple[float, float, int]:
+    """The median latency of ``a``, ``b``'s speed-up over it (the median of the per-round
+    cycle-paired ratios ``a / b``, :func:`~tempo.superopt.stats.paired_speedup`) and the rounds
+    timed: interleaved to share the noise, ``rounds`` at most, fewer where ``deadline`` comes
+    first."""
     lat = time_interleaved({"a": a, "b": b}, rounds, repeats, compiles=compiles, deadline=deadline)
-    return lat["a"].median_ms, paired_speedup(lat["a"], lat["b"], timed_rounds(lat["a"], repeats))
+    timed = timed_rounds(lat["a"], repeats)
+    return lat["a"].median_ms, paired_speedup(lat["a"], lat["b"], timed), timed
 
 
-def check_seconds(graph: Graph, budget_s: float) -> float:
-    """The time set aside for the check of a result of ``graph``: what :data:`CHECK_ROUNDS`
-    rounds of two such graphs take by a short timing of ``graph`` (doubled: interleaved calls of
-    several compiles run slower than one compile's repeats), at most :data:`CHECK_SHARE` of
+def check_seconds(run_ms: float, budget_s: float) -> float:
+    """The time set aside for the check of a result of a graph that runs in ``run_ms``: what
+    :data:`CHECK_ROUNDS` rounds of two such graphs take (doubled: interleaved calls of several
+    compiles run slower than one compile's repeats), at most :data:`CHECK_SHARE` of
     ``budget_s``."""
-    run_ms = measure_latency(graph, warmup=1, repeats=3).median_ms
     return min(CHECK_SHARE * budget_s, 2 * CHECK_ROUNDS * 2 * 11 * run_ms / 1e3)
 
 
@@ -114,7 +118,9 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
     (:func:`check_seconds`) is set aside first, the search gets the rest, and
     the check's rounds stop at the budget's end: the call returns within
     ``budget_s`` plus :data:`BUDGET_TOLERANCE_S` for graphs that run in
-    milliseconds (every timing runs one round at least).
+    milliseconds (every timing runs one round at least). A graph too slow for the budget to
+    run :data:`SEARCH_RUNS` times is returned unsearched; one too slow for the check's
+    rounds is timed in fewer, and the outcome's ``reason`` says how many.
 
     A graph no rule matches is returned at once, unsearched (every search would stop there,
     the RL agent after training on it for the whole budget), unless ``options`` ask for a
@@ -126,25 +132,35 @@ def optimize(graph: Graph, agent: str = "greedy", budget_s: float = 30.0,
     torch.set_num_threads(1)
     rules = rules if rules is not None else load_rules()
     if not options.get("save") and not candidates(graph, rules):
-        before, _ = compare_latency(graph, graph, rounds=1, compiles=1)
+        before = measure_latency(graph, warmup=0, repeats=1).median_ms
         return Outcome(graph, [], 0.0, before, before, True, "no rule matches")
-    check_s = check_seconds(graph, budget_s)
+    before = measure_latency(graph, warmup=1, repeats=2).median_ms
+    if before * SEARCH_RUNS / 1e3 > deadline - time.perf_counter():
+        return Outcome(graph, [], 0.0, before, before, True,
+                       f"one run takes {before / 1e3:.2f} s: the budget cannot time "
+                       f"{SEARCH_RUNS} runs, the fewest a search and its check need")
+    check_s = check_seconds(before, budget_s)
     start = time.perf_counter()
     result = search(graph, rules, max(0.0, deadline - check_s - start), **options)
     elapsed = time.perf_counter() - start
     if result.graph.key() == graph.key():
-        before, _ = compare_latency(graph, graph, rounds=1, compiles=1)
         return Outcome(graph, [], elapsed, before, before, True, "no rewrite found",
                        episodes=result.episodes)
     if not same_outputs(graph, result.graph):
-        before, _ = compare_latency(graph, graph, rounds=1, compiles=1)
         return Outcome(graph, [], elapsed, before, before, True, "outputs differed; input kept",
                        result.origin, result.applied, result.stages, episodes=result.episodes)
-    before, speedup = compare_latency(graph, result.graph, deadline=deadline)
+    # no more compiles than the rounds that fit in check_s (two graphs, 11 runs each, doubled),
+    # and rounds of fewer cycles where not even one fits
+    compiles = max(1, min(DECISION_COMPILES, int(check_s * 1e3 / (4 * 11 * before))))
+    repeats = max(2, min(10, int(check_s * 1e3 / (4 * before)) - 1))
+    before, speedup, rounds = compare_latency(graph, result.graph, repeats=repeats,
+                                              compiles=compiles, deadline=deadline)
+    note = "" if rounds == CHECK_ROUNDS else (
+        f"timed in {rounds} of {CHECK_ROUNDS} rounds: one run takes {before:.1f} ms")
     if speedup <= 1.0:
         return Outcome(graph, [], elapsed, before, before, True,
                        f"not faster when measured ({speedup:.3f}x the input's speed, "
-                       f"{before:.4f} ms)",
+                       f"{before:.4f} ms{'; ' + note if note else ''})",
                        result.origin, result.applied, result.stages, result.graph, result.episodes)
-    return Outcome(result.graph, result.applied, elapsed, before, before / speedup, False,
+    return Outcome(result.graph, result.applied, elapsed, before, before / speedup, False, note,
                    origin=result.origin, stages=result.stages, episodes=result.episodes)

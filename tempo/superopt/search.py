@@ -37,7 +37,8 @@ class SearchResult:
 
 def greedy(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | None = None
            ) -> SearchResult:
-    """Repeatedly take the cheapest candidate while it lowers the cost."""
+    """Repeatedly take the cheapest candidate while it lowers the cost (at the deadline, the
+    cheapest of the candidates priced so far)."""
     model = model or CostModel()
     deadline = time.perf_counter() + budget_s
     best = SearchResult(graph, [], model.cost(graph))
@@ -47,8 +48,12 @@ def greedy(graph: Graph, rules: list[Rule], budget_s: float, model: CostModel | 
         best.explored += len(cands)
         if not cands:
             break
-        costs = [model.cost(c.graph) for c in cands]
-        i = min(range(len(cands)), key=costs.__getitem__)
+        costs = []
+        for c in cands:
+            if costs and time.perf_counter() >= deadline:
+                break
+            costs.append(model.cost(c.graph))
+        i = min(range(len(costs)), key=costs.__getitem__)
         if costs[i] >= best.cost:
             break
         best = SearchResult(cands[i].graph, [*best.applied, cands[i].rule.name], costs[i],

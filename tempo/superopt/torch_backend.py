@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from tempo.superopt.graph import Graph, run_plan
-from tempo.superopt.reference import ARITHMETIC, opaque_kernel
+from tempo.superopt.reference import ARITHMETIC
 
 ACT = {"none": lambda x: x, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
 
@@ -37,11 +37,6 @@ def _enlarge(a, w):
     return F.pad(w, (pw, pw, ph, ph))
 
 
-def _opaque(a, *xs):
-    out = opaque_kernel(a, *(x.cpu().numpy() for x in xs))
-    return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32)).to(xs[0].device)
-
-
 KERNELS: dict[str, Callable] = {
     "relu": lambda a, x: torch.relu(x),
     "sigmoid": lambda a, x: torch.sigmoid(x),
@@ -65,7 +60,6 @@ KERNELS: dict[str, Callable] = {
     "slice": lambda a, x: x.narrow(a["axis"], a["start"], a["end"] - a["start"]),
     "reshape": lambda a, x: x.reshape(a["shape"]),
     "transpose": lambda a, x: x.permute(a["perm"]),
-    "opaque": _opaque,
 }
 
 

@@ -1,0 +1,378 @@
+"""LLM decoding against the memory-bandwidth floor: a 135M-parameter Llama-family model from GGUF files.
+
+The model has the sizes of a published 135M-parameter Llama-family model (30
+layers, hidden 576, 9 heads and 3 key/value heads, intermediate 1,536,
+vocabulary 49,152, tied embeddings) with random weights, written as GGUF files
+of each type in ``--types`` (gguf.quants quantizes them). Decoded greedily at
+batch 1 on one thread, each system in its own process:
+
+- **tempo**: ``tpo.llm.Llama`` on the NumPy backend, weights dequantised to float32;
+- **tempo-q**: the same with the matrices kept quantised (``quantized=True``:
+  each product computed from the blocks, panel by panel, ``tempo.llm.quantized``);
+- **transformers**: ``LlamaForCausalLM`` loaded from the same file (its GGUF
+  loader dequantises to float32), eager, one forward per token with its cache;
+- **llama.cpp** (``llama-cpp-python``, a benchmark-only baseline, computing from
+  the quantised weights): installed by ``--setup`` (a source build, about 5
+  minutes here), left out with a note when it is not installed.
+
+The floor of a system is the bytes it reads per token (its weights as it holds
+them, and the keys and values of every position so far) divided by this CPU's
+read bandwidth, measured in the same run by reading a buffer of that many bytes
+over and over (one thread, the best of several passes): weights that fit the
+cache are read at the cache's rate, so the floor uses the rate of the size read.
+The time between tokens at a length is the median over the last ``--last``
+tokens of a sequence decoded up to it from a one-token prompt. The time to
+first token is a prompt of ``--prompts`` tokens through the model and the first
+new token (Tempo: the run apart from compiling, which is reported beside it).
+
+    .venv/bin/python benchmarks/decode_floor.py --quick      # every part, short lengths
+    .venv/bin/python benchmarks/decode_floor.py --setup      # builds llama-cpp-python first
+    .venv/bin/python benchmarks/decode_floor.py
+
+Prints tables and writes ``docs/results/decode_floor.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SIZE = dict(vocab=49152, hidden=576, intermediate=1536, layers=30, heads=9, kv_heads=3)
+LLAMA_CPP = "llama-cpp-python==0.3.36"
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+# ----- the model files -----
+def write_model(path: str, type_name: str, context: int, seed: int = 0) -> None:
+    """A GGUF file of SIZE with random weights (normal / sqrt(fan in); norms one) in ``type_name``,
+    with a byte-level vocabulary padded with placeholder tokens (llama.cpp needs one)."""
+    import gguf
+    from gguf import quants
+    from tokenizers import pre_tokenizers
+
+    s, rng = SIZE, np.random.default_rng(seed)
+    head_dim = s["hidden"] // s["heads"]
+    kind = gguf.GGMLQuantizationType[type_name]
+
+    def matrix(rows: int, cols: int):
+        w = (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(np.float32)
+        return (w,) if type_name == "F32" else (quants.quantize(w, kind), None, kind)
+
+    w = gguf.GGUFWriter(path + ".part", "llama")
+    for add, value in [(w.add_name, "random 135M"), (w.add_context_length, context),
+                       (w.add_embedding_length, s["hidden"]), (w.add_block_count, s["layers"]),
+                       (w.add_feed_forward_length, s["intermediate"]), (w.add_head_count, s["heads"]),
+                       (w.add_head_count_kv, s["kv_heads"]), (w.add_layer_norm_rms_eps, 1e-5),
+                       (w.add_rope_freq_base, 10000.0), (w.add_rope_dimension_count, head_dim),
+                       (w.add_vocab_size, s["vocab"]), (w.add_tokenizer_model, "gpt2"),
+                       (w.add_tokenizer_pre, "default")]:
+        add(value)
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tokens = alphabet + ["Ġt"] + [f"<t{i}>" for i in range(s["vocab"] - len(alphabet) - 2)] + ["<|endoftext|>"]
+    w.add_token_list(tokens)
+    w.add_token_types([1] * (len(tokens) - 1) + [3])
+    w.add_token_merges(["Ġ t"])
+    w.add_eos_token_id(len(tokens) - 1)
+    w.add_tensor("token_embd.weight", *matrix(s["vocab"], s["hidden"]))
+    w.add_tensor("output_norm.weight", np.ones(s["hidden"], np.float32))
+    q_rows, kv_rows = s["heads"] * head_dim, s["kv_heads"] * head_dim
+    for i in range(s["layers"]):
+        for name in ("attn_norm", "ffn_norm"):
+            w.add_tensor(f"blk.{i}.{name}.weight", np.ones(s["hidden"], np.float32))
+        for name, rows, cols in [("attn_q", q_rows, s["hidden"]), ("attn_k", kv_rows, s["hidden"]),
+                                 ("attn_v", kv_rows, s["hidden"]), ("attn_output", s["hidden"], q_rows),
+                                 ("ffn_gate", s["intermediate"], s["hidden"]),
+                                 ("ffn_up", s["intermediate"], s["hidden"]),
+                                 ("ffn_down", s["hidden"], s["intermediate"])]:
+            w.add_tensor(f"blk.{i}.{name}.weight", *matrix(rows, cols))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(path + ".part", path)
+
+
+def kv_bytes(length: int, batch: int, element: int) -> int:
+    """Bytes of keys and values one decoding step reads at ``length`` positions."""
+    head_dim = SIZE["hidden"] // SIZE["heads"]
+    return 2 * SIZE["layers"] * batch * SIZE["kv_heads"] * head_dim * length * element
+
+
+# ----- what the children measure -----
+def bandwidth(nbytes: int, passes: int = 5) -> dict:
+    """GB/s of reading a float32 buffer of ``nbytes`` (one BLAS dot product of it with itself, which
+    streams it once), the best of ``passes`` after a warm-up, by the wall clock and by the process
+    CPU clock (on a busy machine the process is not always running)."""
+    a = np.ones(max(nbytes // 4, 1024), np.float32)
+    np.dot(a, a)
+    runs = [_timed(lambda: np.dot(a, a)) for _ in range(passes)]
+    return {"wall": a.nbytes / min(w for w, _ in runs) / 1e9, "cpu": a.nbytes / max(min(c for _, c in runs), 1e-9) / 1e9}
+
+
+def _timed(fn) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _between(stamps: dict, lengths: list[int], last: int) -> dict:
+    rows = {}
+    for n in lengths:
+        walls = [stamps[p][0] - stamps[p - 1][0] for p in range(n - last, n) if p in stamps and p - 1 in stamps]
+        cpus = [stamps[p][1] - stamps[p - 1][1] for p in range(n - last, n) if p in stamps and p - 1 in stamps]
+        rows[str(n)] = {"ms": 1e3 * float(np.median(walls)), "mean_ms": 1e3 * float(np.mean(walls)),
+                        "cpu_ms": 1e3 * float(np.mean(cpus))}
+    return rows
+
+
+def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int) -> dict:
+    import tempo as tpo
+
+    model = tpo.llm.Llama.from_pretrained(path, quantized=quantized)
+    stamps = {}
+    model.generate(np.ones((1, 1), np.int64), max(lengths) - 1, stop_at_eos=False,
+                   on_token=lambda tokens, p: stamps.__setitem__(p, (time.perf_counter(), time.process_time())))
+    return {"rows": _between(stamps, lengths, last), "weight_bytes": model.weights.bytes_per_token(),
+            "kv_element": 4}
+
+
+def decode_transformers(path: str, lengths: list[int], last: int) -> dict:
+    import torch
+    import transformers
+
+    torch.set_num_threads(1)
+    model = transformers.AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                                              dtype=torch.float32).eval()
+    stamps = {}
+    with torch.no_grad():
+        out = model(torch.ones((1, 1), dtype=torch.long), use_cache=True)
+        for p in range(1, max(lengths)):
+            token = out.logits[:, -1].argmax(-1, keepdim=True)
+            out = model(token, past_key_values=out.past_key_values, use_cache=True)
+            stamps[p] = (time.perf_counter(), time.process_time())
+    weights = sum(p.nbytes for p in model.parameters())      # a tied head counted once
+    embed = model.model.embed_tokens.weight
+    if model.lm_head.weight is not embed:                      # the lookup reads one row of the embedding
+        weights -= embed.nbytes - embed[0].nbytes
+    return {"rows": _between(stamps, lengths, last), "weight_bytes": int(weights), "kv_element": 4}
+
+
+def decode_llamacpp(path: str, lengths: list[int], last: int) -> dict:
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=path, n_ctx=max(lengths) + 8, n_threads=1, n_threads_batch=1, verbose=False)
+    stamps = {}
+    llm.eval([1])
+    for p in range(1, max(lengths)):
+        llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])
+        stamps[p] = (time.perf_counter(), time.process_time())
+    tensor_bytes = os.path.getsize(path)  # the file is its tensors and a few MB of metadata and vocabulary
+    return {"rows": _between(stamps, lengths, last), "weight_bytes": tensor_bytes, "kv_element": 2}
+
+
+def first_token_tempo(path: str, quantized: bool, length: int) -> dict:
+    import tempo as tpo
+    from tempo.llm import program as program_mod
+    from tempo.llm.sampling import Sampling
+
+    model = tpo.llm.Llama.from_pretrained(path, quantized=quantized)
+    prompt = np.random.default_rng(0).integers(0, SIZE["vocab"], (1, length))
+    with tpo.Context() as ctx:
+        dp = program_mod.build(model.config, model.weights, prompt, model.default_attention(), Sampling())
+        started = time.perf_counter()
+        program = ctx.compile(fetch=[dp.tokens])
+        compile_s = time.perf_counter() - started
+    cpu, wall = time.process_time(), time.perf_counter()
+    program.run(dp.bounds(SIZE["layers"], 1))
+    return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "compile_s": compile_s}
+
+
+def first_token_transformers(path: str, length: int) -> dict:
+    import torch
+    import transformers
+
+    torch.set_num_threads(1)
+    model = transformers.AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                                              dtype=torch.float32).eval()
+    prompt = torch.tensor(np.random.default_rng(0).integers(0, SIZE["vocab"], (1, length)))
+    cpu, wall = time.process_time(), time.perf_counter()
+    with torch.no_grad():
+        model(prompt).logits[:, -1].argmax(-1)
+    return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+
+
+def first_token_llamacpp(path: str, length: int) -> dict:
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=path, n_ctx=length + 8, n_threads=1, n_threads_batch=1, verbose=False)
+    prompt = np.random.default_rng(0).integers(0, SIZE["vocab"], length).tolist()
+    cpu, wall = time.process_time(), time.perf_counter()
+    llm.eval(prompt)
+    int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+
+
+DECODE = {"tempo": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"]),
+          "tempo-q": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"]),
+          "transformers": lambda s: decode_transformers(s["path"], s["lengths"], s["last"]),
+          "llama.cpp": lambda s: decode_llamacpp(s["path"], s["lengths"], s["last"])}
+FIRST = {"tempo": lambda s: first_token_tempo(s["path"], False, s["prompt"]),
+         "tempo-q": lambda s: first_token_tempo(s["path"], True, s["prompt"]),
+         "transformers": lambda s: first_token_transformers(s["path"], s["prompt"]),
+         "llama.cpp": lambda s: first_token_llamacpp(s["path"], s["prompt"])}
+
+
+def child(spec: dict) -> dict:
+    if spec["part"] == "bandwidth":
+        return {str(n): bandwidth(n) for n in spec["sizes"]}
+    return (FIRST if spec["part"] == "first" else DECODE)[spec["system"]](spec)
+
+
+def run_child(spec: dict, timeout: float) -> dict:
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
+                              text=True, timeout=timeout, cwd=ROOT,
+                              env={**os.environ, **ONE_THREAD, "PYTHONPATH": ROOT})  # this checkout's tempo
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def llamacpp_available(setup: bool) -> bool:
+    """Whether llama-cpp-python imports; with ``setup``, build and install it first if it does not."""
+    check = [sys.executable, "-c", "import llama_cpp"]
+    if subprocess.run(check, capture_output=True).returncode == 0:
+        return True
+    if setup:
+        print(f"building {LLAMA_CPP} from source (about 5 minutes)...", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", LLAMA_CPP], check=False)
+    return subprocess.run(check, capture_output=True).returncode == 0
+
+
+# ----- the run -----
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="short lengths and prompts, to check the script")
+    parser.add_argument("--setup", action="store_true", help=f"pip install {LLAMA_CPP} (a source build) if missing")
+    parser.add_argument("--types", nargs="+", default=["Q8_0", "Q4_1"], help="GGUF types of the model files")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024])
+    parser.add_argument("--last", type=int, default=32)
+    parser.add_argument("--prompts", type=int, nargs="+", default=[128, 1024, 4096])
+    parser.add_argument("--systems", nargs="+", default=list(DECODE))
+    parser.add_argument("--workdir", default=os.path.join("/tmp", "tempo_decode_floor"), help="where the GGUF files go")
+    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode_floor.json"))
+    ns = parser.parse_args()
+    if ns.child:
+        print(json.dumps(child(json.loads(ns.child))))
+        return
+    if ns.quick:
+        ns.lengths, ns.last, ns.prompts = [48, 96], 16, [32, 128]
+    systems = [s for s in ns.systems if s != "llama.cpp" or llamacpp_available(ns.setup)]
+    if "llama.cpp" in ns.systems and "llama.cpp" not in systems:
+        print(f"llama.cpp: {LLAMA_CPP} is not installed (run with --setup to build it); left out", flush=True)
+    started = time.perf_counter()
+    os.makedirs(ns.workdir, exist_ok=True)
+    context = max(ns.lengths + ns.prompts) + 16
+    files = {}
+    for type_name in ns.types:
+        files[type_name] = os.path.join(ns.workdir, f"random135m-{type_name}-{context}.gguf")
+        if not os.path.exists(files[type_name]):
+            print(f"writing {files[type_name]}...", flush=True)
+            write_model(files[type_name], type_name, context)
+    results, first, rates = [], [], {}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+
+    def save() -> None:              # after every child: a run cut short keeps what it measured
+        report = {"commit": commit.strip(), "machine": platform.processor() or platform.machine(),
+                  "cpus": os.cpu_count(), "load_average": os.getloadavg(), "size": SIZE, "quick": ns.quick,
+                  "bandwidth_gb_s": rates, "decode": floor_rows(results, rates, ns.lengths) if rates else [],
+                  "first_token": first, "raw": results, "seconds": time.perf_counter() - started}
+        os.makedirs(os.path.dirname(ns.out), exist_ok=True)
+        with open(ns.out + ".part", "w") as f:
+            json.dump(report, f, indent=1)
+        os.replace(ns.out + ".part", ns.out)
+
+    runs = [(t, path, system) for t, path in files.items() for system in systems
+            if system not in ("tempo", "transformers") or t == ns.types[0]]   # float32: the same from any file
+    for type_name, path, system in runs:
+        out = run_child({"part": "decode", "system": system, "path": path, "lengths": ns.lengths,
+                         "last": ns.last}, timeout=3600)
+        results.append({"system": system, "type": type_name, **out})
+        print(f"decode {system:12s} {type_name}: {out.get('error') or out['rows']}", flush=True)
+        save()
+    sizes = sorted({r["weight_bytes"] + kv_bytes(n, 1, r["kv_element"]) for r in results if "rows" in r
+                    for n in ns.lengths} | {2 ** 31})
+    rates.update(run_child({"part": "bandwidth", "sizes": sizes}, timeout=1800))
+    save()
+    print(floor_table(floor_rows(results, rates, ns.lengths), rates), flush=True)
+    for type_name, path, system in runs:
+        for prompt in ns.prompts:
+            out = run_child({"part": "first", "system": system, "path": path, "prompt": prompt}, timeout=3600)
+            first.append({"system": system, "type": type_name, "prompt": prompt, **out})
+            print(f"first token {system:12s} {type_name} prompt {prompt}: {out}", flush=True)
+            save()
+    print(floor_table(floor_rows(results, rates, ns.lengths), rates))
+    print(first_table(first))
+    print(f"wrote {ns.out}")
+
+
+def floor_rows(results: list[dict], rates: dict, lengths: list[int]) -> list[dict]:
+    """Each system's time per token against its floor: bytes read per token over the read rate
+    measured for a buffer of that size."""
+    rows = []
+    for r in results:
+        if "rows" not in r:
+            rows.append({"system": r["system"], "type": r["type"], "error": r.get("error")})
+            continue
+        for n in lengths:
+            nbytes = r["weight_bytes"] + kv_bytes(n, 1, r["kv_element"])
+            rate = rates.get(str(nbytes)) or rates[min(rates, key=lambda k: abs(int(k) - nbytes))]
+            floor_ms, cpu_floor_ms = nbytes / rate["wall"] / 1e6, nbytes / rate["cpu"] / 1e6
+            got = r["rows"][str(n)]
+            rows.append({"system": r["system"], "type": r["type"], "length": n, "ms": got["ms"],
+                         "cpu_ms": got["cpu_ms"], "mb_per_token": nbytes / 1e6, "gb_s": rate["wall"],
+                         "cpu_gb_s": rate["cpu"], "floor_ms": floor_ms, "cpu_floor_ms": cpu_floor_ms,
+                         "x_floor": got["ms"] / floor_ms, "cpu_x_floor": got["cpu_ms"] / cpu_floor_ms})
+    return rows
+
+
+def floor_table(rows: list[dict], rates: dict) -> str:
+    lines = [f"read bandwidth (one thread, GB/s by buffer MB, wall / CPU clock): "
+             + ", ".join(f"{int(k) / 1e6:.0f}: {v['wall']:.1f} / {v['cpu']:.1f}"
+                         for k, v in sorted(rates.items(), key=lambda kv: int(kv[0]))),
+             "| system | file | length | ms per token | CPU ms | MB read per token | GB/s at that size (wall / CPU) "
+             "| floor ms (wall / CPU) | x floor (wall / CPU) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['system']} | {r['type']} | | {r['error']} | | | | | |")
+            continue
+        lines.append(f"| {r['system']} | {r['type']} | {r['length']} | {r['ms']:.1f} | {r['cpu_ms']:.1f} | "
+                     f"{r['mb_per_token']:.0f} | {r['gb_s']:.1f} / {r['cpu_gb_s']:.1f} | {r['floor_ms']:.1f} / "
+                     f"{r['cpu_floor_ms']:.1f} | {r['x_floor']:.2f} / {r['cpu_x_floor']:.2f} |")
+    return "\n".join(lines)
+
+
+def first_table(first: list[dict]) -> str:
+    lines = ["| system | file | prompt | first token s | CPU s | compile s |", "|---|---|---|---|---|---|"]
+    for r in first:
+        if "error" in r:
+            lines.append(f"| {r['system']} | {r['type']} | {r['prompt']} | {r['error']} | | |")
+            continue
+        compile_s = f"{r['compile_s']:.2f}" if "compile_s" in r else ""
+        lines.append(f"| {r['system']} | {r['type']} | {r['prompt']} | {r['s']:.2f} | {r['cpu_s']:.2f} | {compile_s} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
