@@ -222,7 +222,7 @@ class Island:
     arguments too (``x[t]`` is one compiled function for every ``t``); its
     slice sizes are part of the static key. One jitted function is kept per
     static key. ``donate``: the inputs whose buffers the island may write its
-    outputs into (:mod:`tempo.runtime.donation`: nothing reads them after it).
+    outputs into (:mod:`tempo.plan.donation`: nothing reads them after it).
     """
 
     def __init__(self, steps: tuple[ops.FusedStep, ...], outputs: tuple[tuple[int, int], ...], compiled: dict,
