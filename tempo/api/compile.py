@@ -254,7 +254,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
         tree, placed, swapped = _with_memory(sdg, domains, scheduled, tree,
                                              fused if fused is not None else schedule.get_map(),
                                              {n for n, _ in fetch_ids}, _bound_values(bounds), memory, timings)
-    if early is not None and sdg.tiles and not _tiles_run_while_acting(sdg, tree):
+    if early is not None and sdg.tiles and not schedule_memory.tiles_freed_while_acting(sdg, tree):
         return compile_program(ctx, fetch, backend, site, {**given[0], "tile": False}, bounds, given[1])
     if unroll and scheduled is not None:
         start = time.perf_counter()
@@ -329,66 +329,14 @@ def _budget_passes(passes: dict, budget: int, bounds: dict, backend: Backend) ->
 def _early_tiles(passes: dict, memory: dict, bounds: dict | None):
     """The tiling pass's config that tiles a learner able to run while acting goes on (TEMPO
     §4.3's incrementalisation, :func:`tempo.transforms.tile.early_tiles`), when the run's bounds
-    are known and neither tiles (``passes``, ``TEMPO_TILES``) nor a device budget are given."""
+    are known and neither tiles (``passes``, ``TEMPO_TILES``) nor a device budget are given. The
+    tiles are dropped where the schedule does not free what they read while acting goes on
+    (:func:`tempo.schedule.memory.tiles_freed_while_acting`)."""
     from tempo.transforms import tile
 
     if not bounds or "tile" in passes or os.environ.get("TEMPO_TILES") or memory["device_budget"] is not None:
         return None
     return tile.Config(bounds=_bound_values(bounds), early=True)
-
-
-LARGE_ROW_BYTES = 1024  # the static part of a row of acting's output that early tiles must free
-
-
-def _tiles_run_while_acting(sdg: SDG, tree: ast_mod.Stmt) -> bool:
-    """Whether a loop over acting's steps also frees, tile by tile, a tensor of acting with rows
-    of :data:`LARGE_ROW_BYTES` or more (observations) that the learner's tiles read: else tiles
-    chosen by :func:`_early_tiles` only add launches (a Monte-Carlo return or GAE waits for the
-    episode's end), and are dropped."""
-    steps_of = {tile_bound: steps for tile_bound, (steps, _) in sdg.tiles.items()}
-
-    def over(node_id: int, bound: str) -> bool:
-        return any(bound_of(d).name == bound for d in sdg.nodes[node_id].domain)
-
-    def large(node_id: int, out: int) -> bool:
-        node = sdg.nodes[node_id]
-        static = [x for x in node.shapes[out] if isinstance(x, int)]
-        return int(np.prod(static)) * np.dtype(node.dtypes[out]).itemsize >= LARGE_ROW_BYTES
-
-    streamed = {e.src for e in sdg.edges for tile_bound, steps in steps_of.items()
-                if over(e.sink, tile_bound) and over(e.src, steps) and not over(e.src, tile_bound)
-                and large(e.src, e.src_out)}
-    acting = {n for n in sdg.nodes if any(over(n, steps) for steps in steps_of.values())
-              and not any(over(n, tile_bound) for tile_bound in steps_of)}
-    for loop in _loops(tree):
-        direct = _direct(loop.body)
-        if any(isinstance(s, ast_mod.Free) and s.node_id in streamed for s in direct) and \
-                any(isinstance(s, ast_mod.Execute) and s.node_id in acting for s in direct):
-            return True
-    return False
-
-
-def _loops(stmt: ast_mod.Stmt):
-    """Every loop of ``stmt``, outer ones first."""
-    if isinstance(stmt, ast_mod.Loop):
-        yield stmt
-        yield from _loops(stmt.body)
-    elif isinstance(stmt, ast_mod.Sequence):
-        for s in stmt.body:
-            yield from _loops(s)
-    elif isinstance(stmt, ast_mod.If):
-        yield from _loops(stmt.then)
-        if stmt.orelse is not None:
-            yield from _loops(stmt.orelse)
-
-
-def _direct(stmt: ast_mod.Stmt) -> list:
-    """The statements of a loop body outside the loops nested in it (under its conditions too)."""
-    if isinstance(stmt, ast_mod.Sequence):
-        return [x for s in stmt.body for x in _direct(s)]
-    if isinstance(stmt, ast_mod.If):
-        return _direct(stmt.then) + (_direct(stmt.orelse) if stmt.orelse is not None else [])
-    return [] if isinstance(stmt, ast_mod.Loop) else [stmt]
 
 
 def _device_kind(backend: Backend) -> str:
