@@ -18,6 +18,7 @@ from tempo.runtime.executor import source as executor_source
 from tempo.runtime.memory import BudgetExceeded, Ledger
 from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains
+from tempo.schedule.memory import tiles_freed_while_acting
 from tempo.symbolic.expr import Expr, bound_of
 from tempo.transforms import report
 
@@ -225,7 +226,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     schedule = _timed(timings, "schedule", stages.schedule, lowered, domains, ctx.roots)
     scheduled = _timed(timings, "ast", stages.build_ast, lowered, domains, schedule)
     scheduled = stages.place_memory(request, lowered, domains, scheduled, timings)
-    if request.early_tiles and lowered.sdg.tiles and not stages.tiles_run_while_acting(lowered.sdg, scheduled.ast):
+    if request.early_tiles and lowered.sdg.tiles and not tiles_freed_while_acting(lowered.sdg, scheduled.ast):
         return compile_program(ctx, fetch, backend, site, {**(passes or {}), "tile": False}, bounds, memory, config)
     planned = _timed(timings, "plan", stages.plan, lowered, scheduled)
     for name, (key, ast_pass) in stages.AST_PIPELINE.items():

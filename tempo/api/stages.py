@@ -6,7 +6,7 @@ validate (:class:`Request`) -> lower: the SDG passes (:class:`Lowered`) -> analy
 (:class:`Planned`) -> the AST passes of :data:`AST_PIPELINE` (:class:`Planned`).
 Tiles chosen for a learner that can run early are dropped, and the program compiled
 again whole, where no loop over acting frees what they read
-(:func:`tiles_run_while_acting`).
+(:func:`tempo.schedule.memory.tiles_freed_while_acting`).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains, isl_memory, isl_schedule, shift_fusion
 from tempo.schedule import memory as schedule_memory
 from tempo.schedule import orderings as schedule_orderings
-from tempo.symbolic.expr import Expr, bound_of
+from tempo.symbolic.expr import Expr
 from tempo.transforms import PIPELINE, PassStat, cache_activations, pack_weights, run_pipeline, tile
 
 MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes",
@@ -263,60 +263,6 @@ def _early_tiles(passes: dict, memory: dict, bounds: dict | None, config: Config
     if not bounds or "tile" in passes or config.tiles or memory["device_budget"] is not None:
         return None
     return tile.Config(bounds=bounds, early=True)
-
-
-LARGE_ROW_BYTES = 1024  # the static part of a row of acting's output that early tiles must free
-
-
-def tiles_run_while_acting(sdg: SDG, tree: ast_mod.Stmt) -> bool:
-    """Whether a loop over acting's steps also frees, tile by tile, a tensor of acting with rows
-    of :data:`LARGE_ROW_BYTES` or more (observations) that the learner's tiles read: else tiles
-    chosen by :func:`_early_tiles` only add launches (a Monte-Carlo return or GAE waits for the
-    episode's end), and are dropped."""
-    steps_of = {tile_bound: steps for tile_bound, (steps, _) in sdg.tiles.items()}
-
-    def over(node_id: int, bound: str) -> bool:
-        return any(bound_of(d).name == bound for d in sdg.nodes[node_id].domain)
-
-    def large(node_id: int, out: int) -> bool:
-        node = sdg.nodes[node_id]
-        static = [x for x in node.shapes[out] if isinstance(x, int)]
-        return int(np.prod(static)) * np.dtype(node.dtypes[out]).itemsize >= LARGE_ROW_BYTES
-
-    streamed = {e.src for e in sdg.edges for tile_bound, steps in steps_of.items()
-                if over(e.sink, tile_bound) and over(e.src, steps) and not over(e.src, tile_bound)
-                and large(e.src, e.src_out)}
-    acting = {n for n in sdg.nodes if any(over(n, steps) for steps in steps_of.values())
-              and not any(over(n, tile_bound) for tile_bound in steps_of)}
-    for loop in _loops(tree):
-        direct = _direct(loop.body)
-        if any(isinstance(s, ast_mod.Free) and s.node_id in streamed for s in direct) and \
-                any(isinstance(s, ast_mod.Execute) and s.node_id in acting for s in direct):
-            return True
-    return False
-
-
-def _loops(stmt: ast_mod.Stmt):
-    """Every loop of ``stmt``, outer ones first."""
-    if isinstance(stmt, ast_mod.Loop):
-        yield stmt
-        yield from _loops(stmt.body)
-    elif isinstance(stmt, ast_mod.Sequence):
-        for s in stmt.body:
-            yield from _loops(s)
-    elif isinstance(stmt, ast_mod.If):
-        yield from _loops(stmt.then)
-        if stmt.orelse is not None:
-            yield from _loops(stmt.orelse)
-
-
-def _direct(stmt: ast_mod.Stmt) -> list:
-    """The statements of a loop body outside the loops nested in it (under its conditions too)."""
-    if isinstance(stmt, ast_mod.Sequence):
-        return [x for s in stmt.body for x in _direct(s)]
-    if isinstance(stmt, ast_mod.If):
-        return _direct(stmt.then) + (_direct(stmt.orelse) if stmt.orelse is not None else [])
-    return [] if isinstance(stmt, ast_mod.Loop) else [stmt]
 
 
 def _budget_passes(passes: dict, budget: int, bounds: dict, backend: Backend) -> dict:

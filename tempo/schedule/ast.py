@@ -133,6 +133,30 @@ def statements(stmt: Stmt):
     return (s for s in leaves(stmt) if isinstance(s, Execute))
 
 
+def all_loops(stmt: Stmt):
+    """Every loop of ``stmt``, outer ones first."""
+    if isinstance(stmt, Loop):
+        yield stmt
+        yield from all_loops(stmt.body)
+    elif isinstance(stmt, Sequence):
+        for s in stmt.body:
+            yield from all_loops(s)
+    elif isinstance(stmt, If):
+        yield from all_loops(stmt.then)
+        if stmt.orelse is not None:
+            yield from all_loops(stmt.orelse)
+
+
+def own_leaves(stmt: Stmt) -> list:
+    """The leaf statements of ``stmt`` outside the loops nested in it (a loop body's own, under
+    its conditions too)."""
+    if isinstance(stmt, Sequence):
+        return [x for s in stmt.body for x in own_leaves(s)]
+    if isinstance(stmt, If):
+        return own_leaves(stmt.then) + (own_leaves(stmt.orelse) if stmt.orelse is not None else [])
+    return [] if isinstance(stmt, Loop) else [stmt]
+
+
 def if_nodes(stmt: Stmt) -> int:
     """How many ``if`` statements ``stmt`` holds."""
     if isinstance(stmt, Sequence):

@@ -43,7 +43,7 @@ from tempo.ir import ops
 from tempo.ir.sdg import SDG, Node
 from tempo.schedule import ast
 from tempo.schedule.isl_domains import executed_reads
-from tempo.symbolic.expr import Expr, make_slice, symbol
+from tempo.symbolic.expr import Expr, bound_of, make_slice, symbol
 from tempo.symbolic.simplify import simplify
 
 MIN_BYTES = 64 * 1024
@@ -306,3 +306,38 @@ def _small(node: Node, out: int | None = None) -> bool:
     outputs = zip(node.shapes, node.dtypes) if out is None else [(node.shapes[out], node.dtypes[out])]
     return all(all(isinstance(s, int) for s in shape) and math.prod(shape) * np.dtype(dtype).itemsize < MIN_BYTES
                for shape, dtype in outputs)
+
+
+# The static bytes of a row of acting's output that a learner's early tiles must free while
+# acting goes on for the tiles to be worth their launches (observations, not per-step scalars).
+LARGE_ROW_BYTES = 1024
+
+
+def tiles_freed_while_acting(sdg: SDG, program: ast.Stmt) -> bool:
+    """Whether a loop of ``program`` (the AST with its frees) that runs acting's steps (a tiled
+    dim's, outside the tiles) also frees, tile by tile, a tensor of acting that the learner's tiles
+    read, with rows of at least :data:`LARGE_ROW_BYTES`: the tiles run while acting goes on and
+    free what they learned from (n-step returns), rather than after the episode's end (a
+    Monte-Carlo return, GAE), where they only add launches."""
+    steps_of = {tile_bound: steps for tile_bound, (steps, _) in sdg.tiles.items()}
+
+    def over(n: int, bound: str) -> bool:
+        return any(bound_of(d).name == bound for d in sdg.nodes[n].domain)
+
+    def large(n: int, out: int) -> bool:
+        node = sdg.nodes[n]
+        static = [x for x in node.shapes[out] if isinstance(x, int)]
+        return math.prod(static) * np.dtype(node.dtypes[out]).itemsize >= LARGE_ROW_BYTES
+
+    streamed = {e.src for e in sdg.edges for tile_bound, steps in steps_of.items()
+                if over(e.sink, tile_bound) and over(e.src, steps) and not over(e.src, tile_bound)
+                and large(e.src, e.src_out)}
+    acting = {n for n in sdg.nodes if any(over(n, steps) for steps in steps_of.values())
+              and not any(over(n, tile_bound) for tile_bound in steps_of)}
+    for loop in ast.all_loops(program):
+        own = ast.own_leaves(loop.body)
+        if any(isinstance(s, ast.Free) and s.node_id in streamed for s in own) and \
+                any(isinstance(s, ast.Execute) and s.node_id in acting for s in own):
+            return True
+    return False
+
