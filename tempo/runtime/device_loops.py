@@ -5,18 +5,8 @@ of fused islands and device ops, merges, conditions and frees; no user
 function, no nested loop) runs as one launch on a backend that compiles
 loops (:meth:`JaxBackend.device_loop`: a ``lax.scan`` inside ``jax.jit``).
 :func:`tempo.plan.device_loops.plan` decides whether a loop qualifies and
-classifies every value its body reads and writes:
-
-- a value computed in the loop and read in the same iteration is a local
-  of the traced body; one read ``d`` iterations later (``x[t - 1]``) is
-  carried from iteration to iteration (the last ``d`` values);
-- a value computed outside the loop and read at an index that does not
-  depend on the loop's counter is an input of the whole loop (read once);
-  one read at an index that does (``x[i, t]`` of a tensor computed before
-  the loop) is gathered before the loop, one value per iteration;
-- what a statement after the loop reads (or the program fetches) is written
-  back into its tensor store after the loop, a block store's rows in one
-  write.
+classifies every value its body reads and writes (locals, carries, inputs,
+gathered values, values written back); this module runs those plans.
 
 Everything the host decides per iteration is computed before the launch:
 which statements run (their ``if`` conditions), which branch each merge
