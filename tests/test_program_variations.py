@@ -7,7 +7,8 @@ a sink reporting every iteration or none, a checkpoint keeping the last
 update alive or none (the last iteration's learning is then dead, and its
 observations are read by acting alone), a ``.mean()`` loss or a
 ``.sum() / n`` one. Each spelling is checked against Monte-Carlo returns,
-which hold an iteration's observations until its end. With no tiles given,
+which hold an iteration's observations until its end, and the two loss
+spellings launch the same kernels. With no tiles given,
 a run's bounds let the compiler tile the n-step learner itself (TEMPO §4.3's
 incrementalisation, ``tempo.transforms.tile.early_tiles``), and leave the
 Monte-Carlo learner whole.
@@ -91,3 +92,13 @@ def test_nstep_learning_is_tiled_without_a_flag(tmp_path, monte_carlo, small_ear
 def test_monte_carlo_learning_stays_whole_without_a_flag(tmp_path, small_early_budget):
     program = compiled(tmp_path, 0, True, False, "mean", tiles=False)
     assert not program.sdg.tiles
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_a_mean_loss_and_a_sum_over_n_loss_launch_alike(tmp_path, checkpoint):
+    launches = {}
+    for loss in ("mean", "sum"):
+        program = compiled(tmp_path, 8, True, checkpoint, loss, tiles=True)
+        program.run({"B": B_, "I": I_, "T": T_})
+        launches[loss] = program.ledger.launches
+    assert launches["mean"] == launches["sum"], launches
