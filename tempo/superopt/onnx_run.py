@@ -42,8 +42,8 @@ def runner(model: onnx.ModelProto, engine: str | None = None) -> tuple[str, Call
     ``run(feeds)`` returns the outputs in order."""
     if engine in (None, "onnxruntime"):
         try:
-            engine = _ort_session(model)
-            return "onnxruntime", lambda feeds: engine.run(None, dict(feeds))
+            ort = _ort_session(model)
+            return "onnxruntime", lambda feeds: ort.run(None, dict(feeds))
         except Exception:  # not installed, or an op or opset it does not implement
             if engine:
                 raise ModelRunError("onnxruntime cannot load the model") from None
