@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -63,14 +64,25 @@ def run(ns: argparse.Namespace) -> int:
     source = _read(ns.input)
     model = _parse(ns.input, source)
     rules = load_rules(ns.rules)
+    saved_before = _modified(ns.save_agent)
     left = ns.budget_seconds - (time.perf_counter() - start)
     result = optimize_model(model, ns.agent, left, rules, test_inputs(ns.input, model),
                             **_options(ns))
+    if ns.save_agent and _modified(ns.save_agent) in (None, saved_before):
+        result.warnings.append(f"no agent was trained, so none is saved to '{ns.save_agent}'")
     for w in result.warnings:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
     write_bytes_atomic(ns.output, result.model.SerializeToString() if result.rewritten else source)
     print(_summary(ns, result, time.perf_counter() - start))
     return 0
+
+
+def _modified(path: str | None) -> int | None:
+    """When the file at ``path`` was last written (ns), or None if there is none."""
+    try:
+        return os.stat(path).st_mtime_ns if path else None
+    except FileNotFoundError:
+        return None
 
 
 def _read(path: str) -> bytes:

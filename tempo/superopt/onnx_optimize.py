@@ -99,9 +99,14 @@ def optimize_model(model: onnx.ModelProto, agent: str = "greedy", budget_s: floa
     verify_s = ONNX_RUNS_TO_VERIFY * (run.load_s + run.run_s) + CHECKER_S
     left = deadline - verify_s - time.perf_counter()
     runs = RL_RUNS if agent == "rl" else SEARCH_RUNS
+    if left <= 0:
+        return _kept(result, f"checking a result takes {verify_s:.2f} s (loading the model "
+                     f"{run.load_s * 1e3:.1f} ms, running it {run.run_s * 1e3:.1f} ms, "
+                     f"{ONNX_RUNS_TO_VERIFY} times each): the budget leaves no time to search")
     if runs * run.run_s > left:
-        return _kept(result, f"one run of the model takes {run.run_s:.2f} s: the budget cannot "
-                     f"time the {runs} runs {agent} and its check need at the least")
+        return _kept(result, f"one run of the model takes {run.run_s * 1e3:.1f} ms: the {left:.2f} s "
+                     f"the budget leaves cannot time the {runs} runs {agent} and its check need "
+                     "at the least")
     if agent == "rl":       # its steps and updates are not cut short at its deadline
         left -= min(BUDGET_TOLERANCE_S, 0.25 * left)
     with given_feeds(run.values):

@@ -46,10 +46,10 @@ def test_rl_agent_trains_saves_and_loads(tmp_path, capsys):
     src, agent = tmp_path / "in.onnx", tmp_path / "agent.pt"
     save(export_model(g), str(src))
     assert main(["superopt", str(src), "-o", str(tmp_path / "a.onnx"), "--agent", "rl",
-                 "--budget-seconds", "2", "--save-agent", str(agent)]) == 0
+                 "--budget-seconds", "6", "--save-agent", str(agent)]) == 0
     assert agent.exists()
     assert main(["superopt", str(src), "-o", str(tmp_path / "b.onnx"), "--agent", "rl",
-                 "--budget-seconds", "1", "--load-agent", str(agent)]) == 0
+                 "--budget-seconds", "3", "--load-agent", str(agent)]) == 0
     assert capsys.readouterr().out.count("rl:") == 2
     feeds = random_feeds(g)
     want = ReferenceEvaluator(str(src)).run(None, feeds)[0]
