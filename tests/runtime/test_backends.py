@@ -29,15 +29,50 @@ def test_available_backends_lists_the_installed_ones():
 
 
 def test_an_unknown_backend_names_the_available_ones():
-    with pytest.raises(TempoError, match=r"unknown backend 'tensorflow'; available: numpy, torch, jax"):
+    with pytest.raises(TempoError, match=r"unknown backend 'tensorflow'; available: numpy, jax, torch"):
         get_backend("tensorflow")
 
 
-def test_a_missing_package_says_what_to_install(monkeypatch):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a))
-    with pytest.raises(TempoError, match=r"needs the 'jax' package, which is not installed: pip install"):
-        get_backend("jax")
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """Installs a distribution in ``tmp_path`` whose entry points declare the backends given as
+    ``{name: module source}`` (each module defines ``Backend``), as a package of a user's would."""
+
+    def install(modules: dict[str, str]) -> None:
+        info = tmp_path / "tempo_plugin-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tempo-plugin\nVersion: 1.0\n")
+        lines = [f"{name} = tempo_plugin_{name}:Backend" for name in modules]
+        (info / "entry_points.txt").write_text("[tempo.backends]\n" + "\n".join(lines) + "\n")
+        for name, source in modules.items():
+            (tmp_path / f"tempo_plugin_{name}.py").write_text(source)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        base._declared.cache_clear()
+        base._load.cache_clear()
+
+    yield install
+    base._declared.cache_clear()
+    base._load.cache_clear()
+
+
+def test_a_package_registers_a_backend_with_an_entry_point(plugin):
+    plugin({"doubled": "from tempo.runtime.backends.numpy import NumPyBackend\n"
+                       "class Backend(NumPyBackend):\n    name = 'doubled'\n"})
+    assert "doubled" in base.available_backends()
+    with tpo.Context() as ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.from_numpy(np.arange(4.0), dims=(t,))
+        program = ctx.compile(fetch=[x * 2.0], backend="doubled")
+    assert program.backend.name == "doubled"
+    np.testing.assert_array_equal(program.run({T: 4})[0], np.arange(4.0) * 2)
+
+
+def test_a_missing_package_says_what_to_install(plugin):
+    plugin({"absent": "import tempo_no_such_package\nBackend = None\n"})
+    assert "absent" not in base.available_backends()
+    with pytest.raises(TempoError, match=r"the absent backend needs the 'tempo_no_such_package' "
+                                         r"package, which is not installed: pip install"):
+        get_backend("absent")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
+import functools
 import os
+from importlib.metadata import EntryPoint, entry_points
 from typing import Callable
 
 from tempo.config import ENV
@@ -112,32 +112,47 @@ class Backend:
         return self.nbytes(tensor)
 
 
-_BACKENDS: dict[str, Callable[..., Backend]] = {}
-MODULES = {"numpy": "numpy", "torch": "torch", "jax": "jax"}  # backend name -> the package it needs
+GROUP = "tempo.backends"  # the entry-point group a backend registers itself in
 DEFAULT_ENV = ENV["backend"]
+REFERENCE = "numpy"
 
 
-def register(name: str):
-    def wrap(factory):
-        _BACKENDS[name] = factory
-        return factory
+@functools.cache
+def _declared() -> dict[str, EntryPoint]:
+    """The backends installed packages declare, by name: the reference backend first, then by name.
 
-    return wrap
+    A backend registers itself with an entry point in the ``tempo.backends`` group of its
+    package's metadata (``numpy = "tempo.runtime.backends.numpy:NumPyBackend"``): the name
+    users pass, and the :class:`Backend` subclass, built as ``cls(device)``."""
+    points = {ep.name: ep for ep in entry_points(group=GROUP)}
+    return {name: points[name] for name in sorted(points, key=lambda n: (n != REFERENCE, n))}
+
+
+@functools.cache
+def _load(name: str) -> type[Backend] | ModuleNotFoundError:
+    """The backend class ``name`` declares, or the error saying which package it needs."""
+    try:
+        return _declared()[name].load()
+    except ModuleNotFoundError as missing:
+        if missing.name is None or missing.name.split(".")[0] == "tempo":
+            raise
+        return missing
 
 
 def available_backends() -> list[str]:
-    """The backends whose package is installed, in order: numpy, torch, jax."""
-    return [name for name, package in MODULES.items() if importlib.util.find_spec(package) is not None]
+    """The declared backends whose packages are installed: numpy first, then by name."""
+    return [name for name in _declared() if not isinstance(_load(name), ModuleNotFoundError)]
 
 
 def default_backend() -> str:
     """The backend a run uses when neither it nor its :class:`tempo.config.Config` names one:
     ``$TEMPO_BACKEND``, else ``numpy``."""
-    return os.environ.get(DEFAULT_ENV) or "numpy"
+    return os.environ.get(DEFAULT_ENV) or REFERENCE
 
 
 def get_backend(name: str | None = None, site=None) -> Backend:
-    """The backend ``name`` (``numpy``, ``torch`` or ``jax``; None: :func:`default_backend`).
+    """The backend ``name`` (``numpy``, ``torch``, ``jax`` or any other a package declares;
+    None: :func:`default_backend`).
 
     ``name`` may name a device after a colon: ``torch:cuda``, ``jax:gpu``
     (default: the CPU for torch, JAX's default device for JAX). A backend
@@ -146,18 +161,15 @@ def get_backend(name: str | None = None, site=None) -> Backend:
     """
     name = name or default_backend()
     base, _, device = str(name).partition(":")
-    if base not in MODULES:
+    if base not in _declared():
         raise TempoError(f"unknown backend {name!r}; available: {', '.join(available_backends())} "
-                         f"(known: {', '.join(MODULES)})", site)
-    if importlib.util.find_spec(MODULES[base]) is None:
-        raise TempoError(f"the {base} backend needs the {MODULES[base]!r} package, which is not installed: "
+                         f"(known: {', '.join(_declared())})", site)
+    cls = _load(base)
+    if isinstance(cls, ModuleNotFoundError):
+        raise TempoError(f"the {base} backend needs the {cls.name!r} package, which is not installed: "
                          f"pip install 'tempo-dl[backends]', or choose one of the available backends: "
                          f"{', '.join(available_backends())}", site)
-    importlib.import_module(f"tempo.runtime.backends.{base}")
-    if base == "numpy" and device not in ("", "cpu"):
-        raise TempoError(f"the numpy backend runs on the CPU only, not on {device!r}: "
-                         f"choose torch:cuda or jax:gpu for a GPU", site)
     try:
-        return _BACKENDS[base](device or None) if base != "numpy" else _BACKENDS[base]()
+        return cls(device or None)
     except TempoError as err:
         raise TempoError(str(err), site) from None

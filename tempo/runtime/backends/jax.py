@@ -46,7 +46,7 @@ from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime.backends import jax_layout
 from tempo.runtime.backends import numpy as np_backend
-from tempo.runtime.backends.base import Backend, Kernel, StepFailed, register
+from tempo.runtime.backends.base import Backend, Kernel, StepFailed
 from tempo.symbolic.evaluate import compile_expr, shape_at
 from tempo.symbolic.expr import seq
 
@@ -470,7 +470,6 @@ class Rows:
         return self.buffer
 
 
-@register("jax")
 class JaxBackend(Backend):
     """JAX on ``device`` (JAX's default device when None; ``cpu``, ``gpu``/``cuda`` by platform)."""
 

@@ -11,7 +11,7 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime import counter_rng
-from tempo.runtime.backends.base import Backend, Kernel, StepFailed, register
+from tempo.runtime.backends.base import Backend, Kernel, StepFailed
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import bound_of, seq
 
@@ -293,9 +293,15 @@ def _cast(tensor, dtype: str):
     return tensor if tensor.dtype == dtype else tensor.astype(dtype)
 
 
-@register("numpy")
 class NumPyBackend(Backend):
+    """NumPy on the CPU: the reference every other backend is checked against."""
+
     name = "numpy"
+
+    def __init__(self, device: str | None = None):
+        if device not in (None, "cpu"):
+            raise TempoError(f"the numpy backend runs on the CPU only, not on {device!r}: "
+                             f"choose torch:cuda or jax:gpu for a GPU")
 
     def kernel(self, op: ops.Op) -> Kernel:
         return _factory(op)(op)

@@ -27,7 +27,7 @@ import torch
 from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime.backends import numpy as np_backend
-from tempo.runtime.backends.base import Backend, Kernel, StepFailed, register
+from tempo.runtime.backends.base import Backend, Kernel, StepFailed
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import seq
 
@@ -324,7 +324,6 @@ def _tensor(value, device):
     return torch.as_tensor(np.asarray(value), device=device)
 
 
-@register("torch")
 class TorchBackend(Backend):
     """Eager PyTorch on ``device`` (``cpu`` by default; ``cuda`` or ``cuda:N`` when present)."""
 
