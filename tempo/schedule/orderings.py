@@ -2,11 +2,13 @@
 
 The scheduler (:func:`tempo.schedule.isl_schedule.compute_schedule`) orders
 statements by their reads; these edges add the orders a program needs
-beyond them: a sink runs within the iteration it observes, and a
-``tpo.stop_when`` check is a barrier between the steps of its dim.
+beyond them: a sink runs within the iteration it observes, a
+``tpo.stop_when`` check is a barrier between the steps of its dim, and a
+``tpo.end_when`` check closes the loop of the dim it ends.
 """
 from __future__ import annotations
 
+from tempo.ir.ends import depends_on_length, ends
 from tempo.ir.ops import STOP_LABEL, MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
@@ -79,3 +81,36 @@ def _earlier(index: Expr, dim: Expr) -> bool:
     """Whether ``index``, a read along ``dim``, reads only steps before ``dim``."""
     end = simplify((index.args[1] - 1 if index.op == "slice" else index) - dim)
     return end.is_const and end.value < 0
+
+
+def ends_early(sdg: SDG, executed) -> list[Edge]:
+    """Order each ``tpo.end_when`` check of a dim ``t`` (over outer dims ``i``) so that the loop over
+    ``t`` exits where it sets ``T[i]``: every step ``t`` of a tensor over ``i`` and ``t`` runs after
+    the check at ``t - 1`` and after the check that ends iteration ``i - 1`` (so the loop over ``t``
+    lies inside the loop over ``i``), and every tensor over ``i`` that depends on ``T`` (reads a
+    slice ending at it, has a shape or a value that mentions it, or is vectorized over ``t``) runs
+    after the check at ``T - 1``, once ``T[i]`` is known; the checks of iteration ``i`` run after
+    all of those of iteration ``i - 1``, so they all see ``T[i - 1]``."""
+    out = []
+    for t, s in ends(sdg).items():
+        check = sdg.nodes[s]
+        outer = check.domain[:-1]
+        for n, node in sdg.nodes.items():
+            if n == s or n not in executed or not all(any(x is d for x in node.domain) for d in outer):
+                continue
+            if depends_on_length(sdg, n, t):
+                out.append(Edge(n, -1, s, 0, seq(*outer, bound_of(t) - 1)))
+            elif any(d is t for d in node.domain):
+                out.append(Edge(n, -1, s, 0, seq(*outer, t - 1), t >= 1))
+                if outer:
+                    i = outer[-1]
+                    out.append(Edge(n, -1, s, 0, seq(*outer[:-1], i - 1, bound_of(t) - 1), i >= 1))
+            else:
+                continue
+            if outer:
+                i = outer[-1]
+                index = seq(*(d - 1 if d is i else d if any(x is d for x in outer) else make_slice(0, bound_of(d))
+                              for d in node.domain))
+                out.append(Edge(s, -1, n, 0, index, i >= 1))
+    return out
+
