@@ -66,6 +66,9 @@ class Args:
     device_budget: str = ""
     """hold the device tier to this many bytes ('512MB'): the learner runs in tiles and acting's output
     swaps to the host (docs/memory.md); empty: no budget"""
+    until: bool = False
+    """end each iteration's episodes at run time (tpo.end_when): T[i] is the step after the batch's
+    longest episode ends, capped by `steps`, instead of running every iteration to `steps`"""
     tiles: int = 0
     """run the learner in tiles of this many timesteps (gradients accumulated); with n-step returns the
     tiles run while acting goes on and free the observations they learned from (docs/memory.md); 0: whole"""
@@ -92,6 +95,8 @@ def main(args: Args) -> dict:
         dist = tpo.nn.Categorical(logits=policy(x))
         a = dist.sample()
         o[b, i, t + 1], r, d = env.step(a)
+        if args.until:
+            tpo.end_when(d[0:B, i, t])                               # T[i]: every episode has ended
 
         # ----- learning: returns, the REINFORCE loss and Adam -----
         end = T if args.nstep == 0 else tpo.min(t + args.nstep, T)

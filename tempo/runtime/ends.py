@@ -11,11 +11,12 @@ results are the same for every ``k``. A loop that runs host code besides the
 check (an environment, a sink) reads the flag at every step, since host code
 run past the end could not be taken back.
 
-``k`` (``every``) is given (``Config(end_check_every=k)``) or chosen from
+``k`` (``every``) is given (``Config(end_check_every=k)``) or chosen: 1 on a
+host backend, whose flags are on the host already; on a device, from
 measurements: the seconds a read of the flag on the host takes (``latency``)
 against the seconds a step takes, for the loop's last length ``L``: reading
 every ``k`` steps costs ``L / k`` reads and about ``(k - 1) / 2`` steps run
-past the end, least at ``k = sqrt(2 L latency / step)``.
+past the end, least at ``k = sqrt(2 L latency / step)`` (:func:`every_for`).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class EndCheck:
 
     def __init__(self, sdg: SDG, node: int, backend, every: int | None, host_steps: bool):
         self.sdg, self.node, self.backend = sdg, node, backend
-        self.given = 1 if host_steps else every
+        self.given = 1 if host_steps or (every is None and backend.device_kind == "cpu") else every
         self.every = self.given or 1
         self.dtype = sdg.nodes[sdg.in_edges(node)[0].src].dtypes[sdg.in_edges(node)[0].src_out]
         self.lengths: dict[tuple, int] = {}  # outer point -> the dim's length there
@@ -82,9 +83,8 @@ class EndCheck:
         """``every`` for the next loop, from this one's ``ran`` steps and its length ``end``."""
         if self.given is not None:
             return
-        self.step_seconds = max((time.perf_counter() - self.started) / ran, 1e-9)
-        best = math.sqrt(2 * end * self.latency / self.step_seconds)
-        self.every = max(1, min(MAX_EVERY, round(best)))
+        self.step_seconds = (time.perf_counter() - self.started) / ran
+        self.every = every_for(end, self.latency, self.step_seconds)
 
     def within(self, last: int, outer: tuple, reader: int, src: int) -> None:
         """Raise naming the reader's line where it reads ``src`` at step ``last`` past the dim's end
@@ -100,3 +100,11 @@ class EndCheck:
                                  f"{t.name}={last}, past the end of {t.name} at {where or 'its only point'}: "
                                  f"{t.name.upper()} = {length} there (tpo.end_when at {check.site})",
                                  self.sdg.nodes[reader].site)
+
+
+def every_for(length: int, latency: float, step_seconds: float) -> int:
+    """Steps between reads of the flag that cost least for a loop of ``length`` steps of
+    ``step_seconds`` each, a read taking ``latency`` seconds: ``sqrt(2 length latency / step)``,
+    rounded, from 1 to :data:`MAX_EVERY`."""
+    best = math.sqrt(2 * length * latency / max(step_seconds, 1e-9))
+    return max(1, min(MAX_EVERY, round(best)))

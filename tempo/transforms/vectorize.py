@@ -87,9 +87,23 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
         if d in outer:
             continue
         chosen = vectorizable_set(sdg, d, stream=d.name in cfg.stream)
+        if d in kept:
+            chosen = chosen - _checked_along(sdg, d)
         if chosen:
             sdg = vectorize(sdg, d, chosen)
     return sdg
+
+
+def _checked_along(sdg: SDG, d: Expr) -> set[int]:
+    """The end check of ``d`` and what it reads over ``d``, transitively: they run step by step."""
+    checked = {n for t, n in ends(sdg).items() if t is d}
+    stack = list(checked)
+    while stack:
+        for e in sdg.in_edges(stack.pop()):
+            if e.src not in checked and any(x is d for x in sdg.nodes[e.src].domain):
+                checked.add(e.src)
+                stack.append(e.src)
+    return checked
 
 
 def dim_order(sdg: SDG) -> list[Expr]:
