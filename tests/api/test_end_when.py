@@ -36,7 +36,7 @@ def lengths_of(xs: np.ndarray, decay: float, threshold: float) -> tuple[np.ndarr
 def build(xs: np.ndarray, w: float, decay: float, threshold: float, dynamic: bool):
     """The program over ``(i, t)``: with ``dynamic``, ``t`` ends at the threshold; else it runs to
     the cap (a flag that never holds ends it) and the steps after the end are masked out.
-    Fetches suffix sums, windows, slice sums and a loss's gradients."""
+    Fetches suffix sums, windows, slice sums, a loss's gradients and (dynamic) ``s[i, T - 1]``."""
     with tpo.Context() as ctx:
         (i, I), (t, T) = ctx.dims("i", "t")
         x = tpo.from_numpy(xs, dims=(i, t))
@@ -59,7 +59,7 @@ def build(xs: np.ndarray, w: float, decay: float, threshold: float, dynamic: boo
         total = sm[i, 0:T].sum()
         loss = (weight * xm[i, 0:T] * xm[i, 0:T]).sum()
         loss.backward()
-        fetch = [suffix, window, total, loss, weight.grad, x.grad]
+        fetch = [suffix, window, total, loss, weight.grad, x.grad] + ([s[i, T - 1]] if dynamic else [])
         return ctx.compile(fetch=fetch), fetch
 
 
@@ -74,7 +74,8 @@ def reference(xs, w, decay, threshold):
         total[i] = s[i, :n].sum()
         loss[i] = w * (row * row).sum()
         xgrad[i, :n] = 2 * w * row
-    return lengths, [suffix, window, total, loss, sum((xs[i, :n] ** 2).sum() for i, n in enumerate(lengths)), xgrad]
+    wgrad = sum((xs[i, :n] ** 2).sum() for i, n in enumerate(lengths))
+    return lengths, [suffix, window, total, loss, wgrad, xgrad, s[np.arange(len(xs)), lengths - 1]]
 
 
 drawn = st.tuples(st.integers(1, 3), st.integers(2, 10), st.integers(0, 2 ** 16),
@@ -90,6 +91,7 @@ def test_a_dynamic_program_matches_a_numpy_loop_that_breaks_at_the_same_step(cas
     out = program.run({"I": iterations, "T": cap})
     lengths, expected = reference(xs, w, decay, threshold)
     np.testing.assert_array_equal(program.lengths["T"], lengths)
+    assert len(out) == len(expected)
     for got, want in zip(out, expected):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
 
@@ -192,3 +194,25 @@ def test_end_when_names_what_is_wrong():
         tpo.end_when(x > 0.0)
         with pytest.raises(tpo.TempoError, match="already ends"):
             tpo.end_when(x > 1.0)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+@pytest.mark.parametrize("every", [1, 4])
+def test_every_backend_ends_where_numpy_does(backend, every):
+    pytest.importorskip(backend)
+    xs = np.random.default_rng(1).uniform(0.0, 1.0, (3, 12))
+    reference, _ = build(xs, 0.5, 0.9, 2.0, dynamic=True)
+    expected = reference.run({"I": 3, "T": 12})
+    with tpo.Context() as ctx:
+        (i, I), (t, T) = ctx.dims("i", "t")
+        x = tpo.from_numpy(xs, dims=(i, t))
+        s = tpo.placeholder((), "float64", dims=(i, t))
+        s[i, 0] = x[i, 0]
+        s[i, t + 1] = s[i, t] * 0.9 + x[i, t + 1]
+        tpo.end_when(s[i, t] > 2.0)
+        program = ctx.compile(fetch=[x[i, t:T].sum(), x[i, tpo.max(0, t - 2):t + 1].sum(), s[i, 0:T].sum()],
+                              backend=backend, config=tpo.Config(end_check_every=every))
+    out = program.run({"I": 3, "T": 12})
+    np.testing.assert_array_equal(program.lengths["T"], reference.lengths["T"])
+    for got, want in zip(out, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
