@@ -15,9 +15,13 @@ learner reads: ``B * T[i]`` per iteration, ``B * 500`` padded) and their ratio,
 and the wall and process-CPU seconds from the start of the process's run
 (compilation included) to the iteration that reached the target.
 ``--iterations`` caps the ``until`` run; if it does not reach the target, the
-table compares both programs over the iterations it ran.
+table compares both programs over the iterations it ran. ``--impl`` runs
+CartPole through gymnasium (host code, which skips the episodes that have
+ended, so a padded step costs less than a real one) or written as tensor
+ops (every step costs the same).
 
-    .venv/bin/python benchmarks/dynamic_termination.py                    # to a mean return of 475
+    .venv/bin/python benchmarks/dynamic_termination.py --out docs/results/dynamic_termination_gymnasium
+    .venv/bin/python benchmarks/dynamic_termination.py --impl tensor --out docs/results/dynamic_termination_tensor
     .venv/bin/python benchmarks/dynamic_termination.py --iterations 20 --out /tmp/dt   # a short run
 """
 from __future__ import annotations
@@ -40,17 +44,18 @@ import json, sys, time
 sys.path.insert(0, {examples!r})
 start_wall, start_cpu = time.perf_counter(), time.process_time()
 import reinforce
-result = reinforce.main(reinforce.Args(iterations={iterations}, batch={batch}, seed={seed}, until={until}))
+result = reinforce.main(reinforce.Args(iterations={iterations}, batch={batch}, seed={seed}, impl={impl!r},
+                                       until={until}))
 result["wall"] = [w - start_wall for w in result["wall"]]
 result["cpu"] = [c - start_cpu for c in result["cpu"]]
 print("RESULT " + json.dumps(result))
 """
 
 
-def run(until: bool, iterations: int, batch: int, seed: int, timeout: float) -> dict:
+def run(until: bool, iterations: int, batch: int, seed: int, impl: str, timeout: float) -> dict:
     """One training run in a fresh process at one thread; its per-iteration record."""
     code = WORKER.format(examples=os.path.join(ROOT, "examples"), iterations=iterations, batch=batch, seed=seed,
-                         until=until)
+                         impl=impl, until=until)
     env = {**os.environ, **THREADS, "PYTHONPATH": ROOT}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env=env)
@@ -78,19 +83,20 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=300, help="the most iterations the until run takes")
     parser.add_argument("--batch", type=int, default=32, help="episodes per iteration")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--impl", default="gymnasium", choices=("gymnasium", "tensor"),
+                        help="CartPole through gymnasium (host code) or written as tensor ops")
     parser.add_argument("--target", type=float, default=475.0, help="mean return per iteration to reach")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a run may take")
-    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "dynamic_termination"),
-                        help="writes <out>.json")
+    parser.add_argument("--out", default="dynamic_termination", help="writes <out>.json")
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    until = run(True, args.iterations, args.batch, args.seed, args.timeout)
+    until = run(True, args.iterations, args.batch, args.seed, args.impl, args.timeout)
     hit = reached(until, args.target)
     upto = hit if hit is not None else len(until["returns"]) - 1
-    padded = run(False, upto + 1, args.batch, args.seed, args.timeout)
+    padded = run(False, upto + 1, args.batch, args.seed, args.impl, args.timeout)
     same = padded["returns"] == until["returns"][:upto + 1]
     rows = {"padded": summary(padded, upto), "until": summary(until, upto)}
-    print(f"REINFORCE CartPole-v1, batch {args.batch}, seed {args.seed}, one thread, load {load:.1f}: "
+    print(f"REINFORCE CartPole-v1 ({args.impl}), batch {args.batch}, seed {args.seed}, one thread, load {load:.1f}: "
           f"{'reached' if hit is not None else 'did not reach'} a mean return of {args.target:g} "
           f"at iteration {upto}; returns identical per iteration: {same}")
     print(f"{'program':8} {'iters':>5} {'env steps':>10} {'computed':>10} {'ratio':>6} {'wall s':>8} {'cpu s':>8}")

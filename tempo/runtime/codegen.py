@@ -31,7 +31,8 @@ The source refers to names the executor binds: ``S<n>_<j>`` (stores),
 """
 from __future__ import annotations
 
-from tempo.ir.ends import ends
+from tempo.errors import TempoError
+from tempo.ir.ends import depends_on_length, ends
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG
 from tempo.schedule import ast
@@ -63,12 +64,14 @@ class Generator:
         self.checks = {n: t for t, n in ends(sdg).items()}  # tpo.end_when check -> the dim it ends
         self.resets: dict[int, str] = {}  # id(loop over an outer dim of a check) -> the bound it resets
         self.host_steps: dict[int, bool] = {}  # check -> whether its loop runs other host code
+        self.iteration_loops: dict[int, ast.Loop] = {}  # check -> the loop over its innermost outer dim
 
     def source(self, program: ast.Stmt) -> str:
         self.lines = ["def program(env):"]
         for name in self.bound_names:
             self.lines.append(f"    {local(name)} = env[{name!r}]")
         self._find_exits(program, [])
+        self._check_iterations(program, [])
         for t in self.checks.values():
             name = bound_of(t).name
             self.lines.append(f"    cap_{name} = {local(name)}")
@@ -164,10 +167,40 @@ class Generator:
             outer = over(stmt.point[-2]) if len(stmt.point) > 1 else None
             if outer is not None:
                 self.resets[id(outer)] = bound_of(self.checks[stmt.node_id]).name
+                self.iteration_loops[stmt.node_id] = outer
             body = inner.body if inner is not None else stmt
             self.host_steps[stmt.node_id] = any(
                 isinstance(x, ast.Execute) and x.node_id != stmt.node_id
                 and isinstance(self.sdg.nodes[x.node_id].op, UDFOp) for x in ast.leaves(body))
+
+    def _check_iterations(self, stmt: ast.Stmt, loops: list[ast.Loop]) -> None:
+        """Every statement whose extent or value depends on a dim that ends at run time runs inside
+        the loop over the check's innermost outer dim, at that loop's own iteration: the one whose
+        ``T[i]`` the local bound holds then."""
+        if isinstance(stmt, ast.Sequence):
+            for s in stmt.body:
+                self._check_iterations(s, loops)
+        elif isinstance(stmt, ast.Loop):
+            self._check_iterations(stmt.body, loops + [stmt])
+        elif isinstance(stmt, ast.If):
+            self._check_iterations(stmt.then, loops)
+            if stmt.orelse is not None:
+                self._check_iterations(stmt.orelse, loops)
+        elif isinstance(stmt, ast.Execute):
+            node = self.sdg.nodes[stmt.node_id]
+            for c, t in self.checks.items():
+                outer = self.sdg.nodes[c].domain[:-1]
+                if not outer or not all(any(x is d for x in node.domain) for d in outer):
+                    continue
+                if not (any(x is t for x in node.domain) or depends_on_length(self.sdg, stmt.node_id, t)):
+                    continue
+                loop = self.iteration_loops.get(c)
+                at = stmt.point[next(k for k, x in enumerate(node.domain) if x is outer[-1])]
+                if loop is None or not any(x is loop for x in loops) or not (at.op == "sym" and at.name == loop.var):
+                    raise TempoError(f"the schedule runs {self.sdg.describe(stmt.node_id)} outside the iteration "
+                                     f"of {outer[-1].name} whose length of {t.name} it depends on; a program with "
+                                     f"tpo.end_when needs each iteration's steps and what reads {bound_of(t).name} "
+                                     f"in that iteration", self.sdg.nodes[c].site)
 
     def _execute(self, stmt: ast.Execute, depth: int) -> None:
         n = stmt.node_id

@@ -16,6 +16,10 @@ writes (TEMPO's kernel wrappers). A window store's rows are overwritten as
 its dim advances, so a kernel output that may alias a window read is copied
 before a point store keeps it, and user functions get copies of window reads.
 
+The check of each ``tpo.end_when`` calls its :class:`~tempo.runtime.ends.EndCheck`,
+which says where the loop over the dim it ends exits and keeps each length
+(``program.lengths``); block stores along such a dim grow as it goes.
+
 A Free statement (:mod:`tempo.schedule.memory`) drops a point from a point
 store after its last reader; the points no later iteration reads are freed
 after each iteration of the main loop (the plan's evictions). Evict and load
