@@ -13,7 +13,8 @@ Reported per program: iterations to the target, environment steps (each
 episode's steps up to and including its end), computed steps (the rows the
 learner reads: ``B * T[i]`` per iteration, ``B * 500`` padded) and their ratio,
 and the wall and process-CPU seconds from the start of the process's run
-(compilation included) to the iteration that reached the target.
+(compilation included) to the iteration that reached the target: the least
+of ``--repeats`` runs of each program, alternated (every run is in the JSON).
 ``--iterations`` caps the ``until`` run; if it does not reach the target, the
 table compares both programs over the iterations it ran. ``--impl`` runs
 CartPole through gymnasium (host code, which skips the episodes that have
@@ -86,6 +87,8 @@ def main() -> None:
     parser.add_argument("--impl", default="gymnasium", choices=("gymnasium", "tensor"),
                         help="CartPole through gymnasium (host code) or written as tensor ops")
     parser.add_argument("--target", type=float, default=475.0, help="mean return per iteration to reach")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each program, alternated; the least "
+                        "wall and CPU seconds are reported")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a run may take")
     parser.add_argument("--out", default="dynamic_termination", help="writes <out>.json")
     args = parser.parse_args()
@@ -93,9 +96,15 @@ def main() -> None:
     until = run(True, args.iterations, args.batch, args.seed, args.impl, args.timeout)
     hit = reached(until, args.target)
     upto = hit if hit is not None else len(until["returns"]) - 1
-    padded = run(False, upto + 1, args.batch, args.seed, args.impl, args.timeout)
+    runs = {"padded": [], "until": [summary(until, upto)]}
+    for repeat in range(args.repeats):
+        padded = run(False, upto + 1, args.batch, args.seed, args.impl, args.timeout)
+        runs["padded"].append(summary(padded, upto))
+        if repeat:
+            runs["until"].append(summary(run(True, upto + 1, args.batch, args.seed, args.impl, args.timeout), upto))
     same = padded["returns"] == until["returns"][:upto + 1]
-    rows = {"padded": summary(padded, upto), "until": summary(until, upto)}
+    rows = {name: {**done[0], "wall_s": min(r["wall_s"] for r in done), "cpu_s": min(r["cpu_s"] for r in done)}
+            for name, done in runs.items()}
     print(f"REINFORCE CartPole-v1 ({args.impl}), batch {args.batch}, seed {args.seed}, one thread, load {load:.1f}: "
           f"{'reached' if hit is not None else 'did not reach'} a mean return of {args.target:g} "
           f"at iteration {upto}; returns identical per iteration: {same}")
@@ -107,7 +116,7 @@ def main() -> None:
                "cpu": rows["padded"]["cpu_s"] / rows["until"]["cpu_s"]}
     print(f"padded / until: wall {speedup['wall']:.2f}x, cpu {speedup['cpu']:.2f}x")
     record = {"settings": vars(args), "load_average": load, "reached_target": hit is not None,
-              "iteration": upto, "returns_identical": same, "programs": rows, "speedup": speedup,
+              "iteration": upto, "returns_identical": same, "programs": rows, "runs": runs, "speedup": speedup,
               "returns": until["returns"][:upto + 1], "date": time.strftime("%Y-%m-%d")}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_json_atomic(args.out + ".json", record)
