@@ -6,8 +6,8 @@ end; ``until`` (the example's ``--until``) ends iteration ``i``'s loop over ``t`
 ``T[i]``, the step after the batch's longest episode ends. Their returns are the
 same iteration by iteration (the steps past the end are masked out of every
 value either way), so the iteration where the mean return first reaches
-``--target`` is the same; each run is a fresh process at one thread (NumPy/BLAS),
-and ``padded`` runs only up to that iteration.
+``--target`` is the same; each run is a fresh process at one thread (NumPy/BLAS):
+the first ``until`` run takes ``--iterations``, the others stop at that iteration.
 
 Reported per program: iterations to the target, environment steps (each
 episode's steps up to and including its end), computed steps (the rows the
@@ -81,7 +81,7 @@ def summary(result: dict, upto: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=300, help="the most iterations the until run takes")
+    parser.add_argument("--iterations", type=int, default=40, help="the iterations the first until run takes")
     parser.add_argument("--batch", type=int, default=32, help="episodes per iteration")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--impl", default="gymnasium", choices=("gymnasium", "tensor"),
