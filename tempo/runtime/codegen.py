@@ -70,8 +70,8 @@ class Generator:
         self.lines = ["def program(env):"]
         for name in self.bound_names:
             self.lines.append(f"    {local(name)} = env[{name!r}]")
-        self._find_exits(program, [])
-        self._check_iterations(program, [])
+        self._find_exits(program)
+        self._check_iterations(program)
         for t in self.checks.values():
             name = bound_of(t).name
             self.lines.append(f"    cap_{name} = {local(name)}")
@@ -146,19 +146,13 @@ class Generator:
                 break
         self._emit(depth, "ledger.launches += 1")
 
-    def _find_exits(self, stmt: ast.Stmt, loops: list[ast.Loop]) -> None:
-        """The loops over the outer dims of each end check, and whether the loop over its dim runs
-        other host code."""
-        if isinstance(stmt, ast.Sequence):
-            for s in stmt.body:
-                self._find_exits(s, loops)
-        elif isinstance(stmt, ast.Loop):
-            self._find_exits(stmt.body, loops + [stmt])
-        elif isinstance(stmt, ast.If):
-            self._find_exits(stmt.then, loops)
-            if stmt.orelse is not None:
-                self._find_exits(stmt.orelse, loops)
-        elif isinstance(stmt, ast.Execute) and stmt.node_id in self.checks:
+    def _find_exits(self, program: ast.Stmt) -> None:
+        """The loop over the innermost outer dim of each end check, and whether the loop over its dim
+        runs other host code."""
+        for stmt, loops in _executes(program, ()):
+            if stmt.node_id not in self.checks:
+                continue
+
             def over(e: Expr) -> ast.Loop | None:
                 names = {x.name for x in e.free_symbols()}
                 return next((loop for loop in reversed(loops) if loop.var in names), None)
@@ -173,20 +167,11 @@ class Generator:
                 isinstance(x, ast.Execute) and x.node_id != stmt.node_id
                 and isinstance(self.sdg.nodes[x.node_id].op, UDFOp) for x in ast.leaves(body))
 
-    def _check_iterations(self, stmt: ast.Stmt, loops: list[ast.Loop]) -> None:
+    def _check_iterations(self, program: ast.Stmt) -> None:
         """Every statement whose extent or value depends on a dim that ends at run time runs inside
         the loop over the check's innermost outer dim, at that loop's own iteration: the one whose
         ``T[i]`` the local bound holds then."""
-        if isinstance(stmt, ast.Sequence):
-            for s in stmt.body:
-                self._check_iterations(s, loops)
-        elif isinstance(stmt, ast.Loop):
-            self._check_iterations(stmt.body, loops + [stmt])
-        elif isinstance(stmt, ast.If):
-            self._check_iterations(stmt.then, loops)
-            if stmt.orelse is not None:
-                self._check_iterations(stmt.orelse, loops)
-        elif isinstance(stmt, ast.Execute):
+        for stmt, loops in _executes(program, ()):
             node = self.sdg.nodes[stmt.node_id]
             for c, t in self.checks.items():
                 outer = self.sdg.nodes[c].domain[:-1]
@@ -235,7 +220,8 @@ class Generator:
             item = items[t]
             last = item.args[1] - 1 if item.op == "slice" else item
             same = all(items[d] == d and any(x is d for x in node.domain) for d in outer)
-            relative = any(x is t for x in node.domain) and t in last.free_symbols() <= {t, bound_of(t)}
+            symbols = last.free_symbols()
+            relative = any(x is t for x in node.domain) and t in symbols and symbols <= {t, bound_of(t)}
             if same and (relative or _below(last - bound_of(t), 0) or _below(last, 1)):
                 continue  # in range for every T: checked when the program was validated
             cond = "True" if e.cond is None else py(e.cond.substitute(at))
@@ -265,6 +251,21 @@ class Generator:
         for j in range(len(node.shapes)):
             self._emit(depth, f"S{n}_{j}.write(p, o[{j}])")
         self._emit(depth, "ledger.launches += 1")
+
+
+def _executes(stmt: ast.Stmt, loops: tuple):
+    """Each Execute statement of ``stmt`` with the loops around it, outermost first."""
+    if isinstance(stmt, ast.Sequence):
+        for s in stmt.body:
+            yield from _executes(s, loops)
+    elif isinstance(stmt, ast.Loop):
+        yield from _executes(stmt.body, loops + (stmt,))
+    elif isinstance(stmt, ast.If):
+        yield from _executes(stmt.then, loops)
+        if stmt.orelse is not None:
+            yield from _executes(stmt.orelse, loops)
+    elif isinstance(stmt, ast.Execute):
+        yield stmt, loops
 
 
 def _below(e: Expr, limit: int) -> bool:
