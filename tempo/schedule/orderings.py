@@ -43,7 +43,8 @@ def stops_early(sdg: SDG, executed) -> list[Edge]:
     """Make each ``tpo.stop_when`` check a barrier between the steps of its flag's last dim:
     the check at a step runs after everything at the step before, and before everything at
     its own step that the flag does not read and everything at the next step; so a run it
-    ends computes nothing past what decided it."""
+    ends computes nothing past what decided it. The checks of ``tpo.end_when`` count as read:
+    what the flag reads may depend on the lengths they set."""
     def at(dims, of, shift):  # the point of ``of``'s dims at ``dims``' step, ``shift`` back along the last
         return seq(*(d - shift if d is last else d if any(x is d for x in dims)
                      else make_slice(0, bound_of(d)) for d in of))
@@ -54,6 +55,8 @@ def stops_early(sdg: SDG, executed) -> list[Edge]:
             continue
         last = stop.domain[-1]
         reads = _same_step_reads(sdg, s, last)
+        for c in ends(sdg).values():  # an end check, and what it reads, decide the step too
+            reads |= {c} | _same_step_reads(sdg, c, last)
         for n, node in sdg.nodes.items():
             if n == s or n not in executed or not any(d is last for d in node.domain):
                 continue

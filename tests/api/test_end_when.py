@@ -216,3 +216,27 @@ def test_every_backend_ends_where_numpy_does(backend, every):
     np.testing.assert_array_equal(program.lengths["T"], reference.lengths["T"])
     for got, want in zip(out, expected):
         np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+
+
+def test_a_run_stop_when_ends_after_an_iteration_whose_steps_end_when():
+    xs = np.random.default_rng(0).uniform(0.0, 1.0, (5, 12))
+    lengths, s = lengths_of(xs, 0.9, 2.0)
+    totals = np.array([s[k, :n].sum() for k, n in enumerate(lengths)])
+    first = int(np.argmax(totals < 5.0))
+    assert (totals < 5.0).any() and first < 4
+    with tpo.Context() as ctx:
+        (i, I), (t, T) = ctx.dims("i", "t")
+        x = tpo.from_numpy(xs, dims=(i, t))
+        s_rt = tpo.placeholder((), "float64", dims=(i, t))
+        s_rt[i, 0] = x[i, 0]
+        s_rt[i, t + 1] = s_rt[i, t] * 0.9 + x[i, t + 1]
+        tpo.end_when(s_rt[i, t] > 2.0)
+        total = s_rt[i, 0:T].sum()
+        tpo.stop_when(total < 5.0)
+        program = ctx.compile(fetch=[total])
+    (out,) = program.run({"I": 5, "T": 12})
+    assert program.stopped_at == {"i": first}
+    np.testing.assert_allclose(out[:first + 1], totals[:first + 1])
+    assert np.isnan(out[first + 1:]).all()
+    np.testing.assert_array_equal(program.lengths["T"][:first + 1], lengths[:first + 1])
+    assert (program.lengths["T"][first + 1:] == 0).all()
