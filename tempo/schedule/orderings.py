@@ -90,10 +90,10 @@ def ends_early(sdg: SDG, executed) -> list[Edge]:
     """Order each ``tpo.end_when`` check of a dim ``t`` (over outer dims ``i``) so that the loop over
     ``t`` exits where it sets ``T[i]``: every step ``t`` of a tensor over ``i`` and ``t`` runs after
     the check at ``t - 1`` and after the check that ends iteration ``i - 1`` (so the loop over ``t``
-    lies inside the loop over ``i``), and every tensor over ``i`` that depends on ``T`` (reads a
-    slice ending at it, has a shape or a value that mentions it, or is vectorized over ``t``) runs
-    after the check at ``T - 1``, once ``T[i]`` is known; the checks of iteration ``i`` run after
-    all of those of iteration ``i - 1``, so they all see ``T[i - 1]``."""
+    lies inside the loops over the outer dims, each point of them in order), and every tensor over
+    ``i`` that depends on ``T`` (reads a slice ending at it, has a shape or a value that mentions it,
+    or is vectorized over ``t``) runs after the check at ``T - 1``, once ``T[i]`` is known, and
+    before the checks of iteration ``i + 1``."""
     out = []
     for t, s in ends(sdg).items():
         check = sdg.nodes[s]
@@ -105,15 +105,19 @@ def ends_early(sdg: SDG, executed) -> list[Edge]:
                 out.append(Edge(n, -1, s, 0, seq(*outer, bound_of(t) - 1)))
             elif any(d is t for d in node.domain):
                 out.append(Edge(n, -1, s, 0, seq(*outer, t - 1), t >= 1))
-                if outer:
-                    i = outer[-1]
-                    out.append(Edge(n, -1, s, 0, seq(*outer[:-1], i - 1, bound_of(t) - 1), i >= 1))
+                for k, d in enumerate(outer):  # after the last check of the outer point before this one
+                    out.append(Edge(n, -1, s, 0, seq(*_before(outer, k), bound_of(t) - 1), d >= 1))
             else:
                 continue
-            if outer:
-                i = outer[-1]
-                index = seq(*(d - 1 if d is i else d if any(x is d for x in outer) else make_slice(0, bound_of(d))
-                              for d in node.domain))
-                out.append(Edge(s, -1, n, 0, index, i >= 1))
+            for k, d in enumerate(outer):  # before the checks of the outer point after this one
+                at = dict(zip(outer, _before(outer, k)))
+                index = seq(*(at[x] if x in at else make_slice(0, bound_of(x)) for x in node.domain))
+                out.append(Edge(s, -1, n, 0, index, d >= 1))
     return out
+
+
+def _before(outer: tuple, k: int) -> tuple:
+    """The last point of ``outer``'s dims before the point where the ``k``-th of them steps back by
+    one: ``(i0, ..., ik - 1, I(k+1) - 1, ...)``."""
+    return (*outer[:k], outer[k] - 1, *(bound_of(d) - 1 for d in outer[k + 1:]))
 

@@ -240,3 +240,20 @@ def test_a_run_stop_when_ends_after_an_iteration_whose_steps_end_when():
     assert np.isnan(out[first + 1:]).all()
     np.testing.assert_array_equal(program.lengths["T"][:first + 1], lengths[:first + 1])
     assert (program.lengths["T"][first + 1:] == 0).all()
+
+
+def test_a_flag_over_two_outer_dims_ends_each_of_their_points_on_its_own():
+    xs = np.random.default_rng(0).uniform(0.0, 1.0, (2, 3, 10))
+    with tpo.Context() as ctx:
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+        x = tpo.from_numpy(xs, dims=(b, i, t))
+        s = tpo.placeholder((), "float64", dims=(b, i, t))
+        s[b, i, 0] = x[b, i, 0]
+        s[b, i, t + 1] = s[b, i, t] + x[b, i, t + 1]
+        tpo.end_when(s[b, i, t] > 2.0)
+        program = ctx.compile(fetch=[x[b, i, 0:T].sum()])
+    (total,) = program.run({B: 2, I: 3, T: 10})
+    for key in np.ndindex(2, 3):
+        lengths, _ = lengths_of(xs[key][None], 1.0, 2.0)
+        assert program.lengths["T"][key] == lengths[0]
+        np.testing.assert_allclose(total[key], xs[key][:lengths[0]].sum())
