@@ -257,3 +257,14 @@ def test_a_flag_over_two_outer_dims_ends_each_of_their_points_on_its_own():
         lengths, _ = lengths_of(xs[key][None], 1.0, 2.0)
         assert program.lengths["T"][key] == lengths[0]
         np.testing.assert_allclose(total[key], xs[key][:lengths[0]].sum())
+
+
+def test_tiles_of_a_dim_that_ends_at_run_time_are_an_error():
+    from tempo.transforms import tile
+
+    with tpo.Context() as ctx:
+        (i, I), (t, T) = ctx.dims("i", "t")
+        x = tpo.from_numpy(np.ones((2, 8)), dims=(i, t))
+        tpo.end_when(x > 0.0)
+        with pytest.raises(tpo.TempoError, match="ends at run time"):
+            ctx.compile(fetch=[x[i, 0:T].sum()], passes={"tile": tile.Config(tiles={"t": 4})})
