@@ -20,8 +20,8 @@ to never stopping.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-
 
 import tempo as tpo
 from tempo.transforms import tile
@@ -66,6 +66,9 @@ class Args:
     device_budget: str = ""
     """hold the device tier to this many bytes ('512MB'): the learner runs in tiles and acting's output
     swaps to the host (docs/memory.md); empty: no budget"""
+    until: bool = False
+    """end each iteration's episodes at run time (tpo.end_when): T[i] is the step after the batch's
+    longest episode ends, capped by `steps`, instead of running every iteration to `steps`"""
     tiles: int = 0
     """run the learner in tiles of this many timesteps (gradients accumulated); with n-step returns the
     tiles run while acting goes on and free the observations they learned from (docs/memory.md); 0: whole"""
@@ -92,6 +95,8 @@ def main(args: Args) -> dict:
         dist = tpo.nn.Categorical(logits=policy(x))
         a = dist.sample()
         o[b, i, t + 1], r, d = env.step(a)
+        if args.until:
+            tpo.end_when(d[0:B, i, t])                               # T[i]: every episode has ended
 
         # ----- learning: returns, the REINFORCE loss and Adam -----
         end = T if args.nstep == 0 else tpo.min(t + args.nstep, T)
@@ -117,11 +122,23 @@ def main(args: Args) -> dict:
         # ----- reporting: the mean episode return of every iteration -----
         report = tpo.rl.training.ReturnReport(r[0:B, i, 0:T].sum(axis=1).mean(), args.iterations,
                                               f"REINFORCE {args.env}", args.batch, args.steps)
+        steps = {"env_steps": [], "computed_steps": [], "wall": [], "cpu": []}  # per iteration
+        seen = alive[0:B, i, 0:T]                                    # the learner's rows: B * T[i]
+        tpo.sink(tpo.cat([seen.sum().reshape(1), (seen >= 0.0).cast("float32").sum().reshape(1)]),
+                 lambda counts, point: _count(steps, counts))
         report.start()
         ctx.run(bounds={B: args.batch, I: args.iterations, T: args.steps}, backend=args.backend or None,
                 memory={"device_budget": args.device_budget} if args.device_budget else None,
                 passes={"tile": tile.Config(tiles={"t": args.tiles})} if args.tiles else None)
-    return report.finish()
+    return {**report.finish(), **steps}
+
+
+def _count(steps: dict, counts) -> None:
+    """Keep an iteration's environment steps, its computed steps and when it ended."""
+    steps["env_steps"].append(int(counts[0]))
+    steps["computed_steps"].append(int(counts[1]))
+    steps["wall"].append(time.perf_counter())
+    steps["cpu"].append(time.process_time())
 
 
 if __name__ == "__main__":

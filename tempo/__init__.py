@@ -20,14 +20,14 @@ from tempo.api.functional import (abs, cat, cos, eval_symbol, exp, from_numpy, f
 from tempo.api.functional import maximum as max
 from tempo.api.functional import minimum as min
 from tempo.api.rt import RecurrentTensor
-from tempo.api.sinks import sink, stop_when
+from tempo.api.sinks import end_when, sink, stop_when
 from tempo.config import Config
 from tempo.errors import (BoundError, DefinitionError, DomainError, ScheduleError, ShapeError,
                           TempoError)
 
 __version__ = "0.1.0"
 
-__all__ = ["BoundError", "Config", "Context", "checkpoint", "load_checkpoint", "DefinitionError", "DomainError", "data_parallel", "RecurrentTensor", "ScheduleError",
+__all__ = ["BoundError", "Config", "Context", "checkpoint", "load_checkpoint", "DefinitionError", "DomainError", "data_parallel", "end_when", "RecurrentTensor", "ScheduleError",
            "ShapeError", "TempoError", "abs", "cat", "cos", "eval_symbol", "exp", "from_numpy", "full", "log",
            "llm", "max", "min", "nn", "ones", "optim", "placeholder", "random", "relu", "rl", "sigmoid", "sin", "sink",
            "sqrt", "stop_gradient", "stop_when", "tanh", "udf", "where", "zeros"]

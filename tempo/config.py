@@ -3,16 +3,19 @@
 Pass one in code (``ctx.run(bounds, config=tpo.Config(verify=True))``) or let the
 environment seed it: a compile given no config reads :meth:`Config.from_env` then.
 
-===================  =======================  ==========================================
-field                environment variable     what it does
-===================  =======================  ==========================================
-``passes_off``       ``TEMPO_PASSES_OFF``     passes switched off (``cse,dce``) in every
-                                              compile that does not configure them
-``tiles``            ``TEMPO_TILES``          dims tiled (``t:3,l:2``) in every compile
-                                              that does not configure the tiling pass
-``verify``           ``TEMPO_VERIFY``         check the SDG after every pass (``1``)
-``backend``          ``TEMPO_BACKEND``        the backend of runs that name none
-===================  =======================  ==========================================
+===================  ===========================  ==========================================
+field                environment variable         what it does
+===================  ===========================  ==========================================
+``passes_off``       ``TEMPO_PASSES_OFF``         passes switched off (``cse,dce``) in every
+                                                  compile that does not configure them
+``tiles``            ``TEMPO_TILES``              dims tiled (``t:3,l:2``) in every compile
+                                                  that does not configure the tiling pass
+``verify``           ``TEMPO_VERIFY``             check the SDG after every pass (``1``)
+``backend``          ``TEMPO_BACKEND``            the backend of runs that name none
+``end_check_every``  ``TEMPO_END_CHECK_EVERY``  steps between host reads of a
+                                                  ``tpo.end_when`` flag (unset: chosen
+                                                  from measured step and read times)
+===================  ===========================  ==========================================
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from typing import Mapping
 from tempo.errors import TempoError
 
 ENV = {"passes_off": "TEMPO_PASSES_OFF", "tiles": "TEMPO_TILES", "verify": "TEMPO_VERIFY",
-       "backend": "TEMPO_BACKEND"}
+       "backend": "TEMPO_BACKEND", "end_check_every": "TEMPO_END_CHECK_EVERY"}
 
 
 @dataclass(frozen=True)
@@ -32,12 +35,15 @@ class Config:
     """Settings every compile reads (see the module docstring). ``passes_off``: names of
     :data:`tempo.transforms.PIPELINE`; ``tiles``: dim name -> rows per tile; ``verify``: run
     :func:`tempo.ir.verify.verify` before the first pass and after each; ``backend``: ``numpy``,
-    ``torch`` or ``jax`` (with an optional device, ``torch:cuda``), None: ``numpy``."""
+    ``torch`` or ``jax`` (with an optional device, ``torch:cuda``), None: ``numpy``;
+    ``end_check_every``: read a ``tpo.end_when`` flag on the host every this many steps, None:
+    as often as measured step and read times say (:mod:`tempo.runtime.ends`)."""
 
     passes_off: tuple[str, ...] = ()
     tiles: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     verify: bool = False
     backend: str | None = None
+    end_check_every: int | None = None
     from_environment: bool = field(default=False, compare=False, repr=False)
 
     @classmethod
@@ -47,7 +53,14 @@ class Config:
         return cls(passes_off=tuple(name for name in off.split(",") if name),
                    tiles=MappingProxyType(_tile_sizes(environ.get(ENV["tiles"], "").replace(" ", ""))),
                    verify=environ.get(ENV["verify"], "") not in ("", "0"),
-                   backend=environ.get(ENV["backend"]) or None, from_environment=True)
+                   backend=environ.get(ENV["backend"]) or None,
+                   end_check_every=_positive(ENV["end_check_every"], environ.get(ENV["end_check_every"], "")),
+                   from_environment=True)
+
+    def __post_init__(self) -> None:
+        every = self.end_check_every
+        if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
+            raise TempoError(f"Config(end_check_every=...) takes a positive int or None, got {every!r}")
 
     def named(self, setting: str) -> str:
         """How the user spelled ``setting``: its environment variable, or the field of Config."""
@@ -63,3 +76,12 @@ def _tile_sizes(text: str) -> dict[str, int]:
             raise TempoError(f"TEMPO_TILES takes dim:size pairs such as t:64, got {item!r}")
         out[name] = int(size)
     return out
+
+
+def _positive(name: str, text: str) -> int | None:
+    """An environment variable's positive int, or None where it is unset."""
+    if not text.strip():
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise TempoError(f"{name} takes a positive int, got {text!r}")
+    return int(text)

@@ -18,6 +18,8 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.e
      "ok: the same values with and without the pass"),
     ("examples/reinforce.py", ["--iterations", "2", "--batch", "2", "--steps", "20", "--nstep", "8"],
      "mean_return_last5="),
+    ("examples/reinforce.py", ["--iterations", "2", "--batch", "2", "--steps", "20", "--until"],
+     "mean_return_last5="),
     ("examples/a2c.py", ["--iterations", "2", "--batch", "2", "--steps", "20"], "mean_return_last5="),
     ("examples/ppo_fixed_horizon.py", ["--iterations", "2", "--epochs", "2", "--batch", "2", "--steps", "20"],
      "iterations=2 "),
@@ -164,3 +166,41 @@ def test_superopt_example_on_the_jax_backend(tmp_path):
     assert out.returncode == 0, out.stderr
     assert f"greedy: {tmp_path / 'resnext_greedy.onnx'} computes the input's outputs: True" in out.stdout
     assert "| greedy | " in out.stdout
+
+
+@pytest.mark.parametrize("nstep", [0, 8])
+def test_reinforce_until_learns_what_the_padded_program_learns_from_fewer_steps(nstep):
+    """Ending each iteration at its longest episode (--until) gives the padded program's returns,
+    iteration by iteration, computing the batch's steps up to that end only."""
+    import runpy
+
+    reinforce = runpy.run_path(str(ROOT / "examples" / "reinforce.py"), run_name="reinforce")
+    args = dict(iterations=3, batch=4, steps=200, nstep=nstep)
+    run = lambda **kw: reinforce["main"](reinforce["Args"](**args, **kw))  # noqa: E731
+    padded, until = run(), run(until=True)
+    assert until["returns"] == padded["returns"]
+    assert until["env_steps"] == padded["env_steps"]
+    assert padded["computed_steps"] == [4 * 200] * 3
+    assert all(env <= computed < 4 * 200 for env, computed in zip(until["env_steps"], until["computed_steps"]))
+
+
+@pytest.mark.slow
+def test_reinforce_until_resumed_run_is_bit_identical(tmp_path):
+    """With --until, stopping after 2 iterations and resuming for 2 gives the returns and weights of 4 in one go."""
+    import runpy
+
+    import numpy as np
+
+    import tempo as tpo
+
+    reinforce = runpy.run_path(str(ROOT / "examples" / "reinforce.py"), run_name="reinforce")
+    run = lambda **kw: reinforce["main"](reinforce["Args"](batch=2, steps=50, until=True, **kw))  # noqa: E731
+    whole, part, rest = (str(tmp_path / f"{n}.safetensors") for n in ("whole", "part", "rest"))
+    straight = run(iterations=4, checkpoint=whole, checkpoint_every=4)
+    first = run(iterations=2, checkpoint=part, checkpoint_every=2)
+    second = run(iterations=2, resume=part, checkpoint=rest, checkpoint_every=2)
+    assert first["returns"] + second["returns"] == straight["returns"]
+    assert first["computed_steps"] + second["computed_steps"] == straight["computed_steps"]
+    expected, got = tpo.load_checkpoint(whole).tensors, tpo.load_checkpoint(rest).tensors
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)

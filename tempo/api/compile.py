@@ -50,6 +50,9 @@ class Program:
     ran_source: str | None = None  # the source the last run's executor generated (its backend's device loops too)
     plan: ExecutionPlan | None = None  # how the AST runs (stores chosen from the reads); None: planned at the first run
     point_plan: ExecutionPlan | None = field(default=None, repr=False)  # the plan of runs with stores="point"
+    end_check_every: int | None = None  # steps between host reads of a tpo.end_when flag (None: measured)
+    lengths: dict = field(default_factory=dict)  # bound name -> its lengths in the last run (tpo.end_when)
+    end_checks: dict = field(default_factory=dict, repr=False)  # bound name -> the last run's EndCheck
 
     def passes_report(self) -> str:
         """A table of the passes run: the SDG's node count before and after each, and its seconds."""
@@ -59,12 +62,15 @@ class Program:
         """Execute for ``bounds``; one array per fetched tensor. ``stores="point"`` keeps
         every tensor in a point store instead of the store its reads call for. A run that
         ``tpo.stop_when`` ends early leaves the points it did not reach undefined (NaN or 0)
-        and sets ``stopped_at``."""
+        and sets ``stopped_at``. Along a dim that a ``tpo.end_when`` ends, the arrays keep the
+        run's bound (the cap) and hold NaN or 0 past each point's end; ``lengths`` maps the
+        dim's bound name to its lengths (an int array over the check's outer dims)."""
         values = self._check_bounds(bounds)
         self.validate(values)
         start = time.perf_counter()
         executor = Executor(self.sdg, self.ast, self.backend, values, keep=self._keep(),
-                            device_budget=self.memory.get("device_budget"), plan=self.plan_for(stores))
+                            device_budget=self.memory.get("device_budget"), plan=self.plan_for(stores),
+                            end_check_every=self.end_check_every)
         self.ledger, self.ran_source = executor.ledger, executor.source
         try:
             executor.run()
@@ -72,7 +78,18 @@ class Program:
             raise TempoError(self._over_budget(over), self.site) from None
         self.timings["run"] = time.perf_counter() - start
         self.stopped_at = executor.stopped_at
+        self.end_checks = {bound_of(self.sdg.nodes[n].domain[-1]).name: check
+                           for n, check in executor.end_checks.items()}
+        self.lengths = {name: self._lengths(check, values) for name, check in self.end_checks.items()}
         return [self._gather(executor, n, out, values) for n, out in self.fetch]
+
+    def _lengths(self, check, bounds: dict[str, int]) -> np.ndarray:
+        """The lengths an end check found, over its outer dims (0 where the run did not reach)."""
+        outer = self.sdg.nodes[check.node].domain[:-1]
+        out = np.zeros(tuple(bounds[bound_of(d).name] for d in outer), dtype=np.int64)
+        for point, length in check.lengths.items():
+            out[point] = length
+        return out
 
     def plan_for(self, stores: str = "auto") -> ExecutionPlan:
         """The plan of runs with ``stores`` (see :meth:`run`), made at most once."""
@@ -150,6 +167,7 @@ class Program:
         lead = self.sdg.vectorized.get(n, ())
         extent = tuple(bounds[bound_of(d).name] for d in node.domain)
         values = {p: self.backend.to_numpy(v) for p, v in store.items()}
+        values = _within_ends(self.sdg, executor.end_checks, n, bounds, values)
         shapes = {v.shape for v in values.values()}
         if len(shapes) > 1:
             out = np.empty(extent, dtype=object)
@@ -167,6 +185,33 @@ class Program:
         axes = list(node.domain) + list(lead)
         order = sorted(range(len(axes)), key=lambda k: self.dim_order.index(axes[k]))
         return np.transpose(out, order + list(range(len(axes), out.ndim)))
+
+
+def _within_ends(sdg: SDG, checks: dict, n: int, bounds: dict[str, int], values: dict) -> dict:
+    """Node ``n``'s points as a fetch returns them along dims that end at run time: the points past
+    their end left out, and a vectorized dim's axis padded to the cap with NaN or 0."""
+    node, lead = sdg.nodes[n], sdg.vectorized.get(n, ())
+    for check in checks.values():
+        domain = sdg.nodes[check.node].domain
+        t, outer = domain[-1], domain[:-1]
+        if not all(any(x is d for x in node.domain) for d in outer):
+            continue
+        axes = [next(k for k, x in enumerate(node.domain) if x is d) for d in outer]
+        length = check.lengths.get
+        if any(x is t for x in node.domain):
+            axis = next(k for k, x in enumerate(node.domain) if x is t)
+            values = {p: v for p, v in values.items() if p[axis] < length(tuple(p[k] for k in axes), 0)}
+        elif any(x is t for x in lead):
+            axis, cap = next(k for k, x in enumerate(lead) if x is t), bounds[bound_of(t).name]
+            values = {p: _padded(v, axis, cap) for p, v in values.items()}
+    return values
+
+
+def _padded(value: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """``value`` with ``axis`` padded to ``size`` with NaN (floats) or 0."""
+    fill = np.nan if value.dtype.kind in "fc" else 0
+    widths = [(0, size - value.shape[axis]) if k == axis else (0, 0) for k in range(value.ndim)]
+    return np.pad(value, widths, constant_values=fill)
 
 
 class FirstCompile(Exception):
@@ -234,7 +279,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
             planned = _timed(timings, key, ast_pass, lowered, domains, planned)
     program = Program(lowered.sdg, list(lowered.fetch), domains, planned.scheduled.ast, request.backend,
                       tuple(ctx.dim_order), site, timings, list(lowered.stats), written=lowered.written,
-                      memory=request.memory, plan=planned.plan)
+                      memory=request.memory, plan=planned.plan, end_check_every=config.end_check_every)
     if _STOPPING:
         raise FirstCompile(program, request.bounds)
     return program

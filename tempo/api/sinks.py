@@ -14,7 +14,8 @@ import numpy as np
 from tempo.api import functional as F
 from tempo.api.rt import RecurrentTensor as RT
 from tempo.errors import TempoError, user_site
-from tempo.ir.ops import STOP_LABEL, StopRun
+from tempo.ir.ends import END_LABEL
+from tempo.ir.ops import STOP_LABEL, StopRun, UDFOp
 
 
 def sink_many(values: Mapping[str, RT], fn: Callable[[dict, dict], None], label: str = "sink") -> RT:
@@ -55,3 +56,25 @@ def stop_when(flag: RT) -> RT:
             raise StopRun(point)
 
     return sink_many({"flag": flag}, lambda tensors, point: check(tensors["flag"], point), label=STOP_LABEL)
+
+
+def end_when(flag: RT) -> RT:
+    """``tpo.end_when(flag)``: the last dim of ``flag``'s domain, ``t``, ends at the first step where
+    every element of ``flag`` holds, once per point of ``flag``'s other dims (``i``): ``T[i]`` is
+    that step plus one, capped by the bound the run gives ``T``. Everything over ``t`` exists for
+    ``0 <= t < T[i]``: ``x[i, 0:T]``, ``r[i, t:T]`` and sums over ``t`` see exactly those steps, and
+    the loop over ``t`` exits where the flag first holds (docs/api.md, "Dims that end at run time")."""
+    site = user_site()
+    if not isinstance(flag, RT):
+        raise TempoError(f"tpo.end_when takes a recurrent tensor, got {type(flag).__name__}", site)
+    if not flag.domain:
+        raise TempoError("tpo.end_when's flag varies over no dim: it has no dim to end", site)
+    dim = flag.domain[-1]
+    taken = [n for n, node in flag.ctx.sdg.nodes.items()
+             if isinstance(node.op, UDFOp) and node.op.label == END_LABEL and node.domain[-1] is dim]
+    if taken:
+        raise TempoError(f"dim {dim.name} already ends at a tpo.end_when "
+                         f"(at {flag.ctx.sdg.nodes[taken[0]].site})", site)
+    out = F.udf(lambda value: (np.asarray(np.all(value)),), [flag], [()], ["bool"], label=END_LABEL)
+    flag.ctx.roots.append(out.node.id)
+    return out

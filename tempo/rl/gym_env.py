@@ -2,8 +2,9 @@
 
 Each episode (a point of ``dims[:-1]``, e.g. ``(b, i)``) gets its own
 gymnasium environment from a pool, reset with a seed drawn from the context
-seed and the episode's indices, and handed back to the pool after the last
-timestep. The UDFs take the episode indices as an input (``tpo.eval_symbol``
+seed and the episode's indices, and handed back to the pool when the episode
+ends (or after the last timestep), so a time dim that ends at run time
+(``tpo.end_when``) reuses them too. The UDFs take the episode indices as an input (``tpo.eval_symbol``
 of each episode dim), so the host function knows which environments it
 serves. They are ``batched``: called with one episode's inputs, or with a
 leading axis of episodes once the batch dim is vectorized.
@@ -63,7 +64,8 @@ class _Episodes:
 
     def _reset_one(self, key: tuple[int, ...]) -> np.ndarray:
         episode = self.running.pop(key, None)
-        env = episode.env if episode is not None else (self.free.pop() if self.free else self._make())
+        env = episode.env if episode is not None and episode.env is not None else \
+            self.free.pop() if self.free else self._make()
         obs, _ = env.reset(seed=self.reset_seed(key))
         obs = np.asarray(obs, dtype=self.obs_dtype)
         self.running[key] = _Episode(env, obs)
@@ -80,8 +82,13 @@ class _Episodes:
             obs, reward, terminated, truncated, _ = episode.env.step(action)
             episode.last_obs = np.asarray(obs, dtype=self.obs_dtype)
             done = bool(terminated or truncated)
+            if done:  # the episode is over: its environment serves the next one
+                self.free.append(episode.env)
+                episode.env = None
         if steps_left == 0:
-            self.free.append(self.running.pop(key).env)
+            episode = self.running.pop(key)
+            if episode.env is not None:
+                self.free.append(episode.env)
         return episode.last_obs, reward, done
 
     def _make(self) -> gymnasium.Env:

@@ -18,17 +18,27 @@ calls its stores' ``evict`` or ``load`` with the index it moves. A loop
 the backend runs as one device program (:mod:`tempo.runtime.device_loops`)
 is preceded by a call of its compiled form ``D<k>`` with the bounds and the
 enclosing counters; the loop itself runs only where that call answers False.
+The check of a ``tpo.end_when`` that ends dim ``t`` sets the local bound
+``_T`` to what its :class:`~tempo.runtime.ends.EndCheck` ``U<n>`` answers,
+so the loop over ``t`` exits where the flag first holds and what follows
+sees ``T[i]``; the loop over its outer dim ``i`` starts each iteration
+(and leaves) with ``_T`` at the run's cap, ``cap_T``. A read of a tensor
+over ``t`` that its indices do not keep below ``T`` asks ``U<n>.within``
+first, which raises naming the reader's line past the end.
 The source refers to names the executor binds: ``S<n>_<j>`` (stores),
-``K<n>`` (kernels), ``L<n>`` (launchers), ``D<k>`` (device loops), ``fail``,
-``evict``, ``ledger``.
+``K<n>`` (kernels), ``L<n>`` (launchers), ``D<k>`` (device loops), ``U<n>``
+(end checks), ``fail``, ``evict``, ``ledger``.
 """
 from __future__ import annotations
 
-from tempo.ir.ops import MergeOp
+from tempo.errors import TempoError
+from tempo.ir.ends import depends_on_length, ends
+from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG
 from tempo.schedule import ast
 from tempo.symbolic.evaluate import to_python
-from tempo.symbolic.expr import Expr, seq
+from tempo.symbolic.expr import Expr, bound_of, seq
+from tempo.symbolic.simplify import simplify
 
 
 def local(name: str) -> str:
@@ -51,11 +61,20 @@ class Generator:
         self.counters: list[str] = []  # the enclosing loops' variables
         self.lines: list[str] = []
         self.called: set[int] = set()  # nodes whose launches go through their launcher
+        self.checks = {n: t for t, n in ends(sdg).items()}  # tpo.end_when check -> the dim it ends
+        self.resets: dict[int, str] = {}  # id(loop over an outer dim of a check) -> the bound it resets
+        self.host_steps: dict[int, bool] = {}  # check -> whether its loop runs other host code
+        self.iteration_loops: dict[int, ast.Loop] = {}  # check -> the loop over its innermost outer dim
 
     def source(self, program: ast.Stmt) -> str:
         self.lines = ["def program(env):"]
         for name in self.bound_names:
             self.lines.append(f"    {local(name)} = env[{name!r}]")
+        self._find_exits(program)
+        self._check_iterations(program)
+        for t in self.checks.values():
+            name = bound_of(t).name
+            self.lines.append(f"    cap_{name} = {local(name)}")
         self._stmt(program, 1)
         self.lines.append("    return None")
         return "\n".join(self.lines) + "\n"
@@ -79,10 +98,15 @@ class Generator:
             var = local(stmt.var)
             self._emit(depth, f"{var} = {py(stmt.start)}")
             self._emit(depth, f"while {py(stmt.cond)}:")
+            reset = self.resets.get(id(stmt))
+            if reset is not None:
+                self._emit(depth + 1, f"{local(reset)} = cap_{reset}")
             self._stmt(stmt.body, depth + 1)
             if stmt is self.main_loop:
                 self._emit(depth + 1, f"evict({var})")
             self._emit(depth + 1, f"{var} += {stmt.step}")
+            if reset is not None:
+                self._emit(depth, f"{local(reset)} = cap_{reset}")
             self.counters.pop()
         elif isinstance(stmt, ast.If):
             self._emit(depth, f"if {py(stmt.cond)}:")
@@ -122,6 +146,47 @@ class Generator:
                 break
         self._emit(depth, "ledger.launches += 1")
 
+    def _find_exits(self, program: ast.Stmt) -> None:
+        """The loop over the innermost outer dim of each end check, and whether the loop over its dim
+        runs other host code."""
+        for stmt, loops in _executes(program, ()):
+            if stmt.node_id not in self.checks:
+                continue
+
+            def over(e: Expr) -> ast.Loop | None:
+                names = {x.name for x in e.free_symbols()}
+                return next((loop for loop in reversed(loops) if loop.var in names), None)
+
+            inner = over(stmt.point[-1])
+            outer = over(stmt.point[-2]) if len(stmt.point) > 1 else None
+            if outer is not None:
+                self.resets[id(outer)] = bound_of(self.checks[stmt.node_id]).name
+                self.iteration_loops[stmt.node_id] = outer
+            body = inner.body if inner is not None else stmt
+            self.host_steps[stmt.node_id] = any(
+                isinstance(x, ast.Execute) and x.node_id != stmt.node_id
+                and isinstance(self.sdg.nodes[x.node_id].op, UDFOp) for x in ast.leaves(body))
+
+    def _check_iterations(self, program: ast.Stmt) -> None:
+        """Every statement whose extent or value depends on a dim that ends at run time runs inside
+        the loop over the check's innermost outer dim, at that loop's own iteration: the one whose
+        ``T[i]`` the local bound holds then."""
+        for stmt, loops in _executes(program, ()):
+            node = self.sdg.nodes[stmt.node_id]
+            for c, t in self.checks.items():
+                outer = self.sdg.nodes[c].domain[:-1]
+                if not outer or not all(any(x is d for x in node.domain) for d in outer):
+                    continue
+                if not (any(x is t for x in node.domain) or depends_on_length(self.sdg, stmt.node_id, t)):
+                    continue
+                loop = self.iteration_loops.get(c)
+                at = stmt.point[next(k for k, x in enumerate(node.domain) if x is outer[-1])]
+                if loop is None or not any(x is loop for x in loops) or not (at.op == "sym" and at.name == loop.var):
+                    raise TempoError(f"the schedule runs {self.sdg.describe(stmt.node_id)} outside the iteration "
+                                     f"of {outer[-1].name} whose length of {t.name} it depends on; a program with "
+                                     f"tpo.end_when needs each iteration's steps and what reads {bound_of(t).name} "
+                                     f"in that iteration", self.sdg.nodes[c].site)
+
     def _execute(self, stmt: ast.Execute, depth: int) -> None:
         n = stmt.node_id
         node = self.sdg.nodes[n]
@@ -129,7 +194,40 @@ class Generator:
         self._emit(depth, f"# {stmt.label}" + (f" at {node.site.filename}:{node.site.lineno}" if node.site else ""))
         edges = self.sdg.in_edges(n)
         at = dict(zip(node.domain, stmt.point))
+        if n in self.checks:
+            self._check(n, edges[0], stmt, at, depth)
+            return
+        for e in edges:
+            self._guard(n, node, e, at, depth)
         self._launch(stmt, node, edges, at, point, depth)
+
+    def _check(self, n: int, flag, stmt: ast.Execute, at: dict, depth: int) -> None:
+        """The end check: the bound of its dim becomes what ``U<n>`` answers."""
+        bound = local(bound_of(self.checks[n]).name)
+        read = f"S{flag.src}_{flag.src_out}.read({py(flag.index.substitute(at))})"
+        self._emit(depth, f"{bound} = U{n}({read}, {py(stmt.point[-1])}, {bound}, {py(seq(*stmt.point[:-1]))})")
+        self._emit(depth, "ledger.launches += 1")
+
+    def _guard(self, n: int, node, e, at: dict, depth: int) -> None:
+        """Before a read of a tensor over a dim that ends at run time whose indices do not keep it
+        before the end, ask the dim's end check whether it reads past it."""
+        src = self.sdg.nodes[e.src]
+        for c, t in self.checks.items():
+            outer = self.sdg.nodes[c].domain[:-1]
+            if not any(d is t for d in src.domain) or not all(any(x is d for x in src.domain) for d in outer):
+                continue
+            items = dict(zip(src.domain, e.index.args))
+            item = items[t]
+            last = item.args[1] - 1 if item.op == "slice" else item
+            same = all(items[d] == d and any(x is d for x in node.domain) for d in outer)
+            symbols = last.free_symbols()
+            relative = any(x is t for x in node.domain) and t in symbols and symbols <= {t, bound_of(t)}
+            if same and (relative or _below(last - bound_of(t), 0) or _below(last, 1)):
+                continue  # in range for every T: checked when the program was validated
+            cond = "True" if e.cond is None else py(e.cond.substitute(at))
+            where = py(seq(*(items[d] for d in outer)).substitute(at))
+            self._emit(depth, f"if {cond}:")
+            self._emit(depth + 1, f"U{c}.within({py(last.substitute(at))}, {where}, {n}, {e.src})")
 
     def _launch(self, stmt: ast.Execute, node, edges, at: dict, point: str, depth: int) -> None:
         n = stmt.node_id
@@ -153,3 +251,24 @@ class Generator:
         for j in range(len(node.shapes)):
             self._emit(depth, f"S{n}_{j}.write(p, o[{j}])")
         self._emit(depth, "ledger.launches += 1")
+
+
+def _executes(stmt: ast.Stmt, loops: tuple):
+    """Each Execute statement of ``stmt`` with the loops around it, outermost first."""
+    if isinstance(stmt, ast.Sequence):
+        for s in stmt.body:
+            yield from _executes(s, loops)
+    elif isinstance(stmt, ast.Loop):
+        yield from _executes(stmt.body, loops + (stmt,))
+    elif isinstance(stmt, ast.If):
+        yield from _executes(stmt.then, loops)
+        if stmt.orelse is not None:
+            yield from _executes(stmt.orelse, loops)
+    elif isinstance(stmt, ast.Execute):
+        yield stmt, loops
+
+
+def _below(e: Expr, limit: int) -> bool:
+    """Whether ``e`` is a constant below ``limit``."""
+    e = simplify(e)
+    return e.is_const and e.value < limit

@@ -16,6 +16,10 @@ writes (TEMPO's kernel wrappers). A window store's rows are overwritten as
 its dim advances, so a kernel output that may alias a window read is copied
 before a point store keeps it, and user functions get copies of window reads.
 
+The check of each ``tpo.end_when`` calls its :class:`~tempo.runtime.ends.EndCheck`,
+which says where the loop over the dim it ends exits and keeps each length
+(``program.lengths``); block stores along such a dim grow as it goes.
+
 A Free statement (:mod:`tempo.schedule.memory`) drops a point from a point
 store after its last reader; the points no later iteration reads are freed
 after each iteration of the main loop (the plan's evictions). Evict and load
@@ -30,12 +34,14 @@ import math
 from typing import Callable
 
 from tempo.errors import BoundError, TempoError
+from tempo.ir.ends import ends
 from tempo.ir.ops import ConstOp, MergeOp, StopRun, UDFOp
 from tempo.ir.sdg import SDG, Node
 from tempo.plan import ExecutionPlan, build
 from tempo.runtime import device_loops
 from tempo.runtime.backends.base import Backend, StepFailed
 from tempo.runtime.codegen import Generator
+from tempo.runtime.ends import EndCheck
 from tempo.runtime.memory import BudgetExceeded, Ledger
 from tempo.runtime.stores import make_store
 from tempo.schedule import ast
@@ -53,15 +59,18 @@ class Executor:
 
     def __init__(self, sdg: SDG, program: ast.Stmt, backend: Backend, bounds: dict[str, int],
                  keep: set[int] = frozenset(), stores: str = "auto", device_budget: int | None = None,
-                 plan: ExecutionPlan | None = None):
+                 plan: ExecutionPlan | None = None, end_check_every: int | None = None):
         self.sdg, self.backend, self.bounds = sdg, backend, bounds
         self.plan = plan if plan is not None else build(sdg, program, keep, stores)
         self.ledger = Ledger(budget=device_budget)
+        ending = set(ends(sdg))  # dims that end at run time: their block stores grow
         self.stores = {(n, j): make_store(self.plan.store((n, j)), f"{node.op.name}%{n}", backend,
                                           node.dtypes[j], _empty_shape(node.shapes[j], bounds),
                                           bounds[bound_of(node.domain[-1]).name] if node.domain else None,
-                                          self.ledger)
+                                          self.ledger, grows=bool(node.domain) and node.domain[-1] in ending)
                        for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
+        self.end_check_every = end_check_every
+        self.end_checks: dict[int, EndCheck] = {}  # tpo.end_when check node -> its exits, made by _compile
         for key in self.plan.swapped:
             if self.stores[key].kind == "block":
                 self.stores[key].tier = "host"
@@ -87,10 +96,15 @@ class Executor:
         namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
                      "evict": self._evict, "fail": self._fail, "ledger": self.ledger}
         namespace.update({f"D{k}": loop for k, loop in enumerate(loops.values())})
+        self.end_checks = {n: EndCheck(self.sdg, n, self.backend, self.end_check_every,
+                                       generator.host_steps.get(n, True)) for n in generator.checks}
+        namespace.update({f"U{n}": check for n, check in self.end_checks.items()})
         donate = plan.donations if self.backend.donates else {}
         namespace.update({f"S{n}_{j}": store for (n, j), store in self.stores.items()})
         for n in {ex.node_id for ex in ast.statements(program)}:
             node = self.sdg.nodes[n]
+            if n in generator.checks:
+                continue
             if n in generator.called:
                 namespace[f"L{n}"] = self._launcher(node)
                 continue

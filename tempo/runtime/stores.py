@@ -8,7 +8,8 @@ axis to the value read, in index order. Three stores share that interface:
 - :class:`BlockStore` pre-allocates one buffer per block of the innermost
   temporal dim (a block is the whole dim, or ``K`` rows for reads of aligned
   blocks ``(t//K)*K:(t//K)*K+K``); writes go into the buffer in place and slice
-  reads within a block are views. Its rows may lie in memory at another axis
+  reads within a block are views. Along a dim that ends at run time
+  (``tpo.end_when``) a block's buffer starts with a few rows and doubles. Its rows may lie in memory at another axis
   than the first (where its readers permute them, so that the permuted read is
   contiguous); the values read are the same.
 - :class:`WindowStore` keeps the last ``W`` points of the innermost dim in a
@@ -203,9 +204,11 @@ class BlockStore(_BufferStore):
     kind = "block"
 
     def __init__(self, name: str, backend, dtype: str, row_shape: tuple, length: int, ledger: Ledger | None = None,
-                 axis: int = 0):
+                 axis: int = 0, grows: bool = False):
         super().__init__(name, backend, dtype, row_shape, ledger)
         self.length, self.axis = max(1, length), axis
+        self.first_rows = min(self.length, GROWN_FROM) if grows else self.length  # rows a block's buffer starts with
+        self.rows: dict[tuple, int] = {}  # block key -> rows its buffer holds (up to ``length``, doubling)
         self.blocks: dict[tuple, object] = {}  # outer point + (block number,) -> buffer
         self.written: dict[tuple, bytearray] = {}  # same keys -> 1 per row written
         self.where: dict[tuple, bytearray] = {}  # same keys, in the host tier -> per row: ON_HOST, ON_DEVICE, LOADED
@@ -215,7 +218,7 @@ class BlockStore(_BufferStore):
         self._check_shape(point, value)
         block, row = divmod(point[-1], self.length)
         key = point[:-1] + (block,)
-        self.blocks[key] = self.backend.write_into(self._block(key), row, value)
+        self.blocks[key] = self.backend.write_into(self._block(key, row + 1), row, value)
         self.written[key][row] = 1
         if self.tier == "host":
             self._on_device(key, row, row + 1)
@@ -229,7 +232,7 @@ class BlockStore(_BufferStore):
             raise TempoError(f"internal error: {self.name} written rows {start}:{start + count} of shape "
                              f"{tuple(values.shape[1:])} across blocks of {self.length} rows {self.row_shape}")
         key = outer + (block,)
-        self.blocks[key] = self.backend.write_into(self._block(key), slice(row, row + count), values)
+        self.blocks[key] = self.backend.write_into(self._block(key, row + count), slice(row, row + count), values)
         self.written[key][row:row + count] = b"\x01" * count
         if self.tier == "host":
             self._on_device(key, row, row + count)
@@ -287,14 +290,29 @@ class BlockStore(_BufferStore):
                     first = block * self.length
                     yield key, max(start - first, 0), min(stop - first, self.length)
 
-    def _block(self, key: tuple):
-        """The buffer of block ``key``, allocated at its first write."""
+    def _block(self, key: tuple, rows: int):
+        """The buffer of block ``key`` holding at least ``rows`` rows: allocated at its first write
+        with ``first_rows`` rows (the whole block, unless its dim ends at run time), then doubled,
+        its rows copied, until it holds them (at most ``length``)."""
         buffer = self.blocks.get(key)
         if buffer is None:
-            buffer = self.blocks[key] = self._allocate(self.length)
+            buffer = self.blocks[key] = self._allocate(self.first_rows)
+            self.rows[key] = self.first_rows
             self.written[key] = bytearray(self.length)
             if self.tier == "host":
                 self.where[key] = bytearray(self.length)
+        held = self.rows[key]
+        if rows > held:
+            while held < rows:
+                held = min(2 * held, self.length)
+            grown = self._allocate(held)
+            filled = self.written[key].rfind(1) + 1
+            if filled:
+                grown = self.backend.write_into(grown, slice(0, filled),
+                                                self.backend.view(buffer, slice(0, filled)))
+            self._release(buffer)
+            buffer = self.blocks[key] = grown
+            self.rows[key] = held
         return buffer
 
     def _read(self, outer: tuple, last):
@@ -334,6 +352,7 @@ class BlockStore(_BufferStore):
 
     def _drop(self, key: tuple) -> None:
         self._release(self.blocks.pop(key))
+        del self.rows[key]
         del self.written[key]
         where = self.where.pop(key, None)
         if where is not None:
@@ -420,6 +439,7 @@ class WindowStore(_BufferStore):
         return sum(self.backend.nbytes(b) for b in self.buffers.values())
 
 
+GROWN_FROM = 16  # rows a growing block's buffer starts with
 ON_HOST, ON_DEVICE, LOADED = 0, 1, 2  # where a swapped block's row is: host alone, device alone, both
 
 
@@ -433,15 +453,17 @@ def _evicted(name: str, point: tuple) -> TempoError:
                       f"(no load of it before this read)")
 
 
-def make_store(choice, name: str, backend, dtype: str, shape, bound: int | None, ledger: Ledger | None = None):
+def make_store(choice, name: str, backend, dtype: str, shape, bound: int | None, ledger: Ledger | None = None,
+               grows: bool = False):
     """The store ``choice`` (a :class:`tempo.plan.store_choice.StoreChoice`) names.
 
     ``shape``: a function returning the spatial shape; ``bound``: the innermost
     dim's bound (the rows of a block when the choice leaves it open, and at most);
-    ``ledger``: where it reports the bytes it holds.
+    ``ledger``: where it reports the bytes it holds; ``grows``: the innermost dim
+    ends at run time (``tpo.end_when``), so a block's buffer starts small and doubles.
     """
     if choice.kind == "block":
-        return BlockStore(name, backend, dtype, shape(), min(choice.size or bound, bound), ledger, choice.axis)
+        return BlockStore(name, backend, dtype, shape(), min(choice.size or bound, bound), ledger, choice.axis, grows)
     if choice.kind == "window":
         return WindowStore(name, backend, dtype, shape(), choice.size, ledger)
     return PointStore(name, backend, dtype, shape, ledger)

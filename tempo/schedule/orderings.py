@@ -2,11 +2,13 @@
 
 The scheduler (:func:`tempo.schedule.isl_schedule.compute_schedule`) orders
 statements by their reads; these edges add the orders a program needs
-beyond them: a sink runs within the iteration it observes, and a
-``tpo.stop_when`` check is a barrier between the steps of its dim.
+beyond them: a sink runs within the iteration it observes, a
+``tpo.stop_when`` check is a barrier between the steps of its dim, and a
+``tpo.end_when`` check closes the loop of the dim it ends.
 """
 from __future__ import annotations
 
+from tempo.ir.ends import depends_on_length, ends
 from tempo.ir.ops import STOP_LABEL, MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
@@ -41,7 +43,8 @@ def stops_early(sdg: SDG, executed) -> list[Edge]:
     """Make each ``tpo.stop_when`` check a barrier between the steps of its flag's last dim:
     the check at a step runs after everything at the step before, and before everything at
     its own step that the flag does not read and everything at the next step; so a run it
-    ends computes nothing past what decided it."""
+    ends computes nothing past what decided it. The checks of ``tpo.end_when`` count as read:
+    what the flag reads may depend on the lengths they set."""
     def at(dims, of, shift):  # the point of ``of``'s dims at ``dims``' step, ``shift`` back along the last
         return seq(*(d - shift if d is last else d if any(x is d for x in dims)
                      else make_slice(0, bound_of(d)) for d in of))
@@ -52,6 +55,8 @@ def stops_early(sdg: SDG, executed) -> list[Edge]:
             continue
         last = stop.domain[-1]
         reads = _same_step_reads(sdg, s, last)
+        for c in ends(sdg).values():  # an end check, and what it reads, decide the step too
+            reads |= {c} | _same_step_reads(sdg, c, last)
         for n, node in sdg.nodes.items():
             if n == s or n not in executed or not any(d is last for d in node.domain):
                 continue
@@ -79,3 +84,40 @@ def _earlier(index: Expr, dim: Expr) -> bool:
     """Whether ``index``, a read along ``dim``, reads only steps before ``dim``."""
     end = simplify((index.args[1] - 1 if index.op == "slice" else index) - dim)
     return end.is_const and end.value < 0
+
+
+def ends_early(sdg: SDG, executed) -> list[Edge]:
+    """Order each ``tpo.end_when`` check of a dim ``t`` (over outer dims ``i``) so that the loop over
+    ``t`` exits where it sets ``T[i]``: every step ``t`` of a tensor over ``i`` and ``t`` runs after
+    the check at ``t - 1`` and after the check that ends iteration ``i - 1`` (so the loop over ``t``
+    lies inside the loops over the outer dims, each point of them in order), and every tensor over
+    ``i`` that depends on ``T`` (reads a slice ending at it, has a shape or a value that mentions it,
+    or is vectorized over ``t``) runs after the check at ``T - 1``, once ``T[i]`` is known, and
+    before the checks of iteration ``i + 1``."""
+    out = []
+    for t, s in ends(sdg).items():
+        check = sdg.nodes[s]
+        outer = check.domain[:-1]
+        for n, node in sdg.nodes.items():
+            if n == s or n not in executed or not all(any(x is d for x in node.domain) for d in outer):
+                continue
+            if depends_on_length(sdg, n, t):
+                out.append(Edge(n, -1, s, 0, seq(*outer, bound_of(t) - 1)))
+            elif any(d is t for d in node.domain):
+                out.append(Edge(n, -1, s, 0, seq(*outer, t - 1), t >= 1))
+                for k, d in enumerate(outer):  # after the last check of the outer point before this one
+                    out.append(Edge(n, -1, s, 0, seq(*_before(outer, k), bound_of(t) - 1), d >= 1))
+            else:
+                continue
+            for k, d in enumerate(outer):  # before the checks of the outer point after this one
+                at = dict(zip(outer, _before(outer, k)))
+                index = seq(*(at[x] if x in at else make_slice(0, bound_of(x)) for x in node.domain))
+                out.append(Edge(s, -1, n, 0, index, d >= 1))
+    return out
+
+
+def _before(outer: tuple, k: int) -> tuple:
+    """The last point of ``outer``'s dims before the point where the ``k``-th of them steps back by
+    one: ``(i0, ..., ik - 1, I(k+1) - 1, ...)``."""
+    return (*outer[:k], outer[k] - 1, *(bound_of(d) - 1 for d in outer[k + 1:]))
+

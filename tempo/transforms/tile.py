@@ -34,6 +34,7 @@ import numpy as np
 
 from tempo.errors import TempoError
 from tempo.ir import ops
+from tempo.ir.ends import ends
 from tempo.ir.sdg import SDG, Edge, Node, identity_index
 from tempo.ir.shapes import infer, normalize_axis
 from tempo.ir.shapes import size as size_of
@@ -74,15 +75,22 @@ class Config:
 
 def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     """The SDG with each dim of ``cfg.tiles`` (or of :func:`choose_tiles`) tiled where a sum over
-    its axis allows it; a dim the program does not have is an error."""
+    its axis allows it; a dim the program does not have, or one that ends at run time
+    (``tpo.end_when``, which the chosen tiles leave out), is an error."""
     tiles = cfg.tiles or (choose_tiles(sdg, cfg.device_budget, cfg.bounds) if cfg.device_budget else
                           early_tiles(sdg, cfg.bounds) if cfg.early and cfg.bounds else {})
     dims = {d.name: d for d in dim_order(sdg)}  # the dims still looped over
     known = set(dims) | {d.name for batched in sdg.vectorized.values() for d in batched}
+    ending = {d.name: n for d, n in ends(sdg).items()}  # a dim that ends at run time has no tiles known ahead
+    if not cfg.tiles:
+        tiles = {name: size for name, size in tiles.items() if name not in ending}
     for name, size in tiles.items():
         if name not in known:
             raise TempoError(f"tile.Config(tiles=...) names dim {name!r}, which this program does not have "
                              f"(its dims: {', '.join(sorted(known)) or 'none'})")
+        if name in ending:
+            raise TempoError(f"dim {name!r} ends at run time (tpo.end_when), so it cannot be cut into tiles "
+                             f"of a count known before the run", sdg.nodes[ending[name]].site)
         if name in dims:  # a dim vectorized whole has no loop to tile along
             sdg = tile(sdg, dims[name], int(size))
     return sdg

@@ -38,6 +38,7 @@ import numpy as np
 
 from tempo.errors import TempoError
 from tempo.ir import ops
+from tempo.ir.ends import ends
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.ir.shapes import infer, normalize_axis, size
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
@@ -67,21 +68,42 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     reaches. Then each remaining dim but the outermost is vectorized
     partially: batching the outermost loop (the iteration ``i`` of a training
     program) would defer its operators past the whole run, holding every
-    iteration's values they read.
+    iteration's values they read. The dims of a ``tpo.end_when`` check are
+    never vectorized whole, and its outer dims not at all: each point of
+    them has its own length of the dim it ends.
     """
     order = [d for d in dim_order(sdg) if cfg.dims is None or d.name in cfg.dims]
+    checks = [sdg.nodes[n].domain for n in ends(sdg).values()]  # a tpo.end_when's dims stay loops,
+    kept = {d for domain in checks for d in domain}              # its outer dims wholly
+    outer = {d for domain in checks for d in domain[:-1]}
     temporal = []
     for d in order:
-        chosen = whole_dim(sdg, d)
+        chosen = None if d in kept else whole_dim(sdg, d)
         if chosen:
             sdg = vectorize(sdg, d, chosen)
         else:
             temporal.append(d)
     for d in temporal[1:] if cfg.partial else ():
+        if d in outer:
+            continue
         chosen = vectorizable_set(sdg, d, stream=d.name in cfg.stream)
+        if d in kept:
+            chosen = chosen - _checked_along(sdg, d)
         if chosen:
             sdg = vectorize(sdg, d, chosen)
     return sdg
+
+
+def _checked_along(sdg: SDG, d: Expr) -> set[int]:
+    """The end check of ``d`` and what it reads over ``d``, transitively: they run step by step."""
+    checked = {n for t, n in ends(sdg).items() if t is d}
+    stack = list(checked)
+    while stack:
+        for e in sdg.in_edges(stack.pop()):
+            if e.src not in checked and any(x is d for x in sdg.nodes[e.src].domain):
+                checked.add(e.src)
+                stack.append(e.src)
+    return checked
 
 
 def dim_order(sdg: SDG) -> list[Expr]:

@@ -57,6 +57,25 @@ def test_episodes_match_gymnasium_with_per_episode_seeds():
     assert len(seeds) == 4
 
 
+def test_episodes_that_end_hand_their_environments_back_when_their_dim_ends_at_run_time():
+    with tpo.Context(seed=1) as ctx:
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+        env = tempo.rl.make("CartPole-v1", dims=(b, i, t))
+        o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
+        o[b, i, 0] = env.reset()
+        o[b, i, t + 1], r, d = env.step((o.spatial[2] > 0).cast("int64"))
+        tpo.end_when(d[0:B, i, t])
+        program = ctx.compile(fetch=[r[0:B, i, 0:T].sum(axis=1)])
+    (returns,) = program.run({B: 3, I: 4, T: 200})
+    for key in np.ndindex(3, 4):
+        _, _, reward, _ = by_hand(env.reset_seed(key), 200)
+        assert returns[key[1], key[0]] == reward.sum()
+    assert (program.lengths["T"] < 200).all()
+    host = env._host  # every episode ended before T - 1: each handed its environment back then
+    assert host.running and all(e.env is None for e in host.running.values())
+    assert len(host.free) >= 3
+
+
 def test_reset_seeds_follow_the_context_seed():
     env3, _, out3 = cartpole_program(seed=3, bounds={"B": 1, "I": 1, "T": 2})
     env4, _, out4 = cartpole_program(seed=4, bounds={"B": 1, "I": 1, "T": 2})

@@ -82,6 +82,19 @@ def test_writes_go_into_the_preallocated_buffer_in_place():
     np.testing.assert_array_equal(buffer[4], [2, 2, 2])
 
 
+def test_a_block_along_a_dim_that_ends_at_run_time_doubles_its_rows_as_it_is_written():
+    store = BlockStore("x", NP, "float64", (2,), 100, grows=True)
+    sizes = []
+    for t in range(40):
+        store.write((0, t), _value(0, t))
+        sizes.append(store.blocks[(0, 0)].shape[0])
+    assert sorted(set(sizes)) == [16, 32, 64]
+    np.testing.assert_array_equal(store.read((0, slice(0, 40))), [_value(0, t) for t in range(40)])
+    assert store.ledger.live["device"] == 64 * 2 * 8
+    store.free_below(0, 1)
+    assert store.ledger.live["device"] == 0 and not store.blocks
+
+
 def test_aligned_blocks_have_their_own_buffers_and_free_whole():
     store = _block(length=4)
     assert sorted(store.blocks) == [(0, 0), (0, 1), (1, 0), (1, 1)]
