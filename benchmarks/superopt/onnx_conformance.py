@@ -8,9 +8,10 @@ shipped models are those under its ``backend/test/data`` (``simple``, ``pytorch-
     python benchmarks/superopt/onnx_conformance.py --agents greedy taso eqsat rl \
         --out docs/results/superopt/onnx_conformance.json
 
-Every verdict goes to ``OUT.partial.json`` as it is made (every 20 cases and at the end of
-each row); ``--resume`` keeps the verdicts found there and runs only the other cases, so
-a run that is stopped loses at most 20 cases.
+The verdicts go to ``benchmarks/results/superopt/NAME.partial.json`` (NAME: OUT's stem; that
+folder is not tracked) as they are made, every 20 cases and at the end of each row;
+``--resume`` keeps the verdicts found there and runs only the other cases, so a run that is
+stopped loses at most 20 cases.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from tempo.files import write_json_atomic
 from tempo.superopt.onnx_conformance import Verdict, check, data_cases, node_cases
 
 STATUSES = ("crash", "wrong", "checker", "overrun")
+PARTIAL = Path("benchmarks/results/superopt")
 
 
 def _args() -> argparse.Namespace:
@@ -43,7 +45,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--step", type=int, default=1, help="every STEP-th node test (1: all)")
     p.add_argument("--out", default="docs/results/superopt/onnx_conformance.json")
     p.add_argument("--resume", action="store_true",
-                   help="keep the verdicts in OUT.partial.json and run only the other cases")
+                   help="keep the saved verdicts (NAME.partial.json) and run only the other cases")
     return p.parse_args()
 
 
@@ -68,7 +70,9 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     out = Path(args.out)
-    partial = out.with_suffix(".partial.json")
+    partial = PARTIAL / f"{out.stem}.partial.json"
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     saved = json.loads(partial.read_text()) if args.resume and partial.exists() else {}
     if saved and saved.get("commit") != commit:
         print(f"note: {partial} holds verdicts of commit {saved.get('commit')}, this is {commit}",

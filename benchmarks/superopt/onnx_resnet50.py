@@ -1,9 +1,12 @@
 """Where the light resnet50's time goes, before and after greedy's rewrite, on torch (one thread).
 
-Imports ``light/resnet50`` from the installed onnx package's backend test data, runs greedy's
-search on its region (the cost model only, ``--search-s`` seconds), then times the region and
-the result in interleaved rounds (the never-slower check's paired ratio, ``--rounds`` rounds
-instead of the budget's) and each op type's share of one run. Prints a table and writes JSON:
+First runs what ``tempo superopt --agent greedy`` runs on ``light/resnet50`` (from the installed
+onnx package's backend test data) at each of ``--budgets``: whether it rewrote the model, the
+speed-up its never-slower check measured, and in how many rounds. Then runs greedy's search on
+the region alone (the cost model only, ``--search-s`` seconds), times the region and the
+result in interleaved rounds (the check's paired ratio, ``--rounds`` rounds whatever they
+take) and each op type's share of one run, with the search's own wall and process-CPU time.
+Prints a table and writes JSON:
 
     python benchmarks/superopt/onnx_resnet50.py --out docs/results/superopt/onnx_resnet50.json
 """
@@ -25,6 +28,7 @@ from tempo.superopt.fold import fold_constants
 from tempo.superopt.graph import run_plan
 from tempo.superopt.onnx_conformance import _light_case
 from tempo.superopt.onnx_import import import_model
+from tempo.superopt.onnx_optimize import optimize_model, warm_up
 from tempo.superopt.optimize import compare_latency
 from tempo.superopt.reference import random_feeds
 from tempo.superopt.rules import load_rules
@@ -37,6 +41,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--model", default="resnet50", help="a light model's name")
     p.add_argument("--search-s", type=float, default=60.0)
     p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--budgets", type=float, nargs="*", default=[30.0, 60.0, 120.0],
+                   help="budgets to run the whole command's optimisation at")
     p.add_argument("--out", default="benchmarks/results/superopt/onnx_resnet50.json")
     return p.parse_args()
 
@@ -64,11 +70,31 @@ def op_times(graph, runs: int = 5) -> dict[str, float]:
     return {op: float(np.median(ms)) for op, ms in sorted(totals.items())}
 
 
+def by_budget(case, budgets: list[float]) -> dict[str, dict]:
+    """What greedy's optimisation of the whole model did at each budget."""
+    warm_up("greedy")
+    found = {}
+    for budget in budgets:
+        start, cpu = time.perf_counter(), time.process_time()
+        result = optimize_model(case.model, "greedy", budget, feeds=dict(case.inputs))
+        found[f"{budget:g}"] = {
+            "wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu,
+            "load": os.getloadavg()[0], "rewritten": result.rewritten,
+            "speedup": result.outcome.speedup if result.rewritten else None,
+            "reason": result.reason or (result.outcome.reason if result.outcome else "")}
+        row = found[f"{budget:g}"]
+        speed = f"{row['speedup']:.3f}x" if row["rewritten"] else "kept"
+        print(f"budget {budget:g} s: {speed} in {row['wall_s']:.1f} s wall, {row['cpu_s']:.1f} s CPU "
+              f"(load {row['load']:.1f}) {row['reason']}", flush=True)
+    return found
+
+
 def main() -> None:
     args = _args()
     torch.set_num_threads(1)
     root = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
     case = _light_case(root / f"light_{args.model}.onnx")
+    budgets = by_budget(case, args.budgets)
     region = import_model(case.model).graph
     start, cpu = time.perf_counter(), time.process_time()
     found = greedy(region, load_rules(), args.search_s)
@@ -82,7 +108,7 @@ def main() -> None:
                                  text=True).stdout.strip(),
         "ops_before": region.op_counts(), "ops_after": found.graph.op_counts(),
         "rules": {r: found.applied.count(r) for r in sorted(set(found.applied))},
-        "search": search, "timing": timing, "rounds": rounds,
+        "by_budget": budgets, "search": search, "timing": timing, "rounds": rounds,
         "median_ms_before": before_ms, "speedup": speedup,
         "op_ms_before": op_times(region), "op_ms_after": op_times(found.graph),
     }
