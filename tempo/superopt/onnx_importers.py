@@ -16,8 +16,9 @@ meaning: a Clip to [0, +inf] is a relu and an unbounded one the identity
 adds nothing is the identity and one that only removes (negative pads,
 constant mode) is a slice; a Reduce over axes of size 1 is the identity or
 a reshape (and so is one with no axes and ``noop_with_empty_axes``, for the
-reductions that are the identity on one value), and a ReduceMean or ReduceMax over the two spatial axes of a
-square map is a global pool. Everything else of theirs passes through.
+reductions that are the identity on one value), and a ReduceMean or
+ReduceMax over the two spatial axes of a square map is a global pool.
+Everything else of theirs passes through.
 """
 from __future__ import annotations
 
