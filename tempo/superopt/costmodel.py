@@ -38,6 +38,10 @@ class CostModel:
         self.fold_weights = fold_weights
         self.cache: dict[tuple, float] = {}
         self._reference: tuple | None = None      # (call, its median ms), made on first use
+        # per node (nodes are hash-consed and immutable): whether it depends on no input, and
+        # what it adds to a graph's cost; a search prices thousands of graphs sharing most nodes
+        self._constant: dict[Node, bool] = {}
+        self._charge: dict[Node, float] = {}
 
     def op_cost(self, n: Node) -> float:
         """Measured milliseconds of ``n`` run alone on inputs of its sources' shapes."""
@@ -76,6 +80,15 @@ class CostModel:
     def cost(self, graph: Graph) -> float:
         """Sum of the costs of the graph's operators that read an input (with ``fold_weights``
         off: of all its operators)."""
-        const = graph.constant_ids() if self.fold_weights else set()
-        return sum(self.op_cost(n) for n in graph.topo()
-                   if n.src and id(n) not in const and n.op != "opaque")
+        total = 0.0
+        for n in graph.topo():      # sources first: their entries exist when a node is priced
+            charge = self._charge.get(n)
+            if charge is None:
+                constant = n.op in ("weight", "scalar") or (
+                    bool(n.src) and n.op != "opaque" and all(self._constant[s] for s in n.src))
+                self._constant[n] = constant
+                folded = constant and self.fold_weights
+                charge = self._charge[n] = (self.op_cost(n) if n.src and not folded
+                                            and n.op != "opaque" else 0.0)
+            total += charge
+        return total

@@ -42,7 +42,8 @@ class Case:
 @dataclass
 class Verdict:
     """What one optimisation did: ``status`` is ``ok``, ``crash``, ``checker``, ``wrong`` or
-    ``overrun``; ``rewritten`` says whether the written model differs from the input."""
+    ``overrun``; ``rewritten`` says whether the written model differs from the input, and
+    ``detail`` why it does not or what went wrong."""
 
     name: str
     status: str
@@ -121,7 +122,7 @@ def check(case: Case, agent: str = "greedy", budget_s: float = 2.0, **options) -
         return Verdict(case.name, "crash", detail=traceback.format_exc(limit=-3))
     seconds = time.perf_counter() - start
     speedup = result.outcome.speedup if result.rewritten else 1.0
-    verdict = Verdict(case.name, "ok", result.rewritten, speedup, seconds)
+    verdict = Verdict(case.name, "ok", result.rewritten, speedup, seconds, result.reason)
     if not result.rewritten:
         return _timed(verdict, budget_s)
     try:

@@ -9,6 +9,16 @@ the caller then passes that node through verbatim. ``ctx`` gives the
 operands (:meth:`get` for float32 tensors, :meth:`const` for constant
 operands read as attributes) and ``ctx.opset``, the model's version of the
 default domain.
+
+Clip, Pad and the Reduce ops import only where the IR has their exact
+meaning: a Clip to [0, +inf] is a relu and an unbounded one the identity
+(an omitted bound is no bound, as onnx.reference computes it); a Pad that
+adds nothing is the identity and one that only removes (negative pads,
+constant mode) is a slice; a Reduce over axes of size 1 is the identity or
+a reshape (and so is one with no axes and ``noop_with_empty_axes``, for the
+reductions that are the identity on one value), and a ReduceMean or
+ReduceMax over the two spatial axes of a square map is a global pool.
+Everything else of theirs passes through.
 """
 from __future__ import annotations
 
@@ -250,6 +260,109 @@ def _transpose(ctx, n, a):
     return [node("transpose", x, perm=tuple(a.get("perm", range(len(x.shape))[::-1])))]
 
 
+def _input(n, k: int) -> str:
+    """The name of the node's k-th input, '' where it is omitted."""
+    return n.input[k] if len(n.input) > k else ""
+
+
+def _scalar(ctx, name: str) -> float | None:
+    """A constant scalar operand, None where it is omitted."""
+    if not name:
+        return None
+    value = np.asarray(ctx.const(name))
+    if value.size != 1:
+        raise Unsure(f"operand '{name}' is not a scalar")
+    return float(value.reshape(()))
+
+
+def _clip(ctx, n, a):
+    """From opset 6 to 10 the bounds are attributes whose absence means -FLT_MAX/FLT_MAX (a
+    clamp of infinities), from 11 optional inputs whose absence means no bound; opset 1's
+    Clip, which no reference evaluates, passes through."""
+    x = ctx.get(n.input[0])
+    if ctx.opset < 6:
+        raise Unsure("an opset-1 Clip")
+    if ctx.opset < 11:
+        lo, hi = a.get("min", -np.finfo(np.float32).max), a.get("max", np.finfo(np.float32).max)
+    else:
+        lo, hi = _scalar(ctx, _input(n, 1)), _scalar(ctx, _input(n, 2))
+    unbounded_above = hi is None or hi == np.inf
+    if (lo is None or lo == -np.inf) and unbounded_above:
+        return [x]
+    if lo == 0.0 and unbounded_above:
+        return [node("relu", x)]
+    raise Unsure("a Clip that is neither a relu nor unbounded")
+
+
+def _pads(ctx, n, a, rank: int) -> list[tuple[int, int]]:
+    """(before, after) per axis from opset 1's ``paddings``, opset 2's ``pads`` or opset 11's
+    inputs (with opset 18's optional ``axes``)."""
+    if ctx.opset < 11:
+        flat, axes = a["paddings" if ctx.opset < 2 else "pads"], list(range(rank))
+    else:
+        flat = ctx.const(n.input[1])
+        axes = list(ctx.const(_input(n, 3))) if _input(n, 3) else list(range(rank))
+    flat = [int(p) for p in flat]
+    if len(flat) != 2 * len(axes):
+        raise Unsure("pads that do not match the axes")
+    per_axis = [(0, 0)] * rank
+    for k, axis in enumerate(axes):
+        per_axis[int(axis) % rank] = (flat[k], flat[k + len(axes)])
+    return per_axis
+
+
+def _pad(ctx, n, a):
+    x = ctx.get(n.input[0])
+    if not x.shape:
+        raise Unsure("a Pad of a scalar")
+    pads = _pads(ctx, n, a, len(x.shape))
+    if all(p == (0, 0) for p in pads):
+        return [x]
+    if _text(a.get("mode", "constant")) != "constant" or any(p > 0 for pair in pads for p in pair):
+        raise Unsure("a Pad that adds values")
+    out = x
+    for axis, (before, after) in enumerate(pads):
+        if (before, after) != (0, 0):
+            out = node("slice", out, axis=axis, start=-before, end=x.shape[axis] + after)
+    return [out]
+
+
+# the Reduce ops that are the identity over an axis of size 1
+_IDENTITY_REDUCTIONS = ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd")
+_GLOBAL_POOLS = {"ReduceMean": "avgpool", "ReduceMax": "maxpool"}
+
+
+def _reduce(op_type: str):
+    # the opset from which the axes are an input (with noop_with_empty_axes), not an attribute
+    axes_input_from = 13 if op_type == "ReduceSum" else 18
+
+    def importer(ctx, n, a):
+        x = ctx.get(n.input[0])
+        rank = len(x.shape)
+        if rank == 0:
+            raise Unsure(f"a {op_type} of a scalar")
+        if ctx.opset < axes_input_from:
+            axes, noop = list(a.get("axes", [])), False
+        else:
+            name = _input(n, 1)
+            axes, noop = (list(ctx.const(name)) if name else []), bool(a.get("noop_with_empty_axes", 0))
+        if not axes and noop and op_type in _IDENTITY_REDUCTIONS:
+            return [x]
+        axes = sorted({int(ax) % rank for ax in axes} if axes else set(range(rank)))
+        keep = bool(a.get("keepdims", 1))
+        kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        if op_type in _IDENTITY_REDUCTIONS and all(x.shape[i] == 1 for i in axes):
+            out = x
+        elif op_type in _GLOBAL_POOLS and rank == 4 and axes == [2, 3] and x.shape[2] == x.shape[3]:
+            out = node(_GLOBAL_POOLS[op_type], x, kernel=x.shape[2], stride=x.shape[2])
+        else:
+            raise Unsure(f"a {op_type} the IR has no op for")
+        if not keep:
+            out = node("reshape", out, shape=tuple(d for i, d in enumerate(kept) if i not in axes))
+        return [out]
+    return importer
+
+
 IMPORTERS: dict[str, Callable] = {
     "Conv": _conv,
     "MatMul": _matmul,
@@ -272,4 +385,9 @@ IMPORTERS: dict[str, Callable] = {
     "Flatten": _flatten,
     "Transpose": _transpose,
     "Identity": lambda ctx, n, a: [ctx.get(n.input[0])],
+    "Clip": _clip,
+    "Pad": _pad,
+    **{op: _reduce(op) for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd",
+                                  "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                                  "ReduceSumSquare")},
 }

@@ -37,6 +37,20 @@ def test_tasos_sum_charges_the_weight_only_ops_too():
     assert len(parts) == 2 and min(parts) > 0 and total == sum(parts)
 
 
+def test_a_graphs_cost_is_the_sum_over_the_operators_that_read_an_input(monkeypatch):
+    """The per-node memo gives every candidate of a search the cost the definition gives it."""
+    monkeypatch.setattr(CostModel, "op_cost", lambda self, n: float(len(n.op) + sum(n.shape)))
+    g = build("resnext", scale="small")
+    graphs = [g, *(c.graph for c in candidates(g, RULES))]
+    for fold in (True, False):
+        model = CostModel(fold_weights=fold)
+        for h in graphs:
+            const = h.constant_ids() if fold else set()
+            want = sum(model.op_cost(n) for n in h.topo()
+                       if n.src and id(n) not in const and n.op != "opaque")
+            assert model.cost(h) == want
+
+
 def test_tasos_search_leaves_a_batch_norm_that_folding_would_remove(monkeypatch):
     """With every operator priced alike, folding a batch norm into its convolution is one
     operator fewer to the folding model, three more (weight-only) to TASO's sum."""
