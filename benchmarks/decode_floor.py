@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -178,7 +179,8 @@ def decode_llamacpp(path: str, lengths: list[int], last: int) -> dict:
     return {"rows": _between(stamps, lengths, last), "weight_bytes": tensor_bytes, "kv_element": 2}
 
 
-def first_token_tempo(path: str, quantized: bool, length: int) -> dict:
+def first_token_tempo(path: str, quantized: bool, length: int, chunk: int) -> dict:
+    """``chunk``: the prefill's query rows per attention block (0: the whole prompt as one block)."""
     import tempo as tpo
     from tempo.llm import program as program_mod
     from tempo.llm.sampling import Sampling
@@ -186,13 +188,17 @@ def first_token_tempo(path: str, quantized: bool, length: int) -> dict:
     model = tpo.llm.Llama.from_pretrained(path, quantized=quantized)
     prompt = np.random.default_rng(0).integers(0, SIZE["vocab"], (1, length))
     with tpo.Context() as ctx:
-        dp = program_mod.build(model.config, model.weights, prompt, model.default_attention(), Sampling())
+        dp = program_mod.build(model.config, model.weights, prompt, model.default_attention(), Sampling(),
+                               prefill_chunk=chunk or length)
         started = time.perf_counter()
         program = ctx.compile(fetch=[dp.tokens])
         compile_s = time.perf_counter() - started
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cpu, wall = time.process_time(), time.perf_counter()
     program.run(dp.bounds(SIZE["layers"], 1))
-    return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "compile_s": compile_s}
+    return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "compile_s": compile_s,
+            "chunk": chunk, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
+            "rss_before_run_mb": before / 1e3}
 
 
 def first_token_transformers(path: str, length: int) -> dict:
@@ -206,7 +212,8 @@ def first_token_transformers(path: str, length: int) -> dict:
     cpu, wall = time.process_time(), time.perf_counter()
     with torch.no_grad():
         model(prompt).logits[:, -1].argmax(-1)
-    return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+    return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3}
 
 
 def first_token_llamacpp(path: str, length: int) -> dict:
@@ -224,8 +231,8 @@ DECODE = {"tempo": lambda s: decode_tempo(s["path"], False, s["lengths"], s["las
           "tempo-q": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"]),
           "transformers": lambda s: decode_transformers(s["path"], s["lengths"], s["last"]),
           "llama.cpp": lambda s: decode_llamacpp(s["path"], s["lengths"], s["last"])}
-FIRST = {"tempo": lambda s: first_token_tempo(s["path"], False, s["prompt"]),
-         "tempo-q": lambda s: first_token_tempo(s["path"], True, s["prompt"]),
+FIRST = {"tempo": lambda s: first_token_tempo(s["path"], False, s["prompt"], s["chunk"]),
+         "tempo-q": lambda s: first_token_tempo(s["path"], True, s["prompt"], s["chunk"]),
          "transformers": lambda s: first_token_transformers(s["path"], s["prompt"]),
          "llama.cpp": lambda s: first_token_llamacpp(s["path"], s["prompt"])}
 
@@ -270,6 +277,10 @@ def main() -> None:
     parser.add_argument("--last", type=int, default=32)
     parser.add_argument("--prompts", type=int, nargs="+", default=[128, 1024, 4096])
     parser.add_argument("--systems", nargs="+", default=list(DECODE))
+    parser.add_argument("--parts", nargs="+", default=["decode", "first"], choices=["decode", "first"],
+                        help="decode: time per token against the floor; first: time to first token")
+    parser.add_argument("--prefill-chunks", type=int, nargs="+", default=[256],
+                        help="Tempo's prefill attention blocks (query rows; 0: the whole prompt as one block)")
     parser.add_argument("--workdir", default=os.path.join("/tmp", "tempo_decode_floor"), help="where the GGUF files go")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode_floor.json"))
     ns = parser.parse_args()
@@ -305,23 +316,26 @@ def main() -> None:
 
     runs = [(t, path, system) for t, path in files.items() for system in systems
             if system not in ("tempo", "transformers") or t == ns.types[0]]   # float32: the same from any file
-    for type_name, path, system in runs:
+    for type_name, path, system in runs if "decode" in ns.parts else []:
         out = run_child({"part": "decode", "system": system, "path": path, "lengths": ns.lengths,
                          "last": ns.last}, timeout=3600)
         results.append({"system": system, "type": type_name, **out})
         print(f"decode {system:12s} {type_name}: {out.get('error') or out['rows']}", flush=True)
         save()
-    sizes = sorted({r["weight_bytes"] + kv_bytes(n, 1, r["kv_element"]) for r in results if "rows" in r
-                    for n in ns.lengths} | {2 ** 31})
-    rates.update(run_child({"part": "bandwidth", "sizes": sizes}, timeout=1800))
-    save()
-    print(floor_table(floor_rows(results, rates, ns.lengths), rates), flush=True)
-    for type_name, path, system in runs:
+    if "decode" in ns.parts:
+        sizes = sorted({r["weight_bytes"] + kv_bytes(n, 1, r["kv_element"]) for r in results if "rows" in r
+                        for n in ns.lengths} | {2 ** 31})
+        rates.update(run_child({"part": "bandwidth", "sizes": sizes}, timeout=1800))
+        save()
+        print(floor_table(floor_rows(results, rates, ns.lengths), rates), flush=True)
+    for type_name, path, system in runs if "first" in ns.parts else []:
         for prompt in ns.prompts:
-            out = run_child({"part": "first", "system": system, "path": path, "prompt": prompt}, timeout=3600)
-            first.append({"system": system, "type": type_name, "prompt": prompt, **out})
-            print(f"first token {system:12s} {type_name} prompt {prompt}: {out}", flush=True)
-            save()
+            for chunk in ns.prefill_chunks if system.startswith("tempo") else [None]:
+                out = run_child({"part": "first", "system": system, "path": path, "prompt": prompt,
+                                 "chunk": chunk}, timeout=3600)
+                first.append({"system": system, "type": type_name, "prompt": prompt, **out})
+                print(f"first token {system:12s} {type_name} prompt {prompt}: {out}", flush=True)
+                save()
     print(floor_table(floor_rows(results, rates, ns.lengths), rates))
     print(first_table(first))
     print(f"wrote {ns.out}")
@@ -364,13 +378,17 @@ def floor_table(rows: list[dict], rates: dict) -> str:
 
 
 def first_table(first: list[dict]) -> str:
-    lines = ["| system | file | prompt | first token s | CPU s | compile s |", "|---|---|---|---|---|---|"]
+    lines = ["| system | file | prompt | prefill chunk | first token s | CPU s | compile s | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in first:
+        chunk = "" if r.get("chunk") is None else (r["chunk"] or "whole prompt")
         if "error" in r:
-            lines.append(f"| {r['system']} | {r['type']} | {r['prompt']} | {r['error']} | | |")
+            lines.append(f"| {r['system']} | {r['type']} | {r['prompt']} | {chunk} | {r['error']} | | | |")
             continue
         compile_s = f"{r['compile_s']:.2f}" if "compile_s" in r else ""
-        lines.append(f"| {r['system']} | {r['type']} | {r['prompt']} | {r['s']:.2f} | {r['cpu_s']:.2f} | {compile_s} |")
+        rss = f"{r['peak_rss_mb']:.0f}" if "peak_rss_mb" in r else ""
+        lines.append(f"| {r['system']} | {r['type']} | {r['prompt']} | {chunk} | {r['s']:.2f} | {r['cpu_s']:.2f} | "
+                     f"{compile_s} | {rss} |")
     return "\n".join(lines)
 
 
