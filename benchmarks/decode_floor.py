@@ -52,6 +52,23 @@ ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THRE
 
 
 # ----- the model files -----
+# A K-quant's blocks hold 256 weights: a matrix whose rows are not a multiple of that (576 inputs
+# here) is written in another type, as llama.cpp's quantizer does (Q6_K -> Q8_0; Q4_K -> Q4_0,
+# where llama.cpp writes Q5_0, which Tempo does not read).
+K_FALLBACK = {"Q4_K": "Q4_0", "Q6_K": "Q8_0"}
+
+
+def random_k_blocks(type_name: str, rows: int, cols: int, rng) -> np.ndarray:
+    """Random K-quant bytes (gguf cannot quantize K-quants) with float16 scales small enough for
+    weights of about 1 / sqrt(cols): Q4_K's ``d`` and ``dmin`` at bytes 0 and 2, Q6_K's ``d`` at 208."""
+    size, offsets, scale = {"Q4_K": (144, (0, 2), 1 / 63 / 15 / 3), "Q6_K": (210, (208,), 1 / 16 / 1400)}[type_name]
+    blocks = rng.integers(0, 256, (rows * cols // 256, size), dtype=np.uint8)
+    for at in offsets:
+        d = rng.uniform(0.5, 1.0, (len(blocks), 1)) * scale * 16 / np.sqrt(cols)
+        blocks[:, at:at + 2] = d.astype(np.float16).view(np.uint8)
+    return blocks.reshape(rows, -1)
+
+
 def write_model(path: str, type_name: str, context: int, seed: int = 0) -> None:
     """A GGUF file of SIZE with random weights (normal / sqrt(fan in); norms one) in ``type_name``,
     with a byte-level vocabulary padded with placeholder tokens (llama.cpp needs one)."""
@@ -61,11 +78,14 @@ def write_model(path: str, type_name: str, context: int, seed: int = 0) -> None:
 
     s, rng = SIZE, np.random.default_rng(seed)
     head_dim = s["hidden"] // s["heads"]
-    kind = gguf.GGMLQuantizationType[type_name]
 
     def matrix(rows: int, cols: int):
         w = (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(np.float32)
-        return (w,) if type_name == "F32" else (quants.quantize(w, kind), None, kind)
+        if type_name == "F32":
+            return (w,)
+        own = type_name if type_name not in K_FALLBACK or cols % 256 == 0 else K_FALLBACK[type_name]
+        kind = gguf.GGMLQuantizationType[own]
+        return (random_k_blocks(own, rows, cols, rng) if own in K_FALLBACK else quants.quantize(w, kind), None, kind)
 
     w = gguf.GGUFWriter(path + ".part", "llama")
     for add, value in [(w.add_name, "random 135M"), (w.add_context_length, context),

@@ -24,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
                              "the reply streams to stdout and ends at the template's end-of-turn token")
     parser.add_argument("--system", default=None, help="with --chat: a system message first")
     parser.add_argument("--quantized", action="store_true",
-                        help="GGUF: keep Q8_0/Q4_0/Q4_1 matrices quantised and compute from them (NumPy)")
+                        help="GGUF: keep Q8_0/Q4_0/Q4_1/Q4_K/Q6_K matrices quantised and compute from them (NumPy)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--attention", default=None,
                         help="'causal', 'window:W', 'tiled:Z' or 'tiled' (Z chosen by measurement; the choice "
