@@ -82,7 +82,9 @@ class Llama:
 
         ``attention``: ``"causal"``, ``("window", w)`` / ``"window:w"``, ``("tiled", Z)`` /
         ``"tiled:Z"`` (causal attention in static tiles of ``Z`` positions), ``"tiled"`` (the
-        tile size measured best on ``backend``: :meth:`tile_for`), or None for the checkpoint's own. Greedy unless ``do_sample``; sampling is deterministic given
+        tile size measured best on ``backend``: :meth:`tile_for`), ``"masked"`` (causal attention
+        over buffers of ``max_new_tokens`` rows carried from step to step, the same shapes at every
+        step: one compile per island on JAX), or None for the checkpoint's own. Greedy unless ``do_sample``; sampling is deterministic given
         ``seed``. ``on_token(tokens, position)`` sees each new token column (batch,) as it
         is produced. Returns the int64 ids (batch, prompt + new); with ``stop_at_eos``,
         a sequence that has produced an end-of-sequence token (one of ``stop_tokens``, default
@@ -108,7 +110,7 @@ class Llama:
 
         with tpo.Context(seed=seed) as ctx:
             dp = program_mod.build(self.config, self.weights, prompt, attention, sampling, report, stop_at_eos,
-                                   stop_tokens, prefill_chunk=prefill_chunk)
+                                   stop_tokens, prefill_chunk=prefill_chunk, capacity=max_new_tokens)
             compiled = ctx.compile(fetch=[dp.tokens], backend=backend)
             (tokens,) = compiled.run(dp.bounds(self.config.num_layers, max_new_tokens))
         end = compiled.stopped_at[dp.positions[0].name] + 1       # the step where decoding ended
@@ -170,7 +172,7 @@ class Llama:
         attention = replace(attention, tile=None)
         with tpo.Context() as ctx:
             dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling(), stops=False,
-                                   prefill_chunk=prefill_chunk)
+                                   prefill_chunk=prefill_chunk, capacity=1)
             (logits,) = ctx.run(bounds=dp.bounds(self.config.num_layers, 1),
                                 fetch=[dp.prompt_logits], backend=backend)
         return logits

@@ -24,6 +24,7 @@ import numpy as np
 import tempo as tpo
 import tempo.api.functional as F
 from tempo.api.rt import RecurrentTensor as RT
+from tempo.errors import TempoError
 from tempo.llm.attention import Attention
 from tempo.llm.config import LlamaConfig
 from tempo.llm.quantized import QuantizedMatrices
@@ -198,13 +199,30 @@ def scores_of(q: RT, keys: RT) -> RT:
     return F.permute(F.matmul(keys, F.permute(q, 0, 1, 3, 2)), 0, 1, 3, 2)
 
 
-def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float) -> RT:
+def kv_buffer(x: RT, layer, position, capacity: int) -> RT:
+    """``x[l, 0..t]`` (rows (batch, kv heads, hd)) as a buffer of ``capacity`` rows carried over
+    ``t``: ``buffer[l, t]`` is ``buffer[l, t - 1]`` with row ``t`` set to ``x[l, t]`` (rows after
+    ``t``: zeros). Its shape is the same at every step, and each step reads only the last
+    buffer, so the store holds one buffer per layer (TEMPO Fig. 16's K/V cache as a loop's carry)."""
+    l, t = layer, position
+    rows = F.from_numpy(np.arange(capacity, dtype=np.int64).reshape(capacity, *(1,) * len(x.shape)))
+    previous = F.placeholder((capacity, *x.shape), "float32", dims=(l, t))
+    previous[l, 0] = F.zeros((capacity, *x.shape))
+    buffer = F.where(rows == F.eval_symbol(t), F.unsqueeze(x, 0), previous[l, t])
+    previous[l, t + 1] = buffer[l, t]
+    return buffer
+
+
+def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float, visible: RT | None = None) -> RT:
     """Softmax attention of ``q`` (batch, kv heads, groups, hd) over the prompt's keys and values
     (``prefix``) and decoding's own (``keys``, ``values``: (S, batch, kv heads, hd)), one
     softmax over both: the largest score of either, each part's exponentials against it, summed.
     The products read ``keys`` and ``values`` permuted to (batch, kv heads, ., .), so their block
-    store keeps each head's rows contiguous (``tempo.plan.store_choice``)."""
+    store keeps each head's rows contiguous (``tempo.plan.store_choice``). ``visible`` (S,) bool:
+    the rows of ``keys`` attended to (None: all)."""
     scores = scores_of(q, F.permute(keys, 1, 2, 0, 3)) * scale             # (batch, kv, groups, S)
+    if visible is not None:
+        scores = F.where(visible, scores, F.full((), -np.inf, "float32"))
     prompt = prefix.scores(q)                                                # (batch, kv, groups, P)
     top = F.maximum(F.max(scores, axis=-1, keepdims=True), F.max(prompt, axis=-1, keepdims=True))
     weights, prompt = F.exp(scores - top), F.exp(prompt - top)
@@ -216,7 +234,7 @@ def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float) -> RT:
 def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: Attention,
           sampling: Sampling, on_token=None, stop_at_eos: bool = False,
           stop_tokens: tuple | None = None, stops: bool = True,
-          prefill_chunk: int = PREFILL_CHUNK) -> DecodeProgram:
+          prefill_chunk: int = PREFILL_CHUNK, capacity: int | None = None) -> DecodeProgram:
     """The decoding program for ``prompt`` (batch, P) in the current context (see the module
     docstring). ``on_token(ids, position)`` is called with each token as it enters a decoding
     step. The run ends (``tpo.stop_when``) at its last step, before that step's model runs,
@@ -224,9 +242,12 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     (default: the config's end-of-sequence tokens; :func:`end_of_sequence`). Without ``stops``
     the run does every step (a program run for its prompt logits: a stopped run skips what is
     scheduled after the decoding loop). ``prefill_chunk``: the prompt's query rows whose
-    attention is computed at once (:func:`prompt_attention`)."""
+    attention is computed at once (:func:`prompt_attention`). ``capacity``: the most decoding
+    steps, the rows of masked attention's buffers (:func:`kv_buffer`)."""
     c = config
     batch, prompt_len = prompt.shape
+    if attention.masked and capacity is None:
+        raise TempoError("masked attention needs the most decoding steps (capacity), the rows of its buffers")
     ctx = tpo.api.context.current()
     if attention.tile is None:
         (l, L), (t, T) = ctx.dims("l", "t")
@@ -266,7 +287,11 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     q, k, v = project(c, w, x, F.cos(angles), F.sin(angles), rotate)
     prefix = Prefix(F.permute(kp, 0, 2, 3, 1)[l], F.permute(vp, 0, 2, 1, 3)[l], scale,
                     None if attention.window is None else prompt_len - attention.window + 1 + F.eval_symbol(t))
-    if tiles is None:
+    if attention.masked:
+        rows = F.from_numpy(np.arange(capacity, dtype=np.int64))
+        mixed = attend(q, prefix, kv_buffer(k, l, t, capacity)[l, t], kv_buffer(v, l, t, capacity)[l, t], scale,
+                       rows <= F.eval_symbol(t))
+    elif tiles is None:
         mixed = attend(q, prefix, attention.read(k, l, t), attention.read(v, l, t), scale)
     else:
         mixed = tiled_attention(q, k, v, l, t, tiles[0], attention.tile, scale, prefix)
