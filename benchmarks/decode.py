@@ -124,7 +124,7 @@ def _tbt(stamps: list[tuple[float, float]]) -> dict:
 
 # ----- Tempo -----
 def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], last: int, tile: int | None,
-              backend: str = "numpy"):
+              backend: str = "numpy", masked: bool = False):
     import tempo as tpo
     from tempo.llm import program as program_mod
     from tempo.llm.attention import Attention
@@ -147,11 +147,12 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
                                    if type(s).__name__ in ("BlockStore", "WindowStore")) / 2 ** 20
 
     with tpo.Context() as ctx:
-        dp = program_mod.build(config, wts, np.ones((batch, 1), np.int64), Attention(window, tile), Sampling(),
-                               on_token)
+        dp = program_mod.build(config, wts, np.ones((batch, 1), np.int64), Attention(window, tile, masked),
+                               Sampling(), on_token, capacity=max(lengths))
         started = time.perf_counter()
         program = ctx.compile(fetch=[dp.tokens], backend=backend)
         compile_s = time.perf_counter() - started
+    compiles = xla_compiles() if backend == "jax" else None
     bounds = {k.name: v for k, v in dp.bounds(size.layers, max(lengths)).items()}
     executor.append(Executor(program.sdg, program.ast, program.backend, bounds, keep={n for n, _ in program.fetch}))
     start = time.perf_counter()
@@ -161,8 +162,29 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
     for n in lengths:
         times = [stamps[p] for p in range(n - last - 1, n) if p in stamps]
         rows[n] = {**_tbt(times), "mem_mb": memory.get(n), "kv_mb": kv.get(n)}
+    extra = {} if compiles is None else {"xla_compiles": compiles[0]}
     return rows, {"seconds": total, "compile_s": compile_s,
-                  "launches_per_token": executor[0].ledger.launches / max(lengths)}
+                  "launches_per_token": executor[0].ledger.launches / max(lengths), **extra}
+
+
+def xla_compiles() -> list[int]:
+    """A one-item list counting the XLA programs JAX compiles from now on (its compile log)."""
+    import logging
+
+    import jax
+
+    count = [0]
+
+    class Counter(logging.Handler):
+        def emit(self, record):
+            count[0] += record.getMessage().startswith("Compiling ")
+
+    jax.config.update("jax_log_compiles", True)
+    logger = logging.getLogger("jax")
+    logger.addHandler(Counter())
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    return count
 
 
 # ----- PyTorch eager, growing cache -----
@@ -397,8 +419,9 @@ def child(spec: dict) -> dict:
         choice = choose_tile(spec["batch"], size.kv_heads, size.heads // size.kv_heads, size.head_dim,
                              spec["choose_tile"])
         return {"tile": choice.tile, "seconds": {str(z): s for z, s in choice.seconds.items()}, "text": str(choice)}
+    masked = {"masked": True} if spec.get("masked") else {}
     rows, extra = SYSTEMS[spec["system"]](size, spec["batch"], spec["window"], spec["lengths"], spec["last"],
-                                          spec.get("tile"))
+                                          spec.get("tile"), **masked)
     return {"rows": {str(k): v for k, v in rows.items()}, **extra}
 
 
@@ -500,7 +523,8 @@ def main() -> None:
     parser.add_argument("--causal-max", type=int, default=2048,
                         help="the longest length for causal attention (default: the longest of --lengths)")
     parser.add_argument("--window", type=int, default=256)
-    parser.add_argument("--attentions", nargs="+", default=["causal", "window"], choices=["causal", "window"])
+    parser.add_argument("--attentions", nargs="+", default=["causal", "window"], choices=["causal", "window", "masked"],
+                        help="masked: Tempo's causal attention over carried fixed-size buffers (tempo, tempo-jax)")
     parser.add_argument("--last", type=int, default=16, help="tokens timed at each length")
     parser.add_argument("--timeout", type=float, default=1500.0, help="seconds per run")
     parser.add_argument("--tiles", nargs="+", type=int, default=[64, 256, 1024],
@@ -574,17 +598,18 @@ def main() -> None:
     started = time.perf_counter()
     for attention in ns.attentions:
         lengths = ns.lengths
-        if attention == "causal" and ns.causal_max:
+        if attention != "window" and ns.causal_max:
             lengths = [n for n in lengths if n <= ns.causal_max]
         for batch in ns.batches:
             for system in ns.systems:
-                if attention == "causal" and system not in CAUSAL:
+                if attention == "masked" and not system.startswith("tempo"):
                     continue
                 spec = {"system": system, "batch": batch, "lengths": lengths, "last": ns.last,
-                        "window": ns.window if attention == "window" else None, "size": asdict(size)}
+                        "window": ns.window if attention == "window" else None, "size": asdict(size),
+                        "masked": attention == "masked"}
                 t0 = time.perf_counter()
                 out = run_child(spec, ns.timeout)
-                out.update(system=system, batch=batch, attention=attention if attention == "causal"
+                out.update(system=system, batch=batch, attention=attention if attention != "window"
                            else f"window {ns.window}", wall_s=time.perf_counter() - t0)
                 print(f"{system:5s} {attention:6s} batch {batch:2d}: {time.perf_counter() - t0:7.1f} s"
                       f"{'  ' + out['error'] if 'error' in out else ''}", flush=True)
