@@ -8,9 +8,11 @@ parameters, grouped-query attention) decoded greedily three ways:
   store for causal, window store for window attention);
 - **tempo-jax** (``--systems tempo tempo-jax torch jax``; not in the default
   run, which it would take past 30 minutes): the same program on the JAX
-  backend, window attention only (every fused island is one XLA program,
-  compiled once per shape: the window's reads stop changing shape once it
-  is full; a causal read ``k[0:t+1]`` changes shape at every token);
+  backend (every fused island is one XLA program, compiled once per shape:
+  the window's reads stop changing shape once it is full; a causal read
+  ``k[0:t+1]`` changes shape at every token; ``--attentions masked``, causal
+  attention over buffers of a fixed number of rows, never does), with the
+  number of XLA programs compiled (``xla_compiles``);
 - **torch**: an eager PyTorch decoder with a growing K/V cache (``torch.cat``
   per token; window attention keeps the last ``w`` entries), the usual
   reference implementation;

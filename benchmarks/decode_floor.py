@@ -25,6 +25,12 @@ tokens of a sequence decoded up to it from a one-token prompt. The time to
 first token is a prompt of ``--prompts`` tokens through the model and the first
 new token (Tempo: the run apart from compiling, which is reported beside it).
 
+``--parts first --prefill-chunks 0 256`` times the first token alone, Tempo's
+prefill attention as one block of the whole prompt (0) and in blocks of 256
+query rows, with each process's peak RSS. K-quant files (``--types Q4_K Q6_K``)
+hold the matrices whose rows are not a multiple of 256 in another type
+(:data:`K_FALLBACK`).
+
     .venv/bin/python benchmarks/decode_floor.py --quick      # every part, short lengths
     .venv/bin/python benchmarks/decode_floor.py --setup      # builds llama-cpp-python first
     .venv/bin/python benchmarks/decode_floor.py

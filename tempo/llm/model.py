@@ -54,8 +54,8 @@ class Llama:
     @classmethod
     def from_gguf(cls, path: str, quantized: bool = False) -> "Llama":
         """Load a GGUF file: the config from its metadata, the tokenizer and chat template it
-        embeds, its weights dequantised to float32; with ``quantized``, the Q8_0, Q4_0 and Q4_1
-        matrices stay quantised and each product is computed from them
+        embeds, its weights dequantised to float32; with ``quantized``, the Q8_0, Q4_0, Q4_1,
+        Q4_K and Q6_K matrices stay quantised and each product is computed from them
         (:mod:`tempo.llm.quantized`, NumPy backend)."""
         f = GGUFFile.read(path)
         config = read_config(f)

@@ -285,8 +285,11 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     angles = F.cat([angles, angles], axis=0)
     x = h[l, t]
     q, k, v = project(c, w, x, F.cos(angles), F.sin(angles), rotate)
+    reach = 0 if attention.window is None else min(max(0, prompt_len - attention.window + 1), prompt_len - 1)
+    if reach:                          # the prompt rows a window reaches from any step: its last w - 1
+        kp, vp = (x.spatial[:, reach:prompt_len] for x in (kp, vp))
     prefix = Prefix(F.permute(kp, 0, 2, 3, 1)[l], F.permute(vp, 0, 2, 1, 3)[l], scale,
-                    None if attention.window is None else prompt_len - attention.window + 1 + F.eval_symbol(t))
+                    None if attention.window is None else prompt_len - attention.window + 1 - reach + F.eval_symbol(t))
     if attention.masked:
         rows = F.from_numpy(np.arange(capacity, dtype=np.int64))
         mixed = attend(q, prefix, kv_buffer(k, l, t, capacity)[l, t], kv_buffer(v, l, t, capacity)[l, t], scale,

@@ -84,3 +84,20 @@ def test_bad_prefill_chunk_is_an_error():
                                  num_heads=2, num_kv_heads=1, head_dim=8, max_positions=64)
     with pytest.raises(TempoError, match="prefill_chunk"):
         tpo.llm.Llama.random(config).generate(np.array([[1, 2]]), 2, prefill_chunk=0)
+
+
+def test_window_decoding_reads_only_the_prompt_rows_a_window_reaches(checkpoint):
+    """With a window of 6 after a prompt of 23, a decoding step scores the prompt's last 5 rows
+    (none of its nodes has the prompt's length), and its logits are transformers'."""
+    folder, hf = checkpoint("mistral_window")
+    model = tpo.llm.Llama.from_pretrained(folder)
+    new = 10
+    ids = model.generate(IDS, max_new_tokens=new)
+    with tpo.Context() as ctx:
+        dp = program_mod.build(model.config, model.weights, IDS, model.default_attention(), Sampling())
+        t = dp.positions[0]
+        assert not any(IDS.shape[1] in shape for node in ctx.sdg.nodes.values() if t in node.domain
+                       for shape in node.shapes)
+        (logits,) = ctx.run(bounds=dp.bounds(model.config.num_layers, new), fetch=[dp.logits])
+    np.testing.assert_allclose(logits[:new - 1].transpose(1, 0, 2), hf_logits(hf, ids)[:, 23:23 + new - 1],
+                               atol=1e-4, rtol=1e-4)
