@@ -95,6 +95,13 @@ def sentencepiece_bpe(tokens: list[str], metadata: dict, source: str):
                                                        split=False)
     steps = [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
     tokenizer.decoder = decoders.Sequence(steps + ([decoders.Strip(content=" ", left=1, right=0)] if prefix else []))
+    bos = metadata.get("tokenizer.ggml.bos_token_id")
+    if bos is not None and metadata.get("tokenizer.ggml.add_bos_token", True):
+        from tokenizers import processors
+
+        name = tokens[int(bos)]
+        tokenizer.post_processor = processors.TemplateProcessing(single=f"{name} $A", pair=f"{name} $A {name} $B",
+                                                                 special_tokens=[(name, int(bos))])
     return tokenizer
 
 

@@ -180,6 +180,7 @@ def test_gguf_sentencepiece_tokenizer_encodes_as_transformers(tmp_path, text):
     ids = model.tokenizer.encode(text, add_special_tokens=False).ids
     assert ids == reference.encode(text, add_special_tokens=False)
     assert model.tokenizer.decode(ids, skip_special_tokens=False) == reference.decode(ids)
+    assert model.tokenizer.encode(text).ids == reference.encode(text) == [tokens.index("<s>")] + ids
     if text == "hello hello":
         assert ids == [tokens.index("\u2581hello")] * 2
     if "ö" in text:
