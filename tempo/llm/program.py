@@ -32,7 +32,7 @@ from tempo.llm.rope import inverse_frequencies, rotate_half_matrix
 from tempo.llm.sampling import Sampling
 from tempo.llm.tiling import Prefix, tiled_attention
 from tempo.llm.weights import Weights
-from tempo.nn.functional import silu, softmax
+from tempo.nn.functional import silu
 
 
 @dataclass(frozen=True)
@@ -287,7 +287,7 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     q, k, v = project(c, w, x, F.cos(angles), F.sin(angles), rotate)
     reach = 0 if attention.window is None else min(max(0, prompt_len - attention.window + 1), prompt_len - 1)
     if reach:                          # the prompt rows a window reaches from any step: its last w - 1
-        kp, vp = (x.spatial[:, reach:prompt_len] for x in (kp, vp))
+        kp, vp = (rows.spatial[:, reach:prompt_len] for rows in (kp, vp))
     prefix = Prefix(F.permute(kp, 0, 2, 3, 1)[l], F.permute(vp, 0, 2, 1, 3)[l], scale,
                     None if attention.window is None else prompt_len - attention.window + 1 - reach + F.eval_symbol(t))
     if attention.masked:
