@@ -377,6 +377,19 @@ def prefill_torch(size: Size, batch: int, length: int) -> dict:
 PREFILL = {"tempo": prefill_tempo, "torch": prefill_torch}
 
 
+def after_prompt_tempo(size: Size, batch: int, prompt: int, window: int | None, new: int) -> dict:
+    """Tempo (NumPy) decoding ``new`` tokens after a random ``prompt``-token prompt, causal or with
+    a window: the median wall and the mean process CPU ms between the tokens after the first."""
+    import tempo as tpo
+
+    model = tpo.llm.Llama(model_config(size, prompt + new + 1), weights(size, prompt + new + 1))
+    stamps = []
+    ids = np.random.default_rng(0).integers(0, size.vocab, (batch, prompt))
+    model.generate(ids, new, attention="causal" if window is None else ("window", window),
+                   on_token=lambda column, position: stamps.append(_stamp()), stop_at_eos=False)
+    return _tbt(stamps[1:])
+
+
 # every system computes on one thread: the machine is shared, and BLAS threads fighting over two busy
 # cores make timings meaningless
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -415,6 +428,8 @@ def child(spec: dict) -> dict:
     size = Size(**spec["size"])
     if spec.get("prefill"):
         return PREFILL[spec["system"]](size, spec["batch"], spec["prefill"])
+    if spec.get("after_prompt"):
+        return after_prompt_tempo(size, spec["batch"], spec["after_prompt"], spec["window"], spec["new"])
     if spec.get("choose_tile"):
         from tempo.llm.tiling import choose_tile
 
@@ -536,10 +551,14 @@ def main() -> None:
     parser.add_argument("--layer-counts", nargs="+", type=int, default=[2, 4, 8, 16, 32])
     parser.add_argument("--prefill-lengths", nargs="+", type=int, default=[128, 512, 2048])
     parser.add_argument("--prefill-batches", nargs="+", type=int, default=[1, 4])
+    parser.add_argument("--window-prompts", nargs="+", type=int, default=[256, 1024, 2048],
+                        help="window-prompts part: prompt lengths decoded after (causal and window)")
+    parser.add_argument("--window-prompt-batch", type=int, default=4)
     parser.add_argument("--parts", nargs="+", default=["sweep", "tiles", "compile", "prefill"],
-                        choices=["sweep", "tiles", "compile", "prefill"],
+                        choices=["sweep", "tiles", "compile", "prefill", "window-prompts"],
                         help="sweep: lengths x systems; tiles: Tempo's tile sizes and the one it measures best; "
-                             "compile: compile time per depth; prefill: time to the first token after a prompt")
+                             "compile: compile time per depth; prefill: time to the first token after a prompt; "
+                             "window-prompts: Tempo's time between tokens after prompts of each length")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode.json"),
                         help="the sweep's JSON (and PNG); the other parts write NAME_tiles.json, NAME_compile.json, "
                              "NAME_prefill.json")
@@ -592,6 +611,18 @@ def main() -> None:
                           flush=True)
                     prefill.append(out)
         _write(stem + "_prefill.json", {**meta, "results": prefill})
+    if "window-prompts" in ns.parts:
+        rows = []
+        for prompt in ns.window_prompts:
+            for window in (ns.window, None):
+                out = run_child({"after_prompt": prompt, "batch": ns.window_prompt_batch, "window": window,
+                                 "new": ns.last + 1, "size": asdict(size)}, ns.timeout)
+                out.update(prompt=prompt, attention="causal" if window is None else f"window {window}")
+                print(f"after a prompt of {prompt:5d}, {out['attention']:10s}: {out.get('tbt_median_ms', 0):7.1f} ms, "
+                      f"{out.get('cpu_ms', 0):6.1f} CPU ms{'  ' + out['error'] if 'error' in out else ''}", flush=True)
+                rows.append(out)
+        _write(stem + "_window_prompts.json", {**meta, "batch": ns.window_prompt_batch, "tokens": ns.last,
+                                                "results": rows})
     if "compile" in ns.parts:
         _write(stem + "_compile.json", {**meta, "results": compile_times(size, ns.layer_counts)})
     if "sweep" not in ns.parts:
