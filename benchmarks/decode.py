@@ -8,9 +8,11 @@ parameters, grouped-query attention) decoded greedily three ways:
   store for causal, window store for window attention);
 - **tempo-jax** (``--systems tempo tempo-jax torch jax``; not in the default
   run, which it would take past 30 minutes): the same program on the JAX
-  backend, window attention only (every fused island is one XLA program,
-  compiled once per shape: the window's reads stop changing shape once it
-  is full; a causal read ``k[0:t+1]`` changes shape at every token);
+  backend (every fused island is one XLA program, compiled once per shape:
+  the window's reads stop changing shape once it is full; a causal read
+  ``k[0:t+1]`` changes shape at every token; ``--attentions masked``, causal
+  attention over buffers of a fixed number of rows, never does), with the
+  number of XLA programs compiled (``xla_compiles``);
 - **torch**: an eager PyTorch decoder with a growing K/V cache (``torch.cat``
   per token; window attention keeps the last ``w`` entries), the usual
   reference implementation;
@@ -124,7 +126,7 @@ def _tbt(stamps: list[tuple[float, float]]) -> dict:
 
 # ----- Tempo -----
 def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], last: int, tile: int | None,
-              backend: str = "numpy"):
+              backend: str = "numpy", masked: bool = False):
     import tempo as tpo
     from tempo.llm import program as program_mod
     from tempo.llm.attention import Attention
@@ -147,11 +149,12 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
                                    if type(s).__name__ in ("BlockStore", "WindowStore")) / 2 ** 20
 
     with tpo.Context() as ctx:
-        dp = program_mod.build(config, wts, np.ones((batch, 1), np.int64), Attention(window, tile), Sampling(),
-                               on_token)
+        dp = program_mod.build(config, wts, np.ones((batch, 1), np.int64), Attention(window, tile, masked),
+                               Sampling(), on_token, capacity=max(lengths))
         started = time.perf_counter()
         program = ctx.compile(fetch=[dp.tokens], backend=backend)
         compile_s = time.perf_counter() - started
+    compiles = xla_compiles() if backend == "jax" else None
     bounds = {k.name: v for k, v in dp.bounds(size.layers, max(lengths)).items()}
     executor.append(Executor(program.sdg, program.ast, program.backend, bounds, keep={n for n, _ in program.fetch}))
     start = time.perf_counter()
@@ -161,8 +164,29 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
     for n in lengths:
         times = [stamps[p] for p in range(n - last - 1, n) if p in stamps]
         rows[n] = {**_tbt(times), "mem_mb": memory.get(n), "kv_mb": kv.get(n)}
+    extra = {} if compiles is None else {"xla_compiles": compiles[0]}
     return rows, {"seconds": total, "compile_s": compile_s,
-                  "launches_per_token": executor[0].ledger.launches / max(lengths)}
+                  "launches_per_token": executor[0].ledger.launches / max(lengths), **extra}
+
+
+def xla_compiles() -> list[int]:
+    """A one-item list counting the XLA programs JAX compiles from now on (its compile log)."""
+    import logging
+
+    import jax
+
+    count = [0]
+
+    class Counter(logging.Handler):
+        def emit(self, record):
+            count[0] += record.getMessage().startswith("Compiling ")
+
+    jax.config.update("jax_log_compiles", True)
+    logger = logging.getLogger("jax")
+    logger.addHandler(Counter())
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    return count
 
 
 # ----- PyTorch eager, growing cache -----
@@ -353,6 +377,19 @@ def prefill_torch(size: Size, batch: int, length: int) -> dict:
 PREFILL = {"tempo": prefill_tempo, "torch": prefill_torch}
 
 
+def after_prompt_tempo(size: Size, batch: int, prompt: int, window: int | None, new: int) -> dict:
+    """Tempo (NumPy) decoding ``new`` tokens after a random ``prompt``-token prompt, causal or with
+    a window: the median wall and the mean process CPU ms between the tokens after the first."""
+    import tempo as tpo
+
+    model = tpo.llm.Llama(model_config(size, prompt + new + 1), weights(size, prompt + new + 1))
+    stamps = []
+    ids = np.random.default_rng(0).integers(0, size.vocab, (batch, prompt))
+    model.generate(ids, new, attention="causal" if window is None else ("window", window),
+                   on_token=lambda column, position: stamps.append(_stamp()), stop_at_eos=False)
+    return _tbt(stamps[1:])
+
+
 # every system computes on one thread: the machine is shared, and BLAS threads fighting over two busy
 # cores make timings meaningless
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -391,14 +428,17 @@ def child(spec: dict) -> dict:
     size = Size(**spec["size"])
     if spec.get("prefill"):
         return PREFILL[spec["system"]](size, spec["batch"], spec["prefill"])
+    if spec.get("after_prompt"):
+        return after_prompt_tempo(size, spec["batch"], spec["after_prompt"], spec["window"], spec["new"])
     if spec.get("choose_tile"):
         from tempo.llm.tiling import choose_tile
 
         choice = choose_tile(spec["batch"], size.kv_heads, size.heads // size.kv_heads, size.head_dim,
                              spec["choose_tile"])
         return {"tile": choice.tile, "seconds": {str(z): s for z, s in choice.seconds.items()}, "text": str(choice)}
+    masked = {"masked": True} if spec.get("masked") else {}
     rows, extra = SYSTEMS[spec["system"]](size, spec["batch"], spec["window"], spec["lengths"], spec["last"],
-                                          spec.get("tile"))
+                                          spec.get("tile"), **masked)
     return {"rows": {str(k): v for k, v in rows.items()}, **extra}
 
 
@@ -500,7 +540,8 @@ def main() -> None:
     parser.add_argument("--causal-max", type=int, default=2048,
                         help="the longest length for causal attention (default: the longest of --lengths)")
     parser.add_argument("--window", type=int, default=256)
-    parser.add_argument("--attentions", nargs="+", default=["causal", "window"], choices=["causal", "window"])
+    parser.add_argument("--attentions", nargs="+", default=["causal", "window"], choices=["causal", "window", "masked"],
+                        help="masked: Tempo's causal attention over carried fixed-size buffers (tempo, tempo-jax)")
     parser.add_argument("--last", type=int, default=16, help="tokens timed at each length")
     parser.add_argument("--timeout", type=float, default=1500.0, help="seconds per run")
     parser.add_argument("--tiles", nargs="+", type=int, default=[64, 256, 1024],
@@ -510,10 +551,14 @@ def main() -> None:
     parser.add_argument("--layer-counts", nargs="+", type=int, default=[2, 4, 8, 16, 32])
     parser.add_argument("--prefill-lengths", nargs="+", type=int, default=[128, 512, 2048])
     parser.add_argument("--prefill-batches", nargs="+", type=int, default=[1, 4])
+    parser.add_argument("--window-prompts", nargs="+", type=int, default=[256, 1024, 2048],
+                        help="window-prompts part: prompt lengths decoded after (causal and window)")
+    parser.add_argument("--window-prompt-batch", type=int, default=4)
     parser.add_argument("--parts", nargs="+", default=["sweep", "tiles", "compile", "prefill"],
-                        choices=["sweep", "tiles", "compile", "prefill"],
+                        choices=["sweep", "tiles", "compile", "prefill", "window-prompts"],
                         help="sweep: lengths x systems; tiles: Tempo's tile sizes and the one it measures best; "
-                             "compile: compile time per depth; prefill: time to the first token after a prompt")
+                             "compile: compile time per depth; prefill: time to the first token after a prompt; "
+                             "window-prompts: Tempo's time between tokens after prompts of each length")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode.json"),
                         help="the sweep's JSON (and PNG); the other parts write NAME_tiles.json, NAME_compile.json, "
                              "NAME_prefill.json")
@@ -566,6 +611,18 @@ def main() -> None:
                           flush=True)
                     prefill.append(out)
         _write(stem + "_prefill.json", {**meta, "results": prefill})
+    if "window-prompts" in ns.parts:
+        rows = []
+        for prompt in ns.window_prompts:
+            for window in (ns.window, None):
+                out = run_child({"after_prompt": prompt, "batch": ns.window_prompt_batch, "window": window,
+                                 "new": ns.last + 1, "size": asdict(size)}, ns.timeout)
+                out.update(prompt=prompt, attention="causal" if window is None else f"window {window}")
+                print(f"after a prompt of {prompt:5d}, {out['attention']:10s}: {out.get('tbt_median_ms', 0):7.1f} ms, "
+                      f"{out.get('cpu_ms', 0):6.1f} CPU ms{'  ' + out['error'] if 'error' in out else ''}", flush=True)
+                rows.append(out)
+        _write(stem + "_window_prompts.json", {**meta, "batch": ns.window_prompt_batch, "tokens": ns.last,
+                                                "results": rows})
     if "compile" in ns.parts:
         _write(stem + "_compile.json", {**meta, "results": compile_times(size, ns.layer_counts)})
     if "sweep" not in ns.parts:
@@ -574,17 +631,18 @@ def main() -> None:
     started = time.perf_counter()
     for attention in ns.attentions:
         lengths = ns.lengths
-        if attention == "causal" and ns.causal_max:
+        if attention != "window" and ns.causal_max:
             lengths = [n for n in lengths if n <= ns.causal_max]
         for batch in ns.batches:
             for system in ns.systems:
-                if attention == "causal" and system not in CAUSAL:
+                if attention == "masked" and not system.startswith("tempo"):
                     continue
                 spec = {"system": system, "batch": batch, "lengths": lengths, "last": ns.last,
-                        "window": ns.window if attention == "window" else None, "size": asdict(size)}
+                        "window": ns.window if attention == "window" else None, "size": asdict(size),
+                        "masked": attention == "masked"}
                 t0 = time.perf_counter()
                 out = run_child(spec, ns.timeout)
-                out.update(system=system, batch=batch, attention=attention if attention == "causal"
+                out.update(system=system, batch=batch, attention=attention if attention != "window"
                            else f"window {ns.window}", wall_s=time.perf_counter() - t0)
                 print(f"{system:5s} {attention:6s} batch {batch:2d}: {time.perf_counter() - t0:7.1f} s"
                       f"{'  ' + out['error'] if 'error' in out else ''}", flush=True)

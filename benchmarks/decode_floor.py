@@ -25,6 +25,12 @@ tokens of a sequence decoded up to it from a one-token prompt. The time to
 first token is a prompt of ``--prompts`` tokens through the model and the first
 new token (Tempo: the run apart from compiling, which is reported beside it).
 
+``--parts first --prefill-chunks 0 256`` times the first token alone, Tempo's
+prefill attention as one block of the whole prompt (0) and in blocks of 256
+query rows, with each process's peak RSS. K-quant files (``--types Q4_K Q6_K``)
+hold the matrices whose rows are not a multiple of 256 in another type
+(:data:`K_FALLBACK`).
+
     .venv/bin/python benchmarks/decode_floor.py --quick      # every part, short lengths
     .venv/bin/python benchmarks/decode_floor.py --setup      # builds llama-cpp-python first
     .venv/bin/python benchmarks/decode_floor.py
@@ -37,6 +43,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -51,6 +58,23 @@ ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THRE
 
 
 # ----- the model files -----
+# A K-quant's blocks hold 256 weights: a matrix whose rows are not a multiple of that (576 inputs
+# here) is written in another type, as llama.cpp's quantizer does (Q6_K -> Q8_0; Q4_K -> Q4_0,
+# where llama.cpp writes Q5_0, which Tempo does not read).
+K_FALLBACK = {"Q4_K": "Q4_0", "Q6_K": "Q8_0"}
+
+
+def random_k_blocks(type_name: str, rows: int, cols: int, rng) -> np.ndarray:
+    """Random K-quant bytes (gguf cannot quantize K-quants) with float16 scales small enough for
+    weights of about 1 / sqrt(cols): Q4_K's ``d`` and ``dmin`` at bytes 0 and 2, Q6_K's ``d`` at 208."""
+    size, offsets, scale = {"Q4_K": (144, (0, 2), 1 / 63 / 15 / 3), "Q6_K": (210, (208,), 1 / 16 / 1400)}[type_name]
+    blocks = rng.integers(0, 256, (rows * cols // 256, size), dtype=np.uint8)
+    for at in offsets:
+        d = rng.uniform(0.5, 1.0, (len(blocks), 1)) * scale * 16 / np.sqrt(cols)
+        blocks[:, at:at + 2] = d.astype(np.float16).view(np.uint8)
+    return blocks.reshape(rows, -1)
+
+
 def write_model(path: str, type_name: str, context: int, seed: int = 0) -> None:
     """A GGUF file of SIZE with random weights (normal / sqrt(fan in); norms one) in ``type_name``,
     with a byte-level vocabulary padded with placeholder tokens (llama.cpp needs one)."""
@@ -60,11 +84,14 @@ def write_model(path: str, type_name: str, context: int, seed: int = 0) -> None:
 
     s, rng = SIZE, np.random.default_rng(seed)
     head_dim = s["hidden"] // s["heads"]
-    kind = gguf.GGMLQuantizationType[type_name]
 
     def matrix(rows: int, cols: int):
         w = (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(np.float32)
-        return (w,) if type_name == "F32" else (quants.quantize(w, kind), None, kind)
+        if type_name == "F32":
+            return (w,)
+        own = type_name if type_name not in K_FALLBACK or cols % 256 == 0 else K_FALLBACK[type_name]
+        kind = gguf.GGMLQuantizationType[own]
+        return (random_k_blocks(own, rows, cols, rng) if own in K_FALLBACK else quants.quantize(w, kind), None, kind)
 
     w = gguf.GGUFWriter(path + ".part", "llama")
     for add, value in [(w.add_name, "random 135M"), (w.add_context_length, context),
@@ -178,7 +205,8 @@ def decode_llamacpp(path: str, lengths: list[int], last: int) -> dict:
     return {"rows": _between(stamps, lengths, last), "weight_bytes": tensor_bytes, "kv_element": 2}
 
 
-def first_token_tempo(path: str, quantized: bool, length: int) -> dict:
+def first_token_tempo(path: str, quantized: bool, length: int, chunk: int) -> dict:
+    """``chunk``: the prefill's query rows per attention block (0: the whole prompt as one block)."""
     import tempo as tpo
     from tempo.llm import program as program_mod
     from tempo.llm.sampling import Sampling
@@ -186,13 +214,17 @@ def first_token_tempo(path: str, quantized: bool, length: int) -> dict:
     model = tpo.llm.Llama.from_pretrained(path, quantized=quantized)
     prompt = np.random.default_rng(0).integers(0, SIZE["vocab"], (1, length))
     with tpo.Context() as ctx:
-        dp = program_mod.build(model.config, model.weights, prompt, model.default_attention(), Sampling())
+        dp = program_mod.build(model.config, model.weights, prompt, model.default_attention(), Sampling(),
+                               prefill_chunk=chunk or length)
         started = time.perf_counter()
         program = ctx.compile(fetch=[dp.tokens])
         compile_s = time.perf_counter() - started
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cpu, wall = time.process_time(), time.perf_counter()
     program.run(dp.bounds(SIZE["layers"], 1))
-    return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "compile_s": compile_s}
+    return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "compile_s": compile_s,
+            "chunk": chunk, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
+            "rss_before_run_mb": before / 1e3}
 
 
 def first_token_transformers(path: str, length: int) -> dict:
@@ -206,7 +238,8 @@ def first_token_transformers(path: str, length: int) -> dict:
     cpu, wall = time.process_time(), time.perf_counter()
     with torch.no_grad():
         model(prompt).logits[:, -1].argmax(-1)
-    return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+    return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3}
 
 
 def first_token_llamacpp(path: str, length: int) -> dict:
@@ -224,8 +257,8 @@ DECODE = {"tempo": lambda s: decode_tempo(s["path"], False, s["lengths"], s["las
           "tempo-q": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"]),
           "transformers": lambda s: decode_transformers(s["path"], s["lengths"], s["last"]),
           "llama.cpp": lambda s: decode_llamacpp(s["path"], s["lengths"], s["last"])}
-FIRST = {"tempo": lambda s: first_token_tempo(s["path"], False, s["prompt"]),
-         "tempo-q": lambda s: first_token_tempo(s["path"], True, s["prompt"]),
+FIRST = {"tempo": lambda s: first_token_tempo(s["path"], False, s["prompt"], s["chunk"]),
+         "tempo-q": lambda s: first_token_tempo(s["path"], True, s["prompt"], s["chunk"]),
          "transformers": lambda s: first_token_transformers(s["path"], s["prompt"]),
          "llama.cpp": lambda s: first_token_llamacpp(s["path"], s["prompt"])}
 
@@ -270,6 +303,10 @@ def main() -> None:
     parser.add_argument("--last", type=int, default=32)
     parser.add_argument("--prompts", type=int, nargs="+", default=[128, 1024, 4096])
     parser.add_argument("--systems", nargs="+", default=list(DECODE))
+    parser.add_argument("--parts", nargs="+", default=["decode", "first"], choices=["decode", "first"],
+                        help="decode: time per token against the floor; first: time to first token")
+    parser.add_argument("--prefill-chunks", type=int, nargs="+", default=[256],
+                        help="Tempo's prefill attention blocks (query rows; 0: the whole prompt as one block)")
     parser.add_argument("--workdir", default=os.path.join("/tmp", "tempo_decode_floor"), help="where the GGUF files go")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode_floor.json"))
     ns = parser.parse_args()
@@ -305,23 +342,26 @@ def main() -> None:
 
     runs = [(t, path, system) for t, path in files.items() for system in systems
             if system not in ("tempo", "transformers") or t == ns.types[0]]   # float32: the same from any file
-    for type_name, path, system in runs:
+    for type_name, path, system in runs if "decode" in ns.parts else []:
         out = run_child({"part": "decode", "system": system, "path": path, "lengths": ns.lengths,
                          "last": ns.last}, timeout=3600)
         results.append({"system": system, "type": type_name, **out})
         print(f"decode {system:12s} {type_name}: {out.get('error') or out['rows']}", flush=True)
         save()
-    sizes = sorted({r["weight_bytes"] + kv_bytes(n, 1, r["kv_element"]) for r in results if "rows" in r
-                    for n in ns.lengths} | {2 ** 31})
-    rates.update(run_child({"part": "bandwidth", "sizes": sizes}, timeout=1800))
-    save()
-    print(floor_table(floor_rows(results, rates, ns.lengths), rates), flush=True)
-    for type_name, path, system in runs:
+    if "decode" in ns.parts:
+        sizes = sorted({r["weight_bytes"] + kv_bytes(n, 1, r["kv_element"]) for r in results if "rows" in r
+                        for n in ns.lengths} | {2 ** 31})
+        rates.update(run_child({"part": "bandwidth", "sizes": sizes}, timeout=1800))
+        save()
+        print(floor_table(floor_rows(results, rates, ns.lengths), rates), flush=True)
+    for type_name, path, system in runs if "first" in ns.parts else []:
         for prompt in ns.prompts:
-            out = run_child({"part": "first", "system": system, "path": path, "prompt": prompt}, timeout=3600)
-            first.append({"system": system, "type": type_name, "prompt": prompt, **out})
-            print(f"first token {system:12s} {type_name} prompt {prompt}: {out}", flush=True)
-            save()
+            for chunk in ns.prefill_chunks if system.startswith("tempo") else [None]:
+                out = run_child({"part": "first", "system": system, "path": path, "prompt": prompt,
+                                 "chunk": chunk}, timeout=3600)
+                first.append({"system": system, "type": type_name, "prompt": prompt, **out})
+                print(f"first token {system:12s} {type_name} prompt {prompt}: {out}", flush=True)
+                save()
     print(floor_table(floor_rows(results, rates, ns.lengths), rates))
     print(first_table(first))
     print(f"wrote {ns.out}")
@@ -364,13 +404,17 @@ def floor_table(rows: list[dict], rates: dict) -> str:
 
 
 def first_table(first: list[dict]) -> str:
-    lines = ["| system | file | prompt | first token s | CPU s | compile s |", "|---|---|---|---|---|---|"]
+    lines = ["| system | file | prompt | prefill chunk | first token s | CPU s | compile s | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in first:
+        chunk = "" if r.get("chunk") is None else (r["chunk"] or "whole prompt")
         if "error" in r:
-            lines.append(f"| {r['system']} | {r['type']} | {r['prompt']} | {r['error']} | | |")
+            lines.append(f"| {r['system']} | {r['type']} | {r['prompt']} | {chunk} | {r['error']} | | | |")
             continue
         compile_s = f"{r['compile_s']:.2f}" if "compile_s" in r else ""
-        lines.append(f"| {r['system']} | {r['type']} | {r['prompt']} | {r['s']:.2f} | {r['cpu_s']:.2f} | {compile_s} |")
+        rss = f"{r['peak_rss_mb']:.0f}" if "peak_rss_mb" in r else ""
+        lines.append(f"| {r['system']} | {r['type']} | {r['prompt']} | {chunk} | {r['s']:.2f} | {r['cpu_s']:.2f} | "
+                     f"{compile_s} | {rss} |")
     return "\n".join(lines)
 
 

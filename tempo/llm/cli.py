@@ -24,11 +24,12 @@ def _parser() -> argparse.ArgumentParser:
                              "the reply streams to stdout and ends at the template's end-of-turn token")
     parser.add_argument("--system", default=None, help="with --chat: a system message first")
     parser.add_argument("--quantized", action="store_true",
-                        help="GGUF: keep Q8_0/Q4_0/Q4_1 matrices quantised and compute from them (NumPy)")
+                        help="GGUF: keep Q8_0/Q4_0/Q4_1/Q4_K/Q6_K matrices quantised and compute from them (NumPy)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--attention", default=None,
-                        help="'causal', 'window:W', 'tiled:Z' or 'tiled' (Z chosen by measurement; the choice "
-                             "is printed to stderr) (default: the checkpoint's own)")
+                        help="'causal', 'window:W', 'tiled:Z', 'tiled' (Z chosen by measurement; the choice "
+                             "is printed to stderr) or 'masked' (causal over fixed-size buffers: one compile per "
+                             "island on JAX) (default: the checkpoint's own)")
     parser.add_argument("--backend", default="numpy")
     parser.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
     parser.add_argument("--temperature", type=float, default=1.0)

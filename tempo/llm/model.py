@@ -54,8 +54,8 @@ class Llama:
     @classmethod
     def from_gguf(cls, path: str, quantized: bool = False) -> "Llama":
         """Load a GGUF file: the config from its metadata, the tokenizer and chat template it
-        embeds, its weights dequantised to float32; with ``quantized``, the Q8_0, Q4_0 and Q4_1
-        matrices stay quantised and each product is computed from them
+        embeds, its weights dequantised to float32; with ``quantized``, the Q8_0, Q4_0, Q4_1,
+        Q4_K and Q6_K matrices stay quantised and each product is computed from them
         (:mod:`tempo.llm.quantized`, NumPy backend)."""
         f = GGUFFile.read(path)
         config = read_config(f)
@@ -76,19 +76,24 @@ class Llama:
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                  seed: int = 0, stop_at_eos: bool = True, backend: str = "numpy",
                  on_token: Callable[[np.ndarray, int], None] | None = None,
-                 stop_tokens: tuple[int, ...] | None = None) -> np.ndarray:
+                 stop_tokens: tuple[int, ...] | None = None,
+                 prefill_chunk: int = program_mod.PREFILL_CHUNK) -> np.ndarray:
         """Decode ``max_new_tokens`` tokens after ``prompt_ids`` (batch, prompt) or (prompt,).
 
         ``attention``: ``"causal"``, ``("window", w)`` / ``"window:w"``, ``("tiled", Z)`` /
         ``"tiled:Z"`` (causal attention in static tiles of ``Z`` positions), ``"tiled"`` (the
-        tile size measured best on ``backend``: :meth:`tile_for`), or None for the checkpoint's own. Greedy unless ``do_sample``; sampling is deterministic given
+        tile size measured best on ``backend``: :meth:`tile_for`), ``"masked"`` (causal attention
+        over buffers of ``max_new_tokens`` rows carried from step to step, the same shapes at every
+        step: one compile per island on JAX), or None for the checkpoint's own. Greedy unless ``do_sample``; sampling is deterministic given
         ``seed``. ``on_token(tokens, position)`` sees each new token column (batch,) as it
         is produced. Returns the int64 ids (batch, prompt + new); with ``stop_at_eos``,
         a sequence that has produced an end-of-sequence token (one of ``stop_tokens``, default
         the config's) continues with padding, and decoding ends (no further model step runs)
-        once every sequence has.
+        once every sequence has. ``prefill_chunk``: the prompt's positions whose attention is
+        computed at once (the scores held are batch x heads x ``prefill_chunk`` x prompt).
         """
         prompt = self._check_prompt(prompt_ids, max_new_tokens)
+        self._check_chunk(prefill_chunk)
         sampling = Sampling(greedy=not do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
         attention = self.default_attention() if attention is None else Attention.parse(attention)
         prompt_len = prompt.shape[1]
@@ -105,7 +110,7 @@ class Llama:
 
         with tpo.Context(seed=seed) as ctx:
             dp = program_mod.build(self.config, self.weights, prompt, attention, sampling, report, stop_at_eos,
-                                   stop_tokens)
+                                   stop_tokens, prefill_chunk=prefill_chunk, capacity=max_new_tokens)
             compiled = ctx.compile(fetch=[dp.tokens], backend=backend)
             (tokens,) = compiled.run(dp.bounds(self.config.num_layers, max_new_tokens))
         end = compiled.stopped_at[dp.positions[0].name] + 1       # the step where decoding ended
@@ -156,17 +161,26 @@ class Llama:
                                                  new_tokens, backend)
         return self.tile_choices[key]
 
-    def logits(self, ids, attention=None, backend: str = "numpy") -> np.ndarray:
+    def logits(self, ids, attention=None, backend: str = "numpy",
+               prefill_chunk: int = program_mod.PREFILL_CHUNK) -> np.ndarray:
         """The next-token logits (batch, length, vocab) at every position of ``ids`` (batch, length),
-        all computed at once (the prompt's prefill: tiles, which split decoding steps, play no part)."""
+        all computed in one prefill (its attention in blocks of ``prefill_chunk`` positions; tiles,
+        which split decoding steps, play no part)."""
         prompt = self._check_prompt(ids, 0)
+        self._check_chunk(prefill_chunk)
         attention = self.default_attention() if attention is None else Attention.parse(attention)
         attention = replace(attention, tile=None)
         with tpo.Context() as ctx:
-            dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling(), stops=False)
+            dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling(), stops=False,
+                                   prefill_chunk=prefill_chunk, capacity=1)
             (logits,) = ctx.run(bounds=dp.bounds(self.config.num_layers, 1),
                                 fetch=[dp.prompt_logits], backend=backend)
         return logits
+
+    @staticmethod
+    def _check_chunk(prefill_chunk) -> None:
+        if not isinstance(prefill_chunk, (int, np.integer)) or isinstance(prefill_chunk, bool) or prefill_chunk < 1:
+            raise TempoError(f"prefill_chunk must be a positive integer, not {prefill_chunk!r}")
 
     def _check_prompt(self, ids, max_new_tokens: int) -> np.ndarray:
         c = self.config

@@ -24,6 +24,7 @@ import numpy as np
 import tempo as tpo
 import tempo.api.functional as F
 from tempo.api.rt import RecurrentTensor as RT
+from tempo.errors import TempoError
 from tempo.llm.attention import Attention
 from tempo.llm.config import LlamaConfig
 from tempo.llm.quantized import QuantizedMatrices
@@ -31,7 +32,7 @@ from tempo.llm.rope import inverse_frequencies, rotate_half_matrix
 from tempo.llm.sampling import Sampling
 from tempo.llm.tiling import Prefix, tiled_attention
 from tempo.llm.weights import Weights
-from tempo.nn.functional import silu, softmax
+from tempo.nn.functional import silu
 
 
 @dataclass(frozen=True)
@@ -142,16 +143,51 @@ def finish(config: LlamaConfig, w: dict, x: RT, mixed: RT) -> RT:
     return x + linear(silu(linear(xn, w["w_gate"])) * linear(xn, w["w_up"]), w["w_down"])
 
 
-def prompt_attention(q: RT, k: RT, v: RT, window: int | None, scale: float) -> RT:
-    """Attention among the prompt's positions at once: ``q`` (batch, P, kv heads, groups, hd),
-    ``k`` and ``v`` (batch, P, kv heads, hd), masked causally (and to the window); (batch, P, heads * hd)."""
-    batch, length, kv_heads, groups, head_dim = q.shape
-    i, j = np.arange(length)[:, None], np.arange(length)[None, :]
+PREFILL_CHUNK = 256  # query rows of the prompt's attention computed at once
+
+
+def visibility_mask(rows: range, cols: range, window: int | None) -> np.ndarray | None:
+    """0 where query position ``i`` in ``rows`` sees key position ``j`` in ``cols`` (``j <= i``,
+    and ``j > i - window``), -inf elsewhere; None when every pair is visible."""
+    i, j = np.arange(rows.start, rows.stop)[:, None], np.arange(cols.start, cols.stop)[None, :]
     visible = (j <= i) if window is None else (j <= i) & (j > i - window)
-    mask = F.from_numpy(np.where(visible, 0.0, -np.inf).astype(np.float32))
+    return None if visible.all() else np.where(visible, 0.0, -np.inf).astype(np.float32)
+
+
+def prompt_attention(q: RT, k: RT, v: RT, window: int | None, scale: float, chunk: int = PREFILL_CHUNK) -> RT:
+    """Attention among the prompt's positions: ``q`` (batch, P, kv heads, groups, hd), ``k`` and
+    ``v`` (batch, P, kv heads, hd), masked causally (and to the window); (batch, P, heads * hd).
+
+    The queries go in blocks of ``chunk`` rows; a block reads only the keys it can see (those
+    before its end, and within the window), as two parts of one softmax: the keys before the
+    block and the block's own, the only ones a causal mask cuts. The scores held at once are
+    batch x heads x ``chunk`` x P, not x P^2."""
+    batch, length, kv_heads, groups, head_dim = q.shape
+    queries = F.permute(q, 0, 2, 3, 1, 4)                                 # (batch, kv, groups, P, hd)
     keys = F.unsqueeze(F.permute(k, 0, 2, 3, 1), 2)                        # (batch, kv, 1, hd, P)
-    scores = F.matmul(F.permute(q, 0, 2, 3, 1, 4), keys) * scale + mask     # (batch, kv, groups, P, P)
-    mixed = F.matmul(softmax(scores, axis=-1), F.unsqueeze(F.permute(v, 0, 2, 1, 3), 2))
+    values = F.unsqueeze(F.permute(v, 0, 2, 1, 3), 2)                      # (batch, kv, 1, P, hd)
+    every = (slice(None),) * 3
+    blocks = []
+    for start in range(0, length, chunk):
+        rows = range(start, min(start + chunk, length))
+        first = 0 if window is None else max(0, start - window + 1)
+        parts = [range(first, start), range(start, rows.stop)] if first < start else [range(start, rows.stop)]
+        qb = queries.spatial[every + (slice(rows.start, rows.stop),)]
+        scores = []
+        for cols in parts:
+            s = F.matmul(qb, keys.spatial[every + (slice(None), slice(cols.start, cols.stop))]) * scale
+            mask = visibility_mask(rows, cols, window)
+            scores.append(s if mask is None else s + F.from_numpy(mask))
+        tops = [F.max(s, axis=-1, keepdims=True) for s in scores]
+        top = tops[0] if len(tops) == 1 else F.maximum(tops[0], tops[1])
+        weights = [F.exp(s - top) for s in scores]
+        total = F.sum(weights[0], axis=-1, keepdims=True)
+        mixed = F.matmul(weights[0], values.spatial[every + (slice(parts[0].start, parts[0].stop),)])
+        if len(parts) == 2:
+            total = total + F.sum(weights[1], axis=-1, keepdims=True)
+            mixed = mixed + F.matmul(weights[1], values.spatial[every + (slice(parts[1].start, parts[1].stop),)])
+        blocks.append(mixed / total)
+    mixed = blocks[0] if len(blocks) == 1 else F.cat(blocks, axis=3)       # (batch, kv, groups, P, hd)
     return F.reshape(F.permute(mixed, 0, 3, 1, 2, 4), batch, length, kv_heads * groups * head_dim)
 
 
@@ -163,13 +199,30 @@ def scores_of(q: RT, keys: RT) -> RT:
     return F.permute(F.matmul(keys, F.permute(q, 0, 1, 3, 2)), 0, 1, 3, 2)
 
 
-def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float) -> RT:
+def kv_buffer(x: RT, layer, position, capacity: int) -> RT:
+    """``x[l, 0..t]`` (rows (batch, kv heads, hd)) as a buffer of ``capacity`` rows carried over
+    ``t``: ``buffer[l, t]`` is ``buffer[l, t - 1]`` with row ``t`` set to ``x[l, t]`` (rows after
+    ``t``: zeros). Its shape is the same at every step, and each step reads only the last
+    buffer, so the store holds one buffer per layer (TEMPO Fig. 16's K/V cache as a loop's carry)."""
+    l, t = layer, position
+    rows = F.from_numpy(np.arange(capacity, dtype=np.int64).reshape(capacity, *(1,) * len(x.shape)))
+    previous = F.placeholder((capacity, *x.shape), "float32", dims=(l, t))
+    previous[l, 0] = F.zeros((capacity, *x.shape))
+    buffer = F.where(rows == F.eval_symbol(t), F.unsqueeze(x, 0), previous[l, t])
+    previous[l, t + 1] = buffer[l, t]
+    return buffer
+
+
+def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float, visible: RT | None = None) -> RT:
     """Softmax attention of ``q`` (batch, kv heads, groups, hd) over the prompt's keys and values
     (``prefix``) and decoding's own (``keys``, ``values``: (S, batch, kv heads, hd)), one
     softmax over both: the largest score of either, each part's exponentials against it, summed.
     The products read ``keys`` and ``values`` permuted to (batch, kv heads, ., .), so their block
-    store keeps each head's rows contiguous (``tempo.plan.store_choice``)."""
+    store keeps each head's rows contiguous (``tempo.plan.store_choice``). ``visible`` (S,) bool:
+    the rows of ``keys`` attended to (None: all)."""
     scores = scores_of(q, F.permute(keys, 1, 2, 0, 3)) * scale             # (batch, kv, groups, S)
+    if visible is not None:
+        scores = F.where(visible, scores, F.full((), -np.inf, "float32"))
     prompt = prefix.scores(q)                                                # (batch, kv, groups, P)
     top = F.maximum(F.max(scores, axis=-1, keepdims=True), F.max(prompt, axis=-1, keepdims=True))
     weights, prompt = F.exp(scores - top), F.exp(prompt - top)
@@ -180,16 +233,21 @@ def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float) -> RT:
 
 def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: Attention,
           sampling: Sampling, on_token=None, stop_at_eos: bool = False,
-          stop_tokens: tuple | None = None, stops: bool = True) -> DecodeProgram:
+          stop_tokens: tuple | None = None, stops: bool = True,
+          prefill_chunk: int = PREFILL_CHUNK, capacity: int | None = None) -> DecodeProgram:
     """The decoding program for ``prompt`` (batch, P) in the current context (see the module
     docstring). ``on_token(ids, position)`` is called with each token as it enters a decoding
     step. The run ends (``tpo.stop_when``) at its last step, before that step's model runs,
     and with ``stop_at_eos`` as soon as every sequence has produced one of ``stop_tokens``
     (default: the config's end-of-sequence tokens; :func:`end_of_sequence`). Without ``stops``
     the run does every step (a program run for its prompt logits: a stopped run skips what is
-    scheduled after the decoding loop)."""
+    scheduled after the decoding loop). ``prefill_chunk``: the prompt's query rows whose
+    attention is computed at once (:func:`prompt_attention`). ``capacity``: the most decoding
+    steps, the rows of masked attention's buffers (:func:`kv_buffer`)."""
     c = config
     batch, prompt_len = prompt.shape
+    if attention.masked and capacity is None:
+        raise TempoError("masked attention needs the most decoding steps (capacity), the rows of its buffers")
     ctx = tpo.api.context.current()
     if attention.tile is None:
         (l, L), (t, T) = ctx.dims("l", "t")
@@ -214,7 +272,7 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     hp[0] = F.from_numpy(weights.embed[prompt])
     xp = hp[l]
     qp, kp, vp = project(c, w, xp, F.from_numpy(np.cos(angles)), F.from_numpy(np.sin(angles)), rotate)
-    yp = finish(c, w, xp, prompt_attention(qp, kp, vp, attention.window, scale))
+    yp = finish(c, w, xp, prompt_attention(qp, kp, vp, attention.window, scale, prefill_chunk))
     hp[l + 1] = yp
     prompt_logits = logits_of(yp[L - 1])
     first = sampling.next_token(logits_of(yp[L - 1].spatial[:, prompt_len - 1]))
@@ -227,9 +285,16 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     angles = F.cat([angles, angles], axis=0)
     x = h[l, t]
     q, k, v = project(c, w, x, F.cos(angles), F.sin(angles), rotate)
+    reach = 0 if attention.window is None else min(max(0, prompt_len - attention.window + 1), prompt_len - 1)
+    if reach:                          # the prompt rows a window reaches from any step: its last w - 1
+        kp, vp = (rows.spatial[:, reach:prompt_len] for rows in (kp, vp))
     prefix = Prefix(F.permute(kp, 0, 2, 3, 1)[l], F.permute(vp, 0, 2, 1, 3)[l], scale,
-                    None if attention.window is None else prompt_len - attention.window + 1 + F.eval_symbol(t))
-    if tiles is None:
+                    None if attention.window is None else prompt_len - attention.window + 1 - reach + F.eval_symbol(t))
+    if attention.masked:
+        rows = F.from_numpy(np.arange(capacity, dtype=np.int64))
+        mixed = attend(q, prefix, kv_buffer(k, l, t, capacity)[l, t], kv_buffer(v, l, t, capacity)[l, t], scale,
+                       rows <= F.eval_symbol(t))
+    elif tiles is None:
         mixed = attend(q, prefix, attention.read(k, l, t), attention.read(v, l, t), scale)
     else:
         mixed = tiled_attention(q, k, v, l, t, tiles[0], attention.tile, scale, prefix)

@@ -1,18 +1,28 @@
-"""Weight products computed from Q8_0, Q4_0 and Q4_1 weights kept quantised (NumPy).
+"""Weight products computed from Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights kept quantised (NumPy).
 
 A decoding step reads every weight once per token, so its time is the rate
 memory delivers them at. :class:`QuantizedMatrices` keeps a layer stack of
-matrices ``W[l]`` (out, in) in their block format, stored as panels of rows:
-``(L, panels, blocks, rows, block bytes)``. ``x @ W[l]^T`` is computed one
-panel at a time: the panel's 4-bit or 8-bit integers are widened to float32
-in a scratch array of about ``PANEL_BYTES`` that stays in the cache, each
-block's dot products with ``x`` come from one batched product (blocks as the
-batch), and the block scales are applied to those sums, not to the weights:
+matrices ``W[l]`` (out, in) as blocks of integers with float32 scales, stored
+as panels of rows: ``(L, panels, blocks, rows, ...)``. ``x @ W[l]^T`` is
+computed one panel at a time: the panel's 4-bit or 8-bit integers are widened
+to float32 in a scratch array of about ``PANEL_BYTES`` that stays in the
+cache, each block's dot products with ``x`` come from one batched product
+(blocks as the batch), and the block scales are applied to those sums, not to
+the weights:
 
     y[n] = sum_b d[n, b] * (q[n, b, :] . x[b, :]) + m[n, b] * sum(x[b, :])
 
-(``m = -8 d`` for Q4_0, the block minimum for Q4_1, none for Q8_0). Only the
-quantised bytes and the scales (float32) stream from memory:
+Each GGML type is read into one of two forms, keeping its integers as stored:
+
+- **int8 blocks** (no ``m``): Q8_0's blocks of 32; Q6_K's sub-blocks of 16,
+  ``q - 32`` as int8 and ``d * scale`` as the block's scale;
+- **4-bit blocks**, bytes holding a block's first half in their low nibbles
+  and its second half in their high ones: Q4_0 and Q4_1 (blocks of 32, one
+  ``d`` and ``m`` each; ``m = -8 d`` for Q4_0) and Q4_K, whose 32 bytes
+  hold two sub-blocks of 32 this way, so its blocks are 64 wide with a
+  ``d * scale`` and a ``-dmin * min`` per half.
+
+Only the integers and the scales (float32) stream from memory:
 :attr:`QuantizedMatrices.nbytes_per_layer`.
 """
 from __future__ import annotations
@@ -22,9 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tempo.errors import TempoError
+from tempo.llm.quants import q4_k_scales
 
-TYPES = ("Q8_0", "Q4_0", "Q4_1")
-BLOCK = 32
+TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K")
+BLOCK = {"Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q4_K": 64, "Q6_K": 16}   # weights per block of the stored form
+GGML_BLOCK = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q4_K": (256, 144), "Q6_K": (256, 210)}
 PANEL_BYTES = 1 << 20  # the float32 scratch of one panel: 1 MB, well inside this CPU's 2 MB L2 per core
 
 
@@ -32,15 +44,57 @@ def _half(blocks: np.ndarray, start: int) -> np.ndarray:
     return np.ascontiguousarray(blocks[..., start:start + 2]).view(np.float16).astype(np.float32)[..., 0]
 
 
+def _rows(type_name: str, raw: np.ndarray, out: int, columns: int):
+    """One matrix's GGUF bytes (out, bytes per row) in the stored form: ``q`` (out, blocks, ...),
+    ``scale`` and ``offset`` (out, blocks) or (out, blocks, 2) for Q4_K's halves; ``offset`` None
+    for int8 blocks and Q4_0."""
+    per, size = GGML_BLOCK[type_name]
+    blocks = np.asarray(raw, np.uint8).reshape(out, columns // per, size)
+    if type_name == "Q8_0":
+        return np.ascontiguousarray(blocks[..., 2:34]).view(np.int8), _half(blocks, 0), None
+    if type_name in ("Q4_0", "Q4_1"):
+        start = 2 if type_name == "Q4_0" else 4
+        offset = None if type_name == "Q4_0" else _half(blocks, 2)
+        return np.ascontiguousarray(blocks[..., start:start + 16]), _half(blocks, 0), offset
+    if type_name == "Q4_K":
+        n = out * columns // 256
+        scale, low = q4_k_scales(blocks.reshape(n, size)[:, 4:16])                   # (n, 8) each
+        d, dmin = _half(blocks, 0).reshape(n, 1), _half(blocks, 2).reshape(n, 1)
+        q = blocks[..., 16:144].reshape(out, -1, 32)                                 # (out, blocks of 64, 32)
+        return (np.ascontiguousarray(q), (d * scale).reshape(out, -1, 2),
+                (-(dmin * low)).reshape(out, -1, 2))
+    n = out * columns // 256                                                           # Q6_K
+    flat = blocks.reshape(n, size)
+    ql = flat[:, 0:128].reshape(n, 2, 2, 32)
+    qh = flat[:, 128:192].reshape(n, 2, 1, 32)
+    low = np.concatenate([ql & 0x0F, ql >> 4], axis=2)
+    q = (low | ((qh >> np.array([0, 2, 4, 6], np.uint8)[:, None]) & 3) << 4).astype(np.int8) - 32
+    scale = _half(flat, 208).reshape(n, 1) * flat[:, 192:208].view(np.int8).astype(np.float32)
+    return q.reshape(out, -1, 16), scale.reshape(out, -1), None
+
+
+def _panels(x: np.ndarray, rows: int) -> np.ndarray:
+    """(L, out, blocks, ...) as (L, panels, blocks, rows, ...), the last panel padded with zeros."""
+    panels = -(-x.shape[1] // rows)
+    x = np.pad(x, [(0, 0), (0, panels * rows - x.shape[1])] + [(0, 0)] * (x.ndim - 2))
+    return np.ascontiguousarray(x.reshape(x.shape[0], panels, rows, *x.shape[2:]).swapaxes(2, 3))
+
+
+def _unpanel(x: np.ndarray, out: int) -> np.ndarray:
+    """The inverse of :func:`_panels`: (L, out, blocks, ...)."""
+    x = x.swapaxes(2, 3)
+    return x.reshape(x.shape[0], -1, *x.shape[3:])[:, :out]
+
+
 @dataclass(frozen=True)
 class QuantizedMatrices:
     """Matrices (out, in) of one GGML block type stacked over layers, kept quantised.
 
-    ``q``: (L, panels, in / 32, rows per panel, 32) int8 for Q8_0, or (..., 16) uint8 of
-    packed 4-bit values (low nibbles: a block's first 16) for Q4_0/Q4_1; ``scale`` and
-    ``offset`` (L, panels, in / 32, rows per panel) float32 (``offset``: Q4_1's block minimum;
-    None for Q8_0 and Q4_0, whose offset is ``-8 * scale``). Rows past ``out`` (the last
-    panel's padding) have scale and offset 0."""
+    ``q``: (L, panels, in / block, rows per panel, block) int8, or (..., block / 2) uint8 of
+    packed 4-bit values (low nibbles: a block's first half); ``scale`` and ``offset``
+    (L, panels, in / block, rows per panel), with a last axis of 2 (per half block) for Q4_K;
+    ``offset`` None for int8 blocks and for Q4_0 (whose offset is ``-8 * scale``). Rows past
+    ``out`` (the last panel's padding) have scale and offset 0."""
 
     type_name: str
     out_features: int
@@ -54,20 +108,21 @@ class QuantizedMatrices:
         """From each layer's raw GGUF bytes (out, bytes per row) of ``type_name``."""
         if type_name not in TYPES:
             raise TempoError(f"quantised compute supports {', '.join(TYPES)}, not {type_name}")
-        blocks = np.stack([np.asarray(r, np.uint8).reshape(out_features, in_features // BLOCK, -1)
-                           for r in layers])                                    # (L, out, B, bytes)
-        rows = max(1, min(out_features, PANEL_BYTES // 4 // in_features))
-        panels = -(-out_features // rows)
-        pad = panels * rows - out_features
-        blocks = np.pad(blocks, ((0, 0), (0, pad), (0, 0), (0, 0)))
-        blocks = blocks.reshape(len(layers), panels, rows, in_features // BLOCK, -1).swapaxes(2, 3)
-        d = _half(blocks, 0)
-        if type_name == "Q8_0":
-            return cls(type_name, out_features, in_features,
-                       np.ascontiguousarray(blocks[..., 2:34]).view(np.int8), d, None)
-        m = None if type_name == "Q4_0" else _half(blocks, 2)
-        start = 2 if type_name == "Q4_0" else 4
-        return cls(type_name, out_features, in_features, np.ascontiguousarray(blocks[..., start:start + 16]), d, m)
+        parts = [_rows(type_name, raw, out_features, in_features) for raw in layers]
+        offset = None if parts[0][2] is None else np.stack([p[2] for p in parts])
+        return cls.from_rows(type_name, np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts]), offset,
+                             in_features)
+
+    @classmethod
+    def from_rows(cls, type_name: str, q: np.ndarray, scale: np.ndarray, offset, in_features: int):
+        """From the stored form by rows: ``q`` (L, out, blocks, ...), ``scale`` and ``offset``
+        (L, out, blocks[, 2]), cut into equal panels of at most :data:`PANEL_BYTES` of widened
+        weights (the last padded by fewer rows than there are panels)."""
+        out = q.shape[1]
+        panels = -(-out // max(1, min(out, PANEL_BYTES // 4 // in_features)))
+        rows = -(-out // panels)
+        return cls(type_name, out, in_features, _panels(q, rows), _panels(scale, rows),
+                   None if offset is None else _panels(offset, rows))
 
     @classmethod
     def concat(cls, parts: list["QuantizedMatrices"]) -> "QuantizedMatrices | None":
@@ -76,21 +131,21 @@ class QuantizedMatrices:
         first = parts[0]
         if any(p.type_name != first.type_name or p.in_features != first.in_features for p in parts):
             return None
-        layers = [np.concatenate([p.raw_rows(l) for p in parts]) for l in range(first.q.shape[0])]
-        return cls.from_raw(first.type_name, layers, sum(p.out_features for p in parts), first.in_features)
 
-    def raw_rows(self, layer: int) -> np.ndarray:
-        """Layer ``layer``'s rows back in GGUF block bytes (out, bytes per row)."""
-        d = self.scale[layer].astype(np.float16)[..., None].view(np.uint8)
-        parts = [d, self.q[layer].view(np.uint8)]
-        if self.type_name == "Q4_1":
-            parts.insert(1, self.offset[layer].astype(np.float16)[..., None].view(np.uint8))
-        blocks = np.concatenate(parts, axis=-1).swapaxes(1, 2)                  # (panels, rows, B, bytes)
-        return blocks.reshape(-1, blocks.shape[2] * blocks.shape[3])[:self.out_features]
+        def joined(field: str):
+            if getattr(first, field) is None:
+                return None
+            return np.concatenate([_unpanel(getattr(p, field), p.out_features) for p in parts], axis=1)
+
+        return cls.from_rows(first.type_name, joined("q"), joined("scale"), joined("offset"), first.in_features)
 
     @property
     def num_layers(self) -> int:
         return self.q.shape[0]
+
+    @property
+    def block(self) -> int:
+        return BLOCK[self.type_name]
 
     @property
     def nbytes_per_layer(self) -> int:
@@ -102,8 +157,9 @@ class QuantizedMatrices:
         """``x @ W[layer]^T`` for ``x`` (..., in), float32 (..., out), panel by panel."""
         lead = x.shape[:-1]
         rows = np.ascontiguousarray(x, np.float32).reshape(-1, self.in_features)
-        xb = np.ascontiguousarray(rows.reshape(-1, self.in_features // BLOCK, BLOCK).transpose(1, 2, 0))
-        sums = xb.sum(axis=1) if self.type_name != "Q8_0" else None                 # (B, m)
+        xb = np.ascontiguousarray(rows.reshape(-1, self.in_features // self.block, self.block).transpose(1, 2, 0))
+        half = self.block // 2
+        sums = None if self.q.dtype == np.int8 else (xb[:, :half].sum(axis=1), xb[:, half:].sum(axis=1))  # (B, m)
         out = np.empty((self.q.shape[1], self.q.shape[3], rows.shape[0]), np.float32)
         for p in range(self.q.shape[1]):
             out[p] = self._panel(xb, sums, layer, p)
@@ -113,24 +169,39 @@ class QuantizedMatrices:
     def _panel(self, xb: np.ndarray, sums, layer: int, p: int) -> np.ndarray:
         """One panel's outputs (rows, m): its blocks' dot products, then the scales applied."""
         q, d = self.q[layer, p], self.scale[layer, p]
-        if self.type_name == "Q8_0":
-            dots = np.matmul(q.astype(np.float32), xb)                             # (B, rows, m)
-        else:
-            half = BLOCK // 2
-            dots = np.matmul((q & 0x0F).astype(np.float32), xb[:, :half])
-            dots += np.matmul((q >> 4).astype(np.float32), xb[:, half:])
-        dots *= d[:, :, None]
-        y = dots.sum(axis=0)
-        if self.type_name != "Q8_0":
-            y += (-8 * d if self.offset is None else self.offset[layer, p]).T @ sums
-        return y
+        if sums is None:                                                              # int8 blocks
+            dots = np.matmul(q.astype(np.float32), xb)                                # (B, rows, m)
+            dots *= d[:, :, None]
+            return dots.sum(axis=0)
+        half = self.block // 2
+        low = np.matmul((q & 0x0F).astype(np.float32), xb[:, :half])
+        high = np.matmul((q >> 4).astype(np.float32), xb[:, half:])
+        if d.ndim == 2:                                                               # one scale per block
+            low += high
+            low *= d[:, :, None]
+            m = -8 * d if self.offset is None else self.offset[layer, p]
+            return low.sum(axis=0) + m.T @ (sums[0] + sums[1])
+        low *= d[:, :, 0, None]                                                       # Q4_K: one per half
+        high *= d[:, :, 1, None]
+        low += high
+        m = self.offset[layer, p]
+        return low.sum(axis=0) + m[:, :, 0].T @ sums[0] + m[:, :, 1].T @ sums[1]
 
     def dequantized_stack(self) -> np.ndarray:
         """Every layer's matrix dequantised and transposed: float32 (L, in, out)."""
         return np.stack([self.dequantize(layer).T for layer in range(self.num_layers)])
 
     def dequantize(self, layer: int) -> np.ndarray:
-        """Layer ``layer``'s matrix (out, in) as float32 (to check the products against)."""
-        from tempo.llm.quants import dequantize
-
-        return dequantize(self.raw_rows(layer), self.type_name, self.in_features)
+        """Layer ``layer``'s matrix (out, in) as float32 from the stored form."""
+        q = _unpanel(self.q[layer:layer + 1], self.out_features)[0]
+        d = _unpanel(self.scale[layer:layer + 1], self.out_features)[0]
+        if q.dtype == np.int8:
+            return (d[..., None] * q).reshape(self.out_features, self.in_features)
+        values = np.stack([q & 0x0F, q >> 4], axis=2).astype(np.float32)             # (out, B, 2, half)
+        d = d[..., None, None] if d.ndim == 2 else d[..., None]
+        if self.offset is None:
+            m = -8 * d
+        else:
+            m = _unpanel(self.offset[layer:layer + 1], self.out_features)[0]
+            m = m[..., None, None] if m.ndim == 2 else m[..., None]
+        return (d * values + m).reshape(self.out_features, self.in_features)

@@ -29,6 +29,7 @@ one.
 """
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass
 from typing import Callable
@@ -370,7 +371,10 @@ def _fuse(sdg: SDG, island: list[int], ins: dict[int, list[Edge]], outs: dict[in
 
 
 def _topological(island: list[int], ins: dict[int, list[Edge]]) -> list[int]:
-    """The island's members, each after the members it reads (Kahn's algorithm)."""
+    """The island's members, each after the members it reads (Kahn's algorithm), the earliest
+    built first among those ready: the program's own order, so that a chain written to finish
+    before the next starts (a prefill's attention block by block) runs that way and its values
+    die before the next chain's are made."""
     members = set(island)
     waiting = {m: {e.src for e in ins[m] if e.src in members} for m in island}
     readers: dict[int, list[int]] = {m: [] for m in island}
@@ -378,12 +382,13 @@ def _topological(island: list[int], ins: dict[int, list[Edge]]) -> list[int]:
         for s in srcs:
             readers[s].append(m)
     ready = [m for m in island if not waiting[m]]
+    heapq.heapify(ready)
     order = []
     while ready:
-        m = ready.pop(0)
+        m = heapq.heappop(ready)
         order.append(m)
         for r in readers[m]:
             waiting[r].discard(m)
             if not waiting[r]:
-                ready.append(r)
+                heapq.heappush(ready, r)
     return order

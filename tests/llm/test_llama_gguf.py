@@ -165,3 +165,34 @@ def test_a_gguf_file_without_vocabulary_decodes_ids_and_refuses_text(tmp_path, c
         model.chat([{"role": "user", "content": "hi"}])
     assert main(["generate", "--model", str(path), "--prompt", "hello"]) == 1
     assert "has no tokenizer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["hello hello", "hello world", " hello", "hellö héllo, ¿ok?", "say </s> then <s>hello",
+                                  "two  spaces\nand a line"])
+def test_gguf_sentencepiece_tokenizer_encodes_as_transformers(tmp_path, text):
+    """A llama (SentencePiece-style) vocabulary with scores and byte tokens: the pieces its
+    scores merge, bytes for what it lacks, control tokens whole, a space before the text."""
+    tokens, _, _ = tiny_gguf.spm_vocabulary()
+    path = tmp_path / "m.gguf"
+    tiny_gguf.write(path, hf_tiny(vocab_size=len(tokens)), "F32", tokenizer="llama", template=None)
+    model = tpo.llm.Llama.from_pretrained(str(path))
+    reference = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="m.gguf")
+    ids = model.tokenizer.encode(text, add_special_tokens=False).ids
+    assert ids == reference.encode(text, add_special_tokens=False)
+    assert model.tokenizer.decode(ids, skip_special_tokens=False) == reference.decode(ids)
+    assert model.tokenizer.encode(text).ids == reference.encode(text) == [tokens.index("<s>")] + ids
+    if text == "hello hello":
+        assert ids == [tokens.index("\u2581hello")] * 2
+    if "ö" in text:
+        assert tokens.index("<0xC3>") in ids
+
+
+def test_gguf_tokenizer_without_scores_or_merges_or_of_another_model_is_an_error(tmp_path):
+    from tempo.llm.tokenizer import gguf_tokenizer
+
+    tokens, _, types = tiny_gguf.spm_vocabulary()
+    with pytest.raises(TempoError, match="tokenizer.ggml.scores"):
+        gguf_tokenizer({"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.model": "llama",
+                        "tokenizer.ggml.token_type": types}, "m.gguf")
+    with pytest.raises(TempoError, match="unsupported tokenizer tokenizer.ggml.model='t5'"):
+        gguf_tokenizer({"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.model": "t5"}, "m.gguf")

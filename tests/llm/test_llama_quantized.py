@@ -1,4 +1,5 @@
-"""Products computed from weights kept quantised (Q8_0, Q4_0, Q4_1) against the dequantised float32 ones."""
+"""Products computed from weights kept quantised (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) against gguf's dequantised
+float32 weights."""
 from __future__ import annotations
 
 import gguf
@@ -10,44 +11,52 @@ from hypothesis import strategies as st
 
 import tempo as tpo
 from tempo.llm.quantized import QuantizedMatrices
-from tempo.llm.quants import dequantize
 
 import tiny_gguf
 from test_llama_gguf import PROMPT, hf_tiny
 
-TYPES = ["Q8_0", "Q4_0", "Q4_1"]
+TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"]
+BLOCK = {"Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q4_K": 256, "Q6_K": 256}     # weights per GGML block
 
 
 def quantized(type_name: str, layers: int, out: int, inputs: int, seed: int = 0):
+    """Random matrices in ``type_name``: gguf quantizes the 32-blocks; K-quant blocks are random
+    bytes with small float16 scales (``tiny_gguf.encode``)."""
     rng = np.random.default_rng(seed)
-    raw = [gguf_quants.quantize(rng.standard_normal((out, inputs)).astype(np.float32),
-                                gguf.GGMLQuantizationType[type_name]) for _ in range(layers)]
+    raw = [tiny_gguf.encode(rng.standard_normal((out, inputs)).astype(np.float32), type_name, rng)[0]
+           for _ in range(layers)]
     return raw, QuantizedMatrices.from_raw(type_name, raw, out, inputs)
 
 
-@settings(max_examples=20, deadline=None)
-@given(type_name=st.sampled_from(TYPES), out=st.integers(1, 600), blocks=st.integers(1, 40),
+@settings(max_examples=30, deadline=None)
+@given(type_name=st.sampled_from(TYPES), out=st.integers(1, 600), blocks=st.integers(1, 6),
        lead=st.lists(st.integers(1, 5), min_size=1, max_size=3), layer=st.integers(0, 1))
 def test_quantised_product_equals_the_dequantised_float32_one(type_name, out, blocks, lead, layer):
-    """Any output count (the last panel padded), input size, leading axes and layer."""
-    raw, matrices = quantized(type_name, 2, out, 32 * blocks)
-    np.testing.assert_array_equal(matrices.raw_rows(layer), raw[layer])
-    x = np.random.default_rng(1).standard_normal((*lead, 32 * blocks)).astype(np.float32)
-    expected = x @ dequantize(raw[layer], type_name, 32 * blocks).T
+    """Any output count (the last panel padded), input size, leading axes and layer; the stored
+    form holds gguf's own dequantisation of the file's bytes."""
+    inputs = BLOCK[type_name] * blocks * (1 if BLOCK[type_name] == 256 else 5)
+    raw, matrices = quantized(type_name, 2, out, inputs)
+    weights = gguf_quants.dequantize(raw[layer], gguf.GGMLQuantizationType[type_name])
+    np.testing.assert_allclose(matrices.dequantize(layer), weights, rtol=1e-6, atol=1e-6 * np.abs(weights).max())
+    x = np.random.default_rng(1).standard_normal((*lead, inputs)).astype(np.float32)
+    expected = x @ weights.T
     got = matrices.matmul(x, layer)
     assert got.shape == (*lead, out) and got.dtype == np.float32
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4 * np.abs(expected).max())
 
 
 @pytest.mark.parametrize("type_name, ratio", [("Q8_0", (1 + 4 / 32) / 4), ("Q4_0", (0.5 + 4 / 32) / 4),
-                                              ("Q4_1", (0.5 + 8 / 32) / 4)])
+                                              ("Q4_1", (0.5 + 8 / 32) / 4), ("Q4_K", (0.5 + 8 / 32) / 4),
+                                              ("Q6_K", (1 + 4 / 16) / 4)])
 def test_quantised_matrices_read_fewer_bytes(type_name, ratio):
-    """The bytes a product reads: the values and float32 block scales, against float32 weights."""
+    """The bytes a product reads: the values and float32 block scales, against float32 weights
+    (Q4_K: a scale and an offset per 32; Q6_K: its 6-bit values as int8, a scale per 16)."""
     _, matrices = quantized(type_name, 3, 192, 256)
     assert matrices.nbytes_per_layer == pytest.approx(192 * 256 * 4 * ratio, rel=0.01)
 
 
-@pytest.mark.parametrize("type_name, tied", [("Q8_0", False), ("Q4_1", True),
+@pytest.mark.parametrize("type_name, tied", [("Q8_0", False), ("Q4_1", True), ("Q4_K", False),
+                                             pytest.param("Q6_K", True, marks=pytest.mark.slow),
                                              pytest.param("Q4_0", False, marks=pytest.mark.slow)])
 def test_a_model_computing_from_quantised_weights_decodes_as_the_dequantised_one(tmp_path, type_name, tied):
     """Every matrix quantised, the output head too (the embedding's, when tied)."""
@@ -62,10 +71,3 @@ def test_a_model_computing_from_quantised_weights_decodes_as_the_dequantised_one
     ids = plain.generate(PROMPT, max_new_tokens=8)
     np.testing.assert_array_equal(packed.generate(PROMPT, max_new_tokens=8), ids)
     np.testing.assert_allclose(packed.logits(ids), plain.logits(ids), atol=1e-4, rtol=1e-4)
-
-
-def test_k_quant_matrices_are_dequantised_even_when_quantised_compute_is_asked(tmp_path):
-    path = tmp_path / "m.gguf"
-    tiny_gguf.write(path, hf_tiny(), "Q6_K")
-    model = tpo.llm.Llama.from_pretrained(str(path), quantized=True)
-    assert all(isinstance(v, np.ndarray) and v.dtype == np.float32 for v in model.weights.layers.values())

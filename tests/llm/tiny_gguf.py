@@ -31,6 +31,20 @@ def vocabulary() -> tuple[list[str], list[int]]:
     return tokens, types
 
 
+# a SentencePiece-style vocabulary (tokenizer.ggml.model "llama"): <unk>, <s>, </s>, the 256 byte
+# tokens, then pieces with scores (a higher score merges first); the model's vocabulary is its size
+SPM_PIECES = [("▁", -1.0), ("h", -2.0), ("e", -3.0), ("l", -4.0), ("o", -5.0), ("▁h", -6.0),
+              ("▁he", -7.0), ("ll", -8.0), ("llo", -9.0), ("▁hello", -10.0)]
+
+
+def spm_vocabulary() -> tuple[list[str], list[float], list[int]]:
+    """Tokens, scores and GGUF token types (2 unknown, 3 control, 6 byte, 1 normal) of :data:`SPM_PIECES`."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + [p for p, _ in SPM_PIECES]
+    scores = [0.0] * 259 + [score for _, score in SPM_PIECES]
+    types = [2, 3, 3] + [6] * 256 + [1] * len(SPM_PIECES)
+    return tokens, scores, types
+
+
 def permute_rows(w: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's converter order of a query or key matrix's rows (what the loader undoes)."""
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -52,10 +66,12 @@ def encode(w: np.ndarray, type_name: str, rng) -> tuple[np.ndarray, Q | None]:
 
 
 def write(path, hf_model, type_name: str = "F32", arch: str = "llama", name: str = "tiny llama",
-          template: str | None = CHATML, tokenizer: bool = True, seed: int = 0,
+          template: str | None = CHATML, tokenizer: bool | str = True, seed: int = 0,
           head_override=None, embed_type: str = "F32") -> None:
     """``hf_model``'s config and weights as a GGUF file at ``path``, matrices in ``type_name``,
-    the embedding in ``embed_type``, norms in F32. ``head_override(head)`` may change the output head."""
+    the embedding in ``embed_type``, norms in F32. ``head_override(head)`` may change the output head.
+    ``tokenizer``: True (byte-level BPE), ``"llama"`` (SentencePiece-style: :func:`spm_vocabulary`)
+    or False (none)."""
     rng = np.random.default_rng(seed)
     c = hf_model.config
     heads, kv_heads = c.num_attention_heads, c.num_key_value_heads
@@ -71,7 +87,16 @@ def write(path, hf_model, type_name: str = "F32", arch: str = "llama", name: str
     writer.add_rope_freq_base(float(getattr(c, "rope_theta", None) or c.rope_parameters["rope_theta"]))
     writer.add_rope_dimension_count(c.hidden_size // heads)
     writer.add_vocab_size(c.vocab_size)
-    if tokenizer:
+    if tokenizer == "llama":
+        tokens, scores, types = spm_vocabulary()
+        writer.add_tokenizer_model("llama")
+        writer.add_token_list(tokens)
+        writer.add_token_scores(scores)
+        writer.add_token_types(types)
+        writer.add_unk_token_id(0)
+        writer.add_bos_token_id(1)
+        writer.add_eos_token_id(2)
+    elif tokenizer:
         tokens, types = vocabulary()
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre("default")

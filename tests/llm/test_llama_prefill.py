@@ -1,0 +1,103 @@
+"""The prompt's attention in blocks of query rows (chunked prefill) against transformers, and its
+memory: the scores held at once grow with the chunk times the prompt, not the prompt squared."""
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+
+import tempo as tpo
+from tempo.errors import TempoError
+from tempo.llm import program as program_mod
+from tempo.llm.sampling import Sampling
+
+IDS = np.random.default_rng(4).integers(0, 160, (2, 23)).astype(np.int64)
+
+
+def hf_logits(model, ids: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.tensor(ids)).logits.numpy()
+
+
+@pytest.mark.parametrize("variant, chunk", [("llama_gqa", 5), ("llama_gqa", 8),
+                                            ("llama_gqa", 23), ("mistral_window", 4), ("mistral_window", 9)])
+def test_chunked_prefill_logits_match_transformers(checkpoint, variant, chunk):
+    """Chunks that do and do not divide the prompt, shorter and longer than the window (6)."""
+    folder, hf = checkpoint(variant)
+    model = tpo.llm.Llama.from_pretrained(folder)
+    np.testing.assert_allclose(model.logits(IDS, prefill_chunk=chunk), hf_logits(hf, IDS), atol=1e-4, rtol=1e-4)
+
+
+def test_chunked_prefill_then_decoding_gives_the_same_tokens(checkpoint):
+    folder, _ = checkpoint("mistral_window")
+    model = tpo.llm.Llama.from_pretrained(folder)
+    whole = model.generate(IDS, max_new_tokens=8, prefill_chunk=64)
+    np.testing.assert_array_equal(model.generate(IDS, max_new_tokens=8, prefill_chunk=3), whole)
+
+
+def largest_value(prompt_len: int, chunk: int) -> int:
+    """The most elements of any one value the prefill's attention makes (batch 1, 2 heads, hd 8)."""
+    with tpo.Context() as ctx:
+        q = tpo.from_numpy(np.zeros((1, prompt_len, 1, 2, 8), np.float32))
+        kv = tpo.from_numpy(np.zeros((1, prompt_len, 1, 8), np.float32))
+        assert program_mod.prompt_attention(q, kv, kv, None, 1.0, chunk).shape == (1, prompt_len, 16)
+        return max(int(np.prod(shape)) for node in ctx.sdg.nodes.values() for shape in node.shapes)
+
+
+def test_prefill_scores_grow_with_chunk_times_prompt():
+    assert largest_value(256, 256) == 2 * 256 * 256                  # batch x heads x P x P
+    assert 2 * 32 * 224 <= largest_value(256, 32) <= 2 * 32 * 256   # x chunk x P
+
+
+def peak_bytes(prompt_len: int, chunk: int) -> int:
+    """The peak of the allocations traced while a compiled prefill runs (NumPy's included)."""
+    config = tpo.llm.LlamaConfig(vocab_size=32, hidden_size=64, intermediate_size=64, num_layers=1,
+                                 num_heads=8, num_kv_heads=8, head_dim=8, max_positions=512)
+    model = tpo.llm.Llama.random(config)
+    ids = np.random.default_rng(0).integers(0, 32, (1, prompt_len))
+    with tpo.Context() as ctx:
+        dp = program_mod.build(config, model.weights, ids, model.default_attention(), Sampling(),
+                               prefill_chunk=chunk)
+        program = ctx.compile(fetch=[dp.tokens])
+    tracemalloc.start()
+    program.run(dp.bounds(1, 1))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.slow      # three programs of 8 to 16 blocks compiled
+def test_prefill_memory_follows_the_chunk():
+    """Running the prefill, the peak of NumPy's allocations: 8 heads x 256^2 scores are 2.1 MB;
+    in chunks of 32 rows 0.26 MB at most, and twice the prompt takes about twice the memory
+    (each block's values die before the next block's are made), not four times."""
+    whole, chunked, longer = peak_bytes(256, 256), peak_bytes(256, 32), peak_bytes(512, 32)
+    assert whole > 8 * 256 * 256 * 4
+    assert chunked < whole / 3
+    assert longer < 2.5 * chunked
+
+
+def test_bad_prefill_chunk_is_an_error():
+    config = tpo.llm.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1,
+                                 num_heads=2, num_kv_heads=1, head_dim=8, max_positions=64)
+    with pytest.raises(TempoError, match="prefill_chunk"):
+        tpo.llm.Llama.random(config).generate(np.array([[1, 2]]), 2, prefill_chunk=0)
+
+
+def test_window_decoding_reads_only_the_prompt_rows_a_window_reaches(checkpoint):
+    """With a window of 6 after a prompt of 23, a decoding step scores the prompt's last 5 rows
+    (none of its nodes has the prompt's length), and its logits are transformers'."""
+    folder, hf = checkpoint("mistral_window")
+    model = tpo.llm.Llama.from_pretrained(folder)
+    new = 10
+    ids = model.generate(IDS, max_new_tokens=new)
+    with tpo.Context() as ctx:
+        dp = program_mod.build(model.config, model.weights, IDS, model.default_attention(), Sampling())
+        t = dp.positions[0]
+        assert not any(IDS.shape[1] in shape for node in ctx.sdg.nodes.values() if t in node.domain
+                       for shape in node.shapes)
+        (logits,) = ctx.run(bounds=dp.bounds(model.config.num_layers, new), fetch=[dp.logits])
+    np.testing.assert_allclose(logits[:new - 1].transpose(1, 0, 2), hf_logits(hf, ids)[:, 23:23 + new - 1],
+                               atol=1e-4, rtol=1e-4)
