@@ -10,8 +10,12 @@ environment dynamics (``tempo/Synthetic-v0``):
   ``lax.scan``) backends;
 - ``cleanrl``: ``benchmarks/baselines/cleanrl_*.py`` (eager PyTorch, stored
   batch, replayed forward and backward);
-- ``purejaxrl``: ``benchmarks/baselines/purejaxrl_*.py`` (one ``jax.jit``-ed
-  function per iteration, acting under ``lax.scan``).
+- ``purejaxrl``: ``benchmarks/baselines/purejaxrl_{ppo,reinforce}.py`` (one ``jax.jit``-ed
+  function per iteration, acting under ``lax.scan``);
+- ``purejaxrl-whole``: ``benchmarks/baselines/purejaxrl_whole_*.py`` (the
+  whole run, every iteration, one ``jax.jit``-ed program: a ``lax.scan`` over
+  the updates, as PureJaxRL's own code compiles it; its iterations' seconds
+  are the run's divided evenly among them).
 
 The default point is TEMPO's (3x4x4 observations, 512 environments, episodes
 of 250 steps, actor and critic MLPs with 2 hidden layers of 64, one update
@@ -25,7 +29,8 @@ contend for the cores and make every system slow and noisy). Reported per
 system: compile seconds (Tempo: every pass, analysis, scheduling, AST; JAX:
 the ahead-of-time compile), the first iteration's seconds (from the end of
 compilation), the steady state (the median seconds of the later
-iterations), the speed-up over the slowest system, the peak RSS, and Tempo's
+iterations), the same in the worker's process CPU seconds (read at the same
+marks), the speed-up over the slowest system, the peak RSS, and Tempo's
 kernel launches per iteration, counted by a wrapper around the backend's
 kernels that also times the iterations. ``--clock cpu`` makes every timing
 read the worker's process CPU seconds instead of wall seconds (steadier when
@@ -66,9 +71,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASELINES = os.path.join(ROOT, "benchmarks", "baselines")
 TEMPO_BACKENDS = {"tempo-numpy": "numpy", "tempo-torch": "torch", "tempo-jax": "jax"}  # system -> backend
-SYSTEMS = (*TEMPO_BACKENDS, "cleanrl", "purejaxrl")
+BASELINES_MODULES = {"cleanrl": "cleanrl", "purejaxrl": "purejaxrl",  # system -> its baselines' module prefix
+                     "purejaxrl-whole": "purejaxrl_whole"}
+SYSTEMS = (*TEMPO_BACKENDS, *BASELINES_MODULES)
 LABELS = {"tempo-numpy": "Tempo (NumPy)", "tempo-torch": "Tempo (torch)", "tempo-jax": "Tempo (JAX)",
-          "cleanrl": "CleanRL-style (torch)", "purejaxrl": "PureJaxRL-style (JAX)"}
+          "cleanrl": "CleanRL-style (torch)", "purejaxrl": "PureJaxRL-style (JAX)",
+          "purejaxrl-whole": "PureJaxRL whole-run"}
 ALGOS = ("ppo", "reinforce")
 
 
@@ -322,7 +330,7 @@ def learning_step(algo: str, point: Point, seed: int, iterations: int = 3) -> di
 
 def run_baseline(system: str, algo: str, point: Point, iterations: int, seed: int) -> dict:
     sys.path.insert(0, BASELINES)
-    module = importlib.import_module(f"{system}_{algo}")
+    module = importlib.import_module(f"{BASELINES_MODULES[system]}_{algo}")
     fields = dict(seed=seed, iterations=iterations, envs=point.envs, steps=point.steps, obs_shape=point.obs_shape,
                   hidden=point.hidden, layers=point.layers)
     if algo == "ppo":
@@ -330,26 +338,43 @@ def run_baseline(system: str, algo: str, point: Point, iterations: int, seed: in
     return module.main(module.Args(**fields))
 
 
-def measure(system: str, algo: str, point: Point, iterations: int, seed: int) -> dict:
-    """One training run: compile, first iteration and steady-state seconds, and what the system reports."""
+def measure(system: str, algo: str, point: Point, iterations: int, seed: int, cpu_at: dict) -> dict:
+    """One training run: compile, first iteration and steady-state seconds (wall, and process CPU from
+    ``cpu_at``: each mark's CPU seconds), and what the system reports."""
     run = ((lambda *a: run_tempo(TEMPO_BACKENDS[system], *a)) if system in TEMPO_BACKENDS
            else lambda *a: run_baseline(system, *a))
     out = run(algo, point, iterations, seed)
     start, ends = out.pop("start"), out.pop("ends")
-    seconds = [ends[0] - start] + [b - a for a, b in zip(ends, ends[1:])]
-    out.update(first_iteration_s=seconds[0], iterations_s=seconds,
-               iteration_s=statistics.median(seconds[1:]) if len(seconds) > 1 else None,
-               peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    cpu_marks = ([out.pop("start_cpu"), *out.pop("ends_cpu")] if "ends_cpu" in out  # a system's own CPU marks
+                 else [cpu_at[m] for m in (start, *ends)])
+    for suffix, marks in (("", [start, *ends]), ("_cpu", cpu_marks)):
+        seconds = [b - a for a, b in zip(marks, marks[1:])]
+        out.update({f"first_iteration{suffix}_s": seconds[0], f"iterations{suffix}_s": seconds,
+                    f"iteration{suffix}_s": statistics.median(seconds[1:]) if len(seconds) > 1 else None})
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
+
+
+def marking_clock(read_wall, read_cpu, cpu_at: dict):
+    """A ``time.perf_counter`` that notes the process CPU seconds at each reading (``cpu_at[reading]``):
+    every system marks its iterations with ``time.perf_counter``, so both clocks see the same marks."""
+    def clock() -> float:
+        now = read_wall()
+        cpu_at[now] = read_cpu()
+        return now
+
+    return clock
 
 
 def worker(spec: dict, out_path: str) -> None:
     if spec["system"] == "learning-step":
         result = learning_step(spec["algo"], Point(**spec["point"]), spec["seed"])
     else:
-        if spec.get("clock") == "cpu":  # every system's own timer reads the process's CPU seconds
-            time.perf_counter = time.process_time
-        result = measure(spec["system"], spec["algo"], Point(**spec["point"]), spec["iterations"], spec["seed"])
+        cpu_at: dict = {}
+        wall = time.process_time if spec.get("clock") == "cpu" else time.perf_counter  # what every timer reads
+        time.perf_counter = marking_clock(wall, time.process_time, cpu_at)
+        result = measure(spec["system"], spec["algo"], Point(**spec["point"]), spec["iterations"], spec["seed"],
+                         cpu_at)
     with open(out_path, "w") as f:
         json.dump(result, f)
 
@@ -417,20 +442,38 @@ def speedups(systems: dict) -> dict:
     return {s: slowest / t for s, t in times.items()}
 
 
+def tempo_ratios(systems: dict) -> list[str]:
+    """Lines saying how many times faster Tempo's fastest backend is than each PureJaxRL-style loop,
+    in wall and in process CPU seconds per steady-state iteration."""
+    tempo = {s: r for s, r in systems.items() if s in TEMPO_BACKENDS and r.get("iteration_s")}
+    if not tempo:
+        return []
+    best = min(tempo, key=lambda s: tempo[s]["iteration_s"])
+    lines = []
+    for other in ("purejaxrl", "purejaxrl-whole"):
+        r = systems.get(other, {})
+        if r.get("iteration_s") and r.get("iteration_cpu_s"):
+            lines.append(f"{LABELS[best]} against {LABELS[other]}: {r['iteration_s'] / tempo[best]['iteration_s']:.2f}x "
+                         f"wall, {r['iteration_cpu_s'] / tempo[best]['iteration_cpu_s']:.2f}x process CPU")
+    return lines
+
+
 def print_table(algo: str, title: str, systems: dict) -> None:
     print(f"\n{algo.upper()} {title}")
-    print(f"{'system':<24} {'compile s':>10} {'first s':>9} {'s/iter':>9} {'speed-up':>9} {'launches/iter':>14} "
-          f"{'peak MB':>8}")
+    print(f"{'system':<24} {'compile s':>10} {'first s':>9} {'s/iter':>9} {'CPU s/iter':>11} {'speed-up':>9} "
+          f"{'launches/iter':>14} {'peak MB':>8}")
     ups = speedups(systems)
     for system, r in systems.items():
         if "skipped" in r:
             print(f"{LABELS[system]:<24} skipped: {r['skipped']}")
             continue
         launches = r.get("launches_per_iteration")
-        steady = r["iteration_s"]
+        steady, cpu = (r[k] if r[k] is not None else float("nan") for k in ("iteration_s", "iteration_cpu_s"))
         print(f"{LABELS[system]:<24} {r['compile_s']:>10.2f} {r['first_iteration_s']:>9.3f} "
-              f"{steady if steady is not None else float('nan'):>9.3f} {ups.get(system, float('nan')):>8.2f}x "
+              f"{steady:>9.3f} {cpu:>11.3f} {ups.get(system, float('nan')):>8.2f}x "
               f"{launches[-1] if launches else '-':>14} {r['peak_rss_mb']:>8.0f}")
+    for line in tempo_ratios(systems):
+        print(line)
     tempo = next((systems[s] for s in TEMPO_BACKENDS if "compile_stages" in systems.get(s, {})), None)
     if tempo is not None:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in tempo["compile_stages"].items())
