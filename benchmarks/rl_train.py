@@ -176,14 +176,16 @@ def _example(name: str):
     return module
 
 
-def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int) -> dict:
-    """Train with the example program; its compile is probed for the stage timings and the backend wrapped.
+def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int, profile: bool = False) -> dict:
+    """Train with the example program; its compile is probed for the stage timings and the backend wrapped
+    (``profile``: its run is profiled too, :meth:`tempo.api.compile.Program.profile`).
 
     The program runs ``iterations + 1`` iterations and the last is left out:
     nothing reads the parameters after the last update, so the last
     iteration acts and reports but does not learn.
     """
     from tempo.api import compile as compile_mod
+    from tempo.runtime.profile import Profiler, loop_dim
 
     module = _example(algo)
     every = point.epochs if algo == "ppo" else 1
@@ -197,6 +199,10 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int)
     def probed(*args, **kwargs):
         program = compile_program(*args, **kwargs)
         program.backend = LaunchProbe(program.backend, every)
+        if profile:
+            profiler = program.profiler = Profiler(loop_dim(program.sdg, program.plan_for().main_loop))
+            run = program.run
+            program.run = lambda bounds, stores="auto": run(bounds, stores, profiler=profiler)
         programs.append((program, time.perf_counter()))
         return program
 
@@ -210,7 +216,13 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int)
     ends = [probe.ends[k] for k in range(iterations)]
     stages = {k: v for k, v in program.timings.items() if k != "run"}
     per_iteration = [probe.launches[k] for k in range(iterations)]
-    return {"returns": summary["returns"][:iterations], "losses": [], "compile_s": sum(stages.values()),
+    profiled = {}
+    if profile:
+        found = program.profiler.finish()
+        profiled = {"profile": {kind: list(row) for kind, row in found.per_iteration().items()},
+                    "profiled_launches": found.launches(), "profiled_host_us": found.host_us(),
+                    "profile_table": str(found)}
+    return {**profiled, "returns": summary["returns"][:iterations], "losses": [], "compile_s": sum(stages.values()),
             "compile_stages": stages, "start": compiled_at, "ends": ends, "launches_per_iteration": per_iteration,
             "launches_outside_iterations": probe.launches[None], "nodes": len(program.sdg.nodes)}
 
@@ -338,10 +350,11 @@ def run_baseline(system: str, algo: str, point: Point, iterations: int, seed: in
     return module.main(module.Args(**fields))
 
 
-def measure(system: str, algo: str, point: Point, iterations: int, seed: int, cpu_at: dict) -> dict:
+def measure(system: str, algo: str, point: Point, iterations: int, seed: int, cpu_at: dict,
+            profile: bool = False) -> dict:
     """One training run: compile, first iteration and steady-state seconds (wall, and process CPU from
-    ``cpu_at``: each mark's CPU seconds), and what the system reports."""
-    run = ((lambda *a: run_tempo(TEMPO_BACKENDS[system], *a)) if system in TEMPO_BACKENDS
+    ``cpu_at``: each mark's CPU seconds), and what the system reports (``profile``: Tempo's profile)."""
+    run = ((lambda *a: run_tempo(TEMPO_BACKENDS[system], *a, profile=profile)) if system in TEMPO_BACKENDS
            else lambda *a: run_baseline(system, *a))
     out = run(algo, point, iterations, seed)
     start, ends = out.pop("start"), out.pop("ends")
@@ -374,7 +387,7 @@ def worker(spec: dict, out_path: str) -> None:
         wall = time.process_time if spec.get("clock") == "cpu" else time.perf_counter  # what every timer reads
         time.perf_counter = marking_clock(wall, time.process_time, cpu_at)
         result = measure(spec["system"], spec["algo"], Point(**spec["point"]), spec["iterations"], spec["seed"],
-                         cpu_at)
+                         cpu_at, spec.get("profile", False))
     with open(out_path, "w") as f:
         json.dump(result, f)
 
@@ -403,10 +416,10 @@ def thread_env(threads: int) -> dict:
 
 
 def run_point(system: str, algo: str, point: Point, iterations: int, seed: int, timeout: float,
-              threads: int, clock: str = "wall") -> dict:
+              threads: int, clock: str = "wall", profile: bool = False) -> dict:
     """``measure`` in a fresh process; ``{"skipped": why}`` if it runs past ``timeout`` seconds or fails."""
     spec = {"system": system, "algo": algo, "point": dataclasses.asdict(point), "iterations": iterations,
-            "seed": seed, "clock": clock}
+            "seed": seed, "clock": clock, "profile": profile}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         started = time.perf_counter()
@@ -576,6 +589,9 @@ def main() -> None:
     p.add_argument("--learning-step", action="store_true",
                    help="also count the FLOPs of Tempo's learning step, time it on JAX and measure this CPU's "
                         "matrix-product peak")
+    p.add_argument("--profile", action="store_true",
+                   help="also run each Tempo system once more under program.profile() and report its launches "
+                        "and host microseconds per iteration by statement kind (that run is not timed)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny sizes and 3 iterations: a smoke test")
     p.add_argument("--out", default="benchmarks/results/rl_train.json")
@@ -595,11 +611,19 @@ def main() -> None:
     if min(iterations.values()) < 2:
         p.error("--iterations and --tempo-iterations must be at least 2: the first iteration is reported apart")
 
+    def timed(s, algo, point):
+        """``s`` at ``point``, and with --profile a profiled run of a Tempo system beside it."""
+        out = run_point(s, algo, point, iterations[s], args.seed, args.max_seconds, args.threads, args.clock)
+        if args.profile and s in TEMPO_BACKENDS and "skipped" not in out:
+            profiled = run_point(s, algo, point, iterations[s], args.seed, args.max_seconds, args.threads,
+                                 profile=True)
+            out.update({k: v for k, v in profiled.items() if k.startswith("profile")})
+            print(f"{LABELS[s]} at {point}:\n{profiled.get('profile_table', profiled.get('skipped'))}")
+        return out
+
     results = []
     for algo in args.algo:
-        default = {s: run_point(s, algo, base, iterations[s], args.seed, args.max_seconds, args.threads,
-                             args.clock)
-                   for s in args.systems}
+        default = {s: timed(s, algo, base) for s in args.systems}
         results.append({"algo": algo, "sweep": "default", "value": None, "point": dataclasses.asdict(base),
                         "systems": default})
         print_table(algo, f"default point {base}", default)
@@ -619,8 +643,7 @@ def main() -> None:
                     elif guess is not None and guess > args.max_seconds:
                         row[s] = {"skipped": f"predicted {guess:.0f} s > --max-seconds ({args.max_seconds:.0f} s)"}
                     else:
-                        row[s] = run_point(s, algo, point, iterations[s], args.seed, args.max_seconds,
-                                           args.threads, args.clock)
+                        row[s] = timed(s, algo, point)
                     if point != base:
                         measured[s].append((value, row[s]))
                 results.append({"algo": algo, "sweep": sweep, "value": value, "point": dataclasses.asdict(point),
