@@ -115,8 +115,12 @@ class LaunchProbe:
     A launch belongs to the iteration ``env["i"] // every`` of its point
     (``every``: PPO's updates per batch), or to ``None`` (run once, outside
     the iterations). A loop the backend runs whole (``device_loop``) is one
-    launch of the iteration of the kernel launch after it. Everything but
-    ``kernel`` and ``device_loop`` is the wrapped backend's.
+    launch of the iteration of the kernel launch after it; a loop over the
+    iterations run whole (one with nested loops) is waited for, and its
+    iterations end evenly between the end of XLA's compile and the last
+    sink call after the launch (``chunks``: start, compile seconds, end and
+    iterations of each launch). Everything but ``kernel`` and ``device_loop``
+    is the wrapped backend's.
     """
 
     def __init__(self, backend, every: int = 1):
@@ -124,6 +128,21 @@ class LaunchProbe:
         self.launches: collections.Counter = collections.Counter()
         self.ends: dict[int, float] = {}
         self.pending = 0  # compiled loops launched since the latest kernel launch
+        self.ends_cpu: dict[int, float] = {}  # the same marks in process CPU seconds
+        self.chunks: list[tuple[tuple[float, float], tuple[float, float], tuple[float, float], int]] = []
+
+    def iteration_ends(self, iterations: int) -> tuple[list[float], list[float]]:
+        """When each of the first ``iterations`` iterations ended, in wall and in process CPU seconds."""
+        ends, ends_cpu, done = dict(self.ends), dict(self.ends_cpu), 0
+        for start, compile_s, end, trips in self.chunks:
+            keys = [(done + k) // self.every for k in range(trips)]
+            for clock, marks, out in ((0, self.ends, ends), (1, self.ends_cpu, ends_cpu)):
+                begin = start[clock] + compile_s[clock]
+                last = max([end[clock]] + [marks[k] for k in keys if k in marks])
+                for k, key in enumerate(keys):
+                    out[key] = begin + (last - begin) * (k + 1) / trips
+            done += trips
+        return [ends[k] for k in range(iterations)], [ends_cpu[k] for k in range(iterations)]
 
     def device_loop(self, plan, sdg):
         compiled = self.backend.device_loop(plan, sdg)
@@ -140,13 +159,19 @@ class LaunchProbe:
             launches[key] += 1 + self.pending
             self.pending = 0
             if key is not None:
-                ends[key] = clock()
+                ends[key], self.ends_cpu[key] = clock(), time.process_time()
             return out
 
         return probed
 
     def __getattr__(self, name):
         return getattr(self.backend, name)
+
+
+def jax_ready(value):
+    import jax
+
+    return jax.block_until_ready(value)
 
 
 class ProbedLoop:
@@ -156,8 +181,14 @@ class ProbedLoop:
         self.compiled, self.probe = compiled, probe
 
     def __call__(self, *args):
-        out = self.compiled(*args)
-        self.probe.pending += 1
+        if not getattr(self.compiled, "nested", None):
+            out = self.compiled(*args)
+            self.probe.pending += 1
+            return out
+        start, compiled = (time.perf_counter(), time.process_time()), self.compiled.compile_seconds
+        out = jax_ready(self.compiled(*args))
+        compile_s = tuple(b - a for a, b in zip(compiled, self.compiled.compile_seconds))
+        self.probe.chunks.append((start, compile_s, (time.perf_counter(), time.process_time()), args[1]))
         return out
 
     def __getattr__(self, name):
@@ -203,7 +234,7 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int,
             profiler = program.profiler = Profiler(loop_dim(program.sdg, program.plan_for().main_loop))
             run = program.run
             program.run = lambda bounds, stores="auto": run(bounds, stores, profiler=profiler)
-        programs.append((program, time.perf_counter()))
+        programs.append((program, time.perf_counter(), time.process_time()))
         return program
 
     compile_mod.compile_program = probed
@@ -211,9 +242,9 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int,
         summary = module.main(module.Args(**fields))
     finally:
         compile_mod.compile_program = compile_program
-    (program, compiled_at), = programs
+    (program, compiled_at, compiled_cpu), = programs
     probe = program.backend
-    ends = [probe.ends[k] for k in range(iterations)]
+    ends, ends_cpu = probe.iteration_ends(iterations)
     stages = {k: v for k, v in program.timings.items() if k != "run"}
     per_iteration = [probe.launches[k] for k in range(iterations)]
     profiled = {}
@@ -223,7 +254,8 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int,
                     "profiled_launches": found.launches(), "profiled_host_us": found.host_us(),
                     "profile_table": str(found)}
     return {**profiled, "returns": summary["returns"][:iterations], "losses": [], "compile_s": sum(stages.values()),
-            "compile_stages": stages, "start": compiled_at, "ends": ends, "launches_per_iteration": per_iteration,
+            "compile_stages": stages, "start": compiled_at, "ends": ends, "start_cpu": compiled_cpu,
+            "ends_cpu": ends_cpu, "launches_per_iteration": per_iteration,
             "launches_outside_iterations": probe.launches[None], "nodes": len(program.sdg.nodes)}
 
 

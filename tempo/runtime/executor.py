@@ -107,7 +107,8 @@ class Executor:
             namespace[f"K{n}"] = (self.backend.kernel(node.op, donate=donate[n]) if n in donate
                                   else self.backend.kernel(node.op))
         if profiler is not None:
-            _profiled(namespace, profiler, kinds)
+            whole = next((f"D{k}" for k, key in enumerate(loops) if key == id(plan.main_loop)), None)
+            _profiled(namespace, profiler, kinds, whole)
         exec(compile(self.source, "<tempo program>", "exec"), namespace)  # noqa: S102
         return namespace["program"]
 
@@ -174,11 +175,14 @@ class Executor:
         return launch
 
 
-def _profiled(namespace: dict, profiler: Profiler, kinds: dict[int, str]) -> None:
-    """Bind ``profiler``'s wrappers in place of the generated code's names, and its own names."""
+def _profiled(namespace: dict, profiler: Profiler, kinds: dict[int, str], whole: str | None) -> None:
+    """Bind ``profiler``'s wrappers in place of the generated code's names, and its own names
+    (``whole``: the name of the device loop that runs the main loop, if any)."""
     for name, value in list(namespace.items()):
         if name[0] in "KL" and name[1:].isdigit():
             namespace[name] = profiler.call(kinds[int(name[1:])], value)
+        elif name == whole:
+            namespace[name] = profiler.whole_loop(value)
         elif name[0] == "D" and name[1:].isdigit():
             namespace[name] = profiler.device_loop(value)
         elif name[0] == "S" and name[1].isdigit():

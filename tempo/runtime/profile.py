@@ -11,7 +11,9 @@ outside it). The kinds:
 
 - ``kernel``: a kernel launch (a fused island or one op);
 - ``device loop``: a loop launched as one device program, its host work
-  (the per-iteration values it prepares, the write-back) included;
+  (the per-iteration values it prepares, the write-back) included; where
+  the main loop itself runs as one (the whole run on the device), its
+  launches and host work are shared evenly among its iterations;
 - ``store read`` / ``store write``: reads and writes of tensor stores by the
   generated code (merges are one of each);
 - ``free``: frees, evictions and loads of points, and the points no later
@@ -167,6 +169,30 @@ class Profiler:
             ran = loop(env)
             add("device loop" if ran else "host condition", clock() - start)
             return ran
+
+        return timed
+
+    def whole_loop(self, loop):
+        """The device loop that runs the main loop whole: its launches and host work, and what its sinks
+        do, shared evenly among the iterations it ran."""
+        clock = time.perf_counter
+
+        def timed(env):
+            self.start()
+            launched = loop.ledger.launches
+            ran = loop(env)
+            if not ran:
+                self.add("host condition", clock() - self.started)
+                return False
+            trips = max(1, loop.trips(env))
+            count, seconds = self.current.get("device loop", (0, 0.0))
+            self.current["device loop"] = (count + loop.ledger.launches - launched,
+                                           seconds + clock() - self.started - sum(s for _, s in self.current.values()))
+            share = {kind: (count / trips, seconds / trips) for kind, (count, seconds) in self.current.items()}
+            self.profile.iterations += [dict(share) for _ in range(trips)]
+            self.profile.wall += [(clock() - self.started) / trips] * trips
+            self.current = {}
+            return True
 
         return timed
 

@@ -34,12 +34,12 @@ def test_profile_counts_each_iterations_launches_and_callbacks(backend):
     rows = profile.per_iteration()
     assert profile.total("callback") == 4                           # the sink, once per step of i
     assert [p for p, _ in seen] == [0, 1, 2, 3]
-    assert profile.launches() >= 1 and profile.host_us() > 0
-    assert rows["store read"][0] > 0 and rows["host condition"][0] > 0
-    if backend == "jax":
-        assert rows["device loop"][0] == 1                          # the loop over t, one launch
+    assert profile.host_us() > 0
+    if backend == "jax":  # the whole loop over i on the device: its first iteration alone, then the other 3
+        assert rows["device loop"][0] == pytest.approx(2 / 4) and "store read" not in rows
+        assert "D0(" in program.code and "D1(" in program.code
     else:
-        assert rows["kernel"][0] >= 6                               # a launch per step of t
+        assert rows["kernel"][0] >= 6 and rows["store read"][0] > 0  # a launch per step of t
     text = str(profile)
     assert "per iteration of the loop over i" in text and "store read" in text
     (values,) = program.run({I: 4, T: 6})                             # the profiled run computed the same
