@@ -6,8 +6,10 @@ environment dynamics (``tempo/Synthetic-v0``):
 
 - ``tempo-numpy``, ``tempo-torch``, ``tempo-jax``: ``examples/ppo_fixed_horizon.py`` /
   ``examples/reinforce.py`` themselves, on the NumPy, PyTorch (eager, CPU)
-  and JAX (one ``jax.jit`` function per fused island, the acting loop one
-  ``lax.scan``) backends;
+  and JAX backends (on JAX the whole run is one program: a ``lax.scan``
+  over the iterations holding acting's ``lax.scan``, launched for the first
+  iteration alone and then for the others; its iterations' seconds are each
+  launch's, XLA's compile left out, divided evenly among its iterations);
 - ``cleanrl``: ``benchmarks/baselines/cleanrl_*.py`` (eager PyTorch, stored
   batch, replayed forward and backward);
 - ``purejaxrl``: ``benchmarks/baselines/purejaxrl_{ppo,reinforce}.py`` (one ``jax.jit``-ed
@@ -47,6 +49,7 @@ are reported as skipped.
     .venv/bin/python benchmarks/rl_train.py --algo ppo reinforce --sweep steps hidden layers envs
     .venv/bin/python benchmarks/rl_train.py --sweep steps --points 50 100 250 500
     .venv/bin/python benchmarks/rl_train.py --algo ppo reinforce --clock cpu --learning-step
+    .venv/bin/python benchmarks/rl_train.py --envs 64 --systems tempo-jax purejaxrl purejaxrl-whole --profile
     .venv/bin/python benchmarks/rl_train.py --quick                  # a smoke test, seconds
 """
 from __future__ import annotations
