@@ -232,6 +232,8 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int,
 
     def probed(*args, **kwargs):
         program = compile_program(*args, **kwargs)
+        if isinstance(program.backend, LaunchProbe):  # compile_program's own retry (without early tiles)
+            return program
         program.backend = LaunchProbe(program.backend, every)
         if profile:
             profiler = program.profiler = Profiler(loop_dim(program.sdg, program.plan_for().main_loop))
