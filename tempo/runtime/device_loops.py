@@ -106,6 +106,12 @@ class DeviceLoop:
             done = part.stop
         return True
 
+    def compile_seconds(self) -> float:
+        """The wall seconds the backend spent compiling this loop ahead of its launches (0 where it
+        compiles at the first launch)."""
+        seconds = getattr(self.compiled, "compile_seconds", (0.0, 0.0))
+        return seconds[0]
+
     def trips(self, env: dict) -> int:
         """How many iterations the loop runs with the bounds and enclosing counters ``env``."""
         return len(self._schedule(env)[0])

@@ -13,7 +13,9 @@ outside it). The kinds:
 - ``device loop``: a loop launched as one device program, its host work
   (the per-iteration values it prepares, the write-back) included; where
   the main loop itself runs as one (the whole run on the device), its
-  launches and host work are shared evenly among its iterations;
+  launches and its seconds (waiting for the results its sinks read
+  included, XLA's compile left out: ``device compile``, outside the loop)
+  are shared evenly among its iterations;
 - ``store read`` / ``store write``: reads and writes of tensor stores by the
   generated code (merges are one of each);
 - ``free``: frees, evictions and loads of points, and the points no later
@@ -93,8 +95,8 @@ class Profile:
             title = (f"per iteration of the loop over {self.loop} (median of {max(len(self.iterations) - 1, 1)}; "
                      f"wall {wall:.0f} us)")
         lines = [f"profile: {title}", f"{'kind':<16} {'count':>9} {'host us':>11}"]
-        lines += [f"{kind:<16} {count:>9.0f} {us:>11.0f}" for kind, (count, us) in rows.items()]
-        lines.append(f"{'total':<16} {sum(c for c, _ in rows.values()):>9.0f} "
+        lines += [f"{kind:<16} {_count(count):>9} {us:>11.0f}" for kind, (count, us) in rows.items()]
+        lines.append(f"{'total':<16} {_count(sum(c for c, _ in rows.values())):>9} "
                      f"{sum(us for _, us in rows.values()):>11.0f}")
         if self.iterations and self.outside:
             outside = ", ".join(f"{kind} {count} ({seconds * 1e6:.0f} us)" for kind, (count, seconds)
@@ -105,6 +107,10 @@ class Profile:
     def total(self, kind: str) -> int:
         """How many statements of ``kind`` the whole run executed."""
         return sum(part.get(kind, (0, 0.0))[0] for part in (*self.iterations, self.outside))
+
+
+def _count(count: float) -> str:
+    return f"{count:.0f}" if float(count).is_integer() else f"{count:.2f}"
 
 
 class Profiler:
@@ -179,8 +185,13 @@ class Profiler:
 
         def timed(env):
             self.start()
-            launched = loop.ledger.launches
+            launched, compiled = loop.ledger.launches, loop.compile_seconds()
             ran = loop(env)
+            compile_s = loop.compile_seconds() - compiled  # once per run: not an iteration's work
+            self.started += compile_s
+            if compile_s:
+                count, seconds = self.profile.outside.get("device compile", (0, 0.0))
+                self.profile.outside["device compile"] = (count + 1, seconds + compile_s)
             if not ran:
                 self.add("host condition", clock() - self.started)
                 return False
