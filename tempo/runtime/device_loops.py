@@ -33,6 +33,8 @@ report as it goes.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from tempo.errors import TempoError
@@ -84,6 +86,7 @@ class DeviceLoop:
         self.rows_slices = {(s, k): compile_expr(src.index.args[-1]) for s, step in enumerate(plan.steps)
                             for k, src in enumerate(step.inputs) if src.kind == ROWS}
         self.failed: set[tuple] = set()
+        self.launched: list[tuple[int, float]] = []  # (iterations, wall seconds but compiles) of each launch
 
     def __call__(self, env: dict) -> bool:
         counters, runs, sels = self._schedule(env)
@@ -119,6 +122,7 @@ class DeviceLoop:
     def _launch(self, env: dict, counters: list, runs, sels, ring, rows: int):
         """One launch over ``counters`` (a program of ``rows`` iterations: a loop with nested loops runs
         fewer in it): the final carry, or None (nothing changed) where it cannot run."""
+        started, compiled = time.perf_counter(), self.compile_seconds()
         envs = [dict(env, **{self.var: c}) for c in counters]
         prepared = self._prepare(env, envs, runs, sels, initial=ring is None)
         if prepared is None:
@@ -142,6 +146,7 @@ class DeviceLoop:
                     inner, _, _ = nested._schedule(e)
                     nested._free([dict(e, **{nested.var: c}) for c in inner])
         self.ledger.launches += 1
+        self.launched.append((len(counters), time.perf_counter() - started - self.compile_seconds() + compiled))
         return ring
 
     def _rows_covered(self, env: dict, counters: list) -> bool:

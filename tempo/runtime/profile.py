@@ -12,10 +12,10 @@ outside it). The kinds:
 - ``kernel``: a kernel launch (a fused island or one op);
 - ``device loop``: a loop launched as one device program, its host work
   (the per-iteration values it prepares, the write-back) included; where
-  the main loop itself runs as one (the whole run on the device), its
-  launches and its seconds (waiting for the results its sinks read
-  included, XLA's compile left out: ``device compile``, outside the loop)
-  are shared evenly among its iterations;
+  the main loop itself runs as one (the whole run on the device), each
+  launch and its seconds (waiting for the results its sinks read included,
+  XLA's compile left out: ``device compile``, outside the loop) are shared
+  evenly among the iterations it ran;
 - ``store read`` / ``store write``: reads and writes of tensor stores by the
   generated code (merges are one of each);
 - ``free``: frees, evictions and loads of points, and the points no later
@@ -179,29 +179,24 @@ class Profiler:
         return timed
 
     def whole_loop(self, loop):
-        """The device loop that runs the main loop whole: its launches and host work, and what its sinks
-        do, shared evenly among the iterations it ran."""
+        """The device loop that runs the main loop whole: each launch (its host work, its sinks, waiting
+        for its results) shared evenly among the iterations it ran."""
         clock = time.perf_counter
 
         def timed(env):
             self.start()
-            launched, compiled = loop.ledger.launches, loop.compile_seconds()
+            launches, compiled = len(loop.launched), loop.compile_seconds()
             ran = loop(env)
             compile_s = loop.compile_seconds() - compiled  # once per run: not an iteration's work
-            self.started += compile_s
             if compile_s:
                 count, seconds = self.profile.outside.get("device compile", (0, 0.0))
                 self.profile.outside["device compile"] = (count + 1, seconds + compile_s)
             if not ran:
-                self.add("host condition", clock() - self.started)
+                self.add("host condition", clock() - self.started - compile_s)
                 return False
-            trips = max(1, loop.trips(env))
-            count, seconds = self.current.get("device loop", (0, 0.0))
-            self.current["device loop"] = (count + loop.ledger.launches - launched,
-                                           seconds + clock() - self.started - sum(s for _, s in self.current.values()))
-            share = {kind: (count / trips, seconds / trips) for kind, (count, seconds) in self.current.items()}
-            self.profile.iterations += [dict(share) for _ in range(trips)]
-            self.profile.wall += [(clock() - self.started) / trips] * trips
+            for trips, seconds in loop.launched[launches:]:
+                self.profile.iterations += [{"device loop": (1 / trips, seconds / trips)} for _ in range(trips)]
+                self.profile.wall += [seconds / trips] * trips
             self.current = {}
             return True
 

@@ -36,7 +36,8 @@ def test_profile_counts_each_iterations_launches_and_callbacks(backend):
     assert [p for p, _ in seen] == [0, 1, 2, 3]
     assert profile.host_us() > 0
     if backend == "jax":  # the whole loop over i on the device: its first iteration alone, then the other 3
-        assert rows["device loop"][0] == pytest.approx(2 / 4) and "store read" not in rows
+        assert rows["device loop"][0] == pytest.approx(1 / 3) and "store read" not in rows
+        assert [launches for launches, _ in (it["device loop"] for it in profile.iterations)] == [1, *[1 / 3] * 3]
         assert "D0(" in program.code and "D1(" in program.code
     else:
         assert rows["kernel"][0] >= 6 and rows["store read"][0] > 0  # a launch per step of t
