@@ -93,20 +93,25 @@ class DeviceLoop:
         if not counters:
             return True
         if not self.plan.nested:
-            return self._launch(env, counters, runs, sels, None, len(counters)) is not None
+            prepared = self._prepared(env, counters, runs, sels, True, len(counters))
+            return prepared is not None and self._launch(prepared, None) is not None
         if not self._rows_covered(env, counters):
             return False
         rows = max(1, min(self.chunk, len(counters) - 1))
-        ring, done = None, 0
-        while done < len(counters):  # one iteration (the first report comes early), then chunks of `rows`
-            part = slice(done, done + (rows if done else 1))
-            ring = self._launch(env, counters[part], [r[part] for r in runs],
-                                [None if x is None else x[part] for x in sels], ring, rows)
+        parts = [slice(0, 1)] + [slice(k, k + rows) for k in range(1, len(counters), rows)]
+        chunks = []  # every launch prepared before the first: the host loop takes over where one cannot run
+        for part in parts:
+            chunks.append(self._prepared(env, counters[part], [r[part] for r in runs],
+                                         [None if x is None else x[part] for x in sels], not chunks, rows))
+            if chunks[-1] is None:
+                return False
+        ring = None
+        for done, chunk in enumerate(chunks):  # the first iteration alone (its report comes early), then chunks
+            ring = self._launch(chunk, ring)
             if ring is None:
                 if done:
-                    raise TempoError(f"the device loop over {self.var} failed after {done} iterations")
+                    raise TempoError(f"the device loop over {self.var} failed after its first launch")
                 return False
-            done = part.stop
         return True
 
     def compile_seconds(self) -> float:
@@ -119,20 +124,25 @@ class DeviceLoop:
         """How many iterations the loop runs with the bounds and enclosing counters ``env``."""
         return len(self._schedule(env)[0])
 
-    def _launch(self, env: dict, counters: list, runs, sels, ring, rows: int):
-        """One launch over ``counters`` (a program of ``rows`` iterations: a loop with nested loops runs
-        fewer in it): the final carry, or None (nothing changed) where it cannot run."""
-        started, compiled = time.perf_counter(), self.compile_seconds()
+    def _prepared(self, env: dict, counters: list, runs, sels, initial: bool, rows: int):
+        """What one launch over ``counters`` needs (in a program of ``rows`` iterations: a loop with
+        nested loops runs fewer in it), with the seconds that took; None where it cannot run."""
+        started = time.perf_counter()
         envs = [dict(env, **{self.var: c}) for c in counters]
-        prepared = self._prepare(env, envs, runs, sels, initial=ring is None)
+        prepared = self._prepare(env, envs, runs, sels, initial=initial)
         if prepared is None:
             return None
         (_, keys), closed, xs, ring0 = prepared
         key = (rows, keys)
-        if key in self.failed:
-            return None
+        return None if key in self.failed else (key, envs, runs, closed, xs, ring0, time.perf_counter() - started)
+
+    def _launch(self, prepared, ring):
+        """One prepared launch, from ``ring`` (None: its own initial carry): the final carry, or None
+        (nothing changed) where it cannot run."""
+        key, envs, runs, closed, xs, ring0, seconds = prepared
+        started, compiled = time.perf_counter(), self.compile_seconds()
         try:
-            ring, ys = self.compiled(key, len(counters), closed, xs, ring0 if ring is None else ring)
+            ring, ys = self.compiled(key, len(envs), closed, xs, ring0 if ring is None else ring)
         except Exception:  # noqa: BLE001  the loop statement by statement says what failed, at its user's line
             self.failed.add(key)
             return None
@@ -146,7 +156,7 @@ class DeviceLoop:
                     inner, _, _ = nested._schedule(e)
                     nested._free([dict(e, **{nested.var: c}) for c in inner])
         self.ledger.launches += 1
-        self.launched.append((len(counters), time.perf_counter() - started - self.compile_seconds() + compiled))
+        self.launched.append((len(envs), seconds + time.perf_counter() - started - self.compile_seconds() + compiled))
         return ring
 
     def _rows_covered(self, env: dict, counters: list) -> bool:
@@ -209,7 +219,7 @@ class DeviceLoop:
             dims = self._dim_env(s, env, envs[first])
             keys.append(self.compiled.static_key(s, dims))
             if self.compiled.needs_args(s):
-                if not ran.any():
+                if not ran.any() and not self.plan.nested:
                     return None
                 forms, leaves = set(), {}
                 for e, r in zip(envs, ran):

@@ -14,7 +14,7 @@ pytest.importorskip("jax")
 I_, B_, T_ = 5, 4, 6
 
 
-def reinforce(tmp_path, backend: str, host_function: bool = False):
+def reinforce(tmp_path, backend: str, host_function: bool = False, iterations: int = I_):
     """Monte-Carlo REINFORCE on tensor environments with a sink and a checkpoint at every iteration."""
     reported = []
     with tpo.Context(seed=0) as ctx:
@@ -37,7 +37,7 @@ def reinforce(tmp_path, backend: str, host_function: bool = False):
         tpo.sink(total, lambda value, point: reported.append((point["i"], float(value))))
         tpo.checkpoint(adam.state_dict(), str(tmp_path / f"{backend}_{{i}}.safetensors"))
         program = ctx.compile([], backend=backend)
-    program.run({B: B_, I: I_, T: T_})
+    program.run({B: B_, I: iterations, T: T_})
     return program, reported
 
 
@@ -70,3 +70,13 @@ def test_a_host_function_in_the_loop_keeps_the_host_loop_over_i(tmp_path):
     plan = device.plan_for()
     assert all(p.loop is not plan.main_loop for p in plan.loops) and plan.loops  # acting's loop stays compiled
     np.testing.assert_allclose([v for _, v in reported], [v for _, v in on_host], rtol=1e-5)
+
+
+def test_a_launch_whose_only_iteration_does_not_learn_runs_on_the_device(tmp_path):
+    """Two iterations: the first launch learns, the second runs the last iteration, whose update is dead."""
+    device, on_device = reinforce(tmp_path, "jax", iterations=2)
+    _, on_host = reinforce(tmp_path, "numpy", iterations=2)
+    assert device.ledger.launches and [i for i, _ in on_device] == [0, 1]
+    np.testing.assert_allclose([v for _, v in on_device], [v for _, v in on_host], rtol=1e-5)
+    rows = device.profile({"B": B_, "I": 2, "T": T_}).per_iteration()
+    assert set(rows) == {"device loop"}                                  # no iteration fell back to the host
