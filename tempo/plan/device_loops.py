@@ -165,7 +165,7 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
     writers = {s.node_id: (k, s) for k, (s, _) in enumerate(executes)}
     if len(writers) != len(executes) or any(counts[n] != 1 for n in writers):
         return None
-    nested, inner_writers, at = [], {}, 0
+    inner_plans, at = [], 0
     for s, guard in body:
         if isinstance(s, ast.Execute):
             at += 1
@@ -173,19 +173,24 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
             inner = plan(sdg, s, program, kinds, keep, host)
             if inner is None or inner.nested:
                 return None
-            inputs = []
-            for k, step in enumerate(inner.steps):
-                for j, src in enumerate(step.inputs):
-                    if src.kind == GATHERED and src.key[0] in writers:
+            inner_plans.append((s, guard, inner, at))
+    inner_writers = {step.node.id: (k, s, step) for k, (s, _, inner, _) in enumerate(inner_plans)
+                     for step in inner.steps}
+    nested = []
+    for s, guard, inner, at in inner_plans:
+        inputs = []
+        for k, step in enumerate(inner.steps):
+            for j, src in enumerate(step.inputs):
+                if src.kind in (GATHERED, CLOSED) and src.key[0] in inner_writers:
+                    return None  # another nested loop's values: on the device, not in a store
+                if src.kind == GATHERED and src.key[0] in writers:
+                    return None
+                if src.kind == CLOSED:
+                    outer = _source(src.edge, src.index, loop.var, writers, at, host)
+                    if outer is None:
                         return None
-                    if src.kind == CLOSED:
-                        outer = _source(src.edge, src.index, loop.var, writers, at, host)
-                        if outer is None or src.key[0] in inner_writers:
-                            return None
-                        inputs.append((f"{k}.{j}", outer))
-            for step in inner.steps:
-                inner_writers[step.node.id] = (len(nested), s, step)
-            nested.append(Nested(inner, at, guard, tuple(inputs)))
+                    inputs.append((f"{k}.{j}", outer))
+        nested.append(Nested(inner, at, guard, tuple(inputs)))
     steps = []
     for order, (ex, guard) in enumerate(executes):
         node = sdg.nodes[ex.node_id]

@@ -141,6 +141,9 @@ class LoopProgram:
                         outs = tracers[s](ins, given, starts)
                     for j, (value, dtype) in enumerate(zip(outs, step.node.dtypes)):
                         values[(step.node.id, j)] = value if value.dtype == dtype else value.astype(dtype)
+                for k, (n, inner) in enumerate(nested):  # nested loops after the last statement
+                    if n.at == len(plan.steps):
+                        _run_nested(k, n, inner, closed, consts, x, values, ring)
                 new = {f"{n}_{j}": (values[(n, j)],) + ring[f"{n}_{j}"][:-1] for n, j in plan.carried}
                 return new, tuple(values[key] for key in plan.written_back) + tuple(kept[s] for s in deferred)
 
