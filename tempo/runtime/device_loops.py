@@ -29,7 +29,9 @@ iterations, with the values the device kept for them. Such a loop runs its
 first iteration alone, then chunks of at most :attr:`DeviceLoop.chunk`
 iterations, one launch each (of one program: a launch of fewer iterations
 skips the rest), the carry handed from one to the next, so that its sinks
-report as it goes.
+report as it goes. Each launch is prepared just before it; where the first
+cannot run, the host loop runs the loop, and a later one that cannot (its
+iterations compile differently) is an error.
 """
 from __future__ import annotations
 
@@ -99,18 +101,15 @@ class DeviceLoop:
             return False
         rows = max(1, min(self.chunk, len(counters) - 1))
         parts = [slice(0, 1)] + [slice(k, k + rows) for k in range(1, len(counters), rows)]
-        chunks = []  # every launch prepared before the first: the host loop takes over where one cannot run
-        for part in parts:
-            chunks.append(self._prepared(env, counters[part], [r[part] for r in runs],
-                                         [None if x is None else x[part] for x in sels], not chunks, rows))
-            if chunks[-1] is None:
-                return False
         ring = None
-        for done, chunk in enumerate(chunks):  # the first iteration alone (its report comes early), then chunks
-            ring = self._launch(chunk, ring)
+        for part in parts:  # the first iteration alone (its report comes early), then chunks of `rows`
+            prepared = self._prepared(env, counters[part], [r[part] for r in runs],
+                                      [None if x is None else x[part] for x in sels], ring is None, rows)
+            ring = None if prepared is None else self._launch(prepared, ring)
             if ring is None:
-                if done:
-                    raise TempoError(f"the device loop over {self.var} failed after its first launch")
+                if part.start:
+                    raise TempoError(f"the device loop over {self.var} cannot run its iterations from "
+                                     f"{counters[part.start]} on as it ran the first")
                 return False
         return True
 
