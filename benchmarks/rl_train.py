@@ -503,8 +503,8 @@ def tempo_ratios(systems: dict) -> list[str]:
     for other in ("purejaxrl", "purejaxrl-whole"):
         r = systems.get(other, {})
         if r.get("iteration_s") and r.get("iteration_cpu_s"):
-            lines.append(f"{LABELS[best]} against {LABELS[other]}: {r['iteration_s'] / tempo[best]['iteration_s']:.2f}x "
-                         f"wall, {r['iteration_cpu_s'] / tempo[best]['iteration_cpu_s']:.2f}x process CPU")
+            wall, cpu = (r[k] / tempo[best][k] for k in ("iteration_s", "iteration_cpu_s"))
+            lines.append(f"{LABELS[best]} against {LABELS[other]}: {wall:.2f}x wall, {cpu:.2f}x process CPU")
     return lines
 
 

@@ -21,4 +21,5 @@ if __name__ == "__main__":
     import tempo.rl.training
 
     out = main(tempo.rl.training.parse_args(Args, __doc__.splitlines()[0]))
-    print(f"mean_return={out['returns'][-1]:.1f} loss={out['losses'][-1]:.4f} seconds={out['ends'][-1] - out['start']:.2f}")
+    seconds = out["ends"][-1] - out["start"]
+    print(f"mean_return={out['returns'][-1]:.1f} loss={out['losses'][-1]:.4f} seconds={seconds:.2f}")

@@ -114,7 +114,8 @@ def test_each_baseline_learns_to_read_the_state(style, algo):
 def test_the_whole_run_baseline_trains_as_the_per_iteration_one(algo):
     """One program for the whole run (a lax.scan over the iterations) computes what one launch per iteration does."""
     sizes = dict(envs=3, steps=5, hidden=4, layers=1)
-    whole, per_iteration = run_baseline("purejaxrl_whole", algo, 3, **sizes), run_baseline("purejaxrl", algo, 3, **sizes)
+    whole = run_baseline("purejaxrl_whole", algo, 3, **sizes)
+    per_iteration = run_baseline("purejaxrl", algo, 3, **sizes)
     np.testing.assert_allclose(whole["returns"], per_iteration["returns"], rtol=1e-5)
     np.testing.assert_allclose(whole["losses"], per_iteration["losses"], rtol=1e-4, atol=1e-6)
     assert whole["start"] < whole["ends"][0] < whole["ends"][-1] and len(whole["ends_cpu"]) == 3
