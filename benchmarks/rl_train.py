@@ -6,12 +6,18 @@ environment dynamics (``tempo/Synthetic-v0``):
 
 - ``tempo-numpy``, ``tempo-torch``, ``tempo-jax``: ``examples/ppo_fixed_horizon.py`` /
   ``examples/reinforce.py`` themselves, on the NumPy, PyTorch (eager, CPU)
-  and JAX (one ``jax.jit`` function per fused island, the acting loop one
-  ``lax.scan``) backends;
+  and JAX backends (on JAX the whole run is one program: a ``lax.scan``
+  over the iterations holding acting's ``lax.scan``, launched for the first
+  iteration alone and then for the others; its iterations' seconds are each
+  launch's, XLA's compile left out, divided evenly among its iterations);
 - ``cleanrl``: ``benchmarks/baselines/cleanrl_*.py`` (eager PyTorch, stored
   batch, replayed forward and backward);
-- ``purejaxrl``: ``benchmarks/baselines/purejaxrl_*.py`` (one ``jax.jit``-ed
-  function per iteration, acting under ``lax.scan``).
+- ``purejaxrl``: ``benchmarks/baselines/purejaxrl_{ppo,reinforce}.py`` (one ``jax.jit``-ed
+  function per iteration, acting under ``lax.scan``);
+- ``purejaxrl-whole``: ``benchmarks/baselines/purejaxrl_whole_*.py`` (the
+  whole run, every iteration, one ``jax.jit``-ed program: a ``lax.scan`` over
+  the updates, as PureJaxRL's own code compiles it; its iterations' seconds
+  are the run's divided evenly among them).
 
 The default point is TEMPO's (3x4x4 observations, 512 environments, episodes
 of 250 steps, actor and critic MLPs with 2 hidden layers of 64, one update
@@ -25,7 +31,8 @@ contend for the cores and make every system slow and noisy). Reported per
 system: compile seconds (Tempo: every pass, analysis, scheduling, AST; JAX:
 the ahead-of-time compile), the first iteration's seconds (from the end of
 compilation), the steady state (the median seconds of the later
-iterations), the speed-up over the slowest system, the peak RSS, and Tempo's
+iterations), the same in the worker's process CPU seconds (read at the same
+marks), the speed-up over the slowest system, the peak RSS, and Tempo's
 kernel launches per iteration, counted by a wrapper around the backend's
 kernels that also times the iterations. ``--clock cpu`` makes every timing
 read the worker's process CPU seconds instead of wall seconds (steadier when
@@ -42,6 +49,7 @@ are reported as skipped.
     .venv/bin/python benchmarks/rl_train.py --algo ppo reinforce --sweep steps hidden layers envs
     .venv/bin/python benchmarks/rl_train.py --sweep steps --points 50 100 250 500
     .venv/bin/python benchmarks/rl_train.py --algo ppo reinforce --clock cpu --learning-step
+    .venv/bin/python benchmarks/rl_train.py --envs 64 --systems tempo-jax purejaxrl purejaxrl-whole --profile
     .venv/bin/python benchmarks/rl_train.py --quick                  # a smoke test, seconds
 """
 from __future__ import annotations
@@ -66,9 +74,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASELINES = os.path.join(ROOT, "benchmarks", "baselines")
 TEMPO_BACKENDS = {"tempo-numpy": "numpy", "tempo-torch": "torch", "tempo-jax": "jax"}  # system -> backend
-SYSTEMS = (*TEMPO_BACKENDS, "cleanrl", "purejaxrl")
+BASELINES_MODULES = {"cleanrl": "cleanrl", "purejaxrl": "purejaxrl",  # system -> its baselines' module prefix
+                     "purejaxrl-whole": "purejaxrl_whole"}
+SYSTEMS = (*TEMPO_BACKENDS, *BASELINES_MODULES)
 LABELS = {"tempo-numpy": "Tempo (NumPy)", "tempo-torch": "Tempo (torch)", "tempo-jax": "Tempo (JAX)",
-          "cleanrl": "CleanRL-style (torch)", "purejaxrl": "PureJaxRL-style (JAX)"}
+          "cleanrl": "CleanRL-style (torch)", "purejaxrl": "PureJaxRL-style (JAX)",
+          "purejaxrl-whole": "PureJaxRL whole-run"}
 ALGOS = ("ppo", "reinforce")
 
 
@@ -107,8 +118,12 @@ class LaunchProbe:
     A launch belongs to the iteration ``env["i"] // every`` of its point
     (``every``: PPO's updates per batch), or to ``None`` (run once, outside
     the iterations). A loop the backend runs whole (``device_loop``) is one
-    launch of the iteration of the kernel launch after it. Everything but
-    ``kernel`` and ``device_loop`` is the wrapped backend's.
+    launch of the iteration of the kernel launch after it; a loop over the
+    iterations run whole (one with nested loops) is waited for, and its
+    iterations end evenly between the end of XLA's compile and the last
+    sink call after the launch (``chunks``: start, compile seconds, end and
+    iterations of each launch). Everything but ``kernel`` and ``device_loop``
+    is the wrapped backend's.
     """
 
     def __init__(self, backend, every: int = 1):
@@ -116,6 +131,21 @@ class LaunchProbe:
         self.launches: collections.Counter = collections.Counter()
         self.ends: dict[int, float] = {}
         self.pending = 0  # compiled loops launched since the latest kernel launch
+        self.ends_cpu: dict[int, float] = {}  # the same marks in process CPU seconds
+        self.chunks: list[tuple[tuple[float, float], tuple[float, float], tuple[float, float], int]] = []
+
+    def iteration_ends(self, iterations: int) -> tuple[list[float], list[float]]:
+        """When each of the first ``iterations`` iterations ended, in wall and in process CPU seconds."""
+        ends, ends_cpu, done = dict(self.ends), dict(self.ends_cpu), 0
+        for start, compile_s, end, trips in self.chunks:
+            keys = [(done + k) // self.every for k in range(trips)]
+            for clock, marks, out in ((0, self.ends, ends), (1, self.ends_cpu, ends_cpu)):
+                begin = start[clock] + compile_s[clock]
+                last = max([end[clock]] + [marks[k] for k in keys if k in marks])
+                for k, key in enumerate(keys):
+                    out[key] = begin + (last - begin) * (k + 1) / trips
+            done += trips
+        return [ends[k] for k in range(iterations)], [ends_cpu[k] for k in range(iterations)]
 
     def device_loop(self, plan, sdg):
         compiled = self.backend.device_loop(plan, sdg)
@@ -132,13 +162,19 @@ class LaunchProbe:
             launches[key] += 1 + self.pending
             self.pending = 0
             if key is not None:
-                ends[key] = clock()
+                ends[key], self.ends_cpu[key] = clock(), time.process_time()
             return out
 
         return probed
 
     def __getattr__(self, name):
         return getattr(self.backend, name)
+
+
+def jax_ready(value):
+    import jax
+
+    return jax.block_until_ready(value)
 
 
 class ProbedLoop:
@@ -148,8 +184,14 @@ class ProbedLoop:
         self.compiled, self.probe = compiled, probe
 
     def __call__(self, *args):
-        out = self.compiled(*args)
-        self.probe.pending += 1
+        if not getattr(self.compiled, "nested", None):
+            out = self.compiled(*args)
+            self.probe.pending += 1
+            return out
+        start, compiled = (time.perf_counter(), time.process_time()), self.compiled.compile_seconds
+        out = jax_ready(self.compiled(*args))
+        compile_s = tuple(b - a for a, b in zip(compiled, self.compiled.compile_seconds))
+        self.probe.chunks.append((start, compile_s, (time.perf_counter(), time.process_time()), args[1]))
         return out
 
     def __getattr__(self, name):
@@ -168,14 +210,16 @@ def _example(name: str):
     return module
 
 
-def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int) -> dict:
-    """Train with the example program; its compile is probed for the stage timings and the backend wrapped.
+def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int, profile: bool = False) -> dict:
+    """Train with the example program; its compile is probed for the stage timings and the backend wrapped
+    (``profile``: its run is profiled too, :meth:`tempo.api.compile.Program.profile`).
 
     The program runs ``iterations + 1`` iterations and the last is left out:
     nothing reads the parameters after the last update, so the last
     iteration acts and reports but does not learn.
     """
     from tempo.api import compile as compile_mod
+    from tempo.runtime.profile import Profiler, loop_dim
 
     module = _example(algo)
     every = point.epochs if algo == "ppo" else 1
@@ -188,8 +232,14 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int)
 
     def probed(*args, **kwargs):
         program = compile_program(*args, **kwargs)
+        if isinstance(program.backend, LaunchProbe):  # compile_program's own retry (without early tiles)
+            return program
         program.backend = LaunchProbe(program.backend, every)
-        programs.append((program, time.perf_counter()))
+        if profile:
+            profiler = program.profiler = Profiler(loop_dim(program.sdg, program.plan_for().main_loop))
+            run = program.run
+            program.run = lambda bounds, stores="auto": run(bounds, stores, profiler=profiler)
+        programs.append((program, time.perf_counter(), time.process_time()))
         return program
 
     compile_mod.compile_program = probed
@@ -197,13 +247,20 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int)
         summary = module.main(module.Args(**fields))
     finally:
         compile_mod.compile_program = compile_program
-    (program, compiled_at), = programs
+    (program, compiled_at, compiled_cpu), = programs
     probe = program.backend
-    ends = [probe.ends[k] for k in range(iterations)]
+    ends, ends_cpu = probe.iteration_ends(iterations)
     stages = {k: v for k, v in program.timings.items() if k != "run"}
     per_iteration = [probe.launches[k] for k in range(iterations)]
-    return {"returns": summary["returns"][:iterations], "losses": [], "compile_s": sum(stages.values()),
-            "compile_stages": stages, "start": compiled_at, "ends": ends, "launches_per_iteration": per_iteration,
+    profiled = {}
+    if profile:
+        found = program.profiler.finish()
+        profiled = {"profile": {kind: list(row) for kind, row in found.per_iteration().items()},
+                    "profiled_launches": found.launches(), "profiled_host_us": found.host_us(),
+                    "profile_table": str(found)}
+    return {**profiled, "returns": summary["returns"][:iterations], "losses": [], "compile_s": sum(stages.values()),
+            "compile_stages": stages, "start": compiled_at, "ends": ends, "start_cpu": compiled_cpu,
+            "ends_cpu": ends_cpu, "launches_per_iteration": per_iteration,
             "launches_outside_iterations": probe.launches[None], "nodes": len(program.sdg.nodes)}
 
 
@@ -322,7 +379,7 @@ def learning_step(algo: str, point: Point, seed: int, iterations: int = 3) -> di
 
 def run_baseline(system: str, algo: str, point: Point, iterations: int, seed: int) -> dict:
     sys.path.insert(0, BASELINES)
-    module = importlib.import_module(f"{system}_{algo}")
+    module = importlib.import_module(f"{BASELINES_MODULES[system]}_{algo}")
     fields = dict(seed=seed, iterations=iterations, envs=point.envs, steps=point.steps, obs_shape=point.obs_shape,
                   hidden=point.hidden, layers=point.layers)
     if algo == "ppo":
@@ -330,26 +387,44 @@ def run_baseline(system: str, algo: str, point: Point, iterations: int, seed: in
     return module.main(module.Args(**fields))
 
 
-def measure(system: str, algo: str, point: Point, iterations: int, seed: int) -> dict:
-    """One training run: compile, first iteration and steady-state seconds, and what the system reports."""
-    run = ((lambda *a: run_tempo(TEMPO_BACKENDS[system], *a)) if system in TEMPO_BACKENDS
+def measure(system: str, algo: str, point: Point, iterations: int, seed: int, cpu_at: dict,
+            profile: bool = False) -> dict:
+    """One training run: compile, first iteration and steady-state seconds (wall, and process CPU from
+    ``cpu_at``: each mark's CPU seconds), and what the system reports (``profile``: Tempo's profile)."""
+    run = ((lambda *a: run_tempo(TEMPO_BACKENDS[system], *a, profile=profile)) if system in TEMPO_BACKENDS
            else lambda *a: run_baseline(system, *a))
     out = run(algo, point, iterations, seed)
     start, ends = out.pop("start"), out.pop("ends")
-    seconds = [ends[0] - start] + [b - a for a, b in zip(ends, ends[1:])]
-    out.update(first_iteration_s=seconds[0], iterations_s=seconds,
-               iteration_s=statistics.median(seconds[1:]) if len(seconds) > 1 else None,
-               peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    cpu_marks = ([out.pop("start_cpu"), *out.pop("ends_cpu")] if "ends_cpu" in out  # a system's own CPU marks
+                 else [cpu_at[m] for m in (start, *ends)])
+    for suffix, marks in (("", [start, *ends]), ("_cpu", cpu_marks)):
+        seconds = [b - a for a, b in zip(marks, marks[1:])]
+        out.update({f"first_iteration{suffix}_s": seconds[0], f"iterations{suffix}_s": seconds,
+                    f"iteration{suffix}_s": statistics.median(seconds[1:]) if len(seconds) > 1 else None})
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
+
+
+def marking_clock(read_wall, read_cpu, cpu_at: dict):
+    """A ``time.perf_counter`` that notes the process CPU seconds at each reading (``cpu_at[reading]``):
+    every system marks its iterations with ``time.perf_counter``, so both clocks see the same marks."""
+    def clock() -> float:
+        now = read_wall()
+        cpu_at[now] = read_cpu()
+        return now
+
+    return clock
 
 
 def worker(spec: dict, out_path: str) -> None:
     if spec["system"] == "learning-step":
         result = learning_step(spec["algo"], Point(**spec["point"]), spec["seed"])
     else:
-        if spec.get("clock") == "cpu":  # every system's own timer reads the process's CPU seconds
-            time.perf_counter = time.process_time
-        result = measure(spec["system"], spec["algo"], Point(**spec["point"]), spec["iterations"], spec["seed"])
+        cpu_at: dict = {}
+        wall = time.process_time if spec.get("clock") == "cpu" else time.perf_counter  # what every timer reads
+        time.perf_counter = marking_clock(wall, time.process_time, cpu_at)
+        result = measure(spec["system"], spec["algo"], Point(**spec["point"]), spec["iterations"], spec["seed"],
+                         cpu_at, spec.get("profile", False))
     with open(out_path, "w") as f:
         json.dump(result, f)
 
@@ -378,10 +453,10 @@ def thread_env(threads: int) -> dict:
 
 
 def run_point(system: str, algo: str, point: Point, iterations: int, seed: int, timeout: float,
-              threads: int, clock: str = "wall") -> dict:
+              threads: int, clock: str = "wall", profile: bool = False) -> dict:
     """``measure`` in a fresh process; ``{"skipped": why}`` if it runs past ``timeout`` seconds or fails."""
     spec = {"system": system, "algo": algo, "point": dataclasses.asdict(point), "iterations": iterations,
-            "seed": seed, "clock": clock}
+            "seed": seed, "clock": clock, "profile": profile}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         started = time.perf_counter()
@@ -417,20 +492,38 @@ def speedups(systems: dict) -> dict:
     return {s: slowest / t for s, t in times.items()}
 
 
+def tempo_ratios(systems: dict) -> list[str]:
+    """Lines saying how many times faster Tempo's fastest backend is than each PureJaxRL-style loop,
+    in wall and in process CPU seconds per steady-state iteration."""
+    tempo = {s: r for s, r in systems.items() if s in TEMPO_BACKENDS and r.get("iteration_s")}
+    if not tempo:
+        return []
+    best = min(tempo, key=lambda s: tempo[s]["iteration_s"])
+    lines = []
+    for other in ("purejaxrl", "purejaxrl-whole"):
+        r = systems.get(other, {})
+        if r.get("iteration_s") and r.get("iteration_cpu_s"):
+            wall, cpu = (r[k] / tempo[best][k] for k in ("iteration_s", "iteration_cpu_s"))
+            lines.append(f"{LABELS[best]} against {LABELS[other]}: {wall:.2f}x wall, {cpu:.2f}x process CPU")
+    return lines
+
+
 def print_table(algo: str, title: str, systems: dict) -> None:
     print(f"\n{algo.upper()} {title}")
-    print(f"{'system':<24} {'compile s':>10} {'first s':>9} {'s/iter':>9} {'speed-up':>9} {'launches/iter':>14} "
-          f"{'peak MB':>8}")
+    print(f"{'system':<24} {'compile s':>10} {'first s':>9} {'s/iter':>9} {'CPU s/iter':>11} {'speed-up':>9} "
+          f"{'launches/iter':>14} {'peak MB':>8}")
     ups = speedups(systems)
     for system, r in systems.items():
         if "skipped" in r:
             print(f"{LABELS[system]:<24} skipped: {r['skipped']}")
             continue
         launches = r.get("launches_per_iteration")
-        steady = r["iteration_s"]
+        steady, cpu = (r[k] if r[k] is not None else float("nan") for k in ("iteration_s", "iteration_cpu_s"))
         print(f"{LABELS[system]:<24} {r['compile_s']:>10.2f} {r['first_iteration_s']:>9.3f} "
-              f"{steady if steady is not None else float('nan'):>9.3f} {ups.get(system, float('nan')):>8.2f}x "
+              f"{steady:>9.3f} {cpu:>11.3f} {ups.get(system, float('nan')):>8.2f}x "
               f"{launches[-1] if launches else '-':>14} {r['peak_rss_mb']:>8.0f}")
+    for line in tempo_ratios(systems):
+        print(line)
     tempo = next((systems[s] for s in TEMPO_BACKENDS if "compile_stages" in systems.get(s, {})), None)
     if tempo is not None:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in tempo["compile_stages"].items())
@@ -533,6 +626,9 @@ def main() -> None:
     p.add_argument("--learning-step", action="store_true",
                    help="also count the FLOPs of Tempo's learning step, time it on JAX and measure this CPU's "
                         "matrix-product peak")
+    p.add_argument("--profile", action="store_true",
+                   help="also run each Tempo system once more under program.profile() and report its launches "
+                        "and host microseconds per iteration by statement kind (that run is not timed)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny sizes and 3 iterations: a smoke test")
     p.add_argument("--out", default="benchmarks/results/rl_train.json")
@@ -552,11 +648,19 @@ def main() -> None:
     if min(iterations.values()) < 2:
         p.error("--iterations and --tempo-iterations must be at least 2: the first iteration is reported apart")
 
+    def timed(s, algo, point):
+        """``s`` at ``point``, and with --profile a profiled run of a Tempo system beside it."""
+        out = run_point(s, algo, point, iterations[s], args.seed, args.max_seconds, args.threads, args.clock)
+        if args.profile and s in TEMPO_BACKENDS and "skipped" not in out:
+            profiled = run_point(s, algo, point, iterations[s], args.seed, args.max_seconds, args.threads,
+                                 profile=True)
+            out.update({k: v for k, v in profiled.items() if k.startswith("profile")})
+            print(f"{LABELS[s]} at {point}:\n{profiled.get('profile_table', profiled.get('skipped'))}")
+        return out
+
     results = []
     for algo in args.algo:
-        default = {s: run_point(s, algo, base, iterations[s], args.seed, args.max_seconds, args.threads,
-                             args.clock)
-                   for s in args.systems}
+        default = {s: timed(s, algo, base) for s in args.systems}
         results.append({"algo": algo, "sweep": "default", "value": None, "point": dataclasses.asdict(base),
                         "systems": default})
         print_table(algo, f"default point {base}", default)
@@ -576,8 +680,7 @@ def main() -> None:
                     elif guess is not None and guess > args.max_seconds:
                         row[s] = {"skipped": f"predicted {guess:.0f} s > --max-seconds ({args.max_seconds:.0f} s)"}
                     else:
-                        row[s] = run_point(s, algo, point, iterations[s], args.seed, args.max_seconds,
-                                           args.threads, args.clock)
+                        row[s] = timed(s, algo, point)
                     if point != base:
                         measured[s].append((value, row[s]))
                 results.append({"algo": algo, "sweep": sweep, "value": value, "point": dataclasses.asdict(point),

@@ -102,3 +102,18 @@ def test_a_mean_loss_and_a_sum_over_n_loss_launch_alike(tmp_path, checkpoint):
         program.run({"B": B_, "I": I_, "T": T_})
         launches[loss] = program.ledger.launches
     assert launches["mean"] == launches["sum"], launches
+
+
+def device_loops(program) -> list[tuple[bool, int]]:
+    """The loops the plan runs as device programs: (whether it is the main loop, its nested loops)."""
+    plan = program.plan_for()
+    return sorted((p.loop is plan.main_loop, len(p.nested)) for p in plan.loops)
+
+
+@pytest.mark.parametrize("nstep", [0, 8])
+def test_every_spelling_gets_the_same_device_loops(tmp_path, nstep):
+    """A sink or none, a checkpoint (the last update used) or none (dead), .mean() or .sum() / n: one plan
+    of device loops. Monte-Carlo's whole loop over i is one device program (acting's scan nested in it)."""
+    loops = {spelling: device_loops(compiled(tmp_path, nstep, *spelling, tiles=False)) for spelling in SPELLINGS}
+    assert len(set(map(tuple, loops.values()))) == 1, loops
+    assert ((True, 1) in next(iter(loops.values()))) == (nstep == 0)

@@ -70,13 +70,18 @@ def make_iteration(args: Args):
     return iteration
 
 
-def main(args: Args) -> dict:
-    """Train; returns the mean episode return and the loss of every batch, and the timings."""
-    # ----- setup: parameters, Adam state, and the iteration compiled ahead of time -----
+def initial_state(args: Args):
+    """The parameters, Adam's state and the random key a run starts from."""
     obs_size = math.prod(int(n) for n in args.obs_shape.split(","))
     key, policy_key = jax.random.split(jax.random.PRNGKey(args.seed))
     params = mlp_init(policy_key, [obs_size, *[args.hidden] * args.layers, args.num_actions], 0.01)
-    adam = adam_init(params)
+    return params, adam_init(params), key
+
+
+def main(args: Args) -> dict:
+    """Train; returns the mean episode return and the loss of every batch, and the timings."""
+    # ----- setup: parameters, Adam state, and the iteration compiled ahead of time -----
+    params, adam, key = initial_state(args)
     started = time.perf_counter()
     iteration = jax.jit(make_iteration(args)).lower(params, adam, key, jnp.int32(0)).compile()
     compile_s = time.perf_counter() - started

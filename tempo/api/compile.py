@@ -16,6 +16,7 @@ from tempo.runtime.backends import Backend
 from tempo.runtime.executor import Executor
 from tempo.runtime.executor import source as executor_source
 from tempo.runtime.memory import BudgetExceeded, Ledger
+from tempo.runtime.profile import Profile, Profiler, loop_dim
 from tempo.schedule import ast as ast_mod
 from tempo.schedule import isl_domains
 from tempo.schedule.memory import tiles_freed_while_acting
@@ -58,19 +59,20 @@ class Program:
         """A table of the passes run: the SDG's node count before and after each, and its seconds."""
         return report(self.pass_stats)
 
-    def run(self, bounds: dict, stores: str = "auto") -> list[np.ndarray]:
+    def run(self, bounds: dict, stores: str = "auto", profiler: Profiler | None = None) -> list[np.ndarray]:
         """Execute for ``bounds``; one array per fetched tensor. ``stores="point"`` keeps
         every tensor in a point store instead of the store its reads call for. A run that
         ``tpo.stop_when`` ends early leaves the points it did not reach undefined (NaN or 0)
         and sets ``stopped_at``. Along a dim that a ``tpo.end_when`` ends, the arrays keep the
         run's bound (the cap) and hold NaN or 0 past each point's end; ``lengths`` maps the
-        dim's bound name to its lengths (an int array over the check's outer dims)."""
+        dim's bound name to its lengths (an int array over the check's outer dims).
+        ``profiler``: see :meth:`profile`."""
         values = self._check_bounds(bounds)
         self.validate(values)
         start = time.perf_counter()
         executor = Executor(self.sdg, self.ast, self.backend, values, keep=self._keep(),
                             device_budget=self.memory.get("device_budget"), plan=self.plan_for(stores),
-                            end_check_every=self.end_check_every)
+                            end_check_every=self.end_check_every, profiler=profiler)
         self.ledger, self.ran_source = executor.ledger, executor.source
         try:
             executor.run()
@@ -90,6 +92,17 @@ class Program:
         for point, length in check.lengths.items():
             out[point] = length
         return out
+
+    def profile(self, bounds: dict) -> Profile:
+        """Run for ``bounds`` and count what each iteration of the main loop does, by statement kind:
+        kernel and device-loop launches, store reads and writes, frees, host conditions, callbacks
+        (sinks, checkpoints) and other user functions, each with its host microseconds
+        (:mod:`tempo.runtime.profile`; ``print(program.profile(bounds))``). The wrappers that count
+        add their own host time to the run."""
+        loop = self.plan_for().main_loop
+        profiler = Profiler(None if loop is None else loop_dim(self.sdg, loop))
+        self.run(bounds, profiler=profiler)
+        return profiler.finish()
 
     def plan_for(self, stores: str = "auto") -> ExecutionPlan:
         """The plan of runs with ``stores`` (see :meth:`run`), made at most once."""

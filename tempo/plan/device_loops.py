@@ -2,9 +2,9 @@
 
 A loop of the schedule AST whose body is all device code (kernel launches
 of fused islands and device ops, merges, conditions and frees; no user
-function, no nested loop) may run as one launch on a backend that compiles
-loops. :func:`plan` decides whether a loop qualifies and classifies every
-value its body reads and writes:
+function) may run as one launch on a backend that compiles loops.
+:func:`plan` decides whether a loop qualifies and classifies every value
+its body reads and writes:
 
 - a value computed in the loop and read in the same iteration is a local
   of the traced body; one read ``d`` iterations later (``x[t - 1]``) is
@@ -16,6 +16,15 @@ value its body reads and writes:
 - what a statement after the loop reads (or the program fetches) is written
   back into its tensor store after the loop, a block store's rows in one
   write.
+
+A loop over iterations may hold loops (acting's loop over ``t`` inside the
+loop over ``i``): each nested loop that qualifies by itself runs whole at
+every iteration (:class:`Nested`), its inputs found in the enclosing body,
+and a statement after it reads its rows (``x[i, 0:T]``) as one value. Such
+a loop may also hold sinks and checkpoints (user functions labelled
+``sink`` or ``checkpoint``): their inputs are kept at every iteration and
+the host calls them after the launch, in order. The whole run over ``i``
+is then one device program.
 
 :mod:`tempo.runtime.device_loops` runs the plans.
 """
@@ -30,14 +39,16 @@ from tempo.symbolic.affine import counter, uses
 from tempo.symbolic.expr import Expr
 from tempo.symbolic.simplify import simplify
 
-CLOSED, GATHERED, LOCAL, CARRIED = "closed", "gathered", "local", "carried"
+CLOSED, GATHERED, LOCAL, CARRIED, ROWS = "closed", "gathered", "local", "carried", "rows"
+DEFERRED_LABELS = ("sink", "checkpoint")  # user functions a device loop calls after its launch
 
 
 @dataclass(frozen=True)
 class Source:
     """Where one input of a statement of the loop comes from: ``kind`` is one of
     ``closed``, ``gathered`` (read from ``key``'s store at ``index``), ``local`` or
-    ``carried`` (the value ``key`` took ``shift`` iterations earlier, 0 for local)."""
+    ``carried`` (the value ``key`` took ``shift`` iterations earlier, 0 for local), or
+    ``rows`` (the rows a nested loop wrote in this iteration, read at the slice ``index``)."""
 
     kind: str
     key: tuple[int, int]
@@ -69,12 +80,27 @@ class LoopPlan:
     carried: dict
     written_back: tuple[tuple[int, int], ...]
     frees: tuple[tuple[ast.Free, tuple[Expr, ...]], ...]
+    nested: tuple["Nested", ...] = ()
 
     def signature(self) -> tuple:
         """What a compiled form of this loop depends on besides its AST: where each input comes from,
         what is carried and what is written back (the store choices decide them)."""
         sources = tuple((src.kind, src.key, src.shift) for step in self.steps for src in step.inputs)
-        return sources, tuple(sorted(self.carried.items())), self.written_back
+        inner = tuple((n.at, n.plan.signature(), tuple((k, s.kind, s.key, s.shift) for k, s in n.inputs))
+                      for n in self.nested)
+        return sources, tuple(sorted(self.carried.items())), self.written_back, inner
+
+
+@dataclass(frozen=True)
+class Nested:
+    """A loop of the body run whole at each iteration: its own plan, run before step ``at`` under the
+    ``if`` conditions ``guard``; ``inputs``: (the name ``"s.k"`` of each of its closed inputs, where the
+    enclosing loop finds it)."""
+
+    plan: LoopPlan
+    at: int
+    guard: tuple[Expr, ...]
+    inputs: tuple[tuple[str, Source], ...]
 
 
 def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=frozenset()) -> LoopPlan | None:
@@ -86,6 +112,9 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
     body = _body(loop.body, ())
     if body is None or loop.step != 1:
         return None
+    inner_loops = [(k, s, guard) for k, (s, guard) in enumerate(body) if isinstance(s, ast.Loop)]
+    if inner_loops:
+        return _enclosing(sdg, loop, program, kinds, keep, host, body)
     executes = [(s, guard) for s, guard in body if isinstance(s, ast.Execute)]
     if len(executes) < 2 or all(isinstance(sdg.nodes[s.node_id].op, MergeOp) for s, _ in executes):
         return None
@@ -127,24 +156,112 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
     return LoopPlan(loop, tuple(steps), carried, written_back, frees)
 
 
-def _body(stmt: ast.Stmt, guard: tuple):
-    """The loop body's Execute and Free statements with the ``if`` conditions they run under
-    (None when it holds a loop)."""
+def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host, body) -> LoopPlan | None:
+    """The plan of a loop whose body holds loops (see the module docstring), or None."""
+    counts: dict[int, int] = {}
+    for s in ast.statements(program):
+        counts[s.node_id] = counts.get(s.node_id, 0) + 1
+    executes = [(s, guard) for s, guard in body if isinstance(s, ast.Execute)]
+    writers = {s.node_id: (k, s) for k, (s, _) in enumerate(executes)}
+    if len(writers) != len(executes) or any(counts[n] != 1 for n in writers):
+        return None
+    inner_plans, at = [], 0
+    for s, guard in body:
+        if isinstance(s, ast.Execute):
+            at += 1
+        elif isinstance(s, ast.Loop):
+            inner = plan(sdg, s, program, kinds, keep, host)
+            if inner is None or inner.nested:
+                return None
+            inner_plans.append((s, guard, inner, at))
+    inner_writers = {step.node.id: (k, s, step) for k, (s, _, inner, _) in enumerate(inner_plans)
+                     for step in inner.steps}
+    nested = []
+    for s, guard, inner, at in inner_plans:
+        inputs = []
+        for k, step in enumerate(inner.steps):
+            for j, src in enumerate(step.inputs):
+                if src.kind in (GATHERED, CLOSED) and src.key[0] in inner_writers:
+                    return None  # another nested loop's values: on the device, not in a store
+                if src.kind == GATHERED and src.key[0] in writers:
+                    return None
+                if src.kind == CLOSED:
+                    outer = _source(src.edge, src.index, loop.var, writers, at, host)
+                    if outer is None:
+                        return None
+                    inputs.append((f"{k}.{j}", outer))
+        nested.append(Nested(inner, at, guard, tuple(inputs)))
+    steps = []
+    for order, (ex, guard) in enumerate(executes):
+        node = sdg.nodes[ex.node_id]
+        deferred = isinstance(node.op, UDFOp) and node.op.label in DEFERRED_LABELS
+        if (isinstance(node.op, UDFOp) and not deferred) or not all(_static(s) for s in node.shapes):
+            return None
+        if any(kinds.get((node.id, j)) == "window" or (node.id, j) in host for j in range(len(node.shapes))):
+            return None
+        at = dict(zip(node.domain, ex.point))
+        inputs, conds = [], []
+        for e in sdg.in_edges(node.id):
+            if e.cond is not None and not isinstance(node.op, MergeOp):
+                return None
+            index = e.index.substitute(at)
+            if e.src in inner_writers:
+                source = _rows(e, index, inner_writers[e.src], nested, order)
+            else:
+                source = _source(e, index, loop.var, writers, order, host)
+            if source is None:
+                return None
+            inputs.append(source)
+            conds.append(None if e.cond is None else e.cond.substitute(at))
+        steps.append(Step(ex, node, guard, tuple(inputs), tuple(conds)))
+    outside = set(counts) - set(writers) - set(inner_writers)
+    for n in inner_writers:  # a nested loop's values are read in this loop only
+        if n in keep or any(e.src == n and e.sink in outside for e in sdg.edges):
+            return None
+    carried: dict[tuple[int, int], int] = {}
+    for step in steps:
+        for source in step.inputs:
+            if source.kind == CARRIED:
+                carried[source.key] = max(carried.get(source.key, 0), source.shift)
+    written_back = tuple((n, j) for n in writers for j in range(len(sdg.nodes[n].shapes))
+                         if n in keep or any(e.sink in outside for e in sdg.edges if e.src == n and e.src_out == j))
+    frees = tuple((s, guard) for s, guard in body if isinstance(s, ast.Free)
+                  and (s.node_id not in writers or any(key[0] == s.node_id for key in written_back)))
+    return LoopPlan(loop, tuple(steps), carried, written_back, frees, tuple(nested))
+
+
+def _rows(e: Edge, index: Expr, writer, nested: list, order: int) -> Source | None:
+    """A read of the rows a nested loop wrote in this iteration: at the writer's point with the nested
+    loop's counter replaced by a slice (whether the slice covers the loop is checked at each launch)."""
+    k, inner_loop, step = writer
+    if nested[k].at > order or (e.src, e.src_out) not in nested[k].plan.written_back:
+        return None
+    point = step.execute.point
+    if len(index.args) != len(point) or index.args[-1].op != "slice" or not uses(point[-1], inner_loop.var):
+        return None
+    if any(uses(p, inner_loop.var) or not _is_zero(simplify(a - p)) for a, p in zip(index.args[:-1], point[:-1])):
+        return None
+    return Source(ROWS, (e.src, e.src_out), index, edge=e)
+
+
+def _body(stmt: ast.Stmt, guard: tuple, nested: bool = True):
+    """The loop body's Execute, Free and (``nested``) Loop statements with the ``if`` conditions they
+    run under (None when it holds a loop that holds a loop)."""
     if isinstance(stmt, ast.Sequence):
         out = []
         for s in stmt.body:
-            inner = _body(s, guard)
+            inner = _body(s, guard, nested)
             if inner is None:
                 return None
             out += inner
         return out
     if isinstance(stmt, ast.If):
-        then = _body(stmt.then, guard + (stmt.cond,))
+        then = _body(stmt.then, guard + (stmt.cond,), nested)
         if then is None or stmt.orelse is not None:
             return None
         return then
     if isinstance(stmt, ast.Loop):
-        return None
+        return [(stmt, guard)] if nested and _body(stmt.body, (), False) is not None else None
     return [(stmt, guard)]
 
 
@@ -159,8 +276,8 @@ def _source(e: Edge, index: Expr, var: str, writers: dict, order: int, host) -> 
             return None
         if not uses(index, var):
             return Source(CLOSED, key, index, edge=e)
-        if any(a.op == "slice" for a in index.args):
-            return None
+        if any(a.op == "slice" and uses(simplify(a.args[1] - a.args[0]), var) for a in index.args):
+            return None  # a slice whose size changes from iteration to iteration
         return Source(GATHERED, key, index, edge=e)
     writer_order, writer = writers[e.src]
     shift = _iterations_back(index, writer.point, var)
@@ -194,7 +311,7 @@ def _is_zero(e: Expr) -> bool:
 
 
 def loops(program: ast.Stmt):
-    """Every loop of ``program`` without a loop in its body."""
+    """Every loop of ``program``, inner loops first (:func:`plan` decides which qualify)."""
     if isinstance(program, ast.Sequence):
         for s in program.body:
             yield from loops(s)
@@ -203,8 +320,5 @@ def loops(program: ast.Stmt):
         if program.orelse is not None:
             yield from loops(program.orelse)
     elif isinstance(program, ast.Loop):
-        inner = list(loops(program.body))
-        if inner:
-            yield from inner
-        else:
-            yield program
+        yield from loops(program.body)
+        yield program

@@ -68,8 +68,11 @@ class ExecutionPlan:
             lines += [f"  {self.names[e.node]} below the lowest index read, along axis {e.axis}"
                       for e in self.evictions]
         lines.append(f"device loops: {len(self.loops)}")
-        lines += [f"  over {p.loop.var}: {len(p.steps)} steps, carrying "
-                  f"{', '.join(self._name(*k) for k in sorted(p.carried)) or 'nothing'}" for p in self.loops]
+        lines += [f"  over {p.loop.var}: {len(p.steps)} steps"
+                  + "".join(f", the loop over {n.plan.loop.var} nested" for n in p.nested)
+                  + (", the main loop: the whole run" if p.loop is self.main_loop else "")
+                  + f", carrying {', '.join(self._name(*k) for k in sorted(p.carried)) or 'nothing'}"
+                  for p in self.loops]
         lines.append("donations:" + ("" if self.donations else " none"))
         lines += [f"  {self.names[n]} hands over input {', '.join(map(str, sorted(ins)))}"
                   for n, ins in sorted(self.donations.items())]

@@ -27,7 +27,9 @@ over ``t`` that its indices do not keep below ``T`` asks ``U<n>.within``
 first, which raises naming the reader's line past the end.
 The source refers to names the executor binds: ``S<n>_<j>`` (stores),
 ``K<n>`` (kernels), ``L<n>`` (launchers), ``D<k>`` (device loops), ``U<n>``
-(end checks), ``fail``, ``evict``, ``ledger``.
+(end checks), ``fail``, ``evict``, ``ledger``. A profiled source (:mod:`tempo.runtime.profile`)
+evaluates every condition through ``C`` and calls ``B`` before the main
+loop and ``M`` after each of its iterations.
 """
 from __future__ import annotations
 
@@ -54,8 +56,10 @@ class Generator:
     """Writes the source of one program (see the module docstring)."""
 
     def __init__(self, sdg: SDG, kinds: dict[tuple[int, int], str], main_loop: ast.Loop | None,
-                 bound_names: list[str], device_loops: dict[int, str] | None = None):
+                 bound_names: list[str], device_loops: dict[int, str] | None = None,
+                 profiled: ast.Loop | None = None):
         self.sdg, self.kinds, self.main_loop = sdg, kinds, main_loop
+        self.profiled = profiled  # the main loop of a profiled source
         self.bound_names = bound_names
         self.device_loops = device_loops or {}  # id(loop) -> the name of its compiled form
         self.counters: list[str] = []  # the enclosing loops' variables
@@ -82,6 +86,9 @@ class Generator:
     def _emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
 
+    def _cond(self, e: Expr) -> str:
+        return f"C(lambda: {py(e)})" if self.profiled is not None else py(e)
+
     def _stmt(self, stmt: ast.Stmt, depth: int) -> None:
         if isinstance(stmt, ast.Sequence):
             if not stmt.body:
@@ -96,20 +103,24 @@ class Generator:
                 depth += 1
             self.counters.append(stmt.var)
             var = local(stmt.var)
+            if stmt is self.profiled:
+                self._emit(depth, "B()")
             self._emit(depth, f"{var} = {py(stmt.start)}")
-            self._emit(depth, f"while {py(stmt.cond)}:")
+            self._emit(depth, f"while {self._cond(stmt.cond)}:")
             reset = self.resets.get(id(stmt))
             if reset is not None:
                 self._emit(depth + 1, f"{local(reset)} = cap_{reset}")
             self._stmt(stmt.body, depth + 1)
             if stmt is self.main_loop:
                 self._emit(depth + 1, f"evict({var})")
+            if stmt is self.profiled:
+                self._emit(depth + 1, f"M({var})")
             self._emit(depth + 1, f"{var} += {stmt.step}")
             if reset is not None:
                 self._emit(depth, f"{local(reset)} = cap_{reset}")
             self.counters.pop()
         elif isinstance(stmt, ast.If):
-            self._emit(depth, f"if {py(stmt.cond)}:")
+            self._emit(depth, f"if {self._cond(stmt.cond)}:")
             self._stmt(stmt.then, depth + 1)
             if stmt.orelse is not None:
                 self._emit(depth, "else:")
@@ -139,7 +150,7 @@ class Generator:
     def _merge(self, n: int, edges, at: dict, point: str, depth: int) -> None:
         """The first branch whose condition holds at the point is the merge's value there."""
         for k, e in enumerate(edges):
-            cond = "True" if e.cond is None else py(e.cond.substitute(at))
+            cond = "True" if e.cond is None else self._cond(e.cond.substitute(at))
             self._emit(depth, f"{'if' if k == 0 else 'elif'} {cond}:")
             self._emit(depth + 1, f"S{n}_0.write({point}, S{e.src}_{e.src_out}.read({py(e.index.substitute(at))}))")
             if e.cond is None:

@@ -3,7 +3,10 @@
 A loop of the schedule AST whose body is all device code (kernel launches
 of fused islands and device ops, merges, conditions and frees; no user
 function, no nested loop) runs as one launch on a backend that compiles
-loops (:meth:`JaxBackend.device_loop`: a ``lax.scan`` inside ``jax.jit``).
+loops (:meth:`JaxBackend.device_loop`: a ``lax.scan`` inside ``jax.jit``), and
+so does a loop over iterations whose nested loops each qualify and whose
+user functions are sinks and checkpoints: the whole run, all iterations
+with their acting loops and updates, as one program.
 :func:`tempo.plan.device_loops.plan` decides whether a loop qualifies and
 classifies every value its body reads and writes (locals, carries, inputs,
 gathered values, values written back); this module runs those plans.
@@ -16,15 +19,30 @@ loop drop points of stores after it. :class:`DeviceLoop` does that host
 work around the backend's compiled loop; it answers ``False`` (and the
 generated code runs the loop statement by statement instead) where a
 launch finds what the compiled loop cannot do.
+
+A nested loop's host work is done for every iteration of the enclosing
+loop before the launch, and stacked (its per-iteration values, its gathered
+values); a statement after it reads its rows only where they cover the
+slice it reads. Sinks and checkpoints of the loop are called after the
+launch, once per iteration where they run, in the order of the
+iterations, with the values the device kept for them. Such a loop runs its
+first iteration alone, then chunks of at most :attr:`DeviceLoop.chunk`
+iterations, one launch each (of one program: a launch of fewer iterations
+skips the rest), the carry handed from one to the next, so that its sinks
+report as it goes. Each launch is prepared just before it; where the first
+cannot run, the host loop runs the loop, and a later one that cannot (its
+iterations compile differently) is an error.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
 from tempo.errors import TempoError
-from tempo.ir.ops import MergeOp
+from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
-from tempo.plan.device_loops import CLOSED, GATHERED, LoopPlan, Source
+from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROWS, LoopPlan, Source
 from tempo.symbolic.affine import counter, uses
 from tempo.symbolic.evaluate import compile_expr, shape_at
 from tempo.symbolic.expr import seq
@@ -38,6 +56,8 @@ class DeviceLoop:
     False, having changed nothing, where this launch needs the statement-by-statement loop.
     """
 
+    chunk = 16  # the most iterations of a loop over iterations (one with nested loops) per launch
+
     def __init__(self, plan: LoopPlan, compiled, sdg: SDG, stores: dict, backend, ledger):
         self.plan, self.compiled, self.sdg, self.stores, self.backend, self.ledger = \
             plan, compiled, sdg, stores, backend, ledger
@@ -45,6 +65,12 @@ class DeviceLoop:
         self.var, self.start, self.cond = var, compile_expr(loop.start), compile_expr(loop.cond)
         exprs = [loop.start, loop.cond] + [c for step in plan.steps for c in (*step.guard, *step.conds)
                                            if c is not None] + [c for _, guard in plan.frees for c in guard]
+        exprs += [c for nested in plan.nested for c in nested.guard]
+        self.nested = [DeviceLoop(n.plan, inner, sdg, stores, backend, ledger)
+                       for n, inner in zip(plan.nested, getattr(compiled, "nested", ()))]
+        self.nested_guards = [[compile_expr(c) for c in n.guard] for n in plan.nested]
+        self.deferred = [(s, backend.kernel(step.node.op)) for s, step in enumerate(plan.steps)
+                         if isinstance(step.node.op, UDFOp)]
         self.schedule_names = sorted({s.name for e in exprs for s in e.free_symbols()} - {var})
         self.schedules: dict[tuple, tuple] = {}
         self.guards = [[compile_expr(c) for c in step.guard] for step in plan.steps]
@@ -59,27 +85,93 @@ class DeviceLoop:
                        if src.kind == GATHERED}  # read as one slice of a block store where it can be
         self.free_points = [(compile_expr(seq(*free.point)), [compile_expr(c) for c in guard]) for free, guard in
                             plan.frees]
+        self.rows_slices = {(s, k): compile_expr(src.index.args[-1]) for s, step in enumerate(plan.steps)
+                            for k, src in enumerate(step.inputs) if src.kind == ROWS}
         self.failed: set[tuple] = set()
+        self.launched: list[tuple[int, float]] = []  # (iterations, wall seconds but compiles) of each launch
 
     def __call__(self, env: dict) -> bool:
         counters, runs, sels = self._schedule(env)
         if not counters:
             return True
+        if not self.plan.nested:
+            prepared = self._prepared(env, counters, runs, sels, True, len(counters))
+            return prepared is not None and self._launch(prepared, None) is not None
+        if not self._rows_covered(env, counters):
+            return False
+        rows = max(1, min(self.chunk, len(counters) - 1))
+        parts = [slice(0, 1)] + [slice(k, k + rows) for k in range(1, len(counters), rows)]
+        ring = None
+        for part in parts:  # the first iteration alone (its report comes early), then chunks of `rows`
+            prepared = self._prepared(env, counters[part], [r[part] for r in runs],
+                                      [None if x is None else x[part] for x in sels], ring is None, rows)
+            ring = None if prepared is None else self._launch(prepared, ring)
+            if ring is None:
+                if part.start:
+                    raise TempoError(f"the device loop over {self.var} cannot run its iterations from "
+                                     f"{counters[part.start]} on as it ran the first")
+                return False
+        return True
+
+    def compile_seconds(self) -> float:
+        """The wall seconds the backend spent compiling this loop ahead of its launches (0 where it
+        compiles at the first launch)."""
+        seconds = getattr(self.compiled, "compile_seconds", (0.0, 0.0))
+        return seconds[0]
+
+    def trips(self, env: dict) -> int:
+        """How many iterations the loop runs with the bounds and enclosing counters ``env``."""
+        return len(self._schedule(env)[0])
+
+    def _prepared(self, env: dict, counters: list, runs, sels, initial: bool, rows: int):
+        """What one launch over ``counters`` needs (in a program of ``rows`` iterations: a loop with
+        nested loops runs fewer in it), with the seconds that took; None where it cannot run."""
+        started = time.perf_counter()
         envs = [dict(env, **{self.var: c}) for c in counters]
-        prepared = self._prepare(env, envs, runs, sels)
+        prepared = self._prepare(env, envs, runs, sels, initial=initial)
         if prepared is None:
-            return False
-        key, closed, xs, ring0 = prepared
-        if key in self.failed:
-            return False
+            return None
+        (_, keys), closed, xs, ring0 = prepared
+        key = (rows, keys)
+        return None if key in self.failed else (key, envs, runs, closed, xs, ring0, time.perf_counter() - started)
+
+    def _launch(self, prepared, ring):
+        """One prepared launch, from ``ring`` (None: its own initial carry): the final carry, or None
+        (nothing changed) where it cannot run."""
+        key, envs, runs, closed, xs, ring0, seconds = prepared
+        started, compiled = time.perf_counter(), self.compile_seconds()
         try:
-            ring, ys = self.compiled(key, len(counters), closed, xs, ring0)
+            ring, ys = self.compiled(key, len(envs), closed, xs, ring0 if ring is None else ring)
         except Exception:  # noqa: BLE001  the loop statement by statement says what failed, at its user's line
             self.failed.add(key)
-            return False
-        self._write_back(ys, envs, runs)
+            return None
+        written = len(self.plan.written_back)
+        self._write_back(ys[:written], envs, runs)
+        self._call_deferred(ys[written:], envs, runs)
         self._free(envs)
+        for nested, guards in zip(self.nested, self.nested_guards):
+            for e in envs:
+                if all(g(e) for g in guards):
+                    inner, _, _ = nested._schedule(e)
+                    nested._free([dict(e, **{nested.var: c}) for c in inner])
         self.ledger.launches += 1
+        self.launched.append((len(envs), seconds + time.perf_counter() - started - self.compile_seconds() + compiled))
+        return ring
+
+    def _rows_covered(self, env: dict, counters: list) -> bool:
+        """Whether every read of a nested loop's rows reads the rows the loop wrote in its iteration."""
+        for (s, k), stop in self.rows_slices.items():
+            src = self.plan.steps[s].inputs[k]
+            nested = next(n for n, p in zip(self.nested, self.plan.nested)
+                          if any(step.node.id == src.key[0] for step in p.plan.steps))
+            writer = nested.writer[src.key]
+            for c in counters:
+                e = dict(env, **{self.var: c})
+                inner, runs, _ = nested._schedule(e)
+                wanted = stop(e)
+                if not inner or not runs[writer].all() or \
+                        (wanted.start, wanted.stop) != (inner[0], inner[-1] + 1) or wanted.step not in (None, 1):
+                    return False
         return True
 
     # ----- the host's part, before the launch -----
@@ -104,13 +196,17 @@ class DeviceLoop:
         cached = self.schedules[key] = (counters, runs, sels)
         return cached
 
-    def _prepare(self, env: dict, envs: list[dict], runs, sels):
-        """The compiled loop's static key, its inputs, per-iteration values and initial carry."""
+    def _prepare(self, env: dict, envs: list[dict], runs, sels, provided=frozenset(), initial: bool = True):
+        """The compiled loop's static key, its inputs, per-iteration values and initial carry
+        (``provided``: the names of closed inputs the enclosing loop's program computes; ``initial``:
+        False where the carry comes from the previous launch)."""
         closed, gathered, sel_xs, arg_xs, keys = {}, {}, {}, {}, []
         for s, step in enumerate(self.plan.steps):
             ran = runs[s]
             for k, src in enumerate(step.inputs):
                 wanted = ran if sels[s] is None else ran & (sels[s] == k)
+                if src.kind == CLOSED and f"{s}.{k}" in provided:
+                    continue
                 if src.kind == CLOSED:
                     closed[f"{s}.{k}"] = (self._read(src, self.indexes[s][k](env)) if wanted.any()
                                           else self._zeros(src.edge, env))
@@ -122,7 +218,7 @@ class DeviceLoop:
             dims = self._dim_env(s, env, envs[first])
             keys.append(self.compiled.static_key(s, dims))
             if self.compiled.needs_args(s):
-                if not ran.any():
+                if not ran.any() and not self.plan.nested:
                     return None
                 forms, leaves = set(), {}
                 for e, r in zip(envs, ran):
@@ -135,9 +231,47 @@ class DeviceLoop:
                 keys.append(forms.pop())
                 arg_xs[str(s)] = {name: np.stack(values) for name, values in leaves.items()}
         ring0 = {f"{n}_{j}": tuple(self._initial(n, j, env, envs[0], back) for back in range(1, depth + 1))
-                 for (n, j), depth in self.plan.carried.items()}
+                 for (n, j), depth in self.plan.carried.items()} if initial else None
         xs = {"sel": sel_xs, "g": gathered, "a": arg_xs}
+        for k, nested in enumerate(self.plan.nested):
+            inner = self._prepare_nested(k, nested, envs)
+            if inner is None:
+                return None
+            keys.append(inner[0])
+            closed[f"n{k}"], xs[f"n{k}"] = inner[1], inner[2]
         return (len(envs), tuple(keys)), closed, xs, ring0
+
+    def _prepare_nested(self, k: int, nested, envs: list[dict]):
+        """A nested loop's static key, the inputs it reads once (its closed inputs read once by the
+        enclosing loop too, its initial carry) and its per-iteration values of every enclosing iteration
+        (stacked); None where the iterations differ in what compiles."""
+        loop = self.nested[k]
+        provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED)}
+        per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
+        keys, once, stacked = set(), None, []
+        for e in envs:
+            counters, runs, sels = loop._schedule(e)
+            if not counters:
+                return None
+            prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, provided)
+            if prepared is None:
+                return None
+            key, closed, xs, ring0 = prepared
+            keys.add(key)
+            if once is None:
+                once = {"c": {n: v for n, v in closed.items() if n not in per_iteration}, "r": ring0}
+            stacked.append({"x": xs, "g": {n: closed[n] for n in per_iteration}})
+        if len(keys) != 1:
+            return None
+        return keys.pop(), once, self._stack(stacked)
+
+    def _stack(self, trees: list):
+        """Dicts of the same keys, their leaves stacked along a new leading axis (on the host: one
+        transfer to the device at the launch)."""
+        first = trees[0]
+        if isinstance(first, dict):
+            return {name: self._stack([t[name] for t in trees]) for name in first}
+        return np.stack([t if isinstance(t, np.ndarray) else self.backend.to_numpy(t) for t in trees])
 
     def _dim_env(self, s: int, env: dict, at: dict) -> dict:
         """What a kernel of step ``s`` sees: the bounds and its point's dims."""
@@ -164,8 +298,11 @@ class DeviceLoop:
         filler = next((v for v in values if v is not None), None)
         if filler is None:
             filler = self._zeros(src.edge, env)
+        values = [filler if v is None else v for v in values]
+        if self.plan.nested:  # on the host: a launch's iterations vary in number, the device stack's compile with it
+            return self._stack(values)
         dtype = self.sdg.nodes[src.key[0]].dtypes[src.key[1]]
-        return self.backend.stack([filler if v is None else v for v in values], (len(values),), dtype)
+        return self.backend.stack(values, (len(values),), dtype)
 
     def _initial(self, n: int, j: int, env: dict, first: dict, back: int):
         """The carried value of ``back`` iterations before the first: from the store where a
@@ -195,6 +332,17 @@ class DeviceLoop:
             for e, ran, row in zip(envs, runs[s], rows):
                 if ran:
                     store.write(point(e), row)
+
+    def _call_deferred(self, kept, envs: list[dict], runs) -> None:
+        """Call the loop's sinks and checkpoints at every iteration where they run, in order."""
+        calls = []
+        for (s, kernel), values in zip(self.deferred, kept):
+            rows = [self.backend.to_numpy(v) for v in values]
+            for t, (e, ran) in enumerate(zip(envs, runs[s])):
+                if ran:
+                    calls.append((t, s, kernel, [r[t] for r in rows], self._dim_env(s, e, e)))
+        for _, s, kernel, inputs, at in sorted(calls, key=lambda c: (c[0], c[1])):
+            kernel(inputs, at, tuple(at[d.name] for d in self.plan.steps[s].node.domain))
 
     def _free(self, envs: list[dict]) -> None:
         for (free, _), (point, guards) in zip(self.plan.frees, self.free_points):

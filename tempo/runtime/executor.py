@@ -43,6 +43,7 @@ from tempo.runtime.backends.base import Backend, StepFailed
 from tempo.runtime.codegen import Generator
 from tempo.runtime.ends import EndCheck
 from tempo.runtime.memory import BudgetExceeded, Ledger
+from tempo.runtime.profile import Profiler, kind_of
 from tempo.runtime.stores import make_store
 from tempo.schedule import ast
 from tempo.symbolic.evaluate import compile_expr, shape_at
@@ -54,13 +55,15 @@ class Executor:
 
     ``keep``: nodes whose values must survive the run (fetched); ``plan``: the program's
     :class:`~tempo.plan.ExecutionPlan` (None: made here, ``stores`` saying how: ``"auto"``
-    chooses each tensor's store from its reads, ``"point"`` keeps every tensor in a point store).
+    chooses each tensor's store from its reads, ``"point"`` keeps every tensor in a point store);
+    ``profiler``: a :class:`~tempo.runtime.profile.Profiler` that counts and times what the run does.
     """
 
     def __init__(self, sdg: SDG, program: ast.Stmt, backend: Backend, bounds: dict[str, int],
                  keep: set[int] = frozenset(), stores: str = "auto", device_budget: int | None = None,
-                 plan: ExecutionPlan | None = None, end_check_every: int | None = None):
-        self.sdg, self.backend, self.bounds = sdg, backend, bounds
+                 plan: ExecutionPlan | None = None, end_check_every: int | None = None,
+                 profiler: Profiler | None = None):
+        self.sdg, self.backend, self.bounds, self.profiler = sdg, backend, bounds, profiler
         self.plan = plan if plan is not None else build(sdg, program, keep, stores)
         self.ledger = Ledger(budget=device_budget)
         ending = set(ends(sdg))  # dims that end at run time: their block stores grow
@@ -90,8 +93,10 @@ class Executor:
         backend compiles whole (:mod:`tempo.runtime.device_loops`) are ``D<k>`` calls before their loops."""
         plan = self.plan
         loops = device_loops.bind(plan.loops, self.sdg, self.stores, self.backend, self.ledger)
+        profiler = self.profiler
         generator = Generator(self.sdg, plan.kinds(self.sdg), plan.main_loop if plan.evictions else None,
-                              sorted(self.bounds), {key: f"D{k}" for k, key in enumerate(loops)})
+                              sorted(self.bounds), {key: f"D{k}" for k, key in enumerate(loops)},
+                              profiled=plan.main_loop if profiler is not None else None)
         self.source = generator.source(program)
         namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
                      "evict": self._evict, "fail": self._fail, "ledger": self.ledger}
@@ -101,10 +106,12 @@ class Executor:
         namespace.update({f"U{n}": check for n, check in self.end_checks.items()})
         donate = plan.donations if self.backend.donates else {}
         namespace.update({f"S{n}_{j}": store for (n, j), store in self.stores.items()})
+        kinds = {}
         for n in {ex.node_id for ex in ast.statements(program)}:
             node = self.sdg.nodes[n]
             if n in generator.checks:
                 continue
+            kinds[n] = "store write" if isinstance(node.op, MergeOp) else kind_of(node.op)
             if n in generator.called:
                 namespace[f"L{n}"] = self._launcher(node)
                 continue
@@ -114,6 +121,9 @@ class Executor:
                 _check_const_covers_bounds(node, self.bounds)
             namespace[f"K{n}"] = (self.backend.kernel(node.op, donate=donate[n]) if n in donate
                                   else self.backend.kernel(node.op))
+        if profiler is not None:
+            whole = next((f"D{k}" for k, key in enumerate(loops) if key == id(plan.main_loop)), None)
+            _profiled(namespace, profiler, kinds, whole)
         exec(compile(self.source, "<tempo program>", "exec"), namespace)  # noqa: S102
         return namespace["program"]
 
@@ -178,6 +188,22 @@ class Executor:
                 store.write(point, backend.detach(value, [inputs[k] for k in windows]) if copy else value)
 
         return launch
+
+
+def _profiled(namespace: dict, profiler: Profiler, kinds: dict[int, str], whole: str | None) -> None:
+    """Bind ``profiler``'s wrappers in place of the generated code's names, and its own names
+    (``whole``: the name of the device loop that runs the main loop, if any)."""
+    for name, value in list(namespace.items()):
+        if name[0] in "KL" and name[1:].isdigit():
+            namespace[name] = profiler.call(kinds[int(name[1:])], value)
+        elif name == whole:
+            namespace[name] = profiler.whole_loop(value)
+        elif name[0] == "D" and name[1:].isdigit():
+            namespace[name] = profiler.device_loop(value)
+        elif name[0] == "S" and name[1].isdigit():
+            namespace[name] = profiler.store(value)
+    namespace.update(evict=profiler.call("free", namespace["evict"]), C=profiler.condition, M=profiler.mark,
+                     B=profiler.start)
 
 
 def source(sdg: SDG, program: ast.Stmt, plan: ExecutionPlan, bound_names) -> str:

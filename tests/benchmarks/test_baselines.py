@@ -108,3 +108,14 @@ def test_each_baseline_learns_to_read_the_state(style, algo):
     """A policy that reads the state off the observation earns 1 per step (16 here); a random one 8."""
     returns = run_baseline(style, algo, 50, envs=32, steps=16, hidden=32, num_actions=2, seed=1)["returns"]
     assert np.mean(returns[:5]) < 10 and np.mean(returns[-5:]) > np.mean(returns[:5]) + 2, returns
+
+
+@pytest.mark.parametrize("algo", ["ppo", "reinforce"])
+def test_the_whole_run_baseline_trains_as_the_per_iteration_one(algo):
+    """One program for the whole run (a lax.scan over the iterations) computes what one launch per iteration does."""
+    sizes = dict(envs=3, steps=5, hidden=4, layers=1)
+    whole = run_baseline("purejaxrl_whole", algo, 3, **sizes)
+    per_iteration = run_baseline("purejaxrl", algo, 3, **sizes)
+    np.testing.assert_allclose(whole["returns"], per_iteration["returns"], rtol=1e-5)
+    np.testing.assert_allclose(whole["losses"], per_iteration["losses"], rtol=1e-4, atol=1e-6)
+    assert whole["start"] < whole["ends"][0] < whole["ends"][-1] and len(whole["ends_cpu"]) == 3

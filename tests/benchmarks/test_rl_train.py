@@ -29,6 +29,7 @@ def check_measured(systems):
     for name, r in systems.items():
         assert "skipped" not in r, (name, r)
         assert r["first_iteration_s"] > 0 and r["iteration_s"] > 0 and r["compile_s"] >= 0, (name, r)
+        assert r["iteration_cpu_s"] > 0 and len(r["iterations_cpu_s"]) == len(r["iterations_s"]), (name, r)
         assert len(r["iterations_s"]) == len(r["returns"]) == 3 and r["peak_rss_mb"] > 0
         assert r["speedup_over_slowest"] >= 1.0
     assert min(r["speedup_over_slowest"] for r in systems.values()) == 1.0
@@ -40,8 +41,10 @@ def check_measured(systems):
     returns = {name: systems[name]["returns"] for name in rl_train.TEMPO_BACKENDS}
     assert returns["tempo-torch"] == pytest.approx(returns["tempo-numpy"], rel=1e-4)  # same program, same draws
     assert returns["tempo-jax"] == pytest.approx(returns["tempo-numpy"], rel=1e-4)
-    assert systems["purejaxrl"]["compile_s"] > 0                    # ahead of time, apart from the first iteration
-    for name in ("cleanrl", "purejaxrl"):
+    for name in ("purejaxrl", "purejaxrl-whole"):                   # ahead of time, apart from the first iteration
+        assert systems[name]["compile_s"] > 0
+    assert systems["purejaxrl-whole"]["returns"] == pytest.approx(systems["purejaxrl"]["returns"], rel=1e-5)
+    for name in ("cleanrl", "purejaxrl", "purejaxrl-whole"):
         assert len(systems[name]["losses"]) == 3 and all(math.isfinite(x) for x in systems[name]["losses"])
 
 
@@ -51,7 +54,7 @@ def test_quick_run_times_every_system_at_the_default_point(tmp_path):
     assert row["algo"] == "reinforce" and row["sweep"] == "default" and row["point"]["steps"] == 8
     check_measured(row["systems"])
     assert (tmp_path / "rl_train.png").read_bytes().startswith(b"\x89PNG")
-    assert "Tempo compile stages" in stdout and "speed-up" in stdout
+    assert "Tempo compile stages" in stdout and "speed-up" in stdout and "against PureJaxRL whole-run" in stdout
 
 
 @pytest.mark.slow

@@ -12,9 +12,19 @@ of the schedule skips it: what it computes there is neither read nor
 written back (XLA raises no floating-point errors). A loop is traced once
 per static key (its trip count, the static sizes of its islands, their
 spatial index forms) and input shapes.
+
+A loop over iterations with nested loops (:class:`~tempo.plan.device_loops.Nested`)
+traces each nested loop's scan inside its own body, its per-iteration
+values sliced from the enclosing loop's, and keeps the inputs of its sinks
+and checkpoints as outputs for the host. Its scan runs over a fixed number
+of rows (the key's trip count: the longest launch) and skips the rows past
+the launch's trip count under ``lax.cond``, so that launches of fewer
+iterations share its one compile; the carry (parameters, optimizer state)
+is donated to the program.
 """
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import jax
@@ -23,7 +33,9 @@ from jax import lax
 
 from tempo.errors import TempoError
 from tempo.ir import ops
-from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, LoopPlan
+import numpy as np
+
+from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROWS, LoopPlan
 from tempo.runtime.backends.jax import Island, _index_form, _row
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
@@ -32,9 +44,10 @@ from tempo.symbolic.evaluate import compile_expr
 class LoopProgram:
     """The compiled form of one planned loop; the host side is :class:`~tempo.runtime.device_loops.DeviceLoop`."""
 
-    def __init__(self, plan: LoopPlan, islands: list[Island | None]):
-        self.plan, self.islands = plan, islands
+    def __init__(self, plan: LoopPlan, islands: list[Island | None], nested: list["LoopProgram"] = ()):
+        self.plan, self.islands, self.nested = plan, islands, list(nested)
         self.fns: dict[tuple, Callable] = {}
+        self.compile_seconds = (0.0, 0.0)  # XLA's compiles of a loop with nested loops: wall and CPU seconds
 
     @staticmethod
     def unstack(values) -> list:
@@ -47,7 +60,7 @@ class LoopProgram:
         island = self.islands[s]
         if island is None:
             node = self.plan.steps[s].node
-            if not node.op.broadcast:
+            if isinstance(node.op, ops.UDFOp) or not node.op.broadcast:
                 return ()
             return tuple(d if isinstance(d, int) else int(compile_expr(d)(env)) for d in node.shapes[0])
         return tuple(env[n] for n in island.names)
@@ -70,10 +83,26 @@ class LoopProgram:
 
     def __call__(self, key: tuple, trips: int, closed: dict, xs: dict, ring0: dict):
         fn = self.fns.get(key)
+        if not self.nested:
+            if fn is None:
+                fn = self.fns[key] = jax.jit(self._traced(key))
+            return fn(closed, self.consts(), xs, ring0)
+        rows = key[0]  # the scan's rows: a launch of fewer iterations pads its per-iteration values
+        args = (closed, self.consts(), jax.tree_util.tree_map(lambda a: _padded(a, rows), xs),
+                jax.tree_util.tree_map(jnp.array, ring0), np.int32(trips))  # the carry is donated: copies
         if fn is None:
-            fn = self.fns[key] = jax.jit(self._traced(key))
-        consts = {str(s): island.consts for s, island in enumerate(self.islands) if island is not None}
-        return fn(closed, consts, xs, ring0)
+            started = (time.perf_counter(), time.process_time())
+            fn = self.fns[key] = jax.jit(self._traced(key), donate_argnums=(3,)).lower(*args).compile()
+            wall, cpu = self.compile_seconds
+            self.compile_seconds = (wall + time.perf_counter() - started[0], cpu + time.process_time() - started[1])
+        ring, ys = fn(*args)
+        return ring, ys if trips == rows else jax.tree_util.tree_map(lambda y: y[:trips], ys)
+
+    def consts(self) -> dict:
+        """The islands' constants (device arrays passed in), and those of the nested loops."""
+        out = {str(s): island.consts for s, island in enumerate(self.islands) if island is not None}
+        out.update({f"n{k}": inner.consts() for k, inner in enumerate(self.nested)})
+        return out
 
     def _traced(self, key: tuple) -> Callable:
         trips, keys = key
@@ -88,13 +117,21 @@ class LoopProgram:
                 tracers.append(island._traced(dict(zip(island.names, static)),
                                               dict(zip([j for j, _ in island.indexes], forms))))
                 shapes.append(None)
+        nested = [(n, inner._traced(keys.pop(0))) for n, inner in zip(self.plan.nested, self.nested)]
         plan = self.plan
+        deferred = [s for s, step in enumerate(plan.steps) if isinstance(step.node.op, ops.UDFOp)]
 
-        def device_loop(closed, consts, xs, ring0):
+        def body_of(closed, consts):
             def body(ring, x):
-                values = {}
+                values, kept = {}, {}
                 for s, step in enumerate(plan.steps):
+                    for k, (n, inner) in enumerate(nested):
+                        if n.at == s:
+                            _run_nested(k, n, inner, closed, consts, x, values, ring)
                     ins = [_input(src, f"{s}.{k}", closed, x, values, ring) for k, src in enumerate(step.inputs)]
+                    if s in deferred:
+                        kept[s] = tuple(ins)
+                        continue
                     if tracers[s] is None:
                         outs = (_merge(step, ins, x["sel"].get(str(s)), shapes[s]),)
                     else:
@@ -104,12 +141,53 @@ class LoopProgram:
                         outs = tracers[s](ins, given, starts)
                     for j, (value, dtype) in enumerate(zip(outs, step.node.dtypes)):
                         values[(step.node.id, j)] = value if value.dtype == dtype else value.astype(dtype)
+                for k, (n, inner) in enumerate(nested):  # nested loops after the last statement
+                    if n.at == len(plan.steps):
+                        _run_nested(k, n, inner, closed, consts, x, values, ring)
                 new = {f"{n}_{j}": (values[(n, j)],) + ring[f"{n}_{j}"][:-1] for n, j in plan.carried}
-                return new, tuple(values[key] for key in plan.written_back)
+                return new, tuple(values[key] for key in plan.written_back) + tuple(kept[s] for s in deferred)
 
-            return lax.scan(body, ring0, xs, length=trips)
+            return body
 
-        return device_loop
+        def device_loop(closed, consts, xs, ring0):
+            return lax.scan(body_of(closed, consts), ring0, xs, length=trips)
+
+        def whole_run(closed, consts, xs, ring0, ran):
+            body = body_of(closed, consts)
+            first = jax.tree_util.tree_map(lambda a: a[0], xs)
+            _, shaped = jax.eval_shape(body, ring0, first)
+
+            def skipped(ring, _x):
+                return ring, jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shaped)
+
+            def row(ring, kx):
+                k, x = kx
+                return lax.cond(k < ran, body, skipped, ring, x)
+
+            return lax.scan(row, ring0, (jnp.arange(trips), xs), length=trips)
+
+        return whole_run if self.nested else device_loop
+
+
+def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, values: dict, ring: dict) -> None:
+    """Trace nested loop ``k`` at one iteration of the enclosing loop; its written-back rows become values."""
+    prepared, per_iteration = closed[f"n{k}"], x[f"n{k}"]
+    given = dict(prepared["c"], **per_iteration["g"])
+    for name, src in nested.inputs:
+        if src.kind in (LOCAL, CARRIED):
+            given[name] = _input(src, name, closed, x, values, ring)
+    _, ys = inner(given, consts[f"n{k}"], per_iteration["x"], prepared["r"])
+    for key, rows in zip(nested.plan.written_back, ys):
+        values[key] = rows
+
+
+def _padded(a, rows: int):
+    """``a`` with its leading axis padded to ``rows`` by repeating its last row."""
+    short = rows - a.shape[0]
+    if short <= 0:
+        return a
+    pad = a[-1:].repeat(short, 0) if isinstance(a, np.ndarray) else jnp.repeat(a[-1:], short, 0)
+    return np.concatenate([a, pad]) if isinstance(a, np.ndarray) else jnp.concatenate([a, pad])
 
 
 def _input(src, name: str, closed: dict, x: dict, values: dict, ring: dict):
@@ -117,7 +195,7 @@ def _input(src, name: str, closed: dict, x: dict, values: dict, ring: dict):
         return closed[name]
     if src.kind == GATHERED:
         return x["g"][name]
-    if src.kind == LOCAL:
+    if src.kind in (LOCAL, ROWS):
         return values[src.key]
     assert src.kind == CARRIED
     return ring[f"{src.key[0]}_{src.key[1]}"][src.shift - 1]
@@ -138,10 +216,13 @@ def _merge(step, ins: list, sel, shape):
 
 def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
     """The loop of ``plan`` as a :class:`LoopProgram`, or None when a step has no traced form here."""
+    nested = [compile_loop(n.plan, sdg) for n in plan.nested]
+    if any(inner is None for inner in nested):
+        return None
     islands = []
     for step in plan.steps:
         node = step.node
-        if isinstance(node.op, ops.MergeOp):
+        if isinstance(node.op, (ops.MergeOp, ops.UDFOp)):  # a merge, or a sink the host calls after the launch
             islands.append(None)
             continue
         if isinstance(node.op, ops.ConstOp) and node.op.num_domain_axes:
@@ -159,4 +240,4 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
         if moving & set(island.names):
             return None
         islands.append(island)
-    return LoopProgram(plan, islands)
+    return LoopProgram(plan, islands, nested)
