@@ -1,16 +1,19 @@
-"""Learning curves: Tempo's CleanRL-style PPO examples against the CleanRL-style PyTorch loop.
+"""Learning curves: Tempo's CleanRL-style PPO examples against a CleanRL-style PyTorch loop and Stable-Baselines3.
 
 Each run trains one system on one environment with one seed, in a fresh
 process at one thread (NumPy/BLAS, torch and XLA capped at 1), and records
-every finished episode (global step, return, wall seconds since the run
-started) and the process's wall and CPU seconds.
+every finished episode (global step, return, length, wall and CPU seconds
+since the run started) and the process's wall and CPU seconds.
 
 - ``tempo``: ``examples/ppo.py`` (discrete actions) or
   ``examples/ppo_continuous.py`` (Box actions), with ``--tempo-impl`` and
   ``--tempo-backend``;
 - ``cleanrl``: ``benchmarks/baselines/cleanrl_rollout_ppo.py``, the same
   algorithm and hyper-parameters written as CleanRL writes it (torch eager,
-  one thread).
+  one thread);
+- ``sb3``: ``benchmarks/baselines/sb3_ppo.py``, Stable-Baselines3's PPO (the
+  ``bench`` extra) with the same hyper-parameters mapped onto its arguments
+  (that file says how; it has no CleanRL-style clipped value loss).
 
 Environments and their settings (CleanRL's ``ppo.py`` defaults for the
 discrete ones, ``ppo_continuous_action.py``'s for the others); ``--scale``
@@ -19,15 +22,16 @@ multiplies every step budget for a reduced run:
     CartPole-v1 500k, Acrobot-v1 500k, Pendulum-v1 200k (4 envs x 512 steps),
     HalfCheetah-v5 and Hopper-v5 1M
 
-It writes ``<out>.json`` (every run, and per environment and system: the
-final return, env steps to a target return, steps per second of wall and of
-CPU time, and whether Tempo's mean curve lies within the baseline's seed
-spread at every 10% of the run) and ``<out>.png`` (episodic return against
-environment steps and against wall seconds, mean and min-max band over
-seeds).
+It prints a table per run and writes ``<out>.json`` (every run, and per
+environment and system: the final return, env steps and CPU seconds to a
+target return, steps per second of wall and of CPU time, and whether Tempo's
+mean curve lies within each baseline's seed spread at every 10% of the run)
+and ``<out>.png`` (episodic return against environment steps and against
+wall seconds, mean and min-max band over seeds).
 
     .venv/bin/python benchmarks/rl_learning.py                       # the full run
     .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --seeds 1 2 3
+    .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --systems tempo sb3 --seeds 1 2
     .venv/bin/python benchmarks/rl_learning.py --envs Acrobot-v1 Pendulum-v1 --scale 0.1
 """
 from __future__ import annotations
@@ -57,7 +61,8 @@ ENVS = {  # env id -> (example, settings, total timesteps, target return)
     "HalfCheetah-v5": ("ppo_continuous", CONTINUOUS, 1_000_000, 1500.0),
     "Hopper-v5": ("ppo_continuous", CONTINUOUS, 1_000_000, 1500.0),
 }
-SYSTEMS = ("tempo", "cleanrl")
+SYSTEMS = ("tempo", "cleanrl", "sb3")
+BASELINES = {"cleanrl": "cleanrl_rollout_ppo.py", "sb3": "sb3_ppo.py"}
 
 
 def flags(settings: dict) -> list[str]:
@@ -67,8 +72,8 @@ def flags(settings: dict) -> list[str]:
 def command(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str) -> list[str]:
     example, settings, _, _ = ENVS[env_id]
     common = flags(dict(settings, env_id=env_id, seed=seed, total_timesteps=steps))
-    if system == "cleanrl":
-        return [sys.executable, os.path.join(ROOT, "benchmarks", "baselines", "cleanrl_rollout_ppo.py"), *common]
+    if system in BASELINES:
+        return [sys.executable, os.path.join(ROOT, "benchmarks", "baselines", BASELINES[system]), *common]
     extra = [f"--impl={impl}", "--no-track-tensorboard"] + ([f"--backend={backend}"] if backend else [])
     return [sys.executable, "-c", WORKER, os.path.join(ROOT, "examples", f"{example}.py"), *common, *extra]
 
@@ -80,7 +85,7 @@ path, argv = sys.argv[1], sys.argv[2:]
 module = runpy.run_path(path, run_name="example")
 import tempo as tpo
 summary = module["main"](tpo.rl.training.parse_args(module["Args"], "", argv))
-print("RESULT " + json.dumps({k: summary[k] for k in ("episodes", "global_step", "sps", "seconds")}))
+print("RESULT " + json.dumps({k: summary[k] for k in ("episodes", "global_step", "sps", "seconds", "cpu_seconds")}))
 """
 
 
@@ -131,26 +136,47 @@ def summarise(runs: list[dict], env_id: str, target: float) -> dict:
         grid = np.linspace(steps / 10, steps, 10)
         curves = np.array([curve(r["episodes"], grid, 0) for r in mine])
         grids[system] = curves
-        reached = [next((e[0] for e in _smoothed(r["episodes"]) if e[1] >= target), None) for r in mine]
+        reached = [_reached(r["episodes"], target) for r in mine]
         out[system] = {
             "seeds": [r["seed"] for r in mine],
             "final_return": [float(c[-1]) for c in curves],
-            "steps_to_target": reached, "target": target,
+            "steps_to_target": [e and e[0] for e in reached], "target": target,
+            "cpu_s_to_target": [e and e[4] for e in reached],  # the run's own CPU clock
             "sps_wall": [r["global_step"] / r["process_wall_s"] for r in mine],
             "sps_cpu": [r["global_step"] / r["process_cpu_s"] for r in mine],
-            "sps_in_run": [r["sps"] for r in mine],  # the run's own clock: compilation in, imports out
+            "sps_in_run": [r["sps"] for r in mine],  # the run's own clocks: compilation in, imports out
+            "sps_cpu_in_run": [r["global_step"] / r["cpu_seconds"] for r in mine],
             "return_at_each_10pct_mean": np.nanmean(curves, axis=0).tolist(),
         }
-    if len(grids) == 2:
-        tempo, base = np.nanmean(grids["tempo"], axis=0), grids["cleanrl"]
-        low, high = np.nanmin(base, axis=0), np.nanmax(base, axis=0)
-        out["tempo_within_baseline_spread"] = [bool(lo <= v <= hi) for v, lo, hi in zip(tempo, low, high)]
+    for base in BASELINES:
+        if "tempo" in grids and base in grids:
+            tempo = np.nanmean(grids["tempo"], axis=0)
+            low, high = np.nanmin(grids[base], axis=0), np.nanmax(grids[base], axis=0)
+            out[f"tempo_within_{base}_spread"] = [bool(lo <= v <= hi) for v, lo, hi in zip(tempo, low, high)]
     return out
 
 
-def _smoothed(episodes: list, window: int = 20):
+def _reached(episodes: list, target: float, window: int = 20) -> list | None:
+    """The episode at which the mean return of the last ``window`` episodes first reaches ``target``."""
     for k in range(len(episodes)):
-        yield episodes[k][0], float(np.mean([e[1] for e in episodes[max(0, k - window + 1):k + 1]]))
+        if np.mean([e[1] for e in episodes[max(0, k - window + 1):k + 1]]) >= target:
+            return episodes[k]
+    return None
+
+
+def table(summary: dict) -> str:
+    """Markdown: one row per environment, system and seed."""
+    rows = ["| env | system | seed | final return | env steps to target | CPU s to target | steps/s CPU | "
+            "steps/s wall |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for env_id, by_system in summary.items():
+        for system in SYSTEMS:
+            s = by_system.get(system)
+            for k, seed in enumerate(s["seeds"] if s else []):
+                steps, cpu = s["steps_to_target"][k], s["cpu_s_to_target"][k]
+                rows.append(f"| {env_id} | {system} | {seed} | {s['final_return'][k]:.1f} | "
+                            f"{'-' if steps is None else f'{steps / 1000:.0f}k'} | "
+                            f"{'-' if cpu is None else f'{cpu:.1f}'} | {s['sps_cpu'][k]:.0f} | {s['sps_wall'][k]:.0f} |")
+    return "\n".join(rows)
 
 
 def plot(runs: list[dict], envs: list[str], path: str) -> None:
@@ -161,7 +187,7 @@ def plot(runs: list[dict], envs: list[str], path: str) -> None:
 
     fig, axes = plt.subplots(len(envs), 2, figsize=(11, 3.2 * len(envs)), squeeze=False)
     for row, env_id in zip(axes, envs):
-        for system, color in zip(SYSTEMS, ("tab:blue", "tab:orange")):
+        for system, color in zip(SYSTEMS, ("tab:blue", "tab:orange", "tab:green")):
             mine = [r for r in runs if r["system"] == system and r["env"] == env_id and r.get("episodes")]
             if not mine:
                 continue
@@ -212,7 +238,7 @@ def main(argv=None) -> dict:
     with open(args.out + ".json", "w") as f:
         json.dump(report, f, separators=(",", ":"))  # every episode of every run: compact
     plot(runs, args.envs, args.out + ".png")
-    print(json.dumps(summary, indent=1))
+    print(table(summary))
     return report
 
 

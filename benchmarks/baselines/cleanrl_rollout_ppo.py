@@ -90,7 +90,7 @@ def make_envs(args) -> gymnasium.vector.SyncVectorEnv:
 
 
 def main(args) -> dict:
-    """Train; returns every finished episode (global step, return, length, wall seconds) and the timings."""
+    """Train; returns every finished episode (global step, return, length, wall s, CPU s) and the timings."""
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     envs = make_envs(args)
@@ -140,7 +140,7 @@ def main(args) -> dict:
             ended = info.get("final_info", {})  # same-step autoreset: the ending step's info
             for k in np.flatnonzero(ended.get("_episode", [])):
                 episodes.append((global_step, float(ended["episode"]["r"][k]), int(ended["episode"]["l"][k]),
-                                 time.perf_counter() - started))
+                                 time.perf_counter() - started, time.process_time() - cpu_started))
         # ----- GAE, bootstrapping from the value of each step's final observation -----
         with torch.no_grad():
             next_values = agent.value(finals)
@@ -200,4 +200,5 @@ def parse(argv=None):
 
 if __name__ == "__main__":
     summary = main(parse())
-    print("EPISODES " + json.dumps({k: summary[k] for k in ("episodes", "global_step", "sps", "seconds")}))
+    print("EPISODES " + json.dumps({k: summary[k] for k in ("episodes", "global_step", "sps", "seconds",
+                                                           "cpu_seconds")}))
