@@ -175,7 +175,8 @@ def table(summary: dict) -> str:
                 steps, cpu = s["steps_to_target"][k], s["cpu_s_to_target"][k]
                 rows.append(f"| {env_id} | {system} | {seed} | {s['final_return'][k]:.1f} | "
                             f"{'-' if steps is None else f'{steps / 1000:.0f}k'} | "
-                            f"{'-' if cpu is None else f'{cpu:.1f}'} | {s['sps_cpu'][k]:.0f} | {s['sps_wall'][k]:.0f} |")
+                            f"{'-' if cpu is None else f'{cpu:.1f}'} | {s['sps_cpu'][k]:.0f} | "
+                            f"{s['sps_wall'][k]:.0f} |")
     return "\n".join(rows)
 
 
