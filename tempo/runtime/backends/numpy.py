@@ -11,7 +11,7 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime import counter_rng
-from tempo.runtime.backends.base import Backend, Kernel, register
+from tempo.runtime.backends.base import Backend, Kernel, along, register
 from tempo.runtime.backends.numpy_fused import cast, compile_island
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import bound_of, seq
@@ -252,6 +252,9 @@ SIMPLE: dict[type, Callable] = {
     ops.CatOp: lambda op, xs: np.concatenate(xs, axis=op.axis),
     ops.CastOp: lambda op, xs: xs[0].astype(op.dtype, copy=False),
     ops.IdentOp: lambda op, xs: xs[0],
+    ops.ArgSortOp: lambda op, xs: np.argsort(xs[0], axis=op.axis, kind="stable"),
+    ops.TakeOp: lambda op, xs: (np.take_along_axis(xs[0], along(op, xs[0], xs[1]), op.axis) if op.batch
+                                else np.take(xs[0], xs[1], axis=op.axis)),
 }
 
 
