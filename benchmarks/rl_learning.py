@@ -32,6 +32,7 @@ wall seconds, mean and min-max band over seeds).
     .venv/bin/python benchmarks/rl_learning.py                       # the full run
     .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --seeds 1 2 3
     .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --systems tempo sb3 --seeds 1 2
+    .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --set num_envs=16 num_steps=256 --scale 0.2
     .venv/bin/python benchmarks/rl_learning.py --envs Acrobot-v1 Pendulum-v1 --scale 0.1
 """
 from __future__ import annotations
@@ -69,9 +70,10 @@ def flags(settings: dict) -> list[str]:
     return [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
 
 
-def command(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str) -> list[str]:
+def command(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str,
+            overrides: dict | None = None) -> list[str]:
     example, settings, _, _ = ENVS[env_id]
-    common = flags(dict(settings, env_id=env_id, seed=seed, total_timesteps=steps))
+    common = flags(dict(settings, **(overrides or {}), env_id=env_id, seed=seed, total_timesteps=steps))
     if system in BASELINES:
         return [sys.executable, os.path.join(ROOT, "benchmarks", "baselines", BASELINES[system]), *common]
     extra = [f"--impl={impl}", "--no-track-tensorboard"] + ([f"--backend={backend}"] if backend else [])
@@ -89,15 +91,18 @@ print("RESULT " + json.dumps({k: summary[k] for k in ("episodes", "global_step",
 """
 
 
-def run_one(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str, timeout: float) -> dict:
-    """One training run in a fresh one-thread process: its episodes and its wall and CPU seconds."""
+def run_one(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str, timeout: float,
+            overrides: dict | None = None) -> dict:
+    """One training run in a fresh one-thread process: its episodes, its wall and CPU seconds, and the
+    machine's 1-minute load average before and after it."""
     from rl_train import thread_env
 
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, load = resource.getrusage(resource.RUSAGE_CHILDREN), [os.getloadavg()[0]]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as cwd:
-        done = subprocess.run(command(system, env_id, seed, steps, impl, backend), capture_output=True, text=True,
-                              timeout=timeout, cwd=cwd, env=dict(thread_env(1), PYTHONPATH=ROOT))
+        done = subprocess.run(command(system, env_id, seed, steps, impl, backend, overrides), capture_output=True,
+                              text=True, timeout=timeout, cwd=cwd, env=dict(thread_env(1), PYTHONPATH=ROOT))
+    load.append(os.getloadavg()[0])
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -105,7 +110,7 @@ def run_one(system: str, env_id: str, seed: int, steps: int, impl: str, backend:
         return {"system": system, "env": env_id, "seed": seed, "failed": done.stderr[-2000:]}
     result = _parse(system, done.stdout)
     return {"system": system, "env": env_id, "seed": seed, "steps": steps, "process_wall_s": wall,
-            "process_cpu_s": cpu, **result}
+            "process_cpu_s": cpu, "load_avg": load, **result}
 
 
 def _parse(system: str, stdout: str) -> dict:
@@ -214,10 +219,13 @@ def main(argv=None) -> dict:
     p.add_argument("--scale", type=float, default=1.0, help="multiply every step budget (reduced runs)")
     p.add_argument("--tempo-impl", default="gymnasium", help="gymnasium or tensor (CartPole-v1, Pendulum-v1)")
     p.add_argument("--tempo-backend", default="", help="numpy (default), torch or jax")
+    p.add_argument("--set", nargs="+", default=[], metavar="FLAG=VALUE",
+                   help="hyper-parameters for every system and environment (num_envs=16 num_steps=256)")
     p.add_argument("--timeout", type=float, default=7200.0, help="seconds per run")
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "rl_learning"),
                    help="output path without extension (.json and .png are written)")
     args = p.parse_args(argv)
+    overrides = dict(item.split("=", 1) for item in args.set)
     warnings.filterwarnings("ignore", message="(Mean of empty slice|All-NaN slice)")
     runs = []
     for env_id in args.envs:
@@ -225,7 +233,7 @@ def main(argv=None) -> dict:
         for seed in args.seeds:
             for system in args.systems:
                 impl = args.tempo_impl if env_id in ("CartPole-v1", "Pendulum-v1") else "gymnasium"
-                run = run_one(system, env_id, seed, steps, impl, args.tempo_backend, args.timeout)
+                run = run_one(system, env_id, seed, steps, impl, args.tempo_backend, args.timeout, overrides)
                 runs.append(run)
                 shown = run.get("failed", "")[-300:] or (f"final={curve(run['episodes'], np.array([steps]), 0)[0]:.1f} "
                                                          f"sps_wall={run['global_step'] / run['process_wall_s']:.0f} "
@@ -233,7 +241,7 @@ def main(argv=None) -> dict:
                 print(f"{env_id:15s} {system:8s} seed={seed} steps={steps} {shown}", flush=True)
     summary = {env_id: summarise(runs, env_id, ENVS[env_id][3]) for env_id in args.envs}
     report = {"argv": sys.argv[1:] if argv is None else list(argv), "scale": args.scale,
-              "tempo_impl": args.tempo_impl, "tempo_backend": args.tempo_backend or "numpy",
+              "tempo_impl": args.tempo_impl, "tempo_backend": args.tempo_backend or "numpy", "set": overrides,
               "summary": summary, "runs": runs}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:

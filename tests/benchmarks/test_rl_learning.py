@@ -66,3 +66,10 @@ def test_a_reduced_run_writes_its_json_and_plot(tmp_path):
     assert {r["system"] for r in report["runs"]} == {"tempo", "cleanrl", "sb3"}
     assert all(r["global_step"] == 1536 and r["episodes"] for r in report["runs"])
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_set_overrides_the_environments_hyper_parameters_for_every_system():
+    for system in ("tempo", "cleanrl", "sb3"):
+        argv = rl_learning.command(system, "CartPole-v1", 2, 1000, "gymnasium", "", {"num_envs": "16"})
+        assert "--num-envs=16" in argv and "--num-envs=4" not in argv
+        assert "--num-steps=128" in argv and "--seed=2" in argv and "--total-timesteps=1000" in argv
