@@ -12,6 +12,7 @@ A failing step raises :class:`StepFailed` with its op's name and site.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import numpy as np
@@ -49,7 +50,8 @@ def compile_island(op: ops.FusedOp, kernel_of: Callable[[ops.Op], Kernel]) -> Ke
     lines += ["    except Exception as err:",
               "        raise StepFailed(steps[s].op.name, steps[s].site, err) from err",
               "    return (" + "".join(f"v{j}_{k}, " for j, k in op.outputs) + ")"]
-    exec(compile("\n".join(lines), f"<numpy island {op.name}>", "exec"), scope)
+    name = f"<numpy island {next(_ISLANDS)}: {len(steps)} steps>"  # its own name in tracebacks and profiles
+    exec(compile("\n".join(lines), name, "exec"), scope)
     return scope["island"]
 
 
@@ -61,6 +63,7 @@ def cast(tensor, dtype: str):
 
 
 _DTYPES: dict[str, np.dtype] = {}
+_ISLANDS = itertools.count()
 
 
 def _dtype(name: str):
