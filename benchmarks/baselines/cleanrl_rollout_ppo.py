@@ -69,13 +69,14 @@ def entropy(dist, continuous: bool) -> torch.Tensor:
     return dist.entropy().sum(-1) if continuous else dist.entropy()
 
 
-def make_env(env_id: str, gamma: float):
-    """CleanRL's wrappers: episode statistics on the raw rewards; Box actions are clipped, observations
-    and rewards normalised and clipped to [-10, 10]."""
+def make_env(env_id: str, gamma: float, clip_action: bool = True):
+    """CleanRL's wrappers: episode statistics on the raw rewards; Box actions are clipped (unless
+    ``clip_action`` is False), observations and rewards normalised and clipped to [-10, 10]."""
     def thunk():
         env = gymnasium.wrappers.RecordEpisodeStatistics(gymnasium.make(env_id))
         if isinstance(env.action_space, gymnasium.spaces.Box):
-            env = gymnasium.wrappers.ClipAction(env)
+            if clip_action:
+                env = gymnasium.wrappers.ClipAction(env)
             env = gymnasium.wrappers.NormalizeObservation(env)
             env = gymnasium.wrappers.TransformObservation(env, lambda o: np.clip(o, -10, 10), env.observation_space)
             env = gymnasium.wrappers.NormalizeReward(env, gamma=gamma)

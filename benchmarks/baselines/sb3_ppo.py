@@ -18,8 +18,10 @@ with the flags mapped onto SB3's arguments:
   does not have (its ``clip_range_vf`` keeps only the clipped term), so SB3
   runs without value clipping.
 
-SB3 bootstraps truncated episodes from their final observation, as the
-other two systems do. Episode returns are the raw rewards' (gymnasium's
+SB3 clips Box actions to the space's bounds itself and needs those bounds
+finite, so its environments leave out ``ClipAction`` (whose space is
+unbounded). SB3 bootstraps truncated episodes from their final observation,
+as the other two systems do. Episode returns are the raw rewards' (gymnasium's
 ``RecordEpisodeStatistics``, innermost). One torch thread.
 
     .venv/bin/python benchmarks/baselines/sb3_ppo.py --env-id CartPole-v1 --total-timesteps 500000
@@ -56,7 +58,7 @@ def main(args) -> dict:
                                      time.perf_counter() - started, time.process_time() - cpu_started))
             return True
 
-    envs = DummyVecEnv([make_env(args.env_id, args.gamma) for _ in range(args.num_envs)])
+    envs = DummyVecEnv([make_env(args.env_id, args.gamma, clip_action=False) for _ in range(args.num_envs)])
     lr = args.learning_rate
     model = PPO("MlpPolicy", envs, learning_rate=(lambda progress: progress * lr) if args.anneal_lr else lr,
                 n_steps=args.num_steps, batch_size=args.num_envs * args.num_steps // args.num_minibatches,
