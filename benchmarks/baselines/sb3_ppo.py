@@ -10,6 +10,8 @@ with the flags mapped onto SB3's arguments:
 - ``num_envs`` -> ``n_envs`` (a ``DummyVecEnv``), ``num_steps`` -> ``n_steps``,
   ``update_epochs`` -> ``n_epochs``, and the minibatch size
   ``num_envs * num_steps // num_minibatches`` -> ``batch_size``;
+- ``total_timesteps`` -> whole rollouts only, as CleanRL counts them
+  (``total_timesteps // (num_envs * num_steps)`` of them);
 - ``learning_rate`` with ``--anneal-lr`` -> ``progress_remaining * lr``
   (SB3 updates it once per rollout, as CleanRL does);
 - ``vf_coef`` -> ``vf_coef / 2``: CleanRL's value loss is ``0.5 * (v - R)^2``,
@@ -66,7 +68,8 @@ def main(args) -> dict:
                 clip_range_vf=None, normalize_advantage=args.norm_adv, ent_coef=args.ent_coef,
                 vf_coef=args.vf_coef / 2, max_grad_norm=args.max_grad_norm, seed=args.seed, device="cpu",
                 policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh))
-    model.learn(total_timesteps=args.total_timesteps, callback=Episodes())
+    batch = args.num_envs * args.num_steps  # whole rollouts, as many as CleanRL's `total_timesteps // batch`
+    model.learn(total_timesteps=args.total_timesteps // batch * batch, callback=Episodes())
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     envs.close()
     global_step = int(model.num_timesteps)
