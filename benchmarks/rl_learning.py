@@ -1,16 +1,19 @@
-"""Learning curves: Tempo's CleanRL-style PPO examples against the CleanRL-style PyTorch loop.
+"""Learning curves: Tempo's CleanRL-style PPO examples against a CleanRL-style PyTorch loop and Stable-Baselines3.
 
 Each run trains one system on one environment with one seed, in a fresh
 process at one thread (NumPy/BLAS, torch and XLA capped at 1), and records
-every finished episode (global step, return, wall seconds since the run
-started) and the process's wall and CPU seconds.
+every finished episode (global step, return, length, wall and CPU seconds
+since the run started) and the process's wall and CPU seconds.
 
 - ``tempo``: ``examples/ppo.py`` (discrete actions) or
   ``examples/ppo_continuous.py`` (Box actions), with ``--tempo-impl`` and
   ``--tempo-backend``;
 - ``cleanrl``: ``benchmarks/baselines/cleanrl_rollout_ppo.py``, the same
   algorithm and hyper-parameters written as CleanRL writes it (torch eager,
-  one thread).
+  one thread);
+- ``sb3``: ``benchmarks/baselines/sb3_ppo.py``, Stable-Baselines3's PPO (the
+  ``bench`` extra) with the same hyper-parameters mapped onto its arguments
+  (that file says how; it has no CleanRL-style clipped value loss).
 
 Environments and their settings (CleanRL's ``ppo.py`` defaults for the
 discrete ones, ``ppo_continuous_action.py``'s for the others); ``--scale``
@@ -19,15 +22,17 @@ multiplies every step budget for a reduced run:
     CartPole-v1 500k, Acrobot-v1 500k, Pendulum-v1 200k (4 envs x 512 steps),
     HalfCheetah-v5 and Hopper-v5 1M
 
-It writes ``<out>.json`` (every run, and per environment and system: the
-final return, env steps to a target return, steps per second of wall and of
-CPU time, and whether Tempo's mean curve lies within the baseline's seed
-spread at every 10% of the run) and ``<out>.png`` (episodic return against
-environment steps and against wall seconds, mean and min-max band over
-seeds).
+It prints a table per run and writes ``<out>.json`` (every run, and per
+environment and system: the final return, env steps and CPU seconds to a
+target return, steps per second of wall and of CPU time, and whether Tempo's
+mean curve lies within each baseline's seed spread at every 10% of the run)
+and ``<out>.png`` (episodic return against environment steps and against
+wall seconds, mean and min-max band over seeds).
 
     .venv/bin/python benchmarks/rl_learning.py                       # the full run
     .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --seeds 1 2 3
+    .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --systems tempo sb3 --seeds 1 2
+    .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --set num_envs=16 num_steps=256 --scale 0.2
     .venv/bin/python benchmarks/rl_learning.py --envs Acrobot-v1 Pendulum-v1 --scale 0.1
 """
 from __future__ import annotations
@@ -57,18 +62,20 @@ ENVS = {  # env id -> (example, settings, total timesteps, target return)
     "HalfCheetah-v5": ("ppo_continuous", CONTINUOUS, 1_000_000, 1500.0),
     "Hopper-v5": ("ppo_continuous", CONTINUOUS, 1_000_000, 1500.0),
 }
-SYSTEMS = ("tempo", "cleanrl")
+SYSTEMS = ("tempo", "cleanrl", "sb3")
+BASELINES = {"cleanrl": "cleanrl_rollout_ppo.py", "sb3": "sb3_ppo.py"}
 
 
 def flags(settings: dict) -> list[str]:
     return [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
 
 
-def command(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str) -> list[str]:
+def command(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str,
+            overrides: dict | None = None) -> list[str]:
     example, settings, _, _ = ENVS[env_id]
-    common = flags(dict(settings, env_id=env_id, seed=seed, total_timesteps=steps))
-    if system == "cleanrl":
-        return [sys.executable, os.path.join(ROOT, "benchmarks", "baselines", "cleanrl_rollout_ppo.py"), *common]
+    common = flags(dict(settings, **(overrides or {}), env_id=env_id, seed=seed, total_timesteps=steps))
+    if system in BASELINES:
+        return [sys.executable, os.path.join(ROOT, "benchmarks", "baselines", BASELINES[system]), *common]
     extra = [f"--impl={impl}", "--no-track-tensorboard"] + ([f"--backend={backend}"] if backend else [])
     return [sys.executable, "-c", WORKER, os.path.join(ROOT, "examples", f"{example}.py"), *common, *extra]
 
@@ -80,19 +87,22 @@ path, argv = sys.argv[1], sys.argv[2:]
 module = runpy.run_path(path, run_name="example")
 import tempo as tpo
 summary = module["main"](tpo.rl.training.parse_args(module["Args"], "", argv))
-print("RESULT " + json.dumps({k: summary[k] for k in ("episodes", "global_step", "sps", "seconds")}))
+print("RESULT " + json.dumps({k: summary[k] for k in ("episodes", "global_step", "sps", "seconds", "cpu_seconds")}))
 """
 
 
-def run_one(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str, timeout: float) -> dict:
-    """One training run in a fresh one-thread process: its episodes and its wall and CPU seconds."""
+def run_one(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str, timeout: float,
+            overrides: dict | None = None) -> dict:
+    """One training run in a fresh one-thread process: its episodes, its wall and CPU seconds, and the
+    machine's 1-minute load average before and after it."""
     from rl_train import thread_env
 
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, load = resource.getrusage(resource.RUSAGE_CHILDREN), [os.getloadavg()[0]]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as cwd:
-        done = subprocess.run(command(system, env_id, seed, steps, impl, backend), capture_output=True, text=True,
-                              timeout=timeout, cwd=cwd, env=dict(thread_env(1), PYTHONPATH=ROOT))
+        done = subprocess.run(command(system, env_id, seed, steps, impl, backend, overrides), capture_output=True,
+                              text=True, timeout=timeout, cwd=cwd, env=dict(thread_env(1), PYTHONPATH=ROOT))
+    load.append(os.getloadavg()[0])
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -100,7 +110,7 @@ def run_one(system: str, env_id: str, seed: int, steps: int, impl: str, backend:
         return {"system": system, "env": env_id, "seed": seed, "failed": done.stderr[-2000:]}
     result = _parse(system, done.stdout)
     return {"system": system, "env": env_id, "seed": seed, "steps": steps, "process_wall_s": wall,
-            "process_cpu_s": cpu, **result}
+            "process_cpu_s": cpu, "load_avg": load, **result}
 
 
 def _parse(system: str, stdout: str) -> dict:
@@ -131,26 +141,48 @@ def summarise(runs: list[dict], env_id: str, target: float) -> dict:
         grid = np.linspace(steps / 10, steps, 10)
         curves = np.array([curve(r["episodes"], grid, 0) for r in mine])
         grids[system] = curves
-        reached = [next((e[0] for e in _smoothed(r["episodes"]) if e[1] >= target), None) for r in mine]
+        reached = [_reached(r["episodes"], target) for r in mine]
         out[system] = {
             "seeds": [r["seed"] for r in mine],
             "final_return": [float(c[-1]) for c in curves],
-            "steps_to_target": reached, "target": target,
+            "steps_to_target": [e and e[0] for e in reached], "target": target,
+            "cpu_s_to_target": [e and e[4] for e in reached],  # the run's own CPU clock
             "sps_wall": [r["global_step"] / r["process_wall_s"] for r in mine],
             "sps_cpu": [r["global_step"] / r["process_cpu_s"] for r in mine],
-            "sps_in_run": [r["sps"] for r in mine],  # the run's own clock: compilation in, imports out
+            "sps_in_run": [r["sps"] for r in mine],  # the run's own clocks: compilation in, imports out
+            "sps_cpu_in_run": [r["global_step"] / r["cpu_seconds"] for r in mine],
             "return_at_each_10pct_mean": np.nanmean(curves, axis=0).tolist(),
         }
-    if len(grids) == 2:
-        tempo, base = np.nanmean(grids["tempo"], axis=0), grids["cleanrl"]
-        low, high = np.nanmin(base, axis=0), np.nanmax(base, axis=0)
-        out["tempo_within_baseline_spread"] = [bool(lo <= v <= hi) for v, lo, hi in zip(tempo, low, high)]
+    for base in BASELINES:
+        if "tempo" in grids and base in grids:
+            tempo = np.nanmean(grids["tempo"], axis=0)
+            low, high = np.nanmin(grids[base], axis=0), np.nanmax(grids[base], axis=0)
+            out[f"tempo_within_{base}_spread"] = [bool(lo <= v <= hi) for v, lo, hi in zip(tempo, low, high)]
     return out
 
 
-def _smoothed(episodes: list, window: int = 20):
+def _reached(episodes: list, target: float, window: int = 20) -> list | None:
+    """The episode at which the mean return of the last ``window`` episodes first reaches ``target``."""
     for k in range(len(episodes)):
-        yield episodes[k][0], float(np.mean([e[1] for e in episodes[max(0, k - window + 1):k + 1]]))
+        if np.mean([e[1] for e in episodes[max(0, k - window + 1):k + 1]]) >= target:
+            return episodes[k]
+    return None
+
+
+def table(summary: dict) -> str:
+    """Markdown: one row per environment, system and seed."""
+    rows = ["| env | system | seed | final return | env steps to target | CPU s to target | steps/s CPU | "
+            "steps/s wall |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for env_id, by_system in summary.items():
+        for system in SYSTEMS:
+            s = by_system.get(system)
+            for k, seed in enumerate(s["seeds"] if s else []):
+                steps, cpu = s["steps_to_target"][k], s["cpu_s_to_target"][k]
+                rows.append(f"| {env_id} | {system} | {seed} | {s['final_return'][k]:.1f} | "
+                            f"{'-' if steps is None else f'{steps / 1000:.0f}k'} | "
+                            f"{'-' if cpu is None else f'{cpu:.1f}'} | {s['sps_cpu'][k]:.0f} | "
+                            f"{s['sps_wall'][k]:.0f} |")
+    return "\n".join(rows)
 
 
 def plot(runs: list[dict], envs: list[str], path: str) -> None:
@@ -161,7 +193,7 @@ def plot(runs: list[dict], envs: list[str], path: str) -> None:
 
     fig, axes = plt.subplots(len(envs), 2, figsize=(11, 3.2 * len(envs)), squeeze=False)
     for row, env_id in zip(axes, envs):
-        for system, color in zip(SYSTEMS, ("tab:blue", "tab:orange")):
+        for system, color in zip(SYSTEMS, ("tab:blue", "tab:orange", "tab:green")):
             mine = [r for r in runs if r["system"] == system and r["env"] == env_id and r.get("episodes")]
             if not mine:
                 continue
@@ -187,10 +219,13 @@ def main(argv=None) -> dict:
     p.add_argument("--scale", type=float, default=1.0, help="multiply every step budget (reduced runs)")
     p.add_argument("--tempo-impl", default="gymnasium", help="gymnasium or tensor (CartPole-v1, Pendulum-v1)")
     p.add_argument("--tempo-backend", default="", help="numpy (default), torch or jax")
+    p.add_argument("--set", nargs="+", default=[], metavar="FLAG=VALUE",
+                   help="hyper-parameters for every system and environment (num_envs=16 num_steps=256)")
     p.add_argument("--timeout", type=float, default=7200.0, help="seconds per run")
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "rl_learning"),
                    help="output path without extension (.json and .png are written)")
     args = p.parse_args(argv)
+    overrides = dict(item.split("=", 1) for item in args.set)
     warnings.filterwarnings("ignore", message="(Mean of empty slice|All-NaN slice)")
     runs = []
     for env_id in args.envs:
@@ -198,7 +233,7 @@ def main(argv=None) -> dict:
         for seed in args.seeds:
             for system in args.systems:
                 impl = args.tempo_impl if env_id in ("CartPole-v1", "Pendulum-v1") else "gymnasium"
-                run = run_one(system, env_id, seed, steps, impl, args.tempo_backend, args.timeout)
+                run = run_one(system, env_id, seed, steps, impl, args.tempo_backend, args.timeout, overrides)
                 runs.append(run)
                 shown = run.get("failed", "")[-300:] or (f"final={curve(run['episodes'], np.array([steps]), 0)[0]:.1f} "
                                                          f"sps_wall={run['global_step'] / run['process_wall_s']:.0f} "
@@ -206,13 +241,13 @@ def main(argv=None) -> dict:
                 print(f"{env_id:15s} {system:8s} seed={seed} steps={steps} {shown}", flush=True)
     summary = {env_id: summarise(runs, env_id, ENVS[env_id][3]) for env_id in args.envs}
     report = {"argv": sys.argv[1:] if argv is None else list(argv), "scale": args.scale,
-              "tempo_impl": args.tempo_impl, "tempo_backend": args.tempo_backend or "numpy",
+              "tempo_impl": args.tempo_impl, "tempo_backend": args.tempo_backend or "numpy", "set": overrides,
               "summary": summary, "runs": runs}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump(report, f, separators=(",", ":"))  # every episode of every run: compact
     plot(runs, args.envs, args.out + ".png")
-    print(json.dumps(summary, indent=1))
+    print(table(summary))
     return report
 
 

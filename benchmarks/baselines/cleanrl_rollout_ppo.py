@@ -69,13 +69,14 @@ def entropy(dist, continuous: bool) -> torch.Tensor:
     return dist.entropy().sum(-1) if continuous else dist.entropy()
 
 
-def make_env(env_id: str, gamma: float):
-    """CleanRL's wrappers: episode statistics on the raw rewards; Box actions are clipped, observations
-    and rewards normalised and clipped to [-10, 10]."""
+def make_env(env_id: str, gamma: float, clip_action: bool = True):
+    """CleanRL's wrappers: episode statistics on the raw rewards; Box actions are clipped (unless
+    ``clip_action`` is False), observations and rewards normalised and clipped to [-10, 10]."""
     def thunk():
         env = gymnasium.wrappers.RecordEpisodeStatistics(gymnasium.make(env_id))
         if isinstance(env.action_space, gymnasium.spaces.Box):
-            env = gymnasium.wrappers.ClipAction(env)
+            if clip_action:
+                env = gymnasium.wrappers.ClipAction(env)
             env = gymnasium.wrappers.NormalizeObservation(env)
             env = gymnasium.wrappers.TransformObservation(env, lambda o: np.clip(o, -10, 10), env.observation_space)
             env = gymnasium.wrappers.NormalizeReward(env, gamma=gamma)
@@ -90,7 +91,7 @@ def make_envs(args) -> gymnasium.vector.SyncVectorEnv:
 
 
 def main(args) -> dict:
-    """Train; returns every finished episode (global step, return, length, wall seconds) and the timings."""
+    """Train; returns every finished episode (global step, return, length, wall s, CPU s) and the timings."""
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     envs = make_envs(args)
@@ -140,7 +141,7 @@ def main(args) -> dict:
             ended = info.get("final_info", {})  # same-step autoreset: the ending step's info
             for k in np.flatnonzero(ended.get("_episode", [])):
                 episodes.append((global_step, float(ended["episode"]["r"][k]), int(ended["episode"]["l"][k]),
-                                 time.perf_counter() - started))
+                                 time.perf_counter() - started, time.process_time() - cpu_started))
         # ----- GAE, bootstrapping from the value of each step's final observation -----
         with torch.no_grad():
             next_values = agent.value(finals)
@@ -200,4 +201,5 @@ def parse(argv=None):
 
 if __name__ == "__main__":
     summary = main(parse())
-    print("EPISODES " + json.dumps({k: summary[k] for k in ("episodes", "global_step", "sps", "seconds")}))
+    print("EPISODES " + json.dumps({k: summary[k] for k in ("episodes", "global_step", "sps", "seconds",
+                                                           "cpu_seconds")}))

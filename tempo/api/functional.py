@@ -201,6 +201,16 @@ def cat(xs: Sequence[RT], axis: int = 0) -> RT:
     return apply(ops.CatOp(axis), [lift(x) for x in xs], site=user_site())
 
 
+def argsort(x: RT, axis: int = -1) -> RT:
+    """int64 indices that sort ``x`` along ``axis``; equal values keep their order (a stable sort)."""
+    return apply(ops.ArgSortOp(axis), [x], site=user_site())
+
+
+def take(x: RT, index: RT, axis: int = 0) -> RT:
+    """``x``'s entries at ``index`` (a 1-D int RT) along ``axis``, in that order: NumPy's ``take``."""
+    return apply(ops.TakeOp(axis), [x, index], site=user_site())
+
+
 def cast(x: RT, dtype: str) -> RT:
     """``x`` as ``dtype``; ``x`` itself where it already has that dtype (no op in the graph:
     autodiff casts every gradient to its primal's dtype, which is nearly always the same)."""

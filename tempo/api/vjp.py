@@ -249,6 +249,30 @@ def _spatial_index(call: VJPCall) -> list:
     return [g]
 
 
+@vjp_rule(ops.ArgSortOp)
+def _argsort(call: VJPCall) -> list:
+    """Indices are piecewise constant in ``x``: no gradient."""
+    return [None]
+
+
+@vjp_rule(ops.TakeOp)
+def _take(call: VJPCall) -> list:
+    """Scatter-add back: ``g`` along ``axis`` times the one-hot ``(len(index), size)`` of the indices,
+    so a row taken twice gets both gradients."""
+    (x, index), g, op = call.inputs, call.g, call.node.op
+    if op.batch:
+        raise TempoError(f"no gradient rule for {op.name} over batch axes", call.node.site)
+    axis, rank = op.axis % len(x.shape), len(x.shape)
+    size = x.shape[axis]
+    if not isinstance(size, int):
+        raise TempoError(f"the gradient of take needs a static size along axis {axis}, got {size}",
+                         call.node.site)
+    one_hot = (F.unsqueeze(index, 1) == F.from_numpy(np.arange(size, dtype=np.int64))).cast(g.dtype)
+    last = [a for a in range(rank) if a != axis] + [axis]
+    grad = F.matmul(F.permute(g, *last) if axis != rank - 1 else g, one_hot)
+    return [_ok(x, F.permute(grad, *np.argsort(last).tolist()) if axis != rank - 1 else grad), None]
+
+
 @vjp_rule(ops.PadOp)
 def _pad(call: VJPCall) -> list:
     op, (x,), g = call.node.op, call.inputs, call.g

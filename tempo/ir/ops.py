@@ -191,6 +191,25 @@ class SpatialIndexOp(Op):
 
 
 @dataclass(frozen=True)
+class ArgSortOp(Op):
+    """The indices (int64) that sort ``x`` along ``axis``, ties in index order (a stable sort)."""
+
+    axis: int
+
+
+@dataclass(frozen=True)
+class TakeOp(Op):
+    """``x`` at the int indices of a 1-D tensor along ``axis`` (NumPy's ``take``): a gather of rows.
+
+    With ``batch`` > 0, the first ``batch`` axes of ``x`` and of the indices pair up (vectorization
+    adds them): each batch entry takes its own indices, as NumPy's ``take_along_axis`` does.
+    """
+
+    axis: int
+    batch: int = 0
+
+
+@dataclass(frozen=True)
 class PadOp(Op):
     """Zero padding of ``axis`` by ``before`` and ``after`` entries (sizes may be symbolic)."""
 

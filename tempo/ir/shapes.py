@@ -254,6 +254,24 @@ def _cat(op, shapes, dtypes):
     return (out,), (promote(dtypes),)
 
 
+@rule(ops.ArgSortOp)
+def _argsort(op, shapes, dtypes):
+    (shape,) = shapes
+    normalize_axis(op.axis, len(shape))
+    return (shape,), ("int64",)
+
+
+@rule(ops.TakeOp)
+def _take(op, shapes, dtypes):
+    x, index = shapes
+    axis, batch = normalize_axis(op.axis, len(x)), op.batch
+    if len(index) != batch + 1 or np.dtype(dtypes[1]).kind not in "iu":
+        raise ShapeError(f"take's indices are one int axis, got {fmt(index)} of {dtypes[1]}")
+    if axis < batch or any(not same_size(a, b) for a, b in zip(x[:batch], index[:batch])):
+        raise ShapeError(f"take along axis {axis} of {fmt(x)} with indices {fmt(index)} over {batch} batch axes")
+    return (x[:axis] + index[batch:] + x[axis + 1:],), (dtypes[0],)
+
+
 @rule(ops.PadOp)
 def _pad(op, shapes, dtypes):
     (shape,) = shapes

@@ -34,10 +34,10 @@ class RunLog:
                  desc: str = "PPO") -> None:
         self.num_envs, self.num_steps, self.every = num_envs, num_steps, rollout_every
         self.writer = SummaryWriter(logdir) if logdir else None
-        self.episodes: list[tuple[int, float, int, float]] = []  # (global step, return, length, wall seconds)
+        self.episodes: list[tuple[int, float, int, float, float]] = []  # (global step, return, length, wall s, CPU s)
         self.losses: list[dict] = []
         self.bar = tqdm(total=rollouts, desc=desc, unit="rollout")
-        self.started = time.perf_counter()
+        self.started, self.cpu_started = time.perf_counter(), time.process_time()
         self.global_step = 0
         self.learning_rate = float("nan")
 
@@ -61,27 +61,27 @@ class RunLog:
 
     def start(self) -> None:
         """Start the clocks (call right before ``ctx.run``: compilation counts, as in CleanRL's SPS)."""
-        self.started = time.perf_counter()
+        self.started, self.cpu_started = time.perf_counter(), time.process_time()
 
     def finish(self) -> dict:
         """Close the bar and the event file, print the closing line, return the run's summary."""
         self.bar.close()
         if self.writer is not None:
             self.writer.close()
-        seconds = time.perf_counter() - self.started
+        seconds, cpu_seconds = time.perf_counter() - self.started, time.process_time() - self.cpu_started
         final = float(np.mean([e[1] for e in self.episodes[-20:]])) if self.episodes else float("nan")
         sps = self.global_step / seconds if seconds > 0 else 0.0
         print(f"episodic_return={final:.2f} global_step={self.global_step} sps={sps:.0f}")
         return {"episodic_return": final, "global_step": self.global_step, "sps": sps, "seconds": seconds,
-                "episodes": [list(e) for e in self.episodes], "losses": self.losses}
+                "cpu_seconds": cpu_seconds, "episodes": [list(e) for e in self.episodes], "losses": self.losses}
 
     def _episodes(self, tensors: dict, point: dict) -> None:
         rollout = point["i"] // self.every
-        now = time.perf_counter() - self.started
+        now, cpu_now = time.perf_counter() - self.started, time.process_time() - self.cpu_started
         for step, env in zip(*np.nonzero(tensors["done"].T)):  # in step order, as the environments ran
             global_step = (rollout * self.num_steps + int(step) + 1) * self.num_envs
             ret, length = float(tensors["ret"][env, step]), int(tensors["len"][env, step])
-            self.episodes.append((global_step, ret, length, now))
+            self.episodes.append((global_step, ret, length, now, cpu_now))
             if self.writer is not None:
                 self.writer.add_scalar("charts/episodic_return", ret, global_step)
                 self.writer.add_scalar("charts/episodic_length", length, global_step)

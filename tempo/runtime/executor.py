@@ -74,6 +74,9 @@ class Executor:
                        for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
         self.end_check_every = end_check_every
         self.end_checks: dict[int, EndCheck] = {}  # tpo.end_when check node -> its exits, made by _compile
+        # (store, axis, floors) per output of each eviction: an island's outputs may be read from different points
+        self.evictions = [(self.stores[(e.node, j)], e.axis, tuple(per_output))
+                          for e in self.plan.evictions for j, per_output in e.floors.items()]
         for key in self.plan.swapped:
             if self.stores[key].kind == "block":
                 self.stores[key].tier = "host"
@@ -142,10 +145,11 @@ class Executor:
     def _evict(self, iteration: int) -> None:
         """Free the points no later iteration reads (the plan's evictions)."""
         later = {self.plan.main_loop.var: iteration + 1}
-        for eviction in self.plan.evictions:
-            for j, per_output in eviction.floors.items():  # an island's outputs may be read from different points
-                self.stores[(eviction.node, j)].free_below(
-                    eviction.axis, min((floor(later) for floor in per_output), default=math.inf))
+        for store, axis, floors in self.evictions:
+            if len(floors) == 1:
+                store.free_below(axis, floors[0](later))
+            else:
+                store.free_below(axis, min((floor(later) for floor in floors), default=math.inf))
 
     # ----- launchers -----
     def _launcher(self, node: Node) -> Callable[[tuple], None]:

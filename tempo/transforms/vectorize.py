@@ -162,9 +162,15 @@ def _reduce(op, batched, shapes, size_d):
     return Batched(replace(op, axes=tuple(_shift(a, len(shapes[0])) for a in op.axes)))
 
 
-@rule(ops.CumSumOp, ops.DiscountedSumOp, ops.ScanOp, ops.LinearScanOp, ops.SqueezeOp, ops.PadOp, ops.CatOp)
+@rule(ops.CumSumOp, ops.DiscountedSumOp, ops.ScanOp, ops.LinearScanOp, ops.SqueezeOp, ops.PadOp, ops.CatOp,
+      ops.ArgSortOp)
 def _axis(op, batched, shapes, size_d):
     return Batched(replace(op, axis=_shift(op.axis, len(shapes[0]))))
+
+
+@rule(ops.TakeOp)
+def _take(op, batched, shapes, size_d):
+    return Batched(replace(op, axis=_shift(op.axis, len(shapes[0])), batch=op.batch + 1))
 
 
 @rule(ops.UnsqueezeOp)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tempo as tpo
+from tempo.api import functional as F
 from tempo.api.vjp import VJP, pad
 from tempo.ir import ops
 
@@ -94,6 +95,10 @@ SPATIAL_CASES = {
     "cat": (lambda a, b, w: (tpo.cat([a, b], axis=1) * w).sum(), {"a": arr(2, 1), "b": arr(2, 2),
                                                                   "w": arr(2, 3)}),
     "spatial_index": (lambda x: (x.spatial[1, 1:3] ** 2.0).sum() + x.spatial[0, 0], {"x": arr(2, 4)}),
+    # rows taken twice and one never taken, along the last axis and the first
+    "take": (lambda x, w: (F.take(x, F.argsort(w.spatial[0]), axis=1) ** 2.0).sum()
+             + (F.take(x, tpo.from_numpy(np.array([2, 0, 2])), axis=0) * w).sum(),
+             {"x": arr(3, 4), "w": arr(3, 4)}),
     "pad": (lambda x, w: (pad(x, 1, 1, 2) * w).sum(), {"x": arr(2, 2), "w": arr(2, 5)}),
     "cast": (lambda x: (x.cast("float32").cast("float64") * x).sum(), {"x": arr(3)}),
     "ident": (lambda x: (x.ident() * x).sum(), {"x": arr(3)}),
@@ -114,8 +119,8 @@ def test_every_differentiable_op_has_a_rule_and_a_test():
                         if isinstance(cls, type) and issubclass(cls, ops.Op) and cls not in after_autodiff}
     covered = {ops.ElementwiseOp, ops.ReduceOp, ops.CumSumOp, ops.DiscountedSumOp, ops.MatMulOp,
                ops.ReshapeOp, ops.PermuteOp, ops.ExpandOp, ops.SqueezeOp, ops.UnsqueezeOp, ops.CatOp,
-               ops.SpatialIndexOp, ops.PadOp, ops.CastOp, ops.IdentOp, ops.MergeOp}
-    leaves = {ops.ConstOp, ops.EvalSymbolOp, ops.RandomOp, ops.UDFOp}
+               ops.SpatialIndexOp, ops.PadOp, ops.CastOp, ops.IdentOp, ops.MergeOp, ops.TakeOp}
+    leaves = {ops.ConstOp, ops.EvalSymbolOp, ops.RandomOp, ops.UDFOp, ops.ArgSortOp}
     assert covered | leaves == set(VJP)
 
 

@@ -73,3 +73,34 @@ def test_start_must_name_a_dimension_and_count_steps():
         u = tpo.random.uniform((), dims=(t,))
         with pytest.raises(tpo.TempoError, match="names s, not a dimension"):
             ctx.run({T: 2}, fetch=[u])
+
+
+def splitmix_reference(stream: int, coords: tuple, n: int) -> int:
+    """The ``n``-th number of a point, from SplitMix64 on Python ints, one coordinate at a time."""
+    mask = (1 << 64) - 1
+
+    def mix(x):
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+        return x ^ (x >> 31)
+
+    key = mix((stream + 0x9E3779B97F4A7C15) & mask)
+    for c in coords:
+        key = mix(key ^ ((c + 0x9E3779B97F4A7C15) & mask))
+    return mix((key + (n + 1) * 0x9E3779B97F4A7C15) & mask)
+
+
+@pytest.mark.parametrize("small", [0, 64])  # the NumPy path and the Python-int path for small draws
+@pytest.mark.parametrize("stream, coords, shape", [
+    (5, (np.arange(4)[:, None], np.arange(3)[None, :]), (2,)), (123, (np.arange(4), 7, -13), ()),
+    (1 << 62 | 9, (3, np.arange(5)), (2, 3)), (2**63 + 5, (), (4,))])
+def test_bits_are_splitmix64_of_stream_coordinates_and_element(monkeypatch, small, stream, coords, shape):
+    monkeypatch.setattr(counter_rng, "SMALL", small)
+    got = counter_rng.random_bits(stream, coords, shape)
+    arrays = np.broadcast_arrays(*(np.asarray(c) for c in coords)) if coords else []
+    lead = arrays[0].shape if arrays else ()
+    assert got.dtype == np.uint64 and got.shape == lead + shape
+    for at in np.ndindex(*lead):
+        point = tuple(int(a[at]) for a in arrays)
+        want = [splitmix_reference(stream, point, n) for n in range(int(np.prod(shape)))]
+        assert got[at].ravel().tolist() == want

@@ -1,4 +1,4 @@
-"""benchmarks/rl_learning.py: learning curves of the Tempo PPO examples and the CleanRL-style loop."""
+"""benchmarks/rl_learning.py: learning curves of the Tempo PPO examples, the CleanRL-style loop and SB3."""
 from __future__ import annotations
 
 import importlib.util
@@ -25,29 +25,51 @@ def test_curve_is_the_mean_of_the_last_episodes_finished_by_each_point():
 
 def run(system: str, seed: int, returns: list[float]) -> dict:
     steps = 100
-    episodes = [[10 * (k + 1), r, 1, float(k)] for k, r in enumerate(returns)]
+    episodes = [[10 * (k + 1), r, 1, float(k), 0.5 * k] for k, r in enumerate(returns)]
     return {"system": system, "env": "CartPole-v1", "seed": seed, "steps": steps, "episodes": episodes,
-            "global_step": steps, "process_wall_s": 2.0, "process_cpu_s": 1.0, "sps": 50.0}
+            "global_step": steps, "process_wall_s": 2.0, "process_cpu_s": 1.0, "sps": 50.0, "cpu_seconds": 0.8}
 
 
 def test_summary_checks_tempo_against_the_baselines_spread():
     runs = [run("cleanrl", 1, [0.0] * 10), run("cleanrl", 2, [10.0] * 10), run("tempo", 1, [5.0] * 10),
             run("tempo", 2, [5.0] * 9 + [500.0])]
     summary = rl_learning.summarise(runs, "CartPole-v1", 475.0)
-    assert summary["tempo_within_baseline_spread"] == [True] * 9 + [False]
+    assert summary["tempo_within_cleanrl_spread"] == [True] * 9 + [False]
+    assert "tempo_within_sb3_spread" not in summary
     assert summary["tempo"]["sps_cpu"] == [100.0, 100.0] and summary["tempo"]["sps_wall"] == [50.0, 50.0]
+    assert summary["tempo"]["sps_cpu_in_run"] == [125.0, 125.0]
     assert summary["tempo"]["steps_to_target"] == [None, None]
     assert summary["cleanrl"]["final_return"] == [0.0, 10.0]
+
+
+def test_steps_and_cpu_seconds_to_target_are_where_the_20_episode_mean_first_reaches_it():
+    runs = [run("sb3", 1, [0.0] * 19 + [500.0] * 20), run("tempo", 1, [500.0] * 39)]
+    summary = rl_learning.summarise(runs, "CartPole-v1", 475.0)
+    # the mean of the last 20 reaches 475 once 19 of them are 500: episode 38 (0-based 37)
+    assert summary["sb3"]["steps_to_target"] == [380] and summary["sb3"]["cpu_s_to_target"] == [18.5]
+    assert summary["tempo"]["steps_to_target"] == [10] and summary["tempo"]["cpu_s_to_target"] == [0.0]
+    assert summary["tempo_within_sb3_spread"] == [False] * 10  # sb3 is at 0 until step 190
+    rows = rl_learning.table({"CartPole-v1": summary}).splitlines()
+    assert rows[2].startswith("| CartPole-v1 | tempo | 1 | 500.0 | 0k | 0.0 |")
+    assert rows[3].startswith("| CartPole-v1 | sb3 | 1 | 0.0 | 0k | 18.5 |")
 
 
 @pytest.mark.slow
 def test_a_reduced_run_writes_its_json_and_plot(tmp_path):
     out = tmp_path / "learning"
+    pytest.importorskip("stable_baselines3")
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_learning.py"), "--envs", "CartPole-v1",
                            "--seeds", "1", "--scale", "0.004", "--out", str(out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.with_suffix(".json").read_text())
-    assert {r["system"] for r in report["runs"]} == {"tempo", "cleanrl"}
+    assert {r["system"] for r in report["runs"]} == {"tempo", "cleanrl", "sb3"}
     assert all(r["global_step"] == 1536 and r["episodes"] for r in report["runs"])
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_set_overrides_the_environments_hyper_parameters_for_every_system():
+    for system in ("tempo", "cleanrl", "sb3"):
+        argv = rl_learning.command(system, "CartPole-v1", 2, 1000, "gymnasium", "", {"num_envs": "16"})
+        assert "--num-envs=16" in argv and "--num-envs=4" not in argv
+        assert "--num-steps=128" in argv and "--seed=2" in argv and "--total-timesteps=1000" in argv

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tempo.runtime.backends.numpy import _batch_contract, _matmul
+from tempo.runtime.backends.numpy import _batch_contract, _matmul, _unsqueeze
 
 RNG = np.random.default_rng(0)
 
@@ -22,3 +22,15 @@ def test_batch_contract_is_the_sum_of_the_batched_products(a_shape, b_shape):
     want = (a @ b).sum(axis=tuple(range(a.ndim - 2)))
     np.testing.assert_allclose(_batch_contract(a, b), want, rtol=1e-12)
     np.testing.assert_allclose(_batch_contract(np.asfortranarray(a), np.asfortranarray(b)), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3), (2, 3, 4)])
+def test_unsqueeze_is_expand_dims_at_every_axis(shape):
+    x = RNG.normal(size=shape)
+    for axis in range(-len(shape) - 1, len(shape) + 1):
+        got = _unsqueeze(x, axis)
+        assert got.shape == np.expand_dims(x, axis).shape
+        np.testing.assert_array_equal(got, np.expand_dims(x, axis))
+    for axis in (len(shape) + 1, -len(shape) - 2):
+        with pytest.raises(np.exceptions.AxisError):
+            _unsqueeze(x, axis)

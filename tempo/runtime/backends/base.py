@@ -14,6 +14,14 @@ from tempo.ir.ops import Op
 Kernel = Callable[[list, dict, tuple], tuple]  # (inputs, env, point) -> outputs
 
 
+def along(op, x, index):
+    """A batched ``TakeOp``'s indices ``(*batch, S)`` shaped for ``take_along_axis`` on ``x``: size 1 on
+    every axis of ``x`` but the batch axes and the taken one."""
+    axis, batch = op.axis % x.ndim, op.batch
+    return index.reshape(tuple(index.shape[:batch]) + (1,) * (axis - batch) + (index.shape[-1],)
+                         + (1,) * (x.ndim - axis - 1))
+
+
 class StepFailed(Exception):
     """A step of a fused island failed; carries the step's op name and user site."""
 

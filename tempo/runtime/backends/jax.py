@@ -46,7 +46,7 @@ from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime.backends import jax_layout
 from tempo.runtime.backends import numpy as np_backend
-from tempo.runtime.backends.base import Backend, Kernel, StepFailed
+from tempo.runtime.backends.base import Backend, Kernel, StepFailed, along
 from tempo.symbolic.evaluate import compile_expr, shape_at
 from tempo.symbolic.expr import seq
 
@@ -190,6 +190,9 @@ SIMPLE: dict[type, Callable] = {
     ops.CatOp: lambda op, xs, env: jnp.concatenate(_same_dtype(xs), axis=op.axis),
     ops.CastOp: lambda op, xs, env: xs[0].astype(op.dtype),
     ops.IdentOp: lambda op, xs, env: xs[0],
+    ops.ArgSortOp: lambda op, xs, env: jnp.argsort(xs[0], axis=op.axis, stable=True),
+    ops.TakeOp: lambda op, xs, env: (jnp.take_along_axis(xs[0], along(op, xs[0], xs[1]), op.axis) if op.batch
+                                     else jnp.take(xs[0], xs[1], axis=op.axis)),
     ops.ReshapeOp: lambda op, xs, env: jnp.reshape(xs[0], shape_at(op.shape, env)),
     ops.ExpandOp: lambda op, xs, env: jnp.broadcast_to(xs[0], shape_at(op.shape, env)),
 }

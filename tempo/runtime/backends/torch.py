@@ -27,7 +27,7 @@ import torch
 from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime.backends import numpy as np_backend
-from tempo.runtime.backends.base import Backend, Kernel, StepFailed
+from tempo.runtime.backends.base import Backend, Kernel, StepFailed, along
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import seq
 
@@ -279,6 +279,9 @@ SIMPLE: dict[type, Callable] = {
     ops.CatOp: _cat,
     ops.CastOp: lambda op, xs: xs[0].to(DTYPES[op.dtype]),
     ops.IdentOp: lambda op, xs: xs[0],
+    ops.ArgSortOp: lambda op, xs: torch.argsort(xs[0], dim=op.axis, stable=True),
+    ops.TakeOp: lambda op, xs: (torch.take_along_dim(xs[0], along(op, xs[0], xs[1].to(torch.int64)), op.axis)
+                                if op.batch else torch.index_select(xs[0], op.axis, xs[1].to(torch.int64))),
 }
 
 

@@ -1,0 +1,73 @@
+"""tempo/runtime/backends/numpy_fused.py: a fused island as one generated function, against its steps run by hand."""
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+from tempo.ir import ops
+from tempo.runtime.backends.base import StepFailed
+from tempo.runtime.backends.numpy import NumPyBackend
+from tempo.runtime.backends.numpy_fused import compile_island
+
+
+def island(*steps, outputs):
+    return ops.FusedOp(steps=tuple(steps), outputs=outputs)
+
+
+def step(op, inputs, dtypes=("float32",), site=None):
+    return ops.FusedStep(op=op, inputs=inputs, dtypes=dtypes, site=site)
+
+
+def test_an_island_computes_what_its_steps_compute_one_by_one_with_each_steps_dtype():
+    fused = island(step(ops.ElementwiseOp("mul"), ((-1, 0), (-1, 1))),  # x * y
+                   step(ops.ReduceOp("sum", (1,)), ((0, 0),), ("float64",)),  # summed rows, cast up
+                   step(ops.ElementwiseOp("exp"), ((0, 0),)),  # exp(x * y)
+                   step(ops.ElementwiseOp("lt"), ((2, 0), (-1, 1)), ("bool",)),
+                   outputs=((1, 0), (2, 0), (3, 0)))
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(3, 4)).astype(np.float32)
+    rows, e, below = NumPyBackend().kernel(fused)([x, y], {}, ())
+    np.testing.assert_array_equal(rows, (x * y).sum(axis=1).astype(np.float64))
+    np.testing.assert_array_equal(e, np.exp(x * y))
+    np.testing.assert_array_equal(below, np.exp(x * y) < y)
+    assert (rows.dtype, e.dtype, below.dtype) == (np.float64, np.float32, np.bool_)
+
+
+def test_a_reduction_to_a_scalar_comes_back_as_an_array():
+    fused = island(step(ops.ReduceOp("sum", (0,)), ((-1, 0),)), outputs=((0, 0),))
+    out, = NumPyBackend().kernel(fused)([np.arange(4, dtype=np.float32)], {}, ())
+    assert isinstance(out, np.ndarray) and out.shape == () and float(out) == 6.0
+
+
+def test_an_intermediate_is_freed_after_its_last_reader():
+    seen = []
+
+    def record(inputs, env, point):  # the last step: is the first step's value still referenced?
+        gc.collect()
+        seen.append(first() is None)
+        return (inputs[0] + 1,)
+
+    def make_first(inputs, env, point):
+        value = inputs[0] * 2
+        nonlocal first
+        first = weakref.ref(value)
+        return (value,)
+
+    first = None
+    kernels = {"a": make_first, "b": lambda inputs, env, point: (inputs[0] + 1,), "c": record}
+    fused = island(step(ops.ElementwiseOp("a"), ((-1, 0),)), step(ops.ElementwiseOp("b"), ((0, 0),)),
+                   step(ops.ElementwiseOp("c"), ((1, 0),)), outputs=((2, 0),))
+    out, = compile_island(fused, lambda op: kernels[op.fn])([np.ones(3, np.float32)], {}, ())
+    np.testing.assert_array_equal(out, np.full(3, 4.0, np.float32))
+    assert seen == [True]
+
+
+def test_a_failing_step_is_named_with_its_site():
+    fused = island(step(ops.ElementwiseOp("add"), ((-1, 0), (-1, 1))),
+                   step(ops.MatMulOp(), ((0, 0), (-1, 1)), site="model.py:7"), outputs=((1, 0),))
+    with pytest.raises(StepFailed) as failed:
+        NumPyBackend().kernel(fused)([np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)], {}, ())
+    assert failed.value.op_name == ops.MatMulOp().name and failed.value.site == "model.py:7"
