@@ -144,7 +144,7 @@ def test_superopt_example_writes_equivalent_models(tmp_path):
     """The ONNX example: every agent's written model computes the input's outputs (the example
     checks with onnx.reference), and the timing table lists each."""
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "superopt_onnx.py"), "--workload",
-                          "resnext", "--agents", "greedy", "rl", "--budget-seconds", "3",
+                          "resnext", "--agents", "greedy", "rl", "--budget-seconds", "8",
                           "--rounds", "2", "--dir", str(tmp_path / "new")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
