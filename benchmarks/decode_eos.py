@@ -1,7 +1,8 @@
 """Stopping at end-of-sequence: what the run-time end of the decoding dim costs and saves.
 
 The random-weight Llama of ``benchmarks/decode.py`` (26M parameters) decodes a
-batch greedily on the NumPy backend, one thread, three ways, each program
+batch greedily on the NumPy backend (``--backend jax``: JAX, on its CPU device
+here), one thread, three ways, each program
 compiled once and run ``--repeats`` times, interleaved:
 
 - **fixed**: ``max_new_tokens`` tokens with no end check (``stop_at_eos=False``);
@@ -18,6 +19,8 @@ The machine is shared: process CPU time is the steadier figure.
 
     .venv/bin/python benchmarks/decode_eos.py                 # about two minutes
     .venv/bin/python benchmarks/decode_eos.py --quick         # a few seconds
+    .venv/bin/python benchmarks/decode_eos.py --backend jax --attention masked \
+        --out docs/results/decode_eos_jax.json                # JAX, steps of one shape
 
 Prints a table and writes ``docs/results/decode_eos.json``.
 """
@@ -27,6 +30,7 @@ import os
 
 for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_name] = "1"
+os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 import argparse  # noqa: E402
 import platform  # noqa: E402
@@ -42,17 +46,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from decode import ROOT, Size, model_config, weights  # noqa: E402
 
 
-def compiled(config, wts, prompt: np.ndarray, stop_tokens: tuple | None):
-    """The decoding program of ``prompt``, ending at ``stop_tokens`` (None: no end check)."""
+def compiled(config, wts, prompt: np.ndarray, stop_tokens: tuple | None, backend: str, masked: bool, new: int):
+    """The decoding program of ``prompt`` on ``backend``, ending at ``stop_tokens`` (None: no end
+    check); with ``masked``, causal attention over buffers of ``new`` rows."""
     import tempo as tpo
     from tempo.llm import program as program_mod
     from tempo.llm.attention import Attention
     from tempo.llm.sampling import Sampling
 
     with tpo.Context() as ctx:
-        dp = program_mod.build(config, wts, prompt, Attention(), Sampling(), stop_at_eos=stop_tokens is not None,
-                               stop_tokens=stop_tokens)
-        return dp, ctx.compile(fetch=[dp.first, dp.tokens])
+        dp = program_mod.build(config, wts, prompt, Attention(masked=masked), Sampling(),
+                               stop_at_eos=stop_tokens is not None, stop_tokens=stop_tokens, capacity=new)
+        return dp, ctx.compile(fetch=[dp.first, dp.tokens], backend=backend)
 
 
 def timed(dp, program, layers: int, new: int) -> dict:
@@ -85,6 +90,9 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=8, help="prompt tokens")
     parser.add_argument("--new", type=int, default=128, help="max_new_tokens")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--backend", default="numpy", choices=["numpy", "jax"])
+    parser.add_argument("--attention", default="causal", choices=["causal", "masked"],
+                        help="masked: the same shapes at every step (one XLA compile per island on JAX)")
     parser.add_argument("--quick", action="store_true", help="a few tokens, to check the script")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode_eos.json"))
     ns = parser.parse_args()
@@ -93,12 +101,13 @@ def main() -> None:
     size = Size()
     config, wts = model_config(size, ns.prompt + ns.new), weights(size, ns.prompt + ns.new)
     prompt = np.random.default_rng(0).integers(0, size.vocab, (ns.batch, ns.prompt))
-    fixed = compiled(config, wts, prompt, None)
+    options = (ns.backend, ns.attention == "masked", ns.new)
+    fixed = compiled(config, wts, prompt, None, *options)
     free = np.concatenate([prompt, timed(*fixed, size.layers, ns.new)["ids"]], axis=1)
     never = next(x for x in range(size.vocab) if x not in free)
     eos = eos_tokens(free[:, ns.prompt:])
-    programs = {"fixed": fixed, "check": compiled(config, wts, prompt, (never,)),
-                "eos": compiled(config, wts, prompt, eos)}
+    programs = {"fixed": fixed, "check": compiled(config, wts, prompt, (never,), *options),
+                "eos": compiled(config, wts, prompt, eos, *options)}
     runs = {name: [] for name in programs}
     for _ in range(ns.repeats):
         for name, (dp, program) in programs.items():
@@ -127,7 +136,7 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     report = {"size": asdict(size), "parameters": size.parameters(), "commit": commit.strip(),
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared",
-              "load_1min": os.getloadavg()[0], "backend": "numpy", "threads": 1, "batch": ns.batch,
+              "load_1min": os.getloadavg()[0], "backend": ns.backend, "attention": ns.attention, "threads": 1, "batch": ns.batch,
               "prompt": ns.prompt, "max_new_tokens": ns.new, "repeats": ns.repeats, "eos": eos, "never": never,
               "eos_first_steps": first_steps(free[:, ns.prompt:], eos), "rows": rows, "overhead": overhead}
     from tempo.files import write_json_atomic
