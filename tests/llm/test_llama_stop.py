@@ -90,6 +90,7 @@ def test_a_batch_whose_sequences_end_at_different_steps_runs_the_longest_ones_st
     program = model.last_program
     assert int(program.lengths["T"]) == max(firsts)              # the steps after the first token
     assert program.end_checks["T"].steps == max(firsts)
+    assert program.end_checks["T"].reads == max(firsts)          # the host's embedding lookup: read every step
     fixed = model.generate(PROMPTS, max_new_tokens=new, stop_at_eos=False)
     np.testing.assert_array_equal(fixed, free)
     assert model.last_program.end_checks == {}                    # no check without stop_at_eos
