@@ -132,12 +132,14 @@ def main() -> None:
     for r in rows:
         print(f"{r['run']:6} {r['steps']:6d} {r['cpu_s']:7.3f} {r['wall_s']:7.3f} {r['wall_median_s']:7.3f} "
               f"{r['tokens_per_s']:7.1f} {r['cpu_ms_per_step']:12.2f}")
-    print(f"end check overhead: {100 * overhead['cpu_per_step']:+.1f}% CPU per step, {100 * overhead['wall']:+.1f}% wall")
+    print(f"end check overhead: {100 * overhead['cpu_per_step']:+.1f}% CPU per step, "
+          f"{100 * overhead['wall']:+.1f}% wall")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     report = {"size": asdict(size), "parameters": size.parameters(), "commit": commit.strip(),
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared",
-              "load_1min": os.getloadavg()[0], "backend": ns.backend, "attention": ns.attention, "threads": 1, "batch": ns.batch,
-              "prompt": ns.prompt, "max_new_tokens": ns.new, "repeats": ns.repeats, "eos": eos, "never": never,
+              "load_1min": os.getloadavg()[0], "backend": ns.backend, "attention": ns.attention, "threads": 1,
+              "batch": ns.batch, "prompt": ns.prompt, "max_new_tokens": ns.new, "repeats": ns.repeats, "eos": eos,
+              "never": never,
               "eos_first_steps": first_steps(free[:, ns.prompt:], eos), "rows": rows, "overhead": overhead}
     from tempo.files import write_json_atomic
     write_json_atomic(ns.out, report)
