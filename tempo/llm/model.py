@@ -29,7 +29,8 @@ class Llama:
     (:meth:`chat`) or None. Every call builds and compiles one
     program: the layer index and the decoding step are its temporal dims.
     ``tile_choices``: the tile sizes ``attention="tiled"`` chose by measurement,
-    by ``(backend, batch, new tokens)``.
+    by ``(backend, batch, new tokens)``. ``last_program``: the compiled program of the last
+    :meth:`generate` (its ``lengths`` and ``end_checks``: the decoding steps run).
     """
 
     config: LlamaConfig
@@ -37,6 +38,7 @@ class Llama:
     tokenizer: object = None
     chat_template: ChatTemplate | None = None
     tile_choices: dict[tuple, TileChoice] = field(default_factory=dict, repr=False, compare=False)
+    last_program: object = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_pretrained(cls, path: str, quantized: bool = False) -> "Llama":
@@ -77,7 +79,8 @@ class Llama:
                  seed: int = 0, stop_at_eos: bool = True, backend: str = "numpy",
                  on_token: Callable[[np.ndarray, int], None] | None = None,
                  stop_tokens: tuple[int, ...] | None = None,
-                 prefill_chunk: int = program_mod.PREFILL_CHUNK) -> np.ndarray:
+                 prefill_chunk: int = program_mod.PREFILL_CHUNK,
+                 end_check_every: int | None = None) -> np.ndarray:
         """Decode ``max_new_tokens`` tokens after ``prompt_ids`` (batch, prompt) or (prompt,).
 
         ``attention``: ``"causal"``, ``("window", w)`` / ``"window:w"``, ``("tiled", Z)`` /
@@ -88,8 +91,12 @@ class Llama:
         ``seed``. ``on_token(tokens, position)`` sees each new token column (batch,) as it
         is produced. Returns the int64 ids (batch, prompt + new); with ``stop_at_eos``,
         a sequence that has produced an end-of-sequence token (one of ``stop_tokens``, default
-        the config's) continues with padding, and decoding ends (no further model step runs)
-        once every sequence has. ``prefill_chunk``: the prompt's positions whose attention is
+        the config's) continues with padding (the config's pad token, else its first EOS), and
+        the decoding dim ends at run time (``tpo.end_when``) at the step where every sequence
+        has: no further model step runs, and the ids end at that column (as ``transformers``'
+        ``generate``). ``end_check_every``: steps between host reads of that flag
+        (``tpo.Config(end_check_every=...)``; a loop with the host's embedding lookup reads it
+        every step). ``prefill_chunk``: the prompt's positions whose attention is
         computed at once (the scores held are batch x heads x ``prefill_chunk`` x prompt).
         """
         prompt = self._check_prompt(prompt_ids, max_new_tokens)
@@ -111,10 +118,14 @@ class Llama:
         with tpo.Context(seed=seed) as ctx:
             dp = program_mod.build(self.config, self.weights, prompt, attention, sampling, report, stop_at_eos,
                                    stop_tokens, prefill_chunk=prefill_chunk, capacity=max_new_tokens)
-            compiled = ctx.compile(fetch=[dp.tokens], backend=backend)
-            (tokens,) = compiled.run(dp.bounds(self.config.num_layers, max_new_tokens))
-        end = compiled.stopped_at[dp.positions[0].name] + 1       # the step where decoding ended
-        ids = np.concatenate([prompt, tokens[:end].T.astype(np.int64)], axis=1)
+            config = None if end_check_every is None else tpo.Config(end_check_every=end_check_every)
+            self.last_program = ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config)
+            first, tokens = self.last_program.run(dp.bounds(self.config.num_layers, max_new_tokens))
+        steps = int(self.last_program.lengths[dp.positions[1].name]) if dp.ends else tokens.shape[0]
+        new = np.concatenate([first[:, None], tokens[:steps].T], axis=1).astype(np.int64)[:, :max_new_tokens]
+        if dp.ends:
+            new = new[:, :ended_at(new, self.config.eos_token_ids if stop_tokens is None else stop_tokens) + 1]
+        ids = np.concatenate([prompt, new], axis=1)
         for position in range(reported[0], ids.shape[1]):      # the last token enters no model step
             report(ids[:, position], position)
         return ids
@@ -171,7 +182,7 @@ class Llama:
         attention = self.default_attention() if attention is None else Attention.parse(attention)
         attention = replace(attention, tile=None)
         with tpo.Context() as ctx:
-            dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling(), stops=False,
+            dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling(),
                                    prefill_chunk=prefill_chunk, capacity=1)
             (logits,) = ctx.run(bounds=dp.bounds(self.config.num_layers, 1),
                                 fetch=[dp.prompt_logits], backend=backend)
@@ -201,3 +212,10 @@ class Llama:
             raise TempoError(f"prompt of {array.shape[1]} tokens plus {max_new_tokens} new ones is longer "
                              f"than the model's maximum of {c.max_positions} positions")
         return array.astype(np.int64)
+
+
+def ended_at(new: np.ndarray, eos) -> int:
+    """The first column of ``new`` (batch, tokens) by which every row has produced one of ``eos``
+    (the last column if there is none)."""
+    ended = np.logical_or.accumulate(np.isin(new, list(eos)), axis=1).all(axis=0)
+    return int(np.argmax(ended)) if ended.any() else new.shape[1] - 1

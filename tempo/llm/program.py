@@ -37,11 +37,14 @@ from tempo.nn.functional import silu
 
 @dataclass(frozen=True)
 class DecodeProgram:
-    """The RTs of one decoding program for a prompt of ``P`` tokens. ``tokens[t]`` (batch,),
-    int64: the token at position ``P + t`` (``tokens[0]`` picked from the prompt's last
-    logits); ``logits[t]`` (batch, vocab): the next-token logits at position ``P + t``;
-    ``prompt_logits`` (batch, P, vocab): the logits at every prompt position."""
+    """The RTs of one decoding program for a prompt of ``P`` tokens. ``first`` (batch,), int64:
+    the token at position ``P``, picked from the prompt's last logits; ``tokens[t]`` (batch,),
+    int64: the token step ``t`` picks, at position ``P + t + 1``; ``logits[t]`` (batch, vocab):
+    the logits it is picked from; ``prompt_logits`` (batch, P, vocab): the logits at every prompt
+    position. ``ends``: whether the decoding dim ends at run time (``tpo.end_when``) once every
+    sequence has produced an end-of-sequence token."""
 
+    first: RT
     tokens: RT
     logits: RT
     prompt_logits: RT
@@ -49,12 +52,15 @@ class DecodeProgram:
     positions: tuple  # (t, T): the decoding step's
     tiles: tuple | None = None  # (n, N): the attention tile dim's, when attention is tiled
     tile: int | None = None
+    ends: bool = False
 
     def bounds(self, num_layers: int, new_tokens: int) -> dict:
-        """The run's bounds for ``num_layers`` layers and ``new_tokens`` tokens after the prompt."""
-        out = {self.layers[1]: num_layers, self.positions[1]: new_tokens}
+        """The run's bounds for ``num_layers`` layers and ``new_tokens`` tokens after the prompt:
+        ``new_tokens - 1`` decoding steps (the first token comes from the prompt), at least one."""
+        steps = max(new_tokens - 1, 1)
+        out = {self.layers[1]: num_layers, self.positions[1]: steps}
         if self.tiles is not None:
-            out[self.tiles[1]] = -(-new_tokens // self.tile)
+            out[self.tiles[1]] = -(-steps // self.tile)
         return out
 
 
@@ -233,17 +239,15 @@ def attend(q: RT, prefix: Prefix, keys: RT, values: RT, scale: float, visible: R
 
 def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: Attention,
           sampling: Sampling, on_token=None, stop_at_eos: bool = False,
-          stop_tokens: tuple | None = None, stops: bool = True,
+          stop_tokens: tuple | None = None,
           prefill_chunk: int = PREFILL_CHUNK, capacity: int | None = None) -> DecodeProgram:
     """The decoding program for ``prompt`` (batch, P) in the current context (see the module
     docstring). ``on_token(ids, position)`` is called with each token as it enters a decoding
-    step. The run ends (``tpo.stop_when``) at its last step, before that step's model runs,
-    and with ``stop_at_eos`` as soon as every sequence has produced one of ``stop_tokens``
-    (default: the config's end-of-sequence tokens; :func:`end_of_sequence`). Without ``stops``
-    the run does every step (a program run for its prompt logits: a stopped run skips what is
-    scheduled after the decoding loop). ``prefill_chunk``: the prompt's query rows whose
-    attention is computed at once (:func:`prompt_attention`). ``capacity``: the most decoding
-    steps, the rows of masked attention's buffers (:func:`kv_buffer`)."""
+    step. With ``stop_at_eos``, the decoding dim ends (``tpo.end_when``) at the step where every
+    sequence has produced one of ``stop_tokens`` (default: the config's end-of-sequence tokens;
+    :func:`end_of_sequence`); without, it runs to its bound. ``prefill_chunk``: the prompt's
+    query rows whose attention is computed at once (:func:`prompt_attention`). ``capacity``: the
+    most decoding steps, the rows of masked attention's buffers (:func:`kv_buffer`)."""
     c = config
     batch, prompt_len = prompt.shape
     if attention.masked and capacity is None:
@@ -277,10 +281,10 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     prompt_logits = logits_of(yp[L - 1])
     first = sampling.next_token(logits_of(yp[L - 1].spatial[:, prompt_len - 1]))
 
-    # decoding: step t at position P + t
-    tokens = F.placeholder((batch,), "int64", dims=(t,))
+    # decoding: step t reads the token at position P + t and picks the one after it
+    inputs = F.placeholder((batch,), "int64", dims=(t,))
     h = F.placeholder((batch, c.hidden_size), "float32", dims=(l, t))
-    h[0, t] = embed(tokens, weights.embed, t + prompt_len, on_token)[t]
+    h[0, t] = embed(inputs, weights.embed, t + prompt_len, on_token)[t]
     angles = F.eval_symbol(t + prompt_len).cast("float32") * F.from_numpy(inv)
     angles = F.cat([angles, angles], axis=0)
     x = h[l, t]
@@ -302,29 +306,32 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     h[l + 1, t] = y
 
     logits = logits_of(y[L - 1, t])
-    last = F.eval_symbol(t) == F.eval_symbol(T - 1)                  # the last step's model never runs
     picked = sampling.next_token(logits, t)
-    tokens[0] = first
+    inputs[0] = first
     eos = (c.eos_token_ids if stop_tokens is None else tuple(stop_tokens)) if stop_at_eos else ()
-    tokens[t + 1] = end_of_sequence(tokens, picked, eos, c.pad_token_id, t, last if stops else None)[t]
-    return DecodeProgram(tokens, logits, prompt_logits, (l, L), (t, T), tiles, attention.tile)
+    tokens = end_of_sequence(inputs, picked, eos, c.pad_token_id, t)
+    inputs[t + 1] = tokens[t]
+    return DecodeProgram(first, tokens, logits, prompt_logits, (l, L), (t, T), tiles, attention.tile, bool(eos))
 
 
-def end_of_sequence(tokens: RT, picked: RT, eos: tuple, pad: int | None, step, last: RT | None) -> RT:
-    """The token after ``tokens[t]``: ``picked``, continued as ``transformers``' ``generate`` does
-    once a sequence has produced one of the tokens ``eos`` (with ``pad``, or the first EOS).
-    The run ends (``tpo.stop_when``) at the first step where every sequence has produced one,
-    or where ``last`` holds (None: no stop), before that step's model runs (the check reads ``tokens[t]``,
-    so the step's token is known when it ends)."""
-    t = step
-    hit = tokens < 0 if not eos else tokens == eos[0]            # no token id is negative
-    for other in eos[1:]:
-        hit = hit | (tokens == other)
-    ended = F.placeholder(tokens.shape, "bool", dims=(t,))           # an EOS among tokens[0..t]
-    ended[0] = hit[0]
-    ended[t + 1] = ended[t] | hit[t + 1]
-    if last is not None:
-        tpo.stop_when(ended[t] | last)
+def end_of_sequence(inputs: RT, picked: RT, eos: tuple, pad: int | None, step) -> RT:
+    """The token step ``t`` picks after ``inputs[t]``: ``picked``, continued as ``transformers``'
+    ``generate`` does once a sequence has produced one of the tokens ``eos`` (with ``pad``, or the
+    first EOS). With ``eos``, the dim of ``step`` ends (``tpo.end_when``) at the first step whose
+    token leaves every sequence ended: the step that picks the last EOS is the last step."""
     if not eos:
         return picked
+    t = step
+
+    def hit(ids: RT) -> RT:
+        out = ids == eos[0]
+        for other in eos[1:]:
+            out = out | (ids == other)
+        return out
+
+    seen = hit(inputs)
+    ended = F.placeholder(inputs.shape, "bool", dims=(t,))          # an EOS among inputs[0..t]
+    ended[0] = seen[0]
+    ended[t + 1] = ended[t] | seen[t + 1]
+    tpo.end_when(ended[t] | hit(picked))
     return F.where(ended[t], F.full((), eos[0] if pad is None else pad, "int64"), picked)

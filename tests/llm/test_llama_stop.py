@@ -5,6 +5,7 @@ import inspect
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 import tempo as tpo
 
@@ -40,3 +41,77 @@ def test_decoding_stops_once_every_sequence_has_ended(checkpoint):
     assert [p for p, inside in steps if inside] == list(range(3, ids.shape[1] - 1))
     assert [p for p, _ in steps] == list(range(3, ids.shape[1]))
     np.testing.assert_array_equal(model.generate(PROMPT, max_new_tokens=24, stop_at_eos=False), free)
+
+
+def test_decoding_stops_where_transformers_generate_does(checkpoint):
+    """``transformers``' ``generate`` with ``eos_token_id`` and ``pad_token_id`` gives the same ids."""
+    torch = pytest.importorskip("torch")
+    folder, hf = checkpoint("llama")
+    model = tpo.llm.Llama.from_pretrained(folder)
+    free = model.generate(PROMPT, max_new_tokens=24, stop_at_eos=False)
+    eos, pad = shared_eos(free[:, 3:]), 0
+    model.config = replace(model.config, eos_token_ids=(eos,), pad_token_id=pad)
+    with torch.no_grad():
+        expected = hf.generate(torch.tensor(PROMPT), max_new_tokens=24, do_sample=False, eos_token_id=eos,
+                               pad_token_id=pad, attention_mask=torch.ones(PROMPT.shape, dtype=torch.long)).numpy()
+    assert expected.shape[1] < free.shape[1]
+    np.testing.assert_array_equal(model.generate(PROMPT, max_new_tokens=24), expected)
+
+
+def shared_eos(new: np.ndarray) -> int:
+    """A token every row of ``new`` produces, the one whose last first appearance is earliest,
+    preferring one that rows first produce at different steps."""
+    shared = [int(x) for x in set(new[0]).intersection(*map(set, new[1:]))]
+    firsts = {x: [list(row).index(x) for row in new] for x in shared}
+    return min(shared, key=lambda x: (len(set(firsts[x])) == 1, max(firsts[x])))
+
+
+CONFIG = tpo.llm.LlamaConfig(vocab_size=24, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                             num_kv_heads=2, head_dim=8, max_positions=64)
+PROMPTS = np.array([[1, 2, 3], [7, 8, 9], [4, 4, 20]], np.int64)
+
+
+@pytest.mark.parametrize("every", [1, 3, 8])
+def test_a_batch_whose_sequences_end_at_different_steps_runs_the_longest_ones_steps(every):
+    """The ids are the fixed-length decoding's cut where every sequence has ended (padded after
+    each one's EOS), for every number of steps between reads of the flag; the decoding dim runs
+    one step per token after the first, up to the longest sequence's EOS, not ``max_new_tokens``."""
+    model = tpo.llm.Llama.random(CONFIG, seed=1)
+    new = 40
+    free = model.generate(PROMPTS, max_new_tokens=new, stop_at_eos=False)
+    assert free.shape[1] - 3 == new
+    eos, pad = shared_eos(free[:, 3:]), 0
+    firsts = [list(row).index(eos) for row in free[:, 3:]]
+    assert len(set(firsts)) > 1 and max(firsts) < new - 1
+    model.config = replace(model.config, eos_token_ids=(eos,), pad_token_id=pad)
+    ids = model.generate(PROMPTS, max_new_tokens=new, end_check_every=every)
+    np.testing.assert_array_equal(ids, padded_after_eos(free, 3, eos, pad))
+    assert ids.shape[1] - 3 == max(firsts) + 1
+    program = model.last_program
+    assert int(program.lengths["T"]) == max(firsts)              # the steps after the first token
+    assert program.end_checks["T"].steps == max(firsts)
+    assert program.end_checks["T"].reads == max(firsts)          # the host's embedding lookup: read every step
+    fixed = model.generate(PROMPTS, max_new_tokens=new, stop_at_eos=False)
+    np.testing.assert_array_equal(fixed, free)
+    assert model.last_program.end_checks == {}                    # no check without stop_at_eos
+
+
+def test_a_batch_that_ends_at_its_first_token_has_one_new_token():
+    model = tpo.llm.Llama.random(CONFIG, seed=1)
+    free = model.generate(PROMPTS, max_new_tokens=6, stop_at_eos=False)
+    model.config = replace(model.config, eos_token_ids=tuple(int(x) for x in set(free[:, 3])), pad_token_id=0)
+    np.testing.assert_array_equal(model.generate(PROMPTS, max_new_tokens=6), free[:, :4])
+
+
+@pytest.mark.slow      # the backend compiles every island of the program
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_every_backend_stops_where_numpy_does(backend):
+    pytest.importorskip(backend)
+    model = tpo.llm.Llama.random(CONFIG, seed=1)
+    free = model.generate(PROMPTS, max_new_tokens=30, stop_at_eos=False)
+    eos = shared_eos(free[:, 3:])
+    model.config = replace(model.config, eos_token_ids=(eos,), pad_token_id=0)
+    expected = model.generate(PROMPTS, max_new_tokens=30)
+    for every in (None, 4):
+        np.testing.assert_array_equal(model.generate(PROMPTS, max_new_tokens=30, backend=backend,
+                                                     end_check_every=every), expected)
