@@ -363,13 +363,3 @@ def _row_major(point: tuple, var: str) -> bool:
     v = counter(last, var)
     slope = simplify(last.substitute({v: v + 1}) - last)
     return slope.is_const and slope.value == 1
-
-
-def bind(plans, sdg: SDG, stores: dict, backend, ledger) -> dict[int, DeviceLoop]:
-    """id(loop) -> its :class:`DeviceLoop`, for every planned loop (``plans``) the backend compiles whole."""
-    out = {}
-    for planned in plans:
-        compiled = backend.device_loop(planned, sdg)
-        if compiled is not None:
-            out[id(planned.loop)] = DeviceLoop(planned, compiled, sdg, stores, backend, ledger)
-    return out
