@@ -54,7 +54,7 @@ class Program:
     end_check_every: int | None = None  # steps between host reads of a tpo.end_when flag (None: measured)
     lengths: dict = field(default_factory=dict)  # bound name -> its lengths in the last run (tpo.end_when)
     end_checks: dict = field(default_factory=dict, repr=False)  # bound name -> the last run's EndCheck
-    runnables: dict = field(default_factory=dict, repr=False)  # (plan, bound names, profiled) -> its Runnable
+    runnables: dict = field(default_factory=dict, repr=False)  # what runs are made of -> their Runnable
     validated: set = field(default_factory=set, repr=False)  # the bounds validate() found in range
 
     def passes_report(self) -> str:
@@ -121,9 +121,10 @@ class Program:
     def runnable(self, plan: ExecutionPlan, bound_names, profiled: bool = False) -> Runnable:
         """The generated code and bound kernels of runs with ``plan`` and bounds named ``bound_names``
         (:class:`~tempo.runtime.executor.Runnable`), made at most once."""
-        key = (id(plan), frozenset(bound_names), profiled)
+        parts = (plan, self.ast, self.sdg, self.backend)
+        key = (*map(id, parts), frozenset(bound_names), profiled)
         held = self.runnables.get(key)
-        if held is None or held.plan is not plan or held.program is not self.ast or held.sdg is not self.sdg:
+        if held is None or any(a is not b for a, b in zip((held.plan, held.program, held.sdg, held.backend), parts)):
             held = self.runnables[key] = Runnable(self.sdg, self.ast, self.backend, plan, bound_names, profiled)
         return held
 

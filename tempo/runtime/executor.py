@@ -74,8 +74,8 @@ class Runnable:
         self.checks = {n: generator.host_steps.get(n, True) for n in generator.checks}  # -> whether host steps
         self.whole = next((f"D{k}" for k, (planned, _) in enumerate(self.loops)
                            if planned.loop is plan.main_loop), None)  # the device loop of the main loop
-        donate = plan.donations if backend.donates else {}
-        self.kernels, self.kinds, self.merges, self.consts = {}, {}, {}, []
+        self.donate = plan.donations if backend.donates else {}
+        self.kernels, self.kinds, self.merges, self.consts, self.per_run = {}, {}, {}, [], []
         for n in {ex.node_id for ex in ast.statements(program)} - set(self.checks):
             node = sdg.nodes[n]
             self.kinds[n] = "store write" if isinstance(node.op, MergeOp) else kind_of(node.op)
@@ -85,8 +85,15 @@ class Runnable:
                 continue
             if isinstance(node.op, ConstOp):
                 self.consts.append(node)
-            self.kernels[n] = (backend.kernel(node.op, donate=donate[n]) if n in donate
-                               else backend.kernel(node.op))
+            if _holds_constant(node.op):  # a backend may copy a constant into its kernel: read at each run
+                self.per_run.append(n)
+            else:
+                self.kernels[n] = self.kernel(n)
+
+    def kernel(self, n: int):
+        """The backend's kernel of node ``n`` (donating what the plan says it may)."""
+        op = self.sdg.nodes[n].op
+        return self.backend.kernel(op, donate=self.donate[n]) if n in self.donate else self.backend.kernel(op)
 
 
 class Executor:
@@ -141,6 +148,7 @@ class Executor:
         namespace.update({f"U{n}": check for n, check in self.end_checks.items()})
         namespace.update({f"S{n}_{j}": store for (n, j), store in self.stores.items()})
         namespace.update({f"K{n}": kernel for n, kernel in runnable.kernels.items()})
+        namespace.update({f"K{n}": runnable.kernel(n) for n in runnable.per_run})
         namespace.update({f"F{n}": _empty_shape(shape, self.bounds) for n, shape in runnable.merges.items()})
         if self.profiler is not None:
             _profiled(namespace, self.profiler, runnable.kinds, runnable.whole)
@@ -188,6 +196,11 @@ def source(sdg: SDG, program: ast.Stmt, plan: ExecutionPlan, bound_names) -> str
     """The generated source an executor of this program and plan runs (for any bounds of ``bound_names``)."""
     return Generator(sdg, plan.kinds(sdg), plan.main_loop if plan.evictions else None,
                      sorted(bound_names)).source(program)
+
+
+def _holds_constant(op) -> bool:
+    """Whether ``op`` is a constant or a fused op with a constant step."""
+    return isinstance(op, ConstOp) or any(isinstance(step.op, ConstOp) for step in getattr(op, "steps", ()))
 
 
 def _empty_shape(shape: tuple, bounds: dict[str, int]) -> Callable[[], tuple]:
