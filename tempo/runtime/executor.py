@@ -85,7 +85,7 @@ class Runnable:
                 continue
             if isinstance(node.op, ConstOp):
                 self.consts.append(node)
-            if _holds_constant(node.op):  # a backend may copy a constant into its kernel: read at each run
+            if backend.copies_constants and _holds_constant(node.op):  # the constant as it is at each run
                 self.per_run.append(n)
             else:
                 self.kernels[n] = self.kernel(n)
