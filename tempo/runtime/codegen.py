@@ -29,9 +29,10 @@ over ``t`` that its indices do not keep below ``T`` asks ``U<n>.within``
 first, which raises naming the reader's line past the end.
 The source refers to names the executor binds: ``S<n>_<j>`` (stores),
 ``K<n>`` (kernels), ``F<n>`` (merge shapes), ``D<k>`` (device loops), ``U<n>``
-(end checks), ``fail``, ``evict``, ``detach``, ``broadcast``, ``ledger``. A profiled source (:mod:`tempo.runtime.profile`)
-evaluates every condition through ``C`` and calls ``B`` before the main
-loop and ``M`` after each of its iterations.
+(end checks), ``fail``, ``evict``, ``detach``, ``broadcast``, ``ledger``. A
+profiled source (:mod:`tempo.runtime.profile`) evaluates every condition
+through ``C`` and calls ``B`` before the main loop and ``M`` after each of
+its iterations.
 """
 from __future__ import annotations
 
@@ -160,7 +161,7 @@ class Generator:
             else:
                 self._emit(depth + 1, f"v = {read}")
                 value = f"broadcast(v, F{n}())" if k in node.op.broadcast else "v"
-                self._emit(depth + 1, f"S{n}_0.write({point}, {self._kept(n, 0, value, '[v]', [k] if windows else [])})")
+                self._emit(depth + 1, f"S{n}_0.write({point}, {self._kept(n, 0, value, '[v]', windows)})")
             if e.cond is None:
                 break
         self._emit(depth, "ledger.launches += 1")
@@ -269,10 +270,10 @@ class Generator:
         self._emit(depth + 1, f"fail({n}, p, err)")
         read = f"[{', '.join(f'i[{k}]' for k in windows)}]"
         for j in range(len(node.shapes)):
-            self._emit(depth, f"S{n}_{j}.write(p, {self._kept(n, j, 'o[' + str(j) + ']', read, windows)})")
+            self._emit(depth, f"S{n}_{j}.write(p, {self._kept(n, j, f'o[{j}]', read, bool(windows))})")
         self._emit(depth, "ledger.launches += 1")
 
-    def _kept(self, n: int, j: int, value: str, read: str, windows: list) -> str:
+    def _kept(self, n: int, j: int, value: str, read: str, windows: bool) -> str:
         """``value`` as output ``j`` of node ``n`` keeps it: a point store keeps a copy of a value that
         may alias a window store's rows (read), which are overwritten as its dim advances."""
         if windows and self.kinds.get((n, j), "point") == "point":

@@ -66,9 +66,9 @@ class Runnable:
                        for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
         self.loops = [(planned, compiled) for planned in plan.loops
                       if (compiled := backend.device_loop(planned, sdg)) is not None]
-        generator = Generator(sdg, plan.kinds(sdg), plan.main_loop if plan.evictions else None,
-                              sorted(bound_names), {id(planned.loop): f"D{k}" for k, (planned, _) in enumerate(self.loops)},
-                              profiled=plan.main_loop if profiled else None)
+        names = {id(planned.loop): f"D{k}" for k, (planned, _) in enumerate(self.loops)}
+        generator = Generator(sdg, plan.kinds(sdg), plan.main_loop if plan.evictions else None, sorted(bound_names),
+                              names, profiled=plan.main_loop if profiled else None)
         self.source = generator.source(program)
         self.code = compile(self.source, "<tempo program>", "exec")
         self.checks = {n: generator.host_steps.get(n, True) for n in generator.checks}  # -> whether host steps
