@@ -64,16 +64,16 @@ class Runnable:
                                 bound_of(node.domain[-1]).name if node.domain else None,
                                 bool(node.domain) and node.domain[-1] in ending, (n, j) in plan.swapped)
                        for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
-        self.loops = [(planned, compiled) for planned in plan.loops
+        self.loops = [DeviceLoop(planned, compiled, sdg, backend) for planned in plan.loops
                       if (compiled := backend.device_loop(planned, sdg)) is not None]
-        names = {id(planned.loop): f"D{k}" for k, (planned, _) in enumerate(self.loops)}
+        names = {id(loop.plan.loop): f"D{k}" for k, loop in enumerate(self.loops)}
         generator = Generator(sdg, plan.kinds(sdg), plan.main_loop if plan.evictions else None, sorted(bound_names),
                               names, profiled=plan.main_loop if profiled else None)
         self.source = generator.source(program)
         self.code = compile(self.source, "<tempo program>", "exec")
         self.checks = {n: generator.host_steps.get(n, True) for n in generator.checks}  # -> whether host steps
-        self.whole = next((f"D{k}" for k, (planned, _) in enumerate(self.loops)
-                           if planned.loop is plan.main_loop), None)  # the device loop of the main loop
+        self.whole = next((f"D{k}" for k, loop in enumerate(self.loops)
+                           if loop.plan.loop is plan.main_loop), None)  # the device loop of the main loop
         self.donate = plan.donations if backend.donates else {}
         self.kernels, self.kinds, self.merges, self.consts, self.per_run = {}, {}, {}, [], []
         for n in {ex.node_id for ex in ast.statements(program)} - set(self.checks):
@@ -143,8 +143,7 @@ class Executor:
         namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
                      "evict": self._evict, "fail": self._fail, "ledger": self.ledger,
                      "detach": backend.detach, "broadcast": backend.broadcast}
-        namespace.update({f"D{k}": DeviceLoop(planned, compiled, self.sdg, self.stores, backend, self.ledger)
-                          for k, (planned, compiled) in enumerate(runnable.loops)})
+        namespace.update({f"D{k}": loop.bind(self.stores, self.ledger) for k, loop in enumerate(runnable.loops)})
         namespace.update({f"U{n}": check for n, check in self.end_checks.items()})
         namespace.update({f"S{n}_{j}": store for (n, j), store in self.stores.items()})
         namespace.update({f"K{n}": kernel for n, kernel in runnable.kernels.items()})
