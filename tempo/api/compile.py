@@ -13,7 +13,7 @@ from tempo.errors import BoundError, TempoError
 from tempo.ir.sdg import SDG
 from tempo.plan import ExecutionPlan, build
 from tempo.runtime.backends import Backend
-from tempo.runtime.executor import Executor
+from tempo.runtime.executor import Executor, Runnable
 from tempo.runtime.executor import source as executor_source
 from tempo.runtime.memory import BudgetExceeded, Ledger
 from tempo.runtime.profile import Profile, Profiler, loop_dim
@@ -54,6 +54,8 @@ class Program:
     end_check_every: int | None = None  # steps between host reads of a tpo.end_when flag (None: measured)
     lengths: dict = field(default_factory=dict)  # bound name -> its lengths in the last run (tpo.end_when)
     end_checks: dict = field(default_factory=dict, repr=False)  # bound name -> the last run's EndCheck
+    runnables: dict = field(default_factory=dict, repr=False)  # what runs are made of -> their Runnable
+    validated: set = field(default_factory=set, repr=False)  # the bounds validate() found in range
 
     def passes_report(self) -> str:
         """A table of the passes run: the SDG's node count before and after each, and its seconds."""
@@ -68,11 +70,13 @@ class Program:
         dim's bound name to its lengths (an int array over the check's outer dims).
         ``profiler``: see :meth:`profile`."""
         values = self._check_bounds(bounds)
-        self.validate(values)
+        if frozenset(values.items()) not in self.validated:
+            self.validate(values)
+            self.validated.add(frozenset(values.items()))
         start = time.perf_counter()
-        executor = Executor(self.sdg, self.ast, self.backend, values, keep=self._keep(),
-                            device_budget=self.memory.get("device_budget"), plan=self.plan_for(stores),
-                            end_check_every=self.end_check_every, profiler=profiler)
+        executor = Executor(self.sdg, self.ast, self.backend, values, end_check_every=self.end_check_every,
+                            device_budget=self.memory.get("device_budget"), profiler=profiler,
+                            runnable=self.runnable(self.plan_for(stores), values, profiler is not None))
         self.ledger, self.ran_source = executor.ledger, executor.source
         try:
             executor.run()
@@ -113,6 +117,21 @@ class Program:
         if stores == "point" and self.point_plan is None:
             self.point_plan = build(self.sdg, self.ast, self._keep(), "point")
         return self.point_plan if stores == "point" else build(self.sdg, self.ast, self._keep(), stores)
+
+    def runnable(self, plan: ExecutionPlan, bound_names, profiled: bool = False) -> Runnable:
+        """The generated code and bound kernels of runs with ``plan`` and bounds named ``bound_names``
+        (:class:`~tempo.runtime.executor.Runnable`), made at most once."""
+        parts = (plan, self.ast, self.sdg, self.backend)
+        key = (*map(id, parts), frozenset(bound_names), profiled)
+        held = self.runnables.get(key)
+        if held is None or any(a is not b for a, b in zip((held.plan, held.program, held.sdg, held.backend), parts)):
+            held = self.runnables[key] = Runnable(self.sdg, self.ast, self.backend, plan, bound_names, profiled)
+        return held
+
+    def bound_names(self) -> set[str]:
+        """The names of the bounds every run is given: the bound symbols, and the tile dims' bounds."""
+        return set(self.domains.params) | {tiles for tiles, (whole, _) in self.sdg.tiles.items()
+                                           if whole in self.domains.params}
 
     def _keep(self) -> set[int]:
         return {n for n, _ in self.fetch}
@@ -293,6 +312,7 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     program = Program(lowered.sdg, list(lowered.fetch), domains, planned.scheduled.ast, request.backend,
                       tuple(ctx.dim_order), site, timings, list(lowered.stats), written=lowered.written,
                       memory=request.memory, plan=planned.plan, end_check_every=config.end_check_every)
+    _timed(timings, "codegen", program.runnable, program.plan, program.bound_names())
     if _STOPPING:
         raise FirstCompile(program, request.bounds)
     return program

@@ -8,11 +8,13 @@ arithmetic of each dependence is substituted, not evaluated through an
 environment), and each input and output names its tensor store directly.
 A kernel failure is re-raised naming the user's line, as before.
 
-Statements the generator writes inline are kernel launches and merges (an
-``if``/``elif`` over the branches' conditions) whose inputs are all read
-from point or block stores; a launch reading a window store (whose rows are
-overwritten later, so its outputs may need copies) and a merge that
-broadcasts a branch call the executor's launcher for their node instead. A
+Every launch is written inline, one way: its inputs read from their stores
+into ``i``, the kernel ``K<n>`` called, its outputs written back. A merge is
+an ``if``/``elif`` over the branches' conditions that writes the first
+branch that holds (broadcast to the merge's shape by ``F<n>`` where the
+branch is narrower). A window store's rows are overwritten as its dim
+advances, so a point store keeps a copy (``detach``) of an output that may
+alias a window read, and user functions get copies of window reads. A
 free drops a point from the point stores of its node; an evict or a load
 calls its stores' ``evict`` or ``load`` with the index it moves. A loop
 the backend runs as one device program (:mod:`tempo.runtime.device_loops`)
@@ -26,10 +28,11 @@ sees ``T[i]``; the loop over its outer dim ``i`` starts each iteration
 over ``t`` that its indices do not keep below ``T`` asks ``U<n>.within``
 first, which raises naming the reader's line past the end.
 The source refers to names the executor binds: ``S<n>_<j>`` (stores),
-``K<n>`` (kernels), ``L<n>`` (launchers), ``D<k>`` (device loops), ``U<n>``
-(end checks), ``fail``, ``evict``, ``ledger``. A profiled source (:mod:`tempo.runtime.profile`)
-evaluates every condition through ``C`` and calls ``B`` before the main
-loop and ``M`` after each of its iterations.
+``K<n>`` (kernels), ``F<n>`` (merge shapes), ``D<k>`` (device loops), ``U<n>``
+(end checks), ``fail``, ``evict``, ``detach``, ``broadcast``, ``ledger``. A
+profiled source (:mod:`tempo.runtime.profile`) evaluates every condition
+through ``C`` and calls ``B`` before the main loop and ``M`` after each of
+its iterations.
 """
 from __future__ import annotations
 
@@ -64,7 +67,6 @@ class Generator:
         self.device_loops = device_loops or {}  # id(loop) -> the name of its compiled form
         self.counters: list[str] = []  # the enclosing loops' variables
         self.lines: list[str] = []
-        self.called: set[int] = set()  # nodes whose launches go through their launcher
         self.checks = {n: t for t, n in ends(sdg).items()}  # tpo.end_when check -> the dim it ends
         self.resets: dict[int, str] = {}  # id(loop over an outer dim of a check) -> the bound it resets
         self.host_steps: dict[int, bool] = {}  # check -> whether its loop runs other host code
@@ -147,12 +149,19 @@ class Generator:
         for j in stmt.moved(len(self.sdg.nodes[stmt.node_id].shapes)):
             self._emit(depth, f"S{stmt.node_id}_{j}.{method}({index})  # {method} {stmt.label}")
 
-    def _merge(self, n: int, edges, at: dict, point: str, depth: int) -> None:
-        """The first branch whose condition holds at the point is the merge's value there."""
+    def _merge(self, n: int, node, edges, at: dict, point: str, windows: bool, depth: int) -> None:
+        """The first branch whose condition holds at the point is the merge's value there (broadcast to
+        the merge's shape, ``F<n>()``, where the branch is narrower)."""
         for k, e in enumerate(edges):
             cond = "True" if e.cond is None else self._cond(e.cond.substitute(at))
             self._emit(depth, f"{'if' if k == 0 else 'elif'} {cond}:")
-            self._emit(depth + 1, f"S{n}_0.write({point}, S{e.src}_{e.src_out}.read({py(e.index.substitute(at))}))")
+            read = f"S{e.src}_{e.src_out}.read({py(e.index.substitute(at))})"
+            if not windows and k not in node.op.broadcast:
+                self._emit(depth + 1, f"S{n}_0.write({point}, {read})")
+            else:
+                self._emit(depth + 1, f"v = {read}")
+                value = f"broadcast(v, F{n}())" if k in node.op.broadcast else "v"
+                self._emit(depth + 1, f"S{n}_0.write({point}, {self._kept(n, 0, value, '[v]', windows)})")
             if e.cond is None:
                 break
         self._emit(depth, "ledger.launches += 1")
@@ -241,28 +250,35 @@ class Generator:
             self._emit(depth + 1, f"U{c}.within({py(last.substitute(at))}, {where}, {n}, {e.src})")
 
     def _launch(self, stmt: ast.Execute, node, edges, at: dict, point: str, depth: int) -> None:
+        """Read the inputs, run the kernel and write its outputs back, at the statement's point."""
         n = stmt.node_id
-        if any(self.kinds.get((e.src, e.src_out)) == "window" for e in edges) or \
-                (isinstance(node.op, MergeOp) and node.op.broadcast):
-            self.called.add(n)
-            self._emit(depth, f"L{n}({point})")
-            self._emit(depth, "ledger.launches += 1")
-            return
+        windows = [k for k, e in enumerate(edges) if self.kinds.get((e.src, e.src_out)) == "window"]
         if isinstance(node.op, MergeOp):
-            self._merge(n, edges, at, point, depth)
+            self._merge(n, node, edges, at, point, bool(windows), depth)
             return
         reads = ", ".join(f"S{e.src}_{e.src_out}.read({py(e.index.substitute(at))})" for e in edges)
         env = ", ".join([f"{name!r}: {local(name)}" for name in self.bound_names]  # kernels size by any bound
                         + [f"{d.name!r}: {py(p)}" for d, p in zip(node.domain, stmt.point)])
         self._emit(depth, f"p = {point}")
+        self._emit(depth, f"i = [{reads}]")
+        if isinstance(node.op, UDFOp):  # user code may keep its inputs, and a window's rows are overwritten
+            for k in windows:
+                self._emit(depth, f"i[{k}] = detach(i[{k}], [i[{k}]])")
         self._emit(depth, "try:")
-        self._emit(depth + 1, f"o = K{n}([{reads}], {{{env}}}, p)")
+        self._emit(depth + 1, f"o = K{n}(i, {{{env}}}, p)")
         self._emit(depth, "except Exception as err:")
         self._emit(depth + 1, f"fail({n}, p, err)")
+        read = f"[{', '.join(f'i[{k}]' for k in windows)}]"
         for j in range(len(node.shapes)):
-            self._emit(depth, f"S{n}_{j}.write(p, o[{j}])")
+            self._emit(depth, f"S{n}_{j}.write(p, {self._kept(n, j, f'o[{j}]', read, bool(windows))})")
         self._emit(depth, "ledger.launches += 1")
 
+    def _kept(self, n: int, j: int, value: str, read: str, windows: bool) -> str:
+        """``value`` as output ``j`` of node ``n`` keeps it: a point store keeps a copy of a value that
+        may alias a window store's rows (read), which are overwritten as its dim advances."""
+        if windows and self.kinds.get((n, j), "point") == "point":
+            return f"detach({value}, {read})"
+        return value
 
 def _executes(stmt: ast.Stmt, loops: tuple):
     """Each Execute statement of ``stmt`` with the loops around it, outermost first."""

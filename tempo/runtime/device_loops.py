@@ -35,6 +35,7 @@ iterations compile differently) is an error.
 """
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
@@ -54,11 +55,13 @@ class DeviceLoop:
 
     Called by the generated code with the bounds and the enclosing loops' counters; returns
     False, having changed nothing, where this launch needs the statement-by-statement loop.
+    Made once per program (its expressions compiled then); :meth:`bind` gives it one run's
+    stores and ledger.
     """
 
     chunk = 16  # the most iterations of a loop over iterations (one with nested loops) per launch
 
-    def __init__(self, plan: LoopPlan, compiled, sdg: SDG, stores: dict, backend, ledger):
+    def __init__(self, plan: LoopPlan, compiled, sdg: SDG, backend, stores: dict | None = None, ledger=None):
         self.plan, self.compiled, self.sdg, self.stores, self.backend, self.ledger = \
             plan, compiled, sdg, stores, backend, ledger
         loop, var = plan.loop, plan.loop.var
@@ -66,7 +69,7 @@ class DeviceLoop:
         exprs = [loop.start, loop.cond] + [c for step in plan.steps for c in (*step.guard, *step.conds)
                                            if c is not None] + [c for _, guard in plan.frees for c in guard]
         exprs += [c for nested in plan.nested for c in nested.guard]
-        self.nested = [DeviceLoop(n.plan, inner, sdg, stores, backend, ledger)
+        self.nested = [DeviceLoop(n.plan, inner, sdg, backend, stores, ledger)
                        for n, inner in zip(plan.nested, getattr(compiled, "nested", ()))]
         self.nested_guards = [[compile_expr(c) for c in n.guard] for n in plan.nested]
         self.deferred = [(s, backend.kernel(step.node.op)) for s, step in enumerate(plan.steps)
@@ -89,6 +92,14 @@ class DeviceLoop:
                             for k, src in enumerate(step.inputs) if src.kind == ROWS}
         self.failed: set[tuple] = set()
         self.launched: list[tuple[int, float]] = []  # (iterations, wall seconds but compiles) of each launch
+
+    def bind(self, stores: dict, ledger) -> DeviceLoop:
+        """This loop (and its nested loops) on one run's ``stores`` and ``ledger``, with nothing launched yet."""
+        run = copy.copy(self)
+        run.stores, run.ledger = stores, ledger
+        run.nested = [nested.bind(stores, ledger) for nested in self.nested]
+        run.schedules, run.failed, run.launched = {}, set(), []
+        return run
 
     def __call__(self, env: dict) -> bool:
         counters, runs, sels = self._schedule(env)
@@ -363,13 +374,3 @@ def _row_major(point: tuple, var: str) -> bool:
     v = counter(last, var)
     slope = simplify(last.substitute({v: v + 1}) - last)
     return slope.is_const and slope.value == 1
-
-
-def bind(plans, sdg: SDG, stores: dict, backend, ledger) -> dict[int, DeviceLoop]:
-    """id(loop) -> its :class:`DeviceLoop`, for every planned loop (``plans``) the backend compiles whole."""
-    out = {}
-    for planned in plans:
-        compiled = backend.device_loop(planned, sdg)
-        if compiled is not None:
-            out[id(planned.loop)] = DeviceLoop(planned, compiled, sdg, stores, backend, ledger)
-    return out

@@ -1,12 +1,12 @@
 """The executor: runs the schedule AST's generated source, which launches kernels.
 
-The AST is turned once into one generated Python function
-(:mod:`tempo.runtime.codegen`; ``print(program.code)``): loops over local
-counters, and at each Execute the node's inputs read from their tensor
-stores at indices computed inline, the backend kernel run, and the outputs
-written back at that point. Merges, and launches that read window stores,
-call the node's *launcher* (a closure that evaluates the input dependence
-expressions at the point) instead.
+The AST is turned once per program into one generated Python function
+(:mod:`tempo.runtime.codegen`; ``print(program.code)``) and its kernels are
+bound once, in a :class:`Runnable`: loops over local counters, and at each
+Execute the node's inputs read from their tensor stores at indices computed
+inline, the backend kernel run, and the outputs written back at that point.
+A run checks its bounds, allocates the stores, binds them to the generated
+code's names and runs it.
 
 The executor interprets an :class:`~tempo.plan.ExecutionPlan` made at compile
 time: each tensor's store (point, block or window; :mod:`tempo.runtime.stores`)
@@ -35,52 +35,101 @@ from typing import Callable
 
 from tempo.errors import BoundError, TempoError
 from tempo.ir.ends import ends
-from tempo.ir.ops import ConstOp, MergeOp, StopRun, UDFOp
+from tempo.ir.ops import ConstOp, MergeOp, StopRun
 from tempo.ir.sdg import SDG, Node
 from tempo.plan import ExecutionPlan, build
-from tempo.runtime import device_loops
 from tempo.runtime.backends.base import Backend, StepFailed
 from tempo.runtime.codegen import Generator
+from tempo.runtime.device_loops import DeviceLoop
 from tempo.runtime.ends import EndCheck
 from tempo.runtime.memory import BudgetExceeded, Ledger
 from tempo.runtime.profile import Profiler, kind_of
 from tempo.runtime.stores import make_store
 from tempo.schedule import ast
-from tempo.symbolic.evaluate import compile_expr, shape_at
+from tempo.symbolic.evaluate import shape_at
 from tempo.symbolic.expr import bound_of
+
+
+class Runnable:
+    """A program's generated code with its kernels bound, made once per program, plan and set of
+    bound names (the generated source names the bounds, never their values): what each run of an
+    :class:`Executor` executes. ``profiled``: the source counts for a
+    :class:`~tempo.runtime.profile.Profiler`."""
+
+    def __init__(self, sdg: SDG, program: ast.Stmt, backend: Backend, plan: ExecutionPlan,
+                 bound_names, profiled: bool = False):
+        self.sdg, self.program, self.backend, self.plan = sdg, program, backend, plan
+        ending = set(ends(sdg))  # dims that end at run time: their block stores grow
+        self.stores = {(n, j): (plan.store((n, j)), f"{node.op.name}%{n}", node.dtypes[j], node.shapes[j],
+                                bound_of(node.domain[-1]).name if node.domain else None,
+                                bool(node.domain) and node.domain[-1] in ending, (n, j) in plan.swapped)
+                       for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
+        self.loops = [DeviceLoop(planned, compiled, sdg, backend) for planned in plan.loops
+                      if (compiled := backend.device_loop(planned, sdg)) is not None]
+        names = {id(loop.plan.loop): f"D{k}" for k, loop in enumerate(self.loops)}
+        generator = Generator(sdg, plan.kinds(sdg), plan.main_loop if plan.evictions else None, sorted(bound_names),
+                              names, profiled=plan.main_loop if profiled else None)
+        self.source = generator.source(program)
+        self.code = compile(self.source, "<tempo program>", "exec")
+        self.checks = {n: generator.host_steps.get(n, True) for n in generator.checks}  # -> whether host steps
+        self.whole = next((f"D{k}" for k, loop in enumerate(self.loops)
+                           if loop.plan.loop is plan.main_loop), None)  # the device loop of the main loop
+        self.donate = plan.donations if backend.donates else {}
+        self.kernels, self.kinds, self.merges, self.consts, self.per_run = {}, {}, {}, [], []
+        for n in {ex.node_id for ex in ast.statements(program)} - set(self.checks):
+            node = sdg.nodes[n]
+            self.kinds[n] = "store write" if isinstance(node.op, MergeOp) else kind_of(node.op)
+            if isinstance(node.op, MergeOp):  # written inline: no kernel
+                if node.op.broadcast:
+                    self.merges[n] = node.shapes[0]
+                continue
+            if isinstance(node.op, ConstOp):
+                self.consts.append(node)
+            if backend.copies_constants and _holds_constant(node.op):  # the constant as it is at each run
+                self.per_run.append(n)
+            else:
+                self.kernels[n] = self.kernel(n)
+
+    def kernel(self, n: int):
+        """The backend's kernel of node ``n`` (donating what the plan says it may)."""
+        op = self.sdg.nodes[n].op
+        return self.backend.kernel(op, donate=self.donate[n]) if n in self.donate else self.backend.kernel(op)
 
 
 class Executor:
     """Runs one compiled program for one set of bounds.
 
-    ``keep``: nodes whose values must survive the run (fetched); ``plan``: the program's
+    ``runnable``: the program's :class:`Runnable` (None: made here from ``keep``, the nodes whose
+    values must survive the run (fetched), and ``plan``, the program's
     :class:`~tempo.plan.ExecutionPlan` (None: made here, ``stores`` saying how: ``"auto"``
-    chooses each tensor's store from its reads, ``"point"`` keeps every tensor in a point store);
-    ``profiler``: a :class:`~tempo.runtime.profile.Profiler` that counts and times what the run does.
+    chooses each tensor's store from its reads, ``"point"`` keeps every tensor in a point store));
+    ``profiler``: a :class:`~tempo.runtime.profile.Profiler` that counts and times what the run does
+    (its runnable made ``profiled``).
     """
 
     def __init__(self, sdg: SDG, program: ast.Stmt, backend: Backend, bounds: dict[str, int],
                  keep: set[int] = frozenset(), stores: str = "auto", device_budget: int | None = None,
                  plan: ExecutionPlan | None = None, end_check_every: int | None = None,
-                 profiler: Profiler | None = None):
+                 profiler: Profiler | None = None, runnable: Runnable | None = None):
+        if runnable is None:
+            runnable = Runnable(sdg, program, backend, plan if plan is not None else build(sdg, program, keep, stores),
+                                bounds, profiler is not None)
         self.sdg, self.backend, self.bounds, self.profiler = sdg, backend, bounds, profiler
-        self.plan = plan if plan is not None else build(sdg, program, keep, stores)
+        self.plan, self.source = runnable.plan, runnable.source
         self.ledger = Ledger(budget=device_budget)
-        ending = set(ends(sdg))  # dims that end at run time: their block stores grow
-        self.stores = {(n, j): make_store(self.plan.store((n, j)), f"{node.op.name}%{n}", backend,
-                                          node.dtypes[j], _empty_shape(node.shapes[j], bounds),
-                                          bounds[bound_of(node.domain[-1]).name] if node.domain else None,
-                                          self.ledger, grows=bool(node.domain) and node.domain[-1] in ending)
-                       for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
-        self.end_check_every = end_check_every
-        self.end_checks: dict[int, EndCheck] = {}  # tpo.end_when check node -> its exits, made by _compile
+        self.stores = {key: make_store(choice, name, backend, dtype, _empty_shape(shape, bounds),
+                                       bounds[bound] if bound is not None else None, self.ledger, grows=grows)
+                       for key, (choice, name, dtype, shape, bound, grows, _) in runnable.stores.items()}
         # (store, axis, floors) per output of each eviction: an island's outputs may be read from different points
         self.evictions = [(self.stores[(e.node, j)], e.axis, tuple(per_output))
                           for e in self.plan.evictions for j, per_output in e.floors.items()]
-        for key in self.plan.swapped:
-            if self.stores[key].kind == "block":
+        for key, spec in runnable.stores.items():
+            if spec[-1] and self.stores[key].kind == "block":  # a block store that swaps stays in the host tier
                 self.stores[key].tier = "host"
-        self.body = self._compile(program)
+        for node in runnable.consts:
+            _check_const_covers_bounds(node, bounds)
+        self.end_checks = {n: EndCheck(sdg, n, backend, end_check_every, host) for n, host in runnable.checks.items()}
+        self.body = self._bind(runnable)
         self.stopped_at: dict[str, int] | None = None  # where a StopRun ended the run
 
     def run(self) -> None:
@@ -90,44 +139,22 @@ class Executor:
             except StopRun as stop:
                 self.stopped_at = stop.point
 
-    # ----- the AST as generated source -----
-    def _compile(self, program: ast.Stmt) -> Callable[[dict], None]:
-        """Generate the program's source (:mod:`tempo.runtime.codegen`) and bind its names; the loops the
-        backend compiles whole (:mod:`tempo.runtime.device_loops`) are ``D<k>`` calls before their loops."""
-        plan = self.plan
-        loops = device_loops.bind(plan.loops, self.sdg, self.stores, self.backend, self.ledger)
-        profiler = self.profiler
-        generator = Generator(self.sdg, plan.kinds(self.sdg), plan.main_loop if plan.evictions else None,
-                              sorted(self.bounds), {key: f"D{k}" for k, key in enumerate(loops)},
-                              profiled=plan.main_loop if profiler is not None else None)
-        self.source = generator.source(program)
+    def _bind(self, runnable: Runnable) -> Callable[[dict], None]:
+        """The generated program with its names bound to this run's stores, end checks and device
+        loops (:mod:`tempo.runtime.device_loops`) and the runnable's kernels."""
+        backend = self.backend
         namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
-                     "evict": self._evict, "fail": self._fail, "ledger": self.ledger}
-        namespace.update({f"D{k}": loop for k, loop in enumerate(loops.values())})
-        self.end_checks = {n: EndCheck(self.sdg, n, self.backend, self.end_check_every,
-                                       generator.host_steps.get(n, True)) for n in generator.checks}
+                     "evict": self._evict, "fail": self._fail, "ledger": self.ledger,
+                     "detach": backend.detach, "broadcast": backend.broadcast}
+        namespace.update({f"D{k}": loop.bind(self.stores, self.ledger) for k, loop in enumerate(runnable.loops)})
         namespace.update({f"U{n}": check for n, check in self.end_checks.items()})
-        donate = plan.donations if self.backend.donates else {}
         namespace.update({f"S{n}_{j}": store for (n, j), store in self.stores.items()})
-        kinds = {}
-        for n in {ex.node_id for ex in ast.statements(program)}:
-            node = self.sdg.nodes[n]
-            if n in generator.checks:
-                continue
-            kinds[n] = "store write" if isinstance(node.op, MergeOp) else kind_of(node.op)
-            if n in generator.called:
-                namespace[f"L{n}"] = self._launcher(node)
-                continue
-            if isinstance(node.op, MergeOp):  # written inline: no kernel
-                continue
-            if isinstance(node.op, ConstOp):
-                _check_const_covers_bounds(node, self.bounds)
-            namespace[f"K{n}"] = (self.backend.kernel(node.op, donate=donate[n]) if n in donate
-                                  else self.backend.kernel(node.op))
-        if profiler is not None:
-            whole = next((f"D{k}" for k, key in enumerate(loops) if key == id(plan.main_loop)), None)
-            _profiled(namespace, profiler, kinds, whole)
-        exec(compile(self.source, "<tempo program>", "exec"), namespace)  # noqa: S102
+        namespace.update({f"K{n}": kernel for n, kernel in runnable.kernels.items()})
+        namespace.update({f"K{n}": runnable.kernel(n) for n in runnable.per_run})
+        namespace.update({f"F{n}": _empty_shape(shape, self.bounds) for n, shape in runnable.merges.items()})
+        if self.profiler is not None:
+            _profiled(namespace, self.profiler, runnable.kinds, runnable.whole)
+        exec(runnable.code, namespace)  # noqa: S102
         return namespace["program"]
 
     def _fail(self, n: int, point: tuple, err: Exception):
@@ -151,54 +178,12 @@ class Executor:
             else:
                 store.free_below(axis, min((floor(later) for floor in floors), default=math.inf))
 
-    # ----- launchers -----
-    def _launcher(self, node: Node) -> Callable[[tuple], None]:
-        names = [d.name for d in node.domain]
-        edges = self.sdg.in_edges(node.id)
-        reads = [(self.stores[(e.src, e.src_out)], compile_expr(e.index),
-                  compile_expr(e.cond) if e.cond is not None else None) for e in edges]
-        outs = [self.stores[(node.id, j)] for j in range(len(node.shapes))]
-        bounds, backend = self.bounds, self.backend
-        windows = [k for k, (store, _, _) in enumerate(reads) if store.kind == "window"]
-        detach = [bool(windows) and store.kind == "point" for store in outs]
-        if isinstance(node.op, MergeOp):
-            full_shape = _empty_shape(node.shapes[0], bounds)
-            spread = [k in node.op.broadcast for k in range(len(reads))]
-
-            def launch_merge(point):
-                env = dict(bounds, **dict(zip(names, point)))
-                for (store, index, cond), widen in zip(reads, spread):
-                    if cond is None or cond(env):
-                        value = store.read(index(env))
-                        out = backend.broadcast(value, full_shape()) if widen else value
-                        outs[0].write(point, backend.detach(out, [value]) if detach[0] else out)
-                        return
-            return launch_merge
-        if isinstance(node.op, ConstOp):
-            _check_const_covers_bounds(node, bounds)
-        kernel, fail = backend.kernel(node.op), self._fail
-        copied = windows if isinstance(node.op, UDFOp) else []  # user code may keep its inputs
-
-        def launch(point):
-            env = dict(bounds, **dict(zip(names, point)))
-            inputs = [store.read(index(env)) for store, index, _ in reads]
-            for k in copied:
-                inputs[k] = backend.detach(inputs[k], [inputs[k]])
-            try:
-                results = kernel(inputs, env, point)
-            except Exception as err:
-                fail(node.id, point, err)
-            for store, value, copy in zip(outs, results, detach):
-                store.write(point, backend.detach(value, [inputs[k] for k in windows]) if copy else value)
-
-        return launch
-
 
 def _profiled(namespace: dict, profiler: Profiler, kinds: dict[int, str], whole: str | None) -> None:
     """Bind ``profiler``'s wrappers in place of the generated code's names, and its own names
     (``whole``: the name of the device loop that runs the main loop, if any)."""
     for name, value in list(namespace.items()):
-        if name[0] in "KL" and name[1:].isdigit():
+        if name[0] == "K" and name[1:].isdigit():
             namespace[name] = profiler.call(kinds[int(name[1:])], value)
         elif name == whole:
             namespace[name] = profiler.whole_loop(value)
@@ -214,6 +199,11 @@ def source(sdg: SDG, program: ast.Stmt, plan: ExecutionPlan, bound_names) -> str
     """The generated source an executor of this program and plan runs (for any bounds of ``bound_names``)."""
     return Generator(sdg, plan.kinds(sdg), plan.main_loop if plan.evictions else None,
                      sorted(bound_names)).source(program)
+
+
+def _holds_constant(op) -> bool:
+    """Whether ``op`` is a constant or a fused op with a constant step."""
+    return isinstance(op, ConstOp) or any(isinstance(step.op, ConstOp) for step in getattr(op, "steps", ()))
 
 
 def _empty_shape(shape: tuple, bounds: dict[str, int]) -> Callable[[], tuple]:

@@ -1,6 +1,8 @@
 """The executor's generated source: loops over locals, inline index arithmetic, the user's line on failure."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -52,3 +54,21 @@ def test_a_kernel_failure_in_generated_code_names_the_user_line_and_the_point():
         with pytest.raises(TempoError, match=r"UDFOp failed at t=0..3: ValueError: bad value") as err:
             ctx.run({T: 4}, fetch=[y])
     assert "test_codegen.py" in str(err.value)
+
+
+def test_a_launch_reading_a_window_store_is_written_inline_and_keeps_copies():
+    """mean reads a window of x whose rows are overwritten as t advances: its point store keeps copies."""
+    with tpo.Context() as ctx:
+        ((t, T),) = ctx.dims("t")
+        x = tpo.placeholder(shape=(3,), dtype="float64", dims=(t,))
+        x[0] = tpo.full((3,), 1.0, "float64")
+        mean = x[tpo.max(0, t - 3):t + 1].mean(axis=0)
+        x[t + 1] = x[t] * 0.5 + mean
+        program = ctx.compile(fetch=[mean], passes={"fuse": False, "lift": False})
+    (got,) = program.run({T: 10})
+    assert "detach(" in program.ran_source and not re.search(r"\bL\d+\(", program.ran_source)
+    xs, want = [np.ones(3)], []
+    for step in range(10):
+        want.append(np.mean(xs[max(0, step - 3):step + 1], axis=0))
+        xs.append(xs[step] * 0.5 + want[-1])
+    np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -35,6 +35,7 @@ class Backend:
 
     name = "base"
     donates = False  # whether kernel() takes donate= (inputs it may write its outputs into)
+    copies_constants = False  # whether a kernel holds a copy of a constant's array (so is made again each run)
 
     def kernel(self, op: Op) -> Kernel:
         """A function ``(inputs, env, point) -> tuple of outputs`` computing ``op``."""

@@ -478,6 +478,7 @@ class JaxBackend(Backend):
 
     name = "jax"
     donates = True
+    copies_constants = True
 
     def __init__(self, device: str | None = None):
         self.device, self.compiled = None, {}  # (id(op), donated inputs) -> (op, its jitted functions by static key)

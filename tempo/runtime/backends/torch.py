@@ -331,6 +331,7 @@ class TorchBackend(Backend):
     """Eager PyTorch on ``device`` (``cpu`` by default; ``cuda`` or ``cuda:N`` when present)."""
 
     name = "torch"
+    copies_constants = True
 
     def __init__(self, device: str | None = None):
         device = device or "cpu"
