@@ -49,7 +49,8 @@ def run_walk() -> list[str]:
             return
         path = frame.f_code.co_filename
         caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
-        if caller == "<tempo program>" and path.endswith("backends/numpy.py"):
+        if caller == "<tempo program>" and (path.endswith("backends/numpy.py")
+                                            or path.startswith("<numpy island")):  # a fused island's code
             entered.append("kernel")
         elif path.startswith(str(ROOT)):
             entered.append(os.path.relpath(path, ROOT))
