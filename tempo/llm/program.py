@@ -64,20 +64,16 @@ class DecodeProgram:
         return out
 
 
-def embed(tokens: RT, table: np.ndarray, position, on_token=None) -> RT:
-    """The rows of ``table`` (vocab, hidden) that ``tokens`` (batch,) name: a host lookup, reading
-    ``batch`` rows instead of multiplying a one-hot matrix by the whole table.
+def embed(tokens: RT, table: RT) -> RT:
+    """The rows of ``table`` (vocab, hidden) that ``tokens`` (batch,) name: a gather (``take``) on
+    the device, reading ``batch`` rows instead of multiplying a one-hot matrix by the whole table."""
+    return F.take(table, tokens, axis=0)
 
-    ``on_token(ids, position)`` sees every token as it enters the model, right after it was
-    picked: the lookup runs in the decoding loop itself.
-    """
-    def lookup(ids, at):
-        if on_token is not None:
-            on_token(ids, int(at))
-        return (table[ids],)
 
-    return F.udf(lookup, [tokens, F.eval_symbol(position)], out_shapes=[(tokens.shape[0], table.shape[1])],
-                 out_dtypes=[str(table.dtype)], label="embed")
+def stream(tokens: RT, step, offset: int, on_token) -> RT:
+    """A sink calling ``on_token(ids, offset + t)`` with ``tokens[t]`` (batch,) at every step ``t``
+    of the dim ``step``: the host sees each token as it enters the model."""
+    return tpo.sink(tokens, lambda ids, point: on_token(ids, offset + point[step.name]))
 
 
 @dataclass(frozen=True)
@@ -242,8 +238,8 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
           stop_tokens: tuple | None = None,
           prefill_chunk: int = PREFILL_CHUNK, capacity: int | None = None) -> DecodeProgram:
     """The decoding program for ``prompt`` (batch, P) in the current context (see the module
-    docstring). ``on_token(ids, position)`` is called with each token as it enters a decoding
-    step. With ``stop_at_eos``, the decoding dim ends (``tpo.end_when``) at the step where every
+    docstring). ``on_token(ids, position)``, if given, is called with each token as it enters a
+    decoding step (a sink: host code in the decoding loop). With ``stop_at_eos``, the decoding dim ends (``tpo.end_when``) at the step where every
     sequence has produced one of ``stop_tokens`` (default: the config's end-of-sequence tokens;
     :func:`end_of_sequence`); without, it runs to its bound. ``prefill_chunk``: the prompt's
     query rows whose attention is computed at once (:func:`prompt_attention`). ``capacity``: the
@@ -284,7 +280,9 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     # decoding: step t reads the token at position P + t and picks the one after it
     inputs = F.placeholder((batch,), "int64", dims=(t,))
     h = F.placeholder((batch, c.hidden_size), "float32", dims=(l, t))
-    h[0, t] = embed(inputs, weights.embed, t + prompt_len, on_token)[t]
+    h[0, t] = embed(inputs, F.from_numpy(weights.embed))[t]
+    if on_token is not None:
+        stream(inputs, t, prompt_len, on_token)
     angles = F.eval_symbol(t + prompt_len).cast("float32") * F.from_numpy(inv)
     angles = F.cat([angles, angles], axis=0)
     x = h[l, t]
