@@ -65,8 +65,9 @@ class DecodeProgram:
 
 
 def embed(tokens: RT, table: RT) -> RT:
-    """The rows of ``table`` (vocab, hidden) that ``tokens`` (batch,) name: a gather (``take``), an IR
-    op on every backend, reading ``batch`` rows instead of multiplying a one-hot matrix by the whole table."""
+    """The rows of ``table`` (vocab, hidden) that ``tokens`` (batch,) name: a gather (``take``), an
+    IR op on every backend, reading ``batch`` rows instead of multiplying a one-hot matrix by the
+    whole table."""
     return F.take(table, tokens, axis=0)
 
 
@@ -246,8 +247,9 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     """The decoding program for ``prompt`` (batch, P) in the current context (see the module
     docstring). ``on_token(ids, position)``, if given, is called with each token as it enters a
     decoding step (:func:`streamed`: host code in the decoding loop). With ``stop_at_eos``, the
-    decoding dim ends (``tpo.end_when``) at the step where every sequence has produced one of ``stop_tokens`` (default: the config's end-of-sequence tokens;
-    :func:`end_of_sequence`); without, it runs to its bound. ``prefill_chunk``: the prompt's
+    decoding dim ends (``tpo.end_when``) at the step where every sequence has produced one of
+    ``stop_tokens`` (default: the config's end-of-sequence tokens; :func:`end_of_sequence`);
+    without, it runs to its bound. ``prefill_chunk``: the prompt's
     query rows whose attention is computed at once (:func:`prompt_attention`). ``capacity``: the
     most decoding steps, the rows of masked attention's buffers (:func:`kv_buffer`)."""
     c = config
