@@ -13,14 +13,20 @@ compiled once and run ``--repeats`` times, interleaved:
   (:func:`eos_tokens`): the run ends at the step of the longest sequence's EOS.
 
 Each row: process CPU and wall seconds of a run (the least of the repeats, and
-the median wall), the decoding steps the loop ran (``program.end_checks``), tokens
-per second (new tokens of the batch over the least wall), and the CPU per step.
+the median wall), the decoding steps the ids keep and the steps the loop ran
+(``program.end_checks``: with ``--every k`` it may run up to ``k - 1`` past the
+end), tokens per second (new tokens of the batch over the least wall), the CPU
+per step, the run's launches per step (kernels and device loops, the prompt's
+included: ``program.ledger``)
+and the host reads of the end flag.
 The machine is shared: process CPU time is the steadier figure.
 
     .venv/bin/python benchmarks/decode_eos.py                 # about two minutes
     .venv/bin/python benchmarks/decode_eos.py --quick         # a few seconds
     .venv/bin/python benchmarks/decode_eos.py --backend jax --attention masked \
         --out docs/results/decode_eos_jax.json                # JAX, steps of one shape
+    .venv/bin/python benchmarks/decode_eos.py --backend jax --attention masked --every 8 \
+        --out docs/results/decode_eos_jax_every8.json         # the flag read every 8 steps
 
 Prints a table and writes ``docs/results/decode_eos.json``.
 """
@@ -46,9 +52,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from decode import ROOT, Size, model_config, weights  # noqa: E402
 
 
-def compiled(config, wts, prompt: np.ndarray, stop_tokens: tuple | None, backend: str, masked: bool, new: int):
+def compiled(config, wts, prompt: np.ndarray, stop_tokens: tuple | None, backend: str, masked: bool, new: int,
+             every: int | None):
     """The decoding program of ``prompt`` on ``backend``, ending at ``stop_tokens`` (None: no end
-    check); with ``masked``, causal attention over buffers of ``new`` rows."""
+    check); with ``masked``, causal attention over buffers of ``new`` rows; ``every``: steps
+    between host reads of the end flag (None: the runtime's choice)."""
     import tempo as tpo
     from tempo.llm import program as program_mod
     from tempo.llm.attention import Attention
@@ -57,17 +65,21 @@ def compiled(config, wts, prompt: np.ndarray, stop_tokens: tuple | None, backend
     with tpo.Context() as ctx:
         dp = program_mod.build(config, wts, prompt, Attention(masked=masked), Sampling(),
                                stop_at_eos=stop_tokens is not None, stop_tokens=stop_tokens, capacity=new)
-        return dp, ctx.compile(fetch=[dp.first, dp.tokens], backend=backend)
+        config = None if every is None else tpo.Config(end_check_every=every)
+        return dp, ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config)
 
 
 def timed(dp, program, layers: int, new: int) -> dict:
-    """One run: its process CPU and wall seconds, the steps it ran and the new tokens' ids."""
+    """One run: its process CPU and wall seconds, the steps it ran and the new tokens' ids, the
+    launches it made (kernels and device loops) and the host reads of its end flag."""
     cpu, wall = time.process_time(), time.perf_counter()
     first, tokens = program.run(dp.bounds(layers, new))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     steps = int(program.lengths[dp.positions[1].name]) if dp.ends else tokens.shape[0]
     ids = np.concatenate([first[:, None], tokens[:steps].T], axis=1).astype(np.int64)
-    return {"cpu_s": cpu, "wall_s": wall, "steps": steps, "ids": ids}
+    check = next(iter(program.end_checks.values()), None)
+    return {"cpu_s": cpu, "wall_s": wall, "steps": steps, "ids": ids, "launches": program.ledger.launches,
+            "flag_reads": 0 if check is None else check.reads, "steps_run": steps if check is None else check.steps}
 
 
 def eos_tokens(ids: np.ndarray) -> tuple[int, ...]:
@@ -93,6 +105,8 @@ def main() -> None:
     parser.add_argument("--backend", default="numpy", choices=["numpy", "jax"])
     parser.add_argument("--attention", default="causal", choices=["causal", "masked"],
                         help="masked: the same shapes at every step (one XLA compile per island on JAX)")
+    parser.add_argument("--every", type=int, default=None,
+                        help="steps between host reads of the end flag (default: the runtime's choice)")
     parser.add_argument("--quick", action="store_true", help="a few tokens, to check the script")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode_eos.json"))
     ns = parser.parse_args()
@@ -101,7 +115,7 @@ def main() -> None:
     size = Size()
     config, wts = model_config(size, ns.prompt + ns.new), weights(size, ns.prompt + ns.new)
     prompt = np.random.default_rng(0).integers(0, size.vocab, (ns.batch, ns.prompt))
-    options = (ns.backend, ns.attention == "masked", ns.new)
+    options = (ns.backend, ns.attention == "masked", ns.new, ns.every)
     fixed = compiled(config, wts, prompt, None, *options)
     free = np.concatenate([prompt, timed(*fixed, size.layers, ns.new)["ids"]], axis=1)
     never = next(x for x in range(size.vocab) if x not in free)
@@ -121,6 +135,8 @@ def main() -> None:
         rows.append({"run": name, "steps": steps, "new_tokens": steps + 1, "cpu_s": cpu, "wall_s": wall,
                      "wall_median_s": statistics.median(r["wall_s"] for r in results),
                      "tokens_per_s": tokens / wall, "cpu_ms_per_step": 1e3 * cpu / steps,
+                     "launches_per_step": results[-1]["launches"] / steps, "flag_reads": results[-1]["flag_reads"],
+                     "steps_run": results[-1]["steps_run"],
                      "runs_cpu_s": [r["cpu_s"] for r in results], "runs_wall_s": [r["wall_s"] for r in results]})
     np.testing.assert_array_equal(runs["check"][0]["ids"], free[:, ns.prompt:])
     ends = first_steps(free[:, ns.prompt:], eos)
@@ -128,16 +144,19 @@ def main() -> None:
     base, check = rows[0], rows[1]
     overhead = {"cpu_per_step": check["cpu_ms_per_step"] / base["cpu_ms_per_step"] - 1,
                 "wall": check["wall_s"] / base["wall_s"] - 1}
-    print(f"{'run':6} {'steps':>6} {'cpu s':>7} {'wall s':>7} {'median':>7} {'tok/s':>7} {'cpu ms/step':>12}")
+    print(f"{'run':6} {'steps':>6} {'run':>4} {'cpu s':>7} {'wall s':>7} {'median':>7} {'tok/s':>7} "
+          f"{'cpu ms/step':>12} {'launches/step':>14} {'flag reads':>10}")
     for r in rows:
-        print(f"{r['run']:6} {r['steps']:6d} {r['cpu_s']:7.3f} {r['wall_s']:7.3f} {r['wall_median_s']:7.3f} "
-              f"{r['tokens_per_s']:7.1f} {r['cpu_ms_per_step']:12.2f}")
+        print(f"{r['run']:6} {r['steps']:6d} {r['steps_run']:4d} {r['cpu_s']:7.3f} {r['wall_s']:7.3f} "
+              f"{r['wall_median_s']:7.3f} {r['tokens_per_s']:7.1f} {r['cpu_ms_per_step']:12.2f} "
+              f"{r['launches_per_step']:14.2f} {r['flag_reads']:10d}")
     print(f"end check overhead: {100 * overhead['cpu_per_step']:+.1f}% CPU per step, "
           f"{100 * overhead['wall']:+.1f}% wall")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     report = {"size": asdict(size), "parameters": size.parameters(), "commit": commit.strip(),
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared",
               "load_1min": os.getloadavg()[0], "backend": ns.backend, "attention": ns.attention, "threads": 1,
+              "end_check_every": ns.every,
               "batch": ns.batch, "prompt": ns.prompt, "max_new_tokens": ns.new, "repeats": ns.repeats, "eos": eos,
               "never": never,
               "eos_first_steps": first_steps(free[:, ns.prompt:], eos), "rows": rows, "overhead": overhead}

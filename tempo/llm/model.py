@@ -95,8 +95,8 @@ class Llama:
         the decoding dim ends at run time (``tpo.end_when``) at the step where every sequence
         has: no further model step runs, and the ids end at that column (as ``transformers``'
         ``generate``). ``end_check_every``: steps between host reads of that flag
-        (``tpo.Config(end_check_every=...)``; a loop with the host's embedding lookup reads it
-        every step). ``prefill_chunk``: the prompt's positions whose attention is
+        (``tpo.Config(end_check_every=...)``; with ``on_token``, host code in the decoding loop,
+        it is read every step). ``prefill_chunk``: the prompt's positions whose attention is
         computed at once (the scores held are batch x heads x ``prefill_chunk`` x prompt).
         """
         prompt = self._check_prompt(prompt_ids, max_new_tokens)
@@ -116,7 +116,8 @@ class Llama:
                 reported[0] += 1
 
         with tpo.Context(seed=seed) as ctx:
-            dp = program_mod.build(self.config, self.weights, prompt, attention, sampling, report, stop_at_eos,
+            dp = program_mod.build(self.config, self.weights, prompt, attention, sampling,
+                                   None if on_token is None else report, stop_at_eos,
                                    stop_tokens, prefill_chunk=prefill_chunk, capacity=max_new_tokens)
             config = None if end_check_every is None else tpo.Config(end_check_every=end_check_every)
             self.last_program = ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config)

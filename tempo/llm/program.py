@@ -64,20 +64,23 @@ class DecodeProgram:
         return out
 
 
-def embed(tokens: RT, table: np.ndarray, position, on_token=None) -> RT:
-    """The rows of ``table`` (vocab, hidden) that ``tokens`` (batch,) name: a host lookup, reading
-    ``batch`` rows instead of multiplying a one-hot matrix by the whole table.
+def embed(tokens: RT, table: RT) -> RT:
+    """The rows of ``table`` (vocab, hidden) that ``tokens`` (batch,) name: a gather (``take``), an
+    IR op on every backend, reading ``batch`` rows instead of multiplying a one-hot matrix by the
+    whole table."""
+    return F.take(table, tokens, axis=0)
 
-    ``on_token(ids, position)`` sees every token as it enters the model, right after it was
-    picked: the lookup runs in the decoding loop itself.
-    """
-    def lookup(ids, at):
-        if on_token is not None:
-            on_token(ids, int(at))
-        return (table[ids],)
 
-    return F.udf(lookup, [tokens, F.eval_symbol(position)], out_shapes=[(tokens.shape[0], table.shape[1])],
-                 out_dtypes=[str(table.dtype)], label="embed")
+def streamed(tokens: RT, position, on_token) -> RT:
+    """``tokens`` (batch,) after the host function ``on_token(ids, position)`` has seen them: the
+    embedding reads its output, so the call runs in the decoding loop as each token enters the model
+    (host code in the loop: the loop runs on the host and an end flag is read every step)."""
+    def call(ids, at):
+        on_token(ids, int(at))
+        return (ids,)
+
+    return F.udf(call, [tokens, F.eval_symbol(position)], out_shapes=[tokens.shape], out_dtypes=[tokens.dtype],
+                 label="on_token")
 
 
 @dataclass(frozen=True)
@@ -242,10 +245,11 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
           stop_tokens: tuple | None = None,
           prefill_chunk: int = PREFILL_CHUNK, capacity: int | None = None) -> DecodeProgram:
     """The decoding program for ``prompt`` (batch, P) in the current context (see the module
-    docstring). ``on_token(ids, position)`` is called with each token as it enters a decoding
-    step. With ``stop_at_eos``, the decoding dim ends (``tpo.end_when``) at the step where every
-    sequence has produced one of ``stop_tokens`` (default: the config's end-of-sequence tokens;
-    :func:`end_of_sequence`); without, it runs to its bound. ``prefill_chunk``: the prompt's
+    docstring). ``on_token(ids, position)``, if given, is called with each token as it enters a
+    decoding step (:func:`streamed`: host code in the decoding loop). With ``stop_at_eos``, the
+    decoding dim ends (``tpo.end_when``) at the step where every sequence has produced one of
+    ``stop_tokens`` (default: the config's end-of-sequence tokens; :func:`end_of_sequence`);
+    without, it runs to its bound. ``prefill_chunk``: the prompt's
     query rows whose attention is computed at once (:func:`prompt_attention`). ``capacity``: the
     most decoding steps, the rows of masked attention's buffers (:func:`kv_buffer`)."""
     c = config
@@ -284,7 +288,8 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     # decoding: step t reads the token at position P + t and picks the one after it
     inputs = F.placeholder((batch,), "int64", dims=(t,))
     h = F.placeholder((batch, c.hidden_size), "float32", dims=(l, t))
-    h[0, t] = embed(inputs, weights.embed, t + prompt_len, on_token)[t]
+    entering = inputs if on_token is None else streamed(inputs, t + prompt_len, on_token)
+    h[0, t] = embed(entering, F.from_numpy(weights.embed))[t]
     angles = F.eval_symbol(t + prompt_len).cast("float32") * F.from_numpy(inv)
     angles = F.cat([angles, angles], axis=0)
     x = h[l, t]

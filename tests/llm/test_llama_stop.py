@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tempo as tpo
+from tempo.ir.ops import UDFOp
 
 PROMPT = np.array([[5, 17, 99], [11, 0, 150]], np.int64)
 
@@ -89,8 +90,9 @@ def test_a_batch_whose_sequences_end_at_different_steps_runs_the_longest_ones_st
     assert ids.shape[1] - 3 == max(firsts) + 1
     program = model.last_program
     assert int(program.lengths["T"]) == max(firsts)              # the steps after the first token
-    assert program.end_checks["T"].steps == max(firsts)
-    assert program.end_checks["T"].reads == max(firsts)          # the host's embedding lookup: read every step
+    check = program.end_checks["T"]                               # no host code in the loop: read every k steps
+    assert max(firsts) <= check.steps < max(firsts) + every       # the steps run past the end are discarded
+    assert check.reads == -(-check.steps // every)
     fixed = model.generate(PROMPTS, max_new_tokens=new, stop_at_eos=False)
     np.testing.assert_array_equal(fixed, free)
     assert model.last_program.end_checks == {}                    # no check without stop_at_eos
@@ -101,6 +103,26 @@ def test_a_batch_that_ends_at_its_first_token_has_one_new_token():
     free = model.generate(PROMPTS, max_new_tokens=6, stop_at_eos=False)
     model.config = replace(model.config, eos_token_ids=tuple(int(x) for x in set(free[:, 3])), pad_token_id=0)
     np.testing.assert_array_equal(model.generate(PROMPTS, max_new_tokens=6), free[:, :4])
+
+
+def test_streaming_tokens_puts_host_code_in_the_loop_so_the_flag_is_read_every_step():
+    """Without ``on_token`` the decoding loop holds no host code but the end check (the embedding is a
+    ``take``), so the flag is read every ``k`` steps; ``on_token`` is host code in the loop: read every step."""
+    model = tpo.llm.Llama.random(CONFIG, seed=1)
+    free = model.generate(PROMPTS, max_new_tokens=20, stop_at_eos=False)
+    model.config = replace(model.config, eos_token_ids=(shared_eos(free[:, 3:]),), pad_token_id=0)
+    quiet = model.generate(PROMPTS, max_new_tokens=20, end_check_every=4)
+    labels = sorted(n.op.label for n in model.last_program.sdg.nodes.values() if isinstance(n.op, UDFOp))
+    assert labels == ["end_when"]
+    check = model.last_program.end_checks["T"]
+    assert check.reads == -(-check.steps // 4) < check.steps
+    seen = []
+    streamed = model.generate(PROMPTS, max_new_tokens=20, end_check_every=4,
+                              on_token=lambda column, position: seen.append(position))
+    np.testing.assert_array_equal(streamed, quiet)
+    assert seen == list(range(3, quiet.shape[1]))
+    check = model.last_program.end_checks["T"]
+    assert check.reads == check.steps == quiet.shape[1] - 4
 
 
 @pytest.mark.slow      # the backend compiles every island of the program
