@@ -127,9 +127,7 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
     steps = []
     for order, (ex, guard) in enumerate(executes):
         node = sdg.nodes[ex.node_id]
-        if isinstance(node.op, UDFOp) or not all(_static(s) for s in node.shapes):
-            return None
-        if any(kinds.get((node.id, j)) == "window" or (node.id, j) in host for j in range(len(node.shapes))):
+        if not _on_device(node, kinds, host, deferred_ok=False):
             return None
         at = dict(zip(node.domain, ex.point))
         inputs, conds = [], []
@@ -194,10 +192,7 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
     steps = []
     for order, (ex, guard) in enumerate(executes):
         node = sdg.nodes[ex.node_id]
-        deferred = isinstance(node.op, UDFOp) and node.op.label in DEFERRED_LABELS
-        if (isinstance(node.op, UDFOp) and not deferred) or not all(_static(s) for s in node.shapes):
-            return None
-        if any(kinds.get((node.id, j)) == "window" or (node.id, j) in host for j in range(len(node.shapes))):
+        if not _on_device(node, kinds, host, deferred_ok=True):
             return None
         at = dict(zip(node.domain, ex.point))
         inputs, conds = [], []
@@ -263,6 +258,17 @@ def _body(stmt: ast.Stmt, guard: tuple, nested: bool = True):
     if isinstance(stmt, ast.Loop):
         return [(stmt, guard)] if nested and _body(stmt.body, (), False) is not None else None
     return [(stmt, guard)]
+
+
+def _on_device(node: Node, kinds: dict, host, deferred_ok: bool) -> bool:
+    """Whether ``node`` may run in a device loop: no user function (but a sink or checkpoint where
+    ``deferred_ok``: called after the launch), static shapes, and no output in a window store or
+    kept on the host."""
+    if isinstance(node.op, UDFOp) and not (deferred_ok and node.op.label in DEFERRED_LABELS):
+        return False
+    if not all(_static(s) for s in node.shapes):
+        return False
+    return not any(kinds.get((node.id, j)) == "window" or (node.id, j) in host for j in range(len(node.shapes)))
 
 
 def _static(shape: tuple) -> bool:
