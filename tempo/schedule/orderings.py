@@ -3,8 +3,10 @@
 The scheduler (:func:`tempo.schedule.isl_schedule.compute_schedule`) orders
 statements by their reads; these edges add the orders a program needs
 beyond them: a sink runs within the iteration it observes, a
-``tpo.stop_when`` check is a barrier between the steps of its dim, and a
-``tpo.end_when`` check closes the loop of the dim it ends.
+``tpo.stop_when`` check is a barrier between the steps of its dim, a
+``tpo.end_when`` check closes the loop of the dim it ends, and every
+statement over a state's dim runs inside the loop over that dim, at its
+own iteration (:func:`within_state_loops`).
 """
 from __future__ import annotations
 
@@ -36,6 +38,33 @@ def sinks_before_next_state(sdg: SDG, roots) -> list[Edge]:
             index = seq(*(d - 1 if d is last else d if d in state.domain else make_slice(0, bound_of(d))
                           for d in sink.domain))
             out.append(Edge(p, -1, s, 0, index, last >= 1))
+    return out
+
+
+def within_state_loops(sdg: SDG, executed) -> list[Edge]:
+    """Run every statement over the dim of a state (a MergeOp over that one dim: parameters,
+    optimizer moments) inside the loop over that dim, at its own iteration.
+
+    Policy: the loop over a state's dim is outermost for every statement over that dim. A
+    statement at iteration ``i`` runs after the state at ``i - 1``, and all of it at ``i - 1``
+    runs before the state at ``i``; so what does not depend on the learner (an environment's
+    done flags, its episode resets) runs in the iteration that uses it, not in a loop nest of
+    its own before the main loop, for all iterations at once (which holds every iteration's
+    values, and counts their launches in the first iteration). A program that needs another
+    order (a statement that reads a later state) keeps isl's own schedule: see
+    :func:`tempo.schedule.isl_schedule.compute_schedule`."""
+    states: dict[Expr, int] = {}
+    for n, node in sdg.nodes.items():
+        if isinstance(node.op, MergeOp) and len(node.domain) == 1 and n in executed:
+            states.setdefault(node.domain[0], n)
+    out = []
+    for dim, p in states.items():
+        for n, node in sdg.nodes.items():
+            if n == p or n not in executed or not any(d is dim for d in node.domain):
+                continue
+            out.append(Edge(n, -1, p, 0, seq(dim - 1), dim >= 1))
+            index = seq(*(d - 1 if d is dim else make_slice(0, bound_of(d)) for d in node.domain))
+            out.append(Edge(p, -1, n, 0, index, dim >= 1))
     return out
 
 
