@@ -72,19 +72,19 @@ def all_dependences(sdg: SDG, d: Domains, orderings: list[Edge] = ()) -> isl.Uni
 
 
 def compute_schedule(sdg: SDG, d: Domains, orderings: list[Edge] = (),
-                     preferred: list[Edge] = ()) -> tuple[isl.Schedule | None, list[Edge]]:
+                     preferred: tuple[list[Edge], ...] = ()) -> tuple[isl.Schedule | None, list[Edge]]:
     """isl's schedule of all executed statements and the orderings it meets, or a ScheduleError
     naming a bad cycle.
 
-    ``orderings`` add validity constraints that carry no data (see :func:`ordering_dependences`);
-    ``preferred`` ones too, where isl finds a schedule with them (a program whose reads contradict
-    them is scheduled without them).
+    ``orderings`` add validity constraints that carry no data (see :func:`ordering_dependences`).
+    ``preferred`` are more of them, in levels: isl schedules with all the levels it can meet,
+    dropping the last level first (a program whose reads contradict one is scheduled without it).
     """
     dom = domain(d, sdg.nodes)
     if dom is None:
         return None, list(orderings)
-    tries = [list(orderings) + list(preferred)] + ([list(orderings)] if preferred else [])
-    for kept in tries:
+    for k in range(len(preferred), -1, -1):
+        kept = list(orderings) + [e for level in preferred[:k] for e in level]
         deps = all_dependences(sdg, d, kept)
         constraints = isl.ScheduleConstraints.on_domain(dom)
         if deps is not None:

@@ -41,6 +41,18 @@ def sinks_before_next_state(sdg: SDG, roots) -> list[Edge]:
     return out
 
 
+def nesting(sdg: SDG, executed) -> tuple[list[Edge], ...]:
+    """The orderings that nest statements in the loops of the recurrences over their dims, in
+    levels for :func:`tempo.schedule.isl_schedule.compute_schedule`: the loops over states' dims
+    (:func:`within_state_loops`), then the loops of nested recurrences (:func:`within_step_loops`).
+    None for a program with tiles: shift fusion (:mod:`tempo.schedule.shift_fusion`) moves its
+    learner's tiles into acting's loop, which needs what they read of the other statements
+    (an environment's done flags, read whole) computed before acting."""
+    if sdg.tiles:
+        return ()
+    return within_state_loops(sdg, executed), within_step_loops(sdg, executed)
+
+
 def within_state_loops(sdg: SDG, executed) -> list[Edge]:
     """Run every statement over the dim of a state (a MergeOp over that one dim: parameters,
     optimizer moments) inside the loop over that dim, at its own iteration.
@@ -66,6 +78,52 @@ def within_state_loops(sdg: SDG, executed) -> list[Edge]:
             index = seq(*(d - 1 if d is dim else make_slice(0, bound_of(d)) for d in node.domain))
             out.append(Edge(p, -1, n, 0, index, dim >= 1))
     return out
+
+
+def within_step_loops(sdg: SDG, executed) -> list[Edge]:
+    """Run every statement over the dims of a recurrence nested in another dim (acting's
+    observations over ``(i, t)``) inside that recurrence's loop, at its own step, where the
+    statement reads no later step of it (an environment's done flags beside acting; not the
+    returns or the learner, which read ahead): the statement at ``(i, t)`` runs after the
+    recurrence at ``(i, t)``, and all of it at ``t - 1`` runs before the recurrence at ``t``."""
+    states: dict[tuple, int] = {}
+    for n, node in sdg.nodes.items():
+        if isinstance(node.op, MergeOp) and len(node.domain) > 1 and n in executed:
+            states.setdefault(tuple(map(id, node.domain)), n)
+    out = []
+    for p in states.values():
+        dims = sdg.nodes[p].domain
+        last, ahead = dims[-1], _reading_ahead(sdg, dims[-1])
+        for n, node in sdg.nodes.items():
+            if n == p or n not in executed or n in ahead or tuple(map(id, node.domain[:len(dims)])) != \
+                    tuple(map(id, dims)):
+                continue
+            out.append(Edge(n, -1, p, 0, seq(*dims)))
+            index = seq(*(last - 1 if d is last else d if any(d is x for x in dims) else make_slice(0, bound_of(d))
+                          for d in node.domain))
+            out.append(Edge(p, -1, n, 0, index, last >= 1))
+    return out
+
+
+def _reading_ahead(sdg: SDG, dim: Expr) -> set[int]:
+    """The nodes that read, or read what reads, a step of ``dim`` past their own."""
+    ahead = set()
+    for e in sdg.edges:
+        axis = next((k for k, d in enumerate(sdg.nodes[e.src].domain) if d is dim), None)
+        if axis is None:
+            continue
+        index = e.index.args[axis]
+        end = simplify((index.args[1] - 1 if index.op == "slice" else index) - dim)
+        if not (end.is_const and end.value <= 0):
+            ahead.add(e.sink)
+    todo = list(ahead)
+    while todo:
+        n = todo.pop()
+        for e in sdg.edges:
+            if e.src == n and e.sink not in ahead:
+                ahead.add(e.sink)
+                todo.append(e.sink)
+    return ahead
 
 
 def stops_early(sdg: SDG, executed) -> list[Edge]:

@@ -61,7 +61,7 @@ def apply(sdg: SDG, deps: isl.UnionMap | None, schedule: isl.Schedule | None) ->
     if times is None:
         return None
     moved = False
-    for loop in _producing_loops(times, streams, deps):
+    for loop in _producing_loops(times, streams):
         moved |= _fuse(loop, times, streams, deps, params)
     if not moved:
         return None
@@ -120,13 +120,10 @@ class _Loop:
     dim: str
 
 
-def _producing_loops(times: dict[str, _Time], streams: dict[str, int], deps: isl.UnionMap) -> list[_Loop]:
-    """Per iteration prefix, the loop producing what the later loops read: the first loop over a
-    streamed dim at step 1 that a loop over tiles reads directly (the first such loop where none
-    does; an earlier loop that the tiles read through a statement of the iteration, such as an
-    environment's done flags, stays before it)."""
-    loops: dict[tuple, dict[int, _Loop]] = {}
-    stmts: dict[tuple, set[str]] = {}
+def _producing_loops(times: dict[str, _Time], streams: dict[str, int]) -> list[_Loop]:
+    """Per iteration prefix, the first loop over a streamed dim at step 1: the loop producing
+    what the later loops read."""
+    first: dict[tuple, _Loop] = {}
     for t in times.values():
         for k in range(1, len(t.parts)):
             dim = t.var_at(k)
@@ -134,16 +131,10 @@ def _producing_loops(times: dict[str, _Time], streams: dict[str, int], deps: isl
             if dim is None or position is None or streams.get(dim) != 1:
                 continue
             key = (tuple(map(_key, t.parts[:k - 1])), k - 1)
-            loops.setdefault(key, {}).setdefault(position, _Loop(key[0], k - 1, position, dim))
-            stmts.setdefault((key, position), set()).add(t.stmt)
+            if key not in first or position < first[key].position:
+                first[key] = _Loop(key[0], k - 1, position, dim)
             break
-    read = set().union(*(_sources(deps, t.stmt, times) for t in times.values()
-                         if any(streams.get(t.var_at(k), 1) > 1 for k in range(len(t.parts)))))
-    out = []
-    for key, by_position in loops.items():
-        ordered = sorted(by_position)
-        out.append(by_position[next((p for p in ordered if stmts[(key, p)] & read), ordered[0])])
-    return out
+    return list(first.values())
 
 
 def _key(part: tuple[int, dict]) -> tuple:
