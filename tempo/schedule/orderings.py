@@ -16,6 +16,8 @@ from tempo.ir.sdg import SDG, Edge
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
 from tempo.symbolic.simplify import simplify
 
+REPORT_LABELS = ("sink", "checkpoint")  # the user functions that report a run's values
+
 
 def sinks_before_next_state(sdg: SDG, roots) -> list[Edge]:
     """Run each sink within the iteration it observes: before the next value of any state.
@@ -62,7 +64,8 @@ def within_state_loops(sdg: SDG, executed) -> list[Edge]:
     runs before the state at ``i``; so what does not depend on the learner (an environment's
     done flags, its episode resets) runs in the iteration that uses it, not in a loop nest of
     its own before the main loop, for all iterations at once (which holds every iteration's
-    values, and counts their launches in the first iteration). A program that needs another
+    values, and counts their launches in the first iteration). Sinks and checkpoints are left to
+    :func:`sinks_before_next_state`. A program that needs another
     order (a statement that reads a later state) keeps isl's own schedule: see
     :func:`tempo.schedule.isl_schedule.compute_schedule`."""
     states: dict[Expr, int] = {}
@@ -72,12 +75,17 @@ def within_state_loops(sdg: SDG, executed) -> list[Edge]:
     out = []
     for dim, p in states.items():
         for n, node in sdg.nodes.items():
-            if n == p or n not in executed or not any(d is dim for d in node.domain):
+            if n == p or n not in executed or not any(d is dim for d in node.domain) or _reports(node):
                 continue
             out.append(Edge(n, -1, p, 0, seq(dim - 1), dim >= 1))
             index = seq(*(d - 1 if d is dim else make_slice(0, bound_of(d)) for d in node.domain))
             out.append(Edge(p, -1, n, 0, index, dim >= 1))
     return out
+
+
+def _reports(node) -> bool:
+    """Whether ``node`` is a sink or a checkpoint: :func:`sinks_before_next_state` places those."""
+    return isinstance(node.op, UDFOp) and node.op.label in REPORT_LABELS
 
 
 def within_step_loops(sdg: SDG, executed) -> list[Edge]:
@@ -95,7 +103,7 @@ def within_step_loops(sdg: SDG, executed) -> list[Edge]:
         dims = sdg.nodes[p].domain
         last, ahead = dims[-1], _reading_ahead(sdg, dims[-1])
         for n, node in sdg.nodes.items():
-            if n == p or n not in executed or n in ahead or tuple(map(id, node.domain[:len(dims)])) != \
+            if n == p or n not in executed or n in ahead or _reports(node) or tuple(map(id, node.domain[:len(dims)])) != \
                     tuple(map(id, dims)):
                 continue
             out.append(Edge(n, -1, p, 0, seq(*dims)))
