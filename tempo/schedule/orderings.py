@@ -57,7 +57,9 @@ def nesting(sdg: SDG, executed) -> tuple[list[Edge], ...]:
 
 def within_state_loops(sdg: SDG, executed) -> list[Edge]:
     """Run every statement over the dim of a state (a MergeOp over that one dim: parameters,
-    optimizer moments) inside the loop over that dim, at its own iteration.
+    optimizer moments) that loops nest in (acting's ``t`` in ``i``) inside the loop over that
+    dim, at its own iteration. A program with one dim (a recurrence over ``t`` alone) keeps
+    isl's schedule: what it computes ahead is its input, read by the loop's steps.
 
     Policy: the loop over a state's dim is outermost for every statement over that dim. A
     statement at iteration ``i`` runs after the state at ``i - 1``, and all of it at ``i - 1``
@@ -68,9 +70,10 @@ def within_state_loops(sdg: SDG, executed) -> list[Edge]:
     :func:`sinks_before_next_state`. A program that needs another
     order (a statement that reads a later state) keeps isl's own schedule: see
     :func:`tempo.schedule.isl_schedule.compute_schedule`."""
+    outer = {id(d) for n, node in sdg.nodes.items() if n in executed for d in node.domain[:-1]}
     states: dict[Expr, int] = {}
     for n, node in sdg.nodes.items():
-        if isinstance(node.op, MergeOp) and len(node.domain) == 1 and n in executed:
+        if isinstance(node.op, MergeOp) and len(node.domain) == 1 and n in executed and id(node.domain[0]) in outer:
             states.setdefault(node.domain[0], n)
     out = []
     for dim, p in states.items():
