@@ -47,7 +47,7 @@ def nesting(sdg: SDG, executed) -> tuple[list[Edge], ...]:
     """The orderings that nest statements in the loops of the recurrences over their dims, in
     levels for :func:`tempo.schedule.isl_schedule.compute_schedule`: the loops over states' dims
     (:func:`within_state_loops`), then the loops of nested recurrences (:func:`within_step_loops`).
-    None for a program with tiles: shift fusion (:mod:`tempo.schedule.shift_fusion`) moves its
+    No levels for a program with tiles: shift fusion (:mod:`tempo.schedule.shift_fusion`) moves its
     learner's tiles into acting's loop, which needs what they read of the other statements
     (an environment's done flags, read whole) computed before acting."""
     if sdg.tiles:
