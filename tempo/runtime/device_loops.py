@@ -108,7 +108,7 @@ class DeviceLoop:
         if not self.plan.nested:
             prepared = self._prepared(env, counters, runs, sels, True, len(counters))
             return prepared is not None and self._launch(prepared, None) is not None
-        if not self._rows_covered(env, counters):
+        if not self._rows_covered(env, counters, runs):
             return False
         rows = max(1, min(self.chunk, len(counters) - 1))
         parts = [slice(0, 1)] + [slice(k, k + rows) for k in range(1, len(counters), rows)]
@@ -169,18 +169,19 @@ class DeviceLoop:
         self.launched.append((len(envs), seconds + time.perf_counter() - started - self.compile_seconds() + compiled))
         return ring
 
-    def _rows_covered(self, env: dict, counters: list) -> bool:
-        """Whether every read of a nested loop's rows reads the rows the loop wrote in its iteration."""
+    def _rows_covered(self, env: dict, counters: list, runs: list) -> bool:
+        """Whether every read of a nested loop's rows reads the rows the loop wrote in its iteration
+        (where the reading step runs: a learner whose last update nothing reads skips the last one)."""
         for (s, k), stop in self.rows_slices.items():
             src = self.plan.steps[s].inputs[k]
             nested = next(n for n, p in zip(self.nested, self.plan.nested)
                           if any(step.node.id == src.key[0] for step in p.plan.steps))
             writer = nested.writer[src.key]
-            for c in counters:
+            for c in (c for c, ran in zip(counters, runs[s]) if ran):
                 e = dict(env, **{self.var: c})
-                inner, runs, _ = nested._schedule(e)
+                inner, inner_runs, _ = nested._schedule(e)
                 wanted = stop(e)
-                if not inner or not runs[writer].all() or \
+                if not inner or not inner_runs[writer].all() or \
                         (wanted.start, wanted.stop) != (inner[0], inner[-1] + 1) or wanted.step not in (None, 1):
                     return False
         return True
