@@ -124,22 +124,10 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
     writers = {s.node_id: (k, s) for k, (s, _) in enumerate(executes)}
     if len(writers) != len(executes) or any(counts[n] != 1 for n in writers):
         return None
-    steps = []
-    for order, (ex, guard) in enumerate(executes):
-        node = sdg.nodes[ex.node_id]
-        if not _on_device(node, kinds, host, deferred_ok=False):
-            return None
-        at = dict(zip(node.domain, ex.point))
-        inputs, conds = [], []
-        for e in sdg.in_edges(node.id):
-            if e.cond is not None and not isinstance(node.op, MergeOp):
-                return None
-            source = _source(e, e.index.substitute(at), loop.var, writers, order, host)
-            if source is None:
-                return None
-            inputs.append(source)
-            conds.append(None if e.cond is None else e.cond.substitute(at))
-        steps.append(Step(ex, node, guard, tuple(inputs), tuple(conds)))
+    steps = _steps(sdg, executes, kinds, host, False,
+                   lambda e, index, order: _source(e, index, loop.var, writers, order, host))
+    if steps is None:
+        return None
     carried: dict[tuple[int, int], int] = {}
     for step in steps:
         for source in step.inputs:
@@ -189,26 +177,12 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
                         return None
                     inputs.append((f"{k}.{j}", outer))
         nested.append(Nested(inner, at, guard, tuple(inputs)))
-    steps = []
-    for order, (ex, guard) in enumerate(executes):
-        node = sdg.nodes[ex.node_id]
-        if not _on_device(node, kinds, host, deferred_ok=True):
-            return None
-        at = dict(zip(node.domain, ex.point))
-        inputs, conds = [], []
-        for e in sdg.in_edges(node.id):
-            if e.cond is not None and not isinstance(node.op, MergeOp):
-                return None
-            index = e.index.substitute(at)
-            if e.src in inner_writers:
-                source = _rows(e, index, inner_writers[e.src], nested, order)
-            else:
-                source = _source(e, index, loop.var, writers, order, host)
-            if source is None:
-                return None
-            inputs.append(source)
-            conds.append(None if e.cond is None else e.cond.substitute(at))
-        steps.append(Step(ex, node, guard, tuple(inputs), tuple(conds)))
+    steps = _steps(sdg, executes, kinds, host, True,
+                   lambda e, index, order: (_rows(e, index, inner_writers[e.src], nested, order)
+                                            if e.src in inner_writers
+                                            else _source(e, index, loop.var, writers, order, host)))
+    if steps is None:
+        return None
     outside = set(counts) - set(writers) - set(inner_writers)
     for n in inner_writers:  # a nested loop's values are read in this loop only
         if n in keep or any(e.src == n and e.sink in outside for e in sdg.edges):
@@ -258,6 +232,28 @@ def _body(stmt: ast.Stmt, guard: tuple, nested: bool = True):
     if isinstance(stmt, ast.Loop):
         return [(stmt, guard)] if nested and _body(stmt.body, (), False) is not None else None
     return [(stmt, guard)]
+
+
+def _steps(sdg: SDG, executes: list, kinds: dict, host, deferred_ok: bool, source_of) -> list[Step] | None:
+    """The device loop's steps, one per Execute, each input's source given by ``source_of(edge, index at
+    the step's point, order)``; None where a statement or a read cannot run on the device."""
+    steps = []
+    for order, (ex, guard) in enumerate(executes):
+        node = sdg.nodes[ex.node_id]
+        if not _on_device(node, kinds, host, deferred_ok):
+            return None
+        at = dict(zip(node.domain, ex.point))
+        inputs, conds = [], []
+        for e in sdg.in_edges(node.id):
+            if e.cond is not None and not isinstance(node.op, MergeOp):
+                return None
+            source = source_of(e, e.index.substitute(at), order)
+            if source is None:
+                return None
+            inputs.append(source)
+            conds.append(None if e.cond is None else e.cond.substitute(at))
+        steps.append(Step(ex, node, guard, tuple(inputs), tuple(conds)))
+    return steps
 
 
 def _on_device(node: Node, kinds: dict, host, deferred_ok: bool) -> bool:
