@@ -128,11 +128,7 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
                    lambda e, index, order: _source(e, index, loop.var, writers, order, host))
     if steps is None:
         return None
-    carried: dict[tuple[int, int], int] = {}
-    for step in steps:
-        for source in step.inputs:
-            if source.kind == CARRIED:
-                carried[source.key] = max(carried.get(source.key, 0), source.shift)
+    carried = _carried(steps)
     executed = set(counts)
     written_back = tuple((n, j) for n in writers for j in range(len(sdg.nodes[n].shapes))
                          if n in keep or any(e.sink not in writers and e.sink in executed
@@ -187,11 +183,7 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
     for n in inner_writers:  # a nested loop's values are read in this loop only
         if n in keep or any(e.src == n and e.sink in outside for e in sdg.edges):
             return None
-    carried: dict[tuple[int, int], int] = {}
-    for step in steps:
-        for source in step.inputs:
-            if source.kind == CARRIED:
-                carried[source.key] = max(carried.get(source.key, 0), source.shift)
+    carried = _carried(steps)
     written_back = tuple((n, j) for n in writers for j in range(len(sdg.nodes[n].shapes))
                          if n in keep or any(e.sink in outside for e in sdg.edges if e.src == n and e.src_out == j))
     frees = tuple((s, guard) for s, guard in body if isinstance(s, ast.Free)
@@ -254,6 +246,16 @@ def _steps(sdg: SDG, executes: list, kinds: dict, host, deferred_ok: bool, sourc
             conds.append(None if e.cond is None else e.cond.substitute(at))
         steps.append(Step(ex, node, guard, tuple(inputs), tuple(conds)))
     return steps
+
+
+def _carried(steps: list[Step]) -> dict[tuple[int, int], int]:
+    """Each value the loop carries from earlier iterations, with how many iterations back it is read."""
+    carried: dict[tuple[int, int], int] = {}
+    for step in steps:
+        for source in step.inputs:
+            if source.kind == CARRIED:
+                carried[source.key] = max(carried.get(source.key, 0), source.shift)
+    return carried
 
 
 def _on_device(node: Node, kinds: dict, host, deferred_ok: bool) -> bool:

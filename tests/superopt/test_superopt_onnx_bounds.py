@@ -35,8 +35,8 @@ def _run(model, x):
         return ReferenceEvaluator(model).run(None, {"x": x}, intermediate=True)
     del model.graph.output[:]
     model.graph.output.extend([helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in ("o", "y")])
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return {"x": x, **dict(zip(("o", "y"), session.run(None, {"x": x})))}
+    engine = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return {"x": x, **dict(zip(("o", "y"), engine.run(None, {"x": x})))}
 
 
 def _pad_values(model, n):
