@@ -100,6 +100,13 @@ def require_positive(args, *names: str) -> None:
             raise TempoError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
 
 
+def steady_seconds(times: list[float]) -> float:
+    """Seconds per iteration in the steady state, from the times its reports arrived: the mean gap
+    after the first report (compilation and the first iteration left out). A mean, not a median,
+    since a run whose iterations launch as one device program reports them in bursts."""
+    return (times[-1] - times[0]) / (len(times) - 1)
+
+
 class ReturnReport:
     """A progress bar of the mean episode return per iteration, and the closing summary line.
 
@@ -136,15 +143,13 @@ class ReturnReport:
         them when fewer ran), not the progress bar's last value. The summary
         holds it as ``mean_return``, with every iteration's mean return, the
         episodes run (``batch`` per iteration), the environment steps
-        (``steps`` each) and ``seconds_per_iteration``, the median time
-        between iterations (the steady state: compilation and the first
-        iteration left out).
+        (``steps`` each) and ``seconds_per_iteration`` (:func:`steady_seconds`).
         """
         seconds = time.perf_counter() - self.started
         self.bar.close()
         final = float(np.mean(self.returns[-5:]))
         print(f"mean_return_last5={final:.1f} iterations={len(self.returns)} seconds={seconds:.1f}")
         return {"mean_return": final, "iterations": len(self.returns), "seconds": seconds, "returns": self.returns,
-                "seconds_per_iteration": float(np.median(np.diff(self.times))) if len(self.times) > 1 else seconds,
+                "seconds_per_iteration": steady_seconds(self.times) if len(self.times) > 1 else seconds,
                 "episodes": self.batch * len(self.returns),
                 "steps": self.batch * self.steps * len(self.returns)}

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import pytest
 
 import tempo as tpo
-from tempo.rl.training import ReturnReport, field_docs, parse_args, require_positive
+from tempo.rl.training import ReturnReport, field_docs, parse_args, require_positive, steady_seconds
 
 
 @dataclass
@@ -83,6 +83,14 @@ def test_the_bar_redraws_once_per_iteration_with_that_iterations_return():
         ctx.run(bounds={I: 4})
     assert drawn == [(k + 1, f"mean_return={10.0 * k:.1f}") for k in range(4)]
     report.finish()
+
+
+def test_steady_seconds_per_iteration_counts_reports_that_arrive_in_bursts():
+    """A whole-run device program reports its iterations after each launch: the gaps inside a
+    burst are zero, so a median gap would say an iteration takes no time."""
+    first, bursts = [0.0], [1.0] * 4 + [2.0] * 4
+    assert steady_seconds(first + bursts) == pytest.approx(2.0 / 8)
+    assert steady_seconds([5.0, 5.5, 6.0, 6.5]) == pytest.approx(0.5)
 
 
 def test_require_positive_names_the_flag(capsys):
