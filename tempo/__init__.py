@@ -14,8 +14,8 @@ from tempo.api import random
 from tempo.api.checkpoint import checkpoint, load_checkpoint
 from tempo.api.context import Context
 from tempo.api.data_parallel import data_parallel
-from tempo.api.functional import (abs, cat, cos, eval_symbol, exp, from_numpy, full, log, ones, placeholder,
-                                  relu, sigmoid, sin, sqrt, stop_gradient, tanh, udf, where,
+from tempo.api.functional import (abs, argsort, cat, cos, eval_symbol, exp, from_numpy, full, log, ones,
+                                  placeholder, relu, sigmoid, sin, sqrt, stop_gradient, take, tanh, udf, where,
                                   zeros)
 from tempo.api.functional import maximum as max
 from tempo.api.functional import minimum as min
@@ -28,9 +28,9 @@ from tempo.errors import (BoundError, DefinitionError, DomainError, ScheduleErro
 __version__ = "0.1.0"
 
 __all__ = ["BoundError", "Config", "Context", "checkpoint", "load_checkpoint", "DefinitionError", "DomainError", "data_parallel", "end_when", "RecurrentTensor", "ScheduleError",
-           "ShapeError", "TempoError", "abs", "cat", "cos", "eval_symbol", "exp", "from_numpy", "full", "log",
+           "ShapeError", "TempoError", "abs", "argsort", "cat", "cos", "eval_symbol", "exp", "from_numpy", "full", "log",
            "llm", "max", "min", "nn", "ones", "optim", "placeholder", "random", "relu", "rl", "sigmoid", "sin", "sink",
-           "sqrt", "stop_gradient", "stop_when", "tanh", "udf", "where", "zeros"]
+           "sqrt", "stop_gradient", "stop_when", "take", "tanh", "udf", "where", "zeros"]
 
 from tempo import llm  # noqa: E402  (tempo.llm builds on the names above)
 from tempo.memplan import swap_plan as _memplan_swap_plan  # noqa: E402,F401  (registers the "memplan" swap plan)

@@ -18,10 +18,10 @@ def test_argsort_is_stable_and_take_gathers_along_an_axis_at_every_point(backend
     table = RNG.normal(size=(4, 7, 3)).astype(np.float32)
     with tpo.Context() as ctx:
         (i, I), = ctx.dims("i")
-        order = F.argsort(tpo.from_numpy(keys, dims=(i,)))
+        order = tpo.argsort(tpo.from_numpy(keys, dims=(i,)))
         x = tpo.from_numpy(table, dims=(i,))
-        rows = F.take(x, order.spatial[2:5], axis=0)  # (3, 3): ranks 2..4
-        columns = F.take(x, tpo.from_numpy(np.array([2, 2, 0])), axis=1)  # (7, 3): a repeated index
+        rows = tpo.take(x, order.spatial[2:5], axis=0)  # (3, 3): ranks 2..4
+        columns = tpo.take(x, tpo.from_numpy(np.array([2, 2, 0])), axis=1)  # (7, 3): a repeated index
         got_order, got_rows, got_columns = ctx.run({I: 4}, fetch=[order, rows, columns], backend=backend)
     want = np.argsort(keys, axis=1, kind="stable")
     np.testing.assert_array_equal(got_order, want)
