@@ -204,10 +204,17 @@ def decode_llamacpp(path: str, lengths: list[int], last: int) -> dict:
     stamps = {}
     llm.eval([1])
     for p in range(1, max(lengths)):
-        llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])
+        llm.eval([int(np.argmax(_last_logits(llm)))])
         stamps[p] = (time.perf_counter(), time.process_time())
     tensor_bytes = os.path.getsize(path)  # the file is its tensors and a few MB of metadata and vocabulary
     return {"rows": _between(stamps, lengths, last), "weight_bytes": tensor_bytes, "kv_element": 2}
+
+
+def _last_logits(llm) -> np.ndarray:
+    """The logits of the last token ``llm`` evaluated (its ``scores`` hold them only with ``logits_all``)."""
+    import llama_cpp
+
+    return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
 
 
 def first_token_tempo(path: str, quantized: bool, length: int, chunk: int) -> dict:
@@ -254,7 +261,7 @@ def first_token_llamacpp(path: str, length: int) -> dict:
     prompt = np.random.default_rng(0).integers(0, SIZE["vocab"], length).tolist()
     cpu, wall = time.process_time(), time.perf_counter()
     llm.eval(prompt)
-    int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    int(np.argmax(_last_logits(llm)))
     return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
 
 
