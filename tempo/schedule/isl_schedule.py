@@ -71,23 +71,29 @@ def all_dependences(sdg: SDG, d: Domains, orderings: list[Edge] = ()) -> isl.Uni
     return deps
 
 
-def compute_schedule(sdg: SDG, d: Domains, orderings: list[Edge] = ()) -> isl.Schedule | None:
-    """isl's schedule of all executed statements, or a ScheduleError naming a bad cycle.
+def compute_schedule(sdg: SDG, d: Domains, orderings: list[Edge] = (),
+                     preferred: tuple[list[Edge], ...] = ()) -> tuple[isl.Schedule | None, list[Edge]]:
+    """isl's schedule of all executed statements and the orderings it meets, or a ScheduleError
+    naming a bad cycle.
 
-    ``orderings`` add validity constraints that carry no data (see
-    :func:`ordering_dependences`).
+    ``orderings`` add validity constraints that carry no data (see :func:`ordering_dependences`).
+    ``preferred`` are more of them, in levels: isl schedules with all the levels it can meet,
+    dropping the last level first (a program whose reads contradict one is scheduled without it).
     """
     dom = domain(d, sdg.nodes)
     if dom is None:
-        return None
-    deps = all_dependences(sdg, d, orderings)
-    constraints = isl.ScheduleConstraints.on_domain(dom)
-    if deps is not None:
-        constraints = constraints.set_validity(deps).set_proximity(deps)
-    try:
-        return constraints.compute_schedule()
-    except isl.Error:
-        raise _cycle_error(sdg, d) from None
+        return None, list(orderings)
+    for k in range(len(preferred), -1, -1):
+        kept = list(orderings) + [e for level in preferred[:k] for e in level]
+        deps = all_dependences(sdg, d, kept)
+        constraints = isl.ScheduleConstraints.on_domain(dom)
+        if deps is not None:
+            constraints = constraints.set_validity(deps).set_proximity(deps)
+        try:
+            return constraints.compute_schedule(), kept
+        except isl.Error:
+            continue
+    raise _cycle_error(sdg, d)
 
 
 def _cycle_error(sdg: SDG, d: Domains) -> ScheduleError:

@@ -3,8 +3,10 @@
 The scheduler (:func:`tempo.schedule.isl_schedule.compute_schedule`) orders
 statements by their reads; these edges add the orders a program needs
 beyond them: a sink runs within the iteration it observes, a
-``tpo.stop_when`` check is a barrier between the steps of its dim, and a
-``tpo.end_when`` check closes the loop of the dim it ends.
+``tpo.stop_when`` check is a barrier between the steps of its dim, a
+``tpo.end_when`` check closes the loop of the dim it ends, and every
+statement over a state's dim runs inside the loop over that dim, at its
+own iteration (:func:`within_state_loops`).
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from tempo.ir.ops import STOP_LABEL, MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
 from tempo.symbolic.simplify import simplify
+
+REPORT_LABELS = ("sink", "checkpoint")  # the user functions that report a run's values
 
 
 def sinks_before_next_state(sdg: SDG, roots) -> list[Edge]:
@@ -37,6 +41,100 @@ def sinks_before_next_state(sdg: SDG, roots) -> list[Edge]:
                           for d in sink.domain))
             out.append(Edge(p, -1, s, 0, index, last >= 1))
     return out
+
+
+def nesting(sdg: SDG, executed) -> tuple[list[Edge], ...]:
+    """The orderings that nest statements in the loops of the recurrences over their dims, in
+    levels for :func:`tempo.schedule.isl_schedule.compute_schedule`: the loops over states' dims
+    (:func:`within_state_loops`), then the loops of nested recurrences (:func:`within_step_loops`).
+    No levels for a program with tiles: shift fusion (:mod:`tempo.schedule.shift_fusion`) moves its
+    learner's tiles into acting's loop, which needs what they read of the other statements
+    (an environment's done flags, read whole) computed before acting."""
+    if sdg.tiles:
+        return ()
+    return within_state_loops(sdg, executed), within_step_loops(sdg, executed)
+
+
+def within_state_loops(sdg: SDG, executed) -> list[Edge]:
+    """Run every statement over the dim of a state (a MergeOp over that one dim: parameters,
+    optimizer moments) that loops nest in (acting's ``t`` in ``i``) inside the loop over that
+    dim, at its own iteration. A program with one dim (a recurrence over ``t`` alone) keeps
+    isl's schedule: what it computes ahead is its input, read by the loop's steps.
+
+    Policy: the loop over a state's dim is outermost for every statement over that dim. A
+    statement at iteration ``i`` runs after the state at ``i - 1``, and all of it at ``i - 1``
+    runs before the state at ``i``; so what does not depend on the learner (an environment's
+    done flags, its episode resets) runs in the iteration that uses it, not in a loop nest of
+    its own before the main loop, for all iterations at once (which holds every iteration's
+    values, and counts their launches in the first iteration). Sinks and checkpoints are left to
+    :func:`sinks_before_next_state`. A program that needs another
+    order (a statement that reads a later state) keeps isl's own schedule: see
+    :func:`tempo.schedule.isl_schedule.compute_schedule`."""
+    outer = {id(d) for n, node in sdg.nodes.items() if n in executed for d in node.domain[:-1]}
+    states: dict[Expr, int] = {}
+    for n, node in sdg.nodes.items():
+        if isinstance(node.op, MergeOp) and len(node.domain) == 1 and n in executed and id(node.domain[0]) in outer:
+            states.setdefault(node.domain[0], n)
+    out = []
+    for dim, p in states.items():
+        for n, node in sdg.nodes.items():
+            if n == p or n not in executed or not any(d is dim for d in node.domain) or _reports(node):
+                continue
+            out.append(Edge(n, -1, p, 0, seq(dim - 1), dim >= 1))
+            index = seq(*(d - 1 if d is dim else make_slice(0, bound_of(d)) for d in node.domain))
+            out.append(Edge(p, -1, n, 0, index, dim >= 1))
+    return out
+
+
+def _reports(node) -> bool:
+    """Whether ``node`` is a sink or a checkpoint: :func:`sinks_before_next_state` places those."""
+    return isinstance(node.op, UDFOp) and node.op.label in REPORT_LABELS
+
+
+def within_step_loops(sdg: SDG, executed) -> list[Edge]:
+    """Run every statement over the dims of a recurrence nested in another dim (acting's
+    observations over ``(i, t)``) inside that recurrence's loop, at its own step, where the
+    statement reads no later step of it (an environment's done flags beside acting; not the
+    returns or the learner, which read ahead): the statement at ``(i, t)`` runs after the
+    recurrence at ``(i, t)``, and all of it at ``t - 1`` runs before the recurrence at ``t``."""
+    states: dict[tuple, int] = {}
+    for n, node in sdg.nodes.items():
+        if isinstance(node.op, MergeOp) and len(node.domain) > 1 and n in executed:
+            states.setdefault(tuple(map(id, node.domain)), n)
+    out = []
+    for p in states.values():
+        dims = sdg.nodes[p].domain
+        last, ahead = dims[-1], _reading_ahead(sdg, dims[-1])
+        for n, node in sdg.nodes.items():
+            if n == p or n not in executed or n in ahead or _reports(node) or tuple(map(id, node.domain[:len(dims)])) != \
+                    tuple(map(id, dims)):
+                continue
+            out.append(Edge(n, -1, p, 0, seq(*dims)))
+            index = seq(*(last - 1 if d is last else d if any(d is x for x in dims) else make_slice(0, bound_of(d))
+                          for d in node.domain))
+            out.append(Edge(p, -1, n, 0, index, last >= 1))
+    return out
+
+
+def _reading_ahead(sdg: SDG, dim: Expr) -> set[int]:
+    """The nodes that read, or read what reads, a step of ``dim`` past their own."""
+    ahead = set()
+    for e in sdg.edges:
+        axis = next((k for k, d in enumerate(sdg.nodes[e.src].domain) if d is dim), None)
+        if axis is None:
+            continue
+        index = e.index.args[axis]
+        end = simplify((index.args[1] - 1 if index.op == "slice" else index) - dim)
+        if not (end.is_const and end.value <= 0):
+            ahead.add(e.sink)
+    todo = list(ahead)
+    while todo:
+        n = todo.pop()
+        for e in sdg.edges:
+            if e.src == n and e.sink not in ahead:
+                ahead.add(e.sink)
+                todo.append(e.sink)
+    return ahead
 
 
 def stops_early(sdg: SDG, executed) -> list[Edge]:

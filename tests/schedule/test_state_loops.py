@@ -1,0 +1,60 @@
+"""Statements over a state's dim run inside the loop over that dim, at their own iteration."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tempo as tpo
+from tempo.schedule import ast
+
+
+def loops_holding(stmt, node_id: int, loops=()) -> list[tuple[ast.Loop, ...]]:
+    """The loops around each statement executing ``node_id``, outermost first."""
+    if isinstance(stmt, ast.Execute):
+        return [loops] if stmt.node_id == node_id else []
+    if isinstance(stmt, ast.Sequence):
+        return [x for s in stmt.body for x in loops_holding(s, node_id, loops)]
+    if isinstance(stmt, ast.Loop):
+        return loops_holding(stmt.body, node_id, (*loops, stmt))
+    if isinstance(stmt, ast.If):
+        return loops_holding(stmt.then, node_id, loops) + \
+            (loops_holding(stmt.orelse, node_id, loops) if stmt.orelse is not None else [])
+    return []
+
+
+def reference(rate: float, decay: float, iterations: int, steps: int) -> np.ndarray:
+    """The state over ``iterations``: ``w[i + 1] = decay * w[i] + c[i, 0:T].sum()``, where
+    ``c[i, 0] = i`` and ``c[i, t + 1] = rate * c[i, t] + 1``."""
+    w = [1.0]
+    for i in range(iterations - 1):
+        c = [float(i)]
+        for _ in range(steps - 1):
+            c.append(rate * c[-1] + 1.0)
+        w.append(decay * w[-1] + sum(c))
+    return np.asarray(w)
+
+
+@settings(max_examples=8, deadline=None)
+@given(rate=st.sampled_from([0.0, 0.5, 1.0]), decay=st.sampled_from([0.5, 0.9]), iterations=st.integers(3, 5),
+       steps=st.integers(2, 6))
+def test_a_recurrence_the_state_does_not_feed_runs_inside_the_state_loop(rate, decay, iterations, steps):
+    """A recurrence over (i, t) reads nothing of the state ``w`` over i (an environment's done
+    flags beside a learner); it runs inside the loop over i, each iteration's values at it."""
+    with tpo.Context() as ctx:
+        (i, I), (t, T) = ctx.dims("i", "t")
+        c = tpo.placeholder((), "float32", dims=(i, t))
+        c[i, 0] = tpo.eval_symbol(i).cast("float32")
+        c[i, t + 1] = c[i, t] * rate + 1.0
+        w = tpo.placeholder((), "float32", dims=(i,))
+        w[0] = 1.0
+        w[i + 1] = w[i] * decay + c[i, 0:T].sum()
+        program = ctx.compile(fetch=[w])
+    out, = program.run({I: iterations, T: steps})
+    np.testing.assert_allclose(out, reference(rate, decay, iterations, steps), rtol=1e-5)
+    (state_loops,) = {loops[:1] for loops in loops_holding(program.ast, w.node.id)}
+    over_i = [n for n, node in program.sdg.nodes.items() if any(d.name == "i" for d in node.domain)]
+    assert len(over_i) > 1
+    for n in over_i:
+        for loops in loops_holding(program.ast, n):
+            assert loops[:1] == state_loops, (program.sdg.describe(n), str(program.ast))
