@@ -17,6 +17,7 @@ from tempo.ir.sdg import SDG, Edge
 from tempo.schedule import isl_expr
 from tempo.schedule import ast
 from tempo.schedule.isl_domains import Domains, executed_reads, statement
+from tempo.schedule.orderings import Nesting
 from tempo.symbolic.expr import Expr, const, max_, min_, symbol
 
 
@@ -72,28 +73,115 @@ def all_dependences(sdg: SDG, d: Domains, orderings: list[Edge] = ()) -> isl.Uni
 
 
 def compute_schedule(sdg: SDG, d: Domains, orderings: list[Edge] = (),
-                     preferred: tuple[list[Edge], ...] = ()) -> tuple[isl.Schedule | None, list[Edge]]:
-    """isl's schedule of all executed statements and the orderings it meets, or a ScheduleError
-    naming a bad cycle.
+                     nesting: Nesting | None = None) -> isl.Schedule | None:
+    """isl's schedule of all executed statements, or a ScheduleError naming a bad cycle.
 
     ``orderings`` add validity constraints that carry no data (see :func:`ordering_dependences`).
-    ``preferred`` are more of them, in levels: isl schedules with all the levels it can meet,
-    dropping the last level first (a program whose reads contradict one is scheduled without it).
+    ``nesting`` (:func:`tempo.schedule.orderings.nesting`) asks for one loop around every statement
+    over a state's dim (:func:`nested_schedule`); where the program does not allow it, isl
+    schedules the whole program.
     """
     dom = domain(d, sdg.nodes)
     if dom is None:
-        return None, list(orderings)
-    for k in range(len(preferred), -1, -1):
-        kept = list(orderings) + [e for level in preferred[:k] for e in level]
-        deps = all_dependences(sdg, d, kept)
-        constraints = isl.ScheduleConstraints.on_domain(dom)
-        if deps is not None:
-            constraints = constraints.set_validity(deps).set_proximity(deps)
-        try:
-            return constraints.compute_schedule(), kept
-        except isl.Error:
+        return None
+    if nesting is not None and nesting.loop is not None:
+        nested = nested_schedule(sdg, d, orderings, nesting)
+        if nested is not None:
+            return nested
+    computed = _computed(dom, all_dependences(sdg, d, orderings))
+    if computed is None:
+        raise _cycle_error(sdg, d)
+    return computed
+
+
+def nested_schedule(sdg: SDG, d: Domains, orderings: list[Edge], nesting: Nesting) -> isl.Schedule | None:
+    """The schedule of :mod:`tempo.schedule.orderings`' nesting policy: the statements that run before
+    the loop over ``nesting.loop`` (what it reads), the loop, whose one band is that dim for every
+    statement over it, each at its own step, and the statements that read it, after it. isl
+    schedules each of the three, the loop's body from the dependences between statements at the
+    same step, with ``nesting.steps`` where it can meet them. None where a statement over the dim
+    reads a later step of it, or the loop reads what reads the loop."""
+    at = {n: k for n, node in sdg.nodes.items() if not d.executed[n].is_empty()
+          for k, x in enumerate(node.domain) if x is nesting.loop}
+    deps = all_dependences(sdg, d, orderings)
+    reads: dict[int, set[int]] = {n: set() for n in sdg.nodes}
+    body = []
+    for m in _maps(deps):
+        src, sink = _node(m, isl.dim_type.in_), _node(m, isl.dim_type.out)
+        reads[sink].add(src)
+        if src in at and sink in at:
+            if not m.order_gt(isl.dim_type.in_, at[src], isl.dim_type.out, at[sink]).is_empty():
+                return None
+            body.append(m.equate(isl.dim_type.in_, at[src], isl.dim_type.out, at[sink]))
+    after = _readers(reads, set(at)) - set(at)
+    if any(reads[n] & after for n in at):
+        return None
+    steps = [m.equate(isl.dim_type.in_, at[_node(m, isl.dim_type.in_)], isl.dim_type.out, at[_node(m, isl.dim_type.out)])
+             for m in _maps(ordering_dependences(sdg, d, nesting.steps))
+             if _node(m, isl.dim_type.in_) in at and _node(m, isl.dim_type.out) in at]
+    loop = _computed(domain(d, at), _union(body + steps)) or _computed(domain(d, at), _union(body))
+    if loop is None:
+        return None
+    band = _union([isl.Map.from_domain(d.executed[n]).add_dims(isl.dim_type.out, 1).equate(isl.dim_type.in_, k,
+                                                                                          isl.dim_type.out, 0)
+                   for n, k in at.items()])
+    out = loop.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(band))
+    before = [n for n in sdg.nodes if n not in at and n not in after]
+    for nodes, first in ((before, True), (after, False)):
+        dom = domain(d, nodes)
+        if dom is None:
             continue
-    raise _cycle_error(sdg, d)
+        piece = _computed(dom, None if deps is None else deps.intersect_domain(dom).intersect_range(dom))
+        if piece is None:
+            return None
+        out = piece.sequence(out) if first else out.sequence(piece)
+    return out
+
+
+def _maps(deps: isl.UnionMap | None) -> list[isl.Map]:
+    if deps is None:
+        return []
+    maps = deps.get_map_list()
+    return [maps.get_at(k) for k in range(maps.n_map())]
+
+
+def _node(m: isl.Map, kind) -> int:
+    """The node whose statement is ``m``'s domain (``kind`` in) or range (out)."""
+    return int(m.get_tuple_name(kind)[1:])
+
+
+def _union(maps: list[isl.Map]) -> isl.UnionMap | None:
+    out = None
+    for m in maps:
+        u = isl.UnionMap.from_map(m)
+        out = u if out is None else out.union(u)
+    return out
+
+
+def _readers(reads: dict[int, set[int]], of: set[int]) -> set[int]:
+    """The nodes that read ``of``, transitively."""
+    readers: dict[int, set[int]] = {}
+    for sink, srcs in reads.items():
+        for src in srcs:
+            readers.setdefault(src, set()).add(sink)
+    seen, todo = set(), list(of)
+    while todo:
+        for n in readers.get(todo.pop(), ()):
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    return seen
+
+
+def _computed(dom: isl.UnionSet, deps: isl.UnionMap | None) -> isl.Schedule | None:
+    """isl's schedule of ``dom`` meeting ``deps``, or None where it finds none."""
+    constraints = isl.ScheduleConstraints.on_domain(dom)
+    if deps is not None:
+        constraints = constraints.set_validity(deps).set_proximity(deps)
+    try:
+        return constraints.compute_schedule()
+    except isl.Error:
+        return None
 
 
 def _cycle_error(sdg: SDG, d: Domains) -> ScheduleError:

@@ -1,14 +1,32 @@
-"""Scheduling-only orderings: validity constraints that carry no data.
+"""Scheduling-only orderings: validity constraints that carry no data, and the loops the
+schedule nests statements in.
 
 The scheduler (:func:`tempo.schedule.isl_schedule.compute_schedule`) orders
 statements by their reads; these edges add the orders a program needs
 beyond them: a sink runs within the iteration it observes, a
-``tpo.stop_when`` check is a barrier between the steps of its dim, a
-``tpo.end_when`` check closes the loop of the dim it ends, and every
-statement over a state's dim runs inside the loop over that dim, at its
-own iteration (:func:`within_state_loops`).
+``tpo.stop_when`` check is a barrier between the steps of its dim, and a
+``tpo.end_when`` check closes the loop of the dim it ends.
+
+Nesting policy (:func:`nesting`): every statement over a state's dim (the ``i`` of
+parameters and optimizer moments, that acting's ``t`` nests in) runs inside the loop over
+that dim, at its own step: the loop is the outermost band of the schedule for all of them,
+each statement's coordinate along it its own ``i``, and isl schedules one step's statements
+(the dependences between statements at the same ``i``). What the loop reads and nothing of
+it feeds runs before it; what reads the loop, after it. So what does not depend on the
+learner (an environment's done flags, its episode resets) runs in the iteration that uses
+it, not in a loop nest of its own before the main loop for all iterations at once, and what
+reads a length ``T[i]`` that ``tpo.end_when`` sets runs in the iteration that sets it.
+Orderings alone cannot say this: they order a statement after the state at ``i`` and before
+the state at ``i + 1``, and isl may then run it at the start of iteration ``i + 1`` (a shift
+Feautrier's scheduler takes to carry more dependences). Inside the loop, a statement over a
+recurrence's dims that reads no later step of it runs inside that recurrence's loop
+(:func:`within_step_loops`), where isl can meet it. A program where a statement reads a later
+step of the state's dim, or where the loop reads what reads the loop, keeps isl's own
+schedule of the whole program, and so does a program with tiles.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from tempo.ir.ends import depends_on_length, ends
 from tempo.ir.ops import STOP_LABEL, MergeOp, UDFOp
@@ -43,52 +61,36 @@ def sinks_before_next_state(sdg: SDG, roots) -> list[Edge]:
     return out
 
 
-def nesting(sdg: SDG, executed) -> tuple[list[Edge], ...]:
-    """The orderings that nest statements in the loops of the recurrences over their dims, in
-    levels for :func:`tempo.schedule.isl_schedule.compute_schedule`: the loops over states' dims
-    (:func:`within_state_loops`), then the loops of nested recurrences (:func:`within_step_loops`).
-    No levels for a program with tiles: shift fusion (:mod:`tempo.schedule.shift_fusion`) moves its
-    learner's tiles into acting's loop, which needs what they read of the other statements
-    (an environment's done flags, read whole) computed before acting."""
+@dataclass(frozen=True)
+class Nesting:
+    """The loops :func:`tempo.schedule.isl_schedule.compute_schedule` nests statements in: ``loop``,
+    the dim of the program's states whose loop holds every statement over it (:func:`state_loop`),
+    and ``steps``, the orderings that run statements inside the loops of recurrences nested in it
+    (:func:`within_step_loops`)."""
+
+    loop: Expr | None
+    steps: list[Edge]
+
+
+def nesting(sdg: SDG, executed) -> Nesting | None:
+    """How the schedule nests the statements of ``sdg`` (see the module's policy). None for a program
+    with tiles: shift fusion (:mod:`tempo.schedule.shift_fusion`) moves its learner's tiles into
+    acting's loop, which needs what they read of the other statements (an environment's done flags,
+    read whole) computed before acting."""
     if sdg.tiles:
-        return ()
-    return within_state_loops(sdg, executed), within_step_loops(sdg, executed)
+        return None
+    return Nesting(state_loop(sdg, executed), within_step_loops(sdg, executed))
 
 
-def within_state_loops(sdg: SDG, executed) -> list[Edge]:
-    """Run every statement over the dim of a state (a MergeOp over that one dim: parameters,
-    optimizer moments) that loops nest in (acting's ``t`` in ``i``) inside the loop over that
-    dim, at its own iteration. A program with one dim (a recurrence over ``t`` alone) keeps
-    isl's schedule: what it computes ahead is its input, read by the loop's steps.
-
-    Policy: the loop over a state's dim is outermost for every statement over that dim. A
-    statement at iteration ``i`` runs after the state at ``i - 1``, and all of it at ``i - 1``
-    runs before the state at ``i``; so what does not depend on the learner (an environment's
-    done flags, its episode resets) runs in the iteration that uses it, not in a loop nest of
-    its own before the main loop, for all iterations at once (which holds every iteration's
-    values, and counts their launches in the first iteration). Sinks and checkpoints are left to
-    :func:`sinks_before_next_state`. A program that needs another
-    order (a statement that reads a later state) keeps isl's own schedule: see
-    :func:`tempo.schedule.isl_schedule.compute_schedule`."""
+def state_loop(sdg: SDG, executed) -> Expr | None:
+    """The dim of the program's states (MergeOps over that one dim: parameters, optimizer moments)
+    that other dims nest in (acting's ``t`` in ``i``), where there is one such dim. A program with
+    one dim (a recurrence over ``t`` alone) has none: what isl computes ahead there is its input,
+    read by the loop's steps."""
     outer = {id(d) for n, node in sdg.nodes.items() if n in executed for d in node.domain[:-1]}
-    states: dict[Expr, int] = {}
-    for n, node in sdg.nodes.items():
-        if isinstance(node.op, MergeOp) and len(node.domain) == 1 and n in executed and id(node.domain[0]) in outer:
-            states.setdefault(node.domain[0], n)
-    out = []
-    for dim, p in states.items():
-        for n, node in sdg.nodes.items():
-            if n == p or n not in executed or not any(d is dim for d in node.domain) or _reports(node):
-                continue
-            out.append(Edge(n, -1, p, 0, seq(dim - 1), dim >= 1))
-            index = seq(*(d - 1 if d is dim else make_slice(0, bound_of(d)) for d in node.domain))
-            out.append(Edge(p, -1, n, 0, index, dim >= 1))
-    return out
-
-
-def _reports(node) -> bool:
-    """Whether ``node`` is a sink or a checkpoint: :func:`sinks_before_next_state` places those."""
-    return isinstance(node.op, UDFOp) and node.op.label in REPORT_LABELS
+    dims = {id(node.domain[0]): node.domain[0] for n, node in sdg.nodes.items()
+            if isinstance(node.op, MergeOp) and len(node.domain) == 1 and n in executed and id(node.domain[0]) in outer}
+    return next(iter(dims.values())) if len(dims) == 1 else None
 
 
 def within_step_loops(sdg: SDG, executed) -> list[Edge]:
@@ -114,6 +116,11 @@ def within_step_loops(sdg: SDG, executed) -> list[Edge]:
                           for d in node.domain))
             out.append(Edge(p, -1, n, 0, index, last >= 1))
     return out
+
+
+def _reports(node) -> bool:
+    """Whether ``node`` is a sink or a checkpoint: :func:`sinks_before_next_state` places those."""
+    return isinstance(node.op, UDFOp) and node.op.label in REPORT_LABELS
 
 
 def _reading_ahead(sdg: SDG, dim: Expr) -> set[int]:
