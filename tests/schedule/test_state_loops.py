@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tempo as tpo
+from tempo.api import stages
 from tempo.schedule import ast
 
 
@@ -58,3 +60,59 @@ def test_a_recurrence_the_state_does_not_feed_runs_inside_the_state_loop(rate, d
     for n in over_i:
         for loops in loops_holding(program.ast, n):
             assert loops[:1] == state_loops, (program.sdg.describe(n), str(program.ast))
+
+
+def program_values(feed: bool, read: str, end: bool, sink: bool, ahead: bool, rate: float, bounds: dict,
+                   nested: bool) -> tuple[list[np.ndarray], object]:
+    """A program over ``(i, t)``: a recurrence ``c`` (fed by the state ``w`` or not), ended at run time
+    by ``tpo.end_when`` or not, read by ``w``'s update whole (``sum``), at its last step (``last``) or
+    through a window per step (``window``); a sink over ``i`` or none; a statement over ``i`` reading
+    the next state (``ahead``, which no loop over ``i`` runs at its own step) or none. ``nested``:
+    scheduled with :func:`tempo.schedule.orderings.nesting`, else by isl alone. The values and the
+    compiled program."""
+    reported = []
+    with tpo.Context() as ctx:
+        (i, I), (t, T) = ctx.dims("i", "t")
+        w = tpo.placeholder((), "float64", dims=(i,))
+        c = tpo.placeholder((), "float64", dims=(i, t))
+        start = tpo.eval_symbol(i).cast("float64") * 0.25
+        c[i, 0] = start + w[i] if feed else start
+        c[i, t + 1] = c[i, t] * rate + 1.0
+        if end:
+            tpo.end_when(c[i, t] > 2.5)
+        if read == "sum":
+            used = c[i, 0:T].sum()
+        elif read == "last":
+            used = c[i, T - 1]
+        else:
+            used = c[i, tpo.max(0, t - 1):t + 1].sum()[i, 0:T].mean()
+        w[0] = tpo.full((), 1.0, "float64")
+        w[i + 1] = w[i] * 0.5 + used * 0.1
+        fetch = [w, used]
+        if ahead:
+            fetch.append(w[tpo.min(i + 1, I - 1)] - w[i])
+        if sink:
+            tpo.sink(used, lambda value, point: reported.append(float(value)))
+        with pytest.MonkeyPatch.context() as patch:
+            if not nested:
+                patch.setattr(stages.schedule_orderings, "nesting", lambda sdg, executed: None)
+            program = ctx.compile(fetch=fetch)
+    return [*program.run(bounds), np.asarray(reported)], program
+
+
+@settings(max_examples=12, deadline=None)
+@given(feed=st.booleans(), read=st.sampled_from(["sum", "last", "window"]), end=st.booleans(), sink=st.booleans(),
+       ahead=st.booleans(), rate=st.sampled_from([0.5, 1.0, 1.5]), iterations=st.integers(2, 4),
+       steps=st.integers(2, 6))
+def test_random_programs_compute_the_same_values_nested_or_scheduled_by_isl_alone(feed, read, end, sink, ahead, rate,
+                                                                               iterations, steps):
+    bounds = {"I": iterations, "T": steps}
+    nested, program = program_values(feed, read, end, sink, ahead, rate, bounds, nested=True)
+    alone, _ = program_values(feed, read, end, sink, ahead, rate, bounds, nested=False)
+    over_i = [n for n, node in program.sdg.nodes.items() if any(d.name == "i" for d in node.domain)]
+    outermost = {loops[:1] for n in over_i for loops in loops_holding(program.ast, n)}
+    if not ahead:  # one loop over i holds them (a read of the next state keeps isl's schedule)
+        assert len(outermost) == 1, str(program.ast)
+    assert len(nested) == len(alone)
+    for a, b in zip(nested, alone):
+        np.testing.assert_array_equal(a, b)
