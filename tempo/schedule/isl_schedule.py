@@ -125,7 +125,8 @@ def nested_schedule(sdg: SDG, d: Domains, orderings: list[Edge], nesting: Nestin
     band = _union([isl.Map.from_domain(d.executed[n]).add_dims(isl.dim_type.out, 1).equate(isl.dim_type.in_, k,
                                                                                           isl.dim_type.out, 0)
                    for n, k in at.items()])
-    out = loop.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(band))
+    out = loop.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(band)).get_root().child(0).child(0) \
+        .insert_mark(isl.Id(STEP_MARK + nesting.loop.name)).get_schedule()
     before = [n for n in sdg.nodes if n not in at and n not in after]
     for nodes, first in ((before, True), (after, False)):
         dom = domain(d, nodes)
@@ -136,6 +137,9 @@ def nested_schedule(sdg: SDG, d: Domains, orderings: list[Edge], nesting: Nestin
             return None
         out = piece.sequence(out) if first else out.sequence(piece)
     return out
+
+
+STEP_MARK = "step of "  # a mark inside a nested loop's band, naming its dim (see :func:`to_tempo_ast`)
 
 
 def _maps(deps: isl.UnionMap | None) -> list[isl.Map]:
@@ -253,26 +257,32 @@ def free_statement(node_id: int, outputs: tuple[int, ...] = (), piece: int = 0) 
 _MOVES = {"E": ast.Evict, "L": ast.Load}
 
 
-def to_tempo_ast(node: isl.AstNode, sdg: SDG) -> ast.Stmt:
+def to_tempo_ast(node: isl.AstNode, sdg: SDG, loop: str | None = None, steps: dict[str, str] | None = None) -> ast.Stmt:
     """isl's AST as Tempo's: a statement ``S<n>`` executes node ``n``, a statement ``F<n>_<piece>`` (or
     ``F<n>_<piece>_<j>...``) frees its outputs (see :func:`free_statement`), ``E<n>_<r>...`` and
-    ``L<n>_<r>...`` evict and load them (see :func:`tempo.schedule.isl_swap.swap_statement`)."""
+    ``L<n>_<r>...`` evict and load them (see :func:`tempo.schedule.isl_swap.swap_statement`).
+
+    ``loop`` is the innermost loop around ``node``. Below a :data:`STEP_MARK` of a dim, the loop
+    around the mark runs every statement over that dim at its own step (:func:`nested_schedule`):
+    its point along the dim is that loop's counter (``steps``: dim name -> counter), where isl
+    would write the value a guard fixes the counter to (``I - 1`` in the branch of the last step)."""
+    steps = steps or {}
     kind = node.get_type()
     if kind == isl.ast_node_type.block:
         children = node.block_get_children()
         body = []
         for k in range(children.n_ast_node()):
-            child = to_tempo_ast(children.get_at(k), sdg)
+            child = to_tempo_ast(children.get_at(k), sdg, loop, steps)
             body.extend(child.body if isinstance(child, ast.Sequence) else (child,))  # a block in a block: one
         return ast.Sequence(tuple(body))
     if kind == isl.ast_node_type.for_:
         var = node.for_get_iterator().get_id().get_name()
         step = _expr(node.for_get_inc())
         return ast.Loop(var, _expr(node.for_get_init()), _expr(node.for_get_cond()), int(step.value),
-                        to_tempo_ast(node.for_get_body(), sdg))
+                        to_tempo_ast(node.for_get_body(), sdg, var, steps))
     if kind == isl.ast_node_type.if_:
-        orelse = to_tempo_ast(node.if_get_else_node(), sdg) if node.if_has_else_node() else None
-        return ast.If(_expr(node.if_get_cond()), to_tempo_ast(node.if_get_then_node(), sdg), orelse)
+        orelse = to_tempo_ast(node.if_get_else_node(), sdg, loop, steps) if node.if_has_else_node() else None
+        return ast.If(_expr(node.if_get_cond()), to_tempo_ast(node.if_get_then_node(), sdg, loop, steps), orelse)
     if kind == isl.ast_node_type.user:
         call = node.user_get_expr()
         name = call.get_op_arg(0).get_id().get_name()
@@ -284,9 +294,13 @@ def to_tempo_ast(node: isl.AstNode, sdg: SDG) -> ast.Stmt:
         if name[0] in _MOVES:  # the moved point is the call's last arguments (a reader's point may precede it)
             point = point[len(point) - len(sdg.nodes[node_id].domain):]
             return _MOVES[name[0]](node_id, point, label, tuple(parts[1:]))
+        point = tuple(symbol(steps[d.name]) if d.name in steps else p for d, p in zip(sdg.nodes[node_id].domain, point))
         return ast.Execute(node_id, point, label)
     if kind == isl.ast_node_type.mark:
-        return to_tempo_ast(node.mark_get_node(), sdg)
+        mark = node.mark_get_id().get_name()
+        if mark.startswith(STEP_MARK) and loop is not None:
+            steps = {**steps, mark[len(STEP_MARK):]: loop}
+        return to_tempo_ast(node.mark_get_node(), sdg, loop, steps)
     raise ScheduleError(f"unexpected isl AST node {kind}")
 
 

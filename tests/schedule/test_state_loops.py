@@ -1,6 +1,10 @@
 """Statements over a state's dim run inside the loop over that dim, at their own iteration."""
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,6 +13,8 @@ from hypothesis import strategies as st
 import tempo as tpo
 from tempo.api import stages
 from tempo.schedule import ast
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "reinforce.py")
 
 
 def loops_holding(stmt, node_id: int, loops=()) -> list[tuple[ast.Loop, ...]]:
@@ -62,11 +68,12 @@ def test_a_recurrence_the_state_does_not_feed_runs_inside_the_state_loop(rate, d
             assert loops[:1] == state_loops, (program.sdg.describe(n), str(program.ast))
 
 
-def program_values(feed: bool, read: str, end: bool, sink: bool, ahead: bool, rate: float, bounds: dict,
+def program_values(feed: bool, read: str, end: bool, sink: str, ahead: bool, rate: float, bounds: dict,
                    nested: bool) -> tuple[list[np.ndarray], object]:
     """A program over ``(i, t)``: a recurrence ``c`` (fed by the state ``w`` or not), ended at run time
     by ``tpo.end_when`` or not, read by ``w``'s update whole (``sum``), at its last step (``last``) or
-    through a window per step (``window``); a sink over ``i`` or none; a statement over ``i`` reading
+    through a window per step (``window``); a sink of ``used`` at every ``i`` (``every``), of the update at
+    every other ``i`` (``every other``: the last update runs where ``I`` is even) or none; a statement over ``i`` reading
     the next state (``ahead``, which no loop over ``i`` runs at its own step) or none. ``nested``:
     scheduled with :func:`tempo.schedule.orderings.nesting`, else by isl alone. The values and the
     compiled program."""
@@ -86,13 +93,15 @@ def program_values(feed: bool, read: str, end: bool, sink: bool, ahead: bool, ra
             used = c[i, T - 1]
         else:
             used = c[i, tpo.max(0, t - 1):t + 1].sum()[i, 0:T].mean()
+        update = w[i] * 0.5 + used * 0.1
         w[0] = tpo.full((), 1.0, "float64")
-        w[i + 1] = w[i] * 0.5 + used * 0.1
-        fetch = [w, used]
+        w[i + 1] = update
+        fetch = [w] if sink == "every other" else [w, used]
         if ahead:
             fetch.append(w[tpo.min(i + 1, I - 1)] - w[i])
-        if sink:
-            tpo.sink(used, lambda value, point: reported.append(float(value)))
+        if sink != "none":
+            value = used if sink == "every" else update[(i + 1) % 2 == 0]
+            tpo.sink(value, lambda value, point: reported.append(float(value)))
         with pytest.MonkeyPatch.context() as patch:
             if not nested:
                 patch.setattr(stages.schedule_orderings, "nesting", lambda sdg, executed: None)
@@ -101,7 +110,8 @@ def program_values(feed: bool, read: str, end: bool, sink: bool, ahead: bool, ra
 
 
 @settings(max_examples=12, deadline=None)
-@given(feed=st.booleans(), read=st.sampled_from(["sum", "last", "window"]), end=st.booleans(), sink=st.booleans(),
+@given(feed=st.booleans(), read=st.sampled_from(["sum", "last", "window"]), end=st.booleans(),
+       sink=st.sampled_from(["none", "every", "every other"]),
        ahead=st.booleans(), rate=st.sampled_from([0.5, 1.0, 1.5]), iterations=st.integers(2, 4),
        steps=st.integers(2, 6))
 def test_random_programs_compute_the_same_values_nested_or_scheduled_by_isl_alone(feed, read, end, sink, ahead, rate,
@@ -116,3 +126,19 @@ def test_random_programs_compute_the_same_values_nested_or_scheduled_by_isl_alon
     assert len(nested) == len(alone)
     for a, b in zip(nested, alone):
         np.testing.assert_array_equal(a, b)
+
+
+def test_an_end_when_program_whose_checkpoint_keeps_the_last_update_runs_it_at_its_own_step(tmp_path):
+    """REINFORCE ending each iteration at run time (``tpo.end_when``), with a checkpoint every 4
+    iterations: the learner's last iteration runs where ``I`` is a multiple of 4, in a branch of the
+    loop over ``i`` whose guard fixes the counter to ``I - 1``. It reads that iteration's length, so
+    it runs at the loop's counter, and it learns what the run without the checkpoint learns."""
+    spec = importlib.util.spec_from_file_location("reinforce_state_loops", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    args = dict(iterations=4, batch=2, steps=30, until=True)
+    kept = module.main(module.Args(**args, checkpoint=str(tmp_path / "run.safetensors"), checkpoint_every=4))
+    plain = module.main(module.Args(**args))
+    assert kept["returns"] == plain["returns"] and kept["computed_steps"] == plain["computed_steps"]
+    assert (tmp_path / "run.safetensors").exists()
