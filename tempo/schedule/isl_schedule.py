@@ -102,29 +102,23 @@ def nested_schedule(sdg: SDG, d: Domains, orderings: list[Edge], nesting: Nestin
     same step, with ``nesting.steps`` where it can meet them. None where a statement over the dim
     reads a later step of it, or the loop reads what reads the loop."""
     at = {n: k for n, node in sdg.nodes.items() if not d.executed[n].is_empty()
-          for k, x in enumerate(node.domain) if x is nesting.loop}
+          for k, x in enumerate(node.domain) if x is nesting.loop}  # a statement of the loop -> the dim's axis
     deps = all_dependences(sdg, d, orderings)
     reads: dict[int, set[int]] = {n: set() for n in sdg.nodes}
-    body = []
     for m in _maps(deps):
-        src, sink = _node(m, isl.dim_type.in_), _node(m, isl.dim_type.out)
-        reads[sink].add(src)
-        if src in at and sink in at:
-            if not m.order_gt(isl.dim_type.in_, at[src], isl.dim_type.out, at[sink]).is_empty():
-                return None
-            body.append(m.equate(isl.dim_type.in_, at[src], isl.dim_type.out, at[sink]))
+        reads[_node(m, _OUT)].add(_node(m, _IN))
+    inside = _between(_maps(deps), at)
+    if any(not m.order_gt(_IN, at[_node(m, _IN)], _OUT, at[_node(m, _OUT)]).is_empty() for m in inside):
+        return None
     after = _readers(reads, set(at)) - set(at)
     if any(reads[n] & after for n in at):
         return None
-    steps = [m.equate(isl.dim_type.in_, at[_node(m, isl.dim_type.in_)], isl.dim_type.out, at[_node(m, isl.dim_type.out)])
-             for m in _maps(ordering_dependences(sdg, d, nesting.steps))
-             if _node(m, isl.dim_type.in_) in at and _node(m, isl.dim_type.out) in at]
+    body = [_same_step(m, at) for m in inside]
+    steps = [_same_step(m, at) for m in _between(_maps(ordering_dependences(sdg, d, nesting.steps)), at)]
     loop = _computed(domain(d, at), _union(body + steps)) or _computed(domain(d, at), _union(body))
     if loop is None:
         return None
-    band = _union([isl.Map.from_domain(d.executed[n]).add_dims(isl.dim_type.out, 1).equate(isl.dim_type.in_, k,
-                                                                                          isl.dim_type.out, 0)
-                   for n, k in at.items()])
+    band = _union([isl.Map.from_domain(d.executed[n]).add_dims(_OUT, 1).equate(_IN, k, _OUT, 0) for n, k in at.items()])
     out = loop.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(band)).get_root().child(0).child(0) \
         .insert_mark(isl.Id(STEP_MARK + nesting.loop.name)).get_schedule()
     before = [n for n in sdg.nodes if n not in at and n not in after]
@@ -140,6 +134,17 @@ def nested_schedule(sdg: SDG, d: Domains, orderings: list[Edge], nesting: Nestin
 
 
 STEP_MARK = "step of "  # a mark inside a nested loop's band, naming its dim (see :func:`to_tempo_ast`)
+_IN, _OUT = isl.dim_type.in_, isl.dim_type.out
+
+
+def _between(maps: list[isl.Map], at: dict[int, int]) -> list[isl.Map]:
+    """The dependences of ``maps`` from a statement of ``at`` to another."""
+    return [m for m in maps if _node(m, _IN) in at and _node(m, _OUT) in at]
+
+
+def _same_step(m: isl.Map, at: dict[int, int]) -> isl.Map:
+    """The part of the dependence ``m`` from a step of the dim (``at``: its axis per statement) to the same step."""
+    return m.equate(_IN, at[_node(m, _IN)], _OUT, at[_node(m, _OUT)])
 
 
 def _maps(deps: isl.UnionMap | None) -> list[isl.Map]:
@@ -149,7 +154,7 @@ def _maps(deps: isl.UnionMap | None) -> list[isl.Map]:
     return [maps.get_at(k) for k in range(maps.n_map())]
 
 
-def _node(m: isl.Map, kind) -> int:
+def _node(m: isl.Map, kind: isl.dim_type) -> int:
     """The node whose statement is ``m``'s domain (``kind`` in) or range (out)."""
     return int(m.get_tuple_name(kind)[1:])
 

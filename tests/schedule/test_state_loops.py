@@ -72,11 +72,11 @@ def program_values(feed: bool, read: str, end: bool, sink: str, ahead: bool, rat
                    nested: bool) -> tuple[list[np.ndarray], object]:
     """A program over ``(i, t)``: a recurrence ``c`` (fed by the state ``w`` or not), ended at run time
     by ``tpo.end_when`` or not, read by ``w``'s update whole (``sum``), at its last step (``last``) or
-    through a window per step (``window``); a sink of ``used`` at every ``i`` (``every``), of the update at
-    every other ``i`` (``every other``: the last update runs where ``I`` is even) or none; a statement over ``i`` reading
-    the next state (``ahead``, which no loop over ``i`` runs at its own step) or none. ``nested``:
-    scheduled with :func:`tempo.schedule.orderings.nesting`, else by isl alone. The values and the
-    compiled program."""
+    through a window per step (``window``); a sink of ``used`` at every ``i`` (``every``), of the
+    update at every other ``i`` (``every other``: the last update runs where ``I`` is even) or none; a
+    statement over ``i`` reading the next state (``ahead``, which no loop over ``i`` runs at its own
+    step) or none. ``nested``: scheduled with :func:`tempo.schedule.orderings.nesting`, else by isl
+    alone. The values and the compiled program."""
     reported = []
     with tpo.Context() as ctx:
         (i, I), (t, T) = ctx.dims("i", "t")
