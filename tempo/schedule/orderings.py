@@ -108,8 +108,8 @@ def within_step_loops(sdg: SDG, executed) -> list[Edge]:
         dims = sdg.nodes[p].domain
         last, ahead = dims[-1], _reading_ahead(sdg, dims[-1])
         for n, node in sdg.nodes.items():
-            if n == p or n not in executed or n in ahead or _reports(node) or tuple(map(id, node.domain[:len(dims)])) != \
-                    tuple(map(id, dims)):
+            inside = tuple(map(id, node.domain[:len(dims)])) == tuple(map(id, dims))
+            if n == p or n not in executed or n in ahead or _reports(node) or not inside:
                 continue
             out.append(Edge(n, -1, p, 0, seq(*dims)))
             index = seq(*(last - 1 if d is last else d if any(d is x for x in dims) else make_slice(0, bound_of(d))
