@@ -84,7 +84,7 @@ def compute_schedule(sdg: SDG, d: Domains, orderings: list[Edge] = (),
     dom = domain(d, sdg.nodes)
     if dom is None:
         return None
-    if nesting is not None and nesting.loop is not None:
+    if nesting is not None:
         nested = nested_schedule(sdg, d, orderings, nesting)
         if nested is not None:
             return nested

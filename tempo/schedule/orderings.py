@@ -21,8 +21,8 @@ the state at ``i + 1``, and isl may then run it at the start of iteration ``i + 
 Feautrier's scheduler takes to carry more dependences). Inside the loop, a statement over a
 recurrence's dims that reads no later step of it runs inside that recurrence's loop
 (:func:`within_step_loops`), where isl can meet it. A program where a statement reads a later
-step of the state's dim, or where the loop reads what reads the loop, keeps isl's own
-schedule of the whole program, and so does a program with tiles.
+step of the state's dim, where the loop reads what reads the loop, with states over more than
+one dim that others nest in, or with tiles, keeps isl's own schedule of the whole program.
 """
 from __future__ import annotations
 
@@ -68,18 +68,18 @@ class Nesting:
     and ``steps``, the orderings that run statements inside the loops of recurrences nested in it
     (:func:`within_step_loops`)."""
 
-    loop: Expr | None
+    loop: Expr
     steps: list[Edge]
 
 
 def nesting(sdg: SDG, executed) -> Nesting | None:
     """How the schedule nests the statements of ``sdg`` (see the module's policy). None for a program
-    with tiles: shift fusion (:mod:`tempo.schedule.shift_fusion`) moves its learner's tiles into
-    acting's loop, which needs what they read of the other statements (an environment's done flags,
-    read whole) computed before acting."""
-    if sdg.tiles:
-        return None
-    return Nesting(state_loop(sdg, executed), within_step_loops(sdg, executed))
+    without a state loop (:func:`state_loop`), and for a program with tiles: shift fusion
+    (:mod:`tempo.schedule.shift_fusion`) moves its learner's tiles into acting's loop, which needs
+    what they read of the other statements (an environment's done flags, read whole) computed
+    before acting."""
+    loop = None if sdg.tiles else state_loop(sdg, executed)
+    return None if loop is None else Nesting(loop, within_step_loops(sdg, executed))
 
 
 def state_loop(sdg: SDG, executed) -> Expr | None:
