@@ -137,7 +137,7 @@ def schedule(lowered: Lowered, domains: isl_domains.Domains, user_roots) -> obje
     sdg = lowered.sdg
     orderings = schedule_orderings.sinks_before_next_state(sdg, user_roots) + \
         schedule_orderings.stops_early(sdg, domains.executed) + schedule_orderings.ends_early(sdg, domains.executed)
-    computed = isl_schedule.compute_schedule(sdg, domains, orderings)
+    computed = isl_schedule.compute_schedule(sdg, domains, orderings, schedule_orderings.nesting(sdg, domains.executed))
     fused = shift_fusion.apply(sdg, isl_schedule.all_dependences(sdg, domains, orderings), computed)
     return computed if fused is None else fused
 

@@ -17,6 +17,7 @@ from tempo.ir.sdg import SDG, Edge
 from tempo.schedule import isl_expr
 from tempo.schedule import ast
 from tempo.schedule.isl_domains import Domains, executed_reads, statement
+from tempo.schedule.orderings import Nesting
 from tempo.symbolic.expr import Expr, const, max_, min_, symbol
 
 
@@ -71,23 +72,125 @@ def all_dependences(sdg: SDG, d: Domains, orderings: list[Edge] = ()) -> isl.Uni
     return deps
 
 
-def compute_schedule(sdg: SDG, d: Domains, orderings: list[Edge] = ()) -> isl.Schedule | None:
+def compute_schedule(sdg: SDG, d: Domains, orderings: list[Edge] = (),
+                     nesting: Nesting | None = None) -> isl.Schedule | None:
     """isl's schedule of all executed statements, or a ScheduleError naming a bad cycle.
 
-    ``orderings`` add validity constraints that carry no data (see
-    :func:`ordering_dependences`).
+    ``orderings`` add validity constraints that carry no data (see :func:`ordering_dependences`).
+    ``nesting`` (:func:`tempo.schedule.orderings.nesting`) asks for one loop around every statement
+    over a state's dim (:func:`nested_schedule`); where the program does not allow it, isl
+    schedules the whole program.
     """
     dom = domain(d, sdg.nodes)
     if dom is None:
         return None
+    if nesting is not None:
+        nested = nested_schedule(sdg, d, orderings, nesting)
+        if nested is not None:
+            return nested
+    computed = _computed(dom, all_dependences(sdg, d, orderings))
+    if computed is None:
+        raise _cycle_error(sdg, d)
+    return computed
+
+
+def nested_schedule(sdg: SDG, d: Domains, orderings: list[Edge], nesting: Nesting) -> isl.Schedule | None:
+    """The schedule of :mod:`tempo.schedule.orderings`' nesting policy: the statements that run before
+    the loop over ``nesting.loop`` (what it reads), the loop, whose one band is that dim for every
+    statement over it, each at its own step, and the statements that read it, after it. isl
+    schedules each of the three, the loop's body from the dependences between statements at the
+    same step, with ``nesting.steps`` where it can meet them. None where a statement over the dim
+    reads a later step of it, or the loop reads what reads the loop."""
+    at = {n: k for n, node in sdg.nodes.items() if not d.executed[n].is_empty()
+          for k, x in enumerate(node.domain) if x is nesting.loop}  # a statement of the loop -> the dim's axis
     deps = all_dependences(sdg, d, orderings)
+    reads: dict[int, set[int]] = {n: set() for n in sdg.nodes}
+    for m in _maps(deps):
+        reads[_node(m, _OUT)].add(_node(m, _IN))
+    inside = _between(_maps(deps), at)
+    if any(not m.order_gt(_IN, at[_node(m, _IN)], _OUT, at[_node(m, _OUT)]).is_empty() for m in inside):
+        return None
+    after = _readers(reads, set(at)) - set(at)
+    if any(reads[n] & after for n in at):
+        return None
+    body = [_same_step(m, at) for m in inside]
+    steps = [_same_step(m, at) for m in _between(_maps(ordering_dependences(sdg, d, nesting.steps)), at)]
+    loop = _computed(domain(d, at), _union(body + steps)) or _computed(domain(d, at), _union(body))
+    if loop is None:
+        return None
+    band = _union([isl.Map.from_domain(d.executed[n]).add_dims(_OUT, 1).equate(_IN, k, _OUT, 0) for n, k in at.items()])
+    out = loop.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(band)).get_root().child(0).child(0) \
+        .insert_mark(isl.Id(STEP_MARK + nesting.loop.name)).get_schedule()
+    before = [n for n in sdg.nodes if n not in at and n not in after]
+    for nodes, first in ((before, True), (after, False)):
+        dom = domain(d, nodes)
+        if dom is None:
+            continue
+        piece = _computed(dom, None if deps is None else deps.intersect_domain(dom).intersect_range(dom))
+        if piece is None:
+            return None
+        out = piece.sequence(out) if first else out.sequence(piece)
+    return out
+
+
+STEP_MARK = "step of "  # a mark inside a nested loop's band, naming its dim (see :func:`to_tempo_ast`)
+_IN, _OUT = isl.dim_type.in_, isl.dim_type.out
+
+
+def _between(maps: list[isl.Map], at: dict[int, int]) -> list[isl.Map]:
+    """The dependences of ``maps`` from a statement of ``at`` to another."""
+    return [m for m in maps if _node(m, _IN) in at and _node(m, _OUT) in at]
+
+
+def _same_step(m: isl.Map, at: dict[int, int]) -> isl.Map:
+    """The part of the dependence ``m`` from a step of the dim (``at``: its axis per statement) to the same step."""
+    return m.equate(_IN, at[_node(m, _IN)], _OUT, at[_node(m, _OUT)])
+
+
+def _maps(deps: isl.UnionMap | None) -> list[isl.Map]:
+    if deps is None:
+        return []
+    maps = deps.get_map_list()
+    return [maps.get_at(k) for k in range(maps.n_map())]
+
+
+def _node(m: isl.Map, kind: isl.dim_type) -> int:
+    """The node whose statement is ``m``'s domain (``kind`` in) or range (out)."""
+    return int(m.get_tuple_name(kind)[1:])
+
+
+def _union(maps: list[isl.Map]) -> isl.UnionMap | None:
+    out = None
+    for m in maps:
+        u = isl.UnionMap.from_map(m)
+        out = u if out is None else out.union(u)
+    return out
+
+
+def _readers(reads: dict[int, set[int]], of: set[int]) -> set[int]:
+    """The nodes that read ``of``, transitively."""
+    readers: dict[int, set[int]] = {}
+    for sink, srcs in reads.items():
+        for src in srcs:
+            readers.setdefault(src, set()).add(sink)
+    seen, todo = set(), list(of)
+    while todo:
+        for n in readers.get(todo.pop(), ()):
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    return seen
+
+
+def _computed(dom: isl.UnionSet, deps: isl.UnionMap | None) -> isl.Schedule | None:
+    """isl's schedule of ``dom`` meeting ``deps``, or None where it finds none."""
     constraints = isl.ScheduleConstraints.on_domain(dom)
     if deps is not None:
         constraints = constraints.set_validity(deps).set_proximity(deps)
     try:
         return constraints.compute_schedule()
     except isl.Error:
-        raise _cycle_error(sdg, d) from None
+        return None
 
 
 def _cycle_error(sdg: SDG, d: Domains) -> ScheduleError:
@@ -159,26 +262,32 @@ def free_statement(node_id: int, outputs: tuple[int, ...] = (), piece: int = 0) 
 _MOVES = {"E": ast.Evict, "L": ast.Load}
 
 
-def to_tempo_ast(node: isl.AstNode, sdg: SDG) -> ast.Stmt:
+def to_tempo_ast(node: isl.AstNode, sdg: SDG, loop: str | None = None, steps: dict[str, str] | None = None) -> ast.Stmt:
     """isl's AST as Tempo's: a statement ``S<n>`` executes node ``n``, a statement ``F<n>_<piece>`` (or
     ``F<n>_<piece>_<j>...``) frees its outputs (see :func:`free_statement`), ``E<n>_<r>...`` and
-    ``L<n>_<r>...`` evict and load them (see :func:`tempo.schedule.isl_swap.swap_statement`)."""
+    ``L<n>_<r>...`` evict and load them (see :func:`tempo.schedule.isl_swap.swap_statement`).
+
+    ``loop`` is the innermost loop around ``node``. Below a :data:`STEP_MARK` of a dim, the loop
+    around the mark runs every statement over that dim at its own step (:func:`nested_schedule`):
+    its point along the dim is that loop's counter (``steps``: dim name -> counter), where isl
+    would write the value a guard fixes the counter to (``I - 1`` in the branch of the last step)."""
+    steps = steps or {}
     kind = node.get_type()
     if kind == isl.ast_node_type.block:
         children = node.block_get_children()
         body = []
         for k in range(children.n_ast_node()):
-            child = to_tempo_ast(children.get_at(k), sdg)
+            child = to_tempo_ast(children.get_at(k), sdg, loop, steps)
             body.extend(child.body if isinstance(child, ast.Sequence) else (child,))  # a block in a block: one
         return ast.Sequence(tuple(body))
     if kind == isl.ast_node_type.for_:
         var = node.for_get_iterator().get_id().get_name()
         step = _expr(node.for_get_inc())
         return ast.Loop(var, _expr(node.for_get_init()), _expr(node.for_get_cond()), int(step.value),
-                        to_tempo_ast(node.for_get_body(), sdg))
+                        to_tempo_ast(node.for_get_body(), sdg, var, steps))
     if kind == isl.ast_node_type.if_:
-        orelse = to_tempo_ast(node.if_get_else_node(), sdg) if node.if_has_else_node() else None
-        return ast.If(_expr(node.if_get_cond()), to_tempo_ast(node.if_get_then_node(), sdg), orelse)
+        orelse = to_tempo_ast(node.if_get_else_node(), sdg, loop, steps) if node.if_has_else_node() else None
+        return ast.If(_expr(node.if_get_cond()), to_tempo_ast(node.if_get_then_node(), sdg, loop, steps), orelse)
     if kind == isl.ast_node_type.user:
         call = node.user_get_expr()
         name = call.get_op_arg(0).get_id().get_name()
@@ -190,9 +299,13 @@ def to_tempo_ast(node: isl.AstNode, sdg: SDG) -> ast.Stmt:
         if name[0] in _MOVES:  # the moved point is the call's last arguments (a reader's point may precede it)
             point = point[len(point) - len(sdg.nodes[node_id].domain):]
             return _MOVES[name[0]](node_id, point, label, tuple(parts[1:]))
+        point = tuple(symbol(steps[d.name]) if d.name in steps else p for d, p in zip(sdg.nodes[node_id].domain, point))
         return ast.Execute(node_id, point, label)
     if kind == isl.ast_node_type.mark:
-        return to_tempo_ast(node.mark_get_node(), sdg)
+        mark = node.mark_get_id().get_name()
+        if mark.startswith(STEP_MARK) and loop is not None:
+            steps = {**steps, mark[len(STEP_MARK):]: loop}
+        return to_tempo_ast(node.mark_get_node(), sdg, loop, steps)
     raise ScheduleError(f"unexpected isl AST node {kind}")
 
 

@@ -1,18 +1,40 @@
-"""Scheduling-only orderings: validity constraints that carry no data.
+"""Scheduling-only orderings: validity constraints that carry no data, and the loops the
+schedule nests statements in.
 
 The scheduler (:func:`tempo.schedule.isl_schedule.compute_schedule`) orders
 statements by their reads; these edges add the orders a program needs
 beyond them: a sink runs within the iteration it observes, a
 ``tpo.stop_when`` check is a barrier between the steps of its dim, and a
 ``tpo.end_when`` check closes the loop of the dim it ends.
+
+Nesting policy (:func:`nesting`): every statement over a state's dim (the ``i`` of
+parameters and optimizer moments, that acting's ``t`` nests in) runs inside the loop over
+that dim, at its own step: the loop is the outermost band of the schedule for all of them,
+each statement's coordinate along it its own ``i``, and isl schedules one step's statements
+(the dependences between statements at the same ``i``). What the loop reads and nothing of
+it feeds runs before it; what reads the loop, after it. So what does not depend on the
+learner (an environment's done flags, its episode resets) runs in the iteration that uses
+it, not in a loop nest of its own before the main loop for all iterations at once, and what
+reads a length ``T[i]`` that ``tpo.end_when`` sets runs in the iteration that sets it.
+Orderings alone cannot say this: they order a statement after the state at ``i`` and before
+the state at ``i + 1``, and isl may then run it at the start of iteration ``i + 1`` (a shift
+Feautrier's scheduler takes to carry more dependences). Inside the loop, a statement over a
+recurrence's dims that reads no later step of it runs inside that recurrence's loop
+(:func:`within_step_loops`), where isl can meet it. A program where a statement reads a later
+step of the state's dim, where the loop reads what reads the loop, with states over more than
+one dim that others nest in, or with tiles, keeps isl's own schedule of the whole program.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from tempo.ir.ends import depends_on_length, ends
 from tempo.ir.ops import STOP_LABEL, MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
 from tempo.symbolic.expr import Expr, bound_of, make_slice, seq
 from tempo.symbolic.simplify import simplify
+
+REPORT_LABELS = ("sink", "checkpoint")  # the user functions that report a run's values
 
 
 def sinks_before_next_state(sdg: SDG, roots) -> list[Edge]:
@@ -37,6 +59,89 @@ def sinks_before_next_state(sdg: SDG, roots) -> list[Edge]:
                           for d in sink.domain))
             out.append(Edge(p, -1, s, 0, index, last >= 1))
     return out
+
+
+@dataclass(frozen=True)
+class Nesting:
+    """The loops :func:`tempo.schedule.isl_schedule.compute_schedule` nests statements in: ``loop``,
+    the dim of the program's states whose loop holds every statement over it (:func:`state_loop`),
+    and ``steps``, the orderings that run statements inside the loops of recurrences nested in it
+    (:func:`within_step_loops`)."""
+
+    loop: Expr
+    steps: list[Edge]
+
+
+def nesting(sdg: SDG, executed) -> Nesting | None:
+    """How the schedule nests the statements of ``sdg`` (see the module's policy). None for a program
+    without a state loop (:func:`state_loop`), and for a program with tiles: shift fusion
+    (:mod:`tempo.schedule.shift_fusion`) moves its learner's tiles into acting's loop, which needs
+    what they read of the other statements (an environment's done flags, read whole) computed
+    before acting."""
+    loop = None if sdg.tiles else state_loop(sdg, executed)
+    return None if loop is None else Nesting(loop, within_step_loops(sdg, executed))
+
+
+def state_loop(sdg: SDG, executed) -> Expr | None:
+    """The dim of the program's states (MergeOps over that one dim: parameters, optimizer moments)
+    that other dims nest in (acting's ``t`` in ``i``), where there is one such dim. A program with
+    one dim (a recurrence over ``t`` alone) has none: what isl computes ahead there is its input,
+    read by the loop's steps."""
+    outer = {id(d) for n, node in sdg.nodes.items() if n in executed for d in node.domain[:-1]}
+    dims = {id(node.domain[0]): node.domain[0] for n, node in sdg.nodes.items()
+            if isinstance(node.op, MergeOp) and len(node.domain) == 1 and n in executed and id(node.domain[0]) in outer}
+    return next(iter(dims.values())) if len(dims) == 1 else None
+
+
+def within_step_loops(sdg: SDG, executed) -> list[Edge]:
+    """Run every statement over the dims of a recurrence nested in another dim (acting's
+    observations over ``(i, t)``) inside that recurrence's loop, at its own step, where the
+    statement reads no later step of it (an environment's done flags beside acting; not the
+    returns or the learner, which read ahead): the statement at ``(i, t)`` runs after the
+    recurrence at ``(i, t)``, and all of it at ``t - 1`` runs before the recurrence at ``t``."""
+    states: dict[tuple, int] = {}
+    for n, node in sdg.nodes.items():
+        if isinstance(node.op, MergeOp) and len(node.domain) > 1 and n in executed:
+            states.setdefault(tuple(map(id, node.domain)), n)
+    out = []
+    for p in states.values():
+        dims = sdg.nodes[p].domain
+        last, ahead = dims[-1], _reading_ahead(sdg, dims[-1])
+        for n, node in sdg.nodes.items():
+            inside = tuple(map(id, node.domain[:len(dims)])) == tuple(map(id, dims))
+            if n == p or n not in executed or n in ahead or _reports(node) or not inside:
+                continue
+            out.append(Edge(n, -1, p, 0, seq(*dims)))
+            index = seq(*(last - 1 if d is last else d if any(d is x for x in dims) else make_slice(0, bound_of(d))
+                          for d in node.domain))
+            out.append(Edge(p, -1, n, 0, index, last >= 1))
+    return out
+
+
+def _reports(node) -> bool:
+    """Whether ``node`` is a sink or a checkpoint: :func:`sinks_before_next_state` places those."""
+    return isinstance(node.op, UDFOp) and node.op.label in REPORT_LABELS
+
+
+def _reading_ahead(sdg: SDG, dim: Expr) -> set[int]:
+    """The nodes that read, or read what reads, a step of ``dim`` past their own."""
+    ahead = set()
+    for e in sdg.edges:
+        axis = next((k for k, d in enumerate(sdg.nodes[e.src].domain) if d is dim), None)
+        if axis is None:
+            continue
+        index = e.index.args[axis]
+        end = simplify((index.args[1] - 1 if index.op == "slice" else index) - dim)
+        if not (end.is_const and end.value <= 0):
+            ahead.add(e.sink)
+    todo = list(ahead)
+    while todo:
+        n = todo.pop()
+        for e in sdg.edges:
+            if e.src == n and e.sink not in ahead:
+                ahead.add(e.sink)
+                todo.append(e.sink)
+    return ahead
 
 
 def stops_early(sdg: SDG, executed) -> list[Edge]:

@@ -57,6 +57,16 @@ def test_quick_run_times_every_system_at_the_default_point(tmp_path):
     assert "Tempo compile stages" in stdout and "speed-up" in stdout and "against PureJaxRL whole-run" in stdout
 
 
+def test_ppo_on_jax_runs_its_iterations_on_the_device(tmp_path):
+    """PPO's learner reads acting's done flags, which its last iteration does not compute at the last
+    step (nothing reads them there): the loop over i still runs as one device program."""
+    report, _ = harness(tmp_path, "--algo", "ppo", "--systems", "tempo-jax")
+    measured = report["results"][0]["systems"]["tempo-jax"]
+    assert "skipped" not in measured, measured
+    launches = measured["launches_per_iteration"]
+    assert max(launches) <= 1, launches                             # 8 an iteration where i runs on the host
+
+
 @pytest.mark.slow
 def test_quick_ppo_sweep_reuses_the_default_point_and_reports_what_it_skips(tmp_path):
     report, stdout = harness(tmp_path, "--algo", "ppo", "--sweep", "steps", "--points", "64",
