@@ -48,7 +48,8 @@ def stop_when(flag: RT) -> RT:
     """``tpo.stop_when(flag)``: end the run at the first point where every element of ``flag``
     holds. The check at a step of the flag's last dim runs as soon as the flag is known:
     before everything at that step that the flag does not read and everything at the next
-    step; nothing scheduled after it runs; fetched tensors hold what was
+    step, except the sinks and checkpoints that read nothing else at that step (they report the
+    step that stops the run); nothing scheduled after it runs; fetched tensors hold what was
     computed until then (the points not reached are undefined: NaN or 0), and the program's
     ``stopped_at`` is the point (dim name -> step)."""
     def check(value, point):

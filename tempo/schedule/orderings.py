@@ -148,7 +148,8 @@ def stops_early(sdg: SDG, executed) -> list[Edge]:
     """Make each ``tpo.stop_when`` check a barrier between the steps of its flag's last dim:
     the check at a step runs after everything at the step before, and before everything at
     its own step that the flag does not read and everything at the next step; so a run it
-    ends computes nothing past what decided it. The checks of ``tpo.end_when`` count as read:
+    ends computes nothing past what decided it. Sinks and checkpoints of nothing but what the
+    flag reads run before the check at their step, so they report the step that stops the run. The checks of ``tpo.end_when`` count as read:
     what the flag reads may depend on the lengths they set."""
     def at(dims, of, shift):  # the point of ``of``'s dims at ``dims``' step, ``shift`` back along the last
         return seq(*(d - shift if d is last else d if any(x is d for x in dims)
@@ -162,6 +163,10 @@ def stops_early(sdg: SDG, executed) -> list[Edge]:
         reads = _same_step_reads(sdg, s, last)
         for c in ends(sdg).values():  # an end check, and what it reads, decide the step too
             reads |= {c} | _same_step_reads(sdg, c, last)
+        observers = _observers(sdg, executed, reads, last)
+        for k in observers:  # a sink of what decided the step reports it before the check
+            out.append(Edge(s, -1, k, 0, at(stop.domain, sdg.nodes[k].domain, 0)))
+        reads |= observers
         for n, node in sdg.nodes.items():
             if n == s or n not in executed or not any(d is last for d in node.domain):
                 continue
@@ -169,6 +174,14 @@ def stops_early(sdg: SDG, executed) -> list[Edge]:
             out.append(Edge(n, -1, s, 0, at(node.domain, stop.domain, shift), last >= 1 if shift else None))
             out.append(Edge(s, -1, n, 0, at(stop.domain, node.domain, 1), last >= 1))
     return out
+
+
+def _observers(sdg: SDG, executed, reads: set[int], dim: Expr) -> set[int]:
+    """The sinks and checkpoints over ``dim`` that read, at their step, nothing but ``reads``: a check that
+    stops the run runs after them, so they report the step that decided it."""
+    return {n for n, node in sdg.nodes.items()
+            if n in executed and isinstance(node.op, UDFOp) and node.op.label in REPORT_LABELS
+            and any(d is dim for d in node.domain) and _same_step_reads(sdg, n, dim) <= reads}
 
 
 def _same_step_reads(sdg: SDG, n: int, dim: Expr) -> set[int]:
