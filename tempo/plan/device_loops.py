@@ -26,12 +26,18 @@ a loop may also hold sinks and checkpoints (user functions labelled
 the host calls them after the launch, in order. The whole run over ``i``
 is then one device program.
 
+A loop over a dim that ends at run time (``tpo.end_when``) holds the dim's
+check; it qualifies like any loop, the check a step whose flag the device
+reduces (:attr:`LoopPlan.end`), so that the loop runs in chunks of steps
+and exits on the host after the chunk where the flag first holds.
+
 :mod:`tempo.runtime.device_loops` runs the plans.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tempo.ir.ends import is_end
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.schedule import ast
@@ -73,7 +79,8 @@ class Step:
 class LoopPlan:
     """A loop the device runs whole: its steps in body order; ``carried``: (node, output) -> how
     many past iterations' values the body reads; ``written_back``: what is stored after the loop;
-    ``frees``: the loop's Free statements of stores that hold something (with their conditions)."""
+    ``frees``: the loop's Free statements of stores that hold something (with their conditions);
+    ``end``: the step of the ``tpo.end_when`` check of the loop's dim, if it holds one."""
 
     loop: ast.Loop
     steps: tuple[Step, ...]
@@ -81,6 +88,7 @@ class LoopPlan:
     written_back: tuple[tuple[int, int], ...]
     frees: tuple[tuple[ast.Free, tuple[Expr, ...]], ...]
     nested: tuple["Nested", ...] = ()
+    end: int | None = None
 
     def signature(self) -> tuple:
         """What a compiled form of this loop depends on besides its AST: where each input comes from,
@@ -88,7 +96,7 @@ class LoopPlan:
         sources = tuple((src.kind, src.key, src.shift) for step in self.steps for src in step.inputs)
         inner = tuple((n.at, n.plan.signature(), tuple((k, s.kind, s.key, s.shift) for k, s in n.inputs))
                       for n in self.nested)
-        return sources, tuple(sorted(self.carried.items())), self.written_back, inner
+        return sources, tuple(sorted(self.carried.items())), self.written_back, inner, self.end
 
 
 @dataclass(frozen=True)
@@ -125,9 +133,10 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
     if len(writers) != len(executes) or any(counts[n] != 1 for n in writers):
         return None
     steps = _steps(sdg, executes, kinds, host, False,
-                   lambda e, index, order: _source(e, index, loop.var, writers, order, host))
+                   lambda e, index, order: _source(e, index, loop.var, writers, order, host), loop.var)
     if steps is None:
         return None
+    ends = [k for k, step in enumerate(steps) if is_end(step.node)]
     carried = _carried(steps)
     executed = set(counts)
     written_back = tuple((n, j) for n in writers for j in range(len(sdg.nodes[n].shapes))
@@ -135,7 +144,7 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
                                              for e in sdg.edges if e.src == n and e.src_out == j))
     frees = tuple((s, guard) for s, guard in body if isinstance(s, ast.Free)
                   and (s.node_id not in writers or any(key[0] == s.node_id for key in written_back)))
-    return LoopPlan(loop, tuple(steps), carried, written_back, frees)
+    return LoopPlan(loop, tuple(steps), carried, written_back, frees, end=ends[0] if ends else None)
 
 
 def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host, body) -> LoopPlan | None:
@@ -153,7 +162,7 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
             at += 1
         elif isinstance(s, ast.Loop):
             inner = plan(sdg, s, program, kinds, keep, host)
-            if inner is None or inner.nested:
+            if inner is None or inner.nested or inner.end is not None:
                 return None
             inner_plans.append((s, guard, inner, at))
     inner_writers = {step.node.id: (k, s, step) for k, (s, _, inner, _) in enumerate(inner_plans)
@@ -226,13 +235,16 @@ def _body(stmt: ast.Stmt, guard: tuple, nested: bool = True):
     return [(stmt, guard)]
 
 
-def _steps(sdg: SDG, executes: list, kinds: dict, host, deferred_ok: bool, source_of) -> list[Step] | None:
+def _steps(sdg: SDG, executes: list, kinds: dict, host, deferred_ok: bool, source_of,
+           var: str | None = None) -> list[Step] | None:
     """The device loop's steps, one per Execute, each input's source given by ``source_of(edge, index at
-    the step's point, order)``; None where a statement or a read cannot run on the device."""
+    the step's point, order)``; None where a statement or a read cannot run on the device. ``var``: the
+    counter of a loop that may hold the end check of its own dim (at the point ``(..., var)``)."""
     steps = []
     for order, (ex, guard) in enumerate(executes):
         node = sdg.nodes[ex.node_id]
-        if not _on_device(node, kinds, host, deferred_ok):
+        ending = var is not None and is_end(node) and ex.point[-1].op == "sym" and ex.point[-1].name == var
+        if not (ending or _on_device(node, kinds, host, deferred_ok)):
             return None
         at = dict(zip(node.domain, ex.point))
         inputs, conds = [], []

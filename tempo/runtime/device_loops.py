@@ -32,6 +32,17 @@ skips the rest), the carry handed from one to the next, so that its sinks
 report as it goes. Each launch is prepared just before it; where the first
 cannot run, the host loop runs the loop, and a later one that cannot (its
 iterations compile differently) is an error.
+
+A loop over a dim that ends at run time (its plan's ``end``: the
+``tpo.end_when`` check of the dim) runs in chunks of ``k`` steps, one
+launch each (:meth:`~tempo.runtime.ends.EndCheck.chunk`), from step 0 up to
+the cap the run gives the dim, the carry handed from one to the next. The
+host reads the chunk's flags once per launch (one transfer), and the first
+that holds ends the loop there: the steps before it and it are written back
+and freed as in any launch, and the device skipped every step after it, so
+that the stores hold exactly ``0:T`` and the results are the same for every
+``k``. The generated code then sets the dim's bound to the length the
+dim's :class:`~tempo.runtime.ends.EndCheck` records.
 """
 from __future__ import annotations
 
@@ -73,7 +84,7 @@ class DeviceLoop:
                        for n, inner in zip(plan.nested, getattr(compiled, "nested", ()))]
         self.nested_guards = [[compile_expr(c) for c in n.guard] for n in plan.nested]
         self.deferred = [(s, backend.kernel(step.node.op)) for s, step in enumerate(plan.steps)
-                         if isinstance(step.node.op, UDFOp)]
+                         if isinstance(step.node.op, UDFOp) and s != plan.end]
         self.schedule_names = sorted({s.name for e in exprs for s in e.free_symbols()} - {var})
         self.schedules: dict[tuple, tuple] = {}
         self.guards = [[compile_expr(c) for c in step.guard] for step in plan.steps]
@@ -90,14 +101,17 @@ class DeviceLoop:
                             plan.frees]
         self.rows_slices = {(s, k): compile_expr(src.index.args[-1]) for s, step in enumerate(plan.steps)
                             for k, src in enumerate(step.inputs) if src.kind == ROWS}
+        self.check = None  # the EndCheck of the loop's dim, where it ends at run time (bound per run)
         self.failed: set[tuple] = set()
         self.launched: list[tuple[int, float]] = []  # (iterations, wall seconds but compiles) of each launch
 
-    def bind(self, stores: dict, ledger) -> DeviceLoop:
-        """This loop (and its nested loops) on one run's ``stores`` and ``ledger``, with nothing launched yet."""
+    def bind(self, stores: dict, ledger, checks: dict | None = None) -> DeviceLoop:
+        """This loop (and its nested loops) on one run's ``stores``, ``ledger`` and end checks
+        (node -> :class:`~tempo.runtime.ends.EndCheck`), with nothing launched yet."""
         run = copy.copy(self)
         run.stores, run.ledger = stores, ledger
-        run.nested = [nested.bind(stores, ledger) for nested in self.nested]
+        run.check = None if self.plan.end is None else checks[self.plan.steps[self.plan.end].node.id]
+        run.nested = [nested.bind(stores, ledger, checks) for nested in self.nested]
         run.schedules, run.failed, run.launched = {}, set(), []
         return run
 
@@ -105,6 +119,8 @@ class DeviceLoop:
         counters, runs, sels = self._schedule(env)
         if not counters:
             return True
+        if self.plan.end is not None:
+            return self._run_to_end(env, counters, runs, sels)
         if not self.plan.nested:
             prepared = self._prepared(env, counters, runs, sels, True, len(counters))
             return prepared is not None and self._launch(prepared, None) is not None
@@ -122,6 +138,29 @@ class DeviceLoop:
                     raise TempoError(f"the device loop over {self.var} cannot run its iterations from "
                                      f"{counters[part.start]} on as it ran the first")
                 return False
+        return True
+
+    def _run_to_end(self, env: dict, counters: list, runs, sels) -> bool:
+        """Chunks of the check's ``k`` steps until the flag holds or the cap is reached (see the
+        module docstring); False where the first chunk cannot run on the device."""
+        rows = self.check.chunk(len(counters))
+        ring, ran, reads = None, 0, 0
+        for start in range(0, len(counters), rows):
+            part = slice(start, start + rows)
+            prepared = self._prepared(env, counters[part], [r[part] for r in runs],
+                                      [None if x is None else x[part] for x in sels], ring is None, rows)
+            done = None if prepared is None else self._launch(prepared, ring, ending=True)
+            if done is None:
+                if start:
+                    raise TempoError(f"the device loop over {self.var} cannot run its steps from "
+                                     f"{counters[start]} on as it ran the first")
+                return False
+            ring, kept, ended = done
+            ran, reads = start + kept, reads + 1
+            if ended:
+                break
+        outer = self.points[self.plan.end](dict(env, **{self.var: counters[0]}))[:-1]
+        self.check.ended(outer, counters[ran - 1] + 1, ran, reads, rows)
         return True
 
     def compile_seconds(self) -> float:
@@ -146,16 +185,25 @@ class DeviceLoop:
         key = (rows, keys)
         return None if key in self.failed else (key, envs, runs, closed, xs, ring0, time.perf_counter() - started)
 
-    def _launch(self, prepared, ring):
+    def _launch(self, prepared, ring, ending: bool = False):
         """One prepared launch, from ``ring`` (None: its own initial carry): the final carry, or None
-        (nothing changed) where it cannot run."""
+        (nothing changed) where it cannot run. ``ending``: the loop holds its dim's end check; the
+        answer is then the final carry, how many of the launch's steps ran (up to and including
+        the first whose flag holds), the only ones written back, and whether a flag held."""
         key, envs, runs, closed, xs, ring0, seconds = prepared
         started, compiled = time.perf_counter(), self.compile_seconds()
+        if ending:
+            xs = dict(xs, end=runs[self.plan.end])
         try:
             ring, ys = self.compiled(key, len(envs), closed, xs, ring0 if ring is None else ring)
         except Exception:  # noqa: BLE001  the loop statement by statement says what failed, at its user's line
             self.failed.add(key)
             return None
+        if ending:  # the chunk's flags, read on the host at once
+            held = np.flatnonzero(self.backend.to_numpy(ys[-1]))
+            kept, ended = (int(held[0]) + 1, True) if held.size else (len(envs), False)
+            envs, runs = envs[:kept], [r[:kept] for r in runs]
+            ys = [y if kept == y.shape[0] else y[:kept] for y in ys[:-1]]
         written = len(self.plan.written_back)
         self._write_back(ys[:written], envs, runs)
         self._call_deferred(ys[written:], envs, runs)
@@ -167,7 +215,7 @@ class DeviceLoop:
                     nested._free([dict(e, **{nested.var: c}) for c in inner])
         self.ledger.launches += 1
         self.launched.append((len(envs), seconds + time.perf_counter() - started - self.compile_seconds() + compiled))
-        return ring
+        return (ring, len(envs), ended) if ending else ring
 
     def _rows_covered(self, env: dict, counters: list, runs: list) -> bool:
         """Whether every read of a nested loop's rows reads the rows the loop wrote in its iteration
@@ -230,7 +278,7 @@ class DeviceLoop:
             dims = self._dim_env(s, env, envs[first])
             keys.append(self.compiled.static_key(s, dims))
             if self.compiled.needs_args(s):
-                if not ran.any() and not self.plan.nested:
+                if not ran.any() and not self.plan.nested and self.plan.end is None:
                     return None
                 forms, leaves = set(), {}
                 for e, r in zip(envs, ran):

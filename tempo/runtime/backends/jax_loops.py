@@ -21,6 +21,14 @@ of rows (the key's trip count: the longest launch) and skips the rows past
 the launch's trip count under ``lax.cond``, so that launches of fewer
 iterations share its one compile; the carry (parameters, optimizer state)
 is donated to the program.
+
+A loop that holds the end check of its dim (``tpo.end_when``;
+:attr:`~tempo.plan.device_loops.LoopPlan.end`) runs the same way, a launch
+per chunk of steps: the check's step reduces its flag (every element holds,
+where the check runs at that step), the flags of the chunk's steps are an
+output for the host, and a flag in the scan's carry skips every step after
+the first where it holds, so that no step past the dim's end computes
+anything.
 """
 from __future__ import annotations
 
@@ -83,7 +91,7 @@ class LoopProgram:
 
     def __call__(self, key: tuple, trips: int, closed: dict, xs: dict, ring0: dict):
         fn = self.fns.get(key)
-        if not self.nested:
+        if not self.nested and self.plan.end is None:
             if fn is None:
                 fn = self.fns[key] = jax.jit(self._traced(key))
             return fn(closed, self.consts(), xs, ring0)
@@ -119,7 +127,7 @@ class LoopProgram:
                 shapes.append(None)
         nested = [(n, inner._traced(keys.pop(0))) for n, inner in zip(self.plan.nested, self.nested)]
         plan = self.plan
-        deferred = [s for s, step in enumerate(plan.steps) if isinstance(step.node.op, ops.UDFOp)]
+        deferred = [s for s, step in enumerate(plan.steps) if isinstance(step.node.op, ops.UDFOp) and s != plan.end]
 
         def body_of(closed, consts):
             def body(ring, x):
@@ -129,6 +137,9 @@ class LoopProgram:
                         if n.at == s:
                             _run_nested(k, n, inner, closed, consts, x, values, ring)
                     ins = [_input(src, f"{s}.{k}", closed, x, values, ring) for k, src in enumerate(step.inputs)]
+                    if s == plan.end:
+                        kept[s] = (jnp.all(ins[0]) & x["end"],)
+                        continue
                     if s in deferred:
                         kept[s] = tuple(ins)
                         continue
@@ -145,7 +156,8 @@ class LoopProgram:
                     if n.at == len(plan.steps):
                         _run_nested(k, n, inner, closed, consts, x, values, ring)
                 new = {f"{n}_{j}": (values[(n, j)],) + ring[f"{n}_{j}"][:-1] for n, j in plan.carried}
-                return new, tuple(values[key] for key in plan.written_back) + tuple(kept[s] for s in deferred)
+                flag = () if plan.end is None else kept[plan.end]
+                return new, tuple(values[key] for key in plan.written_back) + tuple(kept[s] for s in deferred) + flag
 
             return body
 
@@ -166,7 +178,25 @@ class LoopProgram:
 
             return lax.scan(row, ring0, (jnp.arange(trips), xs), length=trips)
 
-        return whole_run if self.nested else device_loop
+        def ending_run(closed, consts, xs, ring0, ran):
+            body = body_of(closed, consts)
+            first = jax.tree_util.tree_map(lambda a: a[0], xs)
+            _, shaped = jax.eval_shape(body, ring0, first)
+
+            def skipped(ring, _x):
+                return ring, jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shaped)
+
+            def row(carry, kx):
+                (ring, ended), (k, x) = carry, kx
+                ring, ys = lax.cond((k < ran) & ~ended, body, skipped, ring, x)
+                return (ring, ended | ys[-1]), ys
+
+            (ring, _), ys = lax.scan(row, (ring0, jnp.bool_(False)), (jnp.arange(trips), xs), length=trips)
+            return ring, ys
+
+        if self.nested:
+            return whole_run
+        return device_loop if plan.end is None else ending_run
 
 
 def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, values: dict, ring: dict) -> None:
