@@ -116,11 +116,11 @@ class DeviceLoop:
         return run
 
     def __call__(self, env: dict) -> bool:
+        if self.plan.end is not None:
+            return self._run_to_end(env)
         counters, runs, sels = self._schedule(env)
         if not counters:
             return True
-        if self.plan.end is not None:
-            return self._run_to_end(env, counters, runs, sels)
         if not self.plan.nested:
             prepared = self._prepared(env, counters, runs, sels, True, len(counters))
             return prepared is not None and self._launch(prepared, None) is not None
@@ -140,27 +140,29 @@ class DeviceLoop:
                 return False
         return True
 
-    def _run_to_end(self, env: dict, counters: list, runs, sels) -> bool:
-        """Chunks of the check's ``k`` steps until the flag holds or the cap is reached (see the
+    def _run_to_end(self, env: dict) -> bool:
+        """Chunks of the check's ``k`` steps until the flag holds or the loop's last step (see the
         module docstring); False where the first chunk cannot run on the device."""
-        rows = self.check.chunk(len(counters))
-        ring, ran, reads = None, 0, 0
-        for start in range(0, len(counters), rows):
-            part = slice(start, start + rows)
-            prepared = self._prepared(env, counters[part], [r[part] for r in runs],
-                                      [None if x is None else x[part] for x in sels], ring is None, rows)
+        every = self.check.chunk()
+        rows, ring, ran, reads, last = None, None, 0, 0, None
+        for counters in self._counters(env, every):
+            if not counters:
+                break
+            rows = rows or len(counters)  # a loop shorter than k compiles its own length
+            prepared = self._prepared(env, counters, *self._runs(env, counters), ring is None, rows)
             done = None if prepared is None else self._launch(prepared, ring, ending=True)
             if done is None:
-                if start:
+                if ran:
                     raise TempoError(f"the device loop over {self.var} cannot run its steps from "
-                                     f"{counters[start]} on as it ran the first")
+                                     f"{counters[0]} on as it ran the first")
                 return False
             ring, kept, ended = done
-            ran, reads = start + kept, reads + 1
+            ran, reads, last = ran + kept, reads + 1, counters[kept - 1]
             if ended:
                 break
-        outer = self.points[self.plan.end](dict(env, **{self.var: counters[0]}))[:-1]
-        self.check.ended(outer, counters[ran - 1] + 1, ran, reads, rows)
+        if last is not None:
+            outer = self.points[self.plan.end](dict(env, **{self.var: last}))[:-1]
+            self.check.ended(outer, last + 1, ran, reads, rows)
         return True
 
     def compile_seconds(self) -> float:
@@ -241,20 +243,34 @@ class DeviceLoop:
         cached = self.schedules.get(key)
         if cached is not None:
             return cached
-        local, counters = dict(env), []
+        counters = next(self._counters(env, None))
+        cached = self.schedules[key] = (counters, *self._runs(env, counters))
+        return cached
+
+    def _counters(self, env: dict, rows: int | None):
+        """The loop's counter values in lists of ``rows`` (None: one list of them all, empty where
+        the loop runs no iteration)."""
+        local = dict(env)
         local[self.var] = self.start(local)
-        while self.cond(local):
-            counters.append(local[self.var])
-            local[self.var] += 1
+        while True:
+            counters = []
+            while (rows is None or len(counters) < rows) and self.cond(local):
+                counters.append(local[self.var])
+                local[self.var] += 1
+            yield counters
+            if not counters or rows is None:
+                return
+
+    def _runs(self, env: dict, counters: list):
+        """Whether each step runs at each of ``counters``, and each merge's branch there."""
+        at = [dict(env, **{self.var: c}) for c in counters]
         runs, sels = [], []
         for guards, branches in zip(self.guards, self.branches):
-            at = [dict(env, **{self.var: c}) for c in counters]
             runs.append(np.array([all(g(e) for g in guards) for e in at], dtype=bool))
             sels.append(None if branches is None else
                         np.array([next((k for k, b in enumerate(branches) if b is None or b(e)), -1) for e in at],
                                  dtype=np.int32))
-        cached = self.schedules[key] = (counters, runs, sels)
-        return cached
+        return runs, sels
 
     def _prepare(self, env: dict, envs: list[dict], runs, sels, provided=frozenset(), initial: bool = True):
         """The compiled loop's static key, its inputs, per-iteration values and initial carry

@@ -85,9 +85,9 @@ class EndCheck:
         self._choose(t + 1, end)
         return end
 
-    def chunk(self, cap: int) -> int:
-        """The steps of each launch of a device loop over the dim of ``cap`` steps at most."""
-        return max(1, min(cap, self.configured or MAX_EVERY))
+    def chunk(self) -> int:
+        """The steps of each launch of a device loop over the dim (fewer where the loop is shorter)."""
+        return self.configured or MAX_EVERY
 
     def ended(self, outer: tuple, length: int, steps: int, reads: int, every: int) -> None:
         """A device loop over the dim at the outer point ``outer`` ended at ``length``: ``steps`` run on
