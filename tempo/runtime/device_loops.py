@@ -54,7 +54,7 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
-from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROWS, LoopPlan, Source
+from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, STACKED, LoopPlan, Source
 from tempo.symbolic.affine import counter, uses
 from tempo.symbolic.evaluate import compile_expr, shape_at
 from tempo.symbolic.expr import seq
@@ -101,6 +101,14 @@ class DeviceLoop:
                             plan.frees]
         self.rows_slices = {(s, k): compile_expr(src.index.args[-1]) for s, step in enumerate(plan.steps)
                             for k, src in enumerate(step.inputs) if src.kind == ROWS}
+        owner = {step.node.id: k for k, n in enumerate(plan.nested) for step in n.plan.steps}
+        self.row_reads = {(s, k): (compile_expr(src.index.args[src.shift]), self.nested[owner[src.key[0]]],
+                                   self.nested[owner[src.key[0]]].writer[src.key])
+                          for s, step in enumerate(plan.steps) for k, src in enumerate(step.inputs) if src.kind == ROW}
+        self.stacked_from = [{owner[src.key[0]] for _, src in n.inputs if src.kind == STACKED} for n in plan.nested]
+        self.invariant = [{f"{s}.{k}" for s, step in enumerate(n.plan.steps) for k, src in enumerate(step.inputs)
+                           if src.kind == GATHERED and not uses(src.index, var)} for n in plan.nested]
+        self.nested_rows = {key: k for k, n in enumerate(plan.nested) for key in n.plan.written_back}
         self.check = None  # the EndCheck of the loop's dim, where it ends at run time (bound per run)
         self.failed: set[tuple] = set()
         self.launched: list[tuple[int, float]] = []  # (iterations, wall seconds but compiles) of each launch
@@ -149,7 +157,9 @@ class DeviceLoop:
             if not counters:
                 break
             rows = rows or len(counters)  # a loop shorter than k compiles its own length
-            prepared = self._prepared(env, counters, *self._runs(env, counters), ring is None, rows)
+            runs, sels = self._runs(env, counters)
+            covered = not self.plan.nested or self._rows_covered(env, counters, runs)
+            prepared = self._prepared(env, counters, runs, sels, ring is None, rows) if covered else None
             done = None if prepared is None else self._launch(prepared, ring, ending=True)
             if done is None:
                 if ran:
@@ -281,7 +291,7 @@ class DeviceLoop:
             ran = runs[s]
             for k, src in enumerate(step.inputs):
                 wanted = ran if sels[s] is None else ran & (sels[s] == k)
-                if src.kind == CLOSED and f"{s}.{k}" in provided:
+                if src.kind in (CLOSED, GATHERED) and f"{s}.{k}" in provided:
                     continue
                 if src.kind == CLOSED:
                     closed[f"{s}.{k}"] = (self._read(src, self.indexes[s][k](env)) if wanted.any()
@@ -309,6 +319,11 @@ class DeviceLoop:
         ring0 = {f"{n}_{j}": tuple(self._initial(n, j, env, envs[0], back) for back in range(1, depth + 1))
                  for (n, j), depth in self.plan.carried.items()} if initial else None
         xs = {"sel": sel_xs, "g": gathered, "a": arg_xs}
+        if self.row_reads:
+            rows = self._row_positions(envs, runs)
+            if rows is None:
+                return None
+            xs["row"] = rows
         for k, nested in enumerate(self.plan.nested):
             inner = self._prepare_nested(k, nested, envs)
             if inner is None:
@@ -322,24 +337,42 @@ class DeviceLoop:
         enclosing loop too, its initial carry) and its per-iteration values of every enclosing iteration
         (stacked); None where the iterations differ in what compiles."""
         loop = self.nested[k]
-        provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED)}
+        provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED)}
         per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
+        writers = {self.nested[w] for w in self.stacked_from[k]}
         keys, once, stacked = set(), None, []
         for e in envs:
             counters, runs, sels = loop._schedule(e)
-            if not counters:
+            if not counters or any(w._schedule(e)[0] != counters for w in writers):
                 return None
             prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, provided)
             if prepared is None:
                 return None
             key, closed, xs, ring0 = prepared
             keys.add(key)
-            if once is None:
-                once = {"c": {n: v for n, v in closed.items() if n not in per_iteration}, "r": ring0}
+            if once is None:  # what is the same at every iteration of this loop, read once
+                once = {"c": {n: v for n, v in closed.items() if n not in per_iteration}, "r": ring0,
+                        "g": {n: v for n, v in xs["g"].items() if n in self.invariant[k]}}
+            xs = dict(xs, g={n: v for n, v in xs["g"].items() if n not in self.invariant[k]})
             stacked.append({"x": xs, "g": {n: closed[n] for n in per_iteration}})
         if len(keys) != 1:
             return None
         return keys.pop(), once, self._stack(stacked)
+
+    def _row_positions(self, envs: list[dict], runs) -> dict | None:
+        """Per iteration, the row of a nested loop's rows each ``row`` read picks (None where one is
+        outside the rows the loop ran, at an iteration where the reading step runs)."""
+        out = {}
+        for (s, k), (point, nested, writer) in self.row_reads.items():
+            rows = []
+            for e, ran in zip(envs, runs[s]):
+                counters, inner_runs, _ = nested._schedule(e)
+                row = point(e) - counters[0] if counters else -1
+                if ran and not (0 <= row < len(counters) and inner_runs[writer][row]):
+                    return None
+                rows.append(max(row, 0))
+            out[f"{s}.{k}"] = np.array(rows, dtype=np.int32)
+        return out
 
     def _stack(self, trees: list):
         """Dicts of the same keys, their leaves stacked along a new leading axis (on the host: one
@@ -384,6 +417,10 @@ class DeviceLoop:
         """The carried value of ``back`` iterations before the first: from the store where a
         previous launch wrote it back, else zeros (no run reads it)."""
         node = self.sdg.nodes[n]
+        if (n, j) in self.nested_rows:  # a nested loop's rows, one per iteration of it
+            rows = len(self.nested[self.nested_rows[(n, j)]]._schedule(first)[0])
+            shape = (rows, *shape_at(node.shapes[j], env))
+            return self.backend.cast(np.zeros(shape, node.dtypes[j]), node.dtypes[j])
         if (n, j) in self.plan.written_back:
             at = dict(first, **{self.var: first[self.var] - back})
             try:

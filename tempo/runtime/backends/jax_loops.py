@@ -43,7 +43,7 @@ from tempo.errors import TempoError
 from tempo.ir import ops
 import numpy as np
 
-from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROWS, LoopPlan
+from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, STACKED, LoopPlan
 from tempo.runtime.backends.jax import Island, _index_form, _row
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
@@ -172,41 +172,28 @@ class LoopProgram:
             def skipped(ring, _x):
                 return ring, jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shaped)
 
-            def row(ring, kx):
-                k, x = kx
-                return lax.cond(k < ran, body, skipped, ring, x)
-
-            return lax.scan(row, ring0, (jnp.arange(trips), xs), length=trips)
-
-        def ending_run(closed, consts, xs, ring0, ran):
-            body = body_of(closed, consts)
-            first = jax.tree_util.tree_map(lambda a: a[0], xs)
-            _, shaped = jax.eval_shape(body, ring0, first)
-
-            def skipped(ring, _x):
-                return ring, jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shaped)
-
             def row(carry, kx):
                 (ring, ended), (k, x) = carry, kx
                 ring, ys = lax.cond((k < ran) & ~ended, body, skipped, ring, x)
-                return (ring, ended | ys[-1]), ys
+                return (ring, ended | ys[-1] if plan.end is not None else ended), ys
 
             (ring, _), ys = lax.scan(row, (ring0, jnp.bool_(False)), (jnp.arange(trips), xs), length=trips)
             return ring, ys
 
-        if self.nested:
-            return whole_run
-        return device_loop if plan.end is None else ending_run
+        return whole_run if self.nested or plan.end is not None else device_loop
 
 
 def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, values: dict, ring: dict) -> None:
     """Trace nested loop ``k`` at one iteration of the enclosing loop; its written-back rows become values."""
     prepared, per_iteration = closed[f"n{k}"], x[f"n{k}"]
     given = dict(prepared["c"], **per_iteration["g"])
+    rows = dict(prepared["g"], **per_iteration["x"]["g"])  # the values it reads row by row
     for name, src in nested.inputs:
         if src.kind in (LOCAL, CARRIED):
             given[name] = _input(src, name, closed, x, values, ring)
-    _, ys = inner(given, consts[f"n{k}"], per_iteration["x"], prepared["r"])
+        elif src.kind == STACKED:
+            rows[name] = values[src.key] if src.shift == 0 else ring[f"{src.key[0]}_{src.key[1]}"][src.shift - 1]
+    _, ys = inner(given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
     for key, rows in zip(nested.plan.written_back, ys):
         values[key] = rows
 
@@ -227,6 +214,8 @@ def _input(src, name: str, closed: dict, x: dict, values: dict, ring: dict):
         return x["g"][name]
     if src.kind in (LOCAL, ROWS):
         return values[src.key]
+    if src.kind == ROW:
+        return values[src.key][x["row"][name]]
     assert src.kind == CARRIED
     return ring[f"{src.key[0]}_{src.key[1]}"][src.shift - 1]
 
