@@ -290,7 +290,7 @@ class DeviceLoop:
         for s, step in enumerate(self.plan.steps):
             ran = runs[s]
             for k, src in enumerate(step.inputs):
-                wanted = ran if sels[s] is None else ran & (sels[s] == k)
+                wanted = _wanted(runs, sels, f"{s}.{k}")
                 if src.kind in (CLOSED, GATHERED) and f"{s}.{k}" in provided:
                     continue
                 if src.kind == CLOSED:
@@ -340,11 +340,15 @@ class DeviceLoop:
         provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED)}
         per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
         writers = {self.nested[w] for w in self.stacked_from[k]}
-        keys, once, stacked = set(), None, []
+        keys, once, stacked, first = set(), None, [], None
         for e in envs:
             counters, runs, sels = loop._schedule(e)
             if not counters or any(w._schedule(e)[0] != counters for w in writers):
                 return None
+            wanted = {name: _wanted(runs, sels, name) for name in self.invariant[k]}
+            first = first or wanted
+            if any((wanted[n] & ~first[n]).any() for n in wanted):
+                return None  # read where the first iteration, whose values serve every one, does not
             prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, provided)
             if prepared is None:
                 return None
@@ -466,6 +470,13 @@ class DeviceLoop:
                     at = point(e)
                     for j in outs:
                         self.stores[(free.node_id, j)].free_point(at)
+
+
+def _wanted(runs: list, sels: list, name: str) -> np.ndarray:
+    """At which iterations the input ``"s.k"`` (step ``s``'s input ``k``) is read: where the step runs
+    and, for a merge, takes that branch."""
+    s, k = map(int, name.split("."))
+    return runs[s] if sels[s] is None else runs[s] & (sels[s] == k)
 
 
 def _row_major(point: tuple, var: str) -> bool:
