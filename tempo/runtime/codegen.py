@@ -127,7 +127,8 @@ class Generator:
             if name is not None and id(stmt) in self.exits:  # the device loop ended the dim
                 check, outer = self.exits[id(stmt)]
                 self._emit(depth - 1, "else:")
-                self._emit(depth, f"{local(bound_of(self.checks[check]).name)} = U{check}.lengths[{outer}]")
+                bound = local(bound_of(self.checks[check]).name)
+                self._emit(depth, f"{bound} = U{check}.lengths.get({outer}, {bound})")
         elif isinstance(stmt, ast.If):
             self._emit(depth, f"if {self._cond(stmt.cond)}:")
             self._stmt(stmt.then, depth + 1)

@@ -22,10 +22,13 @@ launch finds what the compiled loop cannot do.
 
 A nested loop's host work is done for every iteration of the enclosing
 loop before the launch, and stacked (its per-iteration values, its gathered
-values); a statement after it reads its rows only where they cover the
-slice it reads. Sinks and checkpoints of the loop are called after the
-launch, once per iteration where they run, in the order of the
-iterations, with the values the device kept for them. Such a loop runs its
+values, those the same at every iteration read once per launch); a
+statement after it reads its rows only where they cover the slice it reads,
+or one row only where the loop ran it, and a nested loop reads another's
+rows row by row only where both run over the same counters. Sinks and
+checkpoints of the loop are called after the launch, once per iteration
+where they run, in the order of the iterations, with the values the device
+kept for them. Such a loop runs its
 first iteration alone, then chunks of at most :attr:`DeviceLoop.chunk`
 iterations, one launch each (of one program: a launch of fewer iterations
 skips the rest), the carry handed from one to the next, so that its sinks

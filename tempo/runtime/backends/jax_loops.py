@@ -15,8 +15,13 @@ spatial index forms) and input shapes.
 
 A loop over iterations with nested loops (:class:`~tempo.plan.device_loops.Nested`)
 traces each nested loop's scan inside its own body, its per-iteration
-values sliced from the enclosing loop's, and keeps the inputs of its sinks
-and checkpoints as outputs for the host. Its scan runs over a fixed number
+values sliced from the enclosing loop's (those the same at every
+iteration passed once), and keeps the inputs of its sinks and checkpoints
+as outputs for the host. The rows a nested loop's scan stacks are values
+of the enclosing body: another nested loop scans over them (``stacked``,
+in the same iteration or, carried, in a later one) and a step reads them
+whole (``rows``) or one of them (``row``, at an index the host computes per
+iteration). Its scan runs over a fixed number
 of rows (the key's trip count: the longest launch) and skips the rows past
 the launch's trip count under ``lax.cond``, so that launches of fewer
 iterations share its one compile; the carry (parameters, optimizer state)
