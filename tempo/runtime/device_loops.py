@@ -218,7 +218,7 @@ class DeviceLoop:
             held = np.flatnonzero(self.backend.to_numpy(ys[-1]))
             kept, ended = (int(held[0]) + 1, True) if held.size else (len(envs), False)
             envs, runs = envs[:kept], [r[:kept] for r in runs]
-            ys = [y if kept == y.shape[0] else y[:kept] for y in ys[:-1]]
+            ys = [_first_rows(y, kept) for y in ys[:-1]]
         written = len(self.plan.written_back)
         self._write_back(ys[:written], envs, runs)
         self._call_deferred(ys[written:], envs, runs)
@@ -473,6 +473,13 @@ class DeviceLoop:
                     at = point(e)
                     for j in outs:
                         self.stores[(free.node_id, j)].free_point(at)
+
+
+def _first_rows(values, count: int):
+    """The first ``count`` rows of ``values`` (an array, or a tuple of them: a sink's kept inputs)."""
+    if isinstance(values, tuple):
+        return tuple(_first_rows(v, count) for v in values)
+    return values if values.shape[0] == count else values[:count]
 
 
 def _wanted(runs: list, sels: list, name: str) -> np.ndarray:
