@@ -103,6 +103,8 @@ class LoopProgram:
         rows = key[0]  # the scan's rows: a launch of fewer iterations pads its per-iteration values
         args = (closed, self.consts(), jax.tree_util.tree_map(lambda a: _padded(a, rows), xs),
                 jax.tree_util.tree_map(jnp.array, ring0), np.int32(trips))  # the carry is donated: copies
+        if fn is None and not self.nested:  # compiled at its first launch, called through jit's dispatch
+            fn = self.fns[key] = jax.jit(self._traced(key), donate_argnums=(3,))
         if fn is None:
             started = (time.perf_counter(), time.process_time())
             fn = self.fns[key] = jax.jit(self._traced(key), donate_argnums=(3,)).lower(*args).compile()
