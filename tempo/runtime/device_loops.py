@@ -105,7 +105,7 @@ class DeviceLoop:
         self.rows_slices = {(s, k): compile_expr(src.index.args[-1]) for s, step in enumerate(plan.steps)
                             for k, src in enumerate(step.inputs) if src.kind == ROWS}
         owner = {step.node.id: k for k, n in enumerate(plan.nested) for step in n.plan.steps}
-        self.row_reads = {(s, k): (compile_expr(src.index.args[src.shift]), self.nested[owner[src.key[0]]],
+        self.row_reads = {(s, k): (compile_expr(src.index.args[src.shift]), owner[src.key[0]],
                                    self.nested[owner[src.key[0]]].writer[src.key])
                           for s, step in enumerate(plan.steps) for k, src in enumerate(step.inputs) if src.kind == ROW}
         self.stacked_from = [{owner[src.key[0]] for _, src in n.inputs if src.kind == STACKED} for n in plan.nested]
@@ -373,7 +373,7 @@ class DeviceLoop:
         for (s, k), (point, nested, writer) in self.row_reads.items():
             rows = []
             for e, ran in zip(envs, runs[s]):
-                counters, inner_runs, _ = nested._schedule(e)
+                counters, inner_runs, _ = self.nested[nested]._schedule(e)
                 row = point(e) - counters[0] if counters else -1
                 if ran and not (0 <= row < len(counters) and inner_runs[writer][row]):
                     return None
