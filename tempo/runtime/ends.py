@@ -23,8 +23,10 @@ A loop over the dim that runs on the device as a whole
 :meth:`EndCheck.chunk` steps and records where it ended with
 :meth:`EndCheck.ended`. There a step after the end is skipped on the device
 rather than run, so a longer chunk costs little besides the rows the host
-prepares for it: ``k`` is the given one, else the most steps of a chunk,
-:data:`MAX_EVERY` (or the cap, where less).
+prepares for it, and ``k`` is the compiled scan's length, so that another
+``k`` is another compile: ``k`` is the given one, else the most steps of a
+chunk, :data:`MAX_EVERY` (or the cap, where less), not chosen from
+measurements.
 """
 from __future__ import annotations
 
