@@ -241,16 +241,13 @@ def _rows(e: Edge, index: Expr, writer, nested: list, order: int) -> Source | No
     if len(index.args) != len(point) or len(moving) != 1:
         return None
     at = moving[0]
+    if any(not _is_zero(simplify(a - p)) for m, (a, p) in enumerate(zip(index.args, point)) if m != at):
+        return None
+    if index.args[at].op == "slice":
+        return Source(ROWS, (e.src, e.src_out), index, edge=e) if at == len(point) - 1 else None
     if not _is_zero(simplify(point[at] - counter(point[at], inner_loop.var))):
-        return None
-    if any(uses(p, inner_loop.var) or not _is_zero(simplify(a - p))
-           for m, (a, p) in enumerate(zip(index.args, point)) if m != at):
-        return None
-    if index.args[at].op != "slice":
-        return Source(ROW, (e.src, e.src_out), index, shift=at, edge=e)  # shift: the rows' coordinate
-    if at != len(point) - 1:
-        return None
-    return Source(ROWS, (e.src, e.src_out), index, edge=e)
+        return None  # rows are the loop's iterations only where the writer's point is its counter
+    return Source(ROW, (e.src, e.src_out), index, shift=at, edge=e)  # shift: the rows' coordinate
 
 
 def _body(stmt: ast.Stmt, guard: tuple, nested: bool = True):
