@@ -14,8 +14,8 @@ compiled once and run ``--repeats`` times, interleaved:
 
 Each row: process CPU and wall seconds of a run (the least of the repeats, and
 the median wall), the decoding steps the ids keep and the steps the loop ran
-(``program.end_checks``: with ``--every k`` it may run up to ``k - 1`` past the
-end), tokens per second (new tokens of the batch over the least wall), the CPU
+(``program.end_checks``: with ``--every k`` a loop the host runs may run up to
+``k - 1`` past the end; a device loop on JAX, none), tokens per second (new tokens of the batch over the least wall), the CPU
 per step, the run's launches per step (kernels and device loops, the prompt's
 included: ``program.ledger``)
 and the host reads of the end flag.
@@ -23,9 +23,9 @@ The machine is shared: process CPU time is the steadier figure.
 
     .venv/bin/python benchmarks/decode_eos.py                 # about two minutes
     .venv/bin/python benchmarks/decode_eos.py --quick         # a few seconds
-    .venv/bin/python benchmarks/decode_eos.py --backend jax --attention masked \
-        --out docs/results/decode_eos_jax.json                # JAX, steps of one shape
-    .venv/bin/python benchmarks/decode_eos.py --backend jax --attention masked --every 8 \
+    .venv/bin/python benchmarks/decode_eos.py --backend jax --attention masked --repeats 7 \
+        --out docs/results/decode_eos_jax.json                # JAX: the loop over t as one device program
+    .venv/bin/python benchmarks/decode_eos.py --backend jax --attention masked --repeats 7 --every 8 \
         --out docs/results/decode_eos_jax_every8.json         # the flag read every 8 steps
 
 Prints a table and writes ``docs/results/decode_eos.json``.

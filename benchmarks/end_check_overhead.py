@@ -5,14 +5,17 @@ of ``--batch`` rows of ``--hidden``), that runs ``--length`` steps:
 
 - ``fixed``: no flag, the run's bound ``T`` is the length (decoding without
   any check);
-- ``k=1``, ``k=8``: ``tpo.end_when(eval_symbol(t) >= length - 1)`` with the
-  cap ``4 * length``, the flag read on the host every step / every 8 steps
-  (``Config(end_check_every=k)``);
+- ``k=1``, ``k=8``: ``tpo.end_when((eval_symbol(t) >= length - 1) | isnan(h[t].sum()))``
+  with the cap ``4 * length``, the flag read on the host every step / every 8
+  steps (``Config(end_check_every=k)``); the flag reads ``h[t]``, as an
+  end-of-sequence flag reads the token, so the check runs in the loop over
+  ``t`` (on JAX, a device loop: launches of ``k`` steps);
 - ``auto``: the same, ``k`` chosen by the runtime (1 on a host backend).
 
 Each program runs once to warm up (JIT compilation), then ``--repeats`` times;
-the least wall and process-CPU seconds per step are reported, and each mode's
-overhead over ``fixed``. NumPy/BLAS, torch and XLA run at one thread.
+the least wall and process-CPU seconds per step are reported, each mode's
+overhead over ``fixed``, and the run's launches (kernels, device loops and
+their chunks, end checks: ``program.ledger``). NumPy/BLAS, torch and XLA run at one thread.
 
     .venv/bin/python benchmarks/end_check_overhead.py --out docs/results/end_check_overhead
 """
@@ -48,14 +51,15 @@ def build(mode: str, backend: str, length: int, batch: int, hidden: int):
         h[0] = tpo.from_numpy(rng.standard_normal((batch, hidden)).astype(np.float32))
         h[t + 1] = (h[t] @ w).tanh()
         if mode != "fixed":
-            tpo.end_when(tpo.eval_symbol(t) >= length - 1)
+            total = h[t].sum()
+            tpo.end_when((tpo.eval_symbol(t) >= length - 1) | (total != total))
         config = tpo.Config(end_check_every=MODES[mode])
         program = ctx.compile(fetch=[h[T - 1]], backend=backend, config=config)
     return program, {"T": length if mode == "fixed" else 4 * length}
 
 
 def measure(program, bounds: dict, repeats: int) -> tuple[float, float, np.ndarray]:
-    """The least wall and CPU seconds of ``repeats`` runs (after one to warm up), and the result."""
+    """The least wall and CPU seconds of ``repeats`` runs (after one to warm up), and the last result."""
     (out,) = program.run(bounds)
     walls, cpus = [], []
     for _ in range(repeats):
@@ -79,21 +83,25 @@ def main() -> None:
     rows = []
     print(f"h[t + 1] = tanh(h[t] @ W), {args.batch}x{args.hidden}, {args.length} steps, one thread, "
           f"load {load:.1f}; least of {args.repeats} runs")
-    print(f"{'backend':8} {'mode':6} {'k':>3} {'wall us/step':>13} {'cpu us/step':>12} {'overhead':>9}")
+    print(f"{'backend':8} {'mode':6} {'k':>3} {'wall us/step':>13} {'cpu us/step':>12} {'overhead':>9} "
+          f"{'launches':>8} {'reads':>5}")
     for backend in args.backends:
         fixed = None
         for mode in MODES:
             program, bounds = build(mode, backend, args.length, args.batch, args.hidden)
             wall, cpu, out = measure(program, bounds, args.repeats)
-            fixed = fixed if fixed is not None else (cpu, out)
+            fixed = fixed if fixed is not None else (cpu, out, wall)
             check = program.end_checks.get("T")
             row = {"backend": backend, "mode": mode, "every": check.every if check else None,
                    "steps": check.steps if check else args.length, "wall_us_per_step": 1e6 * wall / args.length,
                    "cpu_us_per_step": 1e6 * cpu / args.length, "cpu_overhead": cpu / fixed[0] - 1,
+                   "wall_overhead": wall / fixed[2] - 1 if fixed[2] else 0.0,
+                   "launches": program.ledger.launches, "flag_reads": check.reads if check else 0,
                    "same_result": bool(np.array_equal(out, fixed[1]))}
             rows.append(row)
             print(f"{backend:8} {mode:6} {row['every'] or '-':>3} {row['wall_us_per_step']:13.1f} "
-                  f"{row['cpu_us_per_step']:12.1f} {100 * row['cpu_overhead']:8.1f}%")
+                  f"{row['cpu_us_per_step']:12.1f} {100 * row['cpu_overhead']:8.1f}% {row['launches']:8d} "
+                  f"{row['flag_reads']:5d}")
     write_json_atomic(args.out + ".json", {"settings": vars(args), "load_average": load, "rows": rows,
                                            "date": time.strftime("%Y-%m-%d")})
     print(f"wrote {args.out}.json")

@@ -26,12 +26,18 @@ a loop may also hold sinks and checkpoints (user functions labelled
 the host calls them after the launch, in order. The whole run over ``i``
 is then one device program.
 
+A loop over a dim that ends at run time (``tpo.end_when``) holds the dim's
+check; it qualifies like any loop, the check a step whose flag the device
+reduces (:attr:`LoopPlan.end`), so that the loop runs in chunks of steps
+and exits on the host after the chunk where the flag first holds.
+
 :mod:`tempo.runtime.device_loops` runs the plans.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tempo.ir.ends import is_end
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.schedule import ast
@@ -39,7 +45,8 @@ from tempo.symbolic.affine import counter, uses
 from tempo.symbolic.expr import Expr
 from tempo.symbolic.simplify import simplify
 
-CLOSED, GATHERED, LOCAL, CARRIED, ROWS = "closed", "gathered", "local", "carried", "rows"
+CLOSED, GATHERED, LOCAL, CARRIED, ROWS, ROW, STACKED = \
+    "closed", "gathered", "local", "carried", "rows", "row", "stacked"
 DEFERRED_LABELS = ("sink", "checkpoint")  # user functions a device loop calls after its launch
 
 
@@ -47,8 +54,10 @@ DEFERRED_LABELS = ("sink", "checkpoint")  # user functions a device loop calls a
 class Source:
     """Where one input of a statement of the loop comes from: ``kind`` is one of
     ``closed``, ``gathered`` (read from ``key``'s store at ``index``), ``local`` or
-    ``carried`` (the value ``key`` took ``shift`` iterations earlier, 0 for local), or
-    ``rows`` (the rows a nested loop wrote in this iteration, read at the slice ``index``)."""
+    ``carried`` (the value ``key`` took ``shift`` iterations earlier, 0 for local), ``rows`` (the rows
+    a nested loop wrote in this iteration, read at the slice ``index``), ``row`` (one of them, read at
+    the point ``index``), or, for a nested loop, ``stacked`` (the rows another nested loop wrote
+    ``shift`` iterations of the enclosing loop earlier, 0: in this one, read row by row)."""
 
     kind: str
     key: tuple[int, int]
@@ -73,7 +82,8 @@ class Step:
 class LoopPlan:
     """A loop the device runs whole: its steps in body order; ``carried``: (node, output) -> how
     many past iterations' values the body reads; ``written_back``: what is stored after the loop;
-    ``frees``: the loop's Free statements of stores that hold something (with their conditions)."""
+    ``frees``: the loop's Free statements of stores that hold something (with their conditions);
+    ``end``: the step of the ``tpo.end_when`` check of the loop's dim, if it holds one."""
 
     loop: ast.Loop
     steps: tuple[Step, ...]
@@ -81,6 +91,7 @@ class LoopPlan:
     written_back: tuple[tuple[int, int], ...]
     frees: tuple[tuple[ast.Free, tuple[Expr, ...]], ...]
     nested: tuple["Nested", ...] = ()
+    end: int | None = None
 
     def signature(self) -> tuple:
         """What a compiled form of this loop depends on besides its AST: where each input comes from,
@@ -88,7 +99,7 @@ class LoopPlan:
         sources = tuple((src.kind, src.key, src.shift) for step in self.steps for src in step.inputs)
         inner = tuple((n.at, n.plan.signature(), tuple((k, s.kind, s.key, s.shift) for k, s in n.inputs))
                       for n in self.nested)
-        return sources, tuple(sorted(self.carried.items())), self.written_back, inner
+        return sources, tuple(sorted(self.carried.items())), self.written_back, inner, self.end
 
 
 @dataclass(frozen=True)
@@ -103,9 +114,10 @@ class Nested:
     inputs: tuple[tuple[str, Source], ...]
 
 
-def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=frozenset()) -> LoopPlan | None:
+def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=frozenset(),
+         nested: bool = False) -> LoopPlan | None:
     """The plan of ``loop`` as one device program, or None when its body is not all device code
-    (or is one launch, which gains nothing).
+    (or, unless it is ``nested`` in a loop that runs whole, is one launch, which gains nothing).
 
     ``kinds``: (node, output) -> store kind; ``keep``: fetched nodes; ``host``: stores a swap plan keeps
     on the host (a loop touching one is not compiled)."""
@@ -116,7 +128,8 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
     if inner_loops:
         return _enclosing(sdg, loop, program, kinds, keep, host, body)
     executes = [(s, guard) for s, guard in body if isinstance(s, ast.Execute)]
-    if len(executes) < 2 or all(isinstance(sdg.nodes[s.node_id].op, MergeOp) for s, _ in executes):
+    if not executes or not nested and (len(executes) < 2 or all(isinstance(sdg.nodes[s.node_id].op, MergeOp)
+                                                                for s, _ in executes)):
         return None
     counts: dict[int, int] = {}
     for s in ast.statements(program):
@@ -125,9 +138,10 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
     if len(writers) != len(executes) or any(counts[n] != 1 for n in writers):
         return None
     steps = _steps(sdg, executes, kinds, host, False,
-                   lambda e, index, order: _source(e, index, loop.var, writers, order, host))
+                   lambda e, index, order, pin: _source(e, index, loop.var, writers, order, host, pin), loop.var)
     if steps is None:
         return None
+    ends = [k for k, step in enumerate(steps) if is_end(step.node)]
     carried = _carried(steps)
     executed = set(counts)
     written_back = tuple((n, j) for n in writers for j in range(len(sdg.nodes[n].shapes))
@@ -135,7 +149,7 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
                                              for e in sdg.edges if e.src == n and e.src_out == j))
     frees = tuple((s, guard) for s, guard in body if isinstance(s, ast.Free)
                   and (s.node_id not in writers or any(key[0] == s.node_id for key in written_back)))
-    return LoopPlan(loop, tuple(steps), carried, written_back, frees)
+    return LoopPlan(loop, tuple(steps), carried, written_back, frees, end=ends[0] if ends else None)
 
 
 def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host, body) -> LoopPlan | None:
@@ -152,19 +166,23 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
         if isinstance(s, ast.Execute):
             at += 1
         elif isinstance(s, ast.Loop):
-            inner = plan(sdg, s, program, kinds, keep, host)
-            if inner is None or inner.nested:
+            inner = plan(sdg, s, program, kinds, keep, host, nested=True)
+            if inner is None or inner.nested or inner.end is not None:
                 return None
             inner_plans.append((s, guard, inner, at))
     inner_writers = {step.node.id: (k, s, step) for k, (s, _, inner, _) in enumerate(inner_plans)
                      for step in inner.steps}
     nested = []
-    for s, guard, inner, at in inner_plans:
+    for reader, (s, guard, inner, at) in enumerate(inner_plans):
         inputs = []
         for k, step in enumerate(inner.steps):
             for j, src in enumerate(step.inputs):
                 if src.kind in (GATHERED, CLOSED) and src.key[0] in inner_writers:
-                    return None  # another nested loop's values: on the device, not in a store
+                    stacked = _stacked(src, inner_writers[src.key[0]], reader, inner_plans, loop.var)
+                    if stacked is None:
+                        return None
+                    inputs.append((f"{k}.{j}", stacked))
+                    continue
                 if src.kind == GATHERED and src.key[0] in writers:
                     return None
                 if src.kind == CLOSED:
@@ -174,35 +192,62 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
                     inputs.append((f"{k}.{j}", outer))
         nested.append(Nested(inner, at, guard, tuple(inputs)))
     steps = _steps(sdg, executes, kinds, host, True,
-                   lambda e, index, order: (_rows(e, index, inner_writers[e.src], nested, order)
-                                            if e.src in inner_writers
-                                            else _source(e, index, loop.var, writers, order, host)))
+                   lambda e, index, order, pin: (_rows(e, index, inner_writers[e.src], nested, order)
+                                                 if e.src in inner_writers
+                                                 else _source(e, index, loop.var, writers, order, host, pin)),
+                   loop.var)
     if steps is None:
         return None
+    ends = [k for k, step in enumerate(steps) if is_end(step.node)]
     outside = set(counts) - set(writers) - set(inner_writers)
     for n in inner_writers:  # a nested loop's values are read in this loop only
         if n in keep or any(e.src == n and e.sink in outside for e in sdg.edges):
             return None
     carried = _carried(steps)
+    for n in nested:
+        for _, src in n.inputs:
+            if src.kind == STACKED and src.shift:
+                carried[src.key] = max(carried.get(src.key, 0), src.shift)
     written_back = tuple((n, j) for n in writers for j in range(len(sdg.nodes[n].shapes))
                          if n in keep or any(e.sink in outside for e in sdg.edges if e.src == n and e.src_out == j))
     frees = tuple((s, guard) for s, guard in body if isinstance(s, ast.Free)
                   and (s.node_id not in writers or any(key[0] == s.node_id for key in written_back)))
-    return LoopPlan(loop, tuple(steps), carried, written_back, frees, tuple(nested))
+    return LoopPlan(loop, tuple(steps), carried, written_back, frees, tuple(nested), ends[0] if ends else None)
+
+
+def _stacked(src: Source, writer, reader: int, inner_plans: list, var: str) -> Source | None:
+    """A nested loop's read, row by row, of the rows nested loop ``writer`` wrote ``d`` iterations of the
+    loop over ``var`` earlier (0: in this iteration, the writer running first), or None. Both loops
+    run over the same counters (checked at each launch)."""
+    k, inner_loop, step = writer
+    if src.kind != GATHERED or (src.key not in inner_plans[k][2].written_back) or \
+            inner_loop.var != inner_plans[reader][0].var:
+        return None
+    shift = _iterations_back(src.index, step.execute.point, var)
+    if shift is None or shift < 0 or (shift == 0 and k >= reader):
+        return None
+    return Source(STACKED, src.key, src.index, shift, src.edge)
 
 
 def _rows(e: Edge, index: Expr, writer, nested: list, order: int) -> Source | None:
     """A read of the rows a nested loop wrote in this iteration: at the writer's point with the nested
-    loop's counter replaced by a slice (whether the slice covers the loop is checked at each launch)."""
+    loop's counter replaced by a slice (whether the slice covers the loop is checked at each launch),
+    or by a point (one row, which the loop must have run)."""
     k, inner_loop, step = writer
     if nested[k].at > order or (e.src, e.src_out) not in nested[k].plan.written_back:
         return None
     point = step.execute.point
-    if len(index.args) != len(point) or index.args[-1].op != "slice" or not uses(point[-1], inner_loop.var):
+    moving = [m for m, p in enumerate(point) if uses(p, inner_loop.var)]
+    if len(index.args) != len(point) or len(moving) != 1:
         return None
-    if any(uses(p, inner_loop.var) or not _is_zero(simplify(a - p)) for a, p in zip(index.args[:-1], point[:-1])):
+    at = moving[0]
+    if any(not _is_zero(simplify(a - p)) for m, (a, p) in enumerate(zip(index.args, point)) if m != at):
         return None
-    return Source(ROWS, (e.src, e.src_out), index, edge=e)
+    if index.args[at].op == "slice":
+        return Source(ROWS, (e.src, e.src_out), index, edge=e) if at == len(point) - 1 else None
+    if not _is_zero(simplify(point[at] - counter(point[at], inner_loop.var))):
+        return None  # rows are the loop's iterations only where the writer's point is its counter
+    return Source(ROW, (e.src, e.src_out), index, shift=at, edge=e)  # shift: the rows' coordinate
 
 
 def _body(stmt: ast.Stmt, guard: tuple, nested: bool = True):
@@ -226,26 +271,42 @@ def _body(stmt: ast.Stmt, guard: tuple, nested: bool = True):
     return [(stmt, guard)]
 
 
-def _steps(sdg: SDG, executes: list, kinds: dict, host, deferred_ok: bool, source_of) -> list[Step] | None:
+def _steps(sdg: SDG, executes: list, kinds: dict, host, deferred_ok: bool, source_of,
+           var: str | None = None) -> list[Step] | None:
     """The device loop's steps, one per Execute, each input's source given by ``source_of(edge, index at
-    the step's point, order)``; None where a statement or a read cannot run on the device."""
+    the step's point, order)``; None where a statement or a read cannot run on the device. ``var``: the
+    counter of a loop that may hold the end check of its own dim (at the point ``(..., var)``)."""
     steps = []
     for order, (ex, guard) in enumerate(executes):
         node = sdg.nodes[ex.node_id]
-        if not _on_device(node, kinds, host, deferred_ok):
+        ending = var is not None and is_end(node) and ex.point[-1].op == "sym" and ex.point[-1].name == var
+        if not (ending or _on_device(node, kinds, host, deferred_ok)):
             return None
         at = dict(zip(node.domain, ex.point))
         inputs, conds = [], []
         for e in sdg.in_edges(node.id):
             if e.cond is not None and not isinstance(node.op, MergeOp):
                 return None
-            source = source_of(e, e.index.substitute(at), order)
+            source = source_of(e, e.index.substitute(at), order, _pinned(e.cond, at, var))
             if source is None:
                 return None
             inputs.append(source)
             conds.append(None if e.cond is None else e.cond.substitute(at))
         steps.append(Step(ex, node, guard, tuple(inputs), tuple(conds)))
     return steps
+
+
+def _pinned(cond: Expr | None, at: dict, var: str | None) -> dict:
+    """``{counter: value}`` where a merge branch's condition at the step's point pins the loop's counter
+    to one value (``0 == t``), else empty."""
+    if cond is None or var is None:
+        return {}
+    c = cond.substitute(at)
+    if c.op != "eq":
+        return {}
+    a, b = c.args
+    sym, value = (a, b) if a.op == "sym" else (b, a)
+    return {sym: value} if sym.op == "sym" and sym.name == var and value.is_const else {}
 
 
 def _carried(steps: list[Step]) -> dict[tuple[int, int], int]:
@@ -273,7 +334,10 @@ def _static(shape: tuple) -> bool:
     return all(isinstance(s, int) or all(x.kind == "bound" for x in s.free_symbols()) for s in shape)
 
 
-def _source(e: Edge, index: Expr, var: str, writers: dict, order: int, host) -> Source | None:
+def _source(e: Edge, index: Expr, var: str, writers: dict, order: int, host, pin: dict | None = None) \
+        -> Source | None:
+    """Where a statement of the loop at position ``order`` reads ``index`` of ``e``'s source; ``pin``:
+    the counter's only value where the read happens (a merge branch's ``0 == t``)."""
     key = (e.src, e.src_out)
     if e.src not in writers:
         if key in host:
@@ -285,6 +349,9 @@ def _source(e: Edge, index: Expr, var: str, writers: dict, order: int, host) -> 
         return Source(GATHERED, key, index, edge=e)
     writer_order, writer = writers[e.src]
     shift = _iterations_back(index, writer.point, var)
+    if shift is None and pin and all(_is_zero(simplify(a - p.substitute(pin))) for a, p in
+                                     zip(index.args, writer.point)) and len(index.args) == len(writer.point):
+        shift = 0  # read at the point this iteration writes, where the branch is taken
     if shift is None or shift < 0 or (shift == 0 and writer_order >= order):
         return None
     return Source(CARRIED if shift else LOCAL, key, shift=shift)

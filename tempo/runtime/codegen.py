@@ -19,7 +19,9 @@ free drops a point from the point stores of its node; an evict or a load
 calls its stores' ``evict`` or ``load`` with the index it moves. A loop
 the backend runs as one device program (:mod:`tempo.runtime.device_loops`)
 is preceded by a call of its compiled form ``D<k>`` with the bounds and the
-enclosing counters; the loop itself runs only where that call answers False.
+enclosing counters; the loop itself runs only where that call answers False
+(where it answers True for the loop over a dim that ends at run time, the
+dim's bound becomes the length its end check ``U<n>`` recorded).
 The check of a ``tpo.end_when`` that ends dim ``t`` sets the local bound
 ``_T`` to what its :class:`~tempo.runtime.ends.EndCheck` ``U<n>`` answers,
 so the loop over ``t`` exits where the flag first holds and what follows
@@ -71,6 +73,7 @@ class Generator:
         self.resets: dict[int, str] = {}  # id(loop over an outer dim of a check) -> the bound it resets
         self.host_steps: dict[int, bool] = {}  # check -> whether its loop runs other host code
         self.iteration_loops: dict[int, ast.Loop] = {}  # check -> the loop over its innermost outer dim
+        self.exits: dict[int, tuple[int, str]] = {}  # id(loop over a check's dim) -> (check, its outer point)
 
     def source(self, program: ast.Stmt) -> str:
         self.lines = ["def program(env):"]
@@ -121,6 +124,11 @@ class Generator:
             if reset is not None:
                 self._emit(depth, f"{local(reset)} = cap_{reset}")
             self.counters.pop()
+            if name is not None and id(stmt) in self.exits:  # the device loop ended the dim
+                check, outer = self.exits[id(stmt)]
+                self._emit(depth - 1, "else:")
+                bound = local(bound_of(self.checks[check]).name)
+                self._emit(depth, f"{bound} = U{check}.lengths.get({outer}, {bound})")
         elif isinstance(stmt, ast.If):
             self._emit(depth, f"if {self._cond(stmt.cond)}:")
             self._stmt(stmt.then, depth + 1)
@@ -182,6 +190,8 @@ class Generator:
             if outer is not None:
                 self.resets[id(outer)] = bound_of(self.checks[stmt.node_id]).name
                 self.iteration_loops[stmt.node_id] = outer
+            if inner is not None:
+                self.exits[id(inner)] = (stmt.node_id, py(seq(*stmt.point[:-1])))
             body = inner.body if inner is not None else stmt
             self.host_steps[stmt.node_id] = any(
                 isinstance(x, ast.Execute) and x.node_id != stmt.node_id

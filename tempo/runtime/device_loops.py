@@ -22,16 +22,30 @@ launch finds what the compiled loop cannot do.
 
 A nested loop's host work is done for every iteration of the enclosing
 loop before the launch, and stacked (its per-iteration values, its gathered
-values); a statement after it reads its rows only where they cover the
-slice it reads. Sinks and checkpoints of the loop are called after the
-launch, once per iteration where they run, in the order of the
-iterations, with the values the device kept for them. Such a loop runs its
+values, those the same at every iteration read once per launch); a
+statement after it reads its rows only where they cover the slice it reads,
+or one row only where the loop ran it, and a nested loop reads another's
+rows row by row only where both run over the same counters. Sinks and
+checkpoints of the loop are called after the launch, once per iteration
+where they run, in the order of the iterations, with the values the device
+kept for them. Such a loop runs its
 first iteration alone, then chunks of at most :attr:`DeviceLoop.chunk`
 iterations, one launch each (of one program: a launch of fewer iterations
 skips the rest), the carry handed from one to the next, so that its sinks
 report as it goes. Each launch is prepared just before it; where the first
 cannot run, the host loop runs the loop, and a later one that cannot (its
 iterations compile differently) is an error.
+
+A loop over a dim that ends at run time (its plan's ``end``: the
+``tpo.end_when`` check of the dim) runs in chunks of ``k`` steps, one
+launch each (:meth:`~tempo.runtime.ends.EndCheck.chunk`), from step 0 up to
+the cap the run gives the dim, the carry handed from one to the next. The
+host reads the chunk's flags once per launch (one transfer), and the first
+that holds ends the loop there: the steps before it and it are written back
+and freed as in any launch, and the device skipped every step after it, so
+that the stores hold exactly ``0:T`` and the results are the same for every
+``k``. The generated code then sets the dim's bound to the length the
+dim's :class:`~tempo.runtime.ends.EndCheck` records.
 """
 from __future__ import annotations
 
@@ -43,7 +57,7 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
-from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROWS, LoopPlan, Source
+from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, STACKED, LoopPlan, Source
 from tempo.symbolic.affine import counter, uses
 from tempo.symbolic.evaluate import compile_expr, shape_at
 from tempo.symbolic.expr import seq
@@ -73,7 +87,7 @@ class DeviceLoop:
                        for n, inner in zip(plan.nested, getattr(compiled, "nested", ()))]
         self.nested_guards = [[compile_expr(c) for c in n.guard] for n in plan.nested]
         self.deferred = [(s, backend.kernel(step.node.op)) for s, step in enumerate(plan.steps)
-                         if isinstance(step.node.op, UDFOp)]
+                         if isinstance(step.node.op, UDFOp) and s != plan.end]
         self.schedule_names = sorted({s.name for e in exprs for s in e.free_symbols()} - {var})
         self.schedules: dict[tuple, tuple] = {}
         self.guards = [[compile_expr(c) for c in step.guard] for step in plan.steps]
@@ -90,18 +104,31 @@ class DeviceLoop:
                             plan.frees]
         self.rows_slices = {(s, k): compile_expr(src.index.args[-1]) for s, step in enumerate(plan.steps)
                             for k, src in enumerate(step.inputs) if src.kind == ROWS}
+        owner = {step.node.id: k for k, n in enumerate(plan.nested) for step in n.plan.steps}
+        self.row_reads = {(s, k): (compile_expr(src.index.args[src.shift]), owner[src.key[0]],
+                                   self.nested[owner[src.key[0]]].writer[src.key])
+                          for s, step in enumerate(plan.steps) for k, src in enumerate(step.inputs) if src.kind == ROW}
+        self.stacked_from = [{owner[src.key[0]] for _, src in n.inputs if src.kind == STACKED} for n in plan.nested]
+        self.invariant = [{f"{s}.{k}" for s, step in enumerate(n.plan.steps) for k, src in enumerate(step.inputs)
+                           if src.kind == GATHERED and not uses(src.index, var)} for n in plan.nested]
+        self.nested_rows = {key: k for k, n in enumerate(plan.nested) for key in n.plan.written_back}
+        self.check = None  # the EndCheck of the loop's dim, where it ends at run time (bound per run)
         self.failed: set[tuple] = set()
         self.launched: list[tuple[int, float]] = []  # (iterations, wall seconds but compiles) of each launch
 
-    def bind(self, stores: dict, ledger) -> DeviceLoop:
-        """This loop (and its nested loops) on one run's ``stores`` and ``ledger``, with nothing launched yet."""
+    def bind(self, stores: dict, ledger, checks: dict | None = None) -> DeviceLoop:
+        """This loop (and its nested loops) on one run's ``stores``, ``ledger`` and end checks
+        (node -> :class:`~tempo.runtime.ends.EndCheck`), with nothing launched yet."""
         run = copy.copy(self)
         run.stores, run.ledger = stores, ledger
-        run.nested = [nested.bind(stores, ledger) for nested in self.nested]
+        run.check = None if self.plan.end is None else checks[self.plan.steps[self.plan.end].node.id]
+        run.nested = [nested.bind(stores, ledger, checks) for nested in self.nested]
         run.schedules, run.failed, run.launched = {}, set(), []
         return run
 
     def __call__(self, env: dict) -> bool:
+        if self.plan.end is not None:
+            return self._run_to_end(env)
         counters, runs, sels = self._schedule(env)
         if not counters:
             return True
@@ -122,6 +149,33 @@ class DeviceLoop:
                     raise TempoError(f"the device loop over {self.var} cannot run its iterations from "
                                      f"{counters[part.start]} on as it ran the first")
                 return False
+        return True
+
+    def _run_to_end(self, env: dict) -> bool:
+        """Chunks of the check's ``k`` steps until the flag holds or the loop's last step (see the
+        module docstring); False where the first chunk cannot run on the device."""
+        every = self.check.chunk()
+        rows, ring, ran, reads, last = None, None, 0, 0, None
+        for counters in self._counters(env, every):
+            if not counters:
+                break
+            rows = rows or len(counters)  # a loop shorter than k compiles its own length
+            runs, sels = self._runs(env, counters)
+            covered = not self.plan.nested or self._rows_covered(env, counters, runs)
+            prepared = self._prepared(env, counters, runs, sels, ring is None, rows) if covered else None
+            done = None if prepared is None else self._launch(prepared, ring, ending=True)
+            if done is None:
+                if ran:
+                    raise TempoError(f"the device loop over {self.var} cannot run its steps from "
+                                     f"{counters[0]} on as it ran the first")
+                return False
+            ring, kept, ended = done
+            ran, reads, last = ran + kept, reads + 1, counters[kept - 1]
+            if ended:
+                break
+        if last is not None:
+            outer = self.points[self.plan.end](dict(env, **{self.var: last}))[:-1]
+            self.check.ended(outer, last + 1, ran, reads, rows)
         return True
 
     def compile_seconds(self) -> float:
@@ -146,16 +200,25 @@ class DeviceLoop:
         key = (rows, keys)
         return None if key in self.failed else (key, envs, runs, closed, xs, ring0, time.perf_counter() - started)
 
-    def _launch(self, prepared, ring):
+    def _launch(self, prepared, ring, ending: bool = False):
         """One prepared launch, from ``ring`` (None: its own initial carry): the final carry, or None
-        (nothing changed) where it cannot run."""
+        (nothing changed) where it cannot run. ``ending``: the loop holds its dim's end check; the
+        answer is then the final carry, how many of the launch's steps ran (up to and including
+        the first whose flag holds), the only ones written back, and whether a flag held."""
         key, envs, runs, closed, xs, ring0, seconds = prepared
         started, compiled = time.perf_counter(), self.compile_seconds()
+        if ending:
+            xs = dict(xs, end=runs[self.plan.end])
         try:
             ring, ys = self.compiled(key, len(envs), closed, xs, ring0 if ring is None else ring)
         except Exception:  # noqa: BLE001  the loop statement by statement says what failed, at its user's line
             self.failed.add(key)
             return None
+        if ending:  # the chunk's flags, read on the host at once
+            held = np.flatnonzero(self.backend.to_numpy(ys[-1]))
+            kept, ended = (int(held[0]) + 1, True) if held.size else (len(envs), False)
+            envs, runs = envs[:kept], [r[:kept] for r in runs]
+            ys = [_first_rows(y, kept) for y in ys[:-1]]
         written = len(self.plan.written_back)
         self._write_back(ys[:written], envs, runs)
         self._call_deferred(ys[written:], envs, runs)
@@ -167,7 +230,7 @@ class DeviceLoop:
                     nested._free([dict(e, **{nested.var: c}) for c in inner])
         self.ledger.launches += 1
         self.launched.append((len(envs), seconds + time.perf_counter() - started - self.compile_seconds() + compiled))
-        return ring
+        return (ring, len(envs), ended) if ending else ring
 
     def _rows_covered(self, env: dict, counters: list, runs: list) -> bool:
         """Whether every read of a nested loop's rows reads the rows the loop wrote in its iteration
@@ -193,20 +256,34 @@ class DeviceLoop:
         cached = self.schedules.get(key)
         if cached is not None:
             return cached
-        local, counters = dict(env), []
+        counters = next(self._counters(env, None))
+        cached = self.schedules[key] = (counters, *self._runs(env, counters))
+        return cached
+
+    def _counters(self, env: dict, rows: int | None):
+        """The loop's counter values in lists of ``rows`` (None: one list of them all, empty where
+        the loop runs no iteration)."""
+        local = dict(env)
         local[self.var] = self.start(local)
-        while self.cond(local):
-            counters.append(local[self.var])
-            local[self.var] += 1
+        while True:
+            counters = []
+            while (rows is None or len(counters) < rows) and self.cond(local):
+                counters.append(local[self.var])
+                local[self.var] += 1
+            yield counters
+            if not counters or rows is None:
+                return
+
+    def _runs(self, env: dict, counters: list):
+        """Whether each step runs at each of ``counters``, and each merge's branch there."""
+        at = [dict(env, **{self.var: c}) for c in counters]
         runs, sels = [], []
         for guards, branches in zip(self.guards, self.branches):
-            at = [dict(env, **{self.var: c}) for c in counters]
             runs.append(np.array([all(g(e) for g in guards) for e in at], dtype=bool))
             sels.append(None if branches is None else
                         np.array([next((k for k, b in enumerate(branches) if b is None or b(e)), -1) for e in at],
                                  dtype=np.int32))
-        cached = self.schedules[key] = (counters, runs, sels)
-        return cached
+        return runs, sels
 
     def _prepare(self, env: dict, envs: list[dict], runs, sels, provided=frozenset(), initial: bool = True):
         """The compiled loop's static key, its inputs, per-iteration values and initial carry
@@ -216,8 +293,8 @@ class DeviceLoop:
         for s, step in enumerate(self.plan.steps):
             ran = runs[s]
             for k, src in enumerate(step.inputs):
-                wanted = ran if sels[s] is None else ran & (sels[s] == k)
-                if src.kind == CLOSED and f"{s}.{k}" in provided:
+                wanted = _wanted(runs, sels, f"{s}.{k}")
+                if src.kind in (CLOSED, GATHERED) and f"{s}.{k}" in provided:
                     continue
                 if src.kind == CLOSED:
                     closed[f"{s}.{k}"] = (self._read(src, self.indexes[s][k](env)) if wanted.any()
@@ -230,7 +307,7 @@ class DeviceLoop:
             dims = self._dim_env(s, env, envs[first])
             keys.append(self.compiled.static_key(s, dims))
             if self.compiled.needs_args(s):
-                if not ran.any() and not self.plan.nested:
+                if not ran.any() and not self.plan.nested and self.plan.end is None:
                     return None
                 forms, leaves = set(), {}
                 for e, r in zip(envs, ran):
@@ -245,6 +322,11 @@ class DeviceLoop:
         ring0 = {f"{n}_{j}": tuple(self._initial(n, j, env, envs[0], back) for back in range(1, depth + 1))
                  for (n, j), depth in self.plan.carried.items()} if initial else None
         xs = {"sel": sel_xs, "g": gathered, "a": arg_xs}
+        if self.row_reads:
+            rows = self._row_positions(envs, runs)
+            if rows is None:
+                return None
+            xs["row"] = rows
         for k, nested in enumerate(self.plan.nested):
             inner = self._prepare_nested(k, nested, envs)
             if inner is None:
@@ -258,24 +340,46 @@ class DeviceLoop:
         enclosing loop too, its initial carry) and its per-iteration values of every enclosing iteration
         (stacked); None where the iterations differ in what compiles."""
         loop = self.nested[k]
-        provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED)}
+        provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED)}
         per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
-        keys, once, stacked = set(), None, []
+        writers = {self.nested[w] for w in self.stacked_from[k]}
+        keys, once, stacked, first = set(), None, [], None
         for e in envs:
             counters, runs, sels = loop._schedule(e)
-            if not counters:
+            if not counters or any(w._schedule(e)[0] != counters for w in writers):
                 return None
+            wanted = {name: _wanted(runs, sels, name) for name in self.invariant[k]}
+            first = first or wanted
+            if any((wanted[n] & ~first[n]).any() for n in wanted):
+                return None  # read where the first iteration, whose values serve every one, does not
             prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, provided)
             if prepared is None:
                 return None
             key, closed, xs, ring0 = prepared
             keys.add(key)
-            if once is None:
-                once = {"c": {n: v for n, v in closed.items() if n not in per_iteration}, "r": ring0}
+            if once is None:  # what is the same at every iteration of this loop, read once
+                once = {"c": {n: v for n, v in closed.items() if n not in per_iteration}, "r": ring0,
+                        "g": {n: v for n, v in xs["g"].items() if n in self.invariant[k]}}
+            xs = dict(xs, g={n: v for n, v in xs["g"].items() if n not in self.invariant[k]})
             stacked.append({"x": xs, "g": {n: closed[n] for n in per_iteration}})
         if len(keys) != 1:
             return None
         return keys.pop(), once, self._stack(stacked)
+
+    def _row_positions(self, envs: list[dict], runs) -> dict | None:
+        """Per iteration, the row of a nested loop's rows each ``row`` read picks (None where one is
+        outside the rows the loop ran, at an iteration where the reading step runs)."""
+        out = {}
+        for (s, k), (point, nested, writer) in self.row_reads.items():
+            rows = []
+            for e, ran in zip(envs, runs[s]):
+                counters, inner_runs, _ = self.nested[nested]._schedule(e)
+                row = point(e) - counters[0] if counters else -1
+                if ran and not (0 <= row < len(counters) and inner_runs[writer][row]):
+                    return None
+                rows.append(max(row, 0))
+            out[f"{s}.{k}"] = np.array(rows, dtype=np.int32)
+        return out
 
     def _stack(self, trees: list):
         """Dicts of the same keys, their leaves stacked along a new leading axis (on the host: one
@@ -320,6 +424,10 @@ class DeviceLoop:
         """The carried value of ``back`` iterations before the first: from the store where a
         previous launch wrote it back, else zeros (no run reads it)."""
         node = self.sdg.nodes[n]
+        if (n, j) in self.nested_rows:  # a nested loop's rows, one per iteration of it
+            rows = len(self.nested[self.nested_rows[(n, j)]]._schedule(first)[0])
+            shape = (rows, *shape_at(node.shapes[j], env))
+            return self.backend.cast(np.zeros(shape, node.dtypes[j]), node.dtypes[j])
         if (n, j) in self.plan.written_back:
             at = dict(first, **{self.var: first[self.var] - back})
             try:
@@ -365,6 +473,20 @@ class DeviceLoop:
                     at = point(e)
                     for j in outs:
                         self.stores[(free.node_id, j)].free_point(at)
+
+
+def _first_rows(values, count: int):
+    """The first ``count`` rows of ``values`` (an array, or a tuple of them: a sink's kept inputs)."""
+    if isinstance(values, tuple):
+        return tuple(_first_rows(v, count) for v in values)
+    return values if values.shape[0] == count else values[:count]
+
+
+def _wanted(runs: list, sels: list, name: str) -> np.ndarray:
+    """At which iterations the input ``"s.k"`` (step ``s``'s input ``k``) is read: where the step runs
+    and, for a merge, takes that branch."""
+    s, k = map(int, name.split("."))
+    return runs[s] if sels[s] is None else runs[s] & (sels[s] == k)
 
 
 def _row_major(point: tuple, var: str) -> bool:

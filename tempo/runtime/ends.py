@@ -17,6 +17,16 @@ measurements: the seconds a read of the flag on the host takes (``latency``)
 against the seconds a step takes, for the loop's last length ``L``: reading
 every ``k`` steps costs ``L / k`` reads and about ``(k - 1) / 2`` steps run
 past the end, least at ``k = sqrt(2 L latency / step)`` (:func:`every_for`).
+
+A loop over the dim that runs on the device as a whole
+(:mod:`tempo.runtime.device_loops`) reads its flags once per launch of
+:meth:`EndCheck.chunk` steps and records where it ended with
+:meth:`EndCheck.ended`. There a step after the end is skipped on the device
+rather than run, so a longer chunk costs little besides the rows the host
+prepares for it, and ``k`` is the compiled scan's length, so that another
+``k`` is another compile: ``k`` is the given one, else the most steps of a
+chunk, :data:`MAX_EVERY` (or the cap, where less), not chosen from
+measurements.
 """
 from __future__ import annotations
 
@@ -41,6 +51,7 @@ class EndCheck:
 
     def __init__(self, sdg: SDG, node: int, backend, every: int | None, host_steps: bool):
         self.sdg, self.node, self.backend = sdg, node, backend
+        self.configured = every  # Config(end_check_every): the steps of a device loop's chunk too
         self.given = 1 if host_steps or (every is None and backend.device_kind == "cpu") else every
         self.every = self.given or 1
         self.dtype = sdg.nodes[sdg.in_edges(node)[0].src].dtypes[sdg.in_edges(node)[0].src_out]
@@ -75,6 +86,18 @@ class EndCheck:
         self.lengths[outer] = end
         self._choose(t + 1, end)
         return end
+
+    def chunk(self) -> int:
+        """The steps of each launch of a device loop over the dim (fewer where the loop is shorter)."""
+        return self.configured or MAX_EVERY
+
+    def ended(self, outer: tuple, length: int, steps: int, reads: int, every: int) -> None:
+        """A device loop over the dim at the outer point ``outer`` ended at ``length``: ``steps`` run on
+        the device, ``reads`` of its flags on the host, one per chunk of ``every`` steps."""
+        self.lengths[outer] = length
+        self.steps += steps
+        self.reads += reads
+        self.every = every
 
     def _read(self) -> np.ndarray:
         """Whether every element of each pending flag holds, read on the host at once."""

@@ -137,3 +137,25 @@ def test_every_backend_stops_where_numpy_does(backend):
     for every in (None, 4):
         np.testing.assert_array_equal(model.generate(PROMPTS, max_new_tokens=30, backend=backend,
                                                      end_check_every=every), expected)
+
+
+@pytest.mark.slow      # XLA compiles the decoding loop and the prompt's islands
+@pytest.mark.parametrize("every", [None, 4])
+def test_masked_decoding_on_jax_runs_its_loop_on_the_device_and_stops_where_numpy_does(every):
+    """With masked attention the decoding loop over ``t`` (its loops over layers, the K/V buffers
+    carried from step to step, the end check) runs on JAX as launches of ``k`` steps: one host read
+    of the flag per launch, no step past the end, the ids NumPy's."""
+    pytest.importorskip("jax")
+    model = tpo.llm.Llama.random(CONFIG, seed=1)
+    free = model.generate(PROMPTS, max_new_tokens=30, stop_at_eos=False)
+    eos = shared_eos(free[:, 3:])
+    model.config = replace(model.config, eos_token_ids=(eos,), pad_token_id=0)
+    expected = model.generate(PROMPTS, max_new_tokens=30, attention="masked")
+    host_launches = model.last_program.ledger.launches
+    ids = model.generate(PROMPTS, max_new_tokens=30, attention="masked", backend="jax", end_check_every=every)
+    np.testing.assert_array_equal(ids, expected)
+    program = model.last_program
+    assert any(p.nested and p.end is not None for p in program.plan.loops)
+    check, steps = program.end_checks["T"], ids.shape[1] - 4
+    assert check.steps == steps and check.reads == -(-steps // min(every or 64, 29))
+    assert program.ledger.launches < host_launches / 3            # the loop's chunks, the prompt's kernels

@@ -15,12 +15,25 @@ spatial index forms) and input shapes.
 
 A loop over iterations with nested loops (:class:`~tempo.plan.device_loops.Nested`)
 traces each nested loop's scan inside its own body, its per-iteration
-values sliced from the enclosing loop's, and keeps the inputs of its sinks
-and checkpoints as outputs for the host. Its scan runs over a fixed number
+values sliced from the enclosing loop's (those the same at every
+iteration passed once), and keeps the inputs of its sinks and checkpoints
+as outputs for the host. The rows a nested loop's scan stacks are values
+of the enclosing body: another nested loop scans over them (``stacked``,
+in the same iteration or, carried, in a later one) and a step reads them
+whole (``rows``) or one of them (``row``, at an index the host computes per
+iteration). Its scan runs over a fixed number
 of rows (the key's trip count: the longest launch) and skips the rows past
 the launch's trip count under ``lax.cond``, so that launches of fewer
 iterations share its one compile; the carry (parameters, optimizer state)
 is donated to the program.
+
+A loop that holds the end check of its dim (``tpo.end_when``;
+:attr:`~tempo.plan.device_loops.LoopPlan.end`) runs the same way, a launch
+per chunk of steps: the check's step reduces its flag (every element holds,
+where the check runs at that step), the flags of the chunk's steps are an
+output for the host, and a flag in the scan's carry skips every step after
+the first where it holds, so that no step past the dim's end computes
+anything.
 """
 from __future__ import annotations
 
@@ -35,7 +48,7 @@ from tempo.errors import TempoError
 from tempo.ir import ops
 import numpy as np
 
-from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROWS, LoopPlan
+from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, STACKED, LoopPlan
 from tempo.runtime.backends.jax import Island, _index_form, _row
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
@@ -83,13 +96,15 @@ class LoopProgram:
 
     def __call__(self, key: tuple, trips: int, closed: dict, xs: dict, ring0: dict):
         fn = self.fns.get(key)
-        if not self.nested:
+        if not self.nested and self.plan.end is None:
             if fn is None:
                 fn = self.fns[key] = jax.jit(self._traced(key))
             return fn(closed, self.consts(), xs, ring0)
         rows = key[0]  # the scan's rows: a launch of fewer iterations pads its per-iteration values
         args = (closed, self.consts(), jax.tree_util.tree_map(lambda a: _padded(a, rows), xs),
                 jax.tree_util.tree_map(jnp.array, ring0), np.int32(trips))  # the carry is donated: copies
+        if fn is None and not self.nested:  # compiled at its first launch, called through jit's dispatch
+            fn = self.fns[key] = jax.jit(self._traced(key), donate_argnums=(3,))
         if fn is None:
             started = (time.perf_counter(), time.process_time())
             fn = self.fns[key] = jax.jit(self._traced(key), donate_argnums=(3,)).lower(*args).compile()
@@ -119,7 +134,7 @@ class LoopProgram:
                 shapes.append(None)
         nested = [(n, inner._traced(keys.pop(0))) for n, inner in zip(self.plan.nested, self.nested)]
         plan = self.plan
-        deferred = [s for s, step in enumerate(plan.steps) if isinstance(step.node.op, ops.UDFOp)]
+        deferred = [s for s, step in enumerate(plan.steps) if isinstance(step.node.op, ops.UDFOp) and s != plan.end]
 
         def body_of(closed, consts):
             def body(ring, x):
@@ -129,6 +144,9 @@ class LoopProgram:
                         if n.at == s:
                             _run_nested(k, n, inner, closed, consts, x, values, ring)
                     ins = [_input(src, f"{s}.{k}", closed, x, values, ring) for k, src in enumerate(step.inputs)]
+                    if s == plan.end:
+                        kept[s] = (jnp.all(ins[0]) & x["end"],)
+                        continue
                     if s in deferred:
                         kept[s] = tuple(ins)
                         continue
@@ -145,7 +163,8 @@ class LoopProgram:
                     if n.at == len(plan.steps):
                         _run_nested(k, n, inner, closed, consts, x, values, ring)
                 new = {f"{n}_{j}": (values[(n, j)],) + ring[f"{n}_{j}"][:-1] for n, j in plan.carried}
-                return new, tuple(values[key] for key in plan.written_back) + tuple(kept[s] for s in deferred)
+                flag = () if plan.end is None else kept[plan.end]
+                return new, tuple(values[key] for key in plan.written_back) + tuple(kept[s] for s in deferred) + flag
 
             return body
 
@@ -160,23 +179,28 @@ class LoopProgram:
             def skipped(ring, _x):
                 return ring, jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shaped)
 
-            def row(ring, kx):
-                k, x = kx
-                return lax.cond(k < ran, body, skipped, ring, x)
+            def row(carry, kx):
+                (ring, ended), (k, x) = carry, kx
+                ring, ys = lax.cond((k < ran) & ~ended, body, skipped, ring, x)
+                return (ring, ended | ys[-1] if plan.end is not None else ended), ys
 
-            return lax.scan(row, ring0, (jnp.arange(trips), xs), length=trips)
+            (ring, _), ys = lax.scan(row, (ring0, jnp.bool_(False)), (jnp.arange(trips), xs), length=trips)
+            return ring, ys
 
-        return whole_run if self.nested else device_loop
+        return whole_run if self.nested or plan.end is not None else device_loop
 
 
 def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, values: dict, ring: dict) -> None:
     """Trace nested loop ``k`` at one iteration of the enclosing loop; its written-back rows become values."""
     prepared, per_iteration = closed[f"n{k}"], x[f"n{k}"]
     given = dict(prepared["c"], **per_iteration["g"])
+    rows = dict(prepared["g"], **per_iteration["x"]["g"])  # the values it reads row by row
     for name, src in nested.inputs:
         if src.kind in (LOCAL, CARRIED):
             given[name] = _input(src, name, closed, x, values, ring)
-    _, ys = inner(given, consts[f"n{k}"], per_iteration["x"], prepared["r"])
+        elif src.kind == STACKED:
+            rows[name] = values[src.key] if src.shift == 0 else ring[f"{src.key[0]}_{src.key[1]}"][src.shift - 1]
+    _, ys = inner(given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
     for key, rows in zip(nested.plan.written_back, ys):
         values[key] = rows
 
@@ -197,6 +221,8 @@ def _input(src, name: str, closed: dict, x: dict, values: dict, ring: dict):
         return x["g"][name]
     if src.kind in (LOCAL, ROWS):
         return values[src.key]
+    if src.kind == ROW:
+        return values[src.key][x["row"][name]]
     assert src.kind == CARRIED
     return ring[f"{src.key[0]}_{src.key[1]}"][src.shift - 1]
 
