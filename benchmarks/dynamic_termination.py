@@ -27,7 +27,10 @@ and the wall and process-CPU seconds from the start of the process to the
 iteration that reached the target (compilation included): the least of
 ``--repeats`` runs of each program, alternated (every run is in the JSON).
 ``--iterations`` caps the runs; a program that does not reach the target is
-reported over the iterations it ran. ``--impl`` runs CartPole through
+reported over the iterations it ran. ``--seeds`` trains both programs once
+per seed (policy initialisation, actions, environments) and adds up the
+seeds' steps and seconds: where the runs part, one seed's time to the target
+is luck, the sum over seeds is not. ``--impl`` runs CartPole through
 gymnasium (host code, which skips the episodes that have ended, so a padded
 step costs less than a real one) or written as tensor ops (every step costs
 the same).
@@ -35,7 +38,9 @@ the same).
     .venv/bin/python benchmarks/dynamic_termination.py --out docs/results/dynamic_termination_gymnasium
     .venv/bin/python benchmarks/dynamic_termination.py --impl tensor --out docs/results/dynamic_termination_tensor
     .venv/bin/python benchmarks/dynamic_termination.py --batch 1 --baseline episode --lr 0.005 --lr-decay 1 \
-        --iterations 600 --out docs/results/dynamic_termination_episodes_gymnasium
+        --iterations 600 --seeds 0 1 2 3 4 --repeats 1 --out docs/results/dynamic_termination_episodes_gymnasium
+    .venv/bin/python benchmarks/dynamic_termination.py --batch 1 --baseline episode --lr 0.005 --lr-decay 1 \
+        --iterations 600 --seeds 0 1 2 3 4 --repeats 1 --impl tensor --out docs/results/dynamic_termination_episodes_tensor
     .venv/bin/python benchmarks/dynamic_termination.py --iterations 20 --out /tmp/dt   # a short run
 """
 from __future__ import annotations
@@ -67,9 +72,9 @@ print("RESULT " + json.dumps(result))
 """
 
 
-def run(until: bool, iterations: int, args: argparse.Namespace) -> dict:
+def run(until: bool, iterations: int, args: argparse.Namespace, seed: int) -> dict:
     """One training run in a fresh process at one thread; its per-iteration record."""
-    settings = {"iterations": iterations, "batch": args.batch, "seed": args.seed, "impl": args.impl,
+    settings = {"iterations": iterations, "batch": args.batch, "seed": seed, "impl": args.impl,
                 "baseline": args.baseline, "lr": args.lr, "lr_decay": args.lr_decay}
     code = WORKER.format(examples=os.path.join(ROOT, "examples"), until=until, settings=settings)
     env = {**os.environ, **THREADS, "PYTHONPATH": ROOT}
@@ -97,6 +102,24 @@ def summary(result: dict, upto: int) -> dict:
             "cpu_s": result["cpu"][upto], "final_return": result["returns"][upto]}
 
 
+def measure(args: argparse.Namespace, seed: int, window: int) -> dict:
+    """Both programs trained with ``seed``, each timed to its own first iteration at the target."""
+    first, upto, hit, runs = {}, {}, {}, {"padded": [], "until": []}
+    for repeat in range(args.repeats):
+        for name in runs:
+            result = run(name == "until", upto[name] + 1 if repeat else args.iterations, args, seed)
+            if not repeat:
+                first[name], hit[name] = result, reached(result, args.target, window)
+                upto[name] = hit[name] if hit[name] is not None else len(result["returns"]) - 1
+            runs[name].append(summary(result, upto[name]))
+    rows = {name: {**done[0], "reached_target": hit[name] is not None, "wall_s": min(r["wall_s"] for r in done),
+                   "cpu_s": min(r["cpu_s"] for r in done)} for name, done in runs.items()}
+    pairs = list(zip(first["padded"]["returns"], first["until"]["returns"]))
+    same = next((k for k, (p, u) in enumerate(pairs) if p != u), len(pairs))
+    return {"seed": seed, "identical_iterations": same, "programs": rows, "runs": runs,
+            "returns": {name: first[name]["returns"][:upto[name] + 1] for name in runs}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=40, help="the iterations the first run of each program "
@@ -107,47 +130,44 @@ def main() -> None:
                         "all of the batch's steps (one episode per iteration)")
     parser.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
     parser.add_argument("--lr-decay", type=float, default=0.995, help="learning rate multiplier per iteration")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="a training run of each program per seed")
     parser.add_argument("--impl", default="gymnasium", choices=("gymnasium", "tensor"),
                         help="CartPole through gymnasium (host code) or written as tensor ops")
     parser.add_argument("--target", type=float, default=475.0, help="mean return to reach")
     parser.add_argument("--episodes", type=int, default=32, help="the target is the mean return of the last "
                         "ceil(episodes / batch) iterations' episodes")
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each program, alternated; the least "
-                        "wall and CPU seconds are reported")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each program per seed, alternated; the "
+                        "least wall and CPU seconds are reported")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a run may take")
     parser.add_argument("--out", default="dynamic_termination", help="writes <out>.json")
     args = parser.parse_args()
     load = os.getloadavg()[0]
     window = -(-args.episodes // args.batch)
-    first, upto, hit, runs = {}, {}, {}, {"padded": [], "until": []}
-    for repeat in range(args.repeats):
-        for name in runs:
-            result = run(name == "until", upto[name] + 1 if repeat else args.iterations, args)
-            if not repeat:
-                first[name], hit[name] = result, reached(result, args.target, window)
-                upto[name] = hit[name] if hit[name] is not None else len(result["returns"]) - 1
-            runs[name].append(summary(result, upto[name]))
-    rows = {name: {**done[0], "reached_target": hit[name] is not None, "wall_s": min(r["wall_s"] for r in done),
-                   "cpu_s": min(r["cpu_s"] for r in done)} for name, done in runs.items()}
-    pairs = list(zip(first["padded"]["returns"], first["until"]["returns"]))
-    same = next((k for k, (p, u) in enumerate(pairs) if p != u), len(pairs))
-    print(f"REINFORCE CartPole-v1 ({args.impl}), batch {args.batch}, seed {args.seed}, one thread, load {load:.1f}: "
-          f"time to a mean return of {args.target:g} over the last {window * args.batch} episodes; "
-          f"returns identical for the first {same} of {len(pairs)} iterations")
-    print(f"{'program':8} {'iters':>5} {'reached':>7} {'env steps':>10} {'computed':>10} {'ratio':>6} {'wall s':>8} "
-          f"{'cpu s':>8}")
-    for name, row in rows.items():
-        print(f"{name:8} {row['iterations']:5d} {str(row['reached_target']):>7} {row['env_steps']:10d} "
-              f"{row['computed_steps']:10d} {row['computed_per_env_step']:6.2f} {row['wall_s']:8.1f} "
-              f"{row['cpu_s']:8.1f}")
-    speedup = {"wall": rows["padded"]["wall_s"] / rows["until"]["wall_s"],
-               "cpu": rows["padded"]["cpu_s"] / rows["until"]["cpu_s"]}
-    print(f"padded / until: wall {speedup['wall']:.2f}x, cpu {speedup['cpu']:.2f}x")
+    print(f"REINFORCE CartPole-v1 ({args.impl}), batch {args.batch}, one thread, load {load:.1f}: time to a mean "
+          f"return of {args.target:g} over the last {window * args.batch} episodes")
+    print(f"{'seed':>4} {'program':8} {'iters':>5} {'reached':>7} {'env steps':>10} {'computed':>10} {'ratio':>6} "
+          f"{'wall s':>8} {'cpu s':>8} {'same':>5}")
+    seeds = []
+    for seed in args.seeds:
+        seeds.append(measure(args, seed, window))
+        for name, row in seeds[-1]["programs"].items():
+            print(f"{seed:4d} {name:8} {row['iterations']:5d} {str(row['reached_target']):>7} "
+                  f"{row['env_steps']:10d} {row['computed_steps']:10d} {row['computed_per_env_step']:6.2f} "
+                  f"{row['wall_s']:8.1f} {row['cpu_s']:8.1f} {seeds[-1]['identical_iterations']:5d}")
+    totals = {name: {key: sum(m["programs"][name][key] for m in seeds)
+                     for key in ("iterations", "env_steps", "computed_steps", "wall_s", "cpu_s", "reached_target")}
+              for name in ("padded", "until")}
+    for name, total in totals.items():
+        total["computed_per_env_step"] = total["computed_steps"] / total["env_steps"]
+        print(f"{'all':>4} {name:8} {total['iterations']:5d} {total['reached_target']:7d} {total['env_steps']:10d} "
+              f"{total['computed_steps']:10d} {total['computed_per_env_step']:6.2f} {total['wall_s']:8.1f} "
+              f"{total['cpu_s']:8.1f}")
+    speedup = {"wall": totals["padded"]["wall_s"] / totals["until"]["wall_s"],
+               "cpu": totals["padded"]["cpu_s"] / totals["until"]["cpu_s"]}
+    print(f"padded / until: wall {speedup['wall']:.2f}x, cpu {speedup['cpu']:.2f}x ('same': the iterations whose "
+          f"returns are identical before the programs part)")
     record = {"settings": vars(args), "load_average": load, "load_average_end": os.getloadavg()[0],
-              "identical_iterations": same, "programs": rows, "runs": runs, "speedup": speedup,
-              "returns": {name: first[name]["returns"][:upto[name] + 1] for name in runs},
-              "date": time.strftime("%Y-%m-%d")}
+              "totals": totals, "speedup": speedup, "seeds": seeds, "date": time.strftime("%Y-%m-%d")}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_json_atomic(args.out + ".json", record)
     print(f"wrote {args.out}.json")

@@ -5,11 +5,16 @@ One program holds the whole training run: dims ``b`` (episodes of a batch),
 Monte-Carlo -- or, with ``--nstep N``, ``r[b, i, t:min(t + N, T)]``: a
 one-line switch. Episodes end inside an iteration by masking (see
 ``docs/rl.md``): after the end, rewards are 0, so the returns and the loss
-ignore those steps.
+ignore those steps. With ``--until`` the loop over ``t`` ends at run time
+(``tpo.end_when``) once every episode of the batch has ended; with ``--batch 1``
+too, each iteration is one episode, ``T[i]`` is its length, and the program
+computes exactly the environment's steps (REINFORCE updating after every
+episode, its baseline the episode's mean return: ``--baseline episode``).
 
     tempo run examples/reinforce.py                 # Monte-Carlo returns
     tempo run examples/reinforce.py --nstep 8       # 8-step returns
     tempo run examples/reinforce.py --nstep 8 --tiles 10   # 8-step, learning in tiles while acting
+    tempo run examples/reinforce.py --until --batch 1 --baseline episode --lr 0.005 --lr-decay 1 --iterations 600
     tempo run examples/reinforce.py --checkpoint run.safetensors --iterations 50
     tempo run examples/reinforce.py --resume run.safetensors --iterations 50
 
