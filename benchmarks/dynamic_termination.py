@@ -40,7 +40,8 @@ the same).
     .venv/bin/python benchmarks/dynamic_termination.py --batch 1 --baseline episode --lr 0.005 --lr-decay 1 \
         --iterations 600 --seeds 0 1 2 3 4 --repeats 1 --out docs/results/dynamic_termination_episodes_gymnasium
     .venv/bin/python benchmarks/dynamic_termination.py --batch 1 --baseline episode --lr 0.005 --lr-decay 1 \
-        --iterations 600 --seeds 0 1 2 3 4 --repeats 1 --impl tensor --out docs/results/dynamic_termination_episodes_tensor
+        --iterations 600 --seeds 0 1 2 3 4 --repeats 1 --impl tensor \
+        --out docs/results/dynamic_termination_episodes_tensor
     .venv/bin/python benchmarks/dynamic_termination.py --iterations 20 --out /tmp/dt   # a short run
 """
 from __future__ import annotations
