@@ -10,9 +10,9 @@ rows, the same values and zeros, may round apart in the last bit, and once
 such a difference flips a sampled action the runs part (the JSON says after
 how many identical iterations). So each program is timed to its own first
 iteration where the mean return of the last ``--episodes`` episodes reaches
-``--target``. Each run is a fresh process at one thread (NumPy/BLAS): the
-first run of each program takes ``--iterations``, the others stop at its
-target.
+``--target``. Each run is a fresh process at one thread (NumPy/BLAS) and
+stops there (the example's sink of counts raises ``StopRun``, as
+``tpo.stop_when``'s check does), or after ``--iterations``.
 
 ``--batch`` sets the episodes per iteration. With ``--batch 1`` (one episode
 per iteration, REINFORCE updating after each episode, ``--baseline episode``)
@@ -38,9 +38,10 @@ the same).
     .venv/bin/python benchmarks/dynamic_termination.py --out docs/results/dynamic_termination_gymnasium
     .venv/bin/python benchmarks/dynamic_termination.py --impl tensor --out docs/results/dynamic_termination_tensor
     .venv/bin/python benchmarks/dynamic_termination.py --batch 1 --baseline episode --lr 0.005 --lr-decay 1 \
-        --iterations 600 --seeds 0 1 2 3 4 --repeats 1 --out docs/results/dynamic_termination_episodes_gymnasium
+        --iterations 600 --seeds 0 1 2 3 4 5 6 7 8 9 --repeats 1 \
+        --out docs/results/dynamic_termination_episodes_gymnasium
     .venv/bin/python benchmarks/dynamic_termination.py --batch 1 --baseline episode --lr 0.005 --lr-decay 1 \
-        --iterations 600 --seeds 0 1 2 3 4 --repeats 1 --impl tensor \
+        --iterations 600 --seeds 0 1 2 3 4 5 6 7 8 9 --repeats 1 --impl tensor \
         --out docs/results/dynamic_termination_episodes_tensor
     .venv/bin/python benchmarks/dynamic_termination.py --iterations 20 --out /tmp/dt   # a short run
 """
@@ -66,6 +67,26 @@ import json, sys, time
 sys.path.insert(0, {examples!r})
 start_wall, start_cpu = time.perf_counter(), time.process_time()
 import reinforce
+from tempo.ir.ops import StopRun
+from tempo.rl.training import ReturnReport
+
+window, target, reached = {window}, {target}, []
+update, count = ReturnReport._update, reinforce._count
+
+
+def update_and_check(report, value, point):  # the target's test, as reached() makes it
+    update(report, value, point)
+    if len(report.returns) >= window and sum(report.returns[-window:]) / window >= target:
+        reached.append(len(report.returns) - 1)
+
+
+def count_and_stop(steps, counts):  # a run ends once its target is reached and its counts are kept
+    count(steps, counts)
+    if reached and len(steps["env_steps"]) > reached[0]:
+        raise StopRun({{"i": len(steps["env_steps"]) - 1}})
+
+
+ReturnReport._update, reinforce._count = update_and_check, count_and_stop
 result = reinforce.main(reinforce.Args(until={until}, **{settings!r}))
 result["wall"] = [w - start_wall for w in result["wall"]]
 result["cpu"] = [c - start_cpu for c in result["cpu"]]
@@ -74,10 +95,12 @@ print("RESULT " + json.dumps(result))
 
 
 def run(until: bool, iterations: int, args: argparse.Namespace, seed: int) -> dict:
-    """One training run in a fresh process at one thread; its per-iteration record."""
+    """One training run in a fresh process at one thread, stopped once it reaches the target; its
+    per-iteration record."""
     settings = {"iterations": iterations, "batch": args.batch, "seed": seed, "impl": args.impl,
                 "baseline": args.baseline, "lr": args.lr, "lr_decay": args.lr_decay}
-    code = WORKER.format(examples=os.path.join(ROOT, "examples"), until=until, settings=settings)
+    code = WORKER.format(examples=os.path.join(ROOT, "examples"), until=until, settings=settings,
+                         window=-(-args.episodes // args.batch), target=args.target)
     env = {**os.environ, **THREADS, "PYTHONPATH": ROOT}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=args.timeout, cwd=ROOT,
                           env=env)
@@ -108,7 +131,7 @@ def measure(args: argparse.Namespace, seed: int, window: int) -> dict:
     first, upto, hit, runs = {}, {}, {}, {"padded": [], "until": []}
     for repeat in range(args.repeats):
         for name in runs:
-            result = run(name == "until", upto[name] + 1 if repeat else args.iterations, args, seed)
+            result = run(name == "until", args.iterations, args, seed)
             if not repeat:
                 first[name], hit[name] = result, reached(result, args.target, window)
                 upto[name] = hit[name] if hit[name] is not None else len(result["returns"]) - 1
