@@ -5,24 +5,44 @@ iteration's episodes to ``--steps`` (500) and masks the steps after each episode
 end; ``until`` (the example's ``--until``) ends iteration ``i``'s loop over ``t`` at
 ``T[i]``, the step after the batch's longest episode ends. Their returns are the
 same iteration by iteration (the steps past the end are masked out of every
-value either way), so the iteration where the mean return first reaches
-``--target`` is the same; each run is a fresh process at one thread (NumPy/BLAS):
-the first ``until`` run takes ``--iterations``, the others stop at that iteration.
+value either way) up to rounding: a sum over ``T[i]`` rows and one over 500
+rows, the same values and zeros, may round apart in the last bit, and once
+such a difference flips a sampled action the runs part (the JSON says after
+how many identical iterations). So each program is timed to its own first
+iteration where the mean return of the last ``--episodes`` episodes reaches
+``--target``. Each run is a fresh process at one thread (NumPy/BLAS) and
+stops there (the example's sink of counts raises ``StopRun``, as
+``tpo.stop_when``'s check does), or after ``--iterations``.
+
+``--batch`` sets the episodes per iteration. With ``--batch 1`` (one episode
+per iteration, REINFORCE updating after each episode, ``--baseline episode``)
+``T[i]`` is that episode's length, so ``until`` computes exactly the
+environment's steps; with a batch, the steps of the episodes that end before
+the batch's longest one are computed and masked.
 
 Reported per program: iterations to the target, environment steps (each
 episode's steps up to and including its end), computed steps (the rows the
 learner reads: ``B * T[i]`` per iteration, ``B * 500`` padded) and their ratio,
-and the wall and process-CPU seconds from the start of the process's run
-(compilation included) to the iteration that reached the target: the least
-of ``--repeats`` runs of each program, alternated (every run is in the JSON).
-``--iterations`` caps the ``until`` run; if it does not reach the target, the
-table compares both programs over the iterations it ran. ``--impl`` runs
-CartPole through gymnasium (host code, which skips the episodes that have
-ended, so a padded step costs less than a real one) or written as tensor
-ops (every step costs the same).
+and the wall and process-CPU seconds from the start of the process to the
+iteration that reached the target (compilation included): the least of
+``--repeats`` runs of each program, alternated (every run is in the JSON).
+``--iterations`` caps the runs; a program that does not reach the target is
+reported over the iterations it ran. ``--seeds`` trains both programs once
+per seed (policy initialisation, actions, environments) and adds up the
+seeds' steps and seconds: where the runs part, one seed's time to the target
+is luck, the sum over seeds is not. ``--impl`` runs CartPole through
+gymnasium (host code, which skips the episodes that have ended, so a padded
+step costs less than a real one) or written as tensor ops (every step costs
+the same).
 
     .venv/bin/python benchmarks/dynamic_termination.py --out docs/results/dynamic_termination_gymnasium
     .venv/bin/python benchmarks/dynamic_termination.py --impl tensor --out docs/results/dynamic_termination_tensor
+    .venv/bin/python benchmarks/dynamic_termination.py --batch 1 --baseline episode --lr 0.005 --lr-decay 1 \
+        --iterations 600 --seeds 0 1 2 3 4 5 6 7 8 9 --repeats 1 \
+        --out docs/results/dynamic_termination_episodes_gymnasium
+    .venv/bin/python benchmarks/dynamic_termination.py --batch 1 --baseline episode --lr 0.005 --lr-decay 1 \
+        --iterations 600 --seeds 0 1 2 3 4 5 6 7 8 9 --repeats 1 --impl tensor \
+        --out docs/results/dynamic_termination_episodes_tensor
     .venv/bin/python benchmarks/dynamic_termination.py --iterations 20 --out /tmp/dt   # a short run
 """
 from __future__ import annotations
@@ -33,6 +53,8 @@ import os
 import subprocess
 import sys
 import time
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -45,20 +67,42 @@ import json, sys, time
 sys.path.insert(0, {examples!r})
 start_wall, start_cpu = time.perf_counter(), time.process_time()
 import reinforce
-result = reinforce.main(reinforce.Args(iterations={iterations}, batch={batch}, seed={seed}, impl={impl!r},
-                                       until={until}))
+from tempo.ir.ops import StopRun
+from tempo.rl.training import ReturnReport
+
+window, target, reached = {window}, {target}, []
+update, count = ReturnReport._update, reinforce._count
+
+
+def update_and_check(report, value, point):  # the target's test, as reached() makes it
+    update(report, value, point)
+    if len(report.returns) >= window and sum(report.returns[-window:]) / window >= target:
+        reached.append(len(report.returns) - 1)
+
+
+def count_and_stop(steps, counts):  # a run ends once its target is reached and its counts are kept
+    count(steps, counts)
+    if reached and len(steps["env_steps"]) > reached[0]:
+        raise StopRun({{"i": len(steps["env_steps"]) - 1}})
+
+
+ReturnReport._update, reinforce._count = update_and_check, count_and_stop
+result = reinforce.main(reinforce.Args(until={until}, **{settings!r}))
 result["wall"] = [w - start_wall for w in result["wall"]]
 result["cpu"] = [c - start_cpu for c in result["cpu"]]
 print("RESULT " + json.dumps(result))
 """
 
 
-def run(until: bool, iterations: int, batch: int, seed: int, impl: str, timeout: float) -> dict:
-    """One training run in a fresh process at one thread; its per-iteration record."""
-    code = WORKER.format(examples=os.path.join(ROOT, "examples"), iterations=iterations, batch=batch, seed=seed,
-                         impl=impl, until=until)
+def run(until: bool, iterations: int, args: argparse.Namespace, seed: int) -> dict:
+    """One training run in a fresh process at one thread, stopped once it reaches the target; its
+    per-iteration record."""
+    settings = {"iterations": iterations, "batch": args.batch, "seed": seed, "impl": args.impl,
+                "baseline": args.baseline, "lr": args.lr, "lr_decay": args.lr_decay}
+    code = WORKER.format(examples=os.path.join(ROOT, "examples"), until=until, settings=settings,
+                         window=-(-args.episodes // args.batch), target=args.target)
     env = {**os.environ, **THREADS, "PYTHONPATH": ROOT}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=args.timeout, cwd=ROOT,
                           env=env)
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
     if done.returncode != 0 or line is None:
@@ -66,9 +110,12 @@ def run(until: bool, iterations: int, batch: int, seed: int, impl: str, timeout:
     return json.loads(line[len("RESULT "):])
 
 
-def reached(result: dict, target: float) -> int | None:
-    """The first iteration whose mean return is at least ``target`` (None: none)."""
-    return next((k for k, r in enumerate(result["returns"]) if r >= target), None)
+def reached(result: dict, target: float, window: int) -> int | None:
+    """The first iteration at which the mean return of the last ``window`` iterations is at least
+    ``target`` (None: none)."""
+    returns = result["returns"]
+    return next((k for k in range(window - 1, len(returns)) if np.mean(returns[k - window + 1:k + 1]) >= target),
+                None)
 
 
 def summary(result: dict, upto: int) -> dict:
@@ -79,49 +126,75 @@ def summary(result: dict, upto: int) -> dict:
             "cpu_s": result["cpu"][upto], "final_return": result["returns"][upto]}
 
 
+def measure(args: argparse.Namespace, seed: int, window: int) -> dict:
+    """Both programs trained with ``seed``, each timed to its own first iteration at the target."""
+    first, upto, hit, runs = {}, {}, {}, {"padded": [], "until": []}
+    for repeat in range(args.repeats):
+        for name in runs:
+            result = run(name == "until", args.iterations, args, seed)
+            if not repeat:
+                first[name], hit[name] = result, reached(result, args.target, window)
+                upto[name] = hit[name] if hit[name] is not None else len(result["returns"]) - 1
+            runs[name].append(summary(result, upto[name]))
+    rows = {name: {**done[0], "reached_target": hit[name] is not None, "wall_s": min(r["wall_s"] for r in done),
+                   "cpu_s": min(r["cpu_s"] for r in done)} for name, done in runs.items()}
+    pairs = list(zip(first["padded"]["returns"], first["until"]["returns"]))
+    same = next((k for k, (p, u) in enumerate(pairs) if p != u), len(pairs))
+    return {"seed": seed, "identical_iterations": same, "programs": rows, "runs": runs,
+            "returns": {name: first[name]["returns"][:upto[name] + 1] for name in runs}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=40, help="the iterations the first until run takes")
+    parser.add_argument("--iterations", type=int, default=40, help="the iterations the first run of each program "
+                        "takes")
     parser.add_argument("--batch", type=int, default=32, help="episodes per iteration")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--baseline", default="step", choices=("step", "episode"),
+                        help="the example's --baseline: advantages standardized per step over the batch, or over "
+                        "all of the batch's steps (one episode per iteration)")
+    parser.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
+    parser.add_argument("--lr-decay", type=float, default=0.995, help="learning rate multiplier per iteration")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="a training run of each program per seed")
     parser.add_argument("--impl", default="gymnasium", choices=("gymnasium", "tensor"),
                         help="CartPole through gymnasium (host code) or written as tensor ops")
-    parser.add_argument("--target", type=float, default=475.0, help="mean return per iteration to reach")
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each program, alternated; the least "
-                        "wall and CPU seconds are reported")
+    parser.add_argument("--target", type=float, default=475.0, help="mean return to reach")
+    parser.add_argument("--episodes", type=int, default=32, help="the target is the mean return of the last "
+                        "ceil(episodes / batch) iterations' episodes")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each program per seed, alternated; the "
+                        "least wall and CPU seconds are reported")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a run may take")
     parser.add_argument("--out", default="dynamic_termination", help="writes <out>.json")
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    until = run(True, args.iterations, args.batch, args.seed, args.impl, args.timeout)
-    hit = reached(until, args.target)
-    upto = hit if hit is not None else len(until["returns"]) - 1
-    runs = {"padded": [], "until": [summary(until, upto)]}
-    for repeat in range(args.repeats):
-        padded = run(False, upto + 1, args.batch, args.seed, args.impl, args.timeout)
-        runs["padded"].append(summary(padded, upto))
-        if repeat:
-            runs["until"].append(summary(run(True, upto + 1, args.batch, args.seed, args.impl, args.timeout), upto))
-    same = padded["returns"] == until["returns"][:upto + 1]
-    rows = {name: {**done[0], "wall_s": min(r["wall_s"] for r in done), "cpu_s": min(r["cpu_s"] for r in done)}
-            for name, done in runs.items()}
-    print(f"REINFORCE CartPole-v1 ({args.impl}), batch {args.batch}, seed {args.seed}, one thread, load {load:.1f}: "
-          f"{'reached' if hit is not None else 'did not reach'} a mean return of {args.target:g} "
-          f"at iteration {upto}; returns identical per iteration: {same}")
-    print(f"{'program':8} {'iters':>5} {'env steps':>10} {'computed':>10} {'ratio':>6} {'wall s':>8} {'cpu s':>8}")
-    for name, row in rows.items():
-        print(f"{name:8} {row['iterations']:5d} {row['env_steps']:10d} {row['computed_steps']:10d} "
-              f"{row['computed_per_env_step']:6.2f} {row['wall_s']:8.1f} {row['cpu_s']:8.1f}")
-    speedup = {"wall": rows["padded"]["wall_s"] / rows["until"]["wall_s"],
-               "cpu": rows["padded"]["cpu_s"] / rows["until"]["cpu_s"]}
-    print(f"padded / until: wall {speedup['wall']:.2f}x, cpu {speedup['cpu']:.2f}x")
-    record = {"settings": vars(args), "load_average": load, "reached_target": hit is not None,
-              "iteration": upto, "returns_identical": same, "programs": rows, "runs": runs, "speedup": speedup,
-              "returns": until["returns"][:upto + 1], "date": time.strftime("%Y-%m-%d")}
+    window = -(-args.episodes // args.batch)
+    print(f"REINFORCE CartPole-v1 ({args.impl}), batch {args.batch}, one thread, load {load:.1f}: time to a mean "
+          f"return of {args.target:g} over the last {window * args.batch} episodes")
+    print(f"{'seed':>4} {'program':8} {'iters':>5} {'reached':>7} {'env steps':>10} {'computed':>10} {'ratio':>6} "
+          f"{'wall s':>8} {'cpu s':>8} {'same':>5}")
+    seeds = []
+    for seed in args.seeds:
+        seeds.append(measure(args, seed, window))
+        for name, row in seeds[-1]["programs"].items():
+            print(f"{seed:4d} {name:8} {row['iterations']:5d} {str(row['reached_target']):>7} "
+                  f"{row['env_steps']:10d} {row['computed_steps']:10d} {row['computed_per_env_step']:6.2f} "
+                  f"{row['wall_s']:8.1f} {row['cpu_s']:8.1f} {seeds[-1]['identical_iterations']:5d}")
+    totals = {name: {key: sum(m["programs"][name][key] for m in seeds)
+                     for key in ("iterations", "env_steps", "computed_steps", "wall_s", "cpu_s", "reached_target")}
+              for name in ("padded", "until")}
+    for name, total in totals.items():
+        total["computed_per_env_step"] = total["computed_steps"] / total["env_steps"]
+        print(f"{'all':>4} {name:8} {total['iterations']:5d} {total['reached_target']:7d} {total['env_steps']:10d} "
+              f"{total['computed_steps']:10d} {total['computed_per_env_step']:6.2f} {total['wall_s']:8.1f} "
+              f"{total['cpu_s']:8.1f}")
+    speedup = {"wall": totals["padded"]["wall_s"] / totals["until"]["wall_s"],
+               "cpu": totals["padded"]["cpu_s"] / totals["until"]["cpu_s"]}
+    print(f"padded / until: wall {speedup['wall']:.2f}x, cpu {speedup['cpu']:.2f}x ('same': the iterations whose "
+          f"returns are identical before the programs part)")
+    record = {"settings": vars(args), "load_average": load, "load_average_end": os.getloadavg()[0],
+              "totals": totals, "speedup": speedup, "seeds": seeds, "date": time.strftime("%Y-%m-%d")}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_json_atomic(args.out + ".json", record)
     print(f"wrote {args.out}.json")
-
 
 if __name__ == "__main__":
     main()

@@ -5,11 +5,16 @@ One program holds the whole training run: dims ``b`` (episodes of a batch),
 Monte-Carlo -- or, with ``--nstep N``, ``r[b, i, t:min(t + N, T)]``: a
 one-line switch. Episodes end inside an iteration by masking (see
 ``docs/rl.md``): after the end, rewards are 0, so the returns and the loss
-ignore those steps.
+ignore those steps. With ``--until`` the loop over ``t`` ends at run time
+(``tpo.end_when``) once every episode of the batch has ended; with ``--batch 1``
+too, each iteration is one episode, ``T[i]`` is its length, and the program
+computes exactly the environment's steps (REINFORCE updating after every
+episode, its baseline the episode's mean return: ``--baseline episode``).
 
     tempo run examples/reinforce.py                 # Monte-Carlo returns
     tempo run examples/reinforce.py --nstep 8       # 8-step returns
     tempo run examples/reinforce.py --nstep 8 --tiles 10   # 8-step, learning in tiles while acting
+    tempo run examples/reinforce.py --until --batch 1 --baseline episode --lr 0.005 --lr-decay 1 --iterations 600
     tempo run examples/reinforce.py --checkpoint run.safetensors --iterations 50
     tempo run examples/reinforce.py --resume run.safetensors --iterations 50
 
@@ -69,6 +74,10 @@ class Args:
     until: bool = False
     """end each iteration's episodes at run time (tpo.end_when): T[i] is the step after the batch's
     longest episode ends, capped by `steps`, instead of running every iteration to `steps`"""
+    baseline: str = "step"
+    """'step': advantages are the returns standardized by the batch's mean and spread at each step;
+    'episode': by the mean and spread over all of the batch's steps up to each episode's end (what
+    one episode per iteration, --batch 1, calls for: a batch of one has no spread at a step)"""
     tiles: int = 0
     """run the learner in tiles of this many timesteps (gradients accumulated); with n-step returns the
     tiles run while acting goes on and free the observations they learned from (docs/memory.md); 0: whole"""
@@ -76,6 +85,11 @@ class Args:
 
     def __post_init__(self) -> None:
         tpo.rl.training.require_positive(self, "iterations", "batch", "steps", "hidden", "layers", "checkpoint_every")
+        if self.baseline not in ("step", "episode"):
+            raise tpo.TempoError(f"--baseline is 'step' or 'episode', got {self.baseline!r}")
+        if self.baseline == "step" and self.batch == 1:
+            raise tpo.TempoError("--baseline step standardizes each step's returns over the batch, which a batch "
+                                 "of one episode leaves at 0: use --baseline episode with --batch 1")
 
 def main(args: Args) -> dict:
     resumed = tpo.load_checkpoint(args.resume) if args.resume else None
@@ -102,8 +116,13 @@ def main(args: Args) -> dict:
         end = T if args.nstep == 0 else tpo.min(t + args.nstep, T)
         g = r[b, i, t:end].discounted_sum(args.gamma)
         alive = tpo.rl.alive(d)                                      # 1 until the episode has ended
-        baseline = g[0:B, i, t].mean()                               # mean return over the batch, per step
-        spread = ((g[0:B, i, t] - baseline) ** 2.0).mean().sqrt() + 1e-6
+        if args.baseline == "step":
+            baseline = g[0:B, i, t].mean()                           # mean return over the batch, per step
+            spread = ((g[0:B, i, t] - baseline) ** 2.0).mean().sqrt() + 1e-6
+        else:
+            lived = alive[0:B, i, 0:T].sum()                          # the batch's steps up to each end
+            baseline = (g * alive)[0:B, i, 0:T].sum() / lived
+            spread = ((((g - baseline) ** 2.0) * alive)[0:B, i, 0:T].sum() / lived).sqrt() + 1e-6
         advantage = (g - baseline) / spread
         terms = (dist.log_prob(a) * advantage * alive)[0:B, i, 0:T]
         # Monte-Carlo returns wait for the episode's end anyway; n-step learning averages over the

@@ -184,6 +184,22 @@ def test_reinforce_until_learns_what_the_padded_program_learns_from_fewer_steps(
     assert all(env <= computed < 4 * 200 for env, computed in zip(until["env_steps"], until["computed_steps"]))
 
 
+def test_reinforce_one_episode_per_iteration_computes_exactly_the_environment_steps():
+    """With --batch 1 --until, T[i] is iteration i's episode: the learner's rows are its steps, as
+    many as its return (CartPole pays 1 a step), and the returns are the padded program's."""
+    import runpy
+
+    reinforce = runpy.run_path(str(ROOT / "examples" / "reinforce.py"), run_name="reinforce")
+    args = dict(iterations=6, batch=1, steps=200, baseline="episode", impl="tensor", lr=0.005, lr_decay=1.0)
+    run = lambda **kw: reinforce["main"](reinforce["Args"](**args, **kw))  # noqa: E731
+    padded, until = run(), run(until=True)
+    assert until["returns"] == padded["returns"]
+    assert until["computed_steps"] == until["env_steps"] == [int(r) for r in until["returns"]]
+    assert padded["computed_steps"] == [200] * 6
+    with pytest.raises(reinforce["tpo"].TempoError, match="--baseline episode"):
+        reinforce["Args"](batch=1)
+
+
 @pytest.mark.slow
 def test_reinforce_until_resumed_run_is_bit_identical(tmp_path):
     """With --until, stopping after 2 iterations and resuming for 2 gives the returns and weights of 4 in one go."""

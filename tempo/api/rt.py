@@ -145,11 +145,11 @@ def _op_steps(op: ops.Op) -> set[Expr]:
 
 
 def apply(op: ops.Op, inputs: Sequence[RecurrentTensor], site=None, ctx: Context | None = None,
-          label: str = "") -> RecurrentTensor | tuple[RecurrentTensor, ...]:
+          label: str = "", over: Sequence[Expr] = ()) -> RecurrentTensor | tuple[RecurrentTensor, ...]:
     """Add ``op`` reading ``inputs`` to the SDG; returns its output RT(s).
 
-    The node's domain is the union of the inputs' domains and of the step
-    symbols in the op's parameters, in the context's dimension order.
+    The node's domain is the union of the inputs' domains, of the step
+    symbols in the op's parameters and of ``over``, in the context's dimension order.
     """
     site = site or user_site()
     ctx = ctx or (inputs[0].ctx if inputs else current())
@@ -157,7 +157,7 @@ def apply(op: ops.Op, inputs: Sequence[RecurrentTensor], site=None, ctx: Context
         if x.ctx is not ctx:
             raise TempoError("recurrent tensors from two different contexts cannot interact: build every "
                              "tensor of a program inside the same `with ctx:` block", site)
-    steps = set(_op_steps(op))
+    steps = set(_op_steps(op)) | set(over)
     for x in inputs:
         steps |= set(x.domain)
     try:

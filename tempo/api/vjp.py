@@ -19,9 +19,10 @@ from tempo.api.rt import RecurrentTensor as RT
 from tempo.api.rt import apply, materialize
 from tempo.errors import TempoError, user_site
 from tempo.ir import ops
+from tempo.ir.ends import ends
 from tempo.ir.sdg import Edge, Node, identity_index
 from tempo.ir.shapes import same_size
-from tempo.symbolic.expr import Expr, as_expr, logical_and, make_slice
+from tempo.symbolic.expr import Expr, as_expr, bound_of, logical_and, make_slice
 from tempo.symbolic.simplify import simplify
 
 
@@ -138,7 +139,7 @@ def _reduce(call: VJPCall) -> list:
     spread = _restore_axes(g, op, x.shape)
     if op.fn == "sum":
         return [spread]
-    count = _count(x.shape, op.axes)
+    count = _count(g, x.shape, op.axes)
     if op.fn == "mean":
         return [spread / count.cast(g.dtype)]
     hit = (x == _restore_axes(y, op, x.shape)).cast(g.dtype)
@@ -146,11 +147,17 @@ def _reduce(call: VJPCall) -> list:
     return [spread * hit / ties]
 
 
-def _count(shape: tuple, axes: tuple[int, ...]) -> RT:
+def _count(g: RT, shape: tuple, axes: tuple[int, ...]) -> RT:
+    """The elements along ``axes`` of ``shape``, at each point of ``g``'s domain: where a size is
+    the bound ``T`` of a dim that ends at run time, its value over the outer dims ``i`` of ``g`` is ``T[i]``."""
     total = as_expr(1)
     for a in axes:
         total = total * as_expr(shape[a % len(shape)])
-    return F.eval_symbol(total) if not total.is_const else F.full((), total.value, "int64")
+    if total.is_const:
+        return F.full((), total.value, "int64")
+    sdg, bounds = g.ctx.sdg, total.free_symbols()
+    outer = {d for t, n in ends(sdg).items() if bound_of(t) in bounds for d in sdg.nodes[n].domain[:-1]}
+    return apply(ops.EvalSymbolOp(total), [], ctx=g.ctx, over=[d for d in g.domain if d in outer])
 
 
 @vjp_rule(ops.CumSumOp)

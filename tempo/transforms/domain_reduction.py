@@ -13,14 +13,18 @@ dims), random numbers and ``eval_symbol`` (their values are the dims'),
 UDFs (called once per point on purpose: an environment step, a sink),
 constants indexed by the point, roots (a fetched tensor keeps the shape it
 was fetched with; sinks and parameter updates are merges or UDFs anyway),
-vectorized nodes, and a node some reader reads with a slice along a dim it
-would lose (that slice stacks one copy per point).
+vectorized nodes, a node some reader reads with a slice along a dim it
+would lose (that slice stacks one copy per point), and the outer dims of a
+dim that ends at run time (``tpo.end_when``) in a node that keeps that dim:
+its extent along the dim is ``T[i]``, one per point of them, where without
+them it would be the cap.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
 from tempo.ir import ops
+from tempo.ir.ends import ends
 from tempo.ir.sdg import SDG, Node
 from tempo.symbolic.expr import Expr, seq
 from tempo.transforms.editing import Graph, sources_first
@@ -36,12 +40,13 @@ class Config:
 def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     """The SDG with every node over just the dims it varies with (``sdg`` itself if none shrinks)."""
     g = Graph(sdg)
+    outer = {t: sdg.nodes[n].domain[:-1] for t, n in ends(sdg).items()}  # dim that ends -> its outer dims
     work = sources_first(g)
     queued, reduced = set(work), 0
     while work:
         n = work.pop()
         queued.discard(n)
-        if _reduce(g, g.nodes[n]):
+        if _reduce(g, g.nodes[n], outer):
             reduced += 1
             for e in g.readers(n):
                 if e.sink not in queued:
@@ -50,12 +55,13 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     return g.to_sdg() if reduced else sdg
 
 
-def _reduce(g: Graph, node: Node) -> bool:
+def _reduce(g: Graph, node: Node, outer: dict[Expr, tuple]) -> bool:
     if isinstance(node.op, KEEP) or g.is_root(node.id) or node.id in g.vectorized or not node.domain:
         return False
     if isinstance(node.op, ops.ConstOp) and node.op.num_domain_axes:
         return False
     used = varies_with(g, node)
+    used |= {d for t, dims in outer.items() if t in used for d in dims}
     keep = tuple(d for d in node.domain if d in used)
     if len(keep) == len(node.domain):
         return False

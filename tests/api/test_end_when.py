@@ -268,3 +268,28 @@ def test_tiles_of_a_dim_that_ends_at_run_time_are_an_error():
         tpo.end_when(x > 0.0)
         with pytest.raises(tpo.TempoError, match="ends at run time"):
             ctx.compile(fetch=[x[i, 0:T].sum()], passes={"tile": tile.Config(tiles={"t": 4})})
+
+
+def test_gradients_over_a_dim_that_ends_see_its_length_at_each_outer_point():
+    """A parameter over ``i`` read at every ``t`` gets the sum of ``T[i]`` contributions, and the
+    gradient of a mean over ``x[i, 0:T]`` divides by ``T[i]``, not by the cap."""
+    xs = np.random.default_rng(1).uniform(0.1, 0.4, (3, 12))
+    with tpo.Context() as ctx:
+        (i, I), (t, T) = ctx.dims("i", "t")
+        w = tpo.nn.parameter(np.array(0.5), dims=(i,))
+        x = tpo.from_numpy(xs, dims=(i, t))
+        s = tpo.placeholder((), "float64", dims=(i, t))
+        s[i, 0] = x[i, 0]
+        s[i, t + 1] = s[i, t] + x[i, t + 1]
+        tpo.end_when(s[i, t] > 1.0)
+        loss = (w * x)[i, 0:T].sum() + (w * x)[i, 0:T].mean()
+        loss.backward()
+        tpo.optim.SGD([w], lr=0.1).step()
+        program = ctx.compile(fetch=[w])
+    (got,) = program.run({"I": 3, "T": 12})
+    lengths, _ = lengths_of(xs, 1.0, 1.0)
+    want = [0.5]
+    for i, n in enumerate(lengths[:-1]):
+        want.append(want[-1] - 0.1 * (xs[i, :n].sum() + xs[i, :n].mean()))
+    np.testing.assert_array_equal(program.lengths["T"], lengths)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
