@@ -35,6 +35,7 @@ class _VectorHost:
         self.name, self.kwargs, self.sample_key = name, kwargs, sample_key
         self.obs_dtype, self.box, self.vector = obs_dtype, box, vector
         self.envs: gymnasium.vector.VectorEnv | None = None
+        self.checked = None  # the last index found to name every environment (a store hands on the same one)
 
     def reset_seed(self, b: int) -> int:
         return int(np.random.SeedSequence([*self.sample_key, b]).generate_state(1)[0])
@@ -70,11 +71,14 @@ class _VectorHost:
         return gymnasium.make(self.name, **self.kwargs)
 
     def _count(self, index) -> int:
-        index = np.asarray(index)
-        if index.ndim != 1 or not np.array_equal(index, np.arange(len(index))):
+        if index is self.checked:
+            return len(index)
+        given = np.asarray(index)
+        if given.ndim != 1 or not np.array_equal(given, np.arange(len(given))):
             raise RuntimeError(f"{self.name}: a vector environment steps every environment at once; it was "
-                               f"called for environments {index.tolist()} (is the batch dim vectorized?)")
-        return len(index)
+                               f"called for environments {given.tolist()} (is the batch dim vectorized?)")
+        self.checked = index
+        return len(given)
 
 
 class GymVectorEnv(Env):
