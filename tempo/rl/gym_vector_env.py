@@ -6,6 +6,9 @@ semantics CleanRL and Stable-Baselines3 train with: the step that ends an
 episode returns the first observation of the next one, and the observation
 it reached goes out as ``final_obs``. Environment ``b`` is reset once, at the
 start of the run, with the seed :meth:`GymVectorEnv.reset_seed` gives it.
+The vector env hands out its own observation buffer (``copy=False``), which
+the host copies once per step into the UDF's output (gymnasium's default
+deep-copies it first).
 
 The UDFs are called once per step with every environment at once (the batch
 dim ``b`` vectorized); they read ``b`` so the host can check that.
@@ -44,9 +47,9 @@ class _VectorHost:
         count = self._count(index)
         self.close()
         make = gymnasium.vector.SyncVectorEnv if self.vector == "sync" else gymnasium.vector.AsyncVectorEnv
-        self.envs = make([self._factory] * count, autoreset_mode=AutoresetMode.SAME_STEP)
+        self.envs = make([self._factory] * count, autoreset_mode=AutoresetMode.SAME_STEP, copy=False)
         obs, _ = self.envs.reset(seed=[self.reset_seed(b) for b in range(count)])
-        return np.asarray(obs, dtype=self.obs_dtype)
+        return np.array(obs, dtype=self.obs_dtype)  # the vector env's own buffer, which its next step overwrites
 
     def step(self, index, action):
         self._count(index)
@@ -55,9 +58,9 @@ class _VectorHost:
         action = np.asarray(action)
         action = action.astype(np.int64) if self.box is None else np.clip(action, *self.box).astype(self.box[0].dtype)
         obs, reward, terminated, truncated, info = self.envs.step(action)
-        obs = np.asarray(obs, dtype=self.obs_dtype)
-        final = obs.copy()
-        if "_final_obs" in info:
+        obs = final = np.array(obs, dtype=self.obs_dtype)  # of the vector env's own buffer, as in reset
+        if "_final_obs" in info:  # an episode ended: it reached final_obs, and obs is the next one's first
+            final = obs.copy()
             for k in np.flatnonzero(info["_final_obs"]):
                 final[k] = info["final_obs"][k]
         return obs, np.asarray(reward, np.float32), np.asarray(terminated, bool), np.asarray(truncated, bool), final
