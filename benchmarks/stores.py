@@ -66,15 +66,20 @@ def window_program(window: int, width: int):
 
 
 class Measured(Executor):
-    """An executor that records the most bytes one store held after any main-loop step."""
+    """An executor that records the most bytes one store held after any main-loop step (when the
+    generated code frees what no later step reads from it)."""
 
     def __init__(self, *args, watch, **kwargs):
-        self.watch, self.peak = watch, 0
         super().__init__(*args, **kwargs)
+        self.watch, self.peak = watch, 0
+        store = self.stores[watch]
+        free_below = store.free_below
 
-    def _evict(self, iteration: int) -> None:
-        self.peak = max(self.peak, self.stores[self.watch].nbytes())
-        super()._evict(iteration)
+        def measured(axis: int, live) -> None:
+            self.peak = max(self.peak, store.nbytes())
+            free_below(axis, live)
+
+        store.free_below = measured
 
 
 def measure(program, rt, bounds: dict[str, int], stores: str, repeats: int, steps: int) -> dict:

@@ -7,27 +7,41 @@ as ``i`` grows (``i - c``, ``(i // K) * K``, a slice ``max(0, i - W):i + 1``)
 is dead below the lowest index the next iteration reads; its points are
 freed after each iteration, so memory stays flat over thousands of
 iterations.
+
+Each eviction is plain data: per output, the lowest index each reader
+reads from the next iteration on, as an expression of the loop counter
+(:class:`Floor`). The executor's generated code frees below it inline after
+each iteration (:mod:`tempo.runtime.codegen`), one ``free_below`` call per
+tensor, with no per-iteration evaluation of closures.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Callable
 
 from tempo.ir.sdg import SDG
 from tempo.schedule import ast
 from tempo.symbolic.affine import last_true, nondecreasing_in, offset
-from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import Expr, symbol
 from tempo.symbolic.simplify import simplify
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The lowest index along the evicted axis one reader reads from a loop counter on: ``lowest``,
+    an expression of the counter, while the reader's dim (``reader``, also of the counter) is at
+    most ``last``; past ``last`` the reader's condition never holds again and it reads nothing
+    (``last`` None: no such end)."""
+
+    lowest: Expr
+    reader: Expr
+    last: int | None = None
 
 
 @dataclass(frozen=True)
 class Eviction:
     """A tensor freed as the main loop goes: ``node``'s points along ``axis`` below the lowest
     index any of its readers reads from the next iteration on. ``floors`` holds, per output, one
-    function per reader mapping ``{loop counter: next iteration}`` to that index (an output nobody
-    reads has none: all of it is freed)."""
+    :class:`Floor` per reader (an output nobody reads has none: all of it is freed)."""
 
     node: int
     axis: int
@@ -101,10 +115,9 @@ def _peeled(ex: ast.Execute, loop: ast.Loop, after: bool, at: tuple[int, int]) -
     return gap.is_const and gap.value == 0
 
 
-def _read_floor(e, axis: int, dim: Expr, var: str, inside: dict) -> Callable | None:
-    """``{var: counter} -> the lowest index along axis`` that edge ``e`` reads from that
-    loop counter on (``inf`` once its condition never holds again), when the index
-    never decreases as ``dim`` grows; None when it might, or the reader is outside
+def _read_floor(e, axis: int, dim: Expr, var: str, inside: dict) -> Floor | None:
+    """The lowest index along axis that edge ``e`` reads from a loop counter ``var`` on, when
+    the index never decreases as ``dim`` grows; None when it might, or the reader is outside
     the loop."""
     if e.sink not in inside:
         return None
@@ -112,10 +125,5 @@ def _read_floor(e, axis: int, dim: Expr, var: str, inside: dict) -> Callable | N
     low = index.args[0] if index.op == "slice" else index
     if not nondecreasing_in(low, dim):
         return None
-    at = symbol(var) + inside[e.sink][1]  # the reader's dim at a loop counter
-    lowest = compile_expr(low.substitute({dim: at}))
-    last = last_true(e.cond, dim) if e.cond is not None else None
-    if last is None:
-        return lowest
-    first = compile_expr(at)
-    return lambda env: lowest(env) if first(env) <= last else math.inf
+    at = simplify(symbol(var) + inside[e.sink][1])  # the reader's dim at a loop counter
+    return Floor(simplify(low.substitute({dim: at})), at, last_true(e.cond, dim) if e.cond is not None else None)

@@ -6,6 +6,9 @@ semantics CleanRL and Stable-Baselines3 train with: the step that ends an
 episode returns the first observation of the next one, and the observation
 it reached goes out as ``final_obs``. Environment ``b`` is reset once, at the
 start of the run, with the seed :meth:`GymVectorEnv.reset_seed` gives it.
+The vector env hands out its own observation buffer (``copy=False``), which
+the host copies once per step into the UDF's output (gymnasium's default
+deep-copies it first).
 
 The UDFs are called once per step with every environment at once (the batch
 dim ``b`` vectorized); they read ``b`` so the host can check that.
@@ -35,6 +38,7 @@ class _VectorHost:
         self.name, self.kwargs, self.sample_key = name, kwargs, sample_key
         self.obs_dtype, self.box, self.vector = obs_dtype, box, vector
         self.envs: gymnasium.vector.VectorEnv | None = None
+        self.checked = None  # the last index found to name every environment (a store hands on the same one)
 
     def reset_seed(self, b: int) -> int:
         return int(np.random.SeedSequence([*self.sample_key, b]).generate_state(1)[0])
@@ -43,9 +47,9 @@ class _VectorHost:
         count = self._count(index)
         self.close()
         make = gymnasium.vector.SyncVectorEnv if self.vector == "sync" else gymnasium.vector.AsyncVectorEnv
-        self.envs = make([self._factory] * count, autoreset_mode=AutoresetMode.SAME_STEP)
+        self.envs = make([self._factory] * count, autoreset_mode=AutoresetMode.SAME_STEP, copy=False)
         obs, _ = self.envs.reset(seed=[self.reset_seed(b) for b in range(count)])
-        return np.asarray(obs, dtype=self.obs_dtype)
+        return np.array(obs, dtype=self.obs_dtype)  # the vector env's own buffer, which its next step overwrites
 
     def step(self, index, action):
         self._count(index)
@@ -54,9 +58,9 @@ class _VectorHost:
         action = np.asarray(action)
         action = action.astype(np.int64) if self.box is None else np.clip(action, *self.box).astype(self.box[0].dtype)
         obs, reward, terminated, truncated, info = self.envs.step(action)
-        obs = np.asarray(obs, dtype=self.obs_dtype)
-        final = obs.copy()
-        if "_final_obs" in info:
+        obs = final = np.array(obs, dtype=self.obs_dtype)  # of the vector env's own buffer, as in reset
+        if "_final_obs" in info:  # an episode ended: it reached final_obs, and obs is the next one's first
+            final = obs.copy()
             for k in np.flatnonzero(info["_final_obs"]):
                 final[k] = info["final_obs"][k]
         return obs, np.asarray(reward, np.float32), np.asarray(terminated, bool), np.asarray(truncated, bool), final
@@ -70,11 +74,14 @@ class _VectorHost:
         return gymnasium.make(self.name, **self.kwargs)
 
     def _count(self, index) -> int:
-        index = np.asarray(index)
-        if index.ndim != 1 or not np.array_equal(index, np.arange(len(index))):
+        if index is self.checked:
+            return len(index)
+        given = np.asarray(index)
+        if given.ndim != 1 or not np.array_equal(given, np.arange(len(given))):
             raise RuntimeError(f"{self.name}: a vector environment steps every environment at once; it was "
-                               f"called for environments {index.tolist()} (is the batch dim vectorized?)")
-        return len(index)
+                               f"called for environments {given.tolist()} (is the batch dim vectorized?)")
+        self.checked = index
+        return len(given)
 
 
 class GymVectorEnv(Env):

@@ -16,7 +16,11 @@ branch is narrower). A window store's rows are overwritten as its dim
 advances, so a point store keeps a copy (``detach``) of an output that may
 alias a window read, and user functions get copies of window reads. A
 free drops a point from the point stores of its node; an evict or a load
-calls its stores' ``evict`` or ``load`` with the index it moves. A loop
+calls its stores' ``evict`` or ``load`` with the index it moves. After each
+iteration of the main loop, each of the plan's evictions
+(:mod:`tempo.plan.evictions`) is one ``free_below`` call of its store, below
+the lowest index its readers read from the next iteration on, written as an
+expression of the loop counter. A loop
 the backend runs as one device program (:mod:`tempo.runtime.device_loops`)
 is preceded by a call of its compiled form ``D<k>`` with the bounds and the
 enclosing counters; the loop itself runs only where that call answers False
@@ -31,7 +35,7 @@ over ``t`` that its indices do not keep below ``T`` asks ``U<n>.within``
 first, which raises naming the reader's line past the end.
 The source refers to names the executor binds: ``S<n>_<j>`` (stores),
 ``K<n>`` (kernels), ``F<n>`` (merge shapes), ``D<k>`` (device loops), ``U<n>``
-(end checks), ``fail``, ``evict``, ``detach``, ``broadcast``, ``ledger``. A
+(end checks), ``fail``, ``detach``, ``broadcast``, ``ledger``, ``inf``. A
 profiled source (:mod:`tempo.runtime.profile`) evaluates every condition
 through ``C`` and calls ``B`` before the main loop and ``M`` after each of
 its iterations.
@@ -43,8 +47,9 @@ from tempo.ir.ends import depends_on_length, ends
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG
 from tempo.schedule import ast
+from tempo.symbolic.affine import const_diff
 from tempo.symbolic.evaluate import to_python
-from tempo.symbolic.expr import Expr, bound_of, seq
+from tempo.symbolic.expr import Expr, bound_of, seq, symbol
 from tempo.symbolic.simplify import simplify
 
 
@@ -62,8 +67,9 @@ class Generator:
 
     def __init__(self, sdg: SDG, kinds: dict[tuple[int, int], str], main_loop: ast.Loop | None,
                  bound_names: list[str], device_loops: dict[int, str] | None = None,
-                 profiled: ast.Loop | None = None):
+                 profiled: ast.Loop | None = None, evictions: tuple = ()):
         self.sdg, self.kinds, self.main_loop = sdg, kinds, main_loop
+        self.evictions = evictions  # the plan's, run after each iteration of main_loop
         self.profiled = profiled  # the main loop of a profiled source
         self.bound_names = bound_names
         self.device_loops = device_loops or {}  # id(loop) -> the name of its compiled form
@@ -117,7 +123,7 @@ class Generator:
                 self._emit(depth + 1, f"{local(reset)} = cap_{reset}")
             self._stmt(stmt.body, depth + 1)
             if stmt is self.main_loop:
-                self._emit(depth + 1, f"evict({var})")
+                self._evict(stmt.var, depth + 1)
             if stmt is self.profiled:
                 self._emit(depth + 1, f"M({var})")
             self._emit(depth + 1, f"{var} += {stmt.step}")
@@ -150,6 +156,30 @@ class Generator:
         for j in outs:
             method = "free_rows" if rows else "free_point"
             self._emit(depth, f"S{stmt.node_id}_{j}.{method}({point})  # free {stmt.label}")
+
+    def _evict(self, var: str, depth: int) -> None:
+        """Free, after an iteration of the loop over ``var``, each evicted tensor's points below the
+        lowest index its readers read from the next iteration on (all of them where none reads)."""
+        later = {symbol(var): symbol(var) + 1}
+        for e in self.evictions:
+            for j, floors in e.floors.items():
+                lows: list[Expr] = []  # of the readers that read to the end, the lowest of each const offset
+                ending = []  # the others, as source
+                for floor in floors:
+                    low = simplify(floor.lowest.substitute(later))
+                    if floor.last is not None:
+                        reader = py(simplify(floor.reader.substitute(later)))
+                        ending.append(f"({py(low)} if {reader} <= {floor.last} else inf)")
+                        continue
+                    above = next((k for k, kept in enumerate(lows) if const_diff(low, kept) is not None), None)
+                    if above is None:
+                        lows.append(low)
+                    elif const_diff(low, lows[above]) < 0:
+                        lows[above] = low
+                live = list(dict.fromkeys([py(low) for low in lows] + ending))
+                live = "inf" if not live else live[0] if len(live) == 1 else f"min({', '.join(live)})"
+                self._emit(depth, f"S{e.node}_{j}.free_below({e.axis}, {live})  "
+                                  f"# free {self.sdg.nodes[e.node].op.name}%{e.node} no later iteration reads")
 
     def _move(self, stmt: ast.Evict, depth: int) -> None:
         method = "load" if isinstance(stmt, ast.Load) else "evict"

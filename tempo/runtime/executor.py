@@ -67,8 +67,8 @@ class Runnable:
         self.loops = [DeviceLoop(planned, compiled, sdg, backend) for planned in plan.loops
                       if (compiled := backend.device_loop(planned, sdg)) is not None]
         names = {id(loop.plan.loop): f"D{k}" for k, loop in enumerate(self.loops)}
-        generator = Generator(sdg, plan.kinds(sdg), plan.main_loop if plan.evictions else None, sorted(bound_names),
-                              names, profiled=plan.main_loop if profiled else None)
+        generator = Generator(sdg, plan.kinds(sdg), plan.main_loop, sorted(bound_names), names,
+                              profiled=plan.main_loop if profiled else None, evictions=plan.evictions)
         self.source = generator.source(program)
         self.code = compile(self.source, "<tempo program>", "exec")
         self.checks = {n: generator.host_steps.get(n, True) for n in generator.checks}  # -> whether host steps
@@ -120,9 +120,6 @@ class Executor:
         self.stores = {key: make_store(choice, name, backend, dtype, _empty_shape(shape, bounds),
                                        bounds[bound] if bound is not None else None, self.ledger, grows=grows)
                        for key, (choice, name, dtype, shape, bound, grows, _) in runnable.stores.items()}
-        # (store, axis, floors) per output of each eviction: an island's outputs may be read from different points
-        self.evictions = [(self.stores[(e.node, j)], e.axis, tuple(per_output))
-                          for e in self.plan.evictions for j, per_output in e.floors.items()]
         for key, spec in runnable.stores.items():
             if spec[-1] and self.stores[key].kind == "block":  # a block store that swaps stays in the host tier
                 self.stores[key].tier = "host"
@@ -144,7 +141,7 @@ class Executor:
         loops (:mod:`tempo.runtime.device_loops`) and the runnable's kernels."""
         backend = self.backend
         namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
-                     "evict": self._evict, "fail": self._fail, "ledger": self.ledger,
+                     "inf": math.inf, "fail": self._fail, "ledger": self.ledger,
                      "detach": backend.detach, "broadcast": backend.broadcast}
         namespace.update({f"D{k}": loop.bind(self.stores, self.ledger, self.end_checks) for k, loop in enumerate(runnable.loops)})
         namespace.update({f"U{n}": check for n, check in self.end_checks.items()})
@@ -169,15 +166,6 @@ class Executor:
         raise TempoError(f"{name} failed at {where or 'its only point'}: {type(cause).__name__}: {cause}",
                          site) from cause
 
-    def _evict(self, iteration: int) -> None:
-        """Free the points no later iteration reads (the plan's evictions)."""
-        later = {self.plan.main_loop.var: iteration + 1}
-        for store, axis, floors in self.evictions:
-            if len(floors) == 1:
-                store.free_below(axis, floors[0](later))
-            else:
-                store.free_below(axis, min((floor(later) for floor in floors), default=math.inf))
-
 
 def _profiled(namespace: dict, profiler: Profiler, kinds: dict[int, str], whole: str | None) -> None:
     """Bind ``profiler``'s wrappers in place of the generated code's names, and its own names
@@ -191,14 +179,13 @@ def _profiled(namespace: dict, profiler: Profiler, kinds: dict[int, str], whole:
             namespace[name] = profiler.device_loop(value)
         elif name[0] == "S" and name[1].isdigit():
             namespace[name] = profiler.store(value)
-    namespace.update(evict=profiler.call("free", namespace["evict"]), C=profiler.condition, M=profiler.mark,
-                     B=profiler.start)
+    namespace.update(C=profiler.condition, M=profiler.mark, B=profiler.start)
 
 
 def source(sdg: SDG, program: ast.Stmt, plan: ExecutionPlan, bound_names) -> str:
     """The generated source an executor of this program and plan runs (for any bounds of ``bound_names``)."""
-    return Generator(sdg, plan.kinds(sdg), plan.main_loop if plan.evictions else None,
-                     sorted(bound_names)).source(program)
+    return Generator(sdg, plan.kinds(sdg), plan.main_loop, sorted(bound_names),
+                     evictions=plan.evictions).source(program)
 
 
 def _holds_constant(op) -> bool:

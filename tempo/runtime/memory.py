@@ -74,50 +74,72 @@ class Ledger:
     _held: dict = field(default_factory=dict)  # id(tensor) -> [point stores holding it, bytes, tensor, first store]
     _snapshot_above: int = 0  # the device peak that takes a new snapshot of the holders
     _band: tuple[int, int] = (0, 0)  # total live bytes outside this band take a timeline sample
+    _rise: int = 0  # device bytes above which a move reaches the peak, the budget or the band's top
+    _fall: int = 0  # device bytes below which a move leaves the band at its bottom
 
     def add(self, store: str, nbytes: int, tier: str = "device") -> None:
         """Record ``nbytes`` (negative: freed) allocated by ``store`` in ``tier``."""
         if not nbytes:
             return
-        live = self.live[tier] + nbytes
-        self.live[tier] = live
+        self.live[tier] += nbytes
         if tier == "device":
-            by_store = self.by_store
-            by_store[store] = by_store.get(store, 0) + nbytes
-            if self.budget is not None and nbytes > 0 and live > self.budget:
-                raise BudgetExceeded(self.budget, live, {k: v for k, v in by_store.items() if v > 0})
+            self.by_store[store] = self.by_store.get(store, 0) + nbytes
+        self._moved(tier, nbytes)
+
+    def hold(self, store: str, tensor, nbytes: int) -> None:
+        """Point store ``store`` takes ``tensor`` (``nbytes`` of device memory): counted for its
+        first holder only, so a tensor several stores hold counts once (a merge hands on its
+        branch's value; a state is the update that made it)."""
+        held = self._held
+        entry = held.get(id(tensor))
+        if entry is not None:
+            entry[0] += 1
+            return
+        held[id(tensor)] = [1, nbytes, tensor, store]
+        live = self.live["device"] + nbytes  # add(store, nbytes), its checks in one comparison
+        self.live["device"] = live
+        by_store = self.by_store
+        by_store[store] = by_store.get(store, 0) + nbytes
+        if live > self._rise or live < self._fall:
+            self._moved("device", nbytes)
+
+    def drop(self, tensor) -> None:
+        """A point store lets go of ``tensor``: its bytes are freed with its last holder."""
+        held = self._held
+        entry = held.get(id(tensor))
+        if entry is None or entry[2] is not tensor:
+            return
+        entry[0] -= 1
+        if entry[0]:
+            return
+        del held[id(tensor)]
+        store, nbytes = entry[3], entry[1]
+        live = self.live["device"] - nbytes  # add(store, -nbytes), its checks in one comparison
+        self.live["device"] = live
+        by_store = self.by_store
+        by_store[store] -= nbytes
+        if live < self._fall:
+            self._moved("device", -nbytes)
+
+    def _moved(self, tier: str, nbytes: int) -> None:
+        """``nbytes`` just moved in ``tier``: hold the budget, raise the peak (and take its holders), take a
+        timeline sample where the live bytes left the band; then the device bytes that call again."""
+        live = self.live[tier]
+        if tier == "device" and self.budget is not None and nbytes > 0 and live > self.budget:
+            raise BudgetExceeded(self.budget, live, {k: v for k, v in self.by_store.items() if v > 0})
         if live > self.peak[tier]:
             self.peak[tier] = live
             if tier == "device" and live >= self._snapshot_above:
                 self.peak_holders = {k: v for k, v in self.by_store.items() if v > 0}
                 self._snapshot_above = int(live * (1 + RESOLUTION)) + 1
                 self._sample()
-                return
         low, high = self._band
         total = self.live["device"] + self.live["host"]
         if total < low or total > high:
             self._sample()
-
-    def hold(self, store: str, tensor, nbytes: int) -> None:
-        """Point store ``store`` takes ``tensor`` (``nbytes`` of device memory): counted for its
-        first holder only, so a tensor several stores hold counts once (a merge hands on its
-        branch's value; a state is the update that made it)."""
-        entry = self._held.get(id(tensor))
-        if entry is None:
-            self._held[id(tensor)] = [1, nbytes, tensor, store]
-            self.add(store, nbytes)
-        else:
-            entry[0] += 1
-
-    def drop(self, tensor) -> None:
-        """A point store lets go of ``tensor``: its bytes are freed with its last holder."""
-        entry = self._held.get(id(tensor))
-        if entry is None or entry[2] is not tensor:
-            return
-        entry[0] -= 1
-        if not entry[0]:
-            del self._held[id(tensor)]
-            self.add(entry[3], -entry[1])
+        host = self.live["host"]
+        self._rise = min(self.peak["device"], self._band[1] - host)
+        self._fall = self._band[0] - host
 
     def _sample(self) -> None:
         total = self.live["device"] + self.live["host"]

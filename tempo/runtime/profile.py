@@ -213,7 +213,7 @@ class ProfiledStore:
         self.store = store
         self.read = profiler.call("store read", store.read)
         self.write = profiler.call("store write", store.write)
-        for name in ("free_point", "free_rows", "evict", "load"):
+        for name in ("free_point", "free_rows", "free_below", "evict", "load"):
             if hasattr(store, name):
                 setattr(self, name, profiler.call("free", getattr(store, name)))
 

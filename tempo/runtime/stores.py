@@ -56,13 +56,22 @@ class PointStore:
         self.data: dict[tuple, object] = {}
         self.on_host: dict[tuple, bool] = {}  # evicted point -> whether a load put it back on the device
         self.ledger = ledger or Ledger()
+        self.array_dtype = _numpy_dtype(dtype)  # an ndarray of it is stored as it is
 
     def write(self, point: tuple, value) -> None:
         """Store ``value`` (cast to the store's dtype) at ``point``."""
-        if point in self.data:
+        data = self.data
+        if point in data:
             self.free_point(point)
-        value = self.data[point] = self.backend.cast(value, self.dtype)
-        self.ledger.hold(self.name, value, owned_nbytes(self.backend, value))
+        if type(value) is np.ndarray and value.dtype is self.array_dtype:  # the common case, without calls
+            data[point] = value
+            if value.base is None:  # a view counts nothing: its owner counts it
+                self.ledger.hold(self.name, value, value.nbytes)
+            return
+        value = data[point] = self.backend.cast(value, self.dtype)
+        nbytes = owned_nbytes(self.backend, value)
+        if nbytes:
+            self.ledger.hold(self.name, value, nbytes)
 
     def evict(self, index: tuple) -> None:
         """Move the points of ``index`` held on the device to the host tier (copied the first time)."""
@@ -115,18 +124,26 @@ class PointStore:
 
     def free_below(self, axis: int, live) -> None:
         """Drop every point whose coordinate along ``axis`` is below ``live``."""
-        for point in [p for p in self.data if p[axis] < live]:
-            self.free_point(point)
+        data = self.data
+        if len(data) == 1:  # the common case (a tensor over the main loop's dim): no list of points
+            for point in data:
+                break
+            if point[axis] < live:
+                self.free_point(point)
+        elif data:
+            for point in [p for p in data if p[axis] < live]:
+                self.free_point(point)
 
     def free_point(self, point: tuple) -> None:
         """Drop the tensor at ``point`` (no later statement reads it)."""
         value = self.data.pop(point, None)
-        if value is not None:
-            loaded = self.on_host.pop(point, None)
-            if loaded is not False:
-                self.ledger.drop(value)
-            if loaded is not None:
-                self.ledger.add(self.name, -owned_nbytes(self.backend, value), "host")
+        if value is None:
+            return
+        loaded = self.on_host.pop(point, None) if self.on_host else None  # None: never evicted
+        if loaded is not False:
+            self.ledger.drop(value)
+        if loaded is not None:
+            self.ledger.add(self.name, -owned_nbytes(self.backend, value), "host")
 
     def items(self):
         """The (point, tensor) pairs held."""
@@ -172,9 +189,12 @@ class _BufferStore:
     load = evict
 
     def _gather(self, index: tuple):
-        *outer, last = index
-        if not any(isinstance(i, slice) for i in outer):
-            return self._read(tuple(outer), last)
+        outer, last = index[:-1], index[-1]
+        for i in outer:
+            if type(i) is slice:
+                break
+        else:
+            return self._read(outer, last)
         ranges = [range(i.start, i.stop) if isinstance(i, slice) else (i,) for i in outer]
         sizes = tuple(max(0, i.stop - i.start) for i in outer if isinstance(i, slice))
         parts = [self._read(p, last) for p in itertools.product(*ranges)]
@@ -187,8 +207,9 @@ class _BufferStore:
         return self.backend.stack([], (0,) + self.row_shape, self.dtype)
 
     def _check_shape(self, point: tuple, value) -> None:
-        shape = tuple(getattr(value, "shape", ()))
+        shape = getattr(value, "shape", ())
         if shape != self.row_shape:
+            shape = tuple(shape)
             raise TempoError(f"internal error: {self.name} computed a value of shape {shape} at {point}, "
                              f"but its {self.kind} store holds rows of shape {self.row_shape}")
 
@@ -215,10 +236,14 @@ class BlockStore(_BufferStore):
 
     def write(self, point: tuple, value) -> None:
         """Write ``value`` into its row of the block's buffer, in place."""
-        self._check_shape(point, value)
+        if getattr(value, "shape", ()) != self.row_shape:
+            self._check_shape(point, value)
         block, row = divmod(point[-1], self.length)
         key = point[:-1] + (block,)
-        self.blocks[key] = self.backend.write_into(self._block(key, row + 1), row, value)
+        buffer = self.blocks.get(key)
+        if buffer is None or row >= self.rows[key]:
+            buffer = self._block(key, row + 1)
+        self.blocks[key] = self.backend.write_into(buffer, row, value)
         self.written[key][row] = 1
         if self.tier == "host":
             self._on_device(key, row, row + 1)
@@ -441,6 +466,13 @@ class WindowStore(_BufferStore):
 
 GROWN_FROM = 16  # rows a growing block's buffer starts with
 ON_HOST, ON_DEVICE, LOADED = 0, 1, 2  # where a swapped block's row is: host alone, device alone, both
+
+
+def _numpy_dtype(name: str) -> np.dtype | None:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return None
 
 
 def _points(index: tuple):

@@ -123,6 +123,6 @@ def test_an_unknown_store_mode_is_an_error():
 
 def test_the_generated_code_is_written_from_the_plan():
     program, _ = _training_loop()
-    assert "evict(" in program.code
+    assert ".free_below(" in program.code
     unfreed = dataclasses.replace(program.plan, evictions=())
-    assert "evict(" not in source(program.sdg, program.ast, unfreed, program.domains.params)
+    assert ".free_below(" not in source(program.sdg, program.ast, unfreed, program.domains.params)
