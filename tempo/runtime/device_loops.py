@@ -46,6 +46,13 @@ and freed as in any launch, and the device skipped every step after it, so
 that the stores hold exactly ``0:T`` and the results are the same for every
 ``k``. The generated code then sets the dim's bound to the length the
 dim's :class:`~tempo.runtime.ends.EndCheck` records.
+
+A launch's buffers count in the run's :class:`~tempo.runtime.memory.Ledger`
+while it holds them, under the generated code's name of the loop: its carry
+(``device loop D0 carry``: the values later iterations read, such as
+parameters, optimizer state and recurrent state, and the nested loops'
+initial carries), the per-iteration inputs it is handed (``inputs``) and the
+rows it returns (``rows``), from the launch until the rows are written back.
 """
 from __future__ import annotations
 
@@ -212,15 +219,15 @@ class DeviceLoop:
         if ending:
             xs = dict(xs, end=runs[self.plan.end])
         nested = [closed[f"n{k}"] for k in range(len(self.plan.nested))]
-        held = [self._hold("carry", (ring0 if ring is None else ring, [n["r"] for n in nested])),
-                self._hold("inputs", (xs, [n["g"] for n in nested]))]
+        holding = [self._hold("carry", (ring0 if ring is None else ring, [n["r"] for n in nested])),
+                   self._hold("inputs", (xs, [n["g"] for n in nested]))]
         try:
             ring, ys = self.compiled(key, len(envs), closed, xs, ring0 if ring is None else ring)
         except Exception:  # noqa: BLE001  the loop statement by statement says what failed, at its user's line
-            self._release(held)
+            self._release(holding)
             self.failed.add(key)
             return None
-        held.append(self._hold("rows", ys))
+        holding.append(self._hold("rows", ys))
         if ending:  # the chunk's flags, read on the host at once
             held = np.flatnonzero(self.backend.to_numpy(ys[-1]))
             kept, ended = (int(held[0]) + 1, True) if held.size else (len(envs), False)
@@ -228,7 +235,7 @@ class DeviceLoop:
             ys = [_first_rows(y, kept) for y in ys[:-1]]
         written = len(self.plan.written_back)
         self._write_back(ys[:written], envs, runs)
-        self._release(held)
+        self._release(holding)
         self._call_deferred(ys[written:], envs, runs)
         self._free(envs)
         for nested, guards in zip(self.nested, self.nested_guards):
@@ -247,8 +254,8 @@ class DeviceLoop:
         self.ledger.add(*held)
         return held
 
-    def _release(self, held: list[tuple[str, int]]) -> None:
-        for name, nbytes in held:
+    def _release(self, holding: list[tuple[str, int]]) -> None:
+        for name, nbytes in holding:
             self.ledger.add(name, -nbytes)
 
     def _rows_covered(self, env: dict, counters: list, runs: list) -> bool:
