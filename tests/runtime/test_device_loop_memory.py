@@ -43,6 +43,7 @@ def test_a_recurrent_loop_counts_its_carry_and_rows_beside_the_stores():
 
 def test_the_whole_run_reports_its_parameters_and_optimizer_state_at_the_peak(tmp_path):
     program, _ = reinforce(tmp_path, "jax")
+    host, _ = reinforce(tmp_path, "numpy")
     params = 48 * 8 + 8 + 8 * 4 + 4                       # the MLP's 3*4*4 -> 8 -> 4 actions, weights and biases
     expected = 4 * (3 * params + 1)                      # parameters, Adam's two moments, its step count
     acting = B_ * (3 * 4 * 4 * 4 + 1 + 8)               # acting's initial carry: observations, done flags, step counts
@@ -51,4 +52,5 @@ def test_the_whole_run_reports_its_parameters_and_optimizer_state_at_the_peak(tm
     assert len(carries) == 1 and next(iter(carries.values())) == expected + acting
     assert f"  {next(iter(carries))}" in report
     assert program.ledger.peak["device"] >= expected + acting
+    assert program.ledger.peak["device"] - device_loop_bytes(program.ledger.peak_holders) <= host.ledger.peak["device"]
     assert not device_loop_bytes(program.ledger.by_store)
