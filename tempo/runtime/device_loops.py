@@ -46,6 +46,13 @@ and freed as in any launch, and the device skipped every step after it, so
 that the stores hold exactly ``0:T`` and the results are the same for every
 ``k``. The generated code then sets the dim's bound to the length the
 dim's :class:`~tempo.runtime.ends.EndCheck` records.
+
+A launch's buffers count in the run's :class:`~tempo.runtime.memory.Ledger`
+while it holds them, under the generated code's name of the loop: its carry
+(``device loop D0 carry``: the values later iterations read, such as
+parameters, optimizer state and recurrent state, and the nested loops'
+initial carries), the per-iteration inputs it is handed (``inputs``) and the
+rows it returns (``rows``), from the launch until the rows are written back.
 """
 from __future__ import annotations
 
@@ -115,12 +122,14 @@ class DeviceLoop:
         self.check = None  # the EndCheck of the loop's dim, where it ends at run time (bound per run)
         self.failed: set[tuple] = set()
         self.launched: list[tuple[int, float]] = []  # (iterations, wall seconds but compiles) of each launch
+        self.name = f"over {var}"  # what the ledger calls it: the generated code's name where bound with one
 
-    def bind(self, stores: dict, ledger, checks: dict | None = None) -> DeviceLoop:
+    def bind(self, stores: dict, ledger, checks: dict | None = None, name: str | None = None) -> DeviceLoop:
         """This loop (and its nested loops) on one run's ``stores``, ``ledger`` and end checks
-        (node -> :class:`~tempo.runtime.ends.EndCheck`), with nothing launched yet."""
+        (node -> :class:`~tempo.runtime.ends.EndCheck`), with nothing launched yet; ``name``: the
+        generated code's name of it (``D0``), which the memory report gives its buffers."""
         run = copy.copy(self)
-        run.stores, run.ledger = stores, ledger
+        run.stores, run.ledger, run.name = stores, ledger, name or self.name
         run.check = None if self.plan.end is None else checks[self.plan.steps[self.plan.end].node.id]
         run.nested = [nested.bind(stores, ledger, checks) for nested in self.nested]
         run.schedules, run.failed, run.launched = {}, set(), []
@@ -209,11 +218,16 @@ class DeviceLoop:
         started, compiled = time.perf_counter(), self.compile_seconds()
         if ending:
             xs = dict(xs, end=runs[self.plan.end])
+        nested = [closed[f"n{k}"] for k in range(len(self.plan.nested))]
+        holding = [self._hold("carry", (ring0 if ring is None else ring, [n["r"] for n in nested])),
+                   self._hold("inputs", (xs, [n["g"] for n in nested]))]
         try:
             ring, ys = self.compiled(key, len(envs), closed, xs, ring0 if ring is None else ring)
         except Exception:  # noqa: BLE001  the loop statement by statement says what failed, at its user's line
+            self._release(holding)
             self.failed.add(key)
             return None
+        holding.append(self._hold("rows", ys))
         if ending:  # the chunk's flags, read on the host at once
             held = np.flatnonzero(self.backend.to_numpy(ys[-1]))
             kept, ended = (int(held[0]) + 1, True) if held.size else (len(envs), False)
@@ -221,6 +235,7 @@ class DeviceLoop:
             ys = [_first_rows(y, kept) for y in ys[:-1]]
         written = len(self.plan.written_back)
         self._write_back(ys[:written], envs, runs)
+        self._release(holding)
         self._call_deferred(ys[written:], envs, runs)
         self._free(envs)
         for nested, guards in zip(self.nested, self.nested_guards):
@@ -231,6 +246,17 @@ class DeviceLoop:
         self.ledger.launches += 1
         self.launched.append((len(envs), seconds + time.perf_counter() - started - self.compile_seconds() + compiled))
         return (ring, len(envs), ended) if ending else ring
+
+    def _hold(self, what: str, values) -> tuple[str, int]:
+        """Account the device bytes of ``values`` (a launch's carry, inputs or returned rows) in the
+        ledger as ``device loop <name> <what>``, until :meth:`_release`."""
+        held = (f"device loop {self.name} {what}", _nbytes(values))
+        self.ledger.add(*held)
+        return held
+
+    def _release(self, holding: list[tuple[str, int]]) -> None:
+        for name, nbytes in holding:
+            self.ledger.add(name, -nbytes)
 
     def _rows_covered(self, env: dict, counters: list, runs: list) -> bool:
         """Whether every read of a nested loop's rows reads the rows the loop wrote in its iteration
@@ -473,6 +499,15 @@ class DeviceLoop:
                     at = point(e)
                     for j in outs:
                         self.stores[(free.node_id, j)].free_point(at)
+
+
+def _nbytes(values) -> int:
+    """The bytes of the arrays in ``values`` (dicts, tuples and lists of them)."""
+    if isinstance(values, dict):
+        return sum(_nbytes(v) for v in values.values())
+    if isinstance(values, (tuple, list)):
+        return sum(_nbytes(v) for v in values)
+    return int(getattr(values, "nbytes", 0))
 
 
 def _first_rows(values, count: int):

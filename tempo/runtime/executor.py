@@ -143,7 +143,8 @@ class Executor:
         namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
                      "inf": math.inf, "fail": self._fail, "ledger": self.ledger,
                      "detach": backend.detach, "broadcast": backend.broadcast}
-        namespace.update({f"D{k}": loop.bind(self.stores, self.ledger, self.end_checks) for k, loop in enumerate(runnable.loops)})
+        namespace.update({f"D{k}": loop.bind(self.stores, self.ledger, self.end_checks, f"D{k}")
+                          for k, loop in enumerate(runnable.loops)})
         namespace.update({f"U{n}": check for n, check in self.end_checks.items()})
         namespace.update({f"S{n}_{j}": store for (n, j), store in self.stores.items()})
         namespace.update({f"K{n}": kernel for n, kernel in runnable.kernels.items()})

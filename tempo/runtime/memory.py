@@ -4,7 +4,9 @@ Every store reports what it allocates and frees to one :class:`Ledger`:
 a point store each tensor it keeps (a view of another tensor's memory, such
 as a slice of a block store's buffer, counts nothing: its owner counts it;
 a tensor several point stores hold counts once, :meth:`Ledger.hold`),
-a block or window store each buffer. The ledger keeps the bytes live per
+a block or window store each buffer; a loop run as one device program
+(:mod:`tempo.runtime.device_loops`) each launch's carry, inputs and returned
+rows, from the launch until the rows are written back. The ledger keeps the bytes live per
 tier (``"device"``; ``"host"`` for what a swap plan moved out) and per
 store, the peak and which stores held it (taken again whenever the peak grows by
 0.5%), and a timeline: the live bytes whenever they moved by 0.5% of the
