@@ -10,7 +10,8 @@ rows, from the launch until the rows are written back. The ledger keeps the byte
 tier (``"device"``; ``"host"`` for what a swap plan moved out) and per
 store, the peak and which stores held it (taken again whenever the peak grows by
 0.5%), and a timeline: the live bytes whenever they moved by 0.5% of the
-peak. ``program.memory_report()`` prints it after a run and
+peak, at most :data:`TIMELINE_SAMPLES` of them (a long run's is halved as it goes, keeping
+the higher sample of each pair). ``program.memory_report()`` prints it after a run and
 ``program.plot_memory(path)`` draws the timeline.
 
 With a device budget (``memory={"device_budget": "2GB"}``), the schedule
@@ -31,6 +32,7 @@ import numpy as np
 
 TIERS = ("device", "host")
 RESOLUTION = 0.005  # a timeline sample when live bytes moved by this share of the peak; the holders within it
+TIMELINE_SAMPLES = 1 << 14  # the most samples a timeline keeps; past it, each pair of samples keeps its larger
 UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
@@ -146,6 +148,8 @@ class Ledger:
     def _sample(self) -> None:
         total = self.live["device"] + self.live["host"]
         self.timeline.append((self.launches, self.live["device"], self.live["host"]))
+        if len(self.timeline) > TIMELINE_SAMPLES:  # a long run's timeline stays bounded, its highs kept
+            self.timeline = halved(self.timeline)
         step = int(RESOLUTION * max(self.peak["device"], 1 << 20))
         self._band = (total - step, total + step)
 
@@ -181,6 +185,15 @@ class Ledger:
         fig.tight_layout()
         fig.savefig(path, dpi=120)
         plt.close(fig)
+
+
+def halved(timeline: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Half of ``timeline``'s samples: of each pair in turn, the one with more bytes live (the
+    curve's upper envelope: a run that allocates and frees every iteration keeps its highs);
+    an odd last sample stays."""
+    pairs = zip(timeline[0::2], timeline[1::2])
+    kept = [a if a[1] + a[2] >= b[1] + b[2] else b for a, b in pairs]
+    return kept + timeline[len(kept) * 2:]
 
 
 def _fmt(nbytes: int) -> str:

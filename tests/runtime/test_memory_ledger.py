@@ -6,6 +6,7 @@ import pytest
 
 import tempo as tpo
 from tempo.errors import TempoError
+from tempo.runtime import memory
 from tempo.runtime.memory import Ledger
 
 
@@ -54,3 +55,25 @@ def test_torch_accounts_the_bytes_numpy_does(backend):
         program.run({T: 6})
         peaks[name] = program.ledger.peak["device"]
     assert peaks[backend] == peaks["numpy"] > 6 * 20000 * 4
+
+
+def test_a_long_runs_timeline_stays_bounded_and_keeps_its_highs(monkeypatch):
+    """A run that allocates and frees every iteration samples the timeline twice an iteration;
+    past the bound each pair keeps its higher sample, so the highs (and the peak's) survive."""
+    monkeypatch.setattr(memory, "TIMELINE_SAMPLES", 64)
+    ledger = Ledger()
+    ledger.add("weights", 1 << 20)
+    for iteration in range(1000):
+        ledger.launches += 1
+        rollout = (4 << 20) + (iteration % 7) * (1 << 18)
+        ledger.add("rollout", rollout)
+        ledger.add("rollout", -rollout)
+    assert 32 <= len(ledger.timeline) <= 64
+    totals = [device + host for _, device, host in ledger.timeline]
+    assert max(totals) == ledger.peak["device"] == (1 << 20) + (4 << 20) + 6 * (1 << 18)
+    assert [launch for launch, _, _ in ledger.timeline] == sorted(launch for launch, _, _ in ledger.timeline)
+
+
+def test_halving_keeps_the_larger_of_each_pair_and_an_odd_last_sample():
+    samples = [(0, 5, 0), (1, 9, 0), (2, 3, 1), (3, 1, 0), (4, 7, 0)]
+    assert memory.halved(samples) == [(1, 9, 0), (2, 3, 1), (4, 7, 0)]
