@@ -69,27 +69,14 @@ def _eval_symbol(op: ops.EvalSymbolOp) -> Kernel:
 
 @kernel_for(ops.RandomOp)
 def _random(op: ops.RandomOp) -> Kernel:
-    draw, sizes = counter_rng.DISTRIBUTIONS[op.dist], _sizes(op.shape)
-    offsets = op.offsets or (0,) * len(op.dims)
+    """The numbers at the point from a :class:`~tempo.runtime.counter_rng.Lattice` built once for the op."""
+    sizes, axis_of = _sizes(op.shape), {d: k for k, d in enumerate(op.vectorized)}
+    draw = counter_rng.Lattice(op.dist, op.stream, op.dtype, [axis_of.get(d) for d in op.dims],
+                               op.offsets or (0,) * len(op.dims))
     if not op.vectorized:
-        return lambda inputs, env, point: (draw(op.stream, [c + k for c, k in zip(point, offsets)],
-                                                sizes(env), op.dtype),)
-    lead = len(op.vectorized)
-    axis_of = {d: k for k, d in enumerate(op.vectorized)}
-    bounds = {d: bound_of(d).name for d in op.vectorized}
-
-    def run(inputs, env, point):
-        rest, coords = iter(point), []
-        for d, first in zip(op.dims, offsets):
-            if d in axis_of:
-                shape = [1] * lead
-                shape[axis_of[d]] = env[bounds[d]]
-                coords.append(first + np.arange(env[bounds[d]]).reshape(shape))
-            else:
-                coords.append(first + next(rest))
-        return (draw(op.stream, coords, sizes(env), op.dtype),)
-
-    return run
+        return lambda inputs, env, point: (draw(point, (), sizes(env)),)
+    bounds = [bound_of(d).name for d in op.vectorized]
+    return lambda inputs, env, point: (draw(point, tuple([env[b] for b in bounds]), sizes(env)),)
 
 
 @kernel_for(ops.ElementwiseOp)
@@ -155,6 +142,9 @@ def _discounted_sum(op: ops.DiscountedSumOp) -> Kernel:
 
 
 def _sizes(shape) -> Callable[[dict], tuple]:
+    if all(isinstance(s, int) for s in shape):
+        static = tuple(shape)
+        return lambda env: static
     fns = [compile_expr(s) if not isinstance(s, int) else (lambda env, s=s: s) for s in shape]
     return lambda env: tuple(int(f(env)) for f in fns)
 
