@@ -260,7 +260,20 @@ for _op_type in SIMPLE:
 @kernel_for(ops.FusedOp)
 def _fused(op: ops.FusedOp) -> Kernel:
     """The island's steps in order, as one generated function (:mod:`.numpy_fused`)."""
-    return compile_island(op, lambda step: _factory(step)(step))
+    return compile_island(op, lambda step: _factory(step)(step), _call)
+
+
+def _call(op: ops.Op) -> Callable | None:
+    """The function of its inputs an op's kernel calls, where it is one: a fused island calls it directly."""
+    if isinstance(op, ops.ElementwiseOp):
+        return ELEMENTWISE[op.fn]
+    if isinstance(op, ops.ReduceOp):
+        return lambda x, fn=REDUCERS[op.fn], axes=op.axes, keep=op.keepdims: fn(x, axis=axes, keepdims=keep)
+    if isinstance(op, ops.MatMulOp):
+        return _matmul
+    if isinstance(op, ops.UnsqueezeOp):
+        return lambda x, axis=op.axis: _unsqueeze(x, axis)
+    return None
 
 
 def _factory(op: ops.Op) -> Callable[[ops.Op], Kernel]:
