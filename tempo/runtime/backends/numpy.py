@@ -4,6 +4,7 @@ Every other backend is checked against this one.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -77,18 +78,6 @@ def _random(op: ops.RandomOp) -> Kernel:
         return lambda inputs, env, point: (draw(point, (), sizes(env)),)
     bounds = [bound_of(d).name for d in op.vectorized]
     return lambda inputs, env, point: (draw(point, tuple([env[b] for b in bounds]), sizes(env)),)
-
-
-@kernel_for(ops.ElementwiseOp)
-def _elementwise(op: ops.ElementwiseOp) -> Kernel:
-    fn = ELEMENTWISE[op.fn]
-    return lambda inputs, env, point: (fn(*inputs),)
-
-
-@kernel_for(ops.ReduceOp)
-def _reduce(op: ops.ReduceOp) -> Kernel:
-    fn, axes, keep = REDUCERS[op.fn], op.axes, op.keepdims
-    return lambda inputs, env, point: (fn(inputs[0], axis=axes, keepdims=keep),)
 
 
 @kernel_for(ops.ScanOp)
@@ -234,11 +223,9 @@ def _unsqueeze(x, axis: int) -> np.ndarray:
 # Ops whose kernel is one NumPy call on the inputs and the op's static fields.
 SIMPLE: dict[type, Callable] = {
     ops.CumSumOp: lambda op, xs: np.cumsum(xs[0], axis=op.axis),
-    ops.MatMulOp: lambda op, xs: _matmul(xs[0], xs[1]),
     ops.BatchContractOp: lambda op, xs: _batch_contract(xs[0], xs[1]),
     ops.PermuteOp: lambda op, xs: _permute(xs[0], op.axes),
     ops.SqueezeOp: lambda op, xs: np.squeeze(xs[0], axis=op.axis),
-    ops.UnsqueezeOp: lambda op, xs: _unsqueeze(xs[0], op.axis),
     ops.CatOp: lambda op, xs: np.concatenate(xs, axis=op.axis),
     ops.CastOp: lambda op, xs: xs[0].astype(op.dtype, copy=False),
     ops.IdentOp: lambda op, xs: xs[0],
@@ -256,6 +243,23 @@ def _simple(op: ops.Op) -> Kernel:
 for _op_type in SIMPLE:
     KERNELS[_op_type] = _simple
 
+# Ops whose kernel is one function of the inputs alone, the op's fields bound: a fused island calls it directly.
+CALLS: dict[type, Callable[[ops.Op], Callable]] = {
+    ops.ElementwiseOp: lambda op: ELEMENTWISE[op.fn],
+    ops.ReduceOp: lambda op: functools.partial(REDUCERS[op.fn], axis=op.axes, keepdims=op.keepdims),
+    ops.MatMulOp: lambda op: _matmul,
+    ops.UnsqueezeOp: lambda op: functools.partial(_unsqueeze, axis=op.axis),
+}
+
+
+def _calling(op: ops.Op) -> Kernel:
+    fn = CALLS[type(op)](op)
+    return lambda inputs, env, point: (fn(*inputs),)
+
+
+for _op_type in CALLS:
+    KERNELS[_op_type] = _calling
+
 
 @kernel_for(ops.FusedOp)
 def _fused(op: ops.FusedOp) -> Kernel:
@@ -264,16 +268,8 @@ def _fused(op: ops.FusedOp) -> Kernel:
 
 
 def _call(op: ops.Op) -> Callable | None:
-    """The function of its inputs an op's kernel calls, where it is one: a fused island calls it directly."""
-    if isinstance(op, ops.ElementwiseOp):
-        return ELEMENTWISE[op.fn]
-    if isinstance(op, ops.ReduceOp):
-        return lambda x, fn=REDUCERS[op.fn], axes=op.axes, keep=op.keepdims: fn(x, axis=axes, keepdims=keep)
-    if isinstance(op, ops.MatMulOp):
-        return _matmul
-    if isinstance(op, ops.UnsqueezeOp):
-        return lambda x, axis=op.axis: _unsqueeze(x, axis)
-    return None
+    make = CALLS.get(type(op))
+    return make(op) if make else None
 
 
 def _factory(op: ops.Op) -> Callable[[ops.Op], Kernel]:
