@@ -5,6 +5,7 @@ Every other backend is checked against this one.
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Callable
 
 import numpy as np
@@ -42,6 +43,8 @@ ELEMENTWISE = {
     "or": np.logical_or, "mod": np.mod, "floordiv": np.floor_divide, "where": np.where,
 }
 REDUCERS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+REDUCTIONS = {"sum": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
+"""The ufunc reductions ``np.sum``, ``np.max`` and ``np.min`` run, called without their Python wrapper."""
 
 
 @kernel_for(ops.ConstOp)
@@ -222,12 +225,9 @@ def _unsqueeze(x, axis: int) -> np.ndarray:
 
 # Ops whose kernel is one NumPy call on the inputs and the op's static fields.
 SIMPLE: dict[type, Callable] = {
-    ops.CumSumOp: lambda op, xs: np.cumsum(xs[0], axis=op.axis),
     ops.BatchContractOp: lambda op, xs: _batch_contract(xs[0], xs[1]),
     ops.PermuteOp: lambda op, xs: _permute(xs[0], op.axes),
-    ops.SqueezeOp: lambda op, xs: np.squeeze(xs[0], axis=op.axis),
     ops.CatOp: lambda op, xs: np.concatenate(xs, axis=op.axis),
-    ops.CastOp: lambda op, xs: xs[0].astype(op.dtype, copy=False),
     ops.IdentOp: lambda op, xs: xs[0],
     ops.ArgSortOp: lambda op, xs: np.argsort(xs[0], axis=op.axis, kind="stable"),
     ops.TakeOp: lambda op, xs: (np.take_along_axis(xs[0], along(op, xs[0], xs[1]), op.axis) if op.batch
@@ -246,9 +246,13 @@ for _op_type in SIMPLE:
 # Ops whose kernel is one function of the inputs alone, the op's fields bound: a fused island calls it directly.
 CALLS: dict[type, Callable[[ops.Op], Callable]] = {
     ops.ElementwiseOp: lambda op: ELEMENTWISE[op.fn],
-    ops.ReduceOp: lambda op: functools.partial(REDUCERS[op.fn], axis=op.axes, keepdims=op.keepdims),
+    ops.ReduceOp: lambda op: functools.partial(REDUCTIONS.get(op.fn, REDUCERS[op.fn]), axis=op.axes,
+                                               keepdims=op.keepdims),
     ops.MatMulOp: lambda op: _matmul,
     ops.UnsqueezeOp: lambda op: functools.partial(_unsqueeze, axis=op.axis),
+    ops.SqueezeOp: lambda op: functools.partial(np.squeeze, axis=op.axis),
+    ops.CumSumOp: lambda op: functools.partial(np.cumsum, axis=op.axis),
+    ops.CastOp: lambda op: operator.methodcaller("astype", op.dtype, copy=False),
 }
 
 
