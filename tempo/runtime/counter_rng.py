@@ -36,9 +36,6 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x
 
 
-SMALL = 64  # numbers drawn at most: mixed in Python ints, where a few small NumPy calls cost more than the arithmetic
-
-
 def random_bits(stream: int, coords: Sequence, shape: tuple[int, ...]) -> np.ndarray:
     """uint64 bits shaped ``broadcast(coords) + shape``.
 
@@ -48,11 +45,7 @@ def random_bits(stream: int, coords: Sequence, shape: tuple[int, ...]) -> np.nda
     key, rest = mix_int((int(stream) + GOLDEN) & _MASK), list(coords)
     while rest and np.ndim(rest[0]) == 0:
         key = mix_int(key ^ ((int(rest.pop(0)) + GOLDEN) & _MASK))
-    arrays = [np.asarray(c) for c in rest]
-    lead = arrays[0].shape if len(arrays) == 1 else np.broadcast_shapes(*(a.shape for a in arrays))
-    count = math.prod(shape)
-    if math.prod(lead) * count <= SMALL:
-        return _small_bits(key, arrays, lead, shape, count)
+    arrays, count = [np.asarray(c) for c in rest], math.prod(shape)
     with np.errstate(over="ignore"):
         key = np.array(key, dtype=np.uint64)
         for c in arrays:
@@ -60,18 +53,6 @@ def random_bits(stream: int, coords: Sequence, shape: tuple[int, ...]) -> np.nda
         counter = np.arange(1, count + 1, dtype=np.uint64).reshape(shape)
         counter *= _GOLDEN
         return _mix(key[(...,) + (None,) * len(shape)] + counter)
-
-
-def _small_bits(key: int, arrays: list, lead: tuple, shape: tuple, count: int) -> np.ndarray:
-    columns = [itertools.repeat(int(a)) if a.ndim == 0 else (a if a.shape == lead else np.broadcast_to(a, lead))
-               .ravel().tolist() for a in arrays]
-    out = []
-    for coords in itertools.islice(zip(*columns), math.prod(lead)) if columns else [()]:
-        k = key
-        for c in coords:
-            k = mix_int(k ^ ((c + GOLDEN) & _MASK))
-        out += [mix_int((k + n * GOLDEN) & _MASK) for n in range(1, count + 1)]
-    return np.array(out, dtype=np.uint64).reshape(lead + tuple(shape))
 
 
 def uniform(stream: int, coords: Sequence, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -90,3 +71,90 @@ def normal(stream: int, coords: Sequence, shape: tuple[int, ...], dtype: str) ->
 
 
 DISTRIBUTIONS = {"uniform": uniform, "normal": normal}
+
+
+SMALL = 64  # numbers drawn at most: mixed in Python ints, where a few small NumPy calls cost more than the arithmetic
+
+
+class Lattice:
+    """The numbers of one random tensor as a function of its point, with its constants worked out once.
+
+    Its coordinates are, in order, the next int of the point (where
+    ``axes[k]`` is None) or the index along leading axis ``axes[k]`` (a
+    vectorized dim), each plus ``offsets[k]``: the numbers are those
+    :func:`uniform` or :func:`normal` give for these coordinates. The stream
+    keys folded with the leading axes' indices up to the first point
+    coordinate, and the later axes' coordinates, are computed once per
+    leading shape; a small draw then costs a few mixes per number in Python
+    ints and one array built at the end.
+    """
+
+    def __init__(self, dist: str, stream: int, dtype: str, axes: Sequence[int | None], offsets: Sequence[int]):
+        self.dist, self.stream, self.dtype = dist, stream, np.dtype(dtype)
+        self.axes, self.offsets = tuple(axes), tuple(offsets)
+        self.streams = (stream,) if dist == "uniform" else (stream | 1 << 62, stream | 1 << 63)
+        first = next((k for k, axis in enumerate(self.axes) if axis is None), len(self.axes))
+        self.folded, self.rest = first, [(axis, (offset + GOLDEN) & _MASK)
+                                         for axis, offset in zip(self.axes[first:], self.offsets[first:])]
+        self._grids: dict[tuple, tuple] = {}
+        self._counters: dict[int, list[int]] = {}
+
+    def __call__(self, point: Sequence[int], lead: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
+        """The numbers at ``point`` (one int per point coordinate, in order), shaped ``lead + shape``."""
+        count = math.prod(shape)
+        if math.prod(lead) * count > SMALL:
+            return DISTRIBUTIONS[self.dist](self.stream, self._coords(point, lead), shape, self.dtype)
+        if self.dist == "uniform":
+            return self._uniform(self._bits(0, point, lead, count), lead + tuple(shape))
+        u1 = 1.0 - self._uniform64(self._bits(0, point, lead, count), lead + tuple(shape))
+        u2 = self._uniform64(self._bits(1, point, lead, count), lead + tuple(shape))
+        return (np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)).astype(self.dtype)
+
+    def _coords(self, point: Sequence[int], lead: tuple[int, ...]) -> list:
+        rest, coords = iter(point), []
+        for axis, offset in zip(self.axes, self.offsets):
+            if axis is None:
+                coords.append(int(next(rest)) + offset)
+            else:
+                at = [1] * len(lead)
+                at[axis] = lead[axis]
+                coords.append(offset + np.arange(lead[axis]).reshape(at))
+        return coords
+
+    def _bits(self, which: int, point: Sequence[int], lead: tuple[int, ...], count: int) -> list[int]:
+        keys, columns = self._grid(which, lead)
+        point, column = iter(point), iter(columns)
+        for axis, offset in self.rest:
+            if axis is None:
+                c = (int(next(point)) + offset) & _MASK
+                keys = [mix_int(k ^ c) for k in keys]
+            else:
+                keys = [mix_int(k ^ c) for k, c in zip(keys, next(column))]
+        counters = self._counters.get(count) or self._counters.setdefault(
+            count, [(n * GOLDEN) & _MASK for n in range(1, count + 1)])
+        return [mix_int((k + n) & _MASK) for k in keys for n in counters]
+
+    def _grid(self, which: int, lead: tuple[int, ...]) -> tuple[list[int], list[list[int]]]:
+        """The keys after the leading axes' coordinates, and the later axes' coordinates plus the golden
+        ratio, one per element of ``lead`` (C order)."""
+        grid = self._grids.get((which, lead))
+        if grid is None:
+            index = list(itertools.product(*map(range, lead)))
+            keys = [mix_int((self.streams[which] + GOLDEN) & _MASK)] * len(index)
+            for axis, offset in zip(self.axes[:self.folded], self.offsets[:self.folded]):
+                keys = [mix_int(k ^ ((at[axis] + offset + GOLDEN) & _MASK)) for k, at in zip(keys, index)]
+            columns = [[(at[axis] + offset) & _MASK for at in index] for axis, offset in self.rest if axis is not None]
+            grid = self._grids[(which, lead)] = keys, columns
+        return grid
+
+    def _uniform(self, bits: list[int], shape: tuple[int, ...]) -> np.ndarray:
+        if self.dtype == np.float64:
+            return self._uniform64(bits, shape)
+        if self.dtype == np.float32:  # 24-bit fractions: exact in float32
+            return np.array([(b >> 40) * 2.0 ** -24 for b in bits], dtype=np.float32).reshape(shape)
+        values = np.array([(b >> 40) * 2.0 ** -24 for b in bits], dtype=np.float64).reshape(shape)
+        return values.astype(self.dtype)
+
+    @staticmethod
+    def _uniform64(bits: list[int], shape: tuple[int, ...]) -> np.ndarray:
+        return np.array([(b >> 11) * 2.0 ** -53 for b in bits], dtype=np.float64).reshape(shape)

@@ -90,12 +90,10 @@ def splitmix_reference(stream: int, coords: tuple, n: int) -> int:
     return mix((key + (n + 1) * 0x9E3779B97F4A7C15) & mask)
 
 
-@pytest.mark.parametrize("small", [0, 64])  # the NumPy path and the Python-int path for small draws
 @pytest.mark.parametrize("stream, coords, shape", [
     (5, (np.arange(4)[:, None], np.arange(3)[None, :]), (2,)), (123, (np.arange(4), 7, -13), ()),
     (1 << 62 | 9, (3, np.arange(5)), (2, 3)), (2**63 + 5, (), (4,))])
-def test_bits_are_splitmix64_of_stream_coordinates_and_element(monkeypatch, small, stream, coords, shape):
-    monkeypatch.setattr(counter_rng, "SMALL", small)
+def test_bits_are_splitmix64_of_stream_coordinates_and_element(stream, coords, shape):
     got = counter_rng.random_bits(stream, coords, shape)
     arrays = np.broadcast_arrays(*(np.asarray(c) for c in coords)) if coords else []
     lead = arrays[0].shape if arrays else ()
@@ -104,3 +102,32 @@ def test_bits_are_splitmix64_of_stream_coordinates_and_element(monkeypatch, smal
         point = tuple(int(a[at]) for a in arrays)
         want = [splitmix_reference(stream, point, n) for n in range(int(np.prod(shape)))]
         assert got[at].ravel().tolist() == want
+
+
+LAYOUTS = [  # (axes: a leading axis or None for a point coordinate, offsets, point, lead)
+    ((0, None, None), (0, 0, 0), (37, 5), (4,)), ((None, 0), (3, 0), (9,), (5,)),
+    ((None, 1, None, 0), (0, 2, -4, 1), (2, 6), (3, 2)), ((None, None), (0, 7), (-1, 4), ()), ((), (), (), ()),
+    ((1, 0), (0, 0), (), (2, 3))]
+
+
+@pytest.mark.parametrize("small", [0, 64])  # the NumPy path and the Python-int path for small draws
+@pytest.mark.parametrize("dist, dtype", [("uniform", "float32"), ("uniform", "float64"), ("uniform", "float16"),
+                                         ("normal", "float32"), ("normal", "float64")])
+@pytest.mark.parametrize("axes, offsets, point, lead", LAYOUTS)
+@pytest.mark.parametrize("shape", [(), (3,), (2, 2)])
+def test_lattice_gives_the_numbers_of_its_coordinates(monkeypatch, small, dist, dtype, axes, offsets, point, lead,
+                                                      shape):
+    monkeypatch.setattr(counter_rng, "SMALL", small)
+    lattice = counter_rng.Lattice(dist, 1 << 62 | 11, dtype, axes, offsets)
+    rest, coords = iter(point), []
+    for axis, offset in zip(axes, offsets):
+        if axis is None:
+            coords.append(next(rest) + offset)
+        else:
+            coords.append(offset + np.arange(lead[axis]).reshape([lead[axis] if k == axis else 1
+                                                                  for k in range(len(lead))]))
+    want = counter_rng.DISTRIBUTIONS[dist](1 << 62 | 11, coords, shape, dtype)
+    for _ in range(2):  # the second call reads the cached grid
+        got = lattice(point, lead, shape)
+        assert got.dtype == np.dtype(dtype) and got.shape == lead + shape
+        np.testing.assert_array_equal(got, want.reshape(lead + shape))

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from tempo.runtime.backends.numpy import _batch_contract, _matmul, _unsqueeze
+from tempo.ir import ops
+from tempo.runtime.backends.numpy import REDUCERS, NumPyBackend, _batch_contract, _matmul, _unsqueeze
 
 RNG = np.random.default_rng(0)
 
@@ -34,3 +35,18 @@ def test_unsqueeze_is_expand_dims_at_every_axis(shape):
     for axis in (len(shape) + 1, -len(shape) - 2):
         with pytest.raises(np.exceptions.AxisError):
             _unsqueeze(x, axis)
+
+
+ARRAYS = [RNG.normal(size=(3, 4)).astype(np.float32), RNG.normal(size=(2, 3, 5)).astype(np.float16),
+          RNG.integers(-9, 9, size=(4, 3)).astype(np.int32), RNG.normal(size=(3, 4)) > 0]
+
+
+@pytest.mark.parametrize("fn", ["sum", "max", "min", "mean"])
+@pytest.mark.parametrize("x, axes, keepdims", [(x, axes, keep) for x in ARRAYS
+                                               for axes, keep in [((0,), False), ((-1,), True), ((), False)]]
+                         + [(np.float32(2.5), (), False)])
+def test_a_reduction_kernel_gives_what_numpy_s_function_gives(fn, x, axes, keepdims):
+    got, = NumPyBackend().kernel(ops.ReduceOp(fn, axes, keepdims))([x], {}, ())
+    want = REDUCERS[fn](x, axis=axes, keepdims=keepdims)
+    assert np.asarray(got).dtype == np.asarray(want).dtype and np.shape(got) == np.shape(want)
+    np.testing.assert_array_equal(got, want)

@@ -71,3 +71,31 @@ def test_a_failing_step_is_named_with_its_site():
     with pytest.raises(StepFailed) as failed:
         NumPyBackend().kernel(fused)([np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)], {}, ())
     assert failed.value.op_name == ops.MatMulOp().name and failed.value.site == "model.py:7"
+
+
+def test_direct_calls_give_what_the_kernels_give():
+    fused = island(step(ops.UnsqueezeOp(0), ((-1, 0),)),                        # (1, 3, 4)
+                   step(ops.MatMulOp(), ((0, 0), (-1, 1))),                       # (1, 3, 2)
+                   step(ops.ReduceOp("sum", (-1,), keepdims=True), ((1, 0),)),
+                   step(ops.ElementwiseOp("tanh"), ((2, 0),)),                    # not read: still computed
+                   step(ops.ElementwiseOp("sub"), ((1, 0), (2, 0)), ("float64",)),
+                   outputs=((4, 0),))
+    rng = np.random.default_rng(1)
+    x, w = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(4, 2)).astype(np.float32)
+    backend = NumPyBackend()
+    by_kernels, = compile_island(fused, backend.kernel)([x, w], {}, ())
+    direct, = backend.kernel(fused)([x, w], {}, ())
+    assert direct.dtype == np.float64 and direct.shape == (1, 3, 2)
+    np.testing.assert_array_equal(direct, by_kernels)
+    np.testing.assert_array_equal(direct, (x @ w - (x @ w).sum(-1, keepdims=True))[None].astype(np.float64))
+    with pytest.raises(StepFailed) as failed:
+        backend.kernel(fused)([x, w[:3]], {}, ())
+    assert failed.value.op_name == ops.MatMulOp().name
+
+
+def test_a_step_whose_output_nobody_reads_still_runs_and_fails_by_its_name():
+    fused = island(step(ops.ElementwiseOp("exp"), ((-1, 0),)),
+                   step(ops.ElementwiseOp("add"), ((-1, 0), (-1, 1)), site="model.py:3"), outputs=((0, 0),))
+    with pytest.raises(StepFailed) as failed:
+        NumPyBackend().kernel(fused)([np.ones(3, np.float32), np.ones(2, np.float32)], {}, ())
+    assert failed.value.op_name == ops.ElementwiseOp("add").name and failed.value.site == "model.py:3"

@@ -4,6 +4,8 @@ Every other backend is checked against this one.
 """
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Callable
 
 import numpy as np
@@ -41,6 +43,8 @@ ELEMENTWISE = {
     "or": np.logical_or, "mod": np.mod, "floordiv": np.floor_divide, "where": np.where,
 }
 REDUCERS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+REDUCTIONS = {"sum": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
+"""The ufunc reductions ``np.sum``, ``np.max`` and ``np.min`` run, called without their Python wrapper."""
 
 
 @kernel_for(ops.ConstOp)
@@ -69,39 +73,14 @@ def _eval_symbol(op: ops.EvalSymbolOp) -> Kernel:
 
 @kernel_for(ops.RandomOp)
 def _random(op: ops.RandomOp) -> Kernel:
-    draw, sizes = counter_rng.DISTRIBUTIONS[op.dist], _sizes(op.shape)
-    offsets = op.offsets or (0,) * len(op.dims)
+    """The numbers at the point from a :class:`~tempo.runtime.counter_rng.Lattice` built once for the op."""
+    sizes, axis_of = _sizes(op.shape), {d: k for k, d in enumerate(op.vectorized)}
+    draw = counter_rng.Lattice(op.dist, op.stream, op.dtype, [axis_of.get(d) for d in op.dims],
+                               op.offsets or (0,) * len(op.dims))
     if not op.vectorized:
-        return lambda inputs, env, point: (draw(op.stream, [c + k for c, k in zip(point, offsets)],
-                                                sizes(env), op.dtype),)
-    lead = len(op.vectorized)
-    axis_of = {d: k for k, d in enumerate(op.vectorized)}
-    bounds = {d: bound_of(d).name for d in op.vectorized}
-
-    def run(inputs, env, point):
-        rest, coords = iter(point), []
-        for d, first in zip(op.dims, offsets):
-            if d in axis_of:
-                shape = [1] * lead
-                shape[axis_of[d]] = env[bounds[d]]
-                coords.append(first + np.arange(env[bounds[d]]).reshape(shape))
-            else:
-                coords.append(first + next(rest))
-        return (draw(op.stream, coords, sizes(env), op.dtype),)
-
-    return run
-
-
-@kernel_for(ops.ElementwiseOp)
-def _elementwise(op: ops.ElementwiseOp) -> Kernel:
-    fn = ELEMENTWISE[op.fn]
-    return lambda inputs, env, point: (fn(*inputs),)
-
-
-@kernel_for(ops.ReduceOp)
-def _reduce(op: ops.ReduceOp) -> Kernel:
-    fn, axes, keep = REDUCERS[op.fn], op.axes, op.keepdims
-    return lambda inputs, env, point: (fn(inputs[0], axis=axes, keepdims=keep),)
+        return lambda inputs, env, point: (draw(point, (), sizes(env)),)
+    bounds = [bound_of(d).name for d in op.vectorized]
+    return lambda inputs, env, point: (draw(point, tuple([env[b] for b in bounds]), sizes(env)),)
 
 
 @kernel_for(ops.ScanOp)
@@ -155,6 +134,9 @@ def _discounted_sum(op: ops.DiscountedSumOp) -> Kernel:
 
 
 def _sizes(shape) -> Callable[[dict], tuple]:
+    if all(isinstance(s, int) for s in shape):
+        static = tuple(shape)
+        return lambda env: static
     fns = [compile_expr(s) if not isinstance(s, int) else (lambda env, s=s: s) for s in shape]
     return lambda env: tuple(int(f(env)) for f in fns)
 
@@ -243,14 +225,9 @@ def _unsqueeze(x, axis: int) -> np.ndarray:
 
 # Ops whose kernel is one NumPy call on the inputs and the op's static fields.
 SIMPLE: dict[type, Callable] = {
-    ops.CumSumOp: lambda op, xs: np.cumsum(xs[0], axis=op.axis),
-    ops.MatMulOp: lambda op, xs: _matmul(xs[0], xs[1]),
     ops.BatchContractOp: lambda op, xs: _batch_contract(xs[0], xs[1]),
     ops.PermuteOp: lambda op, xs: _permute(xs[0], op.axes),
-    ops.SqueezeOp: lambda op, xs: np.squeeze(xs[0], axis=op.axis),
-    ops.UnsqueezeOp: lambda op, xs: _unsqueeze(xs[0], op.axis),
     ops.CatOp: lambda op, xs: np.concatenate(xs, axis=op.axis),
-    ops.CastOp: lambda op, xs: xs[0].astype(op.dtype, copy=False),
     ops.IdentOp: lambda op, xs: xs[0],
     ops.ArgSortOp: lambda op, xs: np.argsort(xs[0], axis=op.axis, kind="stable"),
     ops.TakeOp: lambda op, xs: (np.take_along_axis(xs[0], along(op, xs[0], xs[1]), op.axis) if op.batch
@@ -266,11 +243,37 @@ def _simple(op: ops.Op) -> Kernel:
 for _op_type in SIMPLE:
     KERNELS[_op_type] = _simple
 
+# Ops whose kernel is one function of the inputs alone, the op's fields bound: a fused island calls it directly.
+CALLS: dict[type, Callable[[ops.Op], Callable]] = {
+    ops.ElementwiseOp: lambda op: ELEMENTWISE[op.fn],
+    ops.ReduceOp: lambda op: functools.partial(REDUCTIONS.get(op.fn, REDUCERS[op.fn]), axis=op.axes,
+                                               keepdims=op.keepdims),
+    ops.MatMulOp: lambda op: _matmul,
+    ops.UnsqueezeOp: lambda op: functools.partial(_unsqueeze, axis=op.axis),
+    ops.SqueezeOp: lambda op: functools.partial(np.squeeze, axis=op.axis),
+    ops.CumSumOp: lambda op: functools.partial(np.cumsum, axis=op.axis),
+    ops.CastOp: lambda op: operator.methodcaller("astype", op.dtype, copy=False),
+}
+
+
+def _calling(op: ops.Op) -> Kernel:
+    fn = CALLS[type(op)](op)
+    return lambda inputs, env, point: (fn(*inputs),)
+
+
+for _op_type in CALLS:
+    KERNELS[_op_type] = _calling
+
 
 @kernel_for(ops.FusedOp)
 def _fused(op: ops.FusedOp) -> Kernel:
     """The island's steps in order, as one generated function (:mod:`.numpy_fused`)."""
-    return compile_island(op, lambda step: _factory(step)(step))
+    return compile_island(op, lambda step: _factory(step)(step), _call)
+
+
+def _call(op: ops.Op) -> Callable | None:
+    make = CALLS.get(type(op))
+    return make(op) if make else None
 
 
 def _factory(op: ops.Op) -> Callable[[ops.Op], Kernel]:

@@ -5,10 +5,14 @@ step calls its kernel with its arguments spelled out, binds the outputs that
 a later step or the island reads, checks each one's dtype against the
 step's (casting only where they differ), and deletes every value after its
 last reader, so intermediates are freed as early as in a step-by-step walk.
-There is no per-step list building, zipping or dispatch left at run time:
-on a CleanRL-size PPO that walk cost about a quarter of the learner's time.
+A step whose op is one function of its inputs (an elementwise ufunc, a
+matrix product) calls that function directly, without the kernel's
+argument list and result tuple. There is no per-step list building, zipping
+or dispatch left at run time: on a CleanRL-size PPO that walk cost about a
+quarter of the learner's time.
 
-A failing step raises :class:`StepFailed` with its op's name and site.
+A failing step raises :class:`StepFailed` with its op's name and site,
+found from the line of the island that raised.
 """
 from __future__ import annotations
 
@@ -21,35 +25,50 @@ from tempo.ir import ops
 from tempo.runtime.backends.base import Kernel, StepFailed
 
 
-def compile_island(op: ops.FusedOp, kernel_of: Callable[[ops.Op], Kernel]) -> Kernel:
+def compile_island(op: ops.FusedOp, kernel_of: Callable[[ops.Op], Kernel],
+                   call_of: Callable[[ops.Op], Callable | None] = lambda op: None) -> Kernel:
     """The island ``op`` as one function ``(inputs, env, point) -> outputs``; ``kernel_of`` gives each step's
-    kernel."""
+    kernel, ``call_of`` a plain function of the step's inputs to its one output (a ufunc), called directly
+    instead of the kernel where it gives one."""
     steps = op.steps
     used = {(j, k) for step in steps for j, k in step.inputs if j >= 0} | set(op.outputs)
     last_use = {(j, k): s for s, step in enumerate(steps) for j, k in step.inputs if j >= 0}
     kept = set(op.outputs)
     scope = {"ndarray": np.ndarray, "StepFailed": StepFailed, "cast": cast, "steps": steps}
-    lines = ["def island(inputs, env, point):", "    s = 0", "    try:"]
+    lines, step_of_line = ["def island(inputs, env, point):", "    try:"], [None, None]
     for s, step in enumerate(steps):
-        scope[f"k{s}"] = kernel_of(step.op)
         args = ", ".join(f"inputs[{k}]" if j < 0 else f"v{j}_{k}" for j, k in step.inputs)
-        lines += [f"        s = {s}", f"        r = k{s}([{args}], env, point)"]
+        call = call_of(step.op) if len(step.dtypes) == 1 else None
+        if call is None:
+            scope[f"k{s}"] = kernel_of(step.op)
+            body = [f"        r = k{s}([{args}], env, point)"]
+            results, dead = [f"r[{k}]" for k in range(len(step.dtypes))], ["r"]
+        else:
+            scope[f"f{s}"] = call
+            body, results, dead = [], [f"f{s}({args})"], []
         for k, dtype in enumerate(step.dtypes):
             if (s, k) not in used:
                 continue
             name, want = f"v{s}_{k}", _dtype(dtype)
             scope[f"d{s}_{k}"], scope[f"t{s}_{k}"] = want, dtype
-            lines.append(f"        {name} = r[{k}]")
+            body.append(f"        {name} = {results[k]}")
             if want is None:
-                lines.append(f"        {name} = cast({name}, t{s}_{k})")
+                body.append(f"        {name} = cast({name}, t{s}_{k})")
             else:
-                lines += [f"        if {name}.__class__ is not ndarray or {name}.dtype is not d{s}_{k}:",
-                          f"            {name} = cast({name}, t{s}_{k})"]
-        dead = [f"v{j}_{k}" for (j, k), last in last_use.items() if last == s and (j, k) not in kept]
-        lines.append("        del r" + "".join(f", {name}" for name in dead))
+                body += [f"        if {name}.__class__ is not ndarray or {name}.dtype is not d{s}_{k}:",
+                         f"            {name} = cast({name}, t{s}_{k})"]
+        if not body:  # an unread single output: the call still runs (it may fail)
+            body.append(f"        {results[0]}")
+        dead += [f"v{j}_{k}" for (j, k), last in last_use.items() if last == s and (j, k) not in kept]
+        if dead:
+            body.append("        del " + ", ".join(dead))
+        lines += body
+        step_of_line += [s] * len(body)
     lines += ["    except Exception as err:",
+              "        s = step_of_line[err.__traceback__.tb_lineno - 1]",
               "        raise StepFailed(steps[s].op.name, steps[s].site, err) from err",
               "    return (" + "".join(f"v{j}_{k}, " for j, k in op.outputs) + ")"]
+    scope["step_of_line"] = step_of_line
     name = f"<numpy island {next(_ISLANDS)}: {len(steps)} steps>"  # its own name in tracebacks and profiles
     exec(compile("\n".join(lines), name, "exec"), scope)
     return scope["island"]
