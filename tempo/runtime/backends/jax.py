@@ -94,8 +94,34 @@ def _elementwise(op: ops.ElementwiseOp, xs: list, env: dict) -> tuple:
     common = np.result_type(*dtypes[lead:])
     compute = out if out.kind == "f" and common.kind != "f" else common
     args = xs[:lead] + [x if x.dtype == compute else x.astype(compute) for x in xs[lead:]]
-    result = ELEMENTWISE[op.fn](*args)
+    result = _row_write(*args) if op.fn == "where" and _writes_a_row(*args) else ELEMENTWISE[op.fn](*args)
     return (result if result.dtype == out else result.astype(out),)
+
+
+def _writes_a_row(cond, row, rows) -> bool:
+    """Whether ``where(cond, row, rows)`` picks whole rows (``cond`` varies along axis 0 only) of
+    ``rows``, the same ``row`` in each: a K/V buffer's write of row ``t`` (``rows == t``)."""
+    shape = rows.shape
+    return (len(shape) > 1 and shape[0] > 1 and jnp.ndim(cond) == len(shape) and cond.shape[0] == shape[0]
+            and all(n == 1 for n in cond.shape[1:]) and jnp.ndim(row) <= len(shape)
+            and (jnp.ndim(row) < len(shape) or row.shape[0] == 1)
+            and jnp.broadcast_shapes(cond.shape, row.shape, shape) == shape)
+
+
+def _row_write(cond, row, rows):
+    """``where(cond, row, rows)`` (see :func:`_writes_a_row`) as a ``dynamic_update_slice`` of the
+    one row ``cond`` picks, so that XLA writes that row in place rather than selecting over every
+    row; a ``cond`` that picks more than one row takes the select."""
+    picked = cond.reshape(rows.shape[0]).astype(bool)
+    at = jnp.argmax(picked)
+    new = jnp.broadcast_to(row, (1, *rows.shape[1:]) if jnp.ndim(row) == rows.ndim else rows.shape[1:])
+    new = new.reshape((1, *rows.shape[1:]))
+
+    def one_row():
+        kept = lax.dynamic_slice_in_dim(rows, at, 1, 0)
+        return lax.dynamic_update_slice_in_dim(rows, jnp.where(picked[at], new, kept), at, 0)
+
+    return lax.cond(jnp.sum(picked) <= 1, one_row, lambda: jnp.where(cond, row, rows))
 
 
 REDUCERS = {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max, "min": jnp.min}
