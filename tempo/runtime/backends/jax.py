@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
+import weakref
 from typing import Callable
 
 import jax
@@ -509,6 +510,7 @@ class JaxBackend(Backend):
     def __init__(self, device: str | None = None):
         self.device, self.compiled = None, {}  # (id(op), donated inputs) -> (op, its jitted functions by static key)
         self.loops: dict[tuple, tuple] = {}  # (id(loop), plan signature) -> (loop, its compiled form)
+        self.stacks: dict[tuple, tuple] = {}  # :meth:`stack`'s key -> weak references to its result and parts
         if device:
             platform = "gpu" if device in ("cuda", "gpu") else device
             try:
@@ -541,10 +543,23 @@ class JaxBackend(Backend):
             return kernel(op, held[1], donate)
 
     def stack(self, tensors: list, shape: tuple, dtype: str):
+        """The stack of ``tensors``; the same array again for the same device arrays while it is
+        alive (a device loop's launches gather the layers' weights so, once each)."""
         if not tensors:
             return jnp.zeros(tuple(shape), dtype=dtype)
+        key = (tuple(id(t) for t in tensors), tuple(shape), dtype)
+        held = self.stacks.get(key)
+        if held is not None:
+            out, parts = held[0](), [ref() for ref in held[1]]
+            if out is not None and not out.is_deleted() and all(a is b for a, b in zip(parts, tensors)):
+                return out
         out = _stack(tuple(t if isinstance(t, jax.Array) else np.asarray(t) for t in tensors), np.dtype(dtype))
-        return out.reshape(tuple(shape) + out.shape[1:])
+        out = out.reshape(tuple(shape) + out.shape[1:])
+        if all(isinstance(t, jax.Array) for t in tensors):
+            if len(self.stacks) >= 256:  # drop the stacks nothing holds any more
+                self.stacks = {k: v for k, v in self.stacks.items() if v[0]() is not None}
+            self.stacks[key] = (weakref.ref(out), [weakref.ref(t) for t in tensors])
+        return out
 
     def cast(self, tensor, dtype: str):
         if not isinstance(tensor, jax.Array):
