@@ -27,6 +27,10 @@ The machine is shared: process CPU time is the steadier figure.
         --out docs/results/decode_eos_jax.json                # JAX: the loop over t as one device program
     .venv/bin/python benchmarks/decode_eos.py --backend jax --attention masked --repeats 7 --every 8 \
         --out docs/results/decode_eos_jax_every8.json         # the flag read every 8 steps
+    .venv/bin/python benchmarks/decode_eos.py --attention masked --batch 1 --repeats 5 \
+        --out docs/results/decode_eos_numpy_masked_b1.json    # per step against JAX's (docs/llm.md)
+    .venv/bin/python benchmarks/decode_eos.py --backend jax --attention masked --batch 1 --repeats 5 \
+        --out docs/results/decode_eos_jax_masked_b1.json      # (and --batch 4: ..._b4.json)
 
 Prints a table and writes ``docs/results/decode_eos.json``.
 """

@@ -378,7 +378,9 @@ class DeviceLoop:
             first = first or wanted
             if any((wanted[n] & ~first[n]).any() for n in wanted):
                 return None  # read where the first iteration, whose values serve every one, does not
-            prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, provided)
+            read = provided if once is None else provided | once["c"].keys() | self.invariant[k]  # read once
+            prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, read,
+                                     initial=once is None)
             if prepared is None:
                 return None
             key, closed, xs, ring0 = prepared

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
+import weakref
 from typing import Callable
 
 import jax
@@ -94,8 +95,34 @@ def _elementwise(op: ops.ElementwiseOp, xs: list, env: dict) -> tuple:
     common = np.result_type(*dtypes[lead:])
     compute = out if out.kind == "f" and common.kind != "f" else common
     args = xs[:lead] + [x if x.dtype == compute else x.astype(compute) for x in xs[lead:]]
-    result = ELEMENTWISE[op.fn](*args)
+    result = _row_write(*args) if op.fn == "where" and _writes_a_row(*args) else ELEMENTWISE[op.fn](*args)
     return (result if result.dtype == out else result.astype(out),)
+
+
+def _writes_a_row(cond, row, rows) -> bool:
+    """Whether ``where(cond, row, rows)`` picks whole rows (``cond`` varies along axis 0 only) of
+    ``rows``, the same ``row`` in each: a K/V buffer's write of row ``t`` (``rows == t``)."""
+    shape = rows.shape
+    return (len(shape) > 1 and shape[0] > 1 and jnp.ndim(cond) == len(shape) and cond.shape[0] == shape[0]
+            and all(n == 1 for n in cond.shape[1:]) and jnp.ndim(row) <= len(shape)
+            and (jnp.ndim(row) < len(shape) or row.shape[0] == 1)
+            and jnp.broadcast_shapes(cond.shape, row.shape, shape) == shape)
+
+
+def _row_write(cond, row, rows):
+    """``where(cond, row, rows)`` (see :func:`_writes_a_row`) as a ``dynamic_update_slice`` of the
+    one row ``cond`` picks, so that XLA writes that row in place rather than selecting over every
+    row; a ``cond`` that picks more than one row takes the select."""
+    picked = cond.reshape(rows.shape[0]).astype(bool)
+    at = jnp.argmax(picked)
+    new = jnp.broadcast_to(row, (1, *rows.shape[1:]) if jnp.ndim(row) == rows.ndim else rows.shape[1:])
+    new = new.reshape((1, *rows.shape[1:]))
+
+    def one_row():
+        kept = lax.dynamic_slice_in_dim(rows, at, 1, 0)
+        return lax.dynamic_update_slice_in_dim(rows, jnp.where(picked[at], new, kept), at, 0)
+
+    return lax.cond(jnp.sum(picked) <= 1, one_row, lambda: jnp.where(cond, row, rows))
 
 
 REDUCERS = {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max, "min": jnp.min}
@@ -483,6 +510,7 @@ class JaxBackend(Backend):
     def __init__(self, device: str | None = None):
         self.device, self.compiled = None, {}  # (id(op), donated inputs) -> (op, its jitted functions by static key)
         self.loops: dict[tuple, tuple] = {}  # (id(loop), plan signature) -> (loop, its compiled form)
+        self.stacks: dict[tuple, tuple] = {}  # :meth:`stack`'s key -> weak references to its result and parts
         if device:
             platform = "gpu" if device in ("cuda", "gpu") else device
             try:
@@ -515,10 +543,23 @@ class JaxBackend(Backend):
             return kernel(op, held[1], donate)
 
     def stack(self, tensors: list, shape: tuple, dtype: str):
+        """The stack of ``tensors``; the same array again for the same device arrays while it is
+        alive (a device loop's launches gather the layers' weights so, once each)."""
         if not tensors:
             return jnp.zeros(tuple(shape), dtype=dtype)
+        key = (tuple(id(t) for t in tensors), tuple(shape), dtype)
+        held = self.stacks.get(key)
+        if held is not None:
+            out, parts = held[0](), [ref() for ref in held[1]]
+            if out is not None and not out.is_deleted() and all(a is b for a, b in zip(parts, tensors)):
+                return out
         out = _stack(tuple(t if isinstance(t, jax.Array) else np.asarray(t) for t in tensors), np.dtype(dtype))
-        return out.reshape(tuple(shape) + out.shape[1:])
+        out = out.reshape(tuple(shape) + out.shape[1:])
+        if all(isinstance(t, jax.Array) for t in tensors):
+            if len(self.stacks) >= 256:  # drop the stacks nothing holds any more
+                self.stacks = {k: v for k, v in self.stacks.items() if v[0]() is not None}
+            self.stacks[key] = (weakref.ref(out), [weakref.ref(t) for t in tensors])
+        return out
 
     def cast(self, tensor, dtype: str):
         if not isinstance(tensor, jax.Array):

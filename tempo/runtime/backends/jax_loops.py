@@ -25,7 +25,11 @@ iteration). Its scan runs over a fixed number
 of rows (the key's trip count: the longest launch) and skips the rows past
 the launch's trip count under ``lax.cond``, so that launches of fewer
 iterations share its one compile; the carry (parameters, optimizer state)
-is donated to the program.
+is donated to the program. A nested loop of at most :data:`UNROLLED` rows
+that reads rows of a value the same at every iteration of the enclosing loop
+(the layers' weights, ``w[l]``) is unrolled instead, each row passed to the
+program as an array of its own: a row a scan reads of a stacked value is a
+dynamic slice, which XLA on a CPU copies before a product reads it.
 
 A loop that holds the end check of its dim (``tpo.end_when``;
 :attr:`~tempo.plan.device_loops.LoopPlan.end`) runs the same way, a launch
@@ -53,6 +57,8 @@ from tempo.runtime.backends.jax import Island, _index_form, _row
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
 
+UNROLLED = 32  # a nested loop of at most this many rows that reads rows of a value given once is unrolled
+
 
 class LoopProgram:
     """The compiled form of one planned loop; the host side is :class:`~tempo.runtime.device_loops.DeviceLoop`."""
@@ -61,6 +67,7 @@ class LoopProgram:
         self.plan, self.islands, self.nested = plan, islands, list(nested)
         self.fns: dict[tuple, Callable] = {}
         self.compile_seconds = (0.0, 0.0)  # XLA's compiles of a loop with nested loops: wall and CPU seconds
+        self.rows_held: dict[int, tuple] = {}  # id(value) -> (value, its rows): :meth:`split`
 
     @staticmethod
     def unstack(values) -> list:
@@ -101,6 +108,7 @@ class LoopProgram:
                 fn = self.fns[key] = jax.jit(self._traced(key))
             return fn(closed, self.consts(), xs, ring0)
         rows = key[0]  # the scan's rows: a launch of fewer iterations pads its per-iteration values
+        closed = self.split(closed)
         args = (closed, self.consts(), jax.tree_util.tree_map(lambda a: _padded(a, rows), xs),
                 jax.tree_util.tree_map(jnp.array, ring0), np.int32(trips))  # the carry is donated: copies
         if fn is None and not self.nested:  # compiled at its first launch, called through jit's dispatch
@@ -112,6 +120,28 @@ class LoopProgram:
             self.compile_seconds = (wall + time.perf_counter() - started[0], cpu + time.process_time() - started[1])
         ring, ys = fn(*args)
         return ring, ys if trips == rows else jax.tree_util.tree_map(lambda y: y[:trips], ys)
+
+    def split(self, closed: dict) -> dict:
+        """``closed`` with the rows a nested loop of at most :data:`UNROLLED` rows reads of a value
+        the same at every iteration (the layers' weights) as separate arrays, kept from launch to
+        launch while the value is the same array."""
+        held, self.rows_held = self.rows_held, {}
+        out = dict(closed)
+        for k in range(len(self.nested)):
+            once = closed[f"n{k}"]
+            values = {}
+            for name, value in once["g"].items():
+                if not 0 < value.shape[0] <= UNROLLED:
+                    values[name] = value
+                    continue
+                kept = held.get(id(value))
+                if kept is None or kept[0] is not value:
+                    kept = (value, Rows(jnp.asarray(row) for row in value) if isinstance(value, np.ndarray)
+                            else Rows(self.unstack(value)))
+                self.rows_held[id(value)] = kept
+                values[name] = kept[1]
+            out[f"n{k}"] = dict(once, g=values)
+        return out
 
     def consts(self) -> dict:
         """The islands' constants (device arrays passed in), and those of the nested loops."""
@@ -169,11 +199,11 @@ class LoopProgram:
             return body
 
         def device_loop(closed, consts, xs, ring0):
-            return lax.scan(body_of(closed, consts), ring0, xs, length=trips)
+            return _scan(body_of(closed, consts), ring0, xs, trips)
 
         def whole_run(closed, consts, xs, ring0, ran):
             body = body_of(closed, consts)
-            first = jax.tree_util.tree_map(lambda a: a[0], xs)
+            first = jax.tree_util.tree_map(lambda a: a[0], xs, is_leaf=_is_rows)
             _, shaped = jax.eval_shape(body, ring0, first)
 
             def skipped(ring, _x):
@@ -184,10 +214,45 @@ class LoopProgram:
                 ring, ys = lax.cond((k < ran) & ~ended, body, skipped, ring, x)
                 return (ring, ended | ys[-1] if plan.end is not None else ended), ys
 
-            (ring, _), ys = lax.scan(row, (ring0, jnp.bool_(False)), (jnp.arange(trips), xs), length=trips)
+            (ring, _), ys = _scan(row, (ring0, jnp.bool_(False)), (jnp.arange(trips), xs), trips)
             return ring, ys
 
         return whole_run if self.nested or plan.end is not None else device_loop
+
+
+@jax.tree_util.register_pytree_node_class
+class Rows:
+    """The rows of a value as separate arrays (:meth:`LoopProgram.split`); ``rows[k]`` is row ``k``."""
+
+    def __init__(self, rows: tuple):
+        self.rows = tuple(rows)
+
+    def __getitem__(self, k: int):
+        return self.rows[k]
+
+    def tree_flatten(self):
+        return self.rows, None
+
+    @classmethod
+    def tree_unflatten(cls, _aux, rows):
+        return cls(rows)
+
+
+def _is_rows(value) -> bool:
+    return isinstance(value, Rows)
+
+
+def _scan(body: Callable, carry, xs, trips: int):
+    """``lax.scan(body, carry, xs)``, or, where ``xs`` holds rows as separate arrays, the same loop
+    unrolled, each iteration reading its own arrays (a row a scan reads of a stacked value is a
+    dynamic slice, which XLA copies before a product reads it)."""
+    if not any(_is_rows(v) for v in jax.tree_util.tree_leaves(xs, is_leaf=_is_rows)):
+        return lax.scan(body, carry, xs, length=trips)
+    stacked = []
+    for k in range(trips):
+        carry, ys = body(carry, jax.tree_util.tree_map(lambda a: a[k], xs, is_leaf=_is_rows))
+        stacked.append(ys)
+    return carry, jax.tree_util.tree_map(lambda *rows: jnp.stack(rows), *stacked)
 
 
 def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, values: dict, ring: dict) -> None:
