@@ -92,6 +92,7 @@ def make_envs(args) -> gymnasium.vector.SyncVectorEnv:
 
 def main(args) -> dict:
     """Train; returns every finished episode (global step, return, length, wall s, CPU s) and the timings."""
+    np.random.seed(args.seed)  # the minibatch shuffles, seeded as CleanRL's ppo.py seeds them
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     envs = make_envs(args)

@@ -73,3 +73,16 @@ def test_set_overrides_the_environments_hyper_parameters_for_every_system():
         argv = rl_learning.command(system, "CartPole-v1", 2, 1000, "gymnasium", "", {"num_envs": "16"})
         assert "--num-envs=16" in argv and "--num-envs=4" not in argv
         assert "--num-steps=128" in argv and "--seed=2" in argv and "--total-timesteps=1000" in argv
+
+
+def test_the_cleanrl_style_baseline_is_the_same_run_for_the_same_seed():
+    """Its minibatch shuffles draw from NumPy's global generator, seeded as CleanRL seeds it; a seed
+    spread of the baseline is then a spread over seeds, not over runs."""
+    spec_ = importlib.util.spec_from_file_location("cleanrl_rollout_ppo",
+                                                   ROOT / "benchmarks" / "baselines" / "cleanrl_rollout_ppo.py")
+    baseline = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(baseline)
+    runs = [baseline.main(baseline.parse(["--total-timesteps", "2048", "--num-steps", "64", "--seed", "3"]))
+            for _ in range(2)]
+    assert [e[:3] for e in runs[0]["episodes"]] == [e[:3] for e in runs[1]["episodes"]]
+    assert len(runs[0]["episodes"]) > 10
