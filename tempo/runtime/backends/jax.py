@@ -15,7 +15,8 @@ bits) and passed to the jitted function as arguments; user functions get
 NumPy arrays.
 
 JAX promotes dtypes differently from NumPy (``int64 + float32`` is float32
-in JAX); every step casts its inputs the way NumPy would, at trace time.
+in JAX); every step casts its inputs the way NumPy would, at trace time
+(the ops' jnp rules are :mod:`tempo.runtime.backends.jax_ops`).
 Programs may use float64 and int64 (``eval_symbol`` is int64), so the
 backend runs with JAX's 64-bit types on, inside the executor only
 (:meth:`JaxBackend.running`), leaving other JAX code in the process as it is.
@@ -46,186 +47,17 @@ from jax import lax
 from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime.backends import jax_layout
+from tempo.runtime.backends.jax_ops import IMPLS
 from tempo.runtime.backends import numpy as np_backend
-from tempo.runtime.backends.base import Backend, Kernel, StepFailed, along
-from tempo.symbolic.evaluate import compile_expr, shape_at
+from tempo.runtime.backends.base import Backend, Kernel, StepFailed
+from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import seq
 
 x64 = jax.enable_x64  # a context manager: 64-bit types while it is entered
 
-IMPLS: dict[type, Callable] = {}  # op type -> (op, xs, env) -> tuple of outputs, traced inside jax.jit
 HOST = (ops.EvalSymbolOp, ops.RandomOp)  # computed on the host by the NumPy kernels
 INDEXED = (ops.SpatialIndexOp,)  # traced by the island itself, with its starts as arguments
 
-
-def impl_for(op_type: type):
-    def wrap(fn):
-        IMPLS[op_type] = fn
-        return fn
-
-    return wrap
-
-
-ELEMENTWISE = {
-    "neg": jnp.negative, "exp": jnp.exp, "log": jnp.log, "sqrt": jnp.sqrt, "abs": jnp.abs, "sin": jnp.sin,
-    "cos": jnp.cos, "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid, "relu": lambda x: jnp.maximum(x, 0),
-    "not": jnp.logical_not, "sign": jnp.sign, "floor": jnp.floor, "ceil": jnp.ceil,
-    "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.true_divide, "pow": jnp.power,
-    "maximum": jnp.maximum, "minimum": jnp.minimum, "lt": jnp.less, "le": jnp.less_equal, "gt": jnp.greater,
-    "ge": jnp.greater_equal, "eq": jnp.equal, "ne": jnp.not_equal, "and": jnp.logical_and,
-    "or": jnp.logical_or, "mod": jnp.mod, "floordiv": jnp.floor_divide, "where": jnp.where,
-}
-
-
-def _np_result(np_fn: Callable, dtypes: list) -> np.dtype:
-    return np.dtype(np_fn(*[np.ones((), d) for d in dtypes]).dtype)
-
-
-def _same_dtype(xs: list) -> list:
-    """``xs`` cast to the dtype NumPy would compute them in together."""
-    common = np.result_type(*[x.dtype for x in xs])
-    return [x if x.dtype == common else x.astype(common) for x in xs]
-
-
-@impl_for(ops.ElementwiseOp)
-def _elementwise(op: ops.ElementwiseOp, xs: list, env: dict) -> tuple:
-    lead = 1 if op.fn == "where" else 0  # where's condition keeps its dtype
-    dtypes = [np.dtype(x.dtype) for x in xs]
-    out = _np_result(np_backend.ELEMENTWISE[op.fn], dtypes)
-    common = np.result_type(*dtypes[lead:])
-    compute = out if out.kind == "f" and common.kind != "f" else common
-    args = xs[:lead] + [x if x.dtype == compute else x.astype(compute) for x in xs[lead:]]
-    result = _row_write(*args) if op.fn == "where" and _writes_a_row(*args) else ELEMENTWISE[op.fn](*args)
-    return (result if result.dtype == out else result.astype(out),)
-
-
-def _writes_a_row(cond, row, rows) -> bool:
-    """Whether ``where(cond, row, rows)`` picks whole rows (``cond`` varies along axis 0 only) of
-    ``rows``, the same ``row`` in each: a K/V buffer's write of row ``t`` (``rows == t``)."""
-    shape = rows.shape
-    return (len(shape) > 1 and shape[0] > 1 and jnp.ndim(cond) == len(shape) and cond.shape[0] == shape[0]
-            and all(n == 1 for n in cond.shape[1:]) and jnp.ndim(row) <= len(shape)
-            and (jnp.ndim(row) < len(shape) or row.shape[0] == 1)
-            and jnp.broadcast_shapes(cond.shape, row.shape, shape) == shape)
-
-
-def _row_write(cond, row, rows):
-    """``where(cond, row, rows)`` (see :func:`_writes_a_row`) as a ``dynamic_update_slice`` of the
-    one row ``cond`` picks, so that XLA writes that row in place rather than selecting over every
-    row; a ``cond`` that picks more than one row takes the select."""
-    picked = cond.reshape(rows.shape[0]).astype(bool)
-    at = jnp.argmax(picked)
-    new = jnp.broadcast_to(row, (1, *rows.shape[1:]) if jnp.ndim(row) == rows.ndim else rows.shape[1:])
-    new = new.reshape((1, *rows.shape[1:]))
-
-    def one_row():
-        kept = lax.dynamic_slice_in_dim(rows, at, 1, 0)
-        return lax.dynamic_update_slice_in_dim(rows, jnp.where(picked[at], new, kept), at, 0)
-
-    return lax.cond(jnp.sum(picked) <= 1, one_row, lambda: jnp.where(cond, row, rows))
-
-
-REDUCERS = {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max, "min": jnp.min}
-
-
-@impl_for(ops.ReduceOp)
-def _reduce(op: ops.ReduceOp, xs: list, env: dict) -> tuple:
-    x = xs[0]
-    out = np.dtype(np_backend.REDUCERS[op.fn](np.ones((1,), x.dtype), axis=0).dtype)
-    if not op.axes:
-        return (x.astype(out),)
-    if op.fn in ("sum", "mean"):
-        x = x.astype(out)
-    return (REDUCERS[op.fn](x, axis=op.axes, keepdims=op.keepdims).astype(out),)
-
-
-def _moved(x, axis: int):
-    return jnp.moveaxis(x, axis, 0)
-
-
-@impl_for(ops.ScanOp)
-def _scan(op: ops.ScanOp, xs: list, env: dict) -> tuple:
-    x = _moved(xs[0], op.axis)
-    if x.dtype == np.bool_ and op.gamma == 1.0:
-        x = x.astype(np.int64)  # NumPy counts: a running sum of bools is int64
-    if op.window:
-        n = x.shape[0]
-        padded = jnp.concatenate([jnp.zeros((op.window - 1, *x.shape[1:]), x.dtype), x])
-        out = padded[0:n]
-        for j in range(1, op.window):
-            out = out + padded[j:j + n]
-        return (jnp.moveaxis(out, 0, op.axis),)
-    if op.gamma == 1.0:
-        out = jnp.flip(jnp.cumsum(jnp.flip(x, 0), axis=0), 0) if op.reverse else jnp.cumsum(x, axis=0)
-        return (jnp.moveaxis(out, 0, op.axis),)
-    dtype = np.result_type(x.dtype, np.float32)
-    x = x.astype(dtype)
-
-    def step(carry, xk):
-        carry = xk + op.gamma * carry
-        return carry, carry
-
-    _, out = lax.scan(step, jnp.zeros(x.shape[1:], dtype), x, reverse=op.reverse)
-    return (jnp.moveaxis(out, 0, op.axis),)
-
-
-@impl_for(ops.LinearScanOp)
-def _linear_scan(op: ops.LinearScanOp, xs: list, env: dict) -> tuple:
-    x, a = (_moved(v, op.axis) for v in xs)
-
-    def step(carry, xa):
-        carry = xa[0] + xa[1] * carry
-        return carry, carry
-
-    _, out = lax.scan(step, jnp.zeros(x.shape[1:], x.dtype), (x, a.astype(x.dtype)), reverse=op.reverse)
-    return (jnp.moveaxis(out, 0, op.axis),)
-
-
-@impl_for(ops.DiscountedSumOp)
-def _discounted_sum(op: ops.DiscountedSumOp, xs: list, env: dict) -> tuple:
-    x = _moved(xs[0], op.axis)
-    weights = (op.gamma ** np.arange(x.shape[0], dtype=np.float64)).astype(x.dtype)
-    return (jnp.tensordot(jnp.asarray(weights), x, axes=(0, 0)),)
-
-
-@impl_for(ops.PadOp)
-def _pad(op: ops.PadOp, xs: list, env: dict) -> tuple:
-    x = xs[0]
-    widths = [(0, 0)] * x.ndim
-    widths[op.axis % x.ndim] = (int(compile_expr(op.before)(env)), int(compile_expr(op.after)(env)))
-    return (jnp.pad(x, widths),)
-
-
-def _batch_contract(a, b):
-    m, n = a.shape[-2], b.shape[-1]
-    rows = jnp.swapaxes(a, -1, -2).reshape(-1, m)
-    return rows.T @ b.reshape(-1, n)
-
-
-def _cumsum(x, axis):
-    return jnp.cumsum(x.astype(np.int64) if x.dtype == np.bool_ else x, axis=axis)
-
-
-# Ops whose implementation is one jnp call on the inputs, the op's fields and the static environment.
-SIMPLE: dict[type, Callable] = {
-    ops.CumSumOp: lambda op, xs, env: _cumsum(xs[0], op.axis),
-    ops.MatMulOp: lambda op, xs, env: jnp.matmul(*_same_dtype(xs)),
-    ops.BatchContractOp: lambda op, xs, env: _batch_contract(*_same_dtype(xs)),
-    ops.PermuteOp: lambda op, xs, env: jnp.transpose(xs[0], op.axes),
-    ops.SqueezeOp: lambda op, xs, env: jnp.squeeze(xs[0], axis=op.axis),
-    ops.UnsqueezeOp: lambda op, xs, env: jnp.expand_dims(xs[0], axis=op.axis),
-    ops.CatOp: lambda op, xs, env: jnp.concatenate(_same_dtype(xs), axis=op.axis),
-    ops.CastOp: lambda op, xs, env: xs[0].astype(op.dtype),
-    ops.IdentOp: lambda op, xs, env: xs[0],
-    ops.ArgSortOp: lambda op, xs, env: jnp.argsort(xs[0], axis=op.axis, stable=True),
-    ops.TakeOp: lambda op, xs, env: (jnp.take_along_axis(xs[0], along(op, xs[0], xs[1]), op.axis) if op.batch
-                                     else jnp.take(xs[0], xs[1], axis=op.axis)),
-    ops.ReshapeOp: lambda op, xs, env: jnp.reshape(xs[0], shape_at(op.shape, env)),
-    ops.ExpandOp: lambda op, xs, env: jnp.broadcast_to(xs[0], shape_at(op.shape, env)),
-}
-
-for _op_type, _fn in SIMPLE.items():
-    IMPLS[_op_type] = lambda op, xs, env, _fn=_fn: (_fn(op, xs, env),)
 
 
 def _static_exprs(op: ops.Op) -> tuple:
