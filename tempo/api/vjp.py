@@ -19,7 +19,7 @@ from tempo.api.rt import RecurrentTensor as RT
 from tempo.api.rt import apply, materialize
 from tempo.errors import TempoError, user_site
 from tempo.ir import ops
-from tempo.ir.ends import ends
+from tempo.ir.ends import outer_dims
 from tempo.ir.sdg import Edge, Node, identity_index
 from tempo.ir.shapes import same_size
 from tempo.symbolic.expr import Expr, as_expr, bound_of, logical_and, make_slice
@@ -155,8 +155,8 @@ def _count(g: RT, shape: tuple, axes: tuple[int, ...]) -> RT:
         total = total * as_expr(shape[a % len(shape)])
     if total.is_const:
         return F.full((), total.value, "int64")
-    sdg, bounds = g.ctx.sdg, total.free_symbols()
-    outer = {d for t, n in ends(sdg).items() if bound_of(t) in bounds for d in sdg.nodes[n].domain[:-1]}
+    bounds = total.free_symbols()
+    outer = {d for t, dims in outer_dims(g.ctx.sdg).items() if bound_of(t) in bounds for d in dims}
     return apply(ops.EvalSymbolOp(total), [], ctx=g.ctx, over=[d for d in g.domain if d in outer])
 
 

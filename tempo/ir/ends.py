@@ -25,6 +25,11 @@ def ends(sdg: SDG) -> dict[Expr, int]:
     return {node.domain[-1]: n for n, node in sdg.nodes.items() if is_end(node)}
 
 
+def outer_dims(sdg: SDG) -> dict[Expr, tuple[Expr, ...]]:
+    """Each dim that ends at run time -> its outer dims (those its length ``T[i]`` varies over)."""
+    return {t: sdg.nodes[n].domain[:-1] for t, n in ends(sdg).items()}
+
+
 def depends_on_length(sdg: SDG, n: int, t: Expr) -> bool:
     """Whether node ``n``'s value or extent depends on the bound of ``t``: it reads a slice or a
     point given by it, has a shape or a value that mentions it, or is vectorized over ``t``."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from tempo.ir import ops
-from tempo.ir.ends import ends
+from tempo.ir.ends import outer_dims
 from tempo.ir.sdg import SDG, Node
 from tempo.symbolic.expr import Expr, seq
 from tempo.transforms.editing import Graph, sources_first
@@ -40,7 +40,7 @@ class Config:
 def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     """The SDG with every node over just the dims it varies with (``sdg`` itself if none shrinks)."""
     g = Graph(sdg)
-    outer = {t: sdg.nodes[n].domain[:-1] for t, n in ends(sdg).items()}  # dim that ends -> its outer dims
+    outer = outer_dims(sdg)
     work = sources_first(g)
     queued, reduced = set(work), 0
     while work:
