@@ -80,19 +80,31 @@ class Args:
     """write TensorBoard event files under runs/{run_name}"""
     backend: str = ""
     """backend: numpy, torch or jax; empty: $TEMPO_BACKEND, else numpy"""
+    checkpoint: str = ""
+    """write what the next rollout starts from (weights, Adam state, carried statistics, the environments) to this
+    safetensors file (atomically) every `checkpoint_every` rollouts"""
+    checkpoint_every: int = 10
+    """rollouts between checkpoints"""
+    resume: str = ""
+    """go on from a checkpoint written with --checkpoint (same flags), as if the run had never stopped"""
 
     def __post_init__(self) -> None:
         tpo.rl.training.require_positive(self, "total_timesteps", "num_envs", "num_steps", "num_minibatches",
-                                         "update_epochs")
+                                         "update_epochs", "checkpoint_every")
 
 def main(args: Args) -> dict:
     batch_size = args.num_envs * args.num_steps
     num_iterations = args.total_timesteps // batch_size
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    with tpo.Context(seed=args.seed) as ctx:
+    K = args.update_epochs * args.num_minibatches  # updates per rollout
+    resumed = tpo.load_checkpoint(args.resume) if args.resume else None
+    done = tpo.rl.rollout_start(resumed, K) if resumed else 0  # updates an earlier run took
+    if done >= num_iterations * K:
+        raise tpo.TempoError(f"{args.resume} was written after update {done}: the run of {num_iterations * K} "
+                             f"updates is over")
+    with tpo.Context(seed=args.seed, start={"i": done}) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
         batches = Minibatches(i, batch_size, args.update_epochs, args.num_minibatches)
-        K = batches.rollout_every
 
         # ----- the agent: CleanRL's separate actor and critic MLPs, orthogonal init -----
         env = tpo.rl.make(args.env_id, dims=(b, i, t), impl=args.impl, autoreset=True, rollout_every=K,
@@ -112,7 +124,9 @@ def main(args: Args) -> dict:
         next_value = critic(step.final_obs.cast("float32")).squeeze(0).detach()
         advantages, returns = tpo.rl.rollout_gae(step.reward, value, next_value, step.terminated, step.done,
                                                  args.gamma, args.gae_lambda)
-        episode_return, episode_length = tpo.rl.episode_statistics(step.reward, step.done, every=K)
+        episodes = tpo.rl.episode_statistics(step.reward, step.done, every=K)
+        episode_return, episode_length = episodes
+        carried = [env, episodes]  # what crosses from one rollout to the next
 
         # ----- learning: update i trains on minibatch i % num_minibatches of rollout k -----
         def column(x):  # one rollout's x as columns (num_envs * num_steps, size) of the minibatch table
@@ -127,16 +141,22 @@ def main(args: Args) -> dict:
                                           critic(mb_obs).squeeze(-1), mb[4], mb[3], new.entropy(), args.clip_coef,
                                           args.clip_vloss, args.ent_coef, args.vf_coef, args.norm_adv)
         stats.loss.backward()
-        frac = 1.0 - tpo.eval_symbol(i // K).cast("float32") / float(num_iterations)
+        frac = 1.0 - tpo.eval_symbol((i + done) // K).cast("float32") / float(num_iterations)
         lr = args.learning_rate * frac if args.anneal_lr else args.learning_rate
         adam = tpo.optim.Adam(critic.parameters() + actor.parameters(), lr=lr, eps=1e-5,
                               max_grad_norm=args.max_grad_norm)
         keep = None if args.target_kl is None else batches.keep_updating(stats.approx_kl, args.target_kl)
         adam.step(when=keep)
 
+        # ----- checkpoints: what each rollout starts from, written where it starts -----
+        if resumed:
+            tpo.rl.resume_rollouts(resumed, adam, carried, args.num_envs)
+        if args.checkpoint:
+            tpo.rl.checkpoint_rollouts(args.checkpoint, i, args.checkpoint_every * K, adam, carried)
+
         # ----- logging and the saved policy -----
         log = RunLog(args.num_envs, args.num_steps, num_iterations, K,
-                     f"runs/{run_name}" if args.track_tensorboard else None, f"PPO {args.env_id}")
+                     f"runs/{run_name}" if args.track_tensorboard else None, f"PPO {args.env_id}", done // K)
         log.track_episodes(episode_return, episode_length, step.done)
         log.track_losses(i, {name: getattr(stats, name) for name in tpo.rl.run_log.LOSS_TAGS}, lr)
         model_path = f"runs/{run_name}/ppo.safetensors"
@@ -146,7 +166,8 @@ def main(args: Args) -> dict:
                        for name, p in module.named_parameters()}
             tpo.checkpoint(weights, model_path, when=i == I - 1)
         log.start()
-        ctx.run(bounds={B: args.num_envs, I: num_iterations * K, T: args.num_steps}, backend=args.backend or None)
+        ctx.run(bounds={B: args.num_envs, I: num_iterations * K - done, T: args.num_steps},
+                backend=args.backend or None)
     summary = log.finish()
     if args.save_model:
         print(f"model saved to {model_path}")

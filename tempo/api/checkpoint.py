@@ -10,12 +10,19 @@ Points are global: in a run that continues an earlier one
 (``tpo.Context(start={"i": n})``), step ``i`` is written as ``i + n``, in
 the file name and in the checkpoint's point, so a resumed run never
 overwrites the files of the run it continues.
+
+State kept outside the program (a gymnasium vector env's environments)
+goes into the same file through ``hosts``: objects with
+``save_when(when)``, told where checkpoints are written before the run,
+and ``saved_state(point) -> {name: array}``, asked at each write (``point``
+local to this run). ``tempo.rl`` environments that keep such state have
+both; see docs/rl.md.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 from safetensors.numpy import load_file
@@ -36,6 +43,17 @@ class Checkpoint:
     point: dict[str, int]
 
 
+@runtime_checkable
+class HostState(Protocol):
+    """State a program keeps outside its tensors that checkpoints also save (``tpo.checkpoint(hosts=...)``)."""
+
+    def save_when(self, when: Expr | None) -> None:
+        """Be ready to give the state at the points where ``when`` holds (None: every point)."""
+
+    def saved_state(self, point: dict[str, int]) -> dict[str, np.ndarray]:
+        """The state at ``point`` (this run's own step counts), as named arrays."""
+
+
 def write_atomic(path: str, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> None:
     """Write a safetensors file so that ``path`` is either the old file or the complete new one."""
     arrays = {k: np.asarray(v) for k, v in tensors.items()}
@@ -51,12 +69,23 @@ def _check_writable(path: str, site) -> None:
         raise TempoError(f"cannot write checkpoint {path!r}: directory {directory!r} is not writable", site)
 
 
-def checkpoint(state: Mapping[str, RT], path: str, when: Expr | None = None) -> RT:
-    """Write ``state`` (name -> RT) to ``path`` at every point where ``when`` holds (default: every point)."""
+def checkpoint(state: Mapping[str, RT], path: str, when: Expr | None = None,
+               hosts: Sequence[HostState] = ()) -> RT:
+    """Write ``state`` (name -> RT) to ``path`` at every point where ``when`` holds (default: every point).
+
+    ``hosts``: objects whose state lives outside the program (see :class:`HostState`),
+    written into the same file at the same points.
+    """
     site = user_site()
     _check_writable(path, site)
+    for host in hosts:
+        if not isinstance(host, HostState):
+            raise TempoError(f"{host!r} keeps no state outside the program to checkpoint "
+                             f"(hosts takes objects with save_when and saved_state)", site)
+        host.save_when(when)
     values = {name: (rt[when] if when is not None else rt) for name, rt in state.items()}
-    return sink_many(values, _writer(path, next((rt.ctx.start for rt in state.values()), {})), label="checkpoint")
+    start = next((rt.ctx.start for rt in state.values()), {})
+    return sink_many(values, _writer(path, start, tuple(hosts)), label="checkpoint")
 
 
 def rt_checkpoint(self: RT, path: str, name: str = "value") -> RT:
@@ -66,9 +95,10 @@ def rt_checkpoint(self: RT, path: str, name: str = "value") -> RT:
     return sink_many({name: self}, _writer(path, self.ctx.start), label="checkpoint")
 
 
-def _writer(path: str, start: Mapping[str, int]):
+def _writer(path: str, start: Mapping[str, int], hosts: tuple = ()):
     """The sink that writes one checkpoint at a point of this run, named by its global point."""
     def write(tensors: dict, point: dict) -> None:
+        tensors = {**tensors, **{k: v for host in hosts for k, v in host.saved_state(dict(point)).items()}}
         point = {k: v + start.get(k, 0) for k, v in point.items()}
         write_atomic(path.format(**point), tensors, {f"point.{k}": str(v) for k, v in point.items()})
 

@@ -18,9 +18,11 @@ from tempo.rl import rollout, run_log
 from tempo.rl.evaluate import evaluate
 from tempo.rl.losses import PPOLoss, masked_mean, ppo_clip_loss, ppo_minibatch_loss
 from tempo.rl.normalize import NormalizeObservation, NormalizeReward
+from tempo.rl.resume import checkpoint_rollouts, resume_rollouts, rollout_start
 from tempo.rl.returns import alive, discounted_returns, gae, n_step_returns, rollout_gae
 from tempo.rl.rollout import Transition, episode_statistics
 
-__all__ = ["Env", "NormalizeObservation", "NormalizeReward", "PPOLoss", "Transition", "alive", "discounted_returns",
-           "episode_statistics", "evaluate", "gae", "make", "masked_mean", "n_step_returns", "ppo_clip_loss",
-           "ppo_minibatch_loss", "rollout", "rollout_gae", "run_log", "training"]
+__all__ = ["Env", "NormalizeObservation", "NormalizeReward", "PPOLoss", "Transition", "alive",
+           "checkpoint_rollouts", "discounted_returns", "episode_statistics", "evaluate", "gae", "make",
+           "masked_mean", "n_step_returns", "ppo_clip_loss", "ppo_minibatch_loss", "resume_rollouts", "rollout",
+           "rollout_gae", "rollout_start", "run_log", "training"]

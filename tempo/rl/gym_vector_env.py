@@ -24,8 +24,9 @@ from tempo.api.functional import eval_symbol, udf
 from tempo.api.rt import RecurrentTensor
 from tempo.errors import TempoError, user_site
 from tempo.rl.env import Env
-from tempo.rl.rollout import Transition, check_every, continue_rollout, start_of_rollout
-from tempo.symbolic.expr import Expr
+from tempo.rl.pool_state import POOL_KEY, PoolCheckpoints, PoolSnapshot, Snapshotting, factories, points_where
+from tempo.rl.rollout import Transition, check_every, start_of_rollout
+from tempo.symbolic.expr import Expr, bound_of
 
 VECTOR_KINDS = ("sync", "async")
 
@@ -34,11 +35,12 @@ class _VectorHost:
     """The host side: a vector env made at the first reset, with as many environments as ``b`` has."""
 
     def __init__(self, name: str, kwargs: dict, sample_key: tuple[int, ...], obs_dtype: str,
-                 box: tuple[np.ndarray, np.ndarray] | None, vector: str):
+                 box: tuple[np.ndarray, np.ndarray] | None, vector: str, every: int):
         self.name, self.kwargs, self.sample_key = name, kwargs, sample_key
-        self.obs_dtype, self.box, self.vector = obs_dtype, box, vector
+        self.obs_dtype, self.box, self.vector, self.every = obs_dtype, box, vector, every
         self.envs: gymnasium.vector.VectorEnv | None = None
         self.checked = None  # the last index found to name every environment (a store hands on the same one)
+        self.saves = PoolCheckpoints(name)
 
     def reset_seed(self, b: int) -> int:
         return int(np.random.SeedSequence([*self.sample_key, b]).generate_state(1)[0])
@@ -47,9 +49,30 @@ class _VectorHost:
         count = self._count(index)
         self.close()
         make = gymnasium.vector.SyncVectorEnv if self.vector == "sync" else gymnasium.vector.AsyncVectorEnv
-        self.envs = make([self._factory] * count, autoreset_mode=AutoresetMode.SAME_STEP, copy=False)
-        obs, _ = self.envs.reset(seed=[self.reset_seed(b) for b in range(count)])
-        return np.array(obs, dtype=self.obs_dtype)  # the vector env's own buffer, which its next step overwrites
+        if self.saves.resume_from is not None:
+            obs = self._restore(make, count)
+        else:
+            self.envs = make([self._factory] * count, autoreset_mode=AutoresetMode.SAME_STEP, copy=False)
+            obs, _ = self.envs.reset(seed=[self.reset_seed(b) for b in range(count)])
+        obs = np.array(obs, dtype=self.obs_dtype)  # of the vector env's own buffer, which its next step overwrites
+        self.saves.take(0, self.envs, obs)
+        return obs
+
+    def carry_over(self, index, i, obs):
+        """The observation the rollout at ``i + every`` starts from, after a snapshot if a checkpoint wants one."""
+        self._count(index)
+        obs = np.array(obs, dtype=self.obs_dtype)
+        self.saves.take(int(np.ravel(i)[0]) + self.every, self.envs, obs)
+        return obs
+
+    def _restore(self, make, count: int) -> np.ndarray:
+        saved = self.saves.resume_from
+        if len(saved.envs) != count:
+            raise TempoError(f"{self.name}: the checkpoint holds {len(saved.envs)} environments and this run "
+                             f"has {count}: resume with {len(saved.envs)} environments", self.saves.resume_site)
+        self.envs = make(factories(saved, wrap=self.vector == "async"), autoreset_mode=AutoresetMode.SAME_STEP,
+                         copy=False)
+        return saved.obs
 
     def step(self, index, action):
         self._count(index)
@@ -71,7 +94,8 @@ class _VectorHost:
             self.envs = None
 
     def _factory(self) -> gymnasium.Env:
-        return gymnasium.make(self.name, **self.kwargs)
+        env = gymnasium.make(self.name, **self.kwargs)
+        return Snapshotting(env) if self.vector == "async" else env
 
     def _count(self, index) -> int:
         if index is self.checked:
@@ -113,7 +137,7 @@ class GymVectorEnv(Env):
         self.max_episode_steps = env.spec.max_episode_steps if env.spec is not None else None
         self.every = check_every(rollout_every)
         box = None if self.is_discrete else (self.action_low, self.action_high)
-        self._host = _VectorHost(name, kwargs, current().sample_key, self.obs_dtype, box, vector)
+        self._host = _VectorHost(name, kwargs, current().sample_key, self.obs_dtype, box, vector, self.every)
         self._start: RecurrentTensor | None = None
 
     def reset_seed(self, b: int) -> int:
@@ -138,5 +162,39 @@ class GymVectorEnv(Env):
                                                                  self.obs_dtype],
                   label=f"{self.name}.step", batched=True)
         step = Transition(*out)
-        continue_rollout(start, step.obs, self.every)
+        self._continue(start, step.obs)
         return step
+
+    def _continue(self, start: RecurrentTensor, obs: RecurrentTensor) -> None:
+        """``start[b, i + every]`` is the last step's ``obs``, through the host (which snapshots the
+        environments there when a checkpoint asks)."""
+        b, i, t = self.dims
+        last = udf(self._host.carry_over, [eval_symbol(b), eval_symbol(i), obs[b, i, bound_of(t) - 1]],
+                   [self.obs_shape], [self.obs_dtype], label=f"{self.name}.carry_over", batched=True)
+        start[b, i + self.every] = last
+
+    def rollout_state(self) -> dict[str, RecurrentTensor]:
+        """The program state a rollout starts from: none (the environments keep theirs on the host)."""
+        return {}
+
+    def save_when(self, when: Expr | None) -> None:
+        """Snapshot the environments at the rollouts' starts where ``when`` (a condition on ``i``) holds,
+        for :func:`tempo.checkpoint` with ``hosts=[env]``."""
+        self._host.saves.wanted = points_where(when, self.dims[1], self.name)
+
+    def saved_state(self, point: dict[str, int]) -> dict[str, np.ndarray]:
+        """The snapshot taken as the rollout at ``point`` started, as checkpoint tensors."""
+        return {POOL_KEY: self._host.saves.written(point[self.dims[1].name]).to_bytes()}
+
+    def resume(self, ckpt) -> None:
+        """Start from the environments saved in ``ckpt`` (a :class:`tempo.Checkpoint`) instead of resetting
+        them: a run that resumes at the checkpoint's rollout repeats the saved run's episodes."""
+        site = user_site()
+        if POOL_KEY not in ckpt.tensors:
+            raise TempoError(f"{self.name}: the checkpoint holds no environment state ({POOL_KEY!r}); write it "
+                             f"with tpo.checkpoint(..., hosts=[env])", site)
+        saved = PoolSnapshot.from_bytes(ckpt.tensors[POOL_KEY])
+        if saved.env_id != self.name:
+            raise TempoError(f"the checkpoint holds {saved.env_id!r} environments, not {self.name!r}: resume "
+                             f"with --env-id {saved.env_id}", site)
+        self._host.saves.resume_from, self._host.saves.resume_site = saved, site

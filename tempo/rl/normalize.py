@@ -98,8 +98,19 @@ class _Normalizer:
         """Each statistic after the last step of every outer time point (``i``), one row per environment."""
         return {name: self.carry.last(value) for name, value in self.after.items()}
 
+    def rollout_state(self) -> dict[str, RT]:
+        """Each statistic as the rollout at ``i`` starts (before its first step), one row per environment:
+        what a checkpoint at a rollout's start saves (over two time dims ``(i, t)``)."""
+        if len(self.carry.time) != 2:
+            raise TempoError("rollout_state() is the statistics at each rollout's start, over two time dims "
+                             "(i, t); use state_dict()", user_site())
+        outer = self.carry.time[0]
+        rows = tuple(slice(0, bound_of(d)) for d in self.carry.batch)
+        return {name: before[(*rows, outer, 0)] for name, before in self.carry.before.items()}
+
     def resume(self, ckpt) -> None:
-        """Start every statistic from a checkpoint of :meth:`state_dict` (rows per environment)."""
+        """Start every statistic from a checkpoint of :meth:`state_dict` or :meth:`rollout_state`
+        (rows per environment)."""
         missing = [name for name in self.after if name not in ckpt.tensors]
         if missing:
             raise TempoError(f"the checkpoint has no tensor for {', '.join(missing)}", user_site())

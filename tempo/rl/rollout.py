@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from tempo.api.functional import placeholder, where
-from tempo.api.rt import RecurrentTensor
+from tempo.api.rt import RecurrentTensor, restart
 from tempo.errors import TempoError, user_site
 from tempo.symbolic.expr import Expr, bound_of
 
@@ -84,13 +84,46 @@ def carry(x: RT, start: RT, following: RT, every: int) -> None:
     continue_rollout(start, following, every)
 
 
-def episode_statistics(reward: RT, done: RT, every: int = 1) -> tuple[RT, RT]:
+class EpisodeStatistics(tuple):
+    """``(episode_return, episode_length)``, with the running sums each rollout starts from.
+
+    Unpacks as a pair; :meth:`rollout_state` and :meth:`resume` checkpoint
+    and restart the sums of the episodes still running at a rollout's start.
+    """
+
+    starts: dict[str, RT]
+
+    def __new__(cls, episode_return: RT, episode_length: RT, starts: dict[str, RT]) -> "EpisodeStatistics":
+        self = super().__new__(cls, (episode_return, episode_length))
+        self.starts = starts
+        return self
+
+    def rollout_state(self) -> dict[str, RT]:
+        """Each running sum as the rollout at ``i`` starts, one row per environment (over ``i``)."""
+        return {name: start[0:bound_of(start.domain[0]), start.domain[1]] for name, start in self.starts.items()}
+
+    def resume(self, ckpt) -> None:
+        """Start the first rollout's running sums from a checkpoint of :meth:`rollout_state`."""
+        restart_rows(self.starts, ckpt)
+
+
+def restart_rows(starts: dict[str, RT], ckpt) -> None:
+    """Restart each ``start[b, i]`` placeholder's first rollout from ``ckpt``'s rows (one per ``b``)."""
+    missing = [name for name in starts if name not in ckpt.tensors]
+    if missing:
+        raise TempoError(f"the checkpoint has no tensor for {', '.join(missing)}", user_site())
+    for name, start in starts.items():
+        restart(start, ckpt.tensors[name], dims=start.domain[:1])
+
+
+def episode_statistics(reward: RT, done: RT, every: int = 1, prefix: str = "episode") -> EpisodeStatistics:
     """``(episode_return, episode_length)`` over ``(b, i, t)``, counted across rollouts, like
     gymnasium's ``RecordEpisodeStatistics``.
 
     At a step where ``done`` holds they are the return (sum of rewards,
     undiscounted) and length of the episode that step ended; elsewhere they
     are the running sums of the episode so far. Read them where ``done``.
+    ``prefix`` names the running sums in checkpoints.
     """
     dims = done.domain
     running, running_start = carried((), "float32", dims, 0.0, every)
@@ -98,4 +131,4 @@ def episode_statistics(reward: RT, done: RT, every: int = 1) -> tuple[RT, RT]:
     ret, steps = running + reward, length + 1
     carry(running, running_start, where(done, 0.0, ret), every)
     carry(length, length_start, where(done, 0, steps), every)
-    return ret, steps
+    return EpisodeStatistics(ret, steps, {f"{prefix}/return": running_start, f"{prefix}/length": length_start})

@@ -28,17 +28,20 @@ class RunLog:
     """Sinks for a rollout program over ``(b, i, t)`` with a rollout at every ``rollout_every``-th ``i``.
 
     ``logdir``: where the TensorBoard event file goes (None: no file).
+    ``first_rollout``: the rollouts an earlier run took (a resumed run's
+    global steps count on from there).
     """
 
     def __init__(self, num_envs: int, num_steps: int, rollouts: int, rollout_every: int, logdir: str | None,
-                 desc: str = "PPO") -> None:
+                 desc: str = "PPO", first_rollout: int = 0) -> None:
         self.num_envs, self.num_steps, self.every = num_envs, num_steps, rollout_every
+        self.first_rollout = first_rollout
         self.writer = SummaryWriter(logdir) if logdir else None
         self.episodes: list[tuple[int, float, int, float, float]] = []  # (global step, return, length, wall s, CPU s)
         self.losses: list[dict] = []
-        self.bar = tqdm(total=rollouts, desc=desc, unit="rollout")
+        self.bar = tqdm(total=rollouts, initial=first_rollout, desc=desc, unit="rollout")
         self.started, self.cpu_started = time.perf_counter(), time.process_time()
-        self.global_step = 0
+        self.global_step = self.first_step = first_rollout * num_steps * num_envs
         self.learning_rate = float("nan")
 
     def track_episodes(self, episode_return: RT, episode_length: RT, done: RT) -> None:
@@ -70,13 +73,13 @@ class RunLog:
             self.writer.close()
         seconds, cpu_seconds = time.perf_counter() - self.started, time.process_time() - self.cpu_started
         final = float(np.mean([e[1] for e in self.episodes[-20:]])) if self.episodes else float("nan")
-        sps = self.global_step / seconds if seconds > 0 else 0.0
+        sps = (self.global_step - self.first_step) / seconds if seconds > 0 else 0.0
         print(f"episodic_return={final:.2f} global_step={self.global_step} sps={sps:.0f}")
         return {"episodic_return": final, "global_step": self.global_step, "sps": sps, "seconds": seconds,
                 "cpu_seconds": cpu_seconds, "episodes": [list(e) for e in self.episodes], "losses": self.losses}
 
     def _episodes(self, tensors: dict, point: dict) -> None:
-        rollout = point["i"] // self.every
+        rollout = point["i"] // self.every + self.first_rollout
         now, cpu_now = time.perf_counter() - self.started, time.process_time() - self.cpu_started
         for step, env in zip(*np.nonzero(tensors["done"].T)):  # in step order, as the environments ran
             global_step = (rollout * self.num_steps + int(step) + 1) * self.num_envs
@@ -91,7 +94,7 @@ class RunLog:
             self.bar.set_postfix(episodic_return=f"{np.mean([e[1] for e in self.episodes[-20:]]):.1f}")
 
     def _losses(self, tensors: dict, point: dict) -> None:
-        sps = self.global_step / max(time.perf_counter() - self.started, 1e-9)
+        sps = (self.global_step - self.first_step) / max(time.perf_counter() - self.started, 1e-9)
         row = {"learning_rate": self.learning_rate, **{name: float(value) for name, value in tensors.items()}}
         self.losses.append({"global_step": self.global_step, "sps": sps, **row})
         if self.writer is None:

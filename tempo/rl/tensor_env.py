@@ -14,8 +14,8 @@ from tempo.api.functional import eval_symbol, from_numpy, full, maximum, minimum
 from tempo.api.rt import RecurrentTensor
 from tempo.errors import TempoError, user_site
 from tempo.rl.env import Env
-from tempo.rl.rollout import Transition, carried, carry, check_every
-from tempo.symbolic.expr import Expr
+from tempo.rl.rollout import Transition, carried, carry, check_every, restart_rows
+from tempo.symbolic.expr import Expr, bound_of
 
 RT = RecurrentTensor
 
@@ -130,6 +130,22 @@ class TensorEnv(Env):
             steps = carried((), "int64", self.dims, 0, self.every)
             self._carried = (*state, *steps)
         return self._carried
+
+    def rollout_state(self) -> dict[str, RT]:
+        """The state and steps taken of every environment as the rollout at ``i`` starts (over ``i``),
+        for a checkpoint at a rollout's start (``autoreset=True``)."""
+        return {name: rows[0:bound_of(self.dims[0]), self.dims[1]] for name, rows in self._starts().items()}
+
+    def resume(self, ckpt) -> None:
+        """Start the first rollout from a checkpoint of :meth:`rollout_state`."""
+        restart_rows(self._starts(), ckpt)
+
+    def _starts(self) -> dict[str, RT]:
+        if not self.autoreset:
+            raise TempoError(f"{self.name}: only autoresetting environments carry state across iterations; "
+                             f"episodes start from the context's seed", user_site())
+        _, state_start, _, steps_start = self._rollout_state()
+        return {"env/state": state_start, "env/steps": steps_start}
 
     def _autoreset_step(self, action: RT) -> Transition:
         state, state_start, steps, steps_start = self._rollout_state()
