@@ -79,10 +79,11 @@ def checkpoint(state: Mapping[str, RT], path: str, when: Expr | None = None,
     site = user_site()
     _check_writable(path, site)
     for host in hosts:
-        if not isinstance(host, HostState):
+        save_when = getattr(host, "save_when", None)
+        if save_when is None:
             raise TempoError(f"{host!r} keeps no state outside the program to checkpoint "
                              f"(hosts takes objects with save_when and saved_state)", site)
-        host.save_when(when)
+        save_when(when)
     values = {name: (rt[when] if when is not None else rt) for name, rt in state.items()}
     start = next((rt.ctx.start for rt in state.values()), {})
     return sink_many(values, _writer(path, start, tuple(hosts)), label="checkpoint")

@@ -9,9 +9,10 @@ instance is made (here from the context seed and the instance's number),
 and draws every later reset from that environment's own generator: it
 ignores per-reset seeds. So a program run twice gives the same numbers,
 but an episode's start depends on the slot it runs in and on how many
-resets that slot saw before, and a resumed run (``Context(start=...)``)
-does not repeat the episodes of the uninterrupted one, as the gymnasium
-path does. envpool's simulators are its own, so trajectories differ from
+resets that slot saw before. envpool cannot save or restore its
+environments, so a resumed run (``Context(start=...)``, ``env.resume``, a
+checkpoint with ``hosts=[env]``) is a ``TempoError``: the gymnasium path
+resumes bit for bit. envpool's simulators are its own, so trajectories differ from
 gymnasium's. Ended episodes are not stepped, so envpool's auto-reset never
 fires.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tempo.api.context import current
 from tempo.errors import TempoError, user_site
 from tempo.rl.env import _suggest
 from tempo.rl.gym_env import GymEnv, episode_keys, episode_seed, rows
@@ -120,10 +122,30 @@ def _envpool_make(name: str, num_envs: int, kwargs: dict):
         raise TempoError(f"envpool.make({name!r}) failed: {type(err).__name__}: {err}", user_site()) from err
 
 
+CANNOT_RESUME = ("envpool environments cannot save or restore their state, so a resumed run would not repeat "
+                 "the episodes of the run it continues; impl='gymnasium' resumes bit for bit")
+
+
 class EnvPoolEnv(GymEnv):
     """An envpool environment over ``dims`` (see the module docstring); ``kwargs`` go to ``envpool.make``."""
 
     host_class = _Pools
+
+    def __init__(self, name: str, dims, **kwargs):
+        ctx = current()
+        resumed = {d.name: ctx.offset(d) for d in dims if ctx.offset(d)}
+        if resumed:
+            raise TempoError(f"{name}: {CANNOT_RESUME} (this run continues an earlier one at "
+                             f"{', '.join(f'{k}={v}' for k, v in resumed.items())})", user_site())
+        super().__init__(name, dims, **kwargs)
+
+    def save_when(self, when) -> None:
+        """envpool environments are not checkpointed: always a TempoError."""
+        raise TempoError(f"{self.name}: {CANNOT_RESUME}", user_site())
+
+    def resume(self, ckpt) -> None:
+        """envpool environments do not resume: always a TempoError."""
+        raise TempoError(f"{self.name}: {CANNOT_RESUME}", user_site())
 
     def reset_seed(self, key: tuple[int, ...]) -> int:
         raise TempoError(f"{self.name}: envpool ignores per-episode reset seeds (it seeds each environment once, "

@@ -57,6 +57,6 @@ def resume_rollouts(ckpt: Checkpoint, optimizer, carried: Sequence, num_envs: in
             if saved is not None and len(saved) != num_envs:
                 raise TempoError(f"the checkpoint holds {len(saved)} environments ({name}) and this run has "
                                  f"{num_envs}: resume with {len(saved)} environments", site)
-    optimizer.resume(ckpt)
-    for item in carried:
+    for item in carried:  # first, so a checkpoint of another environment is named as such
         item.resume(ckpt)
+    optimizer.resume(ckpt)
