@@ -11,7 +11,11 @@ the host copies once per step into the UDF's output (gymnasium's default
 deep-copies it first).
 
 The UDFs are called once per step with every environment at once (the batch
-dim ``b`` vectorized); they read ``b`` so the host can check that.
+dim ``b`` vectorized); they read ``b`` so the host can check that. A third
+UDF hands each rollout's last observation to the next rollout, once per
+rollout; where a checkpoint is written as that rollout starts, it first
+snapshots the environments (:mod:`tempo.rl.pool_state`), and a resumed run
+rebuilds the vector env from a snapshot instead of resetting it.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from tempo.api.functional import eval_symbol, udf
 from tempo.api.rt import RecurrentTensor
 from tempo.errors import TempoError, user_site
 from tempo.rl.env import Env
-from tempo.rl.pool_state import POOL_KEY, PoolCheckpoints, PoolSnapshot, Snapshotting, factories, points_where
+from tempo.rl.pool_state import OBS_KEY, POOL_KEY, PoolCheckpoints, PoolSnapshot, Snapshotting, factories, points_where
 from tempo.rl.rollout import Transition, check_every, start_of_rollout
 from tempo.symbolic.expr import Expr, bound_of
 
@@ -55,15 +59,14 @@ class _VectorHost:
             self.envs = make([self._factory] * count, autoreset_mode=AutoresetMode.SAME_STEP, copy=False)
             obs, _ = self.envs.reset(seed=[self.reset_seed(b) for b in range(count)])
         obs = np.array(obs, dtype=self.obs_dtype)  # of the vector env's own buffer, which its next step overwrites
-        self.saves.take(0, self.envs, obs)
+        self.saves.take(0, self.envs)
         return obs
 
     def carry_over(self, index, i, obs):
         """The observation the rollout at ``i + every`` starts from, after a snapshot if a checkpoint wants one."""
         self._count(index)
-        obs = np.array(obs, dtype=self.obs_dtype)
-        self.saves.take(int(np.ravel(i)[0]) + self.every, self.envs, obs)
-        return obs
+        self.saves.take(int(np.ravel(i)[0]) + self.every, self.envs)
+        return np.array(obs, dtype=self.obs_dtype)
 
     def _restore(self, make, count: int) -> np.ndarray:
         saved = self.saves.resume_from
@@ -72,7 +75,7 @@ class _VectorHost:
                              f"has {count}: resume with {len(saved.envs)} environments", self.saves.resume_site)
         self.envs = make(factories(saved, wrap=self.vector == "async"), autoreset_mode=AutoresetMode.SAME_STEP,
                          copy=False)
-        return saved.obs
+        return self.saves.resume_obs
 
     def step(self, index, action):
         self._count(index)
@@ -174,8 +177,11 @@ class GymVectorEnv(Env):
         start[b, i + self.every] = last
 
     def rollout_state(self) -> dict[str, RecurrentTensor]:
-        """The program state a rollout starts from: none (the environments keep theirs on the host)."""
-        return {}
+        """The observation each rollout starts from, one row per environment (over ``i``); the environments
+        themselves go into a checkpoint as its host state (:meth:`saved_state`). Reading it orders a
+        checkpoint after the snapshot of the rollout's start."""
+        b, i, _ = self.dims
+        return {OBS_KEY: self.reset()[0:bound_of(b), i]}
 
     def save_when(self, when: Expr | None) -> None:
         """Snapshot the environments at the rollouts' starts where ``when`` (a condition on ``i``) holds,
@@ -187,14 +193,18 @@ class GymVectorEnv(Env):
         return {POOL_KEY: self._host.saves.written(point[self.dims[1].name]).to_bytes()}
 
     def resume(self, ckpt) -> None:
-        """Start from the environments saved in ``ckpt`` (a :class:`tempo.Checkpoint`) instead of resetting
-        them: a run that resumes at the checkpoint's rollout repeats the saved run's episodes."""
+        """Start from the environments saved in ``ckpt`` (a :class:`tempo.api.checkpoint.Checkpoint`) instead
+        of resetting them: a run that resumes at the checkpoint's rollout repeats the saved run's episodes."""
         site = user_site()
-        if POOL_KEY not in ckpt.tensors:
-            raise TempoError(f"{self.name}: the checkpoint holds no environment state ({POOL_KEY!r}); write it "
-                             f"with tpo.checkpoint(..., hosts=[env])", site)
+        missing = [key for key in (POOL_KEY, OBS_KEY) if key not in ckpt.tensors]
+        if missing:
+            raise TempoError(f"{self.name}: the checkpoint holds no environment state ({', '.join(missing)}); "
+                             f"write it with tpo.rl.checkpoint_rollouts, or tpo.checkpoint({{**env.rollout_state(), "
+                             f"...}}, hosts=[env])", site)
         saved = PoolSnapshot.from_bytes(ckpt.tensors[POOL_KEY])
         if saved.env_id != self.name:
             raise TempoError(f"the checkpoint holds {saved.env_id!r} environments, not {self.name!r}: resume "
                              f"with --env-id {saved.env_id}", site)
-        self._host.saves.resume_from, self._host.saves.resume_site = saved, site
+        saves = self._host.saves
+        saves.resume_from, saves.resume_site = saved, site
+        saves.resume_obs = np.asarray(ckpt.tensors[OBS_KEY], dtype=self.obs_dtype)

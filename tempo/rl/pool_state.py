@@ -4,7 +4,7 @@ A snapshot holds each sub-environment pickled whole: the wrappers
 gymnasium.make put around it (``TimeLimit``'s elapsed steps,
 ``OrderEnforcing``'s reset flag, the passive checker's flags), the
 environment's physical state and its ``np_random`` generator, and anything
-else it keeps, with the observation every environment shows next. Pickling
+else it keeps. Pickling
 an environment that inherits gymnasium's ``EzPickle`` (the MuJoCo ones)
 would rebuild it fresh from its constructor's arguments; these are pickled
 by their attributes instead, so a MuJoCo environment keeps its ``MjData``
@@ -36,6 +36,7 @@ from tempo.symbolic.expr import Expr
 
 FORMAT = 1
 POOL_KEY = "env_pool"  # the checkpoint tensor that holds a vector env's snapshot
+OBS_KEY = "env/obs"  # and the one that holds what its environments show next
 
 
 def _set_attributes(obj, state: dict) -> None:
@@ -77,26 +78,25 @@ class PoolSnapshot:
 
     env_id: str
     envs: list[bytes]
-    obs: np.ndarray
 
     def to_bytes(self) -> np.ndarray:
         """The snapshot as a uint8 array, for a checkpoint's tensors."""
-        blob = pickle.dumps({"format": FORMAT, "env_id": self.env_id, "envs": self.envs, "obs": self.obs})
+        blob = pickle.dumps({"format": FORMAT, "env_id": self.env_id, "envs": self.envs})
         return np.frombuffer(blob, dtype=np.uint8)
 
     @staticmethod
     def from_bytes(data: np.ndarray) -> "PoolSnapshot":
         state = pickle.loads(np.asarray(data, dtype=np.uint8).tobytes())  # noqa: S301  trusted as a pickle
-        return PoolSnapshot(state["env_id"], state["envs"], state["obs"])
+        return PoolSnapshot(state["env_id"], state["envs"])
 
 
-def snapshot(env_id: str, envs: gymnasium.vector.VectorEnv, obs: np.ndarray) -> PoolSnapshot:
-    """Every sub-environment of ``envs`` (sync or async) pickled, and ``obs`` (what they show next)."""
+def snapshot(env_id: str, envs: gymnasium.vector.VectorEnv) -> PoolSnapshot:
+    """Every sub-environment of ``envs`` (sync or async) pickled."""
     if isinstance(envs, gymnasium.vector.SyncVectorEnv):
         blobs = [pickled(env) for env in envs.envs]
     else:
         blobs = list(envs.call("pickled_env"))
-    return PoolSnapshot(env_id, blobs, np.array(obs))
+    return PoolSnapshot(env_id, blobs)
 
 
 def factories(saved: PoolSnapshot, wrap: bool) -> list:
@@ -113,17 +113,19 @@ class PoolCheckpoints:
         self.wanted = None  # local point -> bool; None: no checkpoint asks for the pool
         self.pending: dict[int, PoolSnapshot] = {}
         self.resume_from: PoolSnapshot | None = None
+        self.resume_obs: np.ndarray | None = None  # what the saved environments show next
         self.resume_site = None
 
-    def take(self, point: int, envs: gymnasium.vector.VectorEnv, obs: np.ndarray) -> None:
+    def take(self, point: int, envs: gymnasium.vector.VectorEnv) -> None:
         """Snapshot ``envs`` as the rollout at ``point`` starts, if a checkpoint is written there."""
         if self.wanted is not None and self.wanted(point):
-            self.pending[point] = snapshot(self.env_id, envs, obs)
+            self.pending[point] = snapshot(self.env_id, envs)
 
     def written(self, point: int) -> PoolSnapshot:
         """The snapshot taken for ``point``, handed to its checkpoint once."""
         if point not in self.pending:
-            raise RuntimeError(f"{self.env_id}: no snapshot of the environments was taken for i={point}")
+            raise RuntimeError(f"{self.env_id}: the environments are saved as a rollout starts (i a multiple of "
+                               f"rollout_every); none starts at i={point}")
         return self.pending.pop(point)
 
 
