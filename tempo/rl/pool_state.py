@@ -4,11 +4,11 @@ A snapshot holds each sub-environment pickled whole: the wrappers
 gymnasium.make put around it (``TimeLimit``'s elapsed steps,
 ``OrderEnforcing``'s reset flag, the passive checker's flags), the
 environment's physical state and its ``np_random`` generator, and anything
-else it keeps. Pickling
-an environment that inherits gymnasium's ``EzPickle`` (the MuJoCo ones)
-would rebuild it fresh from its constructor's arguments; these are pickled
-by their attributes instead, so a MuJoCo environment keeps its ``MjData``
-(positions, velocities, time, warm start: everything ``mj_step`` reads).
+else it keeps. Pickling an environment that inherits gymnasium's
+``EzPickle`` (the MuJoCo ones) would rebuild it fresh from its
+constructor's arguments; these are pickled by their attributes instead, so
+a MuJoCo environment keeps its ``MjData`` (positions, velocities, time,
+warm start: everything ``mj_step`` reads).
 Restoring makes a vector env whose sub-environments are the unpickled ones,
 so their next steps, and the auto-resets those steps trigger, repeat the
 saved run bit for bit.
@@ -86,7 +86,11 @@ class PoolSnapshot:
 
     @staticmethod
     def from_bytes(data: np.ndarray) -> "PoolSnapshot":
+        """The snapshot of :meth:`to_bytes`."""
         state = pickle.loads(np.asarray(data, dtype=np.uint8).tobytes())  # noqa: S301  trusted as a pickle
+        if state.get("format") != FORMAT:
+            raise TempoError(f"the checkpoint's environments are saved in format {state.get('format')!r}; this "
+                             f"version reads format {FORMAT}", user_site())
         return PoolSnapshot(state["env_id"], state["envs"])
 
 
