@@ -23,7 +23,8 @@ from tempo.symbolic.expr import Expr
 
 
 def checkpoint_rollouts(path: str, i: Expr, every: int, optimizer, carried: Sequence) -> RT:
-    """Write ``path`` as every ``every``-th update's rollout starts (global updates, the first excluded).
+    """Write ``path`` as a rollout starts at each update ``i`` that is a multiple of ``every`` (counted
+    globally: ``Context(start=...)`` shifts ``i``), except this run's first.
 
     ``carried``: the objects whose state crosses rollouts, each with
     ``rollout_state()`` (and a gymnasium vector env's host state).
