@@ -21,6 +21,7 @@ from tempo.api.checkpoint import Checkpoint
 import tempo.rl
 import tempo.rl.pool_state
 from tempo.rl.gym_vector_env import _VectorHost
+from tempo.rl.run_log import RunLog
 from tempo.rl.training import parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +72,27 @@ def assert_same_from_the_cut(whole, resumed, cut_step: int, min_episodes: int) -
 def test_cartpole_resumes_bit_for_bit(tmp_path, vector):
     whole, resumed, cut = interrupted_and_whole("ppo.py", tmp_path, "CartPole-v1", 2, 32, ["--vector", vector])
     assert_same_from_the_cut(whole, resumed, cut, min_episodes=3)
+
+
+def test_a_run_stopped_by_ctrl_c_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
+    flags = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", str(4 * 32), "--update-epochs", "1",
+             "--num-minibatches", "2", "--seed", "5"]
+    whole = run_example("ppo.py", tmp_path / "whole", flags)
+    log_episodes = RunLog._episodes
+
+    def stop_in_the_fourth_rollout(self, tensors, point):
+        if point["i"] >= 3 * 2:
+            raise KeyboardInterrupt
+        log_episodes(self, tensors, point)
+
+    ckpt = tmp_path / "ckpt.safetensors"
+    monkeypatch.setattr(RunLog, "_episodes", stop_in_the_fourth_rollout)
+    with pytest.raises(KeyboardInterrupt):
+        run_example("ppo.py", tmp_path / "stopped", [*flags, "--checkpoint", str(ckpt), "--checkpoint-every", "1"])
+    monkeypatch.setattr(RunLog, "_episodes", log_episodes)
+    assert tpo.load_checkpoint(str(ckpt)).point == {"i": 6}  # the last rollout's start
+    resumed = run_example("ppo.py", tmp_path / "resumed", [*flags, "--resume", str(ckpt)])
+    assert_same_from_the_cut(whole, resumed, 3 * 32, min_episodes=1)
 
 
 def test_pendulum_resumes_bit_for_bit_with_its_normalisation(tmp_path):
