@@ -94,7 +94,7 @@ class QuantizedWeight:
 
 def linear(x: RT, w) -> RT:
     """``x @ w``: a product of RTs, or, for a :class:`QuantizedWeight`, a host function computing
-    it from the quantised matrix (:meth:`QuantizedMatrices.matmul`, panel by panel)."""
+    it from the quantised matrix (:meth:`QuantizedMatrices.matmul`)."""
     if not isinstance(w, QuantizedWeight):
         return F.matmul(x, w)
     m, shape = w.matrices, [(*x.shape[:-1], w.matrices.out_features)]

@@ -1,0 +1,91 @@
+/* Weight products computed from quantised blocks, for a few input rows (decoding).
+ *
+ * A matrix (rows, blocks * block) is stored by rows: row r's blocks one after
+ * the other, each block's integers as the GGUF file holds them, and a float32
+ * scale (and offset) per block. For each input row m:
+ *
+ *     y[m, r] = sum_b scale[r, b] * (q[r, b, :] . x[m, b, :]) + offset[r, b] * sum(x[m, b, :])
+ *
+ * Each block's integers are widened to float32 in registers, 16 at a time,
+ * multiplied with the input and summed in float32 (16 lanes, fused
+ * multiply-adds); the block's scale multiplies that sum. Only the quantised
+ * bytes and the scales stream from memory. One row's weights are read once
+ * for every input row. Built with the machine's C compiler at first use
+ * (tempo/llm/native.py); AVX-512 only.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <immintrin.h>
+
+#ifndef __AVX512F__
+#error "the quantised product kernels need AVX-512 (AVX512F)"
+#endif
+
+static inline __m512 widen_int8(const int8_t *q) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
+}
+
+/* int8 blocks of `block` weights (a multiple of 16), one scale each: Q8_0 (32), Q6_K (16, q - 32). */
+void int8_blocks(const int8_t *q, const float *scale, const float *x, float *y,
+                 int64_t rows, int64_t blocks, int64_t block, int64_t inputs) {
+  for (int64_t r = 0; r < rows; r++) {
+    for (int64_t m = 0; m < inputs; m++) {
+      const float *xm = x + m * blocks * block;
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t b = 0; b < blocks; b++) {
+        const int8_t *qb = q + (r * blocks + b) * block;
+        const float *xb = xm + b * block;
+        __m512 dot = _mm512_mul_ps(widen_int8(qb), _mm512_loadu_ps(xb));
+        for (int64_t j = 16; j < block; j += 16)
+          dot = _mm512_fmadd_ps(widen_int8(qb + j), _mm512_loadu_ps(xb + j), dot);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(scale[r * blocks + b]), dot, acc);
+      }
+      y[m * rows + r] = _mm512_reduce_add_ps(acc);
+    }
+  }
+}
+
+/* 4-bit blocks of `block` weights (a multiple of 32) in block / 2 bytes: the low nibbles hold the
+ * block's first half, the high ones its second. `halves` scales and offsets per block: 1 (Q4_0,
+ * Q4_1) or 2, one per half (Q4_K's). `offset` NULL: -8 * scale (Q4_0). */
+void nibble_blocks(const uint8_t *q, const float *scale, const float *offset, const float *x, float *y,
+                   int64_t rows, int64_t blocks, int64_t block, int64_t halves, int64_t inputs) {
+  const int64_t half = block / 2;
+  const __m512i low_bits = _mm512_set1_epi32(15);
+  float *sums = malloc(sizeof(float) * inputs * blocks * 2);   /* each half block's sum of x */
+  if (!sums) return;
+  for (int64_t i = 0; i < inputs * blocks * 2; i++) {
+    const float *xh = x + i * half;
+    float s = 0;
+    for (int64_t j = 0; j < half; j++) s += xh[j];
+    sums[i] = s;
+  }
+  for (int64_t r = 0; r < rows; r++) {
+    for (int64_t m = 0; m < inputs; m++) {
+      const float *xm = x + m * blocks * block, *sm = sums + m * blocks * 2;
+      __m512 acc = _mm512_setzero_ps();
+      float shift = 0;
+      for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *qb = q + (r * blocks + b) * half;
+        const float *xb = xm + b * block;
+        __m512 first = _mm512_setzero_ps(), second = _mm512_setzero_ps();
+        for (int64_t j = 0; j < half; j += 16) {
+          __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qb + j)));
+          first = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(w, low_bits)), _mm512_loadu_ps(xb + j), first);
+          second = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w, 4)), _mm512_loadu_ps(xb + half + j), second);
+        }
+        const int64_t at = (r * blocks + b) * halves;
+        if (halves == 1) {
+          acc = _mm512_fmadd_ps(_mm512_set1_ps(scale[at]), _mm512_add_ps(first, second), acc);
+          shift += (offset ? offset[at] : -8 * scale[at]) * (sm[2 * b] + sm[2 * b + 1]);
+        } else {
+          acc = _mm512_fmadd_ps(_mm512_set1_ps(scale[at]), first, acc);
+          acc = _mm512_fmadd_ps(_mm512_set1_ps(scale[at + 1]), second, acc);
+          shift += offset[at] * sm[2 * b] + offset[at + 1] * sm[2 * b + 1];
+        }
+      }
+      y[m * rows + r] = _mm512_reduce_add_ps(acc) + shift;
+    }
+  }
+  free(sums);
+}
