@@ -32,7 +32,9 @@ Only the integers and the scales (float32) stream from memory:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -96,6 +98,12 @@ class QuantizedMatrices:
     scale: np.ndarray
     offset: np.ndarray | None
 
+    def __post_init__(self):
+        for name in ("q", "scale", "offset"):            # the native kernels read them as C arrays
+            value = getattr(self, name)
+            if value is not None and not value.flags.c_contiguous:
+                object.__setattr__(self, name, np.ascontiguousarray(value))
+
     @classmethod
     def from_raw(cls, type_name: str, layers: list[np.ndarray], out_features: int, in_features: int):
         """From each layer's raw GGUF bytes (out, bytes per row) of ``type_name``."""
@@ -138,10 +146,16 @@ class QuantizedMatrices:
         """``x @ W[layer]^T`` for ``x`` (..., in), float32 (..., out): with the native kernels
         for up to :data:`NATIVE_ROWS` rows of ``x`` where they are built
         (:mod:`tempo.llm.native`), else with NumPy (:meth:`panel_matmul`)."""
-        rows = int(np.prod(x.shape[:-1], dtype=np.int64))
-        if rows <= NATIVE_ROWS and native.kernels() is not None:
+        if math.prod(x.shape[:-1]) <= NATIVE_ROWS and native.kernels() is not None:
             return self.native_matmul(x, layer)
         return self.panel_matmul(x, layer)
+
+    @cached_property
+    def _addresses(self) -> tuple:
+        """The addresses of layer 0's values, scales and offsets (0: none) and the bytes between
+        layers: what each native call passes, computed once."""
+        arrays = [self.q, self.scale, self.offset]
+        return tuple((0, 0) if a is None else (a.ctypes.data, a.strides[0]) for a in arrays)
 
     def native_matmul(self, x: np.ndarray, layer: int) -> np.ndarray:
         """``x @ W[layer]^T`` by the native kernels (``quantized_kernels.c``): each row's blocks
@@ -152,15 +166,15 @@ class QuantizedMatrices:
         lead = x.shape[:-1]
         rows = np.ascontiguousarray(x, np.float32).reshape(-1, self.in_features)
         y = np.empty((rows.shape[0], self.out_features), np.float32)
-        q, d = self.q[layer], self.scale[layer]
+        (q, q_step), (d, d_step), (m, m_step) = self._addresses
         blocks = self.in_features // self.block
-        if q.dtype == np.int8:
-            lib.int8_blocks(q.ctypes.data, d.ctypes.data, rows.ctypes.data, y.ctypes.data, self.out_features,
-                            blocks, self.block, rows.shape[0])
+        if self.q.dtype == np.int8:
+            lib.int8_blocks(q + layer * q_step, d + layer * d_step, rows.ctypes.data, y.ctypes.data,
+                            self.out_features, blocks, self.block, rows.shape[0])
         else:
-            offset = None if self.offset is None else self.offset[layer].ctypes.data
-            lib.nibble_blocks(q.ctypes.data, d.ctypes.data, offset, rows.ctypes.data, y.ctypes.data,
-                              self.out_features, blocks, self.block, 1 if d.ndim == 2 else 2, rows.shape[0])
+            lib.nibble_blocks(q + layer * q_step, d + layer * d_step, m and m + layer * m_step, rows.ctypes.data,
+                              y.ctypes.data, self.out_features, blocks, self.block, self.scale.ndim - 2,
+                              rows.shape[0])
         return y.reshape(*lead, self.out_features)
 
     def panel_matmul(self, x: np.ndarray, layer: int) -> np.ndarray:

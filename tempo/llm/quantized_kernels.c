@@ -25,9 +25,11 @@ static inline __m512 widen_int8(const int8_t *q) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
 }
 
+#define INLINE static inline __attribute__((always_inline))
+
 /* int8 blocks of `block` weights (a multiple of 16), one scale each: Q8_0 (32), Q6_K (16, q - 32). */
-void int8_blocks(const int8_t *q, const float *scale, const float *x, float *y,
-                 int64_t rows, int64_t blocks, int64_t block, int64_t inputs) {
+INLINE void int8_body(const int8_t *q, const float *scale, const float *x, float *y,
+                      int64_t rows, int64_t blocks, const int64_t block, int64_t inputs) {
   for (int64_t r = 0; r < rows; r++) {
     for (int64_t m = 0; m < inputs; m++) {
       const float *xm = x + m * blocks * block;
@@ -45,11 +47,20 @@ void int8_blocks(const int8_t *q, const float *scale, const float *x, float *y,
   }
 }
 
+/* The bodies are compiled once per block size the stored forms use, its loops unrolled:
+ * 1.2-1.3x faster than one body with the size read at run time. */
+void int8_blocks(const int8_t *q, const float *scale, const float *x, float *y,
+                 int64_t rows, int64_t blocks, int64_t block, int64_t inputs) {
+  if (block == 32) int8_body(q, scale, x, y, rows, blocks, 32, inputs);
+  else if (block == 16) int8_body(q, scale, x, y, rows, blocks, 16, inputs);
+  else int8_body(q, scale, x, y, rows, blocks, block, inputs);
+}
+
 /* 4-bit blocks of `block` weights (a multiple of 32) in block / 2 bytes: the low nibbles hold the
  * block's first half, the high ones its second. `halves` scales and offsets per block: 1 (Q4_0,
  * Q4_1) or 2, one per half (Q4_K's). `offset` NULL: -8 * scale (Q4_0). */
-void nibble_blocks(const uint8_t *q, const float *scale, const float *offset, const float *x, float *y,
-                   int64_t rows, int64_t blocks, int64_t block, int64_t halves, int64_t inputs) {
+INLINE void nibble_body(const uint8_t *q, const float *scale, const float *offset, const float *x, float *y,
+                        int64_t rows, int64_t blocks, const int64_t block, const int64_t halves, int64_t inputs) {
   const int64_t half = block / 2;
   const __m512i low_bits = _mm512_set1_epi32(15);
   float *sums = malloc(sizeof(float) * inputs * blocks * 2);   /* each half block's sum of x */
@@ -88,4 +99,11 @@ void nibble_blocks(const uint8_t *q, const float *scale, const float *offset, co
     }
   }
   free(sums);
+}
+
+void nibble_blocks(const uint8_t *q, const float *scale, const float *offset, const float *x, float *y,
+                   int64_t rows, int64_t blocks, int64_t block, int64_t halves, int64_t inputs) {
+  if (block == 32 && halves == 1) nibble_body(q, scale, offset, x, y, rows, blocks, 32, 1, inputs);
+  else if (block == 64 && halves == 2) nibble_body(q, scale, offset, x, y, rows, blocks, 64, 2, inputs);
+  else nibble_body(q, scale, offset, x, y, rows, blocks, block, halves, inputs);
 }
