@@ -8,7 +8,11 @@ batch 1 on one thread, each system in its own process:
 
 - **tempo**: ``tpo.llm.Llama`` on the NumPy backend, weights dequantised to float32;
 - **tempo-q**: the same with the matrices kept quantised (``quantized=True``:
-  each product computed from the blocks, panel by panel, ``tempo.llm.quantized``);
+  each product computed from the blocks, ``tempo.llm.quantized``: at batch 1 by
+  the native kernels of ``tempo/llm/quantized_kernels.c``, built with the
+  machine's C compiler at first use), NumPy backend;
+- **tempo-q-torch**: tempo-q on the torch backend (the products are the same
+  host function; the rest of the step runs as torch eager kernels);
 - **transformers**: ``LlamaForCausalLM`` loaded from the same file (its GGUF
   loader dequantises to float32), eager, one forward per token with its cache;
 - **llama.cpp** (``llama-cpp-python``, a benchmark-only baseline, computing from
@@ -165,12 +169,12 @@ def _between(stamps: dict, lengths: list[int], last: int) -> dict:
     return rows
 
 
-def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int) -> dict:
+def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, backend: str = "numpy") -> dict:
     import tempo as tpo
 
     model = tpo.llm.Llama.from_pretrained(path, quantized=quantized)
     stamps = {}
-    model.generate(np.ones((1, 1), np.int64), max(lengths) - 1, stop_at_eos=False,
+    model.generate(np.ones((1, 1), np.int64), max(lengths) - 1, stop_at_eos=False, backend=backend,
                    on_token=lambda tokens, p: stamps.__setitem__(p, (time.perf_counter(), time.process_time())))
     return {"rows": _between(stamps, lengths, last), "weight_bytes": model.weights.bytes_per_token(),
             "kv_element": 4}
@@ -267,6 +271,7 @@ def first_token_llamacpp(path: str, length: int) -> dict:
 
 DECODE = {"tempo": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"]),
           "tempo-q": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"]),
+          "tempo-q-torch": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], "torch"),
           "transformers": lambda s: decode_transformers(s["path"], s["lengths"], s["last"]),
           "llama.cpp": lambda s: decode_llamacpp(s["path"], s["lengths"], s["last"])}
 FIRST = {"tempo": lambda s: first_token_tempo(s["path"], False, s["prompt"], s["chunk"]),
@@ -368,6 +373,8 @@ def main() -> None:
         save()
         print(floor_table(floor_rows(results, rates, ns.lengths), rates), flush=True)
     for type_name, path, system in runs if "first" in ns.parts else []:
+        if system not in FIRST:
+            continue
         for prompt in ns.prompts:
             for chunk in ns.prefill_chunks if system.startswith("tempo") else [None]:
                 out = run_child({"part": "first", "system": system, "path": path, "prompt": prompt,
