@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import tempo as tpo
 from tempo.llm import native
+from tempo.llm import quantized as quantized_module
 from tempo.llm.quantized import QuantizedMatrices
 
 import tiny_gguf
@@ -99,3 +100,21 @@ def test_a_model_computing_from_quantised_weights_decodes_as_the_dequantised_one
     ids = plain.generate(PROMPT, max_new_tokens=8)
     np.testing.assert_array_equal(packed.generate(PROMPT, max_new_tokens=8), ids)
     np.testing.assert_allclose(packed.logits(ids), plain.logits(ids), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_1"] + [pytest.param(t, marks=pytest.mark.slow)
+                                                  for t in ("Q8_0", "Q6_K", "Q4_K", "Q4_0")])
+def test_decoding_from_the_native_kernels_matches_the_dequantised_model(tmp_path, type_name):
+    """Six positions of one sequence: every product of the prefill has at most NATIVE_ROWS rows,
+    so the native kernels compute all of them (where they are built); the decoded ids on the
+    torch backend (the products are the same host function there) equal the dequantised
+    model's on NumPy."""
+    path = tmp_path / "m.gguf"
+    tiny_gguf.write(path, hf_tiny(), type_name, embed_type=type_name)
+    plain = tpo.llm.Llama.from_pretrained(str(path))
+    packed = tpo.llm.Llama.from_pretrained(str(path), quantized=True)
+    sequence = PROMPT[:1]
+    assert sequence.size <= quantized_module.NATIVE_ROWS
+    np.testing.assert_allclose(packed.logits(sequence), plain.logits(sequence), atol=1e-4, rtol=1e-4)
+    ids = plain.generate(PROMPT, max_new_tokens=8)
+    np.testing.assert_array_equal(packed.generate(PROMPT, max_new_tokens=8, backend="torch"), ids)
