@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import time
 
 import numpy as np
@@ -180,7 +181,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows = [row for type_name in ns.types for row in measure(type_name, rng)]
     print(table(rows))
-    report = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+    report = {"commit": commit.strip(), "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
               "load_average": os.getloadavg(), "torch": torch.__version__, "threads": 1,
               "native": native.unavailable() or "built", "rows": rows}
     os.makedirs(os.path.dirname(ns.out), exist_ok=True)
