@@ -163,6 +163,7 @@ class QuantizedMatrices:
         lib = native.kernels()
         if lib is None:
             raise TempoError(native.unavailable())
+        self._check(x, layer)                             # the kernels read raw memory: no index checks
         lead = x.shape[:-1]
         rows = np.ascontiguousarray(x, np.float32).reshape(-1, self.in_features)
         y = np.empty((rows.shape[0], self.out_features), np.float32)
@@ -177,10 +178,18 @@ class QuantizedMatrices:
                               rows.shape[0])
         return y.reshape(*lead, self.out_features)
 
+    def _check(self, x: np.ndarray, layer: int) -> None:
+        if x.shape[-1:] != (self.in_features,):
+            raise TempoError(f"a product with {self.out_features}x{self.in_features} matrices takes inputs of "
+                             f"{self.in_features}, not shape {x.shape}")
+        if not 0 <= layer < self.num_layers:
+            raise TempoError(f"layer {layer} of a stack of {self.num_layers} matrices")
+
     def panel_matmul(self, x: np.ndarray, layer: int) -> np.ndarray:
         """``x @ W[layer]^T`` with NumPy, a panel of rows at a time: the panel's integers widened
         to float32 in a scratch of about :data:`PANEL_BYTES`, each block's dot products with ``x``
         from one batched product (blocks as the batch), the block scales applied to those sums."""
+        self._check(x, layer)
         lead = x.shape[:-1]
         rows = np.ascontiguousarray(x, np.float32).reshape(-1, self.in_features)
         xb = np.ascontiguousarray(rows.reshape(-1, self.in_features // self.block, self.block).transpose(1, 2, 0))

@@ -74,6 +74,19 @@ def test_without_a_compiler_the_products_run_with_numpy(tmp_path, monkeypatch):
         matrices.native_matmul(x, 0)
 
 
+@pytest.mark.parametrize("product", ["panel_matmul", "native_matmul"])
+def test_a_product_refuses_inputs_of_another_size_and_layers_outside_the_stack(product):
+    """The native kernels read raw memory: a wrong size or layer is an error, not a read past the arrays."""
+    if product == "native_matmul" and native.kernels() is None:
+        pytest.skip(native.unavailable())
+    _, matrices = quantized("Q8_0", 2, 8, 64)
+    run = getattr(matrices, product)
+    with pytest.raises(tpo.TempoError, match="inputs of 64"):
+        run(np.ones((2, 32), np.float32), 0)
+    with pytest.raises(tpo.TempoError, match="layer 2 of a stack of 2"):
+        run(np.ones((1, 64), np.float32), 2)
+
+
 @pytest.mark.parametrize("type_name, ratio", [("Q8_0", (1 + 4 / 32) / 4), ("Q4_0", (0.5 + 4 / 32) / 4),
                                               ("Q4_1", (0.5 + 8 / 32) / 4), ("Q4_K", (0.5 + 8 / 32) / 4),
                                               ("Q6_K", (1 + 4 / 16) / 4)])
