@@ -10,7 +10,8 @@
  * multiplied with the input and summed in float32 (16 lanes, fused
  * multiply-adds); the block's scale multiplies that sum. Only the quantised
  * bytes and the scales stream from memory. One row's weights are read once
- * for every input row. Built with the machine's C compiler at first use
+ * for every input row, and each row asks for the bytes AHEAD past it (software
+ * prefetch). Built with the machine's C compiler at first use
  * (tempo/llm/native.py); AVX-512 only.
  */
 #include <stdint.h>
@@ -26,11 +27,19 @@ static inline __m512 widen_int8(const int8_t *q) {
 }
 
 #define INLINE static inline __attribute__((always_inline))
+#define AHEAD 8192  /* bytes: how far ahead of the row being read its successors are fetched */
+
+/* Ask for the cache lines AHEAD bytes past a row of `bytes` (the rows read next): the
+ * hardware's own prefetching alone leaves the loads waiting on memory. */
+INLINE void prefetch_ahead(const char *row, int64_t bytes) {
+  for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(row + AHEAD + at, _MM_HINT_T0);
+}
 
 /* int8 blocks of `block` weights (a multiple of 16), one scale each: Q8_0 (32), Q6_K (16, q - 32). */
 INLINE void int8_body(const int8_t *q, const float *scale, const float *x, float *y,
                       int64_t rows, int64_t blocks, const int64_t block, int64_t inputs) {
   for (int64_t r = 0; r < rows; r++) {
+    prefetch_ahead((const char *)(q + r * blocks * block), blocks * block);
     for (int64_t m = 0; m < inputs; m++) {
       const float *xm = x + m * blocks * block;
       __m512 acc = _mm512_setzero_ps();
@@ -72,6 +81,7 @@ INLINE void nibble_body(const uint8_t *q, const float *scale, const float *offse
     sums[i] = s;
   }
   for (int64_t r = 0; r < rows; r++) {
+    prefetch_ahead((const char *)(q + r * blocks * half), blocks * half);
     for (int64_t m = 0; m < inputs; m++) {
       const float *xm = x + m * blocks * block, *sm = sums + m * blocks * 2;
       __m512 acc = _mm512_setzero_ps();
