@@ -68,24 +68,35 @@ void int8_blocks(const int8_t *q, const float *scale, const float *x, float *y,
 /* 4-bit blocks of `block` weights (a multiple of 32) in block / 2 bytes: the low nibbles hold the
  * block's first half, the high ones its second. `halves` scales and offsets per block: 1 (Q4_0,
  * Q4_1) or 2, one per half (Q4_K's). `offset` NULL: -8 * scale (Q4_0). */
+/* sum_u offset[u] * sums[u] over `units` floats, 16 at a time; offset NULL: -8 * scale[u] (Q4_0). */
+INLINE float shift_of(const float *offset, const float *scale, const float *sums, int64_t units) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t u = 0; u < units; u += 16) {
+    const __mmask16 k = units - u >= 16 ? 0xFFFF : (__mmask16)((1u << (units - u)) - 1);
+    const __m512 o = offset ? _mm512_maskz_loadu_ps(k, offset + u)
+                            : _mm512_mul_ps(_mm512_set1_ps(-8), _mm512_maskz_loadu_ps(k, scale + u));
+    acc = _mm512_fmadd_ps(o, _mm512_maskz_loadu_ps(k, sums + u), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
 INLINE void nibble_body(const uint8_t *q, const float *scale, const float *offset, const float *x, float *y,
                         int64_t rows, int64_t blocks, const int64_t block, const int64_t halves, int64_t inputs) {
-  const int64_t half = block / 2;
+  const int64_t half = block / 2, units = blocks * halves, unit = block / halves;  /* a unit: one scale's weights */
   const __m512i low_bits = _mm512_set1_epi32(15);
-  float *sums = malloc(sizeof(float) * inputs * blocks * 2);   /* each half block's sum of x */
+  float *sums = malloc(sizeof(float) * inputs * units);          /* each unit's sum of x */
   if (!sums) return;
-  for (int64_t i = 0; i < inputs * blocks * 2; i++) {
-    const float *xh = x + i * half;
+  for (int64_t i = 0; i < inputs * units; i++) {
+    const float *xu = x + i * unit;
     float s = 0;
-    for (int64_t j = 0; j < half; j++) s += xh[j];
+    for (int64_t j = 0; j < unit; j++) s += xu[j];
     sums[i] = s;
   }
   for (int64_t r = 0; r < rows; r++) {
     prefetch_ahead((const char *)(q + r * blocks * half), blocks * half);
     for (int64_t m = 0; m < inputs; m++) {
-      const float *xm = x + m * blocks * block, *sm = sums + m * blocks * 2;
+      const float *xm = x + m * blocks * block;
       __m512 acc = _mm512_setzero_ps();
-      float shift = 0;
       for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *qb = q + (r * blocks + b) * half;
         const float *xb = xm + b * block;
@@ -98,14 +109,13 @@ INLINE void nibble_body(const uint8_t *q, const float *scale, const float *offse
         const int64_t at = (r * blocks + b) * halves;
         if (halves == 1) {
           acc = _mm512_fmadd_ps(_mm512_set1_ps(scale[at]), _mm512_add_ps(first, second), acc);
-          shift += (offset ? offset[at] : -8 * scale[at]) * (sm[2 * b] + sm[2 * b + 1]);
         } else {
           acc = _mm512_fmadd_ps(_mm512_set1_ps(scale[at]), first, acc);
           acc = _mm512_fmadd_ps(_mm512_set1_ps(scale[at + 1]), second, acc);
-          shift += offset[at] * sm[2 * b] + offset[at + 1] * sm[2 * b + 1];
         }
       }
-      y[m * rows + r] = _mm512_reduce_add_ps(acc) + shift;
+      y[m * rows + r] = _mm512_reduce_add_ps(acc)
+                      + shift_of(offset ? offset + r * units : NULL, scale + r * units, sums + m * units, units);
     }
   }
   free(sums);
