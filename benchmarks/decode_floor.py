@@ -8,7 +8,14 @@ batch 1 on one thread, each system in its own process:
 
 - **tempo**: ``tpo.llm.Llama`` on the NumPy backend, weights dequantised to float32;
 - **tempo-q**: the same with the matrices kept quantised (``quantized=True``:
-  each product computed from the blocks, panel by panel, ``tempo.llm.quantized``);
+  each product computed from the blocks, ``tempo.llm.quantized``: at batch 1 by
+  the native kernels of ``tempo/llm/quantized_kernels.c``, built with the
+  machine's C compiler at first use), NumPy backend;
+- **tempo-q-torch**: tempo-q on the torch backend (the products are the same
+  host function; the rest of the step runs as torch eager kernels);
+- **tempo-q-profile**: tempo-q with the CPU time inside the quantised products
+  and inside the NumPy backend's other products (attention's, the rotary one)
+  taken apart (``products_cpu_ms``, ``other_matmul_cpu_ms``; each call timed);
 - **transformers**: ``LlamaForCausalLM`` loaded from the same file (its GGUF
   loader dequantises to float32), eager, one forward per token with its cache;
 - **llama.cpp** (``llama-cpp-python``, a benchmark-only baseline, computing from
@@ -155,25 +162,47 @@ def _timed(fn) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def _between(stamps: dict, lengths: list[int], last: int) -> dict:
+def _between(stamps: dict, lengths: list[int], last: int, parts: tuple = ()) -> dict:
+    """Per length: the median wall and mean CPU time between the last ``last`` tokens; with
+    ``parts`` (names of the stamps' further clocks), each one's mean CPU time per token."""
     rows = {}
     for n in lengths:
-        walls = [stamps[p][0] - stamps[p - 1][0] for p in range(n - last, n) if p in stamps and p - 1 in stamps]
-        cpus = [stamps[p][1] - stamps[p - 1][1] for p in range(n - last, n) if p in stamps and p - 1 in stamps]
-        rows[str(n)] = {"ms": 1e3 * float(np.median(walls)), "mean_ms": 1e3 * float(np.mean(walls)),
-                        "cpu_ms": 1e3 * float(np.mean(cpus))}
+        steps = [p for p in range(n - last, n) if p in stamps and p - 1 in stamps]
+        deltas = np.array([np.subtract(stamps[p], stamps[p - 1]) for p in steps])
+        rows[str(n)] = {"ms": 1e3 * float(np.median(deltas[:, 0])), "mean_ms": 1e3 * float(np.mean(deltas[:, 0])),
+                        "cpu_ms": 1e3 * float(np.mean(deltas[:, 1]))}
+        rows[str(n)].update({f"{name}_cpu_ms": 1e3 * float(np.mean(deltas[:, 2 + i])) for i, name in enumerate(parts)})
     return rows
 
 
-def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int) -> dict:
+def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, backend: str = "numpy",
+                 profile: bool = False) -> dict:
+    """With ``profile``: also the CPU time per token inside the quantised products (the host
+    function) and inside the NumPy backend's other products (attention's, the rotary one),
+    each call timed (about 2 us added per call)."""
     import tempo as tpo
+    from tempo.llm.quantized import QuantizedMatrices
+    from tempo.runtime.backends import numpy as numpy_backend
 
+    clocks = {"products": 0.0, "other_matmul": 0.0}
+    if profile:
+        def timed(fn, clock):
+            def run(*args):
+                start = time.process_time()
+                out = fn(*args)
+                clocks[clock] += time.process_time() - start
+                return out
+            return run
+
+        QuantizedMatrices.matmul = timed(QuantizedMatrices.matmul, "products")
+        numpy_backend._matmul = timed(numpy_backend._matmul, "other_matmul")
     model = tpo.llm.Llama.from_pretrained(path, quantized=quantized)
     stamps = {}
-    model.generate(np.ones((1, 1), np.int64), max(lengths) - 1, stop_at_eos=False,
-                   on_token=lambda tokens, p: stamps.__setitem__(p, (time.perf_counter(), time.process_time())))
-    return {"rows": _between(stamps, lengths, last), "weight_bytes": model.weights.bytes_per_token(),
-            "kv_element": 4}
+    model.generate(np.ones((1, 1), np.int64), max(lengths) - 1, stop_at_eos=False, backend=backend,
+                   on_token=lambda tokens, p: stamps.__setitem__(p, (time.perf_counter(), time.process_time(),
+                                                                     *clocks.values())))
+    return {"rows": _between(stamps, lengths, last, tuple(clocks) if profile else ()),
+            "weight_bytes": model.weights.bytes_per_token(), "kv_element": 4}
 
 
 def decode_transformers(path: str, lengths: list[int], last: int) -> dict:
@@ -267,6 +296,8 @@ def first_token_llamacpp(path: str, length: int) -> dict:
 
 DECODE = {"tempo": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"]),
           "tempo-q": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"]),
+          "tempo-q-torch": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], "torch"),
+          "tempo-q-profile": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], profile=True),
           "transformers": lambda s: decode_transformers(s["path"], s["lengths"], s["last"]),
           "llama.cpp": lambda s: decode_llamacpp(s["path"], s["lengths"], s["last"])}
 FIRST = {"tempo": lambda s: first_token_tempo(s["path"], False, s["prompt"], s["chunk"]),
@@ -368,6 +399,8 @@ def main() -> None:
         save()
         print(floor_table(floor_rows(results, rates, ns.lengths), rates), flush=True)
     for type_name, path, system in runs if "first" in ns.parts else []:
+        if system not in FIRST:
+            continue
         for prompt in ns.prompts:
             for chunk in ns.prefill_chunks if system.startswith("tempo") else [None]:
                 out = run_child({"part": "first", "system": system, "path": path, "prompt": prompt,
@@ -396,7 +429,13 @@ def floor_rows(results: list[dict], rates: dict, lengths: list[int]) -> list[dic
             rows.append({"system": r["system"], "type": r["type"], "length": n, "ms": got["ms"],
                          "cpu_ms": got["cpu_ms"], "mb_per_token": nbytes / 1e6, "gb_s": rate["wall"],
                          "cpu_gb_s": rate["cpu"], "floor_ms": floor_ms, "cpu_floor_ms": cpu_floor_ms,
-                         "x_floor": got["ms"] / floor_ms, "cpu_x_floor": got["cpu_ms"] / cpu_floor_ms})
+                         "x_floor": got["ms"] / floor_ms, "cpu_x_floor": got["cpu_ms"] / cpu_floor_ms,
+                         **{k: v for k, v in got.items() if k.endswith("_cpu_ms") and k != "cpu_ms"}})
+    baseline = {(r["type"], r["length"]): r for r in rows if r["system"] == "llama.cpp" and "error" not in r}
+    for r in rows:
+        base = baseline.get((r["type"], r.get("length")))
+        if base is not None:
+            r["x_llamacpp"], r["cpu_x_llamacpp"] = r["ms"] / base["ms"], r["cpu_ms"] / base["cpu_ms"]
     return rows
 
 
@@ -405,14 +444,24 @@ def floor_table(rows: list[dict], rates: dict) -> str:
              + ", ".join(f"{int(k) / 1e6:.0f}: {v['wall']:.1f} / {v['cpu']:.1f}"
                          for k, v in sorted(rates.items(), key=lambda kv: int(kv[0]))),
              "| system | file | length | ms per token | CPU ms | MB read per token | GB/s at that size (wall / CPU) "
-             "| floor ms (wall / CPU) | x floor (wall / CPU) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| floor ms (wall / CPU) | x floor (wall / CPU) | x llama.cpp (wall / CPU) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['system']} | {r['type']} | | {r['error']} | | | | | |")
+            lines.append(f"| {r['system']} | {r['type']} | | {r['error']} | | | | | | |")
             continue
+        versus = f"{r['x_llamacpp']:.2f} / {r['cpu_x_llamacpp']:.2f}" if "x_llamacpp" in r else ""
         lines.append(f"| {r['system']} | {r['type']} | {r['length']} | {r['ms']:.1f} | {r['cpu_ms']:.1f} | "
                      f"{r['mb_per_token']:.0f} | {r['gb_s']:.1f} / {r['cpu_gb_s']:.1f} | {r['floor_ms']:.1f} / "
-                     f"{r['cpu_floor_ms']:.1f} | {r['x_floor']:.2f} / {r['cpu_x_floor']:.2f} |")
+                     f"{r['cpu_floor_ms']:.1f} | {r['x_floor']:.2f} / {r['cpu_x_floor']:.2f} | {versus} |")
+    split = [r for r in rows if "products_cpu_ms" in r]
+    if split:
+        lines += ["", "| system | file | length | CPU ms | quantised products | other products (attention, rotary) "
+                  "| the rest |", "|---|---|---|---|---|---|---|"]
+        for r in split:
+            rest = r["cpu_ms"] - r["products_cpu_ms"] - r["other_matmul_cpu_ms"]
+            lines.append(f"| {r['system']} | {r['type']} | {r['length']} | {r['cpu_ms']:.1f} | "
+                         f"{r['products_cpu_ms']:.1f} | {r['other_matmul_cpu_ms']:.1f} | {rest:.1f} |")
     return "\n".join(lines)
 
 

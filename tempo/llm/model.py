@@ -58,7 +58,7 @@ class Llama:
         """Load a GGUF file: the config from its metadata, the tokenizer and chat template it
         embeds, its weights dequantised to float32; with ``quantized``, the Q8_0, Q4_0, Q4_1,
         Q4_K and Q6_K matrices stay quantised and each product is computed from them
-        (:mod:`tempo.llm.quantized`, NumPy backend)."""
+        (:mod:`tempo.llm.quantized`: a host function in the program, on every backend)."""
         f = GGUFFile.read(path)
         config = read_config(f)
         tokenizer = gguf_tokenizer(f.metadata, path)

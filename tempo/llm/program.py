@@ -94,7 +94,7 @@ class QuantizedWeight:
 
 def linear(x: RT, w) -> RT:
     """``x @ w``: a product of RTs, or, for a :class:`QuantizedWeight`, a host function computing
-    it from the quantised matrix (:meth:`QuantizedMatrices.matmul`, panel by panel)."""
+    it from the quantised matrix (:meth:`QuantizedMatrices.matmul`)."""
     if not isinstance(w, QuantizedWeight):
         return F.matmul(x, w)
     m, shape = w.matrices, [(*x.shape[:-1], w.matrices.out_features)]
@@ -107,7 +107,8 @@ def linear(x: RT, w) -> RT:
 
 def layer_weights(weights: Weights, layer) -> dict:
     """The layers' weights read at ``layer``: RTs (the query, key and value matrices as one), or
-    :class:`QuantizedWeight` for matrices kept quantised."""
+    :class:`QuantizedWeight` for matrices kept quantised (the gate and up matrices as one too:
+    one product instead of two, the same bytes read)."""
     stacked = dict(weights.layers)
     parts = [stacked.pop(name) for name in ("wq", "wk", "wv")]
     fused = QuantizedMatrices.concat(parts) if all(isinstance(p, QuantizedMatrices) for p in parts) else None
@@ -115,6 +116,10 @@ def layer_weights(weights: Weights, layer) -> dict:
         parts = [p.dequantized_stack() if isinstance(p, QuantizedMatrices) else p for p in parts]
         fused = np.concatenate(parts, axis=2)
     stacked["wqkv"] = fused
+    gate_up = [stacked[name] for name in ("w_gate", "w_up")]
+    if all(isinstance(p, QuantizedMatrices) for p in gate_up) and QuantizedMatrices.concat(gate_up) is not None:
+        del stacked["w_gate"], stacked["w_up"]
+        stacked["w_gate_up"] = QuantizedMatrices.concat(gate_up)
     return {name: QuantizedWeight(a, layer) if isinstance(a, QuantizedMatrices) else F.from_numpy(a, dims=(layer,))
             for name, a in stacked.items()}
 
@@ -149,7 +154,12 @@ def finish(config: LlamaConfig, w: dict, x: RT, mixed: RT) -> RT:
     to ``x``, then the SwiGLU MLP."""
     x = x + linear(mixed, w["wo"])
     xn = rms_norm(x, w["post_norm"], config.rms_norm_eps)
-    return x + linear(silu(linear(xn, w["w_gate"])) * linear(xn, w["w_up"]), w["w_down"])
+    if "w_gate_up" in w:
+        both, keep, size = linear(xn, w["w_gate_up"]), (slice(None),) * (len(x.shape) - 1), config.intermediate_size
+        gate, up = both.spatial[keep + (slice(0, size),)], both.spatial[keep + (slice(size, 2 * size),)]
+    else:
+        gate, up = linear(xn, w["w_gate"]), linear(xn, w["w_up"])
+    return x + linear(silu(gate) * up, w["w_down"])
 
 
 PREFILL_CHUNK = 256  # query rows of the prompt's attention computed at once

@@ -1,16 +1,21 @@
-"""Weight products computed from Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights kept quantised (NumPy).
+"""Weight products computed from Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights kept quantised.
 
 A decoding step reads every weight once per token, so its time is the rate
 memory delivers them at. :class:`QuantizedMatrices` keeps a layer stack of
-matrices ``W[l]`` (out, in) as blocks of integers with float32 scales, stored
-as panels of rows: ``(L, panels, blocks, rows, ...)``. ``x @ W[l]^T`` is
-computed one panel at a time: the panel's 4-bit or 8-bit integers are widened
-to float32 in a scratch array of about ``PANEL_BYTES`` that stays in the
-cache, each block's dot products with ``x`` come from one batched product
-(blocks as the batch), and the block scales are applied to those sums, not to
-the weights:
+matrices ``W[l]`` (out, in) as blocks of integers with float32 scales, by
+rows: ``(L, out, blocks, ...)``. ``x @ W[l]^T`` applies the block scales to
+each block's dot products with ``x``, not to the weights:
 
     y[n] = sum_b d[n, b] * (q[n, b, :] . x[b, :]) + m[n, b] * sum(x[b, :])
+
+For a few rows of ``x`` (decoding) the native kernels compute it
+(``quantized_kernels.c``, built by :mod:`tempo.llm.native`): each row's
+integers are widened to float32 in registers and only the quantised bytes
+and scales stream from memory. For more rows (a prompt), or where the kernels
+are not built, NumPy computes it a panel of rows at a time: the panel's
+integers widened to float32 in a scratch array of about ``PANEL_BYTES`` that
+stays in the cache, each block's dot products from one batched product
+(blocks as the batch).
 
 Each GGML type is read into one of two forms, keeping its integers as stored:
 
@@ -27,17 +32,21 @@ Only the integers and the scales (float32) stream from memory:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from tempo.errors import TempoError
+from tempo.llm import native
 from tempo.llm.quants import q4_k_scales
 
 TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K")
 BLOCK = {"Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q4_K": 64, "Q6_K": 16}   # weights per block of the stored form
 GGML_BLOCK = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q4_K": (256, 144), "Q6_K": (256, 210)}
 PANEL_BYTES = 1 << 20  # the float32 scratch of one panel: 1 MB, well inside this CPU's 2 MB L2 per core
+NATIVE_ROWS = 8  # the most input rows a product runs the native kernels for (decoding); more: NumPy's BLAS
 
 
 def _half(blocks: np.ndarray, start: int) -> np.ndarray:
@@ -73,28 +82,14 @@ def _rows(type_name: str, raw: np.ndarray, out: int, columns: int):
     return q.reshape(out, -1, 16), scale.reshape(out, -1), None
 
 
-def _panels(x: np.ndarray, rows: int) -> np.ndarray:
-    """(L, out, blocks, ...) as (L, panels, blocks, rows, ...), the last panel padded with zeros."""
-    panels = -(-x.shape[1] // rows)
-    x = np.pad(x, [(0, 0), (0, panels * rows - x.shape[1])] + [(0, 0)] * (x.ndim - 2))
-    return np.ascontiguousarray(x.reshape(x.shape[0], panels, rows, *x.shape[2:]).swapaxes(2, 3))
-
-
-def _unpanel(x: np.ndarray, out: int) -> np.ndarray:
-    """The inverse of :func:`_panels`: (L, out, blocks, ...)."""
-    x = x.swapaxes(2, 3)
-    return x.reshape(x.shape[0], -1, *x.shape[3:])[:, :out]
-
-
 @dataclass(frozen=True)
 class QuantizedMatrices:
-    """Matrices (out, in) of one GGML block type stacked over layers, kept quantised.
+    """Matrices (out, in) of one GGML block type stacked over layers, kept quantised, by rows.
 
-    ``q``: (L, panels, in / block, rows per panel, block) int8, or (..., block / 2) uint8 of
-    packed 4-bit values (low nibbles: a block's first half); ``scale`` and ``offset``
-    (L, panels, in / block, rows per panel), with a last axis of 2 (per half block) for Q4_K;
-    ``offset`` None for int8 blocks and for Q4_0 (whose offset is ``-8 * scale``). Rows past
-    ``out`` (the last panel's padding) have scale and offset 0."""
+    ``q``: (L, out, in / block, block) int8, or (..., block / 2) uint8 of packed 4-bit values
+    (low nibbles: a block's first half); ``scale`` and ``offset`` (L, out, in / block), with a
+    last axis of 2 (per half block) for Q4_K; ``offset`` None for int8 blocks and for Q4_0
+    (whose offset is ``-8 * scale``)."""
 
     type_name: str
     out_features: int
@@ -103,6 +98,12 @@ class QuantizedMatrices:
     scale: np.ndarray
     offset: np.ndarray | None
 
+    def __post_init__(self):
+        for name in ("q", "scale", "offset"):            # the native kernels read them as C arrays
+            value = getattr(self, name)
+            if value is not None and not value.flags.c_contiguous:
+                object.__setattr__(self, name, np.ascontiguousarray(value))
+
     @classmethod
     def from_raw(cls, type_name: str, layers: list[np.ndarray], out_features: int, in_features: int):
         """From each layer's raw GGUF bytes (out, bytes per row) of ``type_name``."""
@@ -110,19 +111,8 @@ class QuantizedMatrices:
             raise TempoError(f"quantised compute supports {', '.join(TYPES)}, not {type_name}")
         parts = [_rows(type_name, raw, out_features, in_features) for raw in layers]
         offset = None if parts[0][2] is None else np.stack([p[2] for p in parts])
-        return cls.from_rows(type_name, np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts]), offset,
-                             in_features)
-
-    @classmethod
-    def from_rows(cls, type_name: str, q: np.ndarray, scale: np.ndarray, offset, in_features: int):
-        """From the stored form by rows: ``q`` (L, out, blocks, ...), ``scale`` and ``offset``
-        (L, out, blocks[, 2]), cut into equal panels of at most :data:`PANEL_BYTES` of widened
-        weights (the last padded by fewer rows than there are panels)."""
-        out = q.shape[1]
-        panels = -(-out // max(1, min(out, PANEL_BYTES // 4 // in_features)))
-        rows = -(-out // panels)
-        return cls(type_name, out, in_features, _panels(q, rows), _panels(scale, rows),
-                   None if offset is None else _panels(offset, rows))
+        return cls(type_name, out_features, in_features, np.stack([p[0] for p in parts]),
+                   np.stack([p[1] for p in parts]), offset)
 
     @classmethod
     def concat(cls, parts: list["QuantizedMatrices"]) -> "QuantizedMatrices | None":
@@ -133,11 +123,10 @@ class QuantizedMatrices:
             return None
 
         def joined(field: str):
-            if getattr(first, field) is None:
-                return None
-            return np.concatenate([_unpanel(getattr(p, field), p.out_features) for p in parts], axis=1)
+            return None if getattr(first, field) is None else np.concatenate([getattr(p, field) for p in parts], 1)
 
-        return cls.from_rows(first.type_name, joined("q"), joined("scale"), joined("offset"), first.in_features)
+        return cls(first.type_name, sum(p.out_features for p in parts), first.in_features, joined("q"),
+                   joined("scale"), joined("offset"))
 
     @property
     def num_layers(self) -> int:
@@ -154,21 +143,67 @@ class QuantizedMatrices:
         return total // self.num_layers
 
     def matmul(self, x: np.ndarray, layer: int) -> np.ndarray:
-        """``x @ W[layer]^T`` for ``x`` (..., in), float32 (..., out), panel by panel."""
+        """``x @ W[layer]^T`` for ``x`` (..., in), float32 (..., out): with the native kernels
+        for up to :data:`NATIVE_ROWS` rows of ``x`` where they are built
+        (:mod:`tempo.llm.native`), else with NumPy (:meth:`panel_matmul`)."""
+        if math.prod(x.shape[:-1]) <= NATIVE_ROWS and native.kernels() is not None:
+            return self.native_matmul(x, layer)
+        return self.panel_matmul(x, layer)
+
+    @cached_property
+    def _addresses(self) -> tuple:
+        """The addresses of layer 0's values, scales and offsets (0: none) and the bytes between
+        layers: what each native call passes, computed once."""
+        arrays = [self.q, self.scale, self.offset]
+        return tuple((0, 0) if a is None else (a.ctypes.data, a.strides[0]) for a in arrays)
+
+    def native_matmul(self, x: np.ndarray, layer: int) -> np.ndarray:
+        """``x @ W[layer]^T`` by the native kernels (``quantized_kernels.c``): each row's blocks
+        widened in registers, scaled sums in float32."""
+        lib = native.kernels()
+        if lib is None:
+            raise TempoError(native.unavailable())
+        self._check(x, layer)                             # the kernels read raw memory: no index checks
+        lead = x.shape[:-1]
+        rows = np.ascontiguousarray(x, np.float32).reshape(-1, self.in_features)
+        y = np.empty((rows.shape[0], self.out_features), np.float32)
+        (q, q_step), (d, d_step), (m, m_step) = self._addresses
+        blocks = self.in_features // self.block
+        if self.q.dtype == np.int8:
+            lib.int8_blocks(q + layer * q_step, d + layer * d_step, rows.ctypes.data, y.ctypes.data,
+                            self.out_features, blocks, self.block, rows.shape[0])
+        else:
+            lib.nibble_blocks(q + layer * q_step, d + layer * d_step, m and m + layer * m_step, rows.ctypes.data,
+                              y.ctypes.data, self.out_features, blocks, self.block, self.scale.ndim - 2,
+                              rows.shape[0])
+        return y.reshape(*lead, self.out_features)
+
+    def _check(self, x: np.ndarray, layer: int) -> None:
+        if x.shape[-1:] != (self.in_features,):
+            raise TempoError(f"a product with {self.out_features}x{self.in_features} matrices takes inputs of "
+                             f"{self.in_features}, not shape {x.shape}")
+        if not 0 <= layer < self.num_layers:
+            raise TempoError(f"layer {layer} of a stack of {self.num_layers} matrices")
+
+    def panel_matmul(self, x: np.ndarray, layer: int) -> np.ndarray:
+        """``x @ W[layer]^T`` with NumPy, a panel of rows at a time: the panel's integers widened
+        to float32 in a scratch of about :data:`PANEL_BYTES`, each block's dot products with ``x``
+        from one batched product (blocks as the batch), the block scales applied to those sums."""
+        self._check(x, layer)
         lead = x.shape[:-1]
         rows = np.ascontiguousarray(x, np.float32).reshape(-1, self.in_features)
         xb = np.ascontiguousarray(rows.reshape(-1, self.in_features // self.block, self.block).transpose(1, 2, 0))
         half = self.block // 2
         sums = None if self.q.dtype == np.int8 else (xb[:, :half].sum(axis=1), xb[:, half:].sum(axis=1))  # (B, m)
-        out = np.empty((self.q.shape[1], self.q.shape[3], rows.shape[0]), np.float32)
-        for p in range(self.q.shape[1]):
-            out[p] = self._panel(xb, sums, layer, p)
-        y = out.reshape(-1, rows.shape[0])[:self.out_features].T
-        return np.ascontiguousarray(y).reshape(*lead, self.out_features)
+        out = np.empty((self.out_features, rows.shape[0]), np.float32)
+        step = max(1, PANEL_BYTES // 4 // self.in_features)
+        for start in range(0, self.out_features, step):
+            out[start:start + step] = self._panel(xb, sums, layer, slice(start, start + step))
+        return np.ascontiguousarray(out.T).reshape(*lead, self.out_features)
 
-    def _panel(self, xb: np.ndarray, sums, layer: int, p: int) -> np.ndarray:
+    def _panel(self, xb: np.ndarray, sums, layer: int, rows: slice) -> np.ndarray:
         """One panel's outputs (rows, m): its blocks' dot products, then the scales applied."""
-        q, d = self.q[layer, p], self.scale[layer, p]
+        q, d = self.q[layer, rows].swapaxes(0, 1), self.scale[layer, rows].swapaxes(0, 1)   # blocks first
         if sums is None:                                                              # int8 blocks
             dots = np.matmul(q.astype(np.float32), xb)                                # (B, rows, m)
             dots *= d[:, :, None]
@@ -179,12 +214,12 @@ class QuantizedMatrices:
         if d.ndim == 2:                                                               # one scale per block
             low += high
             low *= d[:, :, None]
-            m = -8 * d if self.offset is None else self.offset[layer, p]
+            m = -8 * d if self.offset is None else self.offset[layer, rows].swapaxes(0, 1)
             return low.sum(axis=0) + m.T @ (sums[0] + sums[1])
         low *= d[:, :, 0, None]                                                       # Q4_K: one per half
         high *= d[:, :, 1, None]
         low += high
-        m = self.offset[layer, p]
+        m = self.offset[layer, rows].swapaxes(0, 1)
         return low.sum(axis=0) + m[:, :, 0].T @ sums[0] + m[:, :, 1].T @ sums[1]
 
     def dequantized_stack(self) -> np.ndarray:
@@ -193,8 +228,7 @@ class QuantizedMatrices:
 
     def dequantize(self, layer: int) -> np.ndarray:
         """Layer ``layer``'s matrix (out, in) as float32 from the stored form."""
-        q = _unpanel(self.q[layer:layer + 1], self.out_features)[0]
-        d = _unpanel(self.scale[layer:layer + 1], self.out_features)[0]
+        q, d = self.q[layer], self.scale[layer]
         if q.dtype == np.int8:
             return (d[..., None] * q).reshape(self.out_features, self.in_features)
         values = np.stack([q & 0x0F, q >> 4], axis=2).astype(np.float32)             # (out, B, 2, half)
@@ -202,6 +236,6 @@ class QuantizedMatrices:
         if self.offset is None:
             m = -8 * d
         else:
-            m = _unpanel(self.offset[layer:layer + 1], self.out_features)[0]
+            m = self.offset[layer]
             m = m[..., None, None] if m.ndim == 2 else m[..., None]
         return (d * values + m).reshape(self.out_features, self.in_features)

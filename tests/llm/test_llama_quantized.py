@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tempo as tpo
+from tempo.llm import native
+from tempo.llm import quantized as quantized_module
 from tempo.llm.quantized import QuantizedMatrices
 
 import tiny_gguf
@@ -32,17 +34,57 @@ def quantized(type_name: str, layers: int, out: int, inputs: int, seed: int = 0)
 @given(type_name=st.sampled_from(TYPES), out=st.integers(1, 600), blocks=st.integers(1, 6),
        lead=st.lists(st.integers(1, 5), min_size=1, max_size=3), layer=st.integers(0, 1))
 def test_quantised_product_equals_the_dequantised_float32_one(type_name, out, blocks, lead, layer):
-    """Any output count (the last panel padded), input size, leading axes and layer; the stored
-    form holds gguf's own dequantisation of the file's bytes."""
+    """Any output count (the last panel shorter), input size, leading axes and layer, by NumPy's
+    panels and by the native kernels; the stored form holds gguf's own dequantisation of the
+    file's bytes."""
     inputs = BLOCK[type_name] * blocks * (1 if BLOCK[type_name] == 256 else 5)
     raw, matrices = quantized(type_name, 2, out, inputs)
     weights = gguf_quants.dequantize(raw[layer], gguf.GGMLQuantizationType[type_name])
     np.testing.assert_allclose(matrices.dequantize(layer), weights, rtol=1e-6, atol=1e-6 * np.abs(weights).max())
     x = np.random.default_rng(1).standard_normal((*lead, inputs)).astype(np.float32)
     expected = x @ weights.T
-    got = matrices.matmul(x, layer)
-    assert got.shape == (*lead, out) and got.dtype == np.float32
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4 * np.abs(expected).max())
+    products = [matrices.panel_matmul] + ([matrices.native_matmul] if native.kernels() is not None else [])
+    for product in products:
+        got = product(x, layer)
+        assert got.shape == (*lead, out) and got.dtype == np.float32
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_the_native_kernels_build_into_the_cache_folder(tmp_path, monkeypatch):
+    """Where the C compiler and AVX-512 are there (the machines the benchmarks run on), the
+    kernels build into ``$TEMPO_CACHE/kernels`` and load."""
+    if native.kernels() is None:
+        pytest.skip(native.unavailable())
+    monkeypatch.setenv("TEMPO_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "_loaded", {})
+    assert native.kernels() is not None and native.unavailable() is None
+    assert [p.suffix for p in (tmp_path / "kernels").iterdir()] == [".so"]
+
+
+def test_without_a_compiler_the_products_run_with_numpy(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEMPO_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(native, "_loaded", {})
+    assert native.kernels() is None and "products run with NumPy" in native.unavailable()
+    raw, matrices = quantized("Q4_1", 1, 40, 64)
+    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    expected = x @ gguf_quants.dequantize(raw[0], gguf.GGMLQuantizationType.Q4_1).T
+    np.testing.assert_allclose(matrices.matmul(x, 0), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    with pytest.raises(tpo.TempoError, match="not built"):
+        matrices.native_matmul(x, 0)
+
+
+@pytest.mark.parametrize("product", ["panel_matmul", "native_matmul"])
+def test_a_product_refuses_inputs_of_another_size_and_layers_outside_the_stack(product):
+    """The native kernels read raw memory: a wrong size or layer is an error, not a read past the arrays."""
+    if product == "native_matmul" and native.kernels() is None:
+        pytest.skip(native.unavailable())
+    _, matrices = quantized("Q8_0", 2, 8, 64)
+    run = getattr(matrices, product)
+    with pytest.raises(tpo.TempoError, match="inputs of 64"):
+        run(np.ones((2, 32), np.float32), 0)
+    with pytest.raises(tpo.TempoError, match="layer 2 of a stack of 2"):
+        run(np.ones((1, 64), np.float32), 2)
 
 
 @pytest.mark.parametrize("type_name, ratio", [("Q8_0", (1 + 4 / 32) / 4), ("Q4_0", (0.5 + 4 / 32) / 4),
@@ -71,3 +113,21 @@ def test_a_model_computing_from_quantised_weights_decodes_as_the_dequantised_one
     ids = plain.generate(PROMPT, max_new_tokens=8)
     np.testing.assert_array_equal(packed.generate(PROMPT, max_new_tokens=8), ids)
     np.testing.assert_allclose(packed.logits(ids), plain.logits(ids), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_1"] + [pytest.param(t, marks=pytest.mark.slow)
+                                                  for t in ("Q8_0", "Q6_K", "Q4_K", "Q4_0")])
+def test_decoding_from_the_native_kernels_matches_the_dequantised_model(tmp_path, type_name):
+    """Six positions of one sequence: every product of the prefill has at most NATIVE_ROWS rows,
+    so the native kernels compute all of them (where they are built); the decoded ids on the
+    torch backend (the products are the same host function there) equal the dequantised
+    model's on NumPy."""
+    path = tmp_path / "m.gguf"
+    tiny_gguf.write(path, hf_tiny(), type_name, embed_type=type_name)
+    plain = tpo.llm.Llama.from_pretrained(str(path))
+    packed = tpo.llm.Llama.from_pretrained(str(path), quantized=True)
+    sequence = PROMPT[:1]
+    assert sequence.size <= quantized_module.NATIVE_ROWS
+    np.testing.assert_allclose(packed.logits(sequence), plain.logits(sequence), atol=1e-4, rtol=1e-4)
+    ids = plain.generate(PROMPT, max_new_tokens=8)
+    np.testing.assert_array_equal(packed.generate(PROMPT, max_new_tokens=8, backend="torch"), ids)
