@@ -4,8 +4,10 @@ Runs each benchmark of the check in the tree before the plan layer (``--before``
 a worktree of ``68abb6b^``) and in this tree, alternately, ``--rounds`` times,
 every library at one thread, and compares what each reports:
 
-- ``compile``: ``benchmarks/compile_examples.py`` (the examples' programs:
-  compile wall and process CPU seconds);
+- ``compile``: ``benchmarks/compile_examples.py`` (the examples' programs and
+  the Llama decoding program: compile wall and process CPU seconds, and the
+  process CPU seconds of the stages ``STAGES``: ``plan`` and ``codegen`` are
+  the plan layer's, which the tree before it did at the first run);
 - ``rl_train``: ``benchmarks/rl_train.py --clock cpu`` on the Tempo systems
   both trees have (``--envs 64``, 5 iterations; every timing the worker's
   process CPU seconds: compile, first iteration, steady iteration) and the
@@ -40,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+STAGES = ("validate", "fuse", "memory", "plan", "codegen")  # compile stages reported apart (0: none such)
 BENCHMARKS = {
     "compile": lambda out: [str(ROOT / "benchmarks" / "compile_examples.py"), "--out", f"{out}.json"],
     "rl_train": lambda out: ["benchmarks/rl_train.py", "--systems", "tempo-numpy", "tempo-torch", "tempo-jax",
@@ -67,6 +70,8 @@ def figures(bench: str, out: str) -> dict[str, float]:
         for row in (_load(f"{out}.json") or {}).get("rows", []):
             found[f"{row['program']} compile cpu s"] = row["cpu_s"]
             found[f"{row['program']} compile wall s"] = row["wall_s"]
+            for stage in STAGES:
+                found[f"{row['program']} {stage} stage cpu s"] = row["stages_cpu_s"].get(stage, 0.0)
     elif bench == "rl_train":
         for result in (_load(f"{out}.json") or {}).get("results", []):
             for system, r in result["systems"].items():
@@ -149,11 +154,13 @@ def main() -> None:
             b, a = statistics.median(before), statistics.median(after)
             rows.append({"benchmark": bench, "figure": name, "before": b, "after": a,
                          "ratio": a / b if b else None, "before_runs": before, "after_runs": after})
+    load = [r["load"] for sides in runs.values() for rs in sides.values() for r in rs]
     print(f"\n{'benchmark':<9} {'figure':<52} {'before':>12} {'after':>12} {'after/before':>12}")
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
         print(f"{r['benchmark']:<9} {r['figure']:<52} {r['before']:>12.4g} {r['after']:>12.4g} {ratio:>12}")
-    result = {"commits": commits, "rounds": args.rounds, "threads": 1, "rows": rows,
+    result = {"commits": commits, "rounds": args.rounds, "threads": 1, "load": [min(load), max(load)],
+              "machine": f"{os.cpu_count()} cores, shared", "rows": rows,
               "runs": {bench: {side: [{k: v for k, v in r.items() if k != "figures"} for r in rs]
                                for side, rs in sides.items()} for bench, sides in runs.items()}}
     with open(args.out, "w") as f:
