@@ -167,8 +167,9 @@ class Program:
 
     def _over_budget(self, over: BudgetExceeded) -> str:
         largest = sorted(over.holders.items(), key=lambda kv: -kv[1])[:5]
-        held = "; ".join(f"{nbytes / 2**20:.1f} MiB: {self.sdg.describe(int(name.rsplit('%', 1)[1]))}"
-                         for name, nbytes in largest)
+        held = "; ".join(f"{nbytes / 2**20:.1f} MiB: "
+                         f"{self.sdg.describe(int(name.rsplit('%', 1)[1])) if '%' in name else name}"
+                         for name, nbytes in largest)  # a tensor store's, or a device loop's buffers
         return (f"the device budget of {over.budget / 2**20:.1f} MiB cannot hold this program: "
                 f"{over.live / 2**20:.1f} MiB would be live at once (what swapping to the host leaves on the "
                 f"device: what one launch reads and writes, and what is read at the point it is written). "

@@ -6,10 +6,11 @@ each statement is specialised when the source is written: the point it runs
 at and every input's index are expressions over those locals (the index
 arithmetic of each dependence is substituted, not evaluated through an
 environment), and each input and output names its tensor store directly.
-A kernel failure is re-raised naming the user's line, as before.
+A kernel failure is re-raised naming the user's line.
 
 Every launch is written inline, one way: its inputs read from their stores
-into ``i``, the kernel ``K<n>`` called, its outputs written back. A merge is
+into ``i``, the kernel ``K<n>`` (or the device loop ``D<k>``) called, its
+outputs written back. A merge is
 an ``if``/``elif`` over the branches' conditions that writes the first
 branch that holds (broadcast to the merge's shape by ``F<n>`` where the
 branch is narrower). A window store's rows are overwritten as its dim
@@ -22,10 +23,14 @@ iteration of the main loop, each of the plan's evictions
 the lowest index its readers read from the next iteration on, written as an
 expression of the loop counter. A loop
 the backend runs as one device program (:mod:`tempo.runtime.device_loops`)
-is preceded by a call of its compiled form ``D<k>`` with the bounds and the
-enclosing counters; the loop itself runs only where that call answers False
-(where it answers True for the loop over a dim that ends at run time, the
-dim's bound becomes the length its end check ``U<n>`` recorded).
+is preceded by its launches, ``L<k> = D<k>.launches(...)`` with the bounds
+and the enclosing counters, each launch ``l`` written as a kernel's (one
+method writes both): its reads of the stores it lists (``held``: None where
+a store holds none) into ``i``, the one call ``D<k>(l, i)``, the rows
+written back and the points freed, and ``D<k>.done(l)``; the loop itself
+runs only where ``L<k>.ran`` is False (where it is True for the loop over a
+dim that ends at run time, the dim's bound becomes the length its end
+check ``U<n>`` recorded).
 The check of a ``tpo.end_when`` that ends dim ``t`` sets the local bound
 ``_T`` to what its :class:`~tempo.runtime.ends.EndCheck` ``U<n>`` answers,
 so the loop over ``t`` exits where the flag first holds and what follows
@@ -35,7 +40,7 @@ over ``t`` that its indices do not keep below ``T`` asks ``U<n>.within``
 first, which raises naming the reader's line past the end.
 The source refers to names the executor binds: ``S<n>_<j>`` (stores),
 ``K<n>`` (kernels), ``F<n>`` (merge shapes), ``D<k>`` (device loops), ``U<n>``
-(end checks), ``fail``, ``detach``, ``broadcast``, ``ledger``, ``inf``. A
+(end checks), ``fail``, ``detach``, ``broadcast``, ``held``, ``ledger``, ``inf``. A
 profiled source (:mod:`tempo.runtime.profile`) evaluates every condition
 through ``C`` and calls ``B`` before the main loop and ``M`` after each of
 its iterations.
@@ -66,13 +71,13 @@ class Generator:
     """Writes the source of one program (see the module docstring)."""
 
     def __init__(self, sdg: SDG, kinds: dict[tuple[int, int], str], main_loop: ast.Loop | None,
-                 bound_names: list[str], device_loops: dict[int, str] | None = None,
+                 bound_names: list[str], device_loops: dict[int, tuple] | None = None,
                  profiled: ast.Loop | None = None, evictions: tuple = ()):
         self.sdg, self.kinds, self.main_loop = sdg, kinds, main_loop
         self.evictions = evictions  # the plan's, run after each iteration of main_loop
         self.profiled = profiled  # the main loop of a profiled source
         self.bound_names = bound_names
-        self.device_loops = device_loops or {}  # id(loop) -> the name of its compiled form
+        self.device_loops = device_loops or {}  # id(loop) -> (the name of its DeviceLoop, the DeviceLoop)
         self.counters: list[str] = []  # the enclosing loops' variables
         self.lines: list[str] = []
         self.checks = {n: t for t, n in ends(sdg).items()}  # tpo.end_when check -> the dim it ends
@@ -107,10 +112,10 @@ class Generator:
             for s in stmt.body:
                 self._stmt(s, depth)
         elif isinstance(stmt, ast.Loop):
-            name = self.device_loops.get(id(stmt))
+            name, device = self.device_loops.get(id(stmt), (None, None))
             if name is not None:
-                scope = ", ".join(f"{n!r}: {local(n)}" for n in self.bound_names + self.counters)
-                self._emit(depth, f"if not {name}({{{scope}}}):  # the loop over {stmt.var} as one device launch")
+                self._device_loop(stmt, name, device, depth)
+                self._emit(depth, f"if not L{name[1:]}.ran:  # the loop statement by statement")
                 depth += 1
             self.counters.append(stmt.var)
             var = local(stmt.var)
@@ -300,17 +305,45 @@ class Generator:
         env = ", ".join([f"{name!r}: {local(name)}" for name in self.bound_names]  # kernels size by any bound
                         + [f"{d.name!r}: {py(p)}" for d, p in zip(node.domain, stmt.point)])
         self._emit(depth, f"p = {point}")
-        self._emit(depth, f"i = [{reads}]")
+        call = []
         if isinstance(node.op, UDFOp):  # user code may keep its inputs, and a window's rows are overwritten
-            for k in windows:
-                self._emit(depth, f"i[{k}] = detach(i[{k}], [i[{k}]])")
-        self._emit(depth, "try:")
-        self._emit(depth + 1, f"o = K{n}(i, {{{env}}}, p)")
-        self._emit(depth, "except Exception as err:")
-        self._emit(depth + 1, f"fail({n}, p, err)")
+            call += [f"i[{k}] = detach(i[{k}], [i[{k}]])" for k in windows]
+        call += ["try:", f"    o = K{n}(i, {{{env}}}, p)", "except Exception as err:", f"    fail({n}, p, err)"]
         read = f"[{', '.join(f'i[{k}]' for k in windows)}]"
-        for j in range(len(node.shapes)):
-            self._emit(depth, f"S{n}_{j}.write(p, {self._kept(n, j, f'o[{j}]', read, bool(windows))})")
+        writes = [f"S{n}_{j}.write(p, {self._kept(n, j, f'o[{j}]', read, bool(windows))})"
+                  for j in range(len(node.shapes))]
+        self._call(depth, reads, call, writes)
+
+    def _device_loop(self, loop: ast.Loop, name: str, device, depth: int) -> None:
+        """The launches of a loop the backend runs whole, each written as a kernel's: what it reads
+        from stores into ``i``, the one call of ``D<k>``, the rows it writes back and the points it
+        frees (``L<k>.ran``: whether the device ran the whole loop)."""
+        scope = ", ".join(f"{n!r}: {local(n)}" for n in self.bound_names + self.counters)
+        launches = f"L{name[1:]}"
+        self._emit(depth, f"{launches} = {name}.launches({{{scope}}})  # the loop over {loop.var} as one device launch")
+        self._emit(depth, f"for l in {launches}:")
+        reads = ", ".join(f"held(S{n}_{j}, l.reads[{k}])" for k, (n, j) in enumerate(device.reads))
+        call = [f"o = {name}(l, i)", "if o is None:  # nothing changed: it reads again, or the host runs the loop",
+                "    continue"]
+        writes = []
+        for k, (n, j) in enumerate(device.plan.written_back):
+            if device.rows[(n, j)]:
+                writes += [f"w = l.block({k})", "if w is not None:", f"    S{n}_{j}.write_rows(w[0], w[1], o[{k}])",
+                           "else:", f"    for x, v in l.each({k}, o[{k}]):", f"        S{n}_{j}.write(x, v)"]
+            else:
+                writes += [f"for x, v in l.each({k}, o[{k}]):", f"    S{n}_{j}.write(x, v)"]
+        if device.freed:
+            writes.append("f = l.frees")
+        for k, (n, j) in enumerate(device.freed):
+            writes += [f"for x in f[{k}]:", f"    S{n}_{j}.free_point(x)  # free {self.sdg.nodes[n].op.name}%{n}"]
+        self._call(depth + 1, reads, call, writes + [f"{name}.done(l)"])
+
+    def _call(self, depth: int, reads: str, call: list[str], writes: list[str]) -> None:
+        """One launch, written the same way for a kernel and a device loop: its inputs read from their
+        stores into ``i``, the call (``call``: lines), its outputs written back (``writes``: lines)."""
+        self._emit(depth, f"i = [{reads}]")
+        for line in call + writes:
+            self._emit(depth, line)
         self._emit(depth, "ledger.launches += 1")
 
     def _kept(self, n: int, j: int, value: str, read: str, windows: bool) -> str:

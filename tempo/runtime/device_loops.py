@@ -16,9 +16,16 @@ which statements run (their ``if`` conditions), which branch each merge
 takes, and what the islands' host steps compute (symbol values,
 counter-based random numbers, spatial index starts). Frees inside the
 loop drop points of stores after it. :class:`DeviceLoop` does that host
-work around the backend's compiled loop; it answers ``False`` (and the
-generated code runs the loop statement by statement instead) where a
-launch finds what the compiled loop cannot do.
+work around the backend's compiled loop and touches no store: the
+generated code (:mod:`tempo.runtime.codegen`) writes each launch as it
+writes a kernel's, its reads of stores, the one call and its writes. A
+:class:`Launch` lists the indices it reads of each store (gathered rows
+of one block as one slice, read row by row where they are not one view);
+the call turns the values read into the compiled loop's inputs and runs
+it; the generated code writes its rows back (a block's rows in one write
+where they lie in one block) and frees its points. Where a launch finds
+what the compiled loop cannot do, nothing is written and the generated
+code runs the loop statement by statement instead.
 
 A nested loop's host work is done for every iteration of the enclosing
 loop before the launch, and stacked (its per-iteration values, its gathered
@@ -53,11 +60,17 @@ while it holds them, under the generated code's name of the loop: its carry
 parameters, optimizer state and recurrent state, and the nested loops'
 initial carries), the per-iteration inputs it is handed (``inputs``) and the
 rows it returns (``rows``), from the launch until the rows are written back.
+Under a device budget, the first launch of a loop whose buffers would go
+over it runs no more: a warning names the loop, and the generated code runs
+it statement by statement (a later launch that would is an error, as the
+budget is).
 """
 from __future__ import annotations
 
 import copy
+import functools
 import time
+import warnings
 
 import numpy as np
 
@@ -65,6 +78,8 @@ from tempo.errors import TempoError
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
 from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, STACKED, LoopPlan, Source
+from tempo.runtime.memory import BudgetExceeded
+from tempo.runtime.profile import loop_dim
 from tempo.symbolic.affine import counter, uses
 from tempo.symbolic.evaluate import compile_expr, shape_at
 from tempo.symbolic.expr import seq
@@ -72,25 +87,26 @@ from tempo.symbolic.simplify import simplify
 
 
 class DeviceLoop:
-    """Runs one planned loop as one launch of the backend's compiled loop (see the module docstring).
+    """Runs one planned loop as launches of the backend's compiled loop (see the module docstring).
 
-    Called by the generated code with the bounds and the enclosing loops' counters; returns
-    False, having changed nothing, where this launch needs the statement-by-statement loop.
-    Made once per program (its expressions compiled then); :meth:`bind` gives it one run's
-    stores and ledger.
+    The generated code calls :meth:`launches` with the bounds and the enclosing loops' counters,
+    and for each :class:`Launch` reads what it lists from the stores, calls this loop with the
+    values (:meth:`__call__`), writes back and frees what it lists and calls :meth:`done`; where
+    the loop needs the statement-by-statement loop, nothing is written and ``ran`` is False.
+    Made once per program (its expressions compiled then, ``kinds``: each tensor's store kind);
+    :meth:`bind` gives it one run's ledger, end checks and block lengths.
     """
 
     chunk = 16  # the most iterations of a loop over iterations (one with nested loops) per launch
 
-    def __init__(self, plan: LoopPlan, compiled, sdg: SDG, backend, stores: dict | None = None, ledger=None):
-        self.plan, self.compiled, self.sdg, self.stores, self.backend, self.ledger = \
-            plan, compiled, sdg, stores, backend, ledger
+    def __init__(self, plan: LoopPlan, compiled, sdg: SDG, backend, kinds: dict):
+        self.plan, self.compiled, self.sdg, self.backend, self.kinds = plan, compiled, sdg, backend, kinds
         loop, var = plan.loop, plan.loop.var
         self.var, self.start, self.cond = var, compile_expr(loop.start), compile_expr(loop.cond)
         exprs = [loop.start, loop.cond] + [c for step in plan.steps for c in (*step.guard, *step.conds)
                                            if c is not None] + [c for _, guard in plan.frees for c in guard]
         exprs += [c for nested in plan.nested for c in nested.guard]
-        self.nested = [DeviceLoop(n.plan, inner, sdg, backend, stores, ledger)
+        self.nested = [DeviceLoop(n.plan, inner, sdg, backend, kinds)
                        for n, inner in zip(plan.nested, getattr(compiled, "nested", ()))]
         self.nested_guards = [[compile_expr(c) for c in n.guard] for n in plan.nested]
         self.deferred = [(s, backend.kernel(step.node.op)) for s, step in enumerate(plan.steps)
@@ -104,7 +120,8 @@ class DeviceLoop:
         self.indexes = [[compile_expr(src.index) if src.index is not None else None for src in step.inputs]
                         for step in plan.steps]
         self.writer = {(step.node.id, j): k for k, step in enumerate(plan.steps) for j in range(len(step.node.shapes))}
-        self.rows = {key: _row_major(plan.steps[self.writer[key]].execute.point, var) for key in plan.written_back}
+        self.rows = {key: kinds[key] == "block" and _row_major(plan.steps[self.writer[key]].execute.point, var)
+                     for key in plan.written_back}  # written back as rows of one block where they can be
         self.sliced = {id(src): _row_major(src.index.args, var) for step in plan.steps for src in step.inputs
                        if src.kind == GATHERED}  # read as one slice of a block store where it can be
         self.free_points = [(compile_expr(seq(*free.point)), [compile_expr(c) for c in guard]) for free, guard in
@@ -119,50 +136,81 @@ class DeviceLoop:
         self.invariant = [{f"{s}.{k}" for s, step in enumerate(n.plan.steps) for k, src in enumerate(step.inputs)
                            if src.kind == GATHERED and not uses(src.index, var)} for n in plan.nested]
         self.nested_rows = {key: k for k, n in enumerate(plan.nested) for key in n.plan.written_back}
+        self.reads = self._read_keys()  # the stores a launch reads, in the order of Launch.reads
+        self.freed = self._freed_keys()  # the point stores a launch frees points of, in the order of Launch.frees
+        self.order = {key: k for k, key in enumerate(self.reads)}
         self.check = None  # the EndCheck of the loop's dim, where it ends at run time (bound per run)
+        self.lengths: dict = {}  # the rows of each block store's blocks (bound per run)
+        self.ledger = None
         self.failed: set[tuple] = set()
         self.launched: list[tuple[int, float]] = []  # (iterations, wall seconds but compiles) of each launch
         self.name = f"over {var}"  # what the ledger calls it: the generated code's name where bound with one
 
-    def bind(self, stores: dict, ledger, checks: dict | None = None, name: str | None = None) -> DeviceLoop:
-        """This loop (and its nested loops) on one run's ``stores``, ``ledger`` and end checks
-        (node -> :class:`~tempo.runtime.ends.EndCheck`), with nothing launched yet; ``name``: the
-        generated code's name of it (``D0``), which the memory report gives its buffers."""
+    def _read_keys(self) -> list[tuple[int, int]]:
+        keys = [src.key for step in self.plan.steps for src in step.inputs if src.kind in (CLOSED, GATHERED)]
+        keys += [key for key in self.plan.carried if key in self.plan.written_back and key not in self.nested_rows]
+        keys += [key for nested in self.nested for key in nested.reads]
+        return list(dict.fromkeys(keys))
+
+    def _freed_keys(self) -> list[tuple[int, int]]:
+        keys = [(free.node_id, j) for free, _ in self.plan.frees
+                for j in free.freed(len(self.sdg.nodes[free.node_id].shapes))]
+        keys = [key for key in keys if self.kinds[key] == "point"] + [key for n in self.nested for key in n.freed]
+        return list(dict.fromkeys(keys))
+
+    def bind(self, ledger, checks: dict | None = None, lengths: dict | None = None,
+             name: str | None = None) -> DeviceLoop:
+        """This loop (and its nested loops) on one run's ``ledger``, end checks (node ->
+        :class:`~tempo.runtime.ends.EndCheck`) and block lengths (tensor -> rows of each block of its
+        block store), with nothing launched yet; ``name``: the generated code's name of it (``D0``),
+        which the memory report gives its buffers."""
         run = copy.copy(self)
-        run.stores, run.ledger, run.name = stores, ledger, name or self.name
+        run.ledger, run.lengths, run.name = ledger, lengths or {}, name or self.name
         run.check = None if self.plan.end is None else checks[self.plan.steps[self.plan.end].node.id]
-        run.nested = [nested.bind(stores, ledger, checks) for nested in self.nested]
+        run.nested = [nested.bind(ledger, checks, lengths) for nested in self.nested]
         run.schedules, run.failed, run.launched = {}, set(), []
         return run
 
-    def __call__(self, env: dict) -> bool:
+    def launches(self, env: dict) -> Launches:
+        """The launches of the loop at the bounds and enclosing counters ``env`` (see :class:`Launches`)."""
+        return Launches(self, env)
+
+    def _launches(self, env: dict, out: Launches):
+        """Each launch, prepared just before it (one again where a slice it reads is not one view);
+        ``out.ran`` is set where the device ran the whole loop."""
         if self.plan.end is not None:
-            return self._run_to_end(env)
+            ran = yield from self._run_to_end(env)
+            out.ran = ran
+            return
         counters, runs, sels = self._schedule(env)
         if not counters:
-            return True
+            out.ran = True
+            return
         if not self.plan.nested:
-            prepared = self._prepared(env, counters, runs, sels, True, len(counters))
-            return prepared is not None and self._launch(prepared, None) is not None
+            launch = yield from self._attempt(lambda unsliced: self._prepared(
+                env, counters, runs, sels, None, len(counters), unsliced))
+            out.ran = launch is not None
+            return
         if not self._rows_covered(env, counters, runs):
-            return False
+            return
         rows = max(1, min(self.chunk, len(counters) - 1))
         parts = [slice(0, 1)] + [slice(k, k + rows) for k in range(1, len(counters), rows)]
         ring = None
         for part in parts:  # the first iteration alone (its report comes early), then chunks of `rows`
-            prepared = self._prepared(env, counters[part], [r[part] for r in runs],
-                                      [None if x is None else x[part] for x in sels], ring is None, rows)
-            ring = None if prepared is None else self._launch(prepared, ring)
-            if ring is None:
+            launch = yield from self._attempt(lambda unsliced: self._prepared(
+                env, counters[part], [r[part] for r in runs], [None if x is None else x[part] for x in sels],
+                ring, rows, unsliced))
+            if launch is None:
                 if part.start:
                     raise TempoError(f"the device loop over {self.var} cannot run its iterations from "
                                      f"{counters[part.start]} on as it ran the first")
-                return False
-        return True
+                return
+            ring = launch.ring
+        out.ran = True
 
-    def _run_to_end(self, env: dict) -> bool:
+    def _run_to_end(self, env: dict):
         """Chunks of the check's ``k`` steps until the flag holds or the loop's last step (see the
-        module docstring); False where the first chunk cannot run on the device."""
+        module docstring); whether they ran (False where the first cannot run on the device)."""
         every = self.check.chunk()
         rows, ring, ran, reads, last = None, None, 0, 0, None
         for counters in self._counters(env, every):
@@ -171,21 +219,35 @@ class DeviceLoop:
             rows = rows or len(counters)  # a loop shorter than k compiles its own length
             runs, sels = self._runs(env, counters)
             covered = not self.plan.nested or self._rows_covered(env, counters, runs)
-            prepared = self._prepared(env, counters, runs, sels, ring is None, rows) if covered else None
-            done = None if prepared is None else self._launch(prepared, ring, ending=True)
-            if done is None:
+            launch = None
+            if covered:
+                launch = yield from self._attempt(lambda unsliced: self._prepared(
+                    env, counters, runs, sels, ring, rows, unsliced, ending=True))
+            if launch is None:
                 if ran:
                     raise TempoError(f"the device loop over {self.var} cannot run its steps from "
                                      f"{counters[0]} on as it ran the first")
                 return False
-            ring, kept, ended = done
-            ran, reads, last = ran + kept, reads + 1, counters[kept - 1]
-            if ended:
+            ring, ran, reads, last = launch.ring, ran + len(launch.envs), reads + 1, launch.envs[-1][self.var]
+            if launch.ended:
                 break
         if last is not None:
             outer = self.points[self.plan.end](dict(env, **{self.var: last}))[:-1]
             self.check.ended(outer, last + 1, ran, reads, rows)
         return True
+
+    def _attempt(self, prepare):
+        """Yield the launch ``prepare`` makes (again, reading row by row what it could not read as one
+        view, until it reads all it needs); the launch that ran, or None (nothing changed)."""
+        unsliced: set[int] = set()
+        while True:
+            launch = prepare(unsliced)
+            if launch is None:
+                return None
+            yield launch
+            if not launch.again:
+                return launch if launch.ran else None
+            unsliced |= launch.again
 
     def compile_seconds(self) -> float:
         """The wall seconds the backend spent compiling this loop ahead of its launches (0 where it
@@ -197,62 +259,97 @@ class DeviceLoop:
         """How many iterations the loop runs with the bounds and enclosing counters ``env``."""
         return len(self._schedule(env)[0])
 
-    def _prepared(self, env: dict, counters: list, runs, sels, initial: bool, rows: int):
-        """What one launch over ``counters`` needs (in a program of ``rows`` iterations: a loop with
-        nested loops runs fewer in it), with the seconds that took; None where it cannot run."""
+    def _prepared(self, env: dict, counters: list, runs, sels, ring, rows: int, unsliced: set,
+                  ending: bool = False) -> Launch | None:
+        """One launch over ``counters`` from the carry ``ring`` (None: its own initial carry), in a
+        program of ``rows`` iterations (a loop with nested loops runs fewer in it); None where it
+        cannot run."""
         started = time.perf_counter()
         envs = [dict(env, **{self.var: c}) for c in counters]
-        prepared = self._prepare(env, envs, runs, sels, initial=initial)
+        reads = Reads(self.order, unsliced)
+        prepared = self._prepare(env, envs, runs, sels, reads, initial=ring is None)
         if prepared is None:
             return None
         (_, keys), closed, xs, ring0 = prepared
         key = (rows, keys)
-        return None if key in self.failed else (key, envs, runs, closed, xs, ring0, time.perf_counter() - started)
-
-    def _launch(self, prepared, ring, ending: bool = False):
-        """One prepared launch, from ``ring`` (None: its own initial carry): the final carry, or None
-        (nothing changed) where it cannot run. ``ending``: the loop holds its dim's end check; the
-        answer is then the final carry, how many of the launch's steps ran (up to and including
-        the first whose flag holds), the only ones written back, and whether a flag held."""
-        key, envs, runs, closed, xs, ring0, seconds = prepared
-        started, compiled = time.perf_counter(), self.compile_seconds()
+        if key in self.failed:
+            return None
         if ending:
             xs = dict(xs, end=runs[self.plan.end])
-        nested = [closed[f"n{k}"] for k in range(len(self.plan.nested))]
-        holding = [self._hold("carry", (ring0 if ring is None else ring, [n["r"] for n in nested])),
-                   self._hold("inputs", (xs, [n["g"] for n in nested]))]
-        try:
-            ring, ys = self.compiled(key, len(envs), closed, xs, ring0 if ring is None else ring)
-        except Exception:  # noqa: BLE001  the loop statement by statement says what failed, at its user's line
-            self._release(holding)
-            self.failed.add(key)
-            return None
-        holding.append(self._hold("rows", ys))
-        if ending:  # the chunk's flags, read on the host at once
-            held = np.flatnonzero(self.backend.to_numpy(ys[-1]))
-            kept, ended = (int(held[0]) + 1, True) if held.size else (len(envs), False)
-            envs, runs = envs[:kept], [r[:kept] for r in runs]
-            ys = [_first_rows(y, kept) for y in ys[:-1]]
-        written = len(self.plan.written_back)
-        self._write_back(ys[:written], envs, runs)
-        self._release(holding)
-        self._call_deferred(ys[written:], envs, runs)
-        self._free(envs)
-        for nested, guards in zip(self.nested, self.nested_guards):
-            for e in envs:
-                if all(g(e) for g in guards):
-                    inner, _, _ = nested._schedule(e)
-                    nested._free([dict(e, **{nested.var: c}) for c in inner])
-        self.ledger.launches += 1
-        self.launched.append((len(envs), seconds + time.perf_counter() - started - self.compile_seconds() + compiled))
-        return (ring, len(envs), ended) if ending else ring
+        return Launch(self, key, envs, runs, (closed, xs, ring0 if ring is None else ring), reads.indices,
+                      time.perf_counter() - started, ending, ring is None)
 
-    def _hold(self, what: str, values) -> tuple[str, int]:
+    def __call__(self, launch: Launch, values: list[list]) -> list | None:
+        """Run ``launch`` with the values read for it (``values[k]``: those of the store
+        ``self.reads[k]`` at ``launch.reads[k]``, None where it held none): the rows to write back,
+        one array per tensor of ``plan.written_back``; None (nothing changed) where the launch cannot
+        run or reads again. With ``launch.ending`` (the loop holds its dim's end check), only the
+        launch's steps up to and including the first whose flag holds are written back."""
+        launch.started, launch.compiled = time.perf_counter(), self.compile_seconds()
+        try:
+            closed, xs, ring0 = _resolve(launch.inputs, values)
+        except _Unsliced as err:
+            launch.again = err.args[0]
+            return None
+        nested = [closed[f"n{k}"] for k in range(len(self.plan.nested))]
+        try:
+            self._hold(launch, "carry", (ring0, [n["r"] for n in nested]))
+            self._hold(launch, "inputs", (xs, [n["g"] for n in nested]))
+            try:
+                ring, ys = self.compiled(launch.key, len(launch.envs), closed, xs, ring0)
+            except Exception:  # noqa: BLE001  the loop statement by statement says what failed, at its user's line
+                self._release(launch.holding)
+                self.failed.add(launch.key)
+                return None
+            self._hold(launch, "rows", ys)
+            if launch.ending:  # the chunk's flags, read on the host at once
+                held = np.flatnonzero(self.backend.to_numpy(ys[-1]))
+                kept, launch.ended = (int(held[0]) + 1, True) if held.size else (len(launch.envs), False)
+                launch.envs, launch.runs = launch.envs[:kept], [r[:kept] for r in launch.runs]
+                ys = [_first_rows(y, kept) for y in ys[:-1]]
+            written = len(self.plan.written_back)
+            self._write_back_fits(ys[:written])
+        except BudgetExceeded as over:
+            self._release(launch.holding)
+            if not launch.first:
+                raise
+            self.failed.add(launch.key)
+            warnings.warn(f"device loop {self.name} (the loop over {loop_dim(self.sdg, self.plan.loop)}) would take the device tier to "
+                          f"{over.live} bytes, over its budget of {over.budget}: the loop runs statement by "
+                          f"statement instead", stacklevel=2)
+            return None
+        launch.ring, launch.ran = ring, True
+        launch.kept = ys[written:]
+        return ys[:written]
+
+    def done(self, launch: Launch) -> None:
+        """After ``launch``'s rows are written back and its points freed: its buffers leave the
+        ledger, and its sinks and checkpoints are called."""
+        self._release(launch.holding)
+        self._call_deferred(launch.kept, launch.envs, launch.runs)
+        ended = time.perf_counter()
+        self.launched.append((len(launch.envs), launch.seconds + ended - launch.started
+                              - self.compile_seconds() + launch.compiled))
+
+    def _hold(self, launch: Launch, what: str, values) -> None:
         """Account the device bytes of ``values`` (a launch's carry, inputs or returned rows) in the
-        ledger as ``device loop <name> <what>``, until :meth:`_release`."""
-        held = (f"device loop {self.name} {what}", _nbytes(values))
-        self.ledger.add(*held)
-        return held
+        ledger as ``device loop <name> <what>``, until :meth:`_release` (not where that goes over
+        the device budget: :class:`~tempo.runtime.memory.BudgetExceeded` is raised)."""
+        name, nbytes = f"device loop {self.name} {what}", _nbytes(values)
+        try:
+            self.ledger.add(name, nbytes)
+        except BudgetExceeded:
+            self.ledger.add(name, -nbytes)
+            raise
+        launch.holding.append((name, nbytes))
+
+    def _write_back_fits(self, rows: list) -> None:
+        """Raise :class:`~tempo.runtime.memory.BudgetExceeded` where writing ``rows`` back, each
+        counted as new bytes of its store, would go over the device budget beside the launch's buffers."""
+        budget = self.ledger.budget
+        live = self.ledger.live["device"] + _nbytes(rows)
+        if budget is not None and live > budget:
+            raise BudgetExceeded(budget, live, {k: v for k, v in self.ledger.by_store.items() if v > 0})
 
     def _release(self, holding: list[tuple[str, int]]) -> None:
         for name, nbytes in holding:
@@ -311,10 +408,11 @@ class DeviceLoop:
                                  dtype=np.int32))
         return runs, sels
 
-    def _prepare(self, env: dict, envs: list[dict], runs, sels, provided=frozenset(), initial: bool = True):
-        """The compiled loop's static key, its inputs, per-iteration values and initial carry
-        (``provided``: the names of closed inputs the enclosing loop's program computes; ``initial``:
-        False where the carry comes from the previous launch)."""
+    def _prepare(self, env: dict, envs: list[dict], runs, sels, reads: Reads, provided=frozenset(),
+                 initial: bool = True):
+        """The compiled loop's static key, its inputs, per-iteration values and initial carry, what
+        they take from stores asked of ``reads`` (``provided``: the names of closed inputs the enclosing
+        loop's program computes; ``initial``: False where the carry comes from the previous launch)."""
         closed, gathered, sel_xs, arg_xs, keys = {}, {}, {}, {}, []
         for s, step in enumerate(self.plan.steps):
             ran = runs[s]
@@ -323,10 +421,10 @@ class DeviceLoop:
                 if src.kind in (CLOSED, GATHERED) and f"{s}.{k}" in provided:
                     continue
                 if src.kind == CLOSED:
-                    closed[f"{s}.{k}"] = (self._read(src, self.indexes[s][k](env)) if wanted.any()
+                    closed[f"{s}.{k}"] = (reads.slot(src.key, self.indexes[s][k](env)) if wanted.any()
                                           else self._zeros(src.edge, env))
                 elif src.kind == GATHERED:
-                    gathered[f"{s}.{k}"] = self._gather(src, self.indexes[s][k], envs, wanted, env)
+                    gathered[f"{s}.{k}"] = self._gather(src, self.indexes[s][k], envs, wanted, env, reads)
             if sels[s] is not None and len(step.inputs) > 1:
                 sel_xs[str(s)] = sels[s]
             first = int(np.argmax(ran)) if ran.any() else 0
@@ -345,7 +443,7 @@ class DeviceLoop:
                     return None
                 keys.append(forms.pop())
                 arg_xs[str(s)] = {name: np.stack(values) for name, values in leaves.items()}
-        ring0 = {f"{n}_{j}": tuple(self._initial(n, j, env, envs[0], back) for back in range(1, depth + 1))
+        ring0 = {f"{n}_{j}": tuple(self._initial(n, j, env, envs[0], back, reads) for back in range(1, depth + 1))
                  for (n, j), depth in self.plan.carried.items()} if initial else None
         xs = {"sel": sel_xs, "g": gathered, "a": arg_xs}
         if self.row_reads:
@@ -354,14 +452,14 @@ class DeviceLoop:
                 return None
             xs["row"] = rows
         for k, nested in enumerate(self.plan.nested):
-            inner = self._prepare_nested(k, nested, envs)
+            inner = self._prepare_nested(k, nested, envs, reads)
             if inner is None:
                 return None
             keys.append(inner[0])
             closed[f"n{k}"], xs[f"n{k}"] = inner[1], inner[2]
         return (len(envs), tuple(keys)), closed, xs, ring0
 
-    def _prepare_nested(self, k: int, nested, envs: list[dict]):
+    def _prepare_nested(self, k: int, nested, envs: list[dict], reads: Reads):
         """A nested loop's static key, the inputs it reads once (its closed inputs read once by the
         enclosing loop too, its initial carry) and its per-iteration values of every enclosing iteration
         (stacked); None where the iterations differ in what compiles."""
@@ -379,7 +477,7 @@ class DeviceLoop:
             if any((wanted[n] & ~first[n]).any() for n in wanted):
                 return None  # read where the first iteration, whose values serve every one, does not
             read = provided if once is None else provided | once["c"].keys() | self.invariant[k]  # read once
-            prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, read,
+            prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, reads, read,
                                      initial=once is None)
             if prepared is None:
                 return None
@@ -410,45 +508,47 @@ class DeviceLoop:
         return out
 
     def _stack(self, trees: list):
-        """Dicts of the same keys, their leaves stacked along a new leading axis (on the host: one
-        transfer to the device at the launch)."""
+        """Dicts of the same keys, their leaves stacked along a new leading axis once read (on the
+        host: one transfer to the device at the launch)."""
         first = trees[0]
         if isinstance(first, dict):
             return {name: self._stack([t[name] for t in trees]) for name in first}
-        return np.stack([t if isinstance(t, np.ndarray) else self.backend.to_numpy(t) for t in trees])
+        return Later(self._host_stack, *trees)
+
+    def _host_stack(self, *values):
+        return np.stack([v if isinstance(v, np.ndarray) else self.backend.to_numpy(v) for v in values])
 
     def _dim_env(self, s: int, env: dict, at: dict) -> dict:
         """What a kernel of step ``s`` sees: the bounds and its point's dims."""
         point = self.points[s](at)
         return dict(env, **{d.name: p for d, p in zip(self.plan.steps[s].node.domain, point)})
 
-    def _read(self, src: Source, index):
-        return self.stores[src.key].read(index)
-
     def _zeros(self, edge: Edge, env: dict):
         shape = shape_at(self.sdg.read_shape(edge), env)
         dtype = self.sdg.nodes[edge.src].dtypes[edge.src_out]
         return self.backend.cast(np.zeros(shape, dtype), dtype)
 
-    def _gather(self, src: Source, index, envs: list[dict], wanted, env: dict):
-        store = self.stores[src.key]
-        first = index(envs[0]) if store.kind == "block" and self.sliced[id(src)] else None
+    def _gather(self, src: Source, index, envs: list[dict], wanted, env: dict, reads: Reads):
+        """The values of ``src`` at every iteration, stacked once read: consecutive rows of one block
+        as one view where they are (rows no step reads are never used), else row by row."""
+        sliced = self.kinds[src.key] == "block" and self.sliced[id(src)] and id(src) not in reads.unsliced
+        first = index(envs[0]) if sliced else None
         if first is not None and first[-1] >= 0:
-            try:  # consecutive rows of one block: one view (rows no step reads are never used)
-                return store.read(first[:-1] + (slice(first[-1], first[-1] + len(envs)),))
-            except TempoError:
-                pass
-        values = [self._read(src, index(e)) if w else None for e, w in zip(envs, wanted)]
-        filler = next((v for v in values if v is not None), None)
-        if filler is None:
-            filler = self._zeros(src.edge, env)
+            at = first[:-1] + (slice(first[-1], first[-1] + len(envs)),)
+            return Later(functools.partial(_one_view, id(src)), reads.slot(src.key, at, optional=True))
+        values = [reads.slot(src.key, index(e)) if w else None for e, w in zip(envs, wanted)]
+        zeros = None if wanted.any() else self._zeros(src.edge, env)
+        return Later(functools.partial(self._stacked, src, zeros), *values)
+
+    def _stacked(self, src: Source, zeros, *values):
+        filler = next((v for v in values if v is not None), zeros)
         values = [filler if v is None else v for v in values]
         if self.plan.nested:  # on the host: a launch's iterations vary in number, the device stack's compile with it
-            return self._stack(values)
+            return self._host_stack(*values)
         dtype = self.sdg.nodes[src.key[0]].dtypes[src.key[1]]
         return self.backend.stack(values, (len(values),), dtype)
 
-    def _initial(self, n: int, j: int, env: dict, first: dict, back: int):
+    def _initial(self, n: int, j: int, env: dict, first: dict, back: int, reads: Reads):
         """The carried value of ``back`` iterations before the first: from the store where a
         previous launch wrote it back, else zeros (no run reads it)."""
         node = self.sdg.nodes[n]
@@ -456,30 +556,31 @@ class DeviceLoop:
             rows = len(self.nested[self.nested_rows[(n, j)]]._schedule(first)[0])
             shape = (rows, *shape_at(node.shapes[j], env))
             return self.backend.cast(np.zeros(shape, node.dtypes[j]), node.dtypes[j])
-        if (n, j) in self.plan.written_back:
-            at = dict(first, **{self.var: first[self.var] - back})
-            try:
-                return self.backend.cast(self.stores[(n, j)].read(self.points[self.writer[(n, j)]](at)),
-                                         node.dtypes[j])
-            except TempoError:
-                pass
-        shape = shape_at(node.shapes[j], env)
-        return self.backend.cast(np.zeros(shape, node.dtypes[j]), node.dtypes[j])
+        zeros = self.backend.cast(np.zeros(shape_at(node.shapes[j], env), node.dtypes[j]), node.dtypes[j])
+        if (n, j) not in self.plan.written_back:
+            return zeros
+        at = dict(first, **{self.var: first[self.var] - back})
+        stored = reads.slot((n, j), self.points[self.writer[(n, j)]](at), optional=True)
+        return Later(functools.partial(self._cast_or, zeros, node.dtypes[j]), stored)
+
+    def _cast_or(self, zeros, dtype: str, value):
+        return zeros if value is None else self.backend.cast(value, dtype)
 
     # ----- after the launch -----
-    def _write_back(self, ys, envs: list[dict], runs) -> None:
-        for key, values in zip(self.plan.written_back, ys):
-            s = self.writer[key]
-            store, point = self.stores[key], self.points[s]
-            if store.kind == "block" and self.rows[key] and runs[s].all():
-                first = point(envs[0])
-                if first[-1] // store.length == (first[-1] + len(envs) - 1) // store.length:
-                    store.write_rows(first[:-1], first[-1], values)
-                    continue
-            rows = self.compiled.unstack(values)
-            for e, ran, row in zip(envs, runs[s], rows):
-                if ran:
-                    store.write(point(e), row)
+    def _block(self, key: tuple, envs: list[dict], runs) -> tuple | None:
+        """Where the rows of ``key`` a launch over ``envs`` returns go in one write, ``(outer, start)``:
+        where every iteration wrote one and they lie in one block of its block store; else None."""
+        s = self.writer[key]
+        if not self.rows[key] or not runs[s].all():
+            return None
+        first = self.points[s](envs[0])
+        length = self.lengths[key]
+        return (first[:-1], first[-1]) if first[-1] // length == (first[-1] + len(envs) - 1) // length else None
+
+    def _each(self, key: tuple, envs: list[dict], runs, values) -> list[tuple]:
+        """(point, row) of each iteration that wrote a row of ``key``."""
+        s = self.writer[key]
+        return [(self.points[s](e), row) for e, ran, row in zip(envs, runs[s], self.compiled.unstack(values)) if ran]
 
     def _call_deferred(self, kept, envs: list[dict], runs) -> None:
         """Call the loop's sinks and checkpoints at every iteration where they run, in order."""
@@ -492,15 +593,140 @@ class DeviceLoop:
         for _, s, kernel, inputs, at in sorted(calls, key=lambda c: (c[0], c[1])):
             kernel(inputs, at, tuple(at[d.name] for d in self.plan.steps[s].node.domain))
 
-    def _free(self, envs: list[dict]) -> None:
+    def _frees(self, envs: list[dict], out: dict) -> dict:
+        """Into ``out``, per point store, the points the loop (and its nested loops) frees over ``envs``."""
         for (free, _), (point, guards) in zip(self.plan.frees, self.free_points):
             outs = [j for j in free.freed(len(self.sdg.nodes[free.node_id].shapes))
-                    if self.stores[(free.node_id, j)].kind == "point"]
+                    if self.kinds[(free.node_id, j)] == "point"]
             for e in envs:
                 if all(g(e) for g in guards):
                     at = point(e)
                     for j in outs:
-                        self.stores[(free.node_id, j)].free_point(at)
+                        out.setdefault((free.node_id, j), []).append(at)
+        for nested, guards in zip(self.nested, self.nested_guards):
+            for e in envs:
+                if all(g(e) for g in guards):
+                    inner, _, _ = nested._schedule(e)
+                    nested._frees([dict(e, **{nested.var: c}) for c in inner], out)
+        return out
+
+
+class Launches:
+    """The launches of one call of a device loop, each made as the generated code reaches it;
+    ``ran``: whether the device ran the whole loop (else the generated code runs it statement by
+    statement, nothing having been written)."""
+
+    def __init__(self, loop: DeviceLoop, env: dict):
+        self.loop, self.env, self.ran = loop, env, False
+
+    def __iter__(self):
+        return self.loop._launches(self.env, self)
+
+
+class Launch:
+    """One launch of a device loop: what the host worked out before it, what it reads (``reads[k]``:
+    the indices of the loop's ``k``-th store it reads, :attr:`DeviceLoop.reads`), and, once the
+    loop ran it, where it writes its rows back (:meth:`block`, :meth:`each`) and what it frees
+    (:attr:`frees`, per store of :attr:`DeviceLoop.freed`)."""
+
+    def __init__(self, loop: DeviceLoop, key: tuple, envs: list[dict], runs: list, inputs: tuple,
+                 reads: list[list], seconds: float, ending: bool, first: bool):
+        self.loop, self.key, self.envs, self.runs, self.inputs, self.reads, self.seconds, self.ending = \
+            loop, key, envs, runs, inputs, reads, seconds, ending
+        self.first = first  # the first launch of the loop's call: where it cannot run, the host runs the loop
+        self.again: set[int] = set()  # the gathered inputs to read row by row in its next try
+        self.ran, self.ended, self.ring, self.kept, self.holding = False, False, None, [], []
+        self.started, self.compiled = 0.0, 0.0
+
+    def block(self, k: int) -> tuple | None:
+        """``(outer, start)`` where the rows of the ``k``-th tensor written back go in one write of
+        its block store, else None."""
+        return self.loop._block(self.loop.plan.written_back[k], self.envs, self.runs)
+
+    def each(self, k: int, values) -> list[tuple]:
+        """The (point, row) pairs of ``values``, the rows of the ``k``-th tensor written back."""
+        return self.loop._each(self.loop.plan.written_back[k], self.envs, self.runs, values)
+
+    @property
+    def frees(self) -> list[list]:
+        """Per store of :attr:`DeviceLoop.freed`, the points the launch frees."""
+        out = self.loop._frees(self.envs, {})
+        return [out.get(key, []) for key in self.loop.freed]
+
+
+class Reads:
+    """What one launch reads from stores, asked for as its inputs are prepared: ``indices[k]``, the
+    indices of the store ``k`` of ``order`` (tensor -> position); ``unsliced``: the gathered inputs
+    read row by row."""
+
+    def __init__(self, order: dict, unsliced: set):
+        self.order, self.unsliced = order, unsliced
+        self.indices: list[list] = [[] for _ in order]
+
+    def slot(self, key: tuple, index: tuple, optional: bool = False) -> Slot:
+        """The value of tensor ``key`` at ``index`` once read (``optional``: None where its store
+        holds none, else an error)."""
+        k = self.order[key]
+        self.indices[k].append(index)
+        return Slot(k, len(self.indices[k]) - 1, optional, key, index)
+
+
+class Slot:
+    """A value read for a launch: the ``at``-th read of its ``store``-th store."""
+
+    __slots__ = ("store", "at", "optional", "key", "index")
+
+    def __init__(self, store: int, at: int, optional: bool, key: tuple, index: tuple):
+        self.store, self.at, self.optional, self.key, self.index = store, at, optional, key, index
+
+
+class Later:
+    """A value computed from read values once they are read: ``fn`` of ``args`` resolved."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, *args):
+        self.fn, self.args = fn, args
+
+
+class _Unsliced(Exception):
+    """A gathered input's rows are not one view of a block: read them row by row (its ``id``)."""
+
+
+def held(store, indices: list) -> list:
+    """The values of ``store`` at each of ``indices``, None where it holds none (a device loop's reads:
+    its inputs, its gathered rows, the carry a previous launch wrote back)."""
+    values = []
+    for index in indices:
+        try:
+            values.append(store.read(index))
+        except TempoError:
+            values.append(None)
+    return values
+
+
+def _resolve(tree, values: list[list]):
+    """``tree`` (dicts, tuples and lists of arrays, :class:`Slot` and :class:`Later`) with its slots
+    the values read."""
+    if isinstance(tree, Slot):
+        value = values[tree.store][tree.at]
+        if value is None and not tree.optional:
+            raise TempoError(f"internal error: tensor {tree.key} read at {tree.index} before it was computed")
+        return value
+    if isinstance(tree, Later):
+        return tree.fn(*(_resolve(a, values) for a in tree.args))
+    if isinstance(tree, dict):
+        return {k: _resolve(v, values) for k, v in tree.items()}
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_resolve(v, values) for v in tree)
+    return tree
+
+
+def _one_view(src: int, value):
+    if value is None:
+        raise _Unsliced({src})
+    return value
+
 
 
 def _nbytes(values) -> int:

@@ -40,7 +40,7 @@ from tempo.ir.sdg import SDG, Node
 from tempo.plan import ExecutionPlan, build
 from tempo.runtime.backends.base import Backend, StepFailed
 from tempo.runtime.codegen import Generator
-from tempo.runtime.device_loops import DeviceLoop
+from tempo.runtime.device_loops import DeviceLoop, held
 from tempo.runtime.ends import EndCheck
 from tempo.runtime.memory import BudgetExceeded, Ledger
 from tempo.runtime.profile import Profiler, kind_of
@@ -64,10 +64,11 @@ class Runnable:
                                 bound_of(node.domain[-1]).name if node.domain else None,
                                 bool(node.domain) and node.domain[-1] in ending, (n, j) in plan.swapped)
                        for n, node in sdg.nodes.items() for j in range(len(node.shapes))}
-        self.loops = [DeviceLoop(planned, compiled, sdg, backend) for planned in plan.loops
+        kinds = plan.kinds(sdg)
+        self.loops = [DeviceLoop(planned, compiled, sdg, backend, kinds) for planned in plan.loops
                       if (compiled := backend.device_loop(planned, sdg)) is not None]
-        names = {id(loop.plan.loop): f"D{k}" for k, loop in enumerate(self.loops)}
-        generator = Generator(sdg, plan.kinds(sdg), plan.main_loop, sorted(bound_names), names,
+        names = {id(loop.plan.loop): (f"D{k}", loop) for k, loop in enumerate(self.loops)}
+        generator = Generator(sdg, kinds, plan.main_loop, sorted(bound_names), names,
                               profiled=plan.main_loop if profiled else None, evictions=plan.evictions)
         self.source = generator.source(program)
         self.code = compile(self.source, "<tempo program>", "exec")
@@ -141,9 +142,10 @@ class Executor:
         loops (:mod:`tempo.runtime.device_loops`) and the runnable's kernels."""
         backend = self.backend
         namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
-                     "inf": math.inf, "fail": self._fail, "ledger": self.ledger,
+                     "inf": math.inf, "fail": self._fail, "ledger": self.ledger, "held": held,
                      "detach": backend.detach, "broadcast": backend.broadcast}
-        namespace.update({f"D{k}": loop.bind(self.stores, self.ledger, self.end_checks, f"D{k}")
+        lengths = {key: store.length for key, store in self.stores.items() if store.kind == "block"}
+        namespace.update({f"D{k}": loop.bind(self.ledger, self.end_checks, lengths, f"D{k}")
                           for k, loop in enumerate(runnable.loops)})
         namespace.update({f"U{n}": check for n, check in self.end_checks.items()})
         namespace.update({f"S{n}_{j}": store for (n, j), store in self.stores.items()})

@@ -167,40 +167,38 @@ class Profiler:
         return timed
 
     def device_loop(self, loop):
-        """A device loop's calls: a launch when it ran the loop (True), host work either way."""
-        add, clock = self.add, time.perf_counter
-
-        def timed(env):
-            start = clock()
-            ran = loop(env)
-            add("device loop" if ran else "host condition", clock() - start)
-            return ran
-
-        return timed
+        """A device loop whose launches count as one ``device loop`` where it ran the loop, else as a
+        ``host condition`` (its host work, its reads and writes of stores included)."""
+        return ProfiledLoop(loop, self._count_launches)
 
     def whole_loop(self, loop):
         """The device loop that runs the main loop whole: each launch (its host work, its sinks, waiting
         for its results) shared evenly among the iterations it ran."""
-        clock = time.perf_counter
+        return ProfiledLoop(loop, self._count_whole)
 
-        def timed(env):
-            self.start()
-            launches, compiled = len(loop.launched), loop.compile_seconds()
-            ran = loop(env)
-            compile_s = loop.compile_seconds() - compiled  # once per run: not an iteration's work
-            if compile_s:
-                count, seconds = self.profile.outside.get("device compile", (0, 0.0))
-                self.profile.outside["device compile"] = (count + 1, seconds + compile_s)
-            if not ran:
-                self.add("host condition", clock() - self.started - compile_s)
-                return False
-            for trips, seconds in loop.launched[launches:]:
-                self.profile.iterations += [{"device loop": (1 / trips, seconds / trips)} for _ in range(trips)]
-                self.profile.wall += [seconds / trips] * trips
-            self.current = {}
-            return True
+    def _count_launches(self, launches):
+        start, outer = time.perf_counter(), self.current
+        self.current = {}  # the launches' reads and writes of stores are the device loop's work
+        yield from launches
+        self.current = outer
+        self.add("device loop" if launches.ran else "host condition", time.perf_counter() - start)
 
-        return timed
+    def _count_whole(self, launches):
+        loop = launches.loop
+        self.start()
+        count, compiled = len(loop.launched), loop.compile_seconds()
+        yield from launches
+        compile_s = loop.compile_seconds() - compiled  # once per run: not an iteration's work
+        if compile_s:
+            calls, seconds = self.profile.outside.get("device compile", (0, 0.0))
+            self.profile.outside["device compile"] = (calls + 1, seconds + compile_s)
+        self.current = {}
+        if not launches.ran:
+            self.add("host condition", time.perf_counter() - self.started - compile_s)
+            return
+        for trips, seconds in loop.launched[count:]:
+            self.profile.iterations += [{"device loop": (1 / trips, seconds / trips)} for _ in range(trips)]
+            self.profile.wall += [seconds / trips] * trips
 
     def store(self, store):
         return ProfiledStore(store, self)
@@ -219,3 +217,34 @@ class ProfiledStore:
 
     def __getattr__(self, name):
         return getattr(self.store, name)
+
+
+class ProfiledLoop:
+    """A device loop whose launches a :class:`Profiler` counts (``count``: a generator over the
+    launches that counts them)."""
+
+    def __init__(self, loop, count):
+        self.loop, self.count = loop, count
+
+    def launches(self, env: dict):
+        return ProfiledLaunches(self.loop.launches(env), self.count)
+
+    def __call__(self, launch, values):
+        return self.loop(launch, values)
+
+    def __getattr__(self, name):
+        return getattr(self.loop, name)
+
+
+class ProfiledLaunches:
+    """A device loop's launches, counted as they go (``ran``: the loop's)."""
+
+    def __init__(self, launches, count):
+        self.launches, self.count = launches, count
+
+    @property
+    def ran(self) -> bool:
+        return self.launches.ran
+
+    def __iter__(self):
+        return self.count(self.launches)

@@ -72,3 +72,52 @@ def test_a_launch_reading_a_window_store_is_written_inline_and_keeps_copies():
         want.append(np.mean(xs[max(0, step - 3):step + 1], axis=0))
         xs.append(xs[step] * 0.5 + want[-1])
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_a_device_loop_launch_is_written_as_a_kernel_launch_and_only_the_generated_code_touches_stores(
+        monkeypatch):
+    """The generated code shows a device loop's store reads, its one call and its writes, and every
+    read, write and free of a store during the run comes from the generated code: the runtime has
+    no second path that reads inputs, calls and writes outputs."""
+    pytest.importorskip("jax")
+    import sys
+
+    from tempo.runtime import stores
+
+    callers = []
+
+    def recorded(method):
+        def call(self, *args):
+            frame = sys._getframe(1)
+            while frame.f_code.co_name == "held" or frame.f_code.co_filename == stores.__file__:
+                frame = frame.f_back
+            callers.append((method.__name__, frame.f_code.co_filename))
+            return method(self, *args)
+        return call
+
+    for cls in (stores.PointStore, stores.BlockStore, stores.WindowStore):
+        for name in ("read", "write", "write_rows", "free_point"):
+            if name in vars(cls):
+                monkeypatch.setattr(cls, name, recorded(vars(cls)[name]))
+    xs = np.random.default_rng(1).normal(size=(10, 3)).astype(np.float32)
+    with tpo.Context() as ctx:
+        (t, T), = ctx.dims("t")
+        x = tpo.placeholder((3,), "float32", dims=(t,))
+        x[t] = tpo.from_numpy(xs, dims=(t,)).tanh()
+        s = tpo.placeholder((3,), "float32", dims=(t,))
+        s[0] = tpo.full((3,), 1.0, "float32")
+        s[t] = s[t - 1] * 0.5 + x[t]
+        program = ctx.compile([s], backend="jax")
+    (got,) = program.run({T: 10})
+    want = [np.ones(3, np.float32)]
+    for row in np.tanh(xs[1:]):
+        want.append(want[-1] * 0.5 + row)
+    np.testing.assert_allclose(got, np.stack(want), rtol=1e-5)
+    code = program.code
+    launch = code[code.index("L0 = D0.launches("):code.index("if not L0.ran:")]
+    assert "i = [held(S" in launch and "o = D0(l, i)" in launch and "D0.done(l)" in launch
+    assert ".write(x, v)" in launch or ".write_rows(w[0], w[1], o[0])" in launch
+    assert "ledger.launches += 1" in launch
+    assert "device loop D0 rows" in program.ledger.by_store  # the loop over t ran as a device launch
+    assert callers and {where for _, where in callers} == {"<tempo program>"}, set(callers)
+    assert {"read", "write"} <= {name for name, _ in callers}

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tempo as tpo
+from tempo.errors import TempoError
 from tests.runtime.test_whole_run import B_, reinforce
 
 pytest.importorskip("jax")
@@ -13,15 +14,15 @@ pytest.importorskip("jax")
 N, T_ = 5000, 8  # a recurrent state of N float32, T steps
 
 
-def recurrent(backend: str):
+def recurrent(backend: str, budget: int | None = None):
     """``s[t + 1] = tanh(s[t] / 2) + 1``: on JAX the loop over t is one device launch, ``s[t]`` its carry."""
     with tpo.Context() as ctx:
         (t, T), = ctx.dims("t")
         s = tpo.placeholder((N,), "float32", dims=(t,))
         s[0] = tpo.from_numpy(np.ones(N, np.float32))
         s[t + 1] = (s[t] * 0.5).tanh() + 1.0
-        program = ctx.compile([s[T - 1].sum()], backend=backend)
-    program.run({T: T_})
+        program = ctx.compile([s[T - 1].sum()], backend=backend, memory={"device_budget": budget} if budget else {})
+    program.values = program.run({T: T_})
     return program
 
 
@@ -39,6 +40,20 @@ def test_a_recurrent_loop_counts_its_carry_and_rows_beside_the_stores():
     assert not device_loop_bytes(device.by_store)        # all let go after the write-back
     assert device.live["device"] == host.live["device"]
     assert not any(name.startswith("device loop") for name in host.by_store)   # NumPy runs host loops
+
+
+def test_a_device_loop_over_the_device_budget_runs_on_the_host_with_a_warning_naming_it():
+    host, device = recurrent("numpy"), recurrent("jax")
+    budget = (host.ledger.peak["device"] + device.ledger.peak["device"]) // 2  # the host loop fits, the launch not
+    with pytest.warns(UserWarning, match=r"device loop D0 \(the loop over t\) would take the device tier to "
+                                         rf"{device.ledger.peak['device']} bytes, over its budget of {budget}"):
+        fallen = recurrent("jax", budget)
+    assert fallen.values[0] == pytest.approx(host.values[0], rel=1e-6)
+    assert fallen.ledger.peak["device"] <= budget
+    assert not device_loop_bytes(fallen.ledger.by_store)                    # the launch let go of its buffers
+    assert fallen.ledger.launches > device.ledger.launches                  # step by step on the host
+    with pytest.raises(TempoError, match="device budget"), pytest.warns(UserWarning):  # below the host loop's
+        recurrent("jax", host.ledger.peak["device"] // 2)
 
 
 def test_the_whole_run_reports_its_parameters_and_optimizer_state_at_the_peak(tmp_path):

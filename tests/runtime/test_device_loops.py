@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tempo as tpo
-from tempo.runtime import device_loops
+from tempo.runtime import device_loops, executor
 from tempo.runtime.backends import base
 from tempo.runtime.executor import Executor
 
@@ -87,21 +87,21 @@ def test_ppo_acting_loop_is_one_launch_and_matches_numpy():
     fields = dict(iterations=3, epochs=2, batch=16, steps=30, env="tempo/Synthetic-v0", impl="tensor",
                   obs_shape="3,4,4", hidden=16)
     calls = []
-    original = device_loops.DeviceLoop.__call__
+    original = device_loops.DeviceLoop.launches
 
     def counted(self, env):
-        ran = original(self, env)
-        calls.append((self.plan.loop.var, ran))
-        return ran
+        launches = original(self, env)
+        calls.append(launches)
+        return launches
 
     expected = module.main(module.Args(backend="numpy", **fields))["returns"]
-    device_loops.DeviceLoop.__call__ = counted
+    device_loops.DeviceLoop.launches = counted
     try:
         got = module.main(module.Args(backend="jax", **fields))["returns"]
     finally:
-        device_loops.DeviceLoop.__call__ = original
+        device_loops.DeviceLoop.launches = original
     assert got == pytest.approx(expected, rel=1e-4)
-    assert calls and all(ran for _, ran in calls)
+    assert calls and all(launches.ran for launches in calls)
     assert len(calls) == 3  # one acting loop per batch of episodes
 
 
@@ -126,7 +126,7 @@ def test_generated_source_calls_the_device_loop_first():
         s[t + 1] = (s[t] + 1.0).tanh() * 2.0
         program = ctx.compile([s], passes={"fuse": False})
     executor = Executor(program.sdg, program.ast, base.get_backend("jax"), {"T": 5}, keep={n for n, _ in program.fetch})
-    assert "if not D0({" in executor.source
+    assert "L0 = D0.launches({" in executor.source and "o = D0(l, i)" in executor.source
     numpy_executor = Executor(program.sdg, program.ast, base.get_backend("numpy"), {"T": 5},
                               keep={n for n, _ in program.fetch})
     assert "D0" not in numpy_executor.source
@@ -179,9 +179,9 @@ def test_a_row_read_from_the_second_step_on_is_gathered_as_one_view(monkeypatch)
     row by row (the first row is read, and never used)."""
     xs = np.random.default_rng(1).normal(size=(10, 3)).astype(np.float32)
     row_reads = []
-    read = device_loops.DeviceLoop._read
-    monkeypatch.setattr(device_loops.DeviceLoop, "_read",
-                        lambda self, src, index: row_reads.append(src.key) or read(self, src, index))
+    held = executor.held
+    monkeypatch.setattr(executor, "held",
+                        lambda store, indices: row_reads.extend([store.name] * len(indices)) or held(store, indices))
 
     def build():
         with tpo.Context() as ctx:
