@@ -33,7 +33,7 @@ ROWS = 128  # rows per product in a product of rows by one matrix
 def sum_along(x: np.ndarray, axis: int) -> np.ndarray:
     """``x`` summed along ``axis`` in index order, from +0 (keeping the axis, of size 1)."""
     y = np.moveaxis(np.asarray(x), axis, 0)
-    flat = y.reshape(len(y), int(np.prod(y.shape[1:])))  # a C-ordered copy where the move left rows apart
+    flat = np.ascontiguousarray(y.reshape(len(y), int(np.prod(y.shape[1:]))))  # rows one after another in memory
     if len(y) == 0:
         out = np.zeros(flat.shape[1:], flat.dtype)
     elif flat.shape[1] == 1:  # one value per row: NumPy's reduce would sum it pairwise
