@@ -71,6 +71,14 @@ def ordered_discounted_sum(x: np.ndarray, gamma: float, axis: int) -> np.ndarray
     return np.squeeze(sum_along(terms, 0), axis=0)
 
 
+def _dense(x: np.ndarray) -> np.ndarray:
+    """``x`` laid out in C order with the strides of a fresh array: NumPy's ``matmul`` picks its
+    BLAS call (and so how it groups terms) by the operands' strides, those of size-1 axes included."""
+    x = np.asarray(x)
+    canonical = np.empty(0, x.dtype).itemsize * np.cumprod((x.shape[1:] + (1,))[::-1])[::-1]
+    return x if tuple(canonical) == x.strides else np.array(x, order="C")
+
+
 def _chunked(x: np.ndarray, size: int) -> np.ndarray:
     """``x`` with its first axis padded with zeros to a multiple of ``size`` and split into
     ``(chunks, size, ...)``."""
@@ -103,7 +111,7 @@ def _contract_chunks(a: np.ndarray, b: np.ndarray, m: int, n: int) -> np.ndarray
     chunks, inner = len(a), int(np.prod(b.shape[1:-1]))
     rows = np.moveaxis(a, -2, 1).reshape(chunks, m, inner)  # (chunks, m, STEPS * rest * k)
     cols = b.reshape(chunks, inner, n)                       # (chunks, STEPS * rest * k, n)
-    return np.matmul(rows, cols)
+    return np.matmul(_dense(rows), _dense(cols))
 
 
 def ordered_matmul(a: np.ndarray, b: np.ndarray, rows: tuple[int, ...], inner: bool) -> np.ndarray:
@@ -119,17 +127,17 @@ def ordered_matmul(a: np.ndarray, b: np.ndarray, rows: tuple[int, ...], inner: b
 def _rows_in_blocks(a: np.ndarray, b: np.ndarray, rows: tuple[int, ...]) -> np.ndarray:
     """``a @ b`` for one matrix ``b``: every leading axis of ``a`` holds rows; the step axes
     ``rows`` go first, then blocks of :data:`ROWS` rows, one product each."""
-    lead = a.ndim - 1
+    lead, b = a.ndim - 1, _dense(b)
     front = list(rows) + [k for k in range(lead) if k not in rows]
     moved = np.transpose(a, front + [lead])
     outer = len(rows) - 1  # step axes before the last one: rows of each point of them on their own
     shape = moved.shape
     flat = moved.reshape((int(np.prod(shape[:outer])), -1, shape[-1]))
     if b.ndim == 1:
-        parts = [np.matmul(_chunked(p, ROWS), b).reshape(-1)[:len(p)] for p in flat]
+        parts = [np.matmul(_dense(_chunked(p, ROWS)), b).reshape(-1)[:len(p)] for p in flat]
         out_shape = shape[:-1]
     else:
-        parts = [np.matmul(_chunked(p, ROWS), b).reshape(-1, b.shape[-1])[:len(p)] for p in flat]
+        parts = [np.matmul(_dense(_chunked(p, ROWS)), b).reshape(-1, b.shape[-1])[:len(p)] for p in flat]
         out_shape = shape[:-1] + (b.shape[-1],)
     out = np.stack(parts).reshape(out_shape) if parts else np.zeros(out_shape, np.result_type(a, b))
     back = np.argsort(front).tolist()
@@ -140,7 +148,7 @@ def _each_in_row_blocks(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """A stack of products whose row axis holds steps: each product's rows in blocks of :data:`ROWS`."""
     m = a.shape[-2]
     blocks = np.moveaxis(_chunked(np.moveaxis(a, -2, 0), ROWS), (0, 1), (-3, -2))  # (..., chunks, ROWS, k)
-    out = np.matmul(blocks, b[..., None, :, :])
+    out = np.matmul(_dense(blocks), _dense(b)[..., None, :, :])
     return out.reshape(out.shape[:-3] + (-1,) + out.shape[-1:])[..., :m, :]
 
 
@@ -157,7 +165,7 @@ def _matmul_inner_in_order(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     batch = max(pa.ndim, pb.ndim) - 3  # the stacks' batch axes, aligned after the chunks' axis
     pa = pa.reshape(pa.shape[:1] + (1,) * (batch - pa.ndim + 3) + pa.shape[1:])
     pb = pb.reshape(pb.shape[:1] + (1,) * (batch - pb.ndim + 3) + pb.shape[1:])
-    out = ordered_sum(np.matmul(pa, pb), (0,))
+    out = ordered_sum(np.matmul(_dense(pa), _dense(pb)), (0,))
     if vector_b:
         out = out[..., 0]
     if vector_a:
