@@ -72,11 +72,26 @@ def ordered_discounted_sum(x: np.ndarray, gamma: float, axis: int) -> np.ndarray
 
 
 def _dense(x: np.ndarray) -> np.ndarray:
-    """``x`` laid out in C order with the strides of a fresh array: NumPy's ``matmul`` picks its
-    BLAS call (and so how it groups terms) by the operands' strides, those of size-1 axes included."""
+    """``x`` in C order with the strides of a fresh array (a view where it is C-contiguous already):
+    NumPy's ``matmul`` picks its BLAS call, and so how it groups terms, by the operands' strides,
+    those of size-1 axes included."""
     x = np.asarray(x)
-    canonical = np.empty(0, x.dtype).itemsize * np.cumprod((x.shape[1:] + (1,))[::-1])[::-1]
-    return x if tuple(canonical) == x.strides else np.array(x, order="C")
+    canonical = tuple(int(s) for s in x.itemsize * np.cumprod((x.shape[1:] + (1,))[::-1])[::-1])
+    if canonical == x.strides:
+        return x
+    if x.flags.c_contiguous:  # only the strides of size-1 axes differ: they are never stepped over
+        return np.lib.stride_tricks.as_strided(x, x.shape, canonical, writeable=False)
+    return np.array(x, order="C")
+
+
+def _pieces(x: np.ndarray, size: int):
+    """``x`` (C-ordered, fresh strides) in pieces of ``size`` along its first axis: views, the last
+    one a copy padded with zeros to ``size``. Each piece has a fresh array's strides."""
+    for start in range(0, len(x), size):
+        piece = x[start:start + size]
+        if len(piece) < size:
+            piece = np.concatenate([piece, np.zeros((size - len(piece),) + x.shape[1:], x.dtype)])
+        yield piece
 
 
 def _chunked(x: np.ndarray, size: int) -> np.ndarray:
@@ -95,23 +110,24 @@ def ordered_batch_contract(a: np.ndarray, b: np.ndarray, ordered: tuple[int, ...
     m, n = a.shape[-2], b.shape[-1]
     rest = [k for k in range(nb) if k not in ordered]
     order = [*ordered, *rest, nb, nb + 1]
-    a, b = np.transpose(a, order), np.transpose(b, order)
+    a, b = _dense(np.transpose(a, order)), _dense(np.transpose(b, order))
     outer = len(ordered) - 1  # step axes before the chunked one: one product per point of them
     points = int(np.prod(a.shape[:outer]))
     a = a.reshape((points,) + a.shape[outer:])
     b = b.reshape((points,) + b.shape[outer:])
-    products = [_contract_chunks(a[p], b[p], m, n) for p in range(points)]
-    return ordered_sum(np.concatenate(products), (0,)) if products else np.zeros((m, n), a.dtype)
+    total = np.zeros((m, n), np.result_type(a, b))
+    for p in range(points):
+        for piece_a, piece_b in zip(_pieces(a[p], STEPS), _pieces(b[p], STEPS)):
+            total = total + _contract(piece_a, piece_b, m, n)
+    return total
 
 
-def _contract_chunks(a: np.ndarray, b: np.ndarray, m: int, n: int) -> np.ndarray:
-    """``a`` ``(steps, *rest, m, k)``, ``b`` ``(steps, *rest, k, n)``: the ``(chunks, m, n)``
-    products of each chunk of :data:`STEPS` steps (rest and ``k`` contracted with them)."""
-    a, b = _chunked(a, STEPS), _chunked(b, STEPS)
-    chunks, inner = len(a), int(np.prod(b.shape[1:-1]))
-    rows = np.moveaxis(a, -2, 1).reshape(chunks, m, inner)  # (chunks, m, STEPS * rest * k)
-    cols = b.reshape(chunks, inner, n)                       # (chunks, STEPS * rest * k, n)
-    return np.matmul(_dense(rows), _dense(cols))
+def _contract(a: np.ndarray, b: np.ndarray, m: int, n: int) -> np.ndarray:
+    """``a`` ``(steps, *rest, m, k)``, ``b`` ``(steps, *rest, k, n)`` (fresh strides): their
+    product contracting every axis but ``m`` and ``n``, one BLAS call."""
+    k = a.shape[-1]
+    rows = a.reshape(-1, m).T if k == 1 else np.moveaxis(a, -2, 0).reshape(m, -1)  # (m, steps * rest * k)
+    return np.matmul(rows, b.reshape(-1, n))
 
 
 def ordered_matmul(a: np.ndarray, b: np.ndarray, rows: tuple[int, ...], inner: bool) -> np.ndarray:
@@ -126,20 +142,21 @@ def ordered_matmul(a: np.ndarray, b: np.ndarray, rows: tuple[int, ...], inner: b
 
 def _rows_in_blocks(a: np.ndarray, b: np.ndarray, rows: tuple[int, ...]) -> np.ndarray:
     """``a @ b`` for one matrix ``b``: every leading axis of ``a`` holds rows; the step axes
-    ``rows`` go first, then blocks of :data:`ROWS` rows, one product each."""
+    ``rows`` go first, and the rows go in blocks of whole steps, at least :data:`ROWS` rows or
+    one step's, one product each."""
     lead, b = a.ndim - 1, _dense(b)
     front = list(rows) + [k for k in range(lead) if k not in rows]
-    moved = np.transpose(a, front + [lead])
+    moved = _dense(np.transpose(a, front + [lead]))
     outer = len(rows) - 1  # step axes before the last one: rows of each point of them on their own
     shape = moved.shape
+    per_step = int(np.prod(shape[outer + 1:-1]))
+    block = per_step * max(1, -(-ROWS // max(per_step, 1)))
     flat = moved.reshape((int(np.prod(shape[:outer])), -1, shape[-1]))
-    if b.ndim == 1:
-        parts = [np.matmul(_dense(_chunked(p, ROWS)), b).reshape(-1)[:len(p)] for p in flat]
-        out_shape = shape[:-1]
-    else:
-        parts = [np.matmul(_dense(_chunked(p, ROWS)), b).reshape(-1, b.shape[-1])[:len(p)] for p in flat]
-        out_shape = shape[:-1] + (b.shape[-1],)
-    out = np.stack(parts).reshape(out_shape) if parts else np.zeros(out_shape, np.result_type(a, b))
+    out = np.empty(flat.shape[:2] + b.shape[1:], np.result_type(a, b))
+    for p, points in enumerate(flat):
+        for start, piece in zip(range(0, len(points), block), _pieces(points, block)):
+            out[p, start:start + block] = np.matmul(piece, b)[:len(points) - start]
+    out = out.reshape(shape[:-1] + b.shape[1:])
     back = np.argsort(front).tolist()
     return np.transpose(out, back + ([lead] if b.ndim > 1 else []))
 
