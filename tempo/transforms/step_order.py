@@ -8,7 +8,10 @@ but a sum over ``T[i]`` rows and the same sum over the cap's rows round
 apart when the backend groups the terms by how many there are (NumPy's
 pairwise sums, BLAS's blocking), and the runs part once that flips a sampled
 action. So this pass marks each sum, mean, discounted sum and product whose
-axes hold a loop dim's steps, and a backend that honours the marks
+axes hold a loop dim's steps up to the dim's end (a slice whose end mentions
+the dim's bound, ``x[0:T]``, ``r[t:T]``, ``r[t:min(t + 8, T)]``, or a whole
+dim that vectorization made an axis; not ``k[0:t + 1]``, whose extent does
+not depend on where the dim ends), and a backend that honours the marks
 (:mod:`tempo.runtime.backends.numpy_ordered`) adds the steps one after
 another, from zero: steps past the end that hold 0 then change nothing, and
 the ended and the padded program agree bit for bit. A dim vectorized whole
@@ -31,7 +34,7 @@ from typing import Callable
 from tempo.ir import ops
 from tempo.ir.sdg import SDG, Edge, identity_index
 from tempo.ir.shapes import normalize_axis, same_size
-from tempo.symbolic.expr import Expr
+from tempo.symbolic.expr import Expr, bound_of
 
 Axes = tuple  # one entry per axis of a value: the dim (step symbol) whose steps it holds, or None
 
@@ -78,9 +81,11 @@ def step_axes(sdg: SDG) -> dict[tuple[int, int], Axes]:
 
 
 def read_axes(sdg: SDG, e: Edge, axes: dict) -> Axes:
-    """The dims of the axes of what ``e`` reads: one per slice of its index, then the source's."""
+    """The dims of the axes of what ``e`` reads: one per slice of its index (the dim where the
+    slice runs to the dim's end: its extent then depends on where the dim ends), then the source's."""
     src = sdg.nodes[e.src]
-    sliced = tuple(d for d, item in zip(src.domain, e.index.args) if item.op == "slice")
+    sliced = tuple((d if bound_of(d) in item.args[1].free_symbols() else None)
+                   for d, item in zip(src.domain, e.index.args) if item.op == "slice")
     own = axes.get((e.src, e.src_out), (None,) * len(src.shapes[e.src_out]))
     return sliced + own
 

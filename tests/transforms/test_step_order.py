@@ -160,3 +160,23 @@ def test_without_the_pass_the_programs_part():
     ended, padded = (build(*args, dynamic, frozenset(["sum", "mean"]), passes={"step_order": False})
                      for dynamic in (True, False))
     assert not all(equal(ended, ended.run(bounds), padded.run(bounds)))
+
+
+def test_a_slice_that_grows_with_the_step_is_left_in_the_backends_order():
+    """Causal attention reads the keys ``k[0:t + 1]``: their count does not depend on where the
+    dim ends, so its softmax and its products are not marked (decoding keeps NumPy's order)."""
+    from tempo.llm import program as program_mod
+    from tempo.llm.attention import Attention
+    from tempo.llm.config import LlamaConfig
+    from tempo.llm.sampling import Sampling
+    from tempo.llm.weights import Weights
+
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                         num_kv_heads=2, head_dim=8, max_positions=128)
+    with tpo.Context() as ctx:
+        dp = program_mod.build(config, Weights.random(config, 0), np.array([[1, 2, 3, 4]]), Attention(), Sampling())
+        program = ctx.compile(fetch=[dp.tokens], passes={"fuse": False})
+    found = marks(program)
+    assert any(isinstance(op, ops.ReduceOp) and op.fn == "sum" for op in found)
+    assert not any(getattr(op, "ordered", False) or getattr(op, "ordered_rows", ()) or getattr(op, "ordered_inner", False)
+                   for op in found)
