@@ -16,9 +16,11 @@ the same way.
   zero steps, one product per chunk and per point of the other step axes,
   and adds the products in order.
 * A product of a stack of rows by one matrix (a layer applied to every step)
-  computes the rows in blocks of :data:`ROWS`, the step axes outermost, the
-  last block padded with zero rows: BLAS computes a row of a product
-  differently depending on how many rows it has.
+  computes the rows in blocks of whole steps (at least :data:`ROWS` rows, or
+  one step's), the step axes outermost, the last block padded with zero
+  rows: BLAS computes a row of a product differently depending on how many
+  rows it has. A stack of products whose row axis holds steps does the same
+  per product.
 * A product that contracts over steps multiplies chunks of :data:`STEPS`
   of them and adds the chunks' products in order.
 """
@@ -150,7 +152,7 @@ def _rows_in_blocks(a: np.ndarray, b: np.ndarray, rows: tuple[int, ...]) -> np.n
     outer = len(rows) - 1  # step axes before the last one: rows of each point of them on their own
     shape = moved.shape
     per_step = int(np.prod(shape[outer + 1:-1]))
-    block = per_step * max(1, -(-ROWS // max(per_step, 1)))
+    block = max(per_step, 1) * max(1, -(-ROWS // max(per_step, 1)))
     flat = moved.reshape((int(np.prod(shape[:outer])), -1, shape[-1]))
     out = np.empty(flat.shape[:2] + b.shape[1:], np.result_type(a, b))
     for p, points in enumerate(flat):
