@@ -4,11 +4,11 @@ Two programs train the same policy with the same seed: ``padded`` runs every
 iteration's episodes to ``--steps`` (500) and masks the steps after each episode's
 end; ``until`` (the example's ``--until``) ends iteration ``i``'s loop over ``t`` at
 ``T[i]``, the step after the batch's longest episode ends. Their returns are the
-same iteration by iteration (the steps past the end are masked out of every
-value either way) up to rounding: a sum over ``T[i]`` rows and one over 500
-rows, the same values and zeros, may round apart in the last bit, and once
-such a difference flips a sampled action the runs part (the JSON says after
-how many identical iterations). So each program is timed to its own first
+same iteration by iteration, bit for bit: the steps past the end are masked
+out of every value, and every sum and product over the steps adds them in
+step order (``tempo/transforms/step_order.py``), so the zeros the padded
+program adds change nothing (``same`` counts the identical iterations before
+the runs part, if they do). Each program is timed to its own first
 iteration where the mean return of the last ``--episodes`` episodes reaches
 ``--target``. Each run is a fresh process at one thread (NumPy/BLAS) and
 stops there (the example's sink of counts raises ``StopRun``, as
@@ -29,8 +29,7 @@ iteration that reached the target (compilation included): the least of
 ``--iterations`` caps the runs; a program that does not reach the target is
 reported over the iterations it ran. ``--seeds`` trains both programs once
 per seed (policy initialisation, actions, environments) and adds up the
-seeds' steps and seconds: where the runs part, one seed's time to the target
-is luck, the sum over seeds is not. ``--impl`` runs CartPole through
+seeds' steps and seconds. ``--impl`` runs CartPole through
 gymnasium (host code, which skips the episodes that have ended, so a padded
 step costs less than a real one) or written as tensor ops (every step costs
 the same).

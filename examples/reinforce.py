@@ -10,6 +10,9 @@ ignore those steps. With ``--until`` the loop over ``t`` ends at run time
 too, each iteration is one episode, ``T[i]`` is its length, and the program
 computes exactly the environment's steps (REINFORCE updating after every
 episode, its baseline the episode's mean return: ``--baseline episode``).
+With or without ``--until`` the training is the same, bit for bit: every sum
+over the steps adds them in step order, so the masked steps past an
+episode's end change nothing (``tempo/transforms/step_order.py``).
 
     tempo run examples/reinforce.py                 # Monte-Carlo returns
     tempo run examples/reinforce.py --nstep 8       # 8-step returns

@@ -220,3 +220,29 @@ def test_reinforce_until_resumed_run_is_bit_identical(tmp_path):
     expected, got = tpo.load_checkpoint(whole).tensors, tpo.load_checkpoint(rest).tensors
     for name in expected:
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+@pytest.mark.parametrize("impl,batch", [("tensor", 1), ("gymnasium", 3)])
+def test_reinforce_ended_and_padded_give_the_same_returns_and_weights(tmp_path, impl, batch):
+    """``--until`` (each iteration's episodes ended at run time) and the padded program (run to
+    ``--steps``, the steps past each episode's end masked) train bit-identically: every sum over
+    the steps adds them in step order (``tempo/transforms/step_order.py``)."""
+    import runpy
+
+    import numpy as np
+
+    import tempo as tpo
+
+    reinforce = runpy.run_path(str(ROOT / "examples" / "reinforce.py"), run_name="reinforce")
+    runs, weights = {}, {}
+    for until in (False, True):
+        path = str(tmp_path / f"{until}.safetensors")
+        runs[until] = reinforce["main"](reinforce["Args"](
+            impl=impl, batch=batch, iterations=8, until=until, baseline="episode", lr=0.005, lr_decay=1.0,
+            checkpoint=path, checkpoint_every=8))
+        weights[until] = tpo.load_checkpoint(path).tensors
+    assert runs[True]["returns"] == runs[False]["returns"]
+    assert sum(runs[True]["computed_steps"]) < sum(runs[False]["computed_steps"])  # the padding is gone
+    assert weights[True].keys() == weights[False].keys()
+    for name in weights[True]:
+        np.testing.assert_array_equal(weights[True][name], weights[False][name], err_msg=name)

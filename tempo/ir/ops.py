@@ -92,11 +92,16 @@ class ElementwiseOp(Op):
 
 @dataclass(frozen=True)
 class ReduceOp(Op):
-    """``sum``, ``mean``, ``max`` or ``min`` over ``axes``."""
+    """``sum``, ``mean``, ``max`` or ``min`` over ``axes``.
+
+    ``ordered``: a reduced axis holds the steps of a dim the program loops over, and a sum or a
+    mean adds along each reduced axis in index order (see :mod:`tempo.transforms.step_order`).
+    """
 
     fn: str
     axes: tuple[int, ...]
     keepdims: bool = False
+    ordered: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,10 +111,12 @@ class CumSumOp(Op):
 
 @dataclass(frozen=True)
 class DiscountedSumOp(Op):
-    """``sum_k gamma**k x[k]`` along ``axis`` (the axis is removed)."""
+    """``sum_k gamma**k x[k]`` along ``axis`` (the axis is removed); ``ordered``: the terms are
+    added in index order (the axis holds a loop dim's steps, see :mod:`tempo.transforms.step_order`)."""
 
     gamma: float
     axis: int
+    ordered: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,13 +151,28 @@ class LinearScanOp(Op):
 
 @dataclass(frozen=True)
 class MatMulOp(Op):
-    pass
+    """``a @ b`` (NumPy's ``matmul``).
+
+    ``ordered_rows``: axes of ``a`` (its batch axes or its row axis, non-negative) that hold the
+    steps of a dim the program loops over: each row of the product is computed the same way
+    however many rows the product has. ``ordered_inner``: the contracted axis holds such steps,
+    added in index order (see :mod:`tempo.transforms.step_order`).
+    """
+
+    ordered_rows: tuple[int, ...] = ()
+    ordered_inner: bool = False
 
 
 @dataclass(frozen=True)
 class BatchContractOp(Op):
     """``sum over the batch axes of a @ b``: ``(*batch, m, k), (*batch, k, n) -> (m, n)``, one
-    product contracting the batch axes with ``k``. Made by the contraction pass, never by user code."""
+    product contracting the batch axes with ``k``. Made by the contraction pass, never by user code.
+
+    ``ordered``: the batch axes that hold the steps of a dim the program loops over, added in
+    index order (see :mod:`tempo.transforms.step_order`).
+    """
+
+    ordered: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

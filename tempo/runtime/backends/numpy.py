@@ -15,6 +15,8 @@ from tempo.ir import ops
 from tempo.runtime import counter_rng
 from tempo.runtime.backends.base import Backend, Kernel, along
 from tempo.runtime.backends.numpy_fused import cast, compile_island
+from tempo.runtime.backends.numpy_ordered import (ordered_batch_contract, ordered_discounted_sum, ordered_matmul,
+                                                  ordered_mean, ordered_sum)
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import bound_of, seq
 
@@ -45,6 +47,8 @@ ELEMENTWISE = {
 REDUCERS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
 REDUCTIONS = {"sum": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
 """The ufunc reductions ``np.sum``, ``np.max`` and ``np.min`` run, called without their Python wrapper."""
+ORDERED = {"sum": ordered_sum, "mean": ordered_mean}
+"""A sum or mean whose ``ReduceOp`` is ``ordered``: each axis added in index order (:mod:`.numpy_ordered`)."""
 
 
 @kernel_for(ops.ConstOp)
@@ -125,6 +129,9 @@ def _linear_scan(op: ops.LinearScanOp) -> Kernel:
 
 @kernel_for(ops.DiscountedSumOp)
 def _discounted_sum(op: ops.DiscountedSumOp) -> Kernel:
+    if op.ordered:
+        return lambda inputs, env, point: (ordered_discounted_sum(inputs[0], op.gamma, op.axis),)
+
     def run(inputs, env, point):
         x = np.moveaxis(inputs[0], op.axis, 0)
         weights = op.gamma ** np.arange(x.shape[0], dtype=np.float64)
@@ -225,7 +232,8 @@ def _unsqueeze(x, axis: int) -> np.ndarray:
 
 # Ops whose kernel is one NumPy call on the inputs and the op's static fields.
 SIMPLE: dict[type, Callable] = {
-    ops.BatchContractOp: lambda op, xs: _batch_contract(xs[0], xs[1]),
+    ops.BatchContractOp: lambda op, xs: (ordered_batch_contract(xs[0], xs[1], op.ordered) if op.ordered
+                                         else _batch_contract(xs[0], xs[1])),
     ops.PermuteOp: lambda op, xs: _permute(xs[0], op.axes),
     ops.CatOp: lambda op, xs: np.concatenate(xs, axis=op.axis),
     ops.IdentOp: lambda op, xs: xs[0],
@@ -246,9 +254,12 @@ for _op_type in SIMPLE:
 # Ops whose kernel is one function of the inputs alone, the op's fields bound: a fused island calls it directly.
 CALLS: dict[type, Callable[[ops.Op], Callable]] = {
     ops.ElementwiseOp: lambda op: ELEMENTWISE[op.fn],
-    ops.ReduceOp: lambda op: functools.partial(REDUCTIONS.get(op.fn, REDUCERS[op.fn]), axis=op.axes,
-                                               keepdims=op.keepdims),
-    ops.MatMulOp: lambda op: _matmul,
+    ops.ReduceOp: lambda op: (functools.partial(ORDERED[op.fn], axes=op.axes, keepdims=op.keepdims)
+                              if op.ordered and op.fn in ORDERED else
+                              functools.partial(REDUCTIONS.get(op.fn, REDUCERS[op.fn]), axis=op.axes,
+                                                keepdims=op.keepdims)),
+    ops.MatMulOp: lambda op: (functools.partial(ordered_matmul, rows=op.ordered_rows, inner=op.ordered_inner)
+                              if op.ordered_rows or op.ordered_inner else _matmul),
     ops.UnsqueezeOp: lambda op: functools.partial(_unsqueeze, axis=op.axis),
     ops.SqueezeOp: lambda op: functools.partial(np.squeeze, axis=op.axis),
     ops.CumSumOp: lambda op: functools.partial(np.cumsum, axis=op.axis),
