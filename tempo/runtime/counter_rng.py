@@ -96,7 +96,10 @@ class Lattice:
         first = next((k for k, axis in enumerate(self.axes) if axis is None), len(self.axes))
         self.folded, self.rest = first, [(axis, (offset + GOLDEN) & _MASK)
                                          for axis, offset in zip(self.axes[first:], self.offsets[first:])]
+        self.split = max((k for k, (axis, _) in enumerate(self.rest) if axis is None), default=0)  # the last one's
+        self.head = sum(axis is None for axis, _ in self.rest[:self.split])  # point coordinates before the last one
         self._grids: dict[tuple, tuple] = {}
+        self._heads: dict[tuple, tuple] = {}  # (which, lead) -> (head coordinates, keys after them, columns left)
         self._counters: dict[int, list[int]] = {}
 
     def __call__(self, point: Sequence[int], lead: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
@@ -122,17 +125,34 @@ class Lattice:
         return coords
 
     def _bits(self, which: int, point: Sequence[int], lead: tuple[int, ...], count: int) -> list[int]:
-        keys, columns = self._grid(which, lead)
-        point, column = iter(point), iter(columns)
-        for axis, offset in self.rest:
+        keys, rest, columns = self._after_head(which, point, lead)
+        point = iter(point[self.head:])
+        for axis, offset in rest:
             if axis is None:
                 c = (int(next(point)) + offset) & _MASK
                 keys = [mix_int(k ^ c) for k in keys]
             else:
-                keys = [mix_int(k ^ c) for k, c in zip(keys, next(column))]
+                keys = [mix_int(k ^ c) for k, c in zip(keys, next(columns))]
         counters = self._counters.get(count) or self._counters.setdefault(
             count, [(n * GOLDEN) & _MASK for n in range(1, count + 1)])
         return [mix_int((k + n) & _MASK) for k in keys for n in counters]
+
+    def _after_head(self, which: int, point: Sequence[int], lead: tuple[int, ...]):
+        """The keys mixed with the coordinates before the point's last one (kept while they stay the
+        same: a loop over the last dim mixes them once), the axes left to mix, and their columns."""
+        head = tuple(point[:self.head])
+        found = self._heads.get((which, lead))
+        if found is None or found[0] != head:
+            keys, columns = self._grid(which, lead)
+            coords, column = iter(head), iter(columns)
+            for axis, offset in self.rest[:self.split]:
+                if axis is None:
+                    c = (int(next(coords)) + offset) & _MASK
+                    keys = [mix_int(k ^ c) for k in keys]
+                else:
+                    keys = [mix_int(k ^ c) for k, c in zip(keys, next(column))]
+            found = self._heads[(which, lead)] = head, keys, list(column)
+        return found[1], self.rest[self.split:], iter(found[2])
 
     def _grid(self, which: int, lead: tuple[int, ...]) -> tuple[list[int], list[list[int]]]:
         """The keys after the leading axes' coordinates, and the later axes' coordinates plus the golden
