@@ -378,6 +378,8 @@ class BlockStore(_BufferStore):
 
     def free_below(self, axis: int, live) -> None:
         """Drop the blocks whose points along ``axis`` all lie below ``live``."""
+        if not self.blocks:  # the common case after each update of a learner: nothing held
+            return
         for key in [key for key in self.blocks
                     if (key[axis] < live if axis < len(key) - 1 else (key[-1] + 1) * self.length <= live)]:
             self._drop(key)
