@@ -146,4 +146,16 @@ def test_lattice_numbers_do_not_depend_on_the_order_of_its_points(axes, offsets,
         coords = [next(rest) + offset if axis is None else
                   offset + np.arange(lead[axis]).reshape([lead[axis] if k == axis else 1 for k in range(len(lead))])
                   for axis, offset in zip(axes, offsets)]
-        np.testing.assert_array_equal(lattice(point, lead, (2,)), counter_rng.uniform(5, coords, (2,), "float32"))
+        got = lattice(point, lead, (2,))
+        assert got.shape == lead + (2,) and got.dtype == np.float32
+        np.testing.assert_array_equal(got, counter_rng.uniform(5, coords, (2,), "float32"))
+    assert lattice._run is not None  # the walks along the last coordinate read numbers drawn ahead
+
+
+def test_a_walk_along_the_last_coordinate_reads_runs_drawn_ahead_with_the_same_numbers():
+    lattice = counter_rng.Lattice("uniform", 9, "float32", (0, None, None), (0, 2, -3))
+    for i in (0, 16):
+        for t in range(3 * counter_rng.AHEAD + 5):
+            want = counter_rng.uniform(9, [np.arange(4), i + 2, t - 3], (), "float32")
+            np.testing.assert_array_equal(lattice((i, t), (4,), ()), want)
+        assert lattice._run[2:4] == ((i,), 3 * counter_rng.AHEAD + 1)  # runs follow each other from t = 1
