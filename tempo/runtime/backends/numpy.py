@@ -188,10 +188,11 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     (512, 250, 64) @ (64, 64) takes about 30x longer than the same numbers
     as one (128000, 64) @ (64, 64) (numpy 2.4, this 2-core machine).
     """
-    if b.ndim == 2 and a.ndim > 2:
-        return _matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
-    if a.ndim == 2 and b.ndim == 2 and a.shape[1] == 1 and a.dtype in OUTER_DTYPES and b.dtype == a.dtype:
-        return _outer(a, b)
+    if b.ndim == 2:
+        if a.ndim > 2:
+            return _matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+        if a.ndim == 2 and a.shape[1] == 1 and a.dtype in OUTER_DTYPES and b.dtype == a.dtype:
+            return _outer(a, b)
     return np.matmul(a, b)
 
 
