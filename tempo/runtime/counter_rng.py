@@ -74,6 +74,7 @@ DISTRIBUTIONS = {"uniform": uniform, "normal": normal}
 
 
 SMALL = 64  # numbers drawn at most: mixed in Python ints, where a few small NumPy calls cost more than the arithmetic
+AHEAD = 64  # points of a small uniform draw's last coordinate drawn at once where a loop walks it in order
 
 
 class Lattice:
@@ -86,7 +87,10 @@ class Lattice:
     keys folded with the leading axes' indices up to the first point
     coordinate, and the later axes' coordinates, are computed once per
     leading shape; a small draw then costs a few mixes per number in Python
-    ints and one array built at the end.
+    ints and one array built at the end. A loop that walks the last point
+    coordinate in order (an acting step's action sample, at ``t = 0, 1,
+    ...``) reads small uniform draws from runs of :data:`AHEAD` points drawn
+    as one large draw: the same numbers, at a fifteenth of the cost per point.
     """
 
     def __init__(self, dist: str, stream: int, dtype: str, axes: Sequence[int | None], offsets: Sequence[int]):
@@ -96,8 +100,14 @@ class Lattice:
         first = next((k for k, axis in enumerate(self.axes) if axis is None), len(self.axes))
         self.folded, self.rest = first, [(axis, (offset + GOLDEN) & _MASK)
                                          for axis, offset in zip(self.axes[first:], self.offsets[first:])]
+        self.split = max((k for k, (axis, _) in enumerate(self.rest) if axis is None), default=0)  # the last one's
+        self.head = sum(axis is None for axis, _ in self.rest[:self.split])  # point coordinates before the last one
         self._grids: dict[tuple, tuple] = {}
+        self._heads: dict[tuple, tuple] = {}  # (which, lead) -> (head coordinates, keys after them, columns left)
         self._counters: dict[int, list[int]] = {}
+        self.last_point = max((k for k, axis in enumerate(self.axes) if axis is None), default=None)
+        self._previous: tuple | None = None  # (lead, shape, head, last coordinate) of the last small uniform draw
+        self._run: tuple | None = None  # (lead, shape, head, first coordinate, numbers) drawn ahead
 
     def __call__(self, point: Sequence[int], lead: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
         """The numbers at ``point`` (one int per point coordinate, in order), shaped ``lead + shape``."""
@@ -105,10 +115,30 @@ class Lattice:
         if math.prod(lead) * count > SMALL:
             return DISTRIBUTIONS[self.dist](self.stream, self._coords(point, lead), shape, self.dtype)
         if self.dist == "uniform":
+            if self.last_point is not None:
+                ahead = self._ahead(point, lead, tuple(shape))
+                if ahead is not None:
+                    return ahead
             return self._uniform(self._bits(0, point, lead, count), lead + tuple(shape))
         u1 = 1.0 - self._uniform64(self._bits(0, point, lead, count), lead + tuple(shape))
         u2 = self._uniform64(self._bits(1, point, lead, count), lead + tuple(shape))
         return (np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)).astype(self.dtype)
+
+    def _ahead(self, point: Sequence[int], lead: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray | None:
+        """The numbers at ``point`` from a run of :data:`AHEAD` points along its last coordinate, drawn at once
+        (as one large draw) when a loop walks that coordinate in order: the call after one at the
+        coordinate before it starts a run. None where there is no run to read."""
+        head, last = tuple(point[:-1]), int(point[-1])
+        run = self._run
+        if run is not None and run[0] == lead and run[1] == shape and run[2] == head and 0 <= last - run[3] < AHEAD:
+            return run[4][last - run[3]].copy()
+        previous, self._previous = self._previous, (lead, shape, head, last)
+        if previous != (lead, shape, head, last - 1) and (run is None or run[:4] != (lead, shape, head, last - AHEAD)):
+            return None
+        coords = self._coords(point, lead)
+        coords[self.last_point] = coords[self.last_point] + np.arange(AHEAD).reshape((AHEAD,) + (1,) * len(lead))
+        self._run = lead, shape, head, last, uniform(self.stream, coords, shape, self.dtype)
+        return self._run[4][0].copy()
 
     def _coords(self, point: Sequence[int], lead: tuple[int, ...]) -> list:
         rest, coords = iter(point), []
@@ -122,17 +152,34 @@ class Lattice:
         return coords
 
     def _bits(self, which: int, point: Sequence[int], lead: tuple[int, ...], count: int) -> list[int]:
-        keys, columns = self._grid(which, lead)
-        point, column = iter(point), iter(columns)
-        for axis, offset in self.rest:
+        keys, rest, columns = self._after_head(which, point, lead)
+        point = iter(point[self.head:])
+        for axis, offset in rest:
             if axis is None:
                 c = (int(next(point)) + offset) & _MASK
                 keys = [mix_int(k ^ c) for k in keys]
             else:
-                keys = [mix_int(k ^ c) for k, c in zip(keys, next(column))]
+                keys = [mix_int(k ^ c) for k, c in zip(keys, next(columns))]
         counters = self._counters.get(count) or self._counters.setdefault(
             count, [(n * GOLDEN) & _MASK for n in range(1, count + 1)])
         return [mix_int((k + n) & _MASK) for k in keys for n in counters]
+
+    def _after_head(self, which: int, point: Sequence[int], lead: tuple[int, ...]):
+        """The keys mixed with the coordinates before the point's last one (kept while they stay the
+        same: a loop over the last dim mixes them once), the axes left to mix, and their columns."""
+        head = tuple(point[:self.head])
+        found = self._heads.get((which, lead))
+        if found is None or found[0] != head:
+            keys, columns = self._grid(which, lead)
+            coords, column = iter(head), iter(columns)
+            for axis, offset in self.rest[:self.split]:
+                if axis is None:
+                    c = (int(next(coords)) + offset) & _MASK
+                    keys = [mix_int(k ^ c) for k in keys]
+                else:
+                    keys = [mix_int(k ^ c) for k, c in zip(keys, next(column))]
+            found = self._heads[(which, lead)] = head, keys, list(column)
+        return found[1], self.rest[self.split:], iter(found[2])
 
     def _grid(self, which: int, lead: tuple[int, ...]) -> tuple[list[int], list[list[int]]]:
         """The keys after the leading axes' coordinates, and the later axes' coordinates plus the golden

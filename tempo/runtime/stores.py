@@ -170,6 +170,7 @@ class _BufferStore:
         self.name, self.backend, self.dtype, self.row_shape = name, backend, dtype, tuple(row_shape)
         self.ledger = ledger or Ledger()
         self.row_nbytes = math.prod(self.row_shape) * np.dtype(dtype).itemsize
+        self._write_into, self._view = backend.write_into, backend.view  # bound once: called per row
 
     def _allocate(self, rows: int):
         buffer = self.backend.empty_rows(rows, self.row_shape, self.dtype, self.axis)
@@ -240,11 +241,12 @@ class BlockStore(_BufferStore):
             self._check_shape(point, value)
         block, row = divmod(point[-1], self.length)
         key = point[:-1] + (block,)
-        buffer = self.blocks.get(key)
-        if buffer is None or row >= self.rows[key]:
-            buffer = self._block(key, row + 1)
-        self.blocks[key] = self.backend.write_into(buffer, row, value)
-        self.written[key][row] = 1
+        written = self.written.get(key)
+        if written is None or row >= self.rows[key]:
+            self._block(key, row + 1)
+            written = self.written[key]
+        self.blocks[key] = self._write_into(self.blocks[key], row, value)
+        written[row] = 1
         if self.tier == "host":
             self._on_device(key, row, row + 1)
 
@@ -295,6 +297,18 @@ class BlockStore(_BufferStore):
 
     def read(self, index: tuple):
         """A row or a view of rows; of a swapped tensor, only rows on the device."""
+        last = index[-1]
+        if last.__class__ is int and self.tier == "device":  # a point (the common read): its row, directly
+            outer = index[:-1]
+            for i in outer:
+                if i.__class__ is slice:
+                    return self._gather(index)
+            block, row = divmod(last, self.length)
+            key = outer + (block,)
+            written = self.written.get(key)
+            if written is None or not written[row]:
+                raise self._unwritten(index)
+            return self._view(self.blocks[key], row)
         value = self._gather(index)
         if self.tier == "host":
             for key, start, stop in self._spans(index):
@@ -364,6 +378,8 @@ class BlockStore(_BufferStore):
 
     def free_below(self, axis: int, live) -> None:
         """Drop the blocks whose points along ``axis`` all lie below ``live``."""
+        if not self.blocks:  # the common case after each update of a learner: nothing held
+            return
         for key in [key for key in self.blocks
                     if (key[axis] < live if axis < len(key) - 1 else (key[-1] + 1) * self.length <= live)]:
             self._drop(key)

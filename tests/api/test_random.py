@@ -1,6 +1,8 @@
 """tpo.random: counter-based random tensors are a pure function of (seed, stream, point)."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -131,3 +133,29 @@ def test_lattice_gives_the_numbers_of_its_coordinates(monkeypatch, small, dist, 
         got = lattice(point, lead, shape)
         assert got.dtype == np.dtype(dtype) and got.shape == lead + shape
         np.testing.assert_array_equal(got, want.reshape(lead + shape))
+
+
+@pytest.mark.parametrize("axes, offsets, lead", [((0, None, None), (0, 0, 0), (4,)), ((None, 1, None, 0), (0, 2, -4, 1), (3, 2)),
+                                                 ((None, None, None), (1, 2, 3), ())])
+def test_lattice_numbers_do_not_depend_on_the_order_of_its_points(axes, offsets, lead):
+    points = list(itertools.product(range(3), repeat=axes.count(None)))
+    order = points + points[::-1] + [points[k] for k in np.random.default_rng(0).permutation(len(points))]
+    lattice = counter_rng.Lattice("uniform", 5, "float32", axes, offsets)
+    for point in order:  # a loop over the last coordinate, then back, then jumping between points
+        rest = iter(point)
+        coords = [next(rest) + offset if axis is None else
+                  offset + np.arange(lead[axis]).reshape([lead[axis] if k == axis else 1 for k in range(len(lead))])
+                  for axis, offset in zip(axes, offsets)]
+        got = lattice(point, lead, (2,))
+        assert got.shape == lead + (2,) and got.dtype == np.float32
+        np.testing.assert_array_equal(got, counter_rng.uniform(5, coords, (2,), "float32"))
+    assert lattice._run is not None  # the walks along the last coordinate read numbers drawn ahead
+
+
+def test_a_walk_along_the_last_coordinate_reads_runs_drawn_ahead_with_the_same_numbers():
+    lattice = counter_rng.Lattice("uniform", 9, "float32", (0, None, None), (0, 2, -3))
+    for i in (0, 16):
+        for t in range(3 * counter_rng.AHEAD + 5):
+            want = counter_rng.uniform(9, [np.arange(4), i + 2, t - 3], (), "float32")
+            np.testing.assert_array_equal(lattice((i, t), (4,), ()), want)
+        assert lattice._run[2:4] == ((i,), 3 * counter_rng.AHEAD + 1)  # runs follow each other from t = 1

@@ -16,6 +16,20 @@ def test_matmul_matches_numpy(a_shape, b_shape):
     np.testing.assert_allclose(_matmul(np.asfortranarray(a), np.asfortranarray(b)), np.matmul(a, b), rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("a_shape", [(128, 1), (5, 7, 1)])
+def test_a_column_times_a_row_is_numpy_s_product_bit_for_bit(dtype, a_shape):
+    with np.errstate(all="ignore"):  # overflow and underflow are part of what is compared
+        special = np.array([0.0, -0.0, 1e-40, -1e-40, 1e-30, -1e-30, 3e38, -3e38, np.inf, -np.inf, np.nan, 1.0], dtype)
+        a = (RNG.normal(size=a_shape) * 10.0 ** RNG.integers(-30, 30, size=a_shape)).astype(dtype)
+        b = RNG.normal(size=(1, 64)).astype(dtype)
+        a.reshape(-1)[RNG.integers(0, a.size, 12)] = special
+        b[0, RNG.integers(0, 64, 12)] = special
+        got, want = _matmul(a, b), np.matmul(a, b)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()  # the same bits: -0 against +0, NaN payloads, underflow to zero
+
+
 @pytest.mark.parametrize("a_shape, b_shape", [((3, 4, 5, 2), (3, 4, 2, 6)), ((2, 5, 1), (2, 1, 3)),
                                               ((3, 4, 6, 1), (3, 4, 1, 7))])
 def test_batch_contract_is_the_sum_of_the_batched_products(a_shape, b_shape):

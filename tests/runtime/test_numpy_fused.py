@@ -99,3 +99,23 @@ def test_a_step_whose_output_nobody_reads_still_runs_and_fails_by_its_name():
     with pytest.raises(StepFailed) as failed:
         NumPyBackend().kernel(fused)([np.ones(3, np.float32), np.ones(2, np.float32)], {}, ())
     assert failed.value.op_name == ops.ElementwiseOp("add").name and failed.value.site == "model.py:3"
+
+
+@pytest.mark.parametrize("x_shape, before, after", [((4, 6), 1, -2), ((4, 6), -2, 1), ((2, 3, 6), 2, -2),
+                                                    ((6,), 0, -2), ((4, 6), 0, 0), ((4, 1), 1, 1)])
+def test_a_layer_on_a_batch_of_vectors_gives_its_steps_numbers_bit_for_bit(x_shape, before, after):
+    fused = island(step(ops.UnsqueezeOp(before), ((-1, 0),)), step(ops.MatMulOp(), ((0, 0), (-1, 1))),
+                   step(ops.SqueezeOp(after), ((1, 0),)), step(ops.ElementwiseOp("tanh"), ((2, 0),)),
+                   outputs=((3, 0),))
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=x_shape).astype(np.float32)
+    w = rng.normal(size=(x_shape[-1], 5)).astype(np.float32)
+    backend = NumPyBackend()
+    by_hand = x
+    for op in (ops.UnsqueezeOp(before), None, ops.SqueezeOp(after), ops.ElementwiseOp("tanh")):
+        by_hand = backend.kernel(ops.MatMulOp())([by_hand, w], {}, ())[0] if op is None else \
+            backend.kernel(op)([by_hand], {}, ())[0]
+    kernel = backend.kernel(fused)
+    got, = kernel([x, w], {}, ())
+    assert got.shape == by_hand.shape and got.tobytes() == by_hand.tobytes()
+    assert not {"f0", "f1", "k0", "k1"} & set(kernel.__globals__)  # one line: the unsqueeze and product inside it
