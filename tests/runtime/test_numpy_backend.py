@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from tempo.ir import ops
-from tempo.runtime.backends.numpy import REDUCERS, NumPyBackend, _batch_contract, _matmul, _unsqueeze
+from tempo.runtime.backends.numpy import (FEW, REDUCERS, SKINNY_FROM, NumPyBackend, _batch_contract, _matmul,
+                                          _unsqueeze)
 
 RNG = np.random.default_rng(0)
 
@@ -14,6 +15,22 @@ def test_matmul_matches_numpy(a_shape, b_shape):
     a, b = RNG.normal(size=a_shape), RNG.normal(size=b_shape)
     np.testing.assert_allclose(_matmul(a, b), np.matmul(a, b), rtol=1e-12)
     np.testing.assert_allclose(_matmul(np.asfortranarray(a), np.asfortranarray(b)), np.matmul(a, b), rtol=1e-12)
+
+
+@pytest.mark.parametrize("rows, columns", [(1, 64), (3, 64), (FEW, 96), (FEW + 1, 64)])
+@pytest.mark.parametrize("few", ["rows", "columns"])
+def test_a_stacked_product_with_few_rows_or_columns_matches_numpy(rows, columns, few):
+    """Attention's decoding-step products, (3 x S) @ (S x 64) and (S x 64) @ (64 x 3), long enough
+    to run as matrix-vector products, on views of a larger buffer as a block store holds them."""
+    long = SKINNY_FROM // columns + 5
+    store = RNG.normal(size=(2, 3, long + 7, columns)).astype(np.float32)
+    matrices = store[:, :, :long]                                     # (2, 3, long, columns), a strided view
+    if few == "rows":
+        a, b = RNG.normal(size=(2, 3, rows, long)).astype(np.float32), matrices
+    else:
+        a, b = matrices, RNG.normal(size=(2, 3, columns, rows)).astype(np.float32)
+    np.testing.assert_allclose(_matmul(a, b), np.matmul(a, b), rtol=1e-5, atol=1e-4)
+    assert _matmul(a, b).shape == np.matmul(a, b).shape
 
 
 @pytest.mark.parametrize("a_shape, b_shape", [((3, 4, 5, 2), (3, 4, 2, 6)), ((2, 5, 1), (2, 1, 3)),
