@@ -92,17 +92,47 @@ class QuantizedWeight:
     layer: object
 
 
-def linear(x: RT, w) -> RT:
-    """``x @ w``: a product of RTs, or, for a :class:`QuantizedWeight`, a host function computing
-    it from the quantised matrix (:meth:`QuantizedMatrices.matmul`)."""
-    if not isinstance(w, QuantizedWeight):
-        return F.matmul(x, w)
-    m, shape = w.matrices, [(*x.shape[:-1], w.matrices.out_features)]
+def on_host(w: QuantizedWeight, fn, inputs: list, out_features: int) -> RT:
+    """``fn(matrices, layer, *arrays)`` of ``inputs`` (..., .) as one host function, computing
+    from ``w``'s quantised matrices at its layer: float32 (..., ``out_features``)."""
+    m, shape = w.matrices, [(*inputs[0].shape[:-1], out_features)]
     label = f"{m.type_name.lower()}_matmul"
     if w.layer is None:
-        return F.udf(lambda xs: (m.matmul(xs, 0),), [x], out_shapes=shape, out_dtypes=["float32"], label=label)
-    return F.udf(lambda xs, layer: (m.matmul(xs, int(layer)),), [x, F.eval_symbol(w.layer)],
+        return F.udf(lambda *xs: (fn(m, 0, *xs),), inputs, out_shapes=shape, out_dtypes=["float32"], label=label)
+    return F.udf(lambda *xs: (fn(m, int(xs[-1]), *xs[:-1]),), [*inputs, F.eval_symbol(w.layer)],
                  out_shapes=shape, out_dtypes=["float32"], label=label)
+
+
+def host_rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """:func:`rms_norm` on NumPy arrays, in float32."""
+    return x * (np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)) ** np.float32(-0.5) * weight
+
+
+def host_silu(x: np.ndarray) -> np.ndarray:
+    """``x * sigmoid(x)`` on a NumPy array, as the NumPy backend computes it."""
+    return x * (np.float32(1.0) / (np.float32(1.0) + np.exp(-x)))
+
+
+def linear(x: RT, w, residual: RT | None = None) -> RT:
+    """``x @ w`` (plus ``residual``): a product of RTs, or, for a :class:`QuantizedWeight`, a host
+    function computing it from the quantised matrix (:meth:`QuantizedMatrices.matmul`), the
+    addition in the same function."""
+    if not isinstance(w, QuantizedWeight):
+        y = F.matmul(x, w)
+        return y if residual is None else residual + y
+    out = w.matrices.out_features
+    if residual is None:
+        return on_host(w, lambda m, layer, xs: m.matmul(xs, layer), [x], out)
+    return on_host(w, lambda m, layer, xs, rs: rs + m.matmul(xs, layer), [x, residual], out)
+
+
+def normed_linear(x: RT, norm: RT, eps: float, w) -> RT:
+    """``rms_norm(x, norm, eps) @ w``; for a :class:`QuantizedWeight`, the norm is computed in the
+    product's host function."""
+    if not isinstance(w, QuantizedWeight):
+        return linear(rms_norm(x, norm, eps), w)
+    return on_host(w, lambda m, layer, xs, ns: m.matmul(host_rms_norm(xs, ns, eps), layer), [x, norm],
+                   w.matrices.out_features)
 
 
 def layer_weights(weights: Weights, layer) -> dict:
@@ -139,8 +169,8 @@ def project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT, rotate: RT) -
     for ``x`` (..., hidden): one product for all three, rotary embeddings on the queries and keys."""
     c, lead = config, tuple(x.shape[:-1])
     heads, kv_heads = c.num_heads, c.num_kv_heads
-    xn = rms_norm(x, w["input_norm"], c.rms_norm_eps)
-    qkv = F.reshape(linear(xn, w["wqkv"]), *lead, heads + 2 * kv_heads, c.head_dim)
+    qkv = F.reshape(normed_linear(x, w["input_norm"], c.rms_norm_eps, w["wqkv"]), *lead, heads + 2 * kv_heads,
+                    c.head_dim)
     keep = (slice(None),) * len(lead)
     qk = rotary(qkv.spatial[keep + (slice(0, heads + kv_heads),)], cos, sin, rotate)
     q = qk.spatial[keep + (slice(0, heads),)]
@@ -151,15 +181,21 @@ def project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT, rotate: RT) -
 
 def finish(config: LlamaConfig, w: dict, x: RT, mixed: RT) -> RT:
     """The rest of a layer after attention: ``mixed`` (..., heads * head_dim) projected and added
-    to ``x``, then the SwiGLU MLP."""
-    x = x + linear(mixed, w["wo"])
-    xn = rms_norm(x, w["post_norm"], config.rms_norm_eps)
-    if "w_gate_up" in w:
-        both, keep, size = linear(xn, w["w_gate_up"]), (slice(None),) * (len(x.shape) - 1), config.intermediate_size
-        gate, up = both.spatial[keep + (slice(0, size),)], both.spatial[keep + (slice(size, 2 * size),)]
+    to ``x``, then the SwiGLU MLP. With the gate and up matrices kept quantised as one, its norm,
+    product and ``silu(gate) * up`` are one host function; each quantised product's residual
+    addition is in its host function too (:func:`linear`)."""
+    x = linear(mixed, w["wo"], residual=x)
+    eps, size = config.rms_norm_eps, config.intermediate_size
+    if isinstance(w.get("w_gate_up"), QuantizedWeight):
+        def gated(m, layer, xs, ns):
+            both = m.matmul(host_rms_norm(xs, ns, eps), layer)
+            return host_silu(both[..., :size]) * both[..., size:]
+
+        hidden = on_host(w["w_gate_up"], gated, [x, w["post_norm"]], size)
     else:
-        gate, up = linear(xn, w["w_gate"]), linear(xn, w["w_up"])
-    return x + linear(silu(gate) * up, w["w_down"])
+        xn = rms_norm(x, w["post_norm"], eps)
+        hidden = silu(linear(xn, w["w_gate"])) * linear(xn, w["w_up"])
+    return linear(hidden, w["w_down"], residual=x)
 
 
 PREFILL_CHUNK = 256  # query rows of the prompt's attention computed at once
