@@ -93,13 +93,12 @@ class QuantizedWeight:
 
 
 def on_host(w: QuantizedWeight, fn, inputs: list, out_features: int) -> RT:
-    """``fn(matrices, layer, *arrays)`` of ``inputs`` (..., .) as one host function, computing
-    from ``w``'s quantised matrices at its layer: float32 (..., ``out_features``)."""
-    m, shape = w.matrices, [(*inputs[0].shape[:-1], out_features)]
-    label = f"{m.type_name.lower()}_matmul"
+    """``fn(layer, *arrays)`` of ``inputs`` (..., .) as one host function computing from quantised
+    matrices at ``w``'s layer (0 for a matrix of no layer): float32 (..., ``out_features``)."""
+    shape, label = [(*inputs[0].shape[:-1], out_features)], f"{w.matrices.type_name.lower()}_matmul"
     if w.layer is None:
-        return F.udf(lambda *xs: (fn(m, 0, *xs),), inputs, out_shapes=shape, out_dtypes=["float32"], label=label)
-    return F.udf(lambda *xs: (fn(m, int(xs[-1]), *xs[:-1]),), [*inputs, F.eval_symbol(w.layer)],
+        return F.udf(lambda *xs: (fn(0, *xs),), inputs, out_shapes=shape, out_dtypes=["float32"], label=label)
+    return F.udf(lambda *xs: (fn(int(xs[-1]), *xs[:-1]),), [*inputs, F.eval_symbol(w.layer)],
                  out_shapes=shape, out_dtypes=["float32"], label=label)
 
 
@@ -120,10 +119,10 @@ def linear(x: RT, w, residual: RT | None = None) -> RT:
     if not isinstance(w, QuantizedWeight):
         y = F.matmul(x, w)
         return y if residual is None else residual + y
-    out = w.matrices.out_features
+    m = w.matrices
     if residual is None:
-        return on_host(w, lambda m, layer, xs: m.matmul(xs, layer), [x], out)
-    return on_host(w, lambda m, layer, xs, rs: rs + m.matmul(xs, layer), [x, residual], out)
+        return on_host(w, lambda layer, xs: m.matmul(xs, layer), [x], m.out_features)
+    return on_host(w, lambda layer, xs, rs: rs + m.matmul(xs, layer), [x, residual], m.out_features)
 
 
 def normed_linear(x: RT, norm: RT, eps: float, w) -> RT:
@@ -131,8 +130,8 @@ def normed_linear(x: RT, norm: RT, eps: float, w) -> RT:
     product's host function."""
     if not isinstance(w, QuantizedWeight):
         return linear(rms_norm(x, norm, eps), w)
-    return on_host(w, lambda m, layer, xs, ns: m.matmul(host_rms_norm(xs, ns, eps), layer), [x, norm],
-                   w.matrices.out_features)
+    m = w.matrices
+    return on_host(w, lambda layer, xs, ns: m.matmul(host_rms_norm(xs, ns, eps), layer), [x, norm], m.out_features)
 
 
 def layer_weights(weights: Weights, layer) -> dict:
@@ -181,21 +180,26 @@ def project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT, rotate: RT) -
 
 def finish(config: LlamaConfig, w: dict, x: RT, mixed: RT) -> RT:
     """The rest of a layer after attention: ``mixed`` (..., heads * head_dim) projected and added
-    to ``x``, then the SwiGLU MLP. With the gate and up matrices kept quantised as one, its norm,
-    product and ``silu(gate) * up`` are one host function; each quantised product's residual
-    addition is in its host function too (:func:`linear`)."""
-    x = linear(mixed, w["wo"], residual=x)
+    to ``x``, then the SwiGLU MLP. With its matrices kept quantised (the gate and up matrices as
+    one), all of it is one host function: a launch instead of eight on NumPy, the same arithmetic."""
     eps, size = config.rms_norm_eps, config.intermediate_size
-    if isinstance(w.get("w_gate_up"), QuantizedWeight):
-        def gated(m, layer, xs, ns):
-            both = m.matmul(host_rms_norm(xs, ns, eps), layer)
-            return host_silu(both[..., :size]) * both[..., size:]
+    if all(isinstance(w.get(name), QuantizedWeight) for name in ("wo", "w_gate_up", "w_down")):
+        wo, gate_up, down = (w[name].matrices for name in ("wo", "w_gate_up", "w_down"))
 
-        hidden = on_host(w["w_gate_up"], gated, [x, w["post_norm"]], size)
+        def rest(layer, ms, xs, ns):
+            xs = xs + wo.matmul(ms, layer)
+            both = gate_up.matmul(host_rms_norm(xs, ns, eps), layer)
+            return xs + down.matmul(host_silu(both[..., :size]) * both[..., size:], layer)
+
+        return on_host(w["wo"], rest, [mixed, x, w["post_norm"]], config.hidden_size)
+    x = linear(mixed, w["wo"], residual=x)
+    xn = rms_norm(x, w["post_norm"], eps)
+    if "w_gate_up" in w:
+        both, keep = linear(xn, w["w_gate_up"]), (slice(None),) * (len(x.shape) - 1)
+        gate, up = both.spatial[keep + (slice(0, size),)], both.spatial[keep + (slice(size, 2 * size),)]
     else:
-        xn = rms_norm(x, w["post_norm"], eps)
-        hidden = silu(linear(xn, w["w_gate"])) * linear(xn, w["w_up"])
-    return linear(hidden, w["w_down"], residual=x)
+        gate, up = linear(xn, w["w_gate"]), linear(xn, w["w_up"])
+    return linear(silu(gate) * up, w["w_down"], residual=x)
 
 
 PREFILL_CHUNK = 256  # query rows of the prompt's attention computed at once
