@@ -87,6 +87,14 @@ def test_a_product_refuses_inputs_of_another_size_and_layers_outside_the_stack(p
         run(np.ones((1, 64), np.float32), 2)
 
 
+@pytest.mark.parametrize("writable", [True, False])
+@pytest.mark.parametrize("shape", [(1, 64), (3, 5), (0, 64)])
+def test_the_address_passed_to_the_kernels_is_the_array_s_own(shape, writable):
+    a = np.ones(shape, np.float32)
+    a.flags.writeable = writable
+    assert quantized_module.address(a) == a.ctypes.data
+
+
 @pytest.mark.parametrize("type_name, ratio", [("Q8_0", (1 + 4 / 32) / 4), ("Q4_0", (0.5 + 4 / 32) / 4),
                                               ("Q4_1", (0.5 + 8 / 32) / 4), ("Q4_K", (0.5 + 8 / 32) / 4),
                                               ("Q6_K", (1 + 4 / 16) / 4)])
