@@ -5,6 +5,7 @@ Every other backend is checked against this one.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from typing import Callable
 
@@ -213,7 +214,7 @@ def _by_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     one decoding step, (3 x S) @ (S x 64) per key/value head, is about 1.8x faster so at S = 1,024
     (one thread), and its scores (S x 64) @ (64 x 3), run transposed, about 1.2x."""
     out = np.empty((*a.shape[:-1], b.shape[-1]), np.result_type(a, b))
-    for batch in np.ndindex(a.shape[:-2]):
+    for batch in itertools.product(*map(range, a.shape[:-2])):
         rows, matrix, result = a[batch], b[batch], out[batch]
         for i in range(rows.shape[0]):
             np.matmul(rows[i], matrix, out=result[i])
