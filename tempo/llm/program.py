@@ -127,15 +127,6 @@ def linear(x: RT, w, residual: RT | None = None) -> RT:
     return on_host(w, lambda layer, xs, rs: rs + m.matmul(xs, layer), [x, residual], m.out_features)
 
 
-def normed_linear(x: RT, norm: RT, eps: float, w) -> RT:
-    """``rms_norm(x, norm, eps) @ w``; for a :class:`QuantizedWeight`, the norm is computed in the
-    product's host function."""
-    if not isinstance(w, QuantizedWeight):
-        return linear(rms_norm(x, norm, eps), w)
-    m = w.matrices
-    return on_host(w, lambda layer, xs, ns: m.matmul(host_rms_norm(xs, ns, eps), layer), [x, norm], m.out_features)
-
-
 def layer_weights(weights: Weights, layer) -> dict:
     """The layers' weights read at ``layer``: RTs (the query, key and value matrices as one), or
     :class:`QuantizedWeight` for matrices kept quantised (the gate and up matrices as one too:
@@ -167,10 +158,14 @@ def rotary(x: RT, cos: RT, sin: RT, rotate: RT) -> RT:
 
 def project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT, rotate: RT) -> tuple[RT, RT, RT]:
     """A layer's queries (..., kv heads, groups, head_dim), keys and values (..., kv heads, head_dim)
-    for ``x`` (..., hidden): one product for all three, rotary embeddings on the queries and keys."""
+    for ``x`` (..., hidden): one product for all three, rotary embeddings on the queries and keys.
+    With the matrices kept quantised, the norm, the product and the rotations are one host function
+    (:func:`host_project`)."""
     c, lead = config, tuple(x.shape[:-1])
     heads, kv_heads = c.num_heads, c.num_kv_heads
-    qkv = F.reshape(normed_linear(x, w["input_norm"], c.rms_norm_eps, w["wqkv"]), *lead, heads + 2 * kv_heads,
+    if isinstance(w["wqkv"], QuantizedWeight):
+        return host_project(c, w, x, cos, sin)
+    qkv = F.reshape(linear(rms_norm(x, w["input_norm"], c.rms_norm_eps), w["wqkv"]), *lead, heads + 2 * kv_heads,
                     c.head_dim)
     keep = (slice(None),) * len(lead)
     qk = rotary(qkv.spatial[keep + (slice(0, heads + kv_heads),)], cos, sin, rotate)
@@ -178,6 +173,26 @@ def project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT, rotate: RT) -
     k = qk.spatial[keep + (slice(heads, heads + kv_heads),)]
     v = qkv.spatial[keep + (slice(heads + kv_heads, heads + 2 * kv_heads),)]
     return F.reshape(q, *lead, kv_heads, heads // kv_heads, c.head_dim), k, v
+
+
+def host_project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT) -> tuple[RT, RT, RT]:
+    """:func:`project` as one host function of ``x``, the norm's weights and the angles, computing
+    from the quantised query/key/value matrices: a launch instead of two on NumPy."""
+    c, lead, eps = config, tuple(x.shape[:-1]), config.rms_norm_eps
+    heads, kv_heads, head_dim, m = c.num_heads, c.num_kv_heads, c.head_dim, w["wqkv"].matrices
+    rotate = rotate_half_matrix(head_dim)
+
+    def qkv(xs, ns, cs, ss, layer):
+        y = m.matmul(host_rms_norm(xs, ns, eps), int(layer)).reshape(*xs.shape[:-1], heads + 2 * kv_heads, head_dim)
+        qk = y[..., :heads + kv_heads, :]
+        qk = qk * cs + (qk.reshape(-1, head_dim) @ rotate).reshape(qk.shape) * ss
+        q = qk[..., :heads, :].reshape(*xs.shape[:-1], kv_heads, heads // kv_heads, head_dim)
+        return q, qk[..., heads:, :], y[..., heads + kv_heads:, :]
+
+    shapes = [(*lead, kv_heads, heads // kv_heads, head_dim), (*lead, kv_heads, head_dim), (*lead, kv_heads, head_dim)]
+    q, k, v = F.udf(qkv, [x, w["input_norm"], cos, sin, F.eval_symbol(w["wqkv"].layer)], out_shapes=shapes,
+                    out_dtypes=["float32"] * 3, label=f"{m.type_name.lower()}_matmul")
+    return q, k, v
 
 
 def finish(config: LlamaConfig, w: dict, x: RT, mixed: RT) -> RT:
