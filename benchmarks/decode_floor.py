@@ -15,7 +15,8 @@ batch 1 on one thread, each system in its own process:
   host function; the rest of the step runs as torch eager kernels);
 - **tempo-q-profile**: tempo-q with the CPU time inside the quantised products
   and inside the NumPy backend's other products (attention's; the rotary one
-  where it is not in a host function) taken apart (``products_cpu_ms``, ``other_matmul_cpu_ms``; each call timed);
+  where it is not in a host function) taken apart (``products_cpu_ms``,
+  ``other_matmul_cpu_ms``; each call timed);
 - **transformers**: ``LlamaForCausalLM`` loaded from the same file (its GGUF
   loader dequantises to float32), eager, one forward per token with its cache;
 - **llama.cpp** (``llama-cpp-python``, a benchmark-only baseline, computing from
