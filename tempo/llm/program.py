@@ -177,7 +177,7 @@ def project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT, rotate: RT) -
 
 def host_project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT) -> tuple[RT, RT, RT]:
     """:func:`project` as one host function of ``x``, the norm's weights and the angles, computing
-    from the quantised query/key/value matrices: a launch instead of two on NumPy."""
+    from the quantised query/key/value matrices: one launch, the same arithmetic."""
     c, lead, eps = config, tuple(x.shape[:-1]), config.rms_norm_eps
     heads, kv_heads, head_dim, m = c.num_heads, c.num_kv_heads, c.head_dim, w["wqkv"].matrices
     rotate = rotate_half_matrix(head_dim)
@@ -198,7 +198,7 @@ def host_project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT) -> tuple
 def finish(config: LlamaConfig, w: dict, x: RT, mixed: RT) -> RT:
     """The rest of a layer after attention: ``mixed`` (..., heads * head_dim) projected and added
     to ``x``, then the SwiGLU MLP. With its matrices kept quantised (the gate and up matrices as
-    one), all of it is one host function: a launch instead of eight on NumPy, the same arithmetic."""
+    one), all of it is one host function: one launch, the same arithmetic."""
     eps, size = config.rms_norm_eps, config.intermediate_size
     if all(isinstance(w.get(name), QuantizedWeight) for name in ("wo", "w_gate_up", "w_down")):
         wo, gate_up, down = (w[name].matrices for name in ("wo", "w_gate_up", "w_down"))
