@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from tempo.ir import ops
-from tempo.runtime.backends.numpy import (FEW, REDUCERS, SKINNY_FROM, NumPyBackend, _batch_contract, _matmul,
-                                          _unsqueeze)
+from tempo.runtime.backends.numpy import (FEW, FEW_MATRICES, REDUCERS, SKINNY_FROM, NumPyBackend, _batch_contract,
+                                          _matmul, _unsqueeze)
 
 RNG = np.random.default_rng(0)
 
@@ -22,13 +22,13 @@ def test_matmul_matches_numpy(a_shape, b_shape):
 def test_a_stacked_product_with_few_rows_or_columns_matches_numpy(rows, columns, few):
     """Attention's decoding-step products, (3 x S) @ (S x 64) and (S x 64) @ (64 x 3), long enough
     to run as matrix-vector products, on views of a larger buffer as a block store holds them."""
-    long = SKINNY_FROM // columns + 5
-    store = RNG.normal(size=(2, 3, long + 7, columns)).astype(np.float32)
-    matrices = store[:, :, :long]                                     # (2, 3, long, columns), a strided view
+    long, stack = SKINNY_FROM // columns + 5, (2, FEW_MATRICES // 2)
+    store = RNG.normal(size=(*stack, long + 7, columns)).astype(np.float32)
+    matrices = store[:, :, :long]                                     # (2, 8, long, columns), a strided view
     if few == "rows":
-        a, b = RNG.normal(size=(2, 3, rows, long)).astype(np.float32), matrices
+        a, b = RNG.normal(size=(*stack, rows, long)).astype(np.float32), matrices
     else:
-        a, b = matrices, RNG.normal(size=(2, 3, columns, rows)).astype(np.float32)
+        a, b = matrices, RNG.normal(size=(*stack, columns, rows)).astype(np.float32)
     np.testing.assert_allclose(_matmul(a, b), np.matmul(a, b), rtol=1e-5, atol=1e-4)
     assert _matmul(a, b).shape == np.matmul(a, b).shape
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import operator
 from typing import Callable
 
@@ -193,7 +194,7 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     if b.ndim == 2 and a.ndim > 2:
         return (a.reshape(-1, a.shape[-1]) @ b).reshape(*a.shape[:-1], b.shape[-1])
-    if a.ndim > 2 and a.shape[:-2] == b.shape[:-2]:
+    if a.ndim > 2 and a.shape[:-2] == b.shape[:-2] and math.prod(a.shape[:-2]) <= FEW_MATRICES:
         if b.shape[-1] <= FEW and a.shape[-2] * a.shape[-1] >= SKINNY_FROM:
             return np.swapaxes(_by_rows(np.swapaxes(b, -1, -2), np.swapaxes(a, -1, -2)), -1, -2)
         if a.shape[-2] <= FEW and b.shape[-2] * b.shape[-1] >= SKINNY_FROM:
@@ -203,6 +204,7 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 FEW = 4  # rows (or columns) of a stacked product's one side that make it matrix-vector products ...
 SKINNY_FROM = 1 << 15  # ... when each matrix of the other side has at least this many elements
+FEW_MATRICES = 16  # ... and the stacks hold at most this many (a Python call per row: not for long stacks)
 
 
 def _by_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -211,8 +213,8 @@ def _by_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     OpenBLAS's matrix product copies (packs) each matrix of ``b`` before using it; a product with
     a few rows reads a large matrix once either way, so the copy is most of its cost. Attention at
-    one decoding step, (3 x S) @ (S x 64) per key/value head, is about 1.8x faster so at S = 1,024
-    (one thread), and its scores (S x 64) @ (64 x 3), run transposed, about 1.2x."""
+    one decoding step is such a product: (3 x S) @ (S x 64) per key/value head, and its scores
+    (S x 64) @ (64 x 3), run transposed (``benchmarks/decode_floor.py``, docs/llm.md)."""
     out = np.empty((*a.shape[:-1], b.shape[-1]), np.result_type(a, b))
     for batch in itertools.product(*map(range, a.shape[:-2])):
         rows, matrix, result = a[batch], b[batch], out[batch]
