@@ -14,8 +14,9 @@ batch 1 on one thread, each system in its own process:
 - **tempo-q-torch**: tempo-q on the torch backend (the products are the same
   host function; the rest of the step runs as torch eager kernels);
 - **tempo-q-profile**: tempo-q with the CPU time inside the quantised products
-  and inside the NumPy backend's other products (attention's, the rotary one)
-  taken apart (``products_cpu_ms``, ``other_matmul_cpu_ms``; each call timed);
+  and inside the NumPy backend's other products (attention's; the rotary one
+  where it is not in a host function) taken apart (``products_cpu_ms``,
+  ``other_matmul_cpu_ms``; each call timed);
 - **transformers**: ``LlamaForCausalLM`` loaded from the same file (its GGUF
   loader dequantises to float32), eager, one forward per token with its cache;
 - **llama.cpp** (``llama-cpp-python``, a benchmark-only baseline, computing from
@@ -178,8 +179,8 @@ def _between(stamps: dict, lengths: list[int], last: int, parts: tuple = ()) -> 
 def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, backend: str = "numpy",
                  profile: bool = False) -> dict:
     """With ``profile``: also the CPU time per token inside the quantised products (the host
-    function) and inside the NumPy backend's other products (attention's, the rotary one),
-    each call timed (about 2 us added per call)."""
+    function) and inside the NumPy backend's other products (attention's; the rotary one where
+    it is not in a host function), each call timed (about 2 us added per call)."""
     import tempo as tpo
     from tempo.llm.quantized import QuantizedMatrices
     from tempo.runtime.backends import numpy as numpy_backend
@@ -456,7 +457,7 @@ def floor_table(rows: list[dict], rates: dict) -> str:
                      f"{r['cpu_floor_ms']:.1f} | {r['x_floor']:.2f} / {r['cpu_x_floor']:.2f} | {versus} |")
     split = [r for r in rows if "products_cpu_ms" in r]
     if split:
-        lines += ["", "| system | file | length | CPU ms | quantised products | other products (attention, rotary) "
+        lines += ["", "| system | file | length | CPU ms | quantised products | other products (NumPy backend) "
                   "| the rest |", "|---|---|---|---|---|---|---|"]
         for r in split:
             rest = r["cpu_ms"] - r["products_cpu_ms"] - r["other_matmul_cpu_ms"]

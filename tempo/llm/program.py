@@ -92,17 +92,39 @@ class QuantizedWeight:
     layer: object
 
 
-def linear(x: RT, w) -> RT:
-    """``x @ w``: a product of RTs, or, for a :class:`QuantizedWeight`, a host function computing
-    it from the quantised matrix (:meth:`QuantizedMatrices.matmul`)."""
-    if not isinstance(w, QuantizedWeight):
-        return F.matmul(x, w)
-    m, shape = w.matrices, [(*x.shape[:-1], w.matrices.out_features)]
-    label = f"{m.type_name.lower()}_matmul"
+def on_host(w: QuantizedWeight, fn, inputs: list, out_features: int) -> RT:
+    """``fn(layer, *arrays)`` of ``inputs`` (..., .) as one host function computing from quantised
+    matrices at ``w``'s layer (0 for a matrix of no layer): float32 (..., ``out_features``)."""
+    shape, label = [(*inputs[0].shape[:-1], out_features)], f"{w.matrices.type_name.lower()}_matmul"
     if w.layer is None:
-        return F.udf(lambda xs: (m.matmul(xs, 0),), [x], out_shapes=shape, out_dtypes=["float32"], label=label)
-    return F.udf(lambda xs, layer: (m.matmul(xs, int(layer)),), [x, F.eval_symbol(w.layer)],
+        return F.udf(lambda *xs: (fn(0, *xs),), inputs, out_shapes=shape, out_dtypes=["float32"], label=label)
+    return F.udf(lambda *xs: (fn(int(xs[-1]), *xs[:-1]),), [*inputs, F.eval_symbol(w.layer)],
                  out_shapes=shape, out_dtypes=["float32"], label=label)
+
+
+def host_rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """:func:`rms_norm` on NumPy arrays, in float32 (the mean as a sum over the count: ``np.mean``'s
+    arithmetic without its 2 us of Python)."""
+    mean = np.add.reduce(x * x, axis=-1, keepdims=True) / np.float32(x.shape[-1])
+    return x * (mean + np.float32(eps)) ** np.float32(-0.5) * weight
+
+
+def host_silu(x: np.ndarray) -> np.ndarray:
+    """``x * sigmoid(x)`` on a NumPy array, as the NumPy backend computes it."""
+    return x * (np.float32(1.0) / (np.float32(1.0) + np.exp(-x)))
+
+
+def linear(x: RT, w, residual: RT | None = None) -> RT:
+    """``x @ w`` (plus ``residual``): a product of RTs, or, for a :class:`QuantizedWeight`, a host
+    function computing it from the quantised matrix (:meth:`QuantizedMatrices.matmul`), the
+    addition in the same function."""
+    if not isinstance(w, QuantizedWeight):
+        y = F.matmul(x, w)
+        return y if residual is None else residual + y
+    m = w.matrices
+    if residual is None:
+        return on_host(w, lambda layer, xs: m.matmul(xs, layer), [x], m.out_features)
+    return on_host(w, lambda layer, xs, rs: rs + m.matmul(xs, layer), [x, residual], m.out_features)
 
 
 def layer_weights(weights: Weights, layer) -> dict:
@@ -136,11 +158,15 @@ def rotary(x: RT, cos: RT, sin: RT, rotate: RT) -> RT:
 
 def project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT, rotate: RT) -> tuple[RT, RT, RT]:
     """A layer's queries (..., kv heads, groups, head_dim), keys and values (..., kv heads, head_dim)
-    for ``x`` (..., hidden): one product for all three, rotary embeddings on the queries and keys."""
+    for ``x`` (..., hidden): one product for all three, rotary embeddings on the queries and keys.
+    With the matrices kept quantised, the norm, the product and the rotations are one host function
+    (:func:`host_project`)."""
     c, lead = config, tuple(x.shape[:-1])
     heads, kv_heads = c.num_heads, c.num_kv_heads
-    xn = rms_norm(x, w["input_norm"], c.rms_norm_eps)
-    qkv = F.reshape(linear(xn, w["wqkv"]), *lead, heads + 2 * kv_heads, c.head_dim)
+    if isinstance(w["wqkv"], QuantizedWeight):
+        return host_project(c, w, x, cos, sin)
+    qkv = F.reshape(linear(rms_norm(x, w["input_norm"], c.rms_norm_eps), w["wqkv"]), *lead, heads + 2 * kv_heads,
+                    c.head_dim)
     keep = (slice(None),) * len(lead)
     qk = rotary(qkv.spatial[keep + (slice(0, heads + kv_heads),)], cos, sin, rotate)
     q = qk.spatial[keep + (slice(0, heads),)]
@@ -149,17 +175,48 @@ def project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT, rotate: RT) -
     return F.reshape(q, *lead, kv_heads, heads // kv_heads, c.head_dim), k, v
 
 
+def host_project(config: LlamaConfig, w: dict, x: RT, cos: RT, sin: RT) -> tuple[RT, RT, RT]:
+    """:func:`project` as one host function of ``x``, the norm's weights and the angles, computing
+    from the quantised query/key/value matrices: one launch, the same arithmetic."""
+    c, lead, eps = config, tuple(x.shape[:-1]), config.rms_norm_eps
+    heads, kv_heads, head_dim, m = c.num_heads, c.num_kv_heads, c.head_dim, w["wqkv"].matrices
+    rotate = rotate_half_matrix(head_dim)
+
+    def qkv(xs, ns, cs, ss, layer):
+        y = m.matmul(host_rms_norm(xs, ns, eps), int(layer)).reshape(*xs.shape[:-1], heads + 2 * kv_heads, head_dim)
+        qk = y[..., :heads + kv_heads, :]
+        qk = qk * cs + (qk.reshape(-1, head_dim) @ rotate).reshape(qk.shape) * ss
+        q = qk[..., :heads, :].reshape(*xs.shape[:-1], kv_heads, heads // kv_heads, head_dim)
+        return q, qk[..., heads:, :], y[..., heads + kv_heads:, :]
+
+    shapes = [(*lead, kv_heads, heads // kv_heads, head_dim), (*lead, kv_heads, head_dim), (*lead, kv_heads, head_dim)]
+    q, k, v = F.udf(qkv, [x, w["input_norm"], cos, sin, F.eval_symbol(w["wqkv"].layer)], out_shapes=shapes,
+                    out_dtypes=["float32"] * 3, label=f"{m.type_name.lower()}_matmul")
+    return q, k, v
+
+
 def finish(config: LlamaConfig, w: dict, x: RT, mixed: RT) -> RT:
     """The rest of a layer after attention: ``mixed`` (..., heads * head_dim) projected and added
-    to ``x``, then the SwiGLU MLP."""
-    x = x + linear(mixed, w["wo"])
-    xn = rms_norm(x, w["post_norm"], config.rms_norm_eps)
+    to ``x``, then the SwiGLU MLP. With its matrices kept quantised (the gate and up matrices as
+    one), all of it is one host function: one launch, the same arithmetic."""
+    eps, size = config.rms_norm_eps, config.intermediate_size
+    if all(isinstance(w.get(name), QuantizedWeight) for name in ("wo", "w_gate_up", "w_down")):
+        wo, gate_up, down = (w[name].matrices for name in ("wo", "w_gate_up", "w_down"))
+
+        def rest(layer, ms, xs, ns):
+            xs = xs + wo.matmul(ms, layer)
+            both = gate_up.matmul(host_rms_norm(xs, ns, eps), layer)
+            return xs + down.matmul(host_silu(both[..., :size]) * both[..., size:], layer)
+
+        return on_host(w["wo"], rest, [mixed, x, w["post_norm"]], config.hidden_size)
+    x = linear(mixed, w["wo"], residual=x)
+    xn = rms_norm(x, w["post_norm"], eps)
     if "w_gate_up" in w:
-        both, keep, size = linear(xn, w["w_gate_up"]), (slice(None),) * (len(x.shape) - 1), config.intermediate_size
+        both, keep = linear(xn, w["w_gate_up"]), (slice(None),) * (len(x.shape) - 1)
         gate, up = both.spatial[keep + (slice(0, size),)], both.spatial[keep + (slice(size, 2 * size),)]
     else:
         gate, up = linear(xn, w["w_gate"]), linear(xn, w["w_up"])
-    return x + linear(silu(gate) * up, w["w_down"])
+    return linear(silu(gate) * up, w["w_down"], residual=x)
 
 
 PREFILL_CHUNK = 256  # query rows of the prompt's attention computed at once
@@ -213,8 +270,9 @@ def prompt_attention(q: RT, k: RT, v: RT, window: int | None, scale: float, chun
 def scores_of(q: RT, keys: RT) -> RT:
     """``q @ keys^T`` for ``q`` (batch, kv heads, groups, hd) and ``keys`` (batch, kv heads, S, hd),
     computed as ``keys @ q^T`` and read transposed: one product per head streaming its (S, hd)
-    panel of keys as stored, against the query groups as a few columns (on NumPy 1.3x faster
-    than each group's row times the panel read transposed, at S = 2048)."""
+    panel of keys as stored, against the query groups as a few columns (on NumPy, from 512
+    positions at head size 64, one matrix-vector product per group:
+    ``tempo.runtime.backends.numpy._by_rows``)."""
     return F.permute(F.matmul(keys, F.permute(q, 0, 1, 3, 2)), 0, 1, 3, 2)
 
 

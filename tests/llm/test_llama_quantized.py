@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tempo as tpo
-from tempo.llm import native
+from tempo.llm import native, program
 from tempo.llm import quantized as quantized_module
 from tempo.llm.quantized import QuantizedMatrices
 
@@ -85,6 +85,29 @@ def test_a_product_refuses_inputs_of_another_size_and_layers_outside_the_stack(p
         run(np.ones((2, 32), np.float32), 0)
     with pytest.raises(tpo.TempoError, match="layer 2 of a stack of 2"):
         run(np.ones((1, 64), np.float32), 2)
+
+
+@given(st.integers(1, 3), st.integers(1, 70), st.floats(1e-6, 1e-2), st.integers(0, 2 ** 31))
+@settings(max_examples=30, deadline=None)
+def test_the_host_functions_norm_and_silu_are_float32_rms_norm_and_silu(rows, width, eps, seed):
+    """What a quantised layer's host functions compute around their products, against float64."""
+    rng = np.random.default_rng(seed)
+    x, w = (rng.normal(size=s).astype(np.float32) * 3 for s in ((rows, width), (width,)))
+    got = program.host_rms_norm(x, w, eps)
+    wide = x.astype(np.float64)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, wide / np.sqrt((wide ** 2).mean(-1, keepdims=True) + eps) * w, rtol=1e-5,
+                               atol=1e-5)
+    assert program.host_silu(x).dtype == np.float32
+    np.testing.assert_allclose(program.host_silu(x), wide / (1 + np.exp(-wide)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("writable", [True, False])
+@pytest.mark.parametrize("shape", [(1, 64), (3, 5), (0, 64)])
+def test_the_address_passed_to_the_kernels_is_the_array_s_own(shape, writable):
+    a = np.ones(shape, np.float32)
+    a.flags.writeable = writable
+    assert quantized_module.address(a) == a.ctypes.data
 
 
 @pytest.mark.parametrize("type_name, ratio", [("Q8_0", (1 + 4 / 32) / 4), ("Q4_0", (0.5 + 4 / 32) / 4),

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from tempo.ir import ops
-from tempo.runtime.backends.numpy import REDUCERS, NumPyBackend, _batch_contract, _matmul, _unsqueeze
+from tempo.runtime.backends.numpy import (FEW, FEW_MATRICES, REDUCERS, SKINNY_FROM, NumPyBackend, _batch_contract,
+                                          _matmul, _unsqueeze)
 
 RNG = np.random.default_rng(0)
 
@@ -28,6 +29,22 @@ def test_a_column_times_a_row_is_numpy_s_product_bit_for_bit(dtype, a_shape):
         got, want = _matmul(a, b), np.matmul(a, b)
     assert got.dtype == want.dtype and got.shape == want.shape
     assert got.tobytes() == want.tobytes()  # the same bits: -0 against +0, NaN payloads, underflow to zero
+
+
+@pytest.mark.parametrize("rows, columns", [(1, 64), (3, 64), (FEW, 96), (FEW + 1, 64)])
+@pytest.mark.parametrize("few", ["rows", "columns"])
+def test_a_stacked_product_with_few_rows_or_columns_matches_numpy(rows, columns, few):
+    """Attention's decoding-step products, (3 x S) @ (S x 64) and (S x 64) @ (64 x 3), long enough
+    to run as matrix-vector products, on views of a larger buffer as a block store holds them."""
+    long, stack = SKINNY_FROM // columns + 5, (2, FEW_MATRICES // 2)
+    store = RNG.normal(size=(*stack, long + 7, columns)).astype(np.float32)
+    matrices = store[:, :, :long]                                     # (2, 8, long, columns), a strided view
+    if few == "rows":
+        a, b = RNG.normal(size=(*stack, rows, long)).astype(np.float32), matrices
+    else:
+        a, b = matrices, RNG.normal(size=(*stack, columns, rows)).astype(np.float32)
+    np.testing.assert_allclose(_matmul(a, b), np.matmul(a, b), rtol=1e-5, atol=1e-4)
+    assert _matmul(a, b).shape == np.matmul(a, b).shape
 
 
 @pytest.mark.parametrize("a_shape, b_shape", [((3, 4, 5, 2), (3, 4, 2, 6)), ((2, 5, 1), (2, 1, 3)),

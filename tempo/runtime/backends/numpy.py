@@ -5,6 +5,8 @@ Every other backend is checked against this one.
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 import operator
 from typing import Callable
 
@@ -189,7 +191,9 @@ def _udf(op: ops.UDFOp) -> Kernel:
 
 
 def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b``; a stack of matrices times one matrix is one 2-D product.
+    """``a @ b``; a stack of matrices times one matrix is one 2-D product, and stacks whose
+    matrices on one side have at most :data:`FEW` rows (or columns) against large ones on the
+    other are matrix-vector products (:func:`_by_rows`).
 
     NumPy multiplies a stack by a matrix one small product at a time: a
     (512, 250, 64) @ (64, 64) takes about 30x longer than the same numbers
@@ -200,6 +204,11 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             return _matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
         if a.ndim == 2 and a.shape[1] == 1 and a.dtype in OUTER_DTYPES and b.dtype == a.dtype:
             return _outer(a, b)
+    if a.ndim > 2 and a.shape[:-2] == b.shape[:-2] and math.prod(a.shape[:-2]) <= FEW_MATRICES:
+        if b.shape[-1] <= FEW and a.shape[-2] * a.shape[-1] >= SKINNY_FROM:
+            return np.swapaxes(_by_rows(np.swapaxes(b, -1, -2), np.swapaxes(a, -1, -2)), -1, -2)
+        if a.shape[-2] <= FEW and b.shape[-2] * b.shape[-1] >= SKINNY_FROM:
+            return _by_rows(a, b)
     return np.matmul(a, b)
 
 
@@ -212,6 +221,27 @@ def _outer(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     (128, 1) @ (1, 64) takes 19 us against 5 us); adding 0 turns the product's -0 into +0 as its loop does."""
     out = np.multiply(a, b)
     out += out.dtype.type(0)
+    return out
+
+
+FEW = 4  # rows (or columns) of a stacked product's one side that make it matrix-vector products ...
+SKINNY_FROM = 1 << 15  # ... when each matrix of the other side has at least this many elements
+FEW_MATRICES = 16  # ... and the stacks hold at most this many (a Python call per row: not for long stacks)
+
+
+def _by_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for stacks of the same batch shape, ``a``'s matrices of a few rows: each row times
+    its matrix of ``b`` as one matrix-vector product (BLAS gemv), writing its row of the result.
+
+    OpenBLAS's matrix product copies (packs) each matrix of ``b`` before using it; a product with
+    a few rows reads a large matrix once either way, so the copy is most of its cost. Attention at
+    one decoding step is such a product: (3 x S) @ (S x 64) per key/value head, and its scores
+    (S x 64) @ (64 x 3), run transposed (``benchmarks/decode_floor.py``, docs/llm.md)."""
+    out = np.empty((*a.shape[:-1], b.shape[-1]), np.result_type(a, b))
+    for batch in itertools.product(*map(range, a.shape[:-2])):
+        rows, matrix, result = a[batch], b[batch], out[batch]
+        for i in range(rows.shape[0]):
+            np.matmul(rows[i], matrix, out=result[i])
     return out
 
 
