@@ -97,10 +97,7 @@ def main(args: Args) -> dict:
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     K = args.update_epochs * args.num_minibatches  # updates per rollout
     resumed = tpo.load_checkpoint(args.resume) if args.resume else None
-    done = tpo.rl.rollout_start(resumed, K) if resumed else 0  # updates an earlier run took
-    if done >= num_iterations * K:
-        raise tpo.TempoError(f"{args.resume} was written after update {done}: the run of {num_iterations * K} "
-                             f"updates is over")
+    done = tpo.rl.rollout_start(resumed, K, num_iterations * K)  # updates an earlier run took
     with tpo.Context(seed=args.seed, start={"i": done}) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
         batches = Minibatches(i, batch_size, args.update_epochs, args.num_minibatches)

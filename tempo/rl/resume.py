@@ -37,8 +37,12 @@ def checkpoint_rollouts(path: str, i: Expr, every: int, optimizer, carried: Sequ
     return checkpoint(state, path, when=when, hosts=[item for item in carried if isinstance(item, HostState)])
 
 
-def rollout_start(ckpt: Checkpoint, rollout_every: int) -> int:
-    """The update a checkpoint of :func:`checkpoint_rollouts` resumes at (``Context(start={"i": ...})``)."""
+def rollout_start(ckpt: Checkpoint | None, rollout_every: int, updates: int) -> int:
+    """The update a checkpoint of :func:`checkpoint_rollouts` resumes at (``Context(start={"i": ...})``),
+    0 without one (``ckpt`` None); an error where it was not written at a rollout's start or after the
+    run's last update (``updates``)."""
+    if ckpt is None:
+        return 0
     site = user_site()
     if "i" not in ckpt.point:
         raise TempoError(f"the checkpoint names no update (its point is {ckpt.point})", site)
@@ -46,6 +50,9 @@ def rollout_start(ckpt: Checkpoint, rollout_every: int) -> int:
     if start % rollout_every:
         raise TempoError(f"the checkpoint was written at update {start}, not at a rollout's start (a multiple "
                          f"of {rollout_every} updates: update_epochs * num_minibatches)", site)
+    if start >= updates:
+        raise TempoError(f"the checkpoint was written after update {start}: the run of {updates} updates is over",
+                         site)
     return start
 
 

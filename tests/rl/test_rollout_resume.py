@@ -184,7 +184,13 @@ def test_a_checkpoint_without_the_environments_does_not_resume_them(tmp_path):
 def test_a_checkpoint_between_rollouts_is_no_place_to_resume():
     ckpt = Checkpoint({}, {"i": 6})
     with pytest.raises(tpo.TempoError, match="update 6, not at a rollout's start .* multiple of 4"):
-        tempo.rl.rollout_start(ckpt, 4)
+        tempo.rl.rollout_start(ckpt, 4, 40)
+
+
+def test_a_checkpoint_after_the_last_update_is_no_place_to_resume():
+    assert tempo.rl.rollout_start(None, 4, 40) == 0
+    with pytest.raises(tpo.TempoError, match="after update 40: the run of 40 updates is over"):
+        tempo.rl.rollout_start(Checkpoint({}, {"i": 40}), 4, 40)
 
 
 def test_the_environments_are_saved_where_a_condition_on_i_alone_holds(tmp_path):
