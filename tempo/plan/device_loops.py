@@ -393,3 +393,13 @@ def loops(program: ast.Stmt):
     elif isinstance(program, ast.Loop):
         yield from loops(program.body)
         yield program
+
+
+def row_major(point: tuple, var: str) -> bool:
+    """Whether a writer at ``point`` writes consecutive rows of its innermost dim as the counter grows."""
+    *outer, last = point
+    if any(uses(p, var) for p in outer) or not uses(last, var):
+        return False
+    v = counter(last, var)
+    slope = simplify(last.substitute({v: v + 1}) - last)
+    return slope.is_const and slope.value == 1

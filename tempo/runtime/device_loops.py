@@ -18,14 +18,7 @@ counter-based random numbers, spatial index starts). Frees inside the
 loop drop points of stores after it. :class:`DeviceLoop` does that host
 work around the backend's compiled loop and touches no store: the
 generated code (:mod:`tempo.runtime.codegen`) writes each launch as it
-writes a kernel's, its reads of stores, the one call and its writes. A
-:class:`Launch` lists the indices it reads of each store (gathered rows
-of one block as one slice, read row by row where they are not one view);
-the call turns the values read into the compiled loop's inputs and runs
-it; the generated code writes its rows back (a block's rows in one write
-where they lie in one block) and frees its points. Where a launch finds
-what the compiled loop cannot do, nothing is written and the generated
-code runs the loop statement by statement instead.
+writes a kernel's (:mod:`tempo.runtime.launches`).
 
 A nested loop's host work is done for every iteration of the enclosing
 loop before the launch, and stacked (its per-iteration values, its gathered
@@ -77,13 +70,15 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
-from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, STACKED, LoopPlan, Source
+from tempo.plan.device_loops import (CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, STACKED, LoopPlan, Source,
+                                     row_major)
+from tempo.runtime.launches import (Later, Launch, Launches, Reads, Unsliced, first_rows, nbytes, one_view,
+                                    resolve)
 from tempo.runtime.memory import BudgetExceeded
 from tempo.runtime.profile import loop_dim
-from tempo.symbolic.affine import counter, uses
+from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr, shape_at
 from tempo.symbolic.expr import seq
-from tempo.symbolic.simplify import simplify
 
 
 class DeviceLoop:
@@ -120,9 +115,9 @@ class DeviceLoop:
         self.indexes = [[compile_expr(src.index) if src.index is not None else None for src in step.inputs]
                         for step in plan.steps]
         self.writer = {(step.node.id, j): k for k, step in enumerate(plan.steps) for j in range(len(step.node.shapes))}
-        self.rows = {key: kinds[key] == "block" and _row_major(plan.steps[self.writer[key]].execute.point, var)
+        self.rows = {key: kinds[key] == "block" and row_major(plan.steps[self.writer[key]].execute.point, var)
                      for key in plan.written_back}  # written back as rows of one block where they can be
-        self.sliced = {id(src): _row_major(src.index.args, var) for step in plan.steps for src in step.inputs
+        self.sliced = {id(src): row_major(src.index.args, var) for step in plan.steps for src in step.inputs
                        if src.kind == GATHERED}  # read as one slice of a block store where it can be
         self.free_points = [(compile_expr(seq(*free.point)), [compile_expr(c) for c in guard]) for free, guard in
                             plan.frees]
@@ -287,8 +282,8 @@ class DeviceLoop:
         launch's steps up to and including the first whose flag holds are written back."""
         launch.started, launch.compiled = time.perf_counter(), self.compile_seconds()
         try:
-            closed, xs, ring0 = _resolve(launch.inputs, values)
-        except _Unsliced as err:
+            closed, xs, ring0 = resolve(launch.inputs, values)
+        except Unsliced as err:
             launch.again = err.args[0]
             return None
         nested = [closed[f"n{k}"] for k in range(len(self.plan.nested))]
@@ -306,7 +301,7 @@ class DeviceLoop:
                 held = np.flatnonzero(self.backend.to_numpy(ys[-1]))
                 kept, launch.ended = (int(held[0]) + 1, True) if held.size else (len(launch.envs), False)
                 launch.envs, launch.runs = launch.envs[:kept], [r[:kept] for r in launch.runs]
-                ys = [_first_rows(y, kept) for y in ys[:-1]]
+                ys = [first_rows(y, kept) for y in ys[:-1]]
             written = len(self.plan.written_back)
             self._write_back_fits(ys[:written])
         except BudgetExceeded as over:
@@ -335,25 +330,25 @@ class DeviceLoop:
         """Account the device bytes of ``values`` (a launch's carry, inputs or returned rows) in the
         ledger as ``device loop <name> <what>``, until :meth:`_release` (not where that goes over
         the device budget: :class:`~tempo.runtime.memory.BudgetExceeded` is raised)."""
-        name, nbytes = f"device loop {self.name} {what}", _nbytes(values)
+        name, size = f"device loop {self.name} {what}", nbytes(values)
         try:
-            self.ledger.add(name, nbytes)
+            self.ledger.add(name, size)
         except BudgetExceeded:
-            self.ledger.add(name, -nbytes)
+            self.ledger.add(name, -size)
             raise
-        launch.holding.append((name, nbytes))
+        launch.holding.append((name, size))
 
     def _write_back_fits(self, rows: list) -> None:
         """Raise :class:`~tempo.runtime.memory.BudgetExceeded` where writing ``rows`` back, each
         counted as new bytes of its store, would go over the device budget beside the launch's buffers."""
         budget = self.ledger.budget
-        live = self.ledger.live["device"] + _nbytes(rows)
+        live = self.ledger.live["device"] + nbytes(rows)
         if budget is not None and live > budget:
             raise BudgetExceeded(budget, live, {k: v for k, v in self.ledger.by_store.items() if v > 0})
 
     def _release(self, holding: list[tuple[str, int]]) -> None:
-        for name, nbytes in holding:
-            self.ledger.add(name, -nbytes)
+        for name, size in holding:
+            self.ledger.add(name, -size)
 
     def _rows_covered(self, env: dict, counters: list, runs: list) -> bool:
         """Whether every read of a nested loop's rows reads the rows the loop wrote in its iteration
@@ -535,7 +530,7 @@ class DeviceLoop:
         first = index(envs[0]) if sliced else None
         if first is not None and first[-1] >= 0:
             at = first[:-1] + (slice(first[-1], first[-1] + len(envs)),)
-            return Later(functools.partial(_one_view, id(src)), reads.slot(src.key, at, optional=True))
+            return Later(functools.partial(one_view, id(src)), reads.slot(src.key, at, optional=True))
         values = [reads.slot(src.key, index(e)) if w else None for e, w in zip(envs, wanted)]
         zeros = None if wanted.any() else self._zeros(src.edge, env)
         return Later(functools.partial(self._stacked, src, zeros), *values)
@@ -611,152 +606,8 @@ class DeviceLoop:
         return out
 
 
-class Launches:
-    """The launches of one call of a device loop, each made as the generated code reaches it;
-    ``ran``: whether the device ran the whole loop (else the generated code runs it statement by
-    statement, nothing having been written)."""
-
-    def __init__(self, loop: DeviceLoop, env: dict):
-        self.loop, self.env, self.ran = loop, env, False
-
-    def __iter__(self):
-        return self.loop._launches(self.env, self)
-
-
-class Launch:
-    """One launch of a device loop: what the host worked out before it, what it reads (``reads[k]``:
-    the indices of the loop's ``k``-th store it reads, :attr:`DeviceLoop.reads`), and, once the
-    loop ran it, where it writes its rows back (:meth:`block`, :meth:`each`) and what it frees
-    (:attr:`frees`, per store of :attr:`DeviceLoop.freed`)."""
-
-    def __init__(self, loop: DeviceLoop, key: tuple, envs: list[dict], runs: list, inputs: tuple,
-                 reads: list[list], seconds: float, ending: bool, first: bool):
-        self.loop, self.key, self.envs, self.runs, self.inputs, self.reads, self.seconds, self.ending = \
-            loop, key, envs, runs, inputs, reads, seconds, ending
-        self.first = first  # the first launch of the loop's call: where it cannot run, the host runs the loop
-        self.again: set[int] = set()  # the gathered inputs to read row by row in its next try
-        self.ran, self.ended, self.ring, self.kept, self.holding = False, False, None, [], []
-        self.started, self.compiled = 0.0, 0.0
-
-    def block(self, k: int) -> tuple | None:
-        """``(outer, start)`` where the rows of the ``k``-th tensor written back go in one write of
-        its block store, else None."""
-        return self.loop._block(self.loop.plan.written_back[k], self.envs, self.runs)
-
-    def each(self, k: int, values) -> list[tuple]:
-        """The (point, row) pairs of ``values``, the rows of the ``k``-th tensor written back."""
-        return self.loop._each(self.loop.plan.written_back[k], self.envs, self.runs, values)
-
-    @property
-    def frees(self) -> list[list]:
-        """Per store of :attr:`DeviceLoop.freed`, the points the launch frees."""
-        out = self.loop._frees(self.envs, {})
-        return [out.get(key, []) for key in self.loop.freed]
-
-
-class Reads:
-    """What one launch reads from stores, asked for as its inputs are prepared: ``indices[k]``, the
-    indices of the store ``k`` of ``order`` (tensor -> position); ``unsliced``: the gathered inputs
-    read row by row."""
-
-    def __init__(self, order: dict, unsliced: set):
-        self.order, self.unsliced = order, unsliced
-        self.indices: list[list] = [[] for _ in order]
-
-    def slot(self, key: tuple, index: tuple, optional: bool = False) -> Slot:
-        """The value of tensor ``key`` at ``index`` once read (``optional``: None where its store
-        holds none, else an error)."""
-        k = self.order[key]
-        self.indices[k].append(index)
-        return Slot(k, len(self.indices[k]) - 1, optional, key, index)
-
-
-class Slot:
-    """A value read for a launch: the ``at``-th read of its ``store``-th store."""
-
-    __slots__ = ("store", "at", "optional", "key", "index")
-
-    def __init__(self, store: int, at: int, optional: bool, key: tuple, index: tuple):
-        self.store, self.at, self.optional, self.key, self.index = store, at, optional, key, index
-
-
-class Later:
-    """A value computed from read values once they are read: ``fn`` of ``args`` resolved."""
-
-    __slots__ = ("fn", "args")
-
-    def __init__(self, fn, *args):
-        self.fn, self.args = fn, args
-
-
-class _Unsliced(Exception):
-    """A gathered input's rows are not one view of a block: read them row by row (its ``id``)."""
-
-
-def held(store, indices: list) -> list:
-    """The values of ``store`` at each of ``indices``, None where it holds none (a device loop's reads:
-    its inputs, its gathered rows, the carry a previous launch wrote back)."""
-    values = []
-    for index in indices:
-        try:
-            values.append(store.read(index))
-        except TempoError:
-            values.append(None)
-    return values
-
-
-def _resolve(tree, values: list[list]):
-    """``tree`` (dicts, tuples and lists of arrays, :class:`Slot` and :class:`Later`) with its slots
-    the values read."""
-    if isinstance(tree, Slot):
-        value = values[tree.store][tree.at]
-        if value is None and not tree.optional:
-            raise TempoError(f"internal error: tensor {tree.key} read at {tree.index} before it was computed")
-        return value
-    if isinstance(tree, Later):
-        return tree.fn(*(_resolve(a, values) for a in tree.args))
-    if isinstance(tree, dict):
-        return {k: _resolve(v, values) for k, v in tree.items()}
-    if isinstance(tree, (tuple, list)):
-        return type(tree)(_resolve(v, values) for v in tree)
-    return tree
-
-
-def _one_view(src: int, value):
-    if value is None:
-        raise _Unsliced({src})
-    return value
-
-
-
-def _nbytes(values) -> int:
-    """The bytes of the arrays in ``values`` (dicts, tuples and lists of them)."""
-    if isinstance(values, dict):
-        return sum(_nbytes(v) for v in values.values())
-    if isinstance(values, (tuple, list)):
-        return sum(_nbytes(v) for v in values)
-    return int(getattr(values, "nbytes", 0))
-
-
-def _first_rows(values, count: int):
-    """The first ``count`` rows of ``values`` (an array, or a tuple of them: a sink's kept inputs)."""
-    if isinstance(values, tuple):
-        return tuple(_first_rows(v, count) for v in values)
-    return values if values.shape[0] == count else values[:count]
-
-
 def _wanted(runs: list, sels: list, name: str) -> np.ndarray:
     """At which iterations the input ``"s.k"`` (step ``s``'s input ``k``) is read: where the step runs
     and, for a merge, takes that branch."""
     s, k = map(int, name.split("."))
     return runs[s] if sels[s] is None else runs[s] & (sels[s] == k)
-
-
-def _row_major(point: tuple, var: str) -> bool:
-    """Whether a writer at ``point`` writes consecutive rows of its innermost dim as the counter grows."""
-    *outer, last = point
-    if any(uses(p, var) for p in outer) or not uses(last, var):
-        return False
-    v = counter(last, var)
-    slope = simplify(last.substitute({v: v + 1}) - last)
-    return slope.is_const and slope.value == 1

@@ -40,7 +40,8 @@ from tempo.ir.sdg import SDG, Node
 from tempo.plan import ExecutionPlan, build
 from tempo.runtime.backends.base import Backend, StepFailed
 from tempo.runtime.codegen import Generator
-from tempo.runtime.device_loops import DeviceLoop, held
+from tempo.runtime.device_loops import DeviceLoop
+from tempo.runtime.launches import held
 from tempo.runtime.ends import EndCheck
 from tempo.runtime.memory import BudgetExceeded, Ledger
 from tempo.runtime.profile import Profiler, kind_of
