@@ -18,7 +18,7 @@ from tempo.runtime.executor import source as executor_source
 from tempo.runtime.memory import BudgetExceeded, Ledger
 from tempo.runtime.profile import Profile, Profiler, loop_dim
 from tempo.schedule import ast as ast_mod
-from tempo.schedule import isl_domains
+from tempo.schedule import isl_domains, shift_fusion
 from tempo.schedule.memory import tiles_freed_while_acting
 from tempo.symbolic.expr import Expr, bound_of
 from tempo.transforms import report
@@ -302,10 +302,14 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
         timings[stat.name] = timings.get(stat.name, 0.0) + stat.seconds
     domains = _timed(timings, "analyse", stages.analyse, lowered)
     schedule = _timed(timings, "schedule", stages.schedule, lowered, domains, ctx.roots)
-    scheduled = _timed(timings, "ast", stages.build_ast, lowered, domains, schedule)
-    scheduled = stages.place_memory(request, lowered, domains, scheduled, timings)
-    if request.early_tiles and lowered.sdg.tiles and not tiles_freed_while_acting(lowered.sdg, scheduled.ast):
-        return compile_program(ctx, fetch, backend, site, {**(passes or {}), "tile": False}, bounds, memory, config)
+    scheduled = _placed(request, lowered, domains, schedule, timings)
+    if lowered.sdg.tiles and not tiles_freed_while_acting(lowered.sdg, scheduled.ast):
+        if request.early_tiles:
+            return compile_program(ctx, fetch, backend, site, {**(passes or {}), "tile": False}, bounds, memory,
+                                   config)
+        if shift_fusion.fused(schedule):  # tiles that free nothing while acting: the nested loops instead
+            schedule = _timed(timings, "schedule", stages.schedule, lowered, domains, ctx.roots, False)
+            scheduled = _placed(request, lowered, domains, schedule, timings)
     planned = _timed(timings, "plan", stages.plan, lowered, scheduled)
     for name, (key, ast_pass) in stages.AST_PIPELINE.items():
         if name in request.ast_passes:
@@ -317,6 +321,12 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
     if _STOPPING:
         raise FirstCompile(program, request.bounds)
     return program
+
+
+def _placed(request: stages.Request, lowered: stages.Lowered, domains, schedule, timings: dict) -> stages.Scheduled:
+    """The AST of ``schedule`` with its memory statements."""
+    scheduled = _timed(timings, "ast", stages.build_ast, lowered, domains, schedule)
+    return stages.place_memory(request, lowered, domains, scheduled, timings)
 
 
 def _timed(timings: dict, key: str, stage, *args):

@@ -132,14 +132,20 @@ def analyse(lowered: Lowered) -> isl_domains.Domains:
     return isl_domains.analyse(lowered.sdg, list(lowered.sdg.roots))
 
 
-def schedule(lowered: Lowered, domains: isl_domains.Domains, user_roots) -> object:
-    """isl's schedule of the program, its loops fused by shift fusion where that helps."""
+def schedule(lowered: Lowered, domains: isl_domains.Domains, user_roots, fuse: bool = True) -> object:
+    """The program's schedule: for a tiled program (``fuse``), isl's schedule of the whole program with
+    the learner's tiles fused into acting's loop by shift fusion, where it fuses any; else the loops
+    of :func:`tempo.schedule.orderings.nesting`, whose loop over iterations and the loops nested in
+    it may run as device programs (:mod:`tempo.plan.device_loops`)."""
     sdg = lowered.sdg
     orderings = schedule_orderings.sinks_before_next_state(sdg, user_roots) + \
         schedule_orderings.stops_early(sdg, domains.executed) + schedule_orderings.ends_early(sdg, domains.executed)
-    computed = isl_schedule.compute_schedule(sdg, domains, orderings, schedule_orderings.nesting(sdg, domains.executed))
-    fused = shift_fusion.apply(sdg, isl_schedule.all_dependences(sdg, domains, orderings), computed)
-    return computed if fused is None else fused
+    if sdg.tiles and fuse:
+        computed = isl_schedule.compute_schedule(sdg, domains, orderings)
+        fused = shift_fusion.apply(sdg, isl_schedule.all_dependences(sdg, domains, orderings), computed)
+        if fused is not None:
+            return fused
+    return isl_schedule.compute_schedule(sdg, domains, orderings, schedule_orderings.nesting(sdg, domains.executed))
 
 
 def build_ast(lowered: Lowered, domains: isl_domains.Domains, computed) -> Scheduled:

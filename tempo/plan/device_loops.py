@@ -285,8 +285,9 @@ def _steps(sdg: SDG, executes: list, kinds: dict, host, deferred_ok: bool, sourc
         at = dict(zip(node.domain, ex.point))
         inputs, conds = [], []
         for e in sdg.in_edges(node.id):
-            if e.cond is not None and not isinstance(node.op, MergeOp):
-                return None
+            if e.cond is not None and not isinstance(node.op, MergeOp) or \
+                    not _static(sdg.nodes[e.src].shapes[e.src_out]):
+                return None  # a value whose shape changes from point to point (a partial last tile)
             source = source_of(e, e.index.substitute(at), order, _pinned(e.cond, at, var))
             if source is None:
                 return None

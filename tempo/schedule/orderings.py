@@ -78,7 +78,7 @@ def nesting(sdg: SDG, executed) -> Nesting | None:
     (:mod:`tempo.schedule.shift_fusion`) moves its learner's tiles into acting's loop, which needs
     what they read of the other statements (an environment's done flags, read whole) computed
     before acting."""
-    loop = None if sdg.tiles else state_loop(sdg, executed)
+    loop = state_loop(sdg, executed)
     return None if loop is None else Nesting(loop, within_step_loops(sdg, executed))
 
 

@@ -69,6 +69,11 @@ def apply(sdg: SDG, deps: isl.UnionMap | None, schedule: isl.Schedule | None) ->
     return new if _respects(new, deps) else None
 
 
+def fused(schedule) -> bool:
+    """Whether ``schedule`` is one this pass made (a flat schedule map, not isl's schedule tree)."""
+    return isinstance(schedule, isl.UnionMap)
+
+
 def _streams(sdg: SDG) -> dict[str, int]:
     """Dim name -> rows per step of the producing loop: 1 for a tiled dim, ``Z`` for its tiles."""
     by_bound = {bound_of(d).name: d.name for node in sdg.nodes.values() for d in node.domain}

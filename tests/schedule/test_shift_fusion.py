@@ -12,7 +12,7 @@ from tempo.schedule import ast, shift_fusion
 from tempo.transforms import tile
 
 
-def reinforce(nstep: int, tiles: int | None, steps: int, fuse: bool = True, monkeypatch=None, obs=(3, 4, 4),
+def reinforce(nstep: int, tiles: int | None, steps: int, fuse: bool = True, monkeypatch=None, obs=(3, 16, 16),
               memory=None):
     """REINFORCE with n-step returns (0: Monte-Carlo) and a loss averaged over the batch's steps,
     its learner in tiles of ``tiles`` rows (or of what ``memory``'s budget chooses); returns the
