@@ -210,9 +210,11 @@ def _example(name: str):
     return module
 
 
-def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int, profile: bool = False) -> dict:
+def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int, profile: bool = False,
+              options: dict | None = None) -> dict:
     """Train with the example program; its compile is probed for the stage timings and the backend wrapped
-    (``profile``: its run is profiled too, :meth:`tempo.api.compile.Program.profile`).
+    (``profile``: its run is profiled too, :meth:`tempo.api.compile.Program.profile`; ``options``: more of
+    the example's ``Args``, such as ``{"nstep": 8, "tiles": 16}``).
 
     The program runs ``iterations + 1`` iterations and the last is left out:
     nothing reads the parameters after the last update, so the last
@@ -225,7 +227,7 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int,
     every = point.epochs if algo == "ppo" else 1
     fields = dict(env="tempo/Synthetic-v0", impl="tensor", obs_shape=point.obs_shape, batch=point.envs,
                   steps=point.steps, hidden=point.hidden, layers=point.layers, iterations=iterations + 1, seed=seed,
-                  backend=backend)
+                  backend=backend, **(options or {}))
     if algo == "ppo":
         fields["epochs"] = point.epochs
     programs, compile_program = [], compile_mod.compile_program
@@ -257,11 +259,13 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int,
         found = program.profiler.finish()
         profiled = {"profile": {kind: list(row) for kind, row in found.per_iteration().items()},
                     "profiled_launches": found.launches(), "profiled_host_us": found.host_us(),
+                    "profiled_run_launches": found.total("kernel") + found.total("device loop"),
                     "profile_table": str(found)}
     return {**profiled, "returns": summary["returns"][:iterations], "losses": [], "compile_s": sum(stages.values()),
             "compile_stages": stages, "start": compiled_at, "ends": ends, "start_cpu": compiled_cpu,
             "ends_cpu": ends_cpu, "launches_per_iteration": per_iteration,
-            "launches_outside_iterations": probe.launches[None], "nodes": len(program.sdg.nodes)}
+            "launches_outside_iterations": probe.launches[None], "nodes": len(program.sdg.nodes),
+            "device_loops": program.code.count("as one device launch")}
 
 
 def _flops(op, inputs, out) -> int:
@@ -388,10 +392,12 @@ def run_baseline(system: str, algo: str, point: Point, iterations: int, seed: in
 
 
 def measure(system: str, algo: str, point: Point, iterations: int, seed: int, cpu_at: dict,
-            profile: bool = False) -> dict:
+            profile: bool = False, options: dict | None = None) -> dict:
     """One training run: compile, first iteration and steady-state seconds (wall, and process CPU from
-    ``cpu_at``: each mark's CPU seconds), and what the system reports (``profile``: Tempo's profile)."""
-    run = ((lambda *a: run_tempo(TEMPO_BACKENDS[system], *a, profile=profile)) if system in TEMPO_BACKENDS
+    ``cpu_at``: each mark's CPU seconds), and what the system reports (``profile``: Tempo's profile;
+    ``options``: Tempo's example's, see :func:`run_tempo`)."""
+    run = ((lambda *a: run_tempo(TEMPO_BACKENDS[system], *a, profile=profile, options=options))
+           if system in TEMPO_BACKENDS
            else lambda *a: run_baseline(system, *a))
     out = run(algo, point, iterations, seed)
     start, ends = out.pop("start"), out.pop("ends")
