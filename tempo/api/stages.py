@@ -6,7 +6,9 @@ validate (:class:`Request`) -> lower: the SDG passes (:class:`Lowered`) -> analy
 (:class:`Planned`) -> the AST passes of :data:`AST_PIPELINE` (:class:`Planned`).
 Tiles chosen for a learner that can run early are dropped, and the program compiled
 again whole, where no loop over acting frees what they read
-(:func:`tempo.schedule.memory.tiles_freed_while_acting`).
+(:func:`tempo.schedule.memory.tiles_freed_while_acting`); tiles given that free nothing
+large while acting are scheduled again in the nested loops (:func:`schedule` with ``fuse``
+off), where acting's loop can run as one device program.
 """
 from __future__ import annotations
 

@@ -21,8 +21,13 @@ the state at ``i + 1``, and isl may then run it at the start of iteration ``i + 
 Feautrier's scheduler takes to carry more dependences). Inside the loop, a statement over a
 recurrence's dims that reads no later step of it runs inside that recurrence's loop
 (:func:`within_step_loops`), where isl can meet it. A program where a statement reads a later
-step of the state's dim, where the loop reads what reads the loop, with states over more than
-one dim that others nest in, or with tiles, keeps isl's own schedule of the whole program.
+step of the state's dim, where the loop reads what reads the loop, or with states over more than
+one dim that others nest in, keeps isl's own schedule of the whole program. A program with tiles
+is nested so where its tiles free nothing large while acting; where they do, shift fusion
+(:mod:`tempo.schedule.shift_fusion`) schedules it instead (:func:`tempo.api.stages.schedule`):
+it moves the learner's tiles into acting's loop, which needs what they read of the other
+statements (an environment's done flags, read whole) computed before acting, where isl's
+schedule of the whole program puts them and :func:`within_step_loops` does not.
 """
 from __future__ import annotations
 
@@ -74,10 +79,7 @@ class Nesting:
 
 def nesting(sdg: SDG, executed) -> Nesting | None:
     """How the schedule nests the statements of ``sdg`` (see the module's policy). None for a program
-    without a state loop (:func:`state_loop`), and for a program with tiles: shift fusion
-    (:mod:`tempo.schedule.shift_fusion`) moves its learner's tiles into acting's loop, which needs
-    what they read of the other statements (an environment's done flags, read whole) computed
-    before acting."""
+    without a state loop (:func:`state_loop`)."""
     loop = state_loop(sdg, executed)
     return None if loop is None else Nesting(loop, within_step_loops(sdg, executed))
 
