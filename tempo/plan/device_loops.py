@@ -285,16 +285,28 @@ def _steps(sdg: SDG, executes: list, kinds: dict, host, deferred_ok: bool, sourc
         at = dict(zip(node.domain, ex.point))
         inputs, conds = [], []
         for e in sdg.in_edges(node.id):
-            if e.cond is not None and not isinstance(node.op, MergeOp) or \
-                    not _static(sdg.nodes[e.src].shapes[e.src_out]):
-                return None  # a value whose shape changes from point to point (a partial last tile)
+            if e.cond is not None and not isinstance(node.op, MergeOp):
+                return None
             source = source_of(e, e.index.substitute(at), order, _pinned(e.cond, at, var))
-            if source is None:
+            if source is None or source.kind == GATHERED and _varying_shape(sdg, e, source.index, var):
                 return None
             inputs.append(source)
             conds.append(None if e.cond is None else e.cond.substitute(at))
         steps.append(Step(ex, node, guard, tuple(inputs), tuple(conds)))
     return steps
+
+
+def _varying_shape(sdg: SDG, e: Edge, index: Expr, var: str | None) -> bool:
+    """Whether the values a loop over ``var`` gathers from ``e``'s source at ``index`` may differ in shape
+    from iteration to iteration (a tile's rows, the last tile partial), so that they stack into no array."""
+    src = sdg.nodes[e.src]
+    shape = src.shapes[e.src_out]
+    if _static(shape):
+        return False
+    if any(a.op == "slice" for a in index.args) or len(index.args) != len(src.domain):
+        return True
+    at = dict(zip(src.domain, index.args))
+    return any(not isinstance(s, int) and uses(s.substitute(at), var) for s in shape)
 
 
 def _pinned(cond: Expr | None, at: dict, var: str | None) -> dict:

@@ -16,7 +16,9 @@ from tempo.transforms import tile
 
 def reinforce(nstep: int, tiles: int, steps: int, obs=(3, 4, 4), backend: str = "numpy"):
     """REINFORCE on tensor environments with n-step returns (0: Monte-Carlo), the learner in tiles of
-    ``tiles`` steps; returns the fetched loss and weights, and the program."""
+    ``tiles`` steps, and sinks of each iteration's rewards (tiled too) and optimizer state; returns the
+    values the sinks saw, and the program."""
+    reported = []
     with tpo.Context(seed=0) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
         env = tpo.rl.make("tempo/Synthetic-v0", dims=(b, i, t), impl="tensor", obs_shape=obs, episode_length=steps)
@@ -29,11 +31,15 @@ def reinforce(nstep: int, tiles: int, steps: int, obs=(3, 4, 4), backend: str = 
         g = r[b, i, t:T if nstep == 0 else tpo.min(t + nstep, T)].discounted_sum(0.99)
         loss = -(dist.log_prob(a) * g * tpo.rl.alive(d))[0:B, i, 0:T].mean()
         loss.backward()
-        tpo.optim.Adam(policy.parameters(), lr=0.01).step()
+        adam = tpo.optim.Adam(policy.parameters(), lr=0.01)
+        adam.step()
+        for n, x in enumerate((r[0:B, i, 0:T].sum(), next(iter(adam.state_dict().values())).sum())):
+            tpo.sink(x, lambda value, point, n=n: reported.append((n, point["i"], np.array(value))))
         bounds = {B: 2, I: 3, T: steps}
-        program = compile_program(ctx, [loss, *policy.parameters()], backend=backend, bounds=bounds,
+        program = compile_program(ctx, [], backend=backend, bounds=bounds,
                                   passes={"tile": tile.Config(tiles={"t": tiles})})
-        return program.run(bounds), program
+        program.run(bounds)
+        return [value for _, _, value in sorted(reported, key=lambda x: x[:2])], program
 
 
 def fused(monkeypatch, *args, **kwargs):
