@@ -330,8 +330,8 @@ def _placed(request: stages.Request, lowered: stages.Lowered, domains, schedule,
 
 
 def _timed(timings: dict, key: str, stage, *args):
-    """``stage(*args)``, its seconds kept in ``timings[key]``."""
+    """``stage(*args)``, its seconds added to ``timings[key]`` (a stage run again counts both runs)."""
     start = time.perf_counter()
     out = stage(*args)
-    timings[key] = time.perf_counter() - start
+    timings[key] = timings.get(key, 0.0) + time.perf_counter() - start
     return out

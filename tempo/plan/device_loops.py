@@ -12,7 +12,9 @@ its body reads and writes:
 - a value computed outside the loop and read at an index that does not
   depend on the loop's counter is an input of the whole loop (read once);
   one read at an index that does (``x[i, t]`` of a tensor computed before
-  the loop) is gathered before the loop, one value per iteration;
+  the loop) is gathered before the loop, one value per iteration, all of
+  one shape (a tile's value, whose shape changes at a partial last tile,
+  keeps the loop on the host);
 - what a statement after the loop reads (or the program fetches) is written
   back into its tensor store after the loop, a block store's rows in one
   write.
