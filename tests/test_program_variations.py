@@ -117,3 +117,14 @@ def test_every_spelling_gets_the_same_device_loops(tmp_path, nstep):
     loops = {spelling: device_loops(compiled(tmp_path, nstep, *spelling, tiles=False)) for spelling in SPELLINGS}
     assert len(set(map(tuple, loops.values()))) == 1, loops
     assert ((True, 1) in next(iter(loops.values()))) == (nstep == 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nstep", [0, 8])
+def test_every_tiled_spelling_gets_the_same_device_loops(tmp_path, nstep):
+    """Tiles of 10 steps given, every spelling: n-step tiles free the observations while acting (shift
+    fusion: acting's loop holds them and runs on the host); Monte-Carlo's wait for the episode's end
+    (the nested loops: acting's loop is a device loop, the loops over tiles are not)."""
+    loops = {spelling: device_loops(compiled(tmp_path, nstep, *spelling, tiles=True)) for spelling in SPELLINGS}
+    assert len(set(map(tuple, loops.values()))) == 1, loops
+    assert next(iter(loops.values())) == ([(False, 0)] if nstep == 0 else [])
