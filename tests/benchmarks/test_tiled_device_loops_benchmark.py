@@ -1,0 +1,26 @@
+"""benchmarks/tiled_device_loops.py at toy sizes: the table, the JSON, and the launches it compares."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.slow
+def test_the_nested_loops_launch_fewer_programs_on_jax(tmp_path):
+    out = tmp_path / "tiled.json"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "tiled_device_loops.py"), "--steps", "20",
+                           "--iterations", "2", "--tiles", "6", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {(r["backend"], r["schedule"]): r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {(b, s) for b in ("numpy", "jax") for s in ("fused", "nested")}
+    assert rows["numpy", "fused"]["returns"] == rows["numpy", "nested"]["returns"]
+    assert rows["jax", "nested"]["device_loops"] >= 1 and rows["numpy", "nested"]["device_loops"] == 0
+    assert rows["jax", "nested"]["run_launches_per_iteration"] < rows["jax", "fused"]["run_launches_per_iteration"]
+    assert "launches/it" in done.stdout
