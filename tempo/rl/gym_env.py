@@ -78,7 +78,8 @@ class _Episodes:
         if ended:
             reward, done = 0.0, True
         else:
-            action = int(action) if self.box is None else np.clip(action, *self.box).astype(self.box[0].dtype)
+            # a NumPy int, as a vector env passes it (gymnasium's Discrete.contains checks it faster than an int)
+            action = np.int64(action) if self.box is None else np.clip(action, *self.box).astype(self.box[0].dtype)
             obs, reward, terminated, truncated, _ = episode.env.step(action)
             episode.last_obs = np.asarray(obs, dtype=self.obs_dtype)
             done = bool(terminated or truncated)

@@ -81,8 +81,8 @@ class _VectorHost:
         self._count(index)
         if self.envs is None:
             raise RuntimeError(f"{self.name}: stepped before the reset")
-        action = np.asarray(action)
-        action = action.astype(np.int64) if self.box is None else np.clip(action, *self.box).astype(self.box[0].dtype)
+        action = np.asarray(action, np.int64) if self.box is None else \
+            np.clip(action, *self.box).astype(self.box[0].dtype)
         obs, reward, terminated, truncated, info = self.envs.step(action)
         obs = final = np.array(obs, dtype=self.obs_dtype)  # of the vector env's own buffer, as in reset
         if "_final_obs" in info:  # an episode ended: it reached final_obs, and obs is the next one's first

@@ -68,7 +68,9 @@ class EndCheck:
         self.steps += 1
         if self.given == 1:  # every step, nothing to measure
             self.reads += 1
-            if np.all(self.backend.to_numpy(flag)) or t + 1 >= bound:
+            if type(flag) is not np.ndarray:
+                flag = self.backend.to_numpy(flag)
+            if (flag.item() if flag.size == 1 else flag.all()) or t + 1 >= bound:
                 self.lengths[outer] = t + 1
                 return t + 1
             return bound

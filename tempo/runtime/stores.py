@@ -9,7 +9,8 @@ axis to the value read, in index order. Three stores share that interface:
   temporal dim (a block is the whole dim, or ``K`` rows for reads of aligned
   blocks ``(t//K)*K:(t//K)*K+K``); writes go into the buffer in place and slice
   reads within a block are views. Along a dim that ends at run time
-  (``tpo.end_when``) a block's buffer starts with a few rows and doubles. Its rows may lie in memory at another axis
+  (``tpo.end_when``) a block's buffer starts with a few rows (as many as the last block grew to)
+  and doubles. Its rows may lie in memory at another axis
   than the first (where its readers permute them, so that the permuted read is
   contiguous); the values read are the same.
 - :class:`WindowStore` keeps the last ``W`` points of the innermost dim in a
@@ -229,14 +230,26 @@ class BlockStore(_BufferStore):
                  axis: int = 0, grows: bool = False):
         super().__init__(name, backend, dtype, row_shape, ledger)
         self.length, self.axis = max(1, length), axis
-        self.first_rows = min(self.length, GROWN_FROM) if grows else self.length  # rows a block's buffer starts with
+        self.first_rows = min(self.length, GROWN_FROM) if grows else self.length  # rows a new block's buffer starts with
         self.rows: dict[tuple, int] = {}  # block key -> rows its buffer holds (up to ``length``, doubling)
         self.blocks: dict[tuple, object] = {}  # outer point + (block number,) -> buffer
         self.written: dict[tuple, bytearray] = {}  # same keys -> 1 per row written
         self.where: dict[tuple, bytearray] = {}  # same keys, in the host tier -> per row: ON_HOST, ON_DEVICE, LOADED
+        self.hot: tuple | None = None  # the last block written, a NumPy buffer on the device (see write)
 
     def write(self, point: tuple, value) -> None:
-        """Write ``value`` into its row of the block's buffer, in place."""
+        """Write ``value`` into its row of the block's buffer, in place.
+
+        A NumPy buffer on the device is written directly while writes stay in the rows its
+        last write's block holds (``hot``: outer point, first row, rows held, buffer, rows
+        written), without the key, the dict lookups and the backend's call of other writes."""
+        hot = self.hot
+        if hot is not None and point[:-1] == hot[0] and getattr(value, "shape", ()) == self.row_shape:
+            row = point[-1] - hot[1]
+            if 0 <= row < hot[2]:
+                hot[3][row] = value
+                hot[4][row] = 1
+                return
         if getattr(value, "shape", ()) != self.row_shape:
             self._check_shape(point, value)
         block, row = divmod(point[-1], self.length)
@@ -245,10 +258,12 @@ class BlockStore(_BufferStore):
         if written is None or row >= self.rows[key]:
             self._block(key, row + 1)
             written = self.written[key]
-        self.blocks[key] = self._write_into(self.blocks[key], row, value)
+        buffer = self.blocks[key] = self._write_into(self.blocks[key], row, value)
         written[row] = 1
         if self.tier == "host":
             self._on_device(key, row, row + 1)
+        elif type(buffer) is np.ndarray:
+            self.hot = (point[:-1], block * self.length, self.rows[key], buffer, written)
 
     def write_rows(self, outer: tuple, start: int, values) -> None:
         """Write ``values``, rows along a leading axis, at points ``outer + (start + k,)`` in one write
@@ -298,6 +313,11 @@ class BlockStore(_BufferStore):
     def read(self, index: tuple):
         """A row or a view of rows; of a swapped tensor, only rows on the device."""
         last = index[-1]
+        hot = self.hot
+        if hot is not None and last.__class__ is int and index[:-1] == hot[0]:  # a row of the last block written
+            row = last - hot[1]
+            if 0 <= row < hot[2] and hot[4][row]:
+                return hot[3][row]
         if last.__class__ is int and self.tier == "device":  # a point (the common read): its row, directly
             outer = index[:-1]
             for i in outer:
@@ -331,8 +351,9 @@ class BlockStore(_BufferStore):
 
     def _block(self, key: tuple, rows: int):
         """The buffer of block ``key`` holding at least ``rows`` rows: allocated at its first write
-        with ``first_rows`` rows (the whole block, unless its dim ends at run time), then doubled,
-        its rows copied, until it holds them (at most ``length``)."""
+        with ``first_rows`` rows (the whole block, unless its dim ends at run time: the rows the
+        store's last grown buffer reached, :data:`GROWN_FROM` at first), then doubled, its rows
+        copied, until it holds them (at most ``length``)."""
         buffer = self.blocks.get(key)
         if buffer is None:
             buffer = self.blocks[key] = self._allocate(self.first_rows)
@@ -342,8 +363,10 @@ class BlockStore(_BufferStore):
                 self.where[key] = bytearray(self.length)
         held = self.rows[key]
         if rows > held:
+            self.hot = None
             while held < rows:
                 held = min(2 * held, self.length)
+            self.first_rows = held  # the next block starts as large as this one grew (lengths run alike)
             grown = self._allocate(held)
             filled = self.written[key].rfind(1) + 1
             if filled:
@@ -392,6 +415,7 @@ class BlockStore(_BufferStore):
                 self._drop(tuple(outer) + (block,))
 
     def _drop(self, key: tuple) -> None:
+        self.hot = None
         self._release(self.blocks.pop(key))
         del self.rows[key]
         del self.written[key]

@@ -95,6 +95,29 @@ def test_a_block_along_a_dim_that_ends_at_run_time_doubles_its_rows_as_it_is_wri
     assert store.ledger.live["device"] == 0 and not store.blocks
 
 
+def test_a_growing_block_starts_with_the_rows_the_last_block_grew_to():
+    store = BlockStore("x", NP, "float64", (2,), 100, grows=True)
+    for t in range(40):
+        store.write((0, t), _value(0, t))
+    store.write((1, 0), _value(1, 0))
+    assert store.blocks[(1, 0)].shape[0] == 64
+    np.testing.assert_array_equal(store.read((0, slice(0, 40))), [_value(0, t) for t in range(40)])
+
+
+def test_a_freed_block_is_not_read_or_written_through_the_last_write():
+    store = BlockStore("x", NP, "float64", (2,), 8)
+    store.write((0, 0), _value(0, 0))
+    buffer = store.blocks[(0, 0)]
+    store.free_below(0, 1)
+    with pytest.raises(TempoError, match="before it was computed"):
+        store.read((0, 0))
+    store.write((0, 1), _value(0, 1))
+    assert store.blocks[(0, 0)] is not buffer and store.ledger.live["device"] == 8 * 2 * 8
+    np.testing.assert_array_equal(store.read((0, 1)), _value(0, 1))
+    with pytest.raises(TempoError, match="before it was computed"):
+        store.read((0, 0))
+
+
 def test_aligned_blocks_have_their_own_buffers_and_free_whole():
     store = _block(length=4)
     assert sorted(store.blocks) == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -190,7 +213,7 @@ def test_window_store_frees_dead_outer_points_and_finished_windows():
 @st.composite
 def _patterns(draw):
     """A store of some kind and shape, and its writes interleaved with reads it must serve."""
-    kind = draw(st.sampled_from(["block", "aligned", "window"]))
+    kind = draw(st.sampled_from(["block", "aligned", "growing", "window"]))
     outer = draw(st.integers(0, 2))  # 0: no outer dim
     steps, row = draw(st.integers(1, 24)), tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
     size = draw(st.integers(1, 8))
@@ -200,7 +223,7 @@ def _patterns(draw):
             point = ((i,) if outer else ()) + (t,)
             ops.append(("write", point))
             for _ in range(draw(st.integers(0, 3))):
-                low = {"window": max(0, t - size + 1), "aligned": (t // size) * size, "block": 0}[kind]
+                low = {"window": max(0, t - size + 1), "aligned": (t // size) * size, "block": 0, "growing": 0}[kind]
                 start = draw(st.integers(low, t + 1))
                 last = draw(st.one_of(st.integers(start, t + 1).map(lambda stop, a=start: slice(a, stop)),
                                       st.integers(low, t)))
@@ -218,7 +241,7 @@ def test_block_and_window_stores_read_what_a_point_store_reads(pattern):
     if kind == "window":
         store = WindowStore("x", NP, "float32", row, size)
     else:
-        store = BlockStore("x", NP, "float32", row, size if kind == "aligned" else steps)
+        store = BlockStore("x", NP, "float32", row, size if kind == "aligned" else steps, grows=kind == "growing")
     reference = PointStore("x", NP, "float32", lambda: row)
     rng = np.random.default_rng(0)
     for op, index in ops:
