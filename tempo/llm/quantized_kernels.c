@@ -110,7 +110,7 @@ INLINE void nibble_row(const uint8_t *qr, const float *sr, const float *or, cons
                        float *y, int64_t rows, int64_t blocks, const int64_t block, const int64_t halves,
                        const int64_t group) {
   const int64_t half = block / 2, width = blocks * block, units = blocks * halves;
-  const __m512i low_bits = _mm512_set1_epi32(15);
+  const __m512 values = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   __m512 acc[GROUP], first[GROUP], second[GROUP];
   for (int64_t g = 0; g < group; g++) acc[g] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; b++) {
@@ -118,18 +118,19 @@ INLINE void nibble_row(const uint8_t *qr, const float *sr, const float *or, cons
     for (int64_t g = 0; g < group; g++) first[g] = second[g] = _mm512_setzero_ps();
     for (int64_t j = 0; j < half; j += 16) {
       const __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qb + j)));
-      const __m512 low = _mm512_cvtepi32_ps(_mm512_and_si512(w, low_bits));
-      const __m512 high = _mm512_cvtepi32_ps(_mm512_srli_epi32(w, 4));
+      const __m512 low = _mm512_permutexvar_ps(w, values);        /* a lane's low 4 bits pick its value */
+      const __m512 high = _mm512_permutexvar_ps(_mm512_srli_epi32(w, 4), values);
       for (int64_t g = 0; g < group; g++) {
         const float *xb = x + g * width + b * block;
         first[g] = _mm512_fmadd_ps(low, _mm512_loadu_ps(xb + j), first[g]);
-        second[g] = _mm512_fmadd_ps(high, _mm512_loadu_ps(xb + half + j), second[g]);
+        if (halves == 1) first[g] = _mm512_fmadd_ps(high, _mm512_loadu_ps(xb + half + j), first[g]);
+        else second[g] = _mm512_fmadd_ps(high, _mm512_loadu_ps(xb + half + j), second[g]);
       }
     }
     const int64_t at = b * halves;
     for (int64_t g = 0; g < group; g++) {
       if (halves == 1) {
-        acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(sr[at]), _mm512_add_ps(first[g], second[g]), acc[g]);
+        acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(sr[at]), first[g], acc[g]);
       } else {
         acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(sr[at]), first[g], acc[g]);
         acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(sr[at + 1]), second[g], acc[g]);
