@@ -184,7 +184,7 @@ def _between(stamps: dict, lengths: list[int], last: int, parts: tuple = ()) -> 
 
 def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, batch: int = 1,
                  backend: str = "numpy", profile: bool = False) -> dict:
-    """With ``profile``: also the CPU time per token inside the quantised products (the host
+    """With ``profile``: also the CPU time per step inside the quantised products (the host
     function) and inside the NumPy backend's other products (attention's; the rotary one where
     it is not in a host function), each call timed (about 2 us added per call)."""
     import tempo as tpo
