@@ -3,14 +3,17 @@
 The model has the sizes of a published 135M-parameter Llama-family model (30
 layers, hidden 576, 9 heads and 3 key/value heads, intermediate 1,536,
 vocabulary 49,152, tied embeddings) with random weights, written as GGUF files
-of each type in ``--types`` (gguf.quants quantizes them). Decoded greedily at
-batch 1 on one thread, each system in its own process:
+of each type in ``--types`` (gguf.quants quantizes them). Decoded greedily on
+one thread, each system in its own process, at each batch size of ``--batch``
+(that many sequences from one-token prompts, token ids 1, 2, ..., decoded
+together: one step is a token of every sequence):
 
 - **tempo**: ``tpo.llm.Llama`` on the NumPy backend, weights dequantised to float32;
 - **tempo-q**: the same with the matrices kept quantised (``quantized=True``:
-  each product computed from the blocks, ``tempo.llm.quantized``: at batch 1 by
-  the native kernels of ``tempo/llm/quantized_kernels.c``, built with the
-  machine's C compiler at first use), NumPy backend;
+  each product computed from the blocks, ``tempo.llm.quantized``: for up to 8
+  rows by the native kernels of ``tempo/llm/quantized_kernels.c``, built with
+  the machine's C compiler at first use, which widen each block once for up to
+  4 rows), NumPy backend;
 - **tempo-q-torch**: tempo-q on the torch backend (the products are the same
   host function; the rest of the step runs as torch eager kernels);
 - **tempo-q-profile**: tempo-q with the CPU time inside the quantised products
@@ -20,16 +23,19 @@ batch 1 on one thread, each system in its own process:
 - **transformers**: ``LlamaForCausalLM`` loaded from the same file (its GGUF
   loader dequantises to float32), eager, one forward per token with its cache;
 - **llama.cpp** (``llama-cpp-python``, a benchmark-only baseline, computing from
-  the quantised weights): installed by ``--setup`` (a source build, about 5
+  the quantised weights), through its own API: a context of ``batch``
+  sequences and one ``llama_decode`` a step of a ``llama_batch`` holding one
+  token per sequence; installed by ``--setup`` (a source build, about 5
   minutes here), left out with a note when it is not installed.
 
-The floor of a system is the bytes it reads per token (its weights as it holds
-them, and the keys and values of every position so far) divided by this CPU's
+The floor of a system is the bytes it reads per step (its weights as it holds
+them, once for the whole batch, and every sequence's keys and values of every
+position so far) divided by this CPU's
 read bandwidth, measured in the same run by reading a buffer of that many bytes
 over and over (one thread, the best of several passes): weights that fit the
 cache are read at the cache's rate, so the floor uses the rate of the size read.
-The time between tokens at a length is the median over the last ``--last``
-tokens of a sequence decoded up to it from a one-token prompt. The time to
+The time of a step at a length is the median over the last ``--last`` steps
+of sequences decoded up to it (per token: the step over the batch). The time to
 first token is a prompt of ``--prompts`` tokens through the model and the first
 new token (Tempo: the run apart from compiling, which is reported beside it).
 
@@ -176,9 +182,9 @@ def _between(stamps: dict, lengths: list[int], last: int, parts: tuple = ()) -> 
     return rows
 
 
-def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, backend: str = "numpy",
-                 profile: bool = False) -> dict:
-    """With ``profile``: also the CPU time per token inside the quantised products (the host
+def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, batch: int = 1,
+                 backend: str = "numpy", profile: bool = False) -> dict:
+    """With ``profile``: also the CPU time per step inside the quantised products (the host
     function) and inside the NumPy backend's other products (attention's; the rotary one where
     it is not in a host function), each call timed (about 2 us added per call)."""
     import tempo as tpo
@@ -199,14 +205,14 @@ def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, back
         numpy_backend._matmul = timed(numpy_backend._matmul, "other_matmul")
     model = tpo.llm.Llama.from_pretrained(path, quantized=quantized)
     stamps = {}
-    model.generate(np.ones((1, 1), np.int64), max(lengths) - 1, stop_at_eos=False, backend=backend,
+    model.generate(first_tokens(batch)[:, None], max(lengths) - 1, stop_at_eos=False, backend=backend,
                    on_token=lambda tokens, p: stamps.__setitem__(p, (time.perf_counter(), time.process_time(),
                                                                      *clocks.values())))
     return {"rows": _between(stamps, lengths, last, tuple(clocks) if profile else ()),
             "weight_bytes": model.weights.bytes_per_token(), "kv_element": 4}
 
 
-def decode_transformers(path: str, lengths: list[int], last: int) -> dict:
+def decode_transformers(path: str, lengths: list[int], last: int, batch: int = 1) -> dict:
     import torch
     import transformers
 
@@ -215,7 +221,7 @@ def decode_transformers(path: str, lengths: list[int], last: int) -> dict:
                                                               dtype=torch.float32).eval()
     stamps = {}
     with torch.no_grad():
-        out = model(torch.ones((1, 1), dtype=torch.long), use_cache=True)
+        out = model(torch.tensor(first_tokens(batch)[:, None]), use_cache=True)
         for p in range(1, max(lengths)):
             token = out.logits[:, -1].argmax(-1, keepdim=True)
             out = model(token, past_key_values=out.past_key_values, use_cache=True)
@@ -227,24 +233,46 @@ def decode_transformers(path: str, lengths: list[int], last: int) -> dict:
     return {"rows": _between(stamps, lengths, last), "weight_bytes": int(weights), "kv_element": 4}
 
 
-def decode_llamacpp(path: str, lengths: list[int], last: int) -> dict:
-    import llama_cpp
+def first_tokens(batch: int) -> np.ndarray:
+    """The one-token prompts of ``batch`` sequences (token ids 1, 2, ...), the same for every system."""
+    return np.arange(1, batch + 1, dtype=np.int64)
 
-    llm = llama_cpp.Llama(model_path=path, n_ctx=max(lengths) + 8, n_threads=1, n_threads_batch=1, verbose=False)
-    stamps = {}
-    llm.eval([1])
-    for p in range(1, max(lengths)):
-        llm.eval([int(np.argmax(_last_logits(llm)))])
-        stamps[p] = (time.perf_counter(), time.process_time())
+
+def decode_llamacpp(path: str, lengths: list[int], last: int, batch: int = 1) -> dict:
+    """``batch`` sequences decoded together with llama.cpp's own API: a context of ``batch``
+    sequences (each its own key/value cells) and, at each step, one ``llama_batch`` holding one
+    token per sequence (its sequence id and position) through one ``llama_decode``; the
+    context's other settings are ``llama_cpp.Llama``'s (one thread, float16 keys and values)."""
+    import llama_cpp as lc
+
+    llm = lc.Llama(model_path=path, n_ctx=max(lengths) + 8, n_threads=1, n_threads_batch=1, verbose=False)
+    params = llm.context_params
+    params.n_ctx, params.n_seq_max, params.kv_unified = batch * (max(lengths) + 8), batch, False
+    ctx = lc.llama_init_from_model(llm.model, params)
+    step = lc.llama_batch_init(batch, 0, 1)
+    tokens, stamps = first_tokens(batch).tolist(), {}
+    try:
+        for p in range(max(lengths)):
+            step.n_tokens = batch
+            for i, token in enumerate(tokens):
+                step.token[i], step.pos[i], step.n_seq_id[i], step.logits[i] = token, p, 1, 1
+                step.seq_id[i][0] = i
+            if lc.llama_decode(ctx, step) != 0:
+                raise RuntimeError(f"llama_decode failed at position {p}")
+            tokens = [int(np.argmax(_logits(ctx, i, llm.n_vocab()))) for i in range(batch)]
+            stamps[p] = (time.perf_counter(), time.process_time())
+    finally:
+        lc.llama_batch_free(step)
+        lc.llama_free(ctx)
     tensor_bytes = os.path.getsize(path)  # the file is its tensors and a few MB of metadata and vocabulary
     return {"rows": _between(stamps, lengths, last), "weight_bytes": tensor_bytes, "kv_element": 2}
 
 
-def _last_logits(llm) -> np.ndarray:
-    """The logits of the last token ``llm`` evaluated (its ``scores`` hold them only with ``logits_all``)."""
+def _logits(ctx, i: int, vocab: int) -> np.ndarray:
+    """The logits of the ``i``-th token of the last batch ``ctx`` decoded (-1: the last one)."""
     import llama_cpp
 
-    return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
+    return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(vocab,))
 
 
 def first_token_tempo(path: str, quantized: bool, length: int, chunk: int) -> dict:
@@ -291,16 +319,17 @@ def first_token_llamacpp(path: str, length: int) -> dict:
     prompt = np.random.default_rng(0).integers(0, SIZE["vocab"], length).tolist()
     cpu, wall = time.process_time(), time.perf_counter()
     llm.eval(prompt)
-    int(np.argmax(_last_logits(llm)))
+    int(np.argmax(_logits(llm.ctx, -1, llm.n_vocab())))
     return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
 
 
-DECODE = {"tempo": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"]),
-          "tempo-q": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"]),
-          "tempo-q-torch": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], "torch"),
-          "tempo-q-profile": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], profile=True),
-          "transformers": lambda s: decode_transformers(s["path"], s["lengths"], s["last"]),
-          "llama.cpp": lambda s: decode_llamacpp(s["path"], s["lengths"], s["last"])}
+DECODE = {"tempo": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"], s["batch"]),
+          "tempo-q": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"]),
+          "tempo-q-torch": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"], "torch"),
+          "tempo-q-profile": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"],
+                                                    profile=True),
+          "transformers": lambda s: decode_transformers(s["path"], s["lengths"], s["last"], s["batch"]),
+          "llama.cpp": lambda s: decode_llamacpp(s["path"], s["lengths"], s["last"], s["batch"])}
 FIRST = {"tempo": lambda s: first_token_tempo(s["path"], False, s["prompt"], s["chunk"]),
          "tempo-q": lambda s: first_token_tempo(s["path"], True, s["prompt"], s["chunk"]),
          "transformers": lambda s: first_token_transformers(s["path"], s["prompt"]),
@@ -346,6 +375,8 @@ def main() -> None:
     parser.add_argument("--types", nargs="+", default=["Q8_0", "Q4_1"], help="GGUF types of the model files")
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024])
     parser.add_argument("--last", type=int, default=32)
+    parser.add_argument("--batch", type=int, nargs="+", default=[1],
+                        help="sequences decoded together (each batch size its own runs)")
     parser.add_argument("--prompts", type=int, nargs="+", default=[128, 1024, 4096])
     parser.add_argument("--systems", nargs="+", default=list(DECODE))
     parser.add_argument("--parts", nargs="+", default=["decode", "first"], choices=["decode", "first"],
@@ -387,15 +418,15 @@ def main() -> None:
 
     runs = [(t, path, system) for t, path in files.items() for system in systems
             if system not in ("tempo", "transformers") or t == ns.types[0]]   # float32: the same from any file
-    for type_name, path, system in runs if "decode" in ns.parts else []:
-        out = run_child({"part": "decode", "system": system, "path": path, "lengths": ns.lengths,
-                         "last": ns.last}, timeout=3600)
-        results.append({"system": system, "type": type_name, **out})
-        print(f"decode {system:12s} {type_name}: {out.get('error') or out['rows']}", flush=True)
-        save()
+    for batch in ns.batch if "decode" in ns.parts else []:
+        for type_name, path, system in runs:
+            out = run_child({"part": "decode", "system": system, "path": path, "lengths": ns.lengths,
+                             "last": ns.last, "batch": batch}, timeout=3600)
+            results.append({"system": system, "type": type_name, "batch": batch, **out})
+            print(f"decode {system:12s} {type_name} batch {batch}: {out.get('error') or out['rows']}", flush=True)
+            save()
     if "decode" in ns.parts:
-        sizes = sorted({r["weight_bytes"] + kv_bytes(n, 1, r["kv_element"]) for r in results if "rows" in r
-                        for n in ns.lengths} | {2 ** 31})
+        sizes = sorted({step_bytes(r, n) for r in results if "rows" in r for n in ns.lengths} | {2 ** 31})
         rates.update(run_child({"part": "bandwidth", "sizes": sizes}, timeout=1800))
         save()
         print(floor_table(floor_rows(results, rates, ns.lengths), rates), flush=True)
@@ -414,27 +445,36 @@ def main() -> None:
     print(f"wrote {ns.out}")
 
 
+def step_bytes(result: dict, length: int) -> int:
+    """Bytes a decoding step of ``result``'s system reads at ``length`` positions: its weights once
+    for the whole batch, and every sequence's keys and values."""
+    return result["weight_bytes"] + kv_bytes(length, result.get("batch", 1), result["kv_element"])
+
+
 def floor_rows(results: list[dict], rates: dict, lengths: list[int]) -> list[dict]:
-    """Each system's time per token against its floor: bytes read per token over the read rate
-    measured for a buffer of that size."""
+    """Each system's time per step (a token of every sequence of the batch) against its floor:
+    bytes read per step over the read rate measured for a buffer of that size."""
     rows = []
     for r in results:
+        batch = r.get("batch", 1)
         if "rows" not in r:
-            rows.append({"system": r["system"], "type": r["type"], "error": r.get("error")})
+            rows.append({"system": r["system"], "type": r["type"], "batch": batch, "error": r.get("error")})
             continue
         for n in lengths:
-            nbytes = r["weight_bytes"] + kv_bytes(n, 1, r["kv_element"])
+            nbytes = step_bytes(r, n)
             rate = rates.get(str(nbytes)) or rates[min(rates, key=lambda k: abs(int(k) - nbytes))]
             floor_ms, cpu_floor_ms = nbytes / rate["wall"] / 1e6, nbytes / rate["cpu"] / 1e6
             got = r["rows"][str(n)]
-            rows.append({"system": r["system"], "type": r["type"], "length": n, "ms": got["ms"],
-                         "cpu_ms": got["cpu_ms"], "mb_per_token": nbytes / 1e6, "gb_s": rate["wall"],
-                         "cpu_gb_s": rate["cpu"], "floor_ms": floor_ms, "cpu_floor_ms": cpu_floor_ms,
-                         "x_floor": got["ms"] / floor_ms, "cpu_x_floor": got["cpu_ms"] / cpu_floor_ms,
+            rows.append({"system": r["system"], "type": r["type"], "batch": batch, "length": n, "ms": got["ms"],
+                         "cpu_ms": got["cpu_ms"], "ms_per_token": got["ms"] / batch,
+                         "cpu_ms_per_token": got["cpu_ms"] / batch, "mb_per_step": nbytes / 1e6,
+                         "gb_s": rate["wall"], "cpu_gb_s": rate["cpu"], "floor_ms": floor_ms,
+                         "cpu_floor_ms": cpu_floor_ms, "x_floor": got["ms"] / floor_ms,
+                         "cpu_x_floor": got["cpu_ms"] / cpu_floor_ms,
                          **{k: v for k, v in got.items() if k.endswith("_cpu_ms") and k != "cpu_ms"}})
-    baseline = {(r["type"], r["length"]): r for r in rows if r["system"] == "llama.cpp" and "error" not in r}
+    baseline = {(r["type"], r["batch"], r["length"]): r for r in rows if r["system"] == "llama.cpp" and "error" not in r}
     for r in rows:
-        base = baseline.get((r["type"], r.get("length")))
+        base = baseline.get((r["type"], r["batch"], r.get("length")))
         if base is not None:
             r["x_llamacpp"], r["cpu_x_llamacpp"] = r["ms"] / base["ms"], r["cpu_ms"] / base["cpu_ms"]
     return rows
@@ -444,24 +484,26 @@ def floor_table(rows: list[dict], rates: dict) -> str:
     lines = [f"read bandwidth (one thread, GB/s by buffer MB, wall / CPU clock): "
              + ", ".join(f"{int(k) / 1e6:.0f}: {v['wall']:.1f} / {v['cpu']:.1f}"
                          for k, v in sorted(rates.items(), key=lambda kv: int(kv[0]))),
-             "| system | file | length | ms per token | CPU ms | MB read per token | GB/s at that size (wall / CPU) "
-             "| floor ms (wall / CPU) | x floor (wall / CPU) | x llama.cpp (wall / CPU) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| system | file | batch | length | ms per step | CPU ms per step | CPU ms per token | MB read per step "
+             "| GB/s at that size (wall / CPU) | floor ms (wall / CPU) | x floor (wall / CPU) "
+             "| x llama.cpp (wall / CPU) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['system']} | {r['type']} | | {r['error']} | | | | | | |")
+            lines.append(f"| {r['system']} | {r['type']} | {r['batch']} | | {r['error']} | | | | | | | |")
             continue
         versus = f"{r['x_llamacpp']:.2f} / {r['cpu_x_llamacpp']:.2f}" if "x_llamacpp" in r else ""
-        lines.append(f"| {r['system']} | {r['type']} | {r['length']} | {r['ms']:.1f} | {r['cpu_ms']:.1f} | "
-                     f"{r['mb_per_token']:.0f} | {r['gb_s']:.1f} / {r['cpu_gb_s']:.1f} | {r['floor_ms']:.1f} / "
-                     f"{r['cpu_floor_ms']:.1f} | {r['x_floor']:.2f} / {r['cpu_x_floor']:.2f} | {versus} |")
+        lines.append(f"| {r['system']} | {r['type']} | {r['batch']} | {r['length']} | {r['ms']:.1f} | "
+                     f"{r['cpu_ms']:.1f} | {r['cpu_ms_per_token']:.2f} | {r['mb_per_step']:.0f} | "
+                     f"{r['gb_s']:.1f} / {r['cpu_gb_s']:.1f} | {r['floor_ms']:.1f} / {r['cpu_floor_ms']:.1f} | "
+                     f"{r['x_floor']:.2f} / {r['cpu_x_floor']:.2f} | {versus} |")
     split = [r for r in rows if "products_cpu_ms" in r]
     if split:
-        lines += ["", "| system | file | length | CPU ms | quantised products | other products (NumPy backend) "
-                  "| the rest |", "|---|---|---|---|---|---|---|"]
+        lines += ["", "| system | file | batch | length | CPU ms per step | quantised products "
+                  "| other products (NumPy backend) | the rest |", "|---|---|---|---|---|---|---|---|"]
         for r in split:
             rest = r["cpu_ms"] - r["products_cpu_ms"] - r["other_matmul_cpu_ms"]
-            lines.append(f"| {r['system']} | {r['type']} | {r['length']} | {r['cpu_ms']:.1f} | "
+            lines.append(f"| {r['system']} | {r['type']} | {r['batch']} | {r['length']} | {r['cpu_ms']:.1f} | "
                          f"{r['products_cpu_ms']:.1f} | {r['other_matmul_cpu_ms']:.1f} | {rest:.1f} |")
     return "\n".join(lines)
 

@@ -11,7 +11,8 @@
  * multiply-adds); the block's scale multiplies that sum. Only the quantised
  * bytes and the scales stream from memory. One row's weights are read once
  * for every input row, and each row asks for the bytes AHEAD past it (software
- * prefetch). Built with the machine's C compiler at first use
+ * prefetch); each widening serves up to GROUP input rows (a batch of 4
+ * sequences decoding widens every weight once a step, not 4 times). Built with the machine's C compiler at first use
  * (tempo/llm/native.py); AVX-512 only.
  */
 #include <stdint.h>
@@ -35,23 +36,47 @@ INLINE void prefetch_ahead(const char *row, int64_t bytes) {
   for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(row + AHEAD + at, _MM_HINT_T0);
 }
 
-/* int8 blocks of `block` weights (a multiple of 16), one scale each: Q8_0 (32), Q6_K (16, q - 32). */
+/* The input rows that share one widening of a block: each block's integers are widened once
+ * and multiplied with up to GROUP rows of x (GROUP accumulators per scale, in registers). */
+#define GROUP 4
+
+/* int8 blocks of `block` weights (a multiple of 16), one scale each: Q8_0 (32), Q6_K (16, q - 32).
+ * One matrix row against `group` input rows (x: the first of them, `width` apart); y[g * rows]. */
+INLINE void int8_row(const int8_t *qr, const float *sr, const float *x, float *y, int64_t rows,
+                     int64_t blocks, const int64_t block, const int64_t group) {
+  const int64_t width = blocks * block;
+  __m512 acc[GROUP], dot[GROUP];
+  for (int64_t g = 0; g < group; g++) acc[g] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; b++) {
+    for (int64_t g = 0; g < group; g++) dot[g] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < block; j += 16) {
+      const __m512 w = widen_int8(qr + b * block + j);
+      for (int64_t g = 0; g < group; g++)
+        dot[g] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + g * width + b * block + j), dot[g]);
+    }
+    const __m512 d = _mm512_set1_ps(sr[b]);
+    for (int64_t g = 0; g < group; g++) acc[g] = _mm512_fmadd_ps(d, dot[g], acc[g]);
+  }
+  for (int64_t g = 0; g < group; g++) y[g * rows] = _mm512_reduce_add_ps(acc[g]);
+}
+
+/* Every row r of the matrix is read once (its successors prefetched) for all `inputs` rows of x,
+ * GROUP at a time. */
 INLINE void int8_body(const int8_t *q, const float *scale, const float *x, float *y,
                       int64_t rows, int64_t blocks, const int64_t block, int64_t inputs) {
+  const int64_t width = blocks * block;
   for (int64_t r = 0; r < rows; r++) {
-    prefetch_ahead((const char *)(q + r * blocks * block), blocks * block);
-    for (int64_t m = 0; m < inputs; m++) {
-      const float *xm = x + m * blocks * block;
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t b = 0; b < blocks; b++) {
-        const int8_t *qb = q + (r * blocks + b) * block;
-        const float *xb = xm + b * block;
-        __m512 dot = _mm512_mul_ps(widen_int8(qb), _mm512_loadu_ps(xb));
-        for (int64_t j = 16; j < block; j += 16)
-          dot = _mm512_fmadd_ps(widen_int8(qb + j), _mm512_loadu_ps(xb + j), dot);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(scale[r * blocks + b]), dot, acc);
+    const int8_t *qr = q + r * width;
+    prefetch_ahead((const char *)qr, width);
+    for (int64_t m = 0; m < inputs; m += GROUP) {
+      const float *xm = x + m * width;
+      float *ym = y + m * rows + r;
+      switch (inputs - m) {
+        case 1: int8_row(qr, scale + r * blocks, xm, ym, rows, blocks, block, 1); break;
+        case 2: int8_row(qr, scale + r * blocks, xm, ym, rows, blocks, block, 2); break;
+        case 3: int8_row(qr, scale + r * blocks, xm, ym, rows, blocks, block, 3); break;
+        default: int8_row(qr, scale + r * blocks, xm, ym, rows, blocks, block, GROUP);
       }
-      y[m * rows + r] = _mm512_reduce_add_ps(acc);
     }
   }
 }
@@ -65,9 +90,6 @@ void int8_blocks(const int8_t *q, const float *scale, const float *x, float *y,
   else int8_body(q, scale, x, y, rows, blocks, block, inputs);
 }
 
-/* 4-bit blocks of `block` weights (a multiple of 32) in block / 2 bytes: the low nibbles hold the
- * block's first half, the high ones its second. `halves` scales and offsets per block: 1 (Q4_0,
- * Q4_1) or 2, one per half (Q4_K's). `offset` NULL: -8 * scale (Q4_0). */
 /* sum_u offset[u] * sums[u] over `units` floats, 16 at a time; offset NULL: -8 * scale[u] (Q4_0). */
 INLINE float shift_of(const float *offset, const float *scale, const float *sums, int64_t units) {
   __m512 acc = _mm512_setzero_ps();
@@ -80,10 +102,49 @@ INLINE float shift_of(const float *offset, const float *scale, const float *sums
   return _mm512_reduce_add_ps(acc);
 }
 
+/* 4-bit blocks of `block` weights (a multiple of 32) in block / 2 bytes: the low nibbles hold the
+ * block's first half, the high ones its second. `halves` scales and offsets per block: 1 (Q4_0,
+ * Q4_1) or 2, one per half (Q4_K's). `offset` NULL: -8 * scale (Q4_0). One matrix row against
+ * `group` input rows (x: the first, `width` apart; sums: their units' sums, `units` apart). */
+INLINE void nibble_row(const uint8_t *qr, const float *sr, const float *or, const float *x, const float *sums,
+                       float *y, int64_t rows, int64_t blocks, const int64_t block, const int64_t halves,
+                       const int64_t group) {
+  const int64_t half = block / 2, width = blocks * block, units = blocks * halves;
+  const __m512 values = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 acc[GROUP], first[GROUP], second[GROUP];
+  for (int64_t g = 0; g < group; g++) acc[g] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; b++) {
+    const uint8_t *qb = qr + b * half;
+    for (int64_t g = 0; g < group; g++) first[g] = second[g] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < half; j += 16) {
+      const __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qb + j)));
+      const __m512 low = _mm512_permutexvar_ps(w, values);        /* a lane's low 4 bits pick its value */
+      const __m512 high = _mm512_permutexvar_ps(_mm512_srli_epi32(w, 4), values);
+      for (int64_t g = 0; g < group; g++) {
+        const float *xb = x + g * width + b * block;
+        first[g] = _mm512_fmadd_ps(low, _mm512_loadu_ps(xb + j), first[g]);
+        if (halves == 1) first[g] = _mm512_fmadd_ps(high, _mm512_loadu_ps(xb + half + j), first[g]);
+        else second[g] = _mm512_fmadd_ps(high, _mm512_loadu_ps(xb + half + j), second[g]);
+      }
+    }
+    const int64_t at = b * halves;
+    for (int64_t g = 0; g < group; g++) {
+      if (halves == 1) {
+        acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(sr[at]), first[g], acc[g]);
+      } else {
+        acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(sr[at]), first[g], acc[g]);
+        acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(sr[at + 1]), second[g], acc[g]);
+      }
+    }
+  }
+  for (int64_t g = 0; g < group; g++)
+    y[g * rows] = _mm512_reduce_add_ps(acc[g]) + shift_of(or, sr, sums + g * units, units);
+}
+
 INLINE void nibble_body(const uint8_t *q, const float *scale, const float *offset, const float *x, float *y,
                         int64_t rows, int64_t blocks, const int64_t block, const int64_t halves, int64_t inputs) {
   const int64_t half = block / 2, units = blocks * halves, unit = block / halves;  /* a unit: one scale's weights */
-  const __m512i low_bits = _mm512_set1_epi32(15);
+  const int64_t width = blocks * block;
   float *sums = malloc(sizeof(float) * inputs * units);          /* each unit's sum of x */
   if (!sums) return;
   for (int64_t i = 0; i < inputs * units; i++) {
@@ -93,29 +154,18 @@ INLINE void nibble_body(const uint8_t *q, const float *scale, const float *offse
     sums[i] = s;
   }
   for (int64_t r = 0; r < rows; r++) {
-    prefetch_ahead((const char *)(q + r * blocks * half), blocks * half);
-    for (int64_t m = 0; m < inputs; m++) {
-      const float *xm = x + m * blocks * block;
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t b = 0; b < blocks; b++) {
-        const uint8_t *qb = q + (r * blocks + b) * half;
-        const float *xb = xm + b * block;
-        __m512 first = _mm512_setzero_ps(), second = _mm512_setzero_ps();
-        for (int64_t j = 0; j < half; j += 16) {
-          __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qb + j)));
-          first = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(w, low_bits)), _mm512_loadu_ps(xb + j), first);
-          second = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w, 4)), _mm512_loadu_ps(xb + half + j), second);
-        }
-        const int64_t at = (r * blocks + b) * halves;
-        if (halves == 1) {
-          acc = _mm512_fmadd_ps(_mm512_set1_ps(scale[at]), _mm512_add_ps(first, second), acc);
-        } else {
-          acc = _mm512_fmadd_ps(_mm512_set1_ps(scale[at]), first, acc);
-          acc = _mm512_fmadd_ps(_mm512_set1_ps(scale[at + 1]), second, acc);
-        }
+    const uint8_t *qr = q + r * blocks * half;
+    const float *sr = scale + r * units, *or = offset ? offset + r * units : NULL;
+    prefetch_ahead((const char *)qr, blocks * half);
+    for (int64_t m = 0; m < inputs; m += GROUP) {
+      const float *xm = x + m * width, *sm = sums + m * units;
+      float *ym = y + m * rows + r;
+      switch (inputs - m) {
+        case 1: nibble_row(qr, sr, or, xm, sm, ym, rows, blocks, block, halves, 1); break;
+        case 2: nibble_row(qr, sr, or, xm, sm, ym, rows, blocks, block, halves, 2); break;
+        case 3: nibble_row(qr, sr, or, xm, sm, ym, rows, blocks, block, halves, 3); break;
+        default: nibble_row(qr, sr, or, xm, sm, ym, rows, blocks, block, halves, GROUP);
       }
-      y[m * rows + r] = _mm512_reduce_add_ps(acc)
-                      + shift_of(offset ? offset + r * units : NULL, scale + r * units, sums + m * units, units);
     }
   }
   free(sums);

@@ -50,6 +50,23 @@ def test_quantised_product_equals_the_dequantised_float32_one(type_name, out, bl
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("type_name", TYPES)
+def test_the_native_kernels_give_each_row_of_a_batch_the_bits_of_that_row_alone(type_name):
+    """1 to 9 input rows (the kernels widen each block once for up to 4 rows: whole groups and
+    every remainder): each row's outputs equal, bit for bit, that row's product on its own, and
+    the dequantised float32 product."""
+    if native.kernels() is None:
+        pytest.skip(native.unavailable())
+    inputs = 2 * BLOCK[type_name] if BLOCK[type_name] == 256 else 5 * BLOCK[type_name]
+    raw, matrices = quantized(type_name, 1, 37, inputs)
+    weights = gguf_quants.dequantize(raw[0], gguf.GGMLQuantizationType[type_name])
+    x = np.random.default_rng(2).standard_normal((9, inputs)).astype(np.float32)
+    alone = np.concatenate([matrices.native_matmul(x[i:i + 1], 0) for i in range(9)])
+    np.testing.assert_allclose(alone, x @ weights.T, rtol=1e-5, atol=1e-5 * np.abs(alone).max())
+    for rows in range(1, 10):
+        np.testing.assert_array_equal(matrices.native_matmul(x[:rows], 0), alone[:rows])
+
+
 def test_the_native_kernels_build_into_the_cache_folder(tmp_path, monkeypatch):
     """Where the C compiler and AVX-512 are there (the machines the benchmarks run on), the
     kernels build into ``$TEMPO_CACHE/kernels`` and load."""
