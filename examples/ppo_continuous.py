@@ -5,7 +5,9 @@ of 2048 steps, 10 epochs of 32 minibatches). The policy is a diagonal
 Gaussian: an MLP gives the mean and a state-independent learned log std
 (``tpo.nn.DiagGaussianHead``) the spread; actions are clipped to the Box
 bounds when stepping. As in CleanRL's wrappers, the policy sees observations
-normalised by running per-environment statistics and learns from rewards
+normalised by running per-environment statistics (which, as gymnasium's
+wrapper inside each autoresetting environment, also merge the observation an
+episode ends on, the one a truncation bootstraps from) and learns from rewards
 scaled by the running std of the discounted return (both recurrences, clipped
 to [-10, 10]); episodic returns are reported on the raw rewards.
 
@@ -115,14 +117,13 @@ def main(args: Args) -> dict:
         # ----- the rollout, on normalised observations and rewards -----
         raw = tpo.placeholder(env.obs_shape, "float32", dims=(b, i, t))
         raw[b, i, 0] = env.reset().cast("float32")
-        norm = tpo.rl.NormalizeObservation(raw, rollout_every=K)
+        norm = tpo.rl.NormalizeObservation(raw, rollout_every=K, autoreset=True)
         o = norm.normalized
         dist = head(actor(o))
         a = dist.sample()
         step = env.step(a)
         raw[b, i, t + 1] = step.obs.cast("float32")
-        final = ((step.final_obs.cast("float64") - norm.mean) / (norm.var + 1e-8).sqrt())
-        final = tpo.min(tpo.max(final, -10.0), 10.0).cast("float32")
+        final = norm.final(step.final_obs, step.done)  # what gymnasium's wrapper makes of the obs reached
         reward_norm = tpo.rl.NormalizeReward(step.reward, step.terminated, args.gamma, rollout_every=K)
         reward = reward_norm.normalized
         value = critic(o).squeeze(0).detach()

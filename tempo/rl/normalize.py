@@ -17,6 +17,13 @@ statistics that already include it; the reward is divided by the standard
 deviation of the discounted return ``acc = acc * gamma * (1 - terminated) +
 reward``, not centred.
 
+Under same-step autoreset (gymnasium's vector envs, :mod:`tempo.rl.rollout`)
+the wrapper sits inside each environment, so it also sees the observation an
+episode ends on: that final observation is merged into the statistics and
+normalised with them, then the next episode's first observation is merged.
+:meth:`NormalizeObservation.final` gives that normalised final observation
+(the one a truncated episode bootstraps from) and carries those statistics.
+
 Steps where ``valid`` is false (the padding after an episode ended, in the
 episodic mask semantics of :mod:`tempo.rl.env`) leave the statistics as they
 are.
@@ -72,20 +79,30 @@ class _Carry:
 class _RunningMeanStd:
     """gymnasium's RunningMeanStd as a recurrence: ``mean``, ``var``, ``count`` after each step."""
 
-    def __init__(self, carry: _Carry, prefix: str, x: RT, valid: RT | None):
+    def __init__(self, carry: _Carry, prefix: str, x: RT, valid: RT | None, close: bool = True):
         shape = tuple(x.shape)
         self.carry, self.names = carry, [f"{prefix}/{k}" for k in ("mean", "var", "count")]
         before = [carry.state(self.names[0], np.zeros(shape)), carry.state(self.names[1], np.ones(shape)),
                   carry.state(self.names[2], INITIAL_COUNT)]
-        mean, var, count = before
-        delta = x - mean
-        total = count + 1.0
-        after = [mean + delta / total, (var * count + delta * delta * count / total) / total, total]
+        after = merge(before, x)
         if valid is not None:
             after = [F.where(valid, new, old) for new, old in zip(after, before)]
         self.mean, self.var, self.count = after
+        if close:
+            self.close(after)
+
+    def close(self, after: list[RT]) -> None:
+        """``after`` (mean, var, count after a step) is what the next step starts from."""
         for name, value in zip(self.names, after):
-            carry.close(name, value)
+            self.carry.close(name, value)
+
+
+def merge(stats: list[RT], x: RT) -> list[RT]:
+    """``(mean, var, count)`` with one more sample ``x`` (gymnasium's ``RunningMeanStd.update`` on a batch of one)."""
+    mean, var, count = stats
+    delta = x - mean
+    total = count + 1.0
+    return [mean + delta / total, (var * count + delta * delta * count / total) / total, total]
 
 
 class _Normalizer:
@@ -131,16 +148,52 @@ class NormalizeObservation(_Normalizer):
     ``prefix`` names the statistics in :meth:`state_dict`. ``rollout_every``:
     over two time dims ``(i, t)`` with rollouts at every k-th ``i``
     (:mod:`tempo.rl.rollout`), the statistics go from ``i`` to ``i + k``.
+    ``autoreset``: the environments autoreset at the same step, and the
+    statistics carried to the next step are those :meth:`final` gives
+    (call it once, with the step's final observation and ``done``).
     """
 
     def __init__(self, obs: RT, time: Sequence[Expr] | None = None, clip: float = 10.0, epsilon: float = 1e-8,
-                 valid: RT | None = None, prefix: str = "obs_rms", rollout_every: int = 1) -> None:
+                 valid: RT | None = None, prefix: str = "obs_rms", rollout_every: int = 1,
+                 autoreset: bool = False) -> None:
+        if autoreset and valid is not None:
+            raise TempoError("NormalizeObservation: autoresetting environments have no invalid steps; "
+                             "give autoreset or valid, not both", user_site())
         self.carry = _time_carry(obs, time, "NormalizeObservation", rollout_every)
-        rms = _RunningMeanStd(self.carry, prefix, obs.cast("float64"), valid)
+        self.clip, self.epsilon, self.autoreset = clip, epsilon, autoreset
+        self._final: RT | None = None
+        self.rms = _RunningMeanStd(self.carry, prefix, obs.cast("float64"), valid, close=not autoreset)
+        rms = self.rms
         self.after = dict(zip(rms.names, (rms.mean, rms.var, rms.count)))
         self.mean, self.var = rms.mean, rms.var
-        scaled = (obs.cast("float64") - rms.mean) / F.sqrt(rms.var + epsilon)
-        self.normalized = _clip(scaled, clip).cast("float32")
+        self.normalized = self._normalize(obs, rms.mean, rms.var)
+
+    def final(self, final_obs: RT, done: RT) -> RT:
+        """The step's final observation (the one it reached, before any reset), normalised as gymnasium's
+        wrapper inside an autoresetting environment normalises it: merged into the statistics first.
+
+        Where the episode goes on, this is the next step's ``normalized``;
+        where ``done`` holds (bool, over the step's dims), the statistics
+        with the final observation merged are carried on, and the next
+        episode's first observation is merged into them at the next step.
+        Needs ``autoreset=True``.
+        """
+        if not self.autoreset:
+            raise TempoError("NormalizeObservation.final needs a normaliser made with autoreset=True "
+                             "(which carries the statistics final() gives)", user_site())
+        if self._final is not None:
+            raise TempoError("NormalizeObservation.final is called once per normaliser", user_site())
+        stats = [self.rms.mean, self.rms.var, self.rms.count]
+        merged = merge(stats, final_obs.cast("float64"))
+        carried = [F.where(done, new, old) for new, old in zip(merged, stats)]
+        self.rms.close(carried)
+        self.after = dict(zip(self.rms.names, carried))
+        self._final = self._normalize(final_obs, merged[0], merged[1])
+        return self._final
+
+    def _normalize(self, obs: RT, mean: RT, var: RT) -> RT:
+        scaled = (obs.cast("float64") - mean) / F.sqrt(var + self.epsilon)
+        return _clip(scaled, self.clip).cast("float32")
 
 
 class NormalizeReward(_Normalizer):

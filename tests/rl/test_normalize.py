@@ -167,3 +167,81 @@ def test_statistics_carry_from_rollout_to_rollout_every_k_updates():
         stream = data[k, ::every].reshape(-1, 3)
         ours = np.concatenate([seen[i][k] for i in sorted(seen)])
         np.testing.assert_allclose(ours, gym_observations(stream), rtol=1e-4, atol=2e-5)
+
+
+class Episodes(gymnasium.Env):
+    """Replays ``firsts`` (each episode's first observation) and ``reached`` (the observation each step
+    reaches), ending an episode where ``ends`` holds (as a truncation: no termination)."""
+
+    def __init__(self, firsts, reached, ends):
+        self.firsts, self.reached, self.ends, self.episode, self.k = iter(firsts), reached, ends, 0, 0
+        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, reached.shape[1:], np.float32)
+        self.action_space = gymnasium.spaces.Discrete(1)
+
+    def reset(self, seed=None, options=None):
+        return next(self.firsts), {}
+
+    def step(self, action):
+        self.k += 1
+        return self.reached[self.k - 1], 0.0, False, bool(self.ends[self.k - 1]), {}
+
+
+def autoreset_stream(seed: int, steps: int, size: int = 3):
+    """One environment's observations as a same-step autoreset rollout sees them: the observation at
+    each step, the one each step reaches, and where episodes end."""
+    rng = np.random.default_rng(seed)
+    ends = rng.random(steps) < 0.25
+    reached = (rng.normal(size=(steps, size)) * [1.0, 5.0, 0.1] + [2.0, -1.0, 0.0]).astype(np.float32)
+    firsts = (rng.normal(size=(int(ends.sum()) + 1, size)) * 3.0 + 10.0).astype(np.float32)  # unlike the rest
+    obs = np.empty_like(reached)
+    obs[0], starts = firsts[0], iter(firsts[1:])
+    for k in range(1, steps):
+        obs[k] = next(starts) if ends[k - 1] else reached[k - 1]
+    return obs, reached, ends, firsts
+
+
+def gym_autoreset(firsts, reached, ends):
+    """gymnasium's NormalizeObservation inside a same-step autoresetting vector env: the normalised
+    observation at each step and the normalised observation each step reaches (``final_obs``)."""
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    envs = SyncVectorEnv([lambda: NormalizeObservation(Episodes(firsts, reached, ends))],
+                         autoreset_mode=AutoresetMode.SAME_STEP)
+    seen, final = [envs.reset()[0][0]], []
+    for k in range(len(reached)):
+        obs, _, _, _, info = envs.step(np.zeros(1, np.int64))
+        final.append(info["final_obs"][0] if ends[k] else obs[0])
+        seen.append(obs[0])
+    return np.clip(np.array(seen[:-1]), -10, 10), np.clip(np.array(final), -10, 10)
+
+
+def test_autoreset_merges_each_final_observation_as_gymnasium_inside_a_vector_env():
+    streams = [autoreset_stream(seed, I * T) for seed in (5, 6)]
+    obs, reached = (np.stack([s[k] for s in streams]).reshape(B, I, T, 3) for k in range(2))
+    ends = np.stack([s[2] for s in streams]).reshape(B, I, T)
+    with tpo.Context() as ctx:
+        (b, Bs), (i, Is), (t, Ts) = ctx.dims("b", "i", "t")
+        norm = tempo.rl.NormalizeObservation(tpo.from_numpy(obs, dims=(b, i, t)), autoreset=True)
+        final = norm.final(tpo.from_numpy(reached, dims=(b, i, t)), tpo.from_numpy(ends, dims=(b, i, t)))
+        ours, ours_final = ctx.run({Bs: B, Is: I, Ts: T}, fetch=[norm.normalized, final])
+    for k, (_, got, done, firsts) in enumerate(streams):
+        seen, theirs_final = gym_autoreset(firsts, got, done)
+        np.testing.assert_allclose(ours[k].reshape(I * T, 3), seen, rtol=1e-4, atol=2e-5)
+        np.testing.assert_allclose(ours_final[k].reshape(I * T, 3), theirs_final, rtol=1e-4, atol=2e-5)
+    within = ~ends.reshape(B, -1)[:, :-1]  # where an episode goes on, the reached observation is the next one
+    np.testing.assert_array_equal(ours_final.reshape(B, -1, 3)[:, :-1][within], ours.reshape(B, -1, 3)[:, 1:][within])
+
+
+def test_final_needs_an_autoreset_normaliser_and_is_called_once():
+    with tpo.Context() as ctx:
+        (b, Bs), (i, Is), (t, Ts) = ctx.dims("b", "i", "t")
+        o = tpo.from_numpy(np.zeros((2, 3, 4, 1), np.float32), dims=(b, i, t))
+        done = tpo.from_numpy(np.zeros((2, 3, 4), bool), dims=(b, i, t))
+        with pytest.raises(tpo.TempoError, match="needs a normaliser made with autoreset=True"):
+            tempo.rl.NormalizeObservation(o).final(o, done)
+        norm = tempo.rl.NormalizeObservation(o, autoreset=True)
+        norm.final(o, done)
+        with pytest.raises(tpo.TempoError, match="called once"):
+            norm.final(o, done)
+        with pytest.raises(tpo.TempoError, match="give autoreset or valid, not both"):
+            tempo.rl.NormalizeObservation(o, autoreset=True, valid=done)
