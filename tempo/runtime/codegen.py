@@ -142,16 +142,24 @@ class Generator:
                 self._emit(depth, f"{bound} = U{check}.lengths.get({outer}, {bound})")
         elif isinstance(stmt, ast.If):
             self._emit(depth, f"if {self._cond(stmt.cond)}:")
-            self._stmt(stmt.then, depth + 1)
+            self._block(stmt.then, depth + 1)
             if stmt.orelse is not None:
                 self._emit(depth, "else:")
-                self._stmt(stmt.orelse, depth + 1)
+                self._block(stmt.orelse, depth + 1)
         elif isinstance(stmt, ast.Free):
             self._free(stmt, depth)
         elif isinstance(stmt, ast.Evict):
             self._move(stmt, depth)
         else:
             self._execute(stmt, depth)
+
+    def _block(self, stmt: ast.Stmt, depth: int) -> None:
+        """``stmt`` as the body of an ``if`` or ``else``: ``pass`` where it writes no line (a free of
+        outputs held by no store of its kind)."""
+        written = len(self.lines)
+        self._stmt(stmt, depth)
+        if len(self.lines) == written:
+            self._emit(depth, "pass")
 
     def _free(self, stmt: ast.Free, depth: int) -> None:
         rows = bool(stmt.point) and stmt.point[-1].op == "slice"  # a tile's rows, of a block store

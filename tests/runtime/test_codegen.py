@@ -121,3 +121,23 @@ def test_a_device_loop_launch_is_written_as_a_kernel_launch_and_only_the_generat
     assert "device loop D0 rows" in program.ledger.by_store  # the loop over t ran as a device launch
     assert callers and {where for _, where in callers} == {"<tempo program>"}, set(callers)
     assert {"read", "write"} <= {name for name, _ in callers}
+
+
+def test_a_branch_whose_statements_write_no_line_is_still_a_block():
+    """A free of a tile's rows where the tensor's store holds points writes no line; inside an ``if``
+    the generated source still compiles (the branch is ``pass``) and runs."""
+    from tempo.runtime.codegen import Generator
+    from tempo.schedule import ast
+    from tempo.symbolic.expr import const, make_slice, symbol
+
+    with tpo.Context() as ctx:
+        s, T = recurrence(ctx)
+        program = ctx.compile(fetch=[s])
+    n = next(iter(program.sdg.nodes))
+    rows = (make_slice(const(0), const(2)),)
+    stmt = ast.Sequence((ast.If(symbol("T") > 1, ast.Free(n, rows), ast.Free(n, rows)),))
+    source = Generator(program.sdg, {(n, 0): "point"}, None, ["T"]).source(stmt)
+    scope = {}
+    exec(compile(source, "<test>", "exec"), scope)      # an empty branch: IndentationError
+    assert scope["program"]({"T": 3}) is None
+    assert source.count("pass") == 2
