@@ -92,3 +92,24 @@ def test_a_bad_panel_config_is_a_clear_error(cfg, message):
         y = tpo.from_numpy(np.ones((2, 4, 8), np.float32), dims=(t,))[t] @ tpo.from_numpy(np.ones((8, 32), np.float32))
         with pytest.raises(TempoError, match=message):
             ctx.compile([y], passes={"vectorize": False, "pack_weights": cfg})
+
+
+def test_a_product_of_many_rows_reads_the_matrix_put_back_together():
+    """A constant read by a product of 2 rows (a decoding step) and one of 64 (a prefill) is packed;
+    the 2-row product multiplies the panels, the 64-row one the whole matrix (a BLAS product of the
+    whole matrix is faster at that size): NumPy's own product, bit for bit."""
+    rng = np.random.default_rng(0)
+    few, many = (rng.standard_normal((m, 16)).astype(np.float32) for m in (2, 64))
+    w = rng.standard_normal((2, 16, 24)).astype(np.float32)
+    with tpo.Context() as ctx:
+        (l, L), = ctx.dims("l")
+        ws = tpo.from_numpy(w, dims=(l,))
+        small, large = tpo.from_numpy(few) @ ws[l], tpo.from_numpy(many) @ ws[l]
+        program = ctx.compile([small, large], passes={"vectorize": False, "fuse": False,
+                                                      "pack_weights": pack_weights.Config(panel=lambda m: 8)})
+        got_small, got_large = program.run({L: 2})
+    assert len(packed_constants(program)) == 1
+    products = {tuple(n.shapes[0]) for n in ops_of(program, ops.MatMulOp)}
+    assert products == {(3, 2, 8), (64, 24)}                     # the panel product, the whole one
+    np.testing.assert_array_equal(got_large, np.stack([many @ w[j] for j in range(2)]))
+    np.testing.assert_allclose(got_small, np.stack([few @ w[j] for j in range(2)]), rtol=1e-5, atol=1e-5)
