@@ -164,6 +164,25 @@ class MatMulOp(Op):
 
 
 @dataclass(frozen=True)
+class AttentionOp(Op):
+    """Softmax attention of a block of queries: ``q`` (..., R, d), ``k`` (..., S, d), ``v`` (..., S, e)
+    -> (..., R, e), the leading axes broadcast (grouped-query attention: ``k`` and ``v`` of size 1
+    along the query groups' axis).
+
+    Query row ``i`` is at position ``rows + i`` and key row ``j`` at ``cols + j``; a query sees the
+    keys at its own position and before (and, with ``window`` > 0, after its position minus
+    ``window``): ``out = softmax(scale * q @ k^T over the keys it sees) @ v``. A query that sees no
+    key gives NaN. The prompt's attention in blocks of query rows is made of these ops
+    (:func:`tempo.api.functional.attention`).
+    """
+
+    scale: float
+    rows: int = 0
+    cols: int = 0
+    window: int = 0
+
+
+@dataclass(frozen=True)
 class BatchContractOp(Op):
     """``sum over the batch axes of a @ b``: ``(*batch, m, k), (*batch, k, n) -> (m, n)``, one
     product contracting the batch axes with ``k``. Made by the contraction pass, never by user code.

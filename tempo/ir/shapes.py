@@ -254,6 +254,15 @@ def _cat(op, shapes, dtypes):
     return (out,), (promote(dtypes),)
 
 
+@rule(ops.AttentionOp)
+def _attention(op, shapes, dtypes):
+    q, k, v = shapes
+    if len(q) < 2 or len(k) < 2 or len(v) < 2 or not same_size(q[-1], k[-1]) or not same_size(k[-2], v[-2]):
+        raise ShapeError(f"attention needs queries (..., R, d), keys (..., S, d) and values (..., S, e), "
+                         f"got {fmt(q)}, {fmt(k)} and {fmt(v)}")
+    return (broadcast([q[:-2], k[:-2], v[:-2]]) + (q[-2], v[-1]),), (promote(dtypes),)
+
+
 @rule(ops.ArgSortOp)
 def _argsort(op, shapes, dtypes):
     (shape,) = shapes

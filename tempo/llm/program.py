@@ -222,47 +222,26 @@ def finish(config: LlamaConfig, w: dict, x: RT, mixed: RT) -> RT:
 PREFILL_CHUNK = 256  # query rows of the prompt's attention computed at once
 
 
-def visibility_mask(rows: range, cols: range, window: int | None) -> np.ndarray | None:
-    """0 where query position ``i`` in ``rows`` sees key position ``j`` in ``cols`` (``j <= i``,
-    and ``j > i - window``), -inf elsewhere; None when every pair is visible."""
-    i, j = np.arange(rows.start, rows.stop)[:, None], np.arange(cols.start, cols.stop)[None, :]
-    visible = (j <= i) if window is None else (j <= i) & (j > i - window)
-    return None if visible.all() else np.where(visible, 0.0, -np.inf).astype(np.float32)
-
-
 def prompt_attention(q: RT, k: RT, v: RT, window: int | None, scale: float, chunk: int = PREFILL_CHUNK) -> RT:
     """Attention among the prompt's positions: ``q`` (batch, P, kv heads, groups, hd), ``k`` and
     ``v`` (batch, P, kv heads, hd), masked causally (and to the window); (batch, P, heads * hd).
 
-    The queries go in blocks of ``chunk`` rows; a block reads only the keys it can see (those
-    before its end, and within the window), as two parts of one softmax: the keys before the
-    block and the block's own, the only ones a causal mask cuts. The scores held at once are
-    batch x heads x ``chunk`` x P, not x P^2."""
+    The queries go in blocks of ``chunk`` rows, each block one attention op
+    (:func:`tempo.api.functional.attention`) over the keys it can see (those before its end, and
+    within the window): no value of the program holds the block's scores; the op's kernel holds
+    at most batch x heads x ``chunk`` x P of them (NumPy: a piece of rows at a time,
+    :mod:`tempo.runtime.backends.numpy_attention`)."""
     batch, length, kv_heads, groups, head_dim = q.shape
     queries = F.permute(q, 0, 2, 3, 1, 4)                                 # (batch, kv, groups, P, hd)
-    keys = F.unsqueeze(F.permute(k, 0, 2, 3, 1), 2)                        # (batch, kv, 1, hd, P)
-    values = F.unsqueeze(F.permute(v, 0, 2, 1, 3), 2)                      # (batch, kv, 1, P, hd)
+    keys, values = (F.unsqueeze(F.permute(x, 0, 2, 1, 3), 2) for x in (k, v))  # (batch, kv, 1, P, hd)
     every = (slice(None),) * 3
     blocks = []
     for start in range(0, length, chunk):
-        rows = range(start, min(start + chunk, length))
+        stop = min(start + chunk, length)
         first = 0 if window is None else max(0, start - window + 1)
-        parts = [range(first, start), range(start, rows.stop)] if first < start else [range(start, rows.stop)]
-        qb = queries.spatial[every + (slice(rows.start, rows.stop),)]
-        scores = []
-        for cols in parts:
-            s = F.matmul(qb, keys.spatial[every + (slice(None), slice(cols.start, cols.stop))]) * scale
-            mask = visibility_mask(rows, cols, window)
-            scores.append(s if mask is None else s + F.from_numpy(mask))
-        tops = [F.max(s, axis=-1, keepdims=True) for s in scores]
-        top = tops[0] if len(tops) == 1 else F.maximum(tops[0], tops[1])
-        weights = [F.exp(s - top) for s in scores]
-        total = F.sum(weights[0], axis=-1, keepdims=True)
-        mixed = F.matmul(weights[0], values.spatial[every + (slice(parts[0].start, parts[0].stop),)])
-        if len(parts) == 2:
-            total = total + F.sum(weights[1], axis=-1, keepdims=True)
-            mixed = mixed + F.matmul(weights[1], values.spatial[every + (slice(parts[1].start, parts[1].stop),)])
-        blocks.append(mixed / total)
+        seen = every + (slice(first, stop),)
+        blocks.append(F.attention(queries.spatial[every + (slice(start, stop),)], keys.spatial[seen],
+                                  values.spatial[seen], scale, rows=start, cols=first, window=window or 0))
     mixed = blocks[0] if len(blocks) == 1 else F.cat(blocks, axis=3)       # (batch, kv, groups, P, hd)
     return F.reshape(F.permute(mixed, 0, 3, 1, 2, 4), batch, length, kv_heads * groups * head_dim)
 

@@ -168,6 +168,11 @@ def _axis(op, batched, shapes, size_d):
     return Batched(replace(op, axis=_shift(op.axis, len(shapes[0]))))
 
 
+@rule(ops.AttentionOp)
+def _attention(op, batched, shapes, size_d):
+    return Batched(op)  # every input batched: one more leading axis, broadcast like the others
+
+
 @rule(ops.TakeOp)
 def _take(op, batched, shapes, size_d):
     return Batched(replace(op, axis=_shift(op.axis, len(shapes[0])), batch=op.batch + 1))

@@ -10,8 +10,10 @@ import torch
 
 import tempo as tpo
 from tempo.errors import TempoError
+from tempo.ir import ops
 from tempo.llm import program as program_mod
 from tempo.llm.sampling import Sampling
+from tempo.runtime.backends import numpy_attention
 
 IDS = np.random.default_rng(4).integers(0, 160, (2, 23)).astype(np.int64)
 
@@ -37,24 +39,28 @@ def test_chunked_prefill_then_decoding_gives_the_same_tokens(checkpoint):
     np.testing.assert_array_equal(model.generate(IDS, max_new_tokens=8, prefill_chunk=3), whole)
 
 
-def largest_value(prompt_len: int, chunk: int) -> int:
-    """The most elements of any one value the prefill's attention makes (batch 1, 2 heads, hd 8)."""
+def largest_value(prompt_len: int, chunk: int) -> tuple[int, int]:
+    """The most elements of any one value the prefill's attention makes (batch 1, 2 heads, hd 8),
+    and its attention ops."""
     with tpo.Context() as ctx:
         q = tpo.from_numpy(np.zeros((1, prompt_len, 1, 2, 8), np.float32))
         kv = tpo.from_numpy(np.zeros((1, prompt_len, 1, 8), np.float32))
         assert program_mod.prompt_attention(q, kv, kv, None, 1.0, chunk).shape == (1, prompt_len, 16)
-        return max(int(np.prod(shape)) for node in ctx.sdg.nodes.values() for shape in node.shapes)
+        largest = max(int(np.prod(shape)) for node in ctx.sdg.nodes.values() for shape in node.shapes)
+        return largest, sum(isinstance(node.op, ops.AttentionOp) for node in ctx.sdg.nodes.values())
 
 
-def test_prefill_scores_grow_with_chunk_times_prompt():
-    assert largest_value(256, 256) == 2 * 256 * 256                  # batch x heads x P x P
-    assert 2 * 32 * 224 <= largest_value(256, 32) <= 2 * 32 * 256   # x chunk x P
+def test_no_value_of_the_prefill_holds_scores():
+    """One attention op a block; the largest value is the prompt's queries (P x heads x hd), not
+    its scores (heads x chunk x P)."""
+    assert largest_value(256, 256) == (2 * 256 * 8, 1)
+    assert largest_value(256, 32) == (2 * 256 * 8, 8)
 
 
 def peak_bytes(prompt_len: int, chunk: int) -> int:
     """The peak of the allocations traced while a compiled prefill runs (NumPy's included)."""
     config = tpo.llm.LlamaConfig(vocab_size=32, hidden_size=64, intermediate_size=64, num_layers=1,
-                                 num_heads=8, num_kv_heads=8, head_dim=8, max_positions=512)
+                                 num_heads=8, num_kv_heads=8, head_dim=8, max_positions=1024)
     model = tpo.llm.Llama.random(config)
     ids = np.random.default_rng(0).integers(0, 32, (1, prompt_len))
     with tpo.Context() as ctx:
@@ -68,15 +74,29 @@ def peak_bytes(prompt_len: int, chunk: int) -> int:
     return peak
 
 
-@pytest.mark.slow      # three programs of 8 to 16 blocks compiled
-def test_prefill_memory_follows_the_chunk():
-    """Running the prefill, the peak of NumPy's allocations: 8 heads x 256^2 scores are 2.1 MB;
-    in chunks of 32 rows 0.26 MB at most, and twice the prompt takes about twice the memory
-    (each block's values die before the next block's are made), not four times."""
+@pytest.mark.slow      # programs of up to 16 blocks compiled
+def test_prefill_memory_follows_the_chunk_with_numpy_ops(monkeypatch):
+    """Without the native kernel (the op's NumPy reference), the peak of NumPy's allocations while
+    the prefill runs: 8 heads x 256^2 scores are 2.1 MB; in chunks of 32 rows 0.26 MB at most, and
+    twice the prompt takes about twice the memory (each block's values die before the next
+    block's are made), not four times."""
+    monkeypatch.setattr(numpy_attention, "_loaded", {"lib": None, "why": "not built in this test"})
     whole, chunked, longer = peak_bytes(256, 256), peak_bytes(256, 32), peak_bytes(512, 32)
     assert whole > 8 * 256 * 256 * 4
     assert chunked < whole / 3
     assert longer < 2.5 * chunked
+
+
+@pytest.mark.slow
+def test_prefill_memory_grows_with_the_prompt_with_the_fused_kernel():
+    """With the native kernel, the scores held at once are one piece of rows (at most 1 MB), so
+    even the whole prompt as one block takes less than its 8 x 512^2 scores (8.4 MB), and
+    twice the prompt about twice the memory."""
+    if numpy_attention.library() is None:
+        pytest.skip(numpy_attention.unavailable())
+    whole, longer = peak_bytes(512, 512), peak_bytes(1024, 1024)
+    assert whole < 8 * 512 * 512 * 4 / 2
+    assert longer < 2.5 * whole
 
 
 def test_bad_prefill_chunk_is_an_error():

@@ -16,6 +16,7 @@ from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime import counter_rng
 from tempo.runtime.backends.base import Backend, Kernel, along
+from tempo.runtime.backends.numpy_attention import kernel as attention_kernel
 from tempo.runtime.backends.numpy_fused import cast, compile_island
 from tempo.runtime.backends.numpy_ordered import (ordered_batch_contract, ordered_discounted_sum, ordered_matmul,
                                                   ordered_mean, ordered_sum)
@@ -87,6 +88,9 @@ def _random(op: ops.RandomOp) -> Kernel:
         return lambda inputs, env, point: (draw(point, (), sizes(env)),)
     bounds = [bound_of(d).name for d in op.vectorized]
     return lambda inputs, env, point: (draw(point, tuple([env[b] for b in bounds]), sizes(env)),)
+
+
+KERNELS[ops.AttentionOp] = attention_kernel
 
 
 @kernel_for(ops.ScanOp)

@@ -1,0 +1,75 @@
+"""C sources built with this machine's C compiler and loaded with ``ctypes``.
+
+A source is compiled once per machine (``cc -O3 -march=native``) into
+``$TEMPO_CACHE/kernels`` (default ``~/.cache/tempo``), the file named by a hash
+of the source, the compiler command and the CPU's feature flags. Where it
+cannot be built (no C compiler, or the compiler refuses the source),
+:func:`load` raises :class:`OSError` saying why, and the caller runs its NumPy
+code instead.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+
+FLAGS = ["-O3", "-march=native", "-shared", "-fPIC"]
+
+
+def cache_folder() -> str:
+    return os.path.join(os.environ.get("TEMPO_CACHE") or os.path.expanduser("~/.cache/tempo"), "kernels")
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return platform.processor()
+
+
+def library_path(source: str, compiler: str) -> str:
+    """Where ``source`` compiled by ``compiler`` for this CPU is kept."""
+    with open(source, "rb") as f:
+        key = hashlib.sha256(f.read() + " ".join([compiler, *FLAGS, _cpu_flags()]).encode()).hexdigest()[:16]
+    name = os.path.splitext(os.path.basename(source))[0]
+    return os.path.join(cache_folder(), f"{name}-{key}.so")
+
+
+def _build(source: str, path: str, compiler: str) -> None:
+    """Compile ``source`` to ``path``, through a temporary file renamed over it (a process that
+    loads ``path`` never sees half a library)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".so")
+    os.close(fd)
+    try:
+        done = subprocess.run([compiler, *FLAGS, source, "-o", tmp], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise OSError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "the compiler failed")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def load(source: str, signatures: dict) -> ctypes.CDLL:
+    """``source`` built (at the first call on this machine) and loaded, each function of
+    ``signatures`` (name -> argument types) declared returning nothing. Raises :class:`OSError`
+    saying why where it cannot be built."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise OSError("no C compiler (cc, gcc or $CC) on the PATH")
+    path = library_path(source, compiler)
+    try:
+        if not os.path.exists(path):
+            _build(source, path, compiler)
+    except subprocess.SubprocessError as err:
+        raise OSError(str(err)) from None
+    lib = ctypes.CDLL(path)
+    for name, argtypes in signatures.items():
+        getattr(lib, name).argtypes, getattr(lib, name).restype = argtypes, None
+    return lib

@@ -1,0 +1,118 @@
+"""The attention op (``tpo.functional.attention``): its fused NumPy kernel (BLAS products around the
+native softmax of ``numpy_attention.c``) against the reference in NumPy ops, and every backend
+against that reference."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tempo as tpo
+import tempo.api.functional as F
+from tempo.errors import ShapeError
+from tempo.ir import ops
+from tempo.runtime.backends.base import available_backends
+from tempo.runtime.backends import numpy_attention as na
+
+# (queries' lead, keys' lead, R, S, rows, cols, window)
+CASES = [((1, 3, 3), (1, 3, 1), 256, 1024, 768, 0, 0),      # grouped-query, the prompt's last block
+         ((1, 3, 3), (1, 3, 1), 37, 300, 263, 0, 0),        # sizes that are no multiple of 16
+         ((2, 4), (2, 4), 16, 64, 48, 0, 0),                # batch 2, as many key heads as query heads
+         ((2, 1, 2), (1, 1), 20, 40, 30, 10, 7),            # a window, keys from position 10
+         ((), (), 5, 5, 0, 0, 0),                           # one matrix: the whole prompt, causal
+         ((3,), (3,), 1, 1, 0, 0, 0)]
+
+
+def inputs(q_lead, kv_lead, R, S, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((*q_lead, R, 16)).astype(np.float32),
+            rng.standard_normal((*kv_lead, S, 16)).astype(np.float32),
+            rng.standard_normal((*kv_lead, S, 8)).astype(np.float32))
+
+
+def close(out, expected, values):
+    """Within 1e-6 of the values' largest magnitude (the output is a weighted mean of them)."""
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-6 * np.abs(values).max())
+
+
+def test_the_reference_is_softmax_over_the_keys_each_query_sees():
+    q, k, v = inputs((2,), (2,), 6, 9)
+    op = ops.AttentionOp(0.25, rows=5, cols=2, window=4)
+    expected = np.empty((2, 6, 8), np.float32)
+    for b in range(2):
+        for i in range(6):
+            keys = [j for j in range(9) if 5 + i - 4 < 2 + j <= 5 + i]
+            s = 0.25 * (k[b, keys] @ q[b, i]).astype(np.float64)
+            w = np.exp(s - s.max())
+            expected[b, i] = (w / w.sum()) @ v[b, keys]
+    close(na.reference(op, q, k, v), expected, v)
+
+
+@pytest.fixture
+def lib():
+    if na.library() is None:
+        pytest.skip(na.unavailable())
+    return na.library()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"R{c[2]}-S{c[3]}-w{c[6]}")
+@pytest.mark.parametrize("piece", [1 << 18, 64])
+def test_the_fused_kernel_is_the_reference(lib, monkeypatch, case, piece):
+    """Pieces of 1 MB of scores, and of 16 rows (many pieces a block, each over its own keys)."""
+    q_lead, kv_lead, R, S, rows, cols, window = case
+    monkeypatch.setattr(na, "PIECE_FLOATS", piece)
+    q, k, v = inputs(q_lead, kv_lead, R, S)
+    op = ops.AttentionOp(0.25, rows, cols, window)
+    close(na.fused(op, q, k, v, lib), na.reference(op, q, k, v), v)
+
+
+def test_the_fused_kernel_reads_strided_keys(lib):
+    """Keys and values as the prompt holds them: a permuted view, (batch, kv, 1, P, hd) of (batch, P, kv, hd)."""
+    rng = np.random.default_rng(3)
+    k, v = (rng.standard_normal((1, 70, 3, 16)).astype(np.float32).transpose(0, 2, 1, 3)[:, :, None] for _ in "kv")
+    q = rng.standard_normal((1, 3, 2, 30, 16)).astype(np.float32)
+    op = ops.AttentionOp(0.25, rows=40, cols=0)
+    close(na.fused(op, q, k, v, lib), na.reference(op, q, k, v), v)
+
+
+def test_large_scores_do_not_overflow(lib):
+    q, k, v = inputs((2,), (2,), 8, 40)
+    op = ops.AttentionOp(50.0, rows=32)
+    out = na.fused(op, q, k, v, lib)
+    assert np.isfinite(out).all()
+    close(out, na.reference(op, q, k, v), v)
+
+
+def test_without_a_compiler_the_kernel_is_the_reference(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEMPO_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(na, "_loaded", {})
+    assert na.library() is None and "runs with NumPy ops" in na.unavailable()
+    q, k, v = inputs((1, 3, 3), (1, 3, 1), 12, 20)
+    op = ops.AttentionOp(0.25, rows=8)
+    np.testing.assert_array_equal(na.kernel(op)([q, k, v], {}, ()), (na.reference(op, q, k, v),))
+
+
+@pytest.mark.parametrize("backend", available_backends())
+def test_every_backend_computes_the_reference(backend):
+    q, k, v = inputs((1, 3, 3), (1, 3, 1), 24, 40)
+    with tpo.Context() as ctx:
+        out = F.attention(tpo.from_numpy(q), tpo.from_numpy(k), tpo.from_numpy(v), 0.25, rows=16, window=30)
+        (got,) = ctx.run(bounds={}, fetch=[out], backend=backend)
+    close(np.asarray(got), na.reference(ops.AttentionOp(0.25, 16, 0, 30), q, k, v), v)
+
+
+def test_attention_over_a_vectorized_dim():
+    """Queries that vary with a dim the program batches: one op with one more leading axis."""
+    q, k, v = inputs((4, 2), (2,), 6, 10)
+    with tpo.Context() as ctx:
+        (b, B), = ctx.dims("b")
+        out = F.attention(tpo.from_numpy(q, dims=(b,)), tpo.from_numpy(k), tpo.from_numpy(v), 0.5, rows=4)
+        (got,) = ctx.run(bounds={B: 4}, fetch=[out])
+    close(got, na.reference(ops.AttentionOp(0.5, 4), q, k[None], v[None]), v)
+
+
+def test_mismatched_sizes_are_a_shape_error():
+    q, k, v = inputs((2,), (2,), 6, 10)
+    with tpo.Context():
+        with pytest.raises(ShapeError, match="attention needs queries"):
+            F.attention(tpo.from_numpy(q), tpo.from_numpy(k), tpo.from_numpy(v[:, :9]), 0.5)
