@@ -35,7 +35,15 @@ def kernel_for(op_type: type):
 
 
 def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
+    """``1 / (1 + exp(-x))``; for a float array in one buffer, each step written over the last (the
+    same values, without three temporaries the size of ``x``: the prefill's SwiGLU takes a
+    (P, intermediate) sigmoid a layer)."""
+    if x.__class__ is not np.ndarray or x.dtype.kind != "f":
+        return 1.0 / (1.0 + np.exp(-x))
+    out = np.negative(x)
+    np.exp(out, out=out)
+    out += out.dtype.type(1)
+    return np.reciprocal(out, out=out)
 
 
 ELEMENTWISE = {
