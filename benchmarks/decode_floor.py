@@ -41,7 +41,10 @@ new token (Tempo: the run apart from compiling, which is reported beside it).
 
 ``--parts first --prefill-chunks 0 256`` times the first token alone, Tempo's
 prefill attention as one block of the whole prompt (0) and in blocks of 256
-query rows, with each process's peak RSS. K-quant files (``--types Q4_K Q6_K``)
+query rows (each block one attention op: on NumPy, BLAS products around the
+native softmax of ``tempo/runtime/backends/numpy_attention.c``, or NumPy ops
+where it is not built: ``attention_kernel`` in the JSON), with each process's
+peak RSS. K-quant files (``--types Q4_K Q6_K``)
 hold the matrices whose rows are not a multiple of 256 in another type
 (:data:`K_FALLBACK`).
 
@@ -280,6 +283,7 @@ def first_token_tempo(path: str, quantized: bool, length: int, chunk: int) -> di
     import tempo as tpo
     from tempo.llm import program as program_mod
     from tempo.llm.sampling import Sampling
+    from tempo.runtime.backends import numpy_attention
 
     model = tpo.llm.Llama.from_pretrained(path, quantized=quantized)
     prompt = np.random.default_rng(0).integers(0, SIZE["vocab"], (1, length))
@@ -294,7 +298,7 @@ def first_token_tempo(path: str, quantized: bool, length: int, chunk: int) -> di
     program.run(dp.bounds(SIZE["layers"], 1))
     return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "compile_s": compile_s,
             "chunk": chunk, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
-            "rss_before_run_mb": before / 1e3}
+            "rss_before_run_mb": before / 1e3, "attention_kernel": numpy_attention.unavailable() or "native"}
 
 
 def first_token_transformers(path: str, length: int) -> dict:
