@@ -200,6 +200,25 @@ def _matmul(call: VJPCall) -> list:
     return [_ok(a, ga), _ok(b, gb)]
 
 
+@vjp_rule(ops.AttentionOp)
+def _attention(call: VJPCall) -> list:
+    """With the weights ``p = softmax(scale * q @ k^T, masked)`` computed again and ``out = p @ v``:
+    ``dv = p^T g``, ``ds = p * (g @ v^T - sum(g * out))``, ``dq = scale * ds @ k``,
+    ``dk = scale * ds^T @ q``."""
+    (q, k, v), g, op, out = call.inputs, call.g, call.node.op, call.outputs[0]
+    queries, keys = q.shape[-2], k.shape[-2]
+    if not isinstance(queries, int) or not isinstance(keys, int):
+        raise TempoError(f"the gradient of attention needs static query and key counts, not {queries} and {keys}",
+                         call.node.site)
+    scores = F.matmul(q, _swap_last(k)) * op.scale
+    scores = F.where(F.from_numpy(op.visible(queries, keys)), scores, F.full((), -np.inf, scores.dtype))
+    weights = F.exp(scores - F.max(scores, axis=-1, keepdims=True))
+    weights = weights / F.sum(weights, axis=-1, keepdims=True)
+    ds = weights * (F.matmul(g, _swap_last(v)) - F.sum(g * out, axis=-1, keepdims=True))
+    return [_ok(q, F.matmul(ds, k) * op.scale), _ok(k, F.matmul(_swap_last(ds), q) * op.scale),
+            _ok(v, F.matmul(_swap_last(weights), g))]
+
+
 @vjp_rule(ops.ReshapeOp)
 def _reshape(call: VJPCall) -> list:
     return [F.reshape(call.g, *call.inputs[0].shape)]

@@ -181,6 +181,20 @@ class AttentionOp(Op):
     cols: int = 0
     window: int = 0
 
+    def seen(self, queries: int, keys: int) -> tuple[np.ndarray, np.ndarray]:
+        """For each of ``queries`` query rows, the key rows it sees as a range ``[lo, hi)`` of the
+        ``keys`` (int64 arrays)."""
+        position = self.rows + np.arange(queries, dtype=np.int64)
+        hi = np.clip(position - self.cols + 1, 0, keys)
+        lo = np.clip(position - self.window + 1 - self.cols, 0, keys) if self.window else np.zeros_like(hi)
+        return lo, hi
+
+    def visible(self, queries: int, keys: int) -> np.ndarray:
+        """(queries, keys) bool: whether each query row sees each key row (:meth:`seen`)."""
+        lo, hi = self.seen(queries, keys)
+        j = np.arange(keys)
+        return (j >= lo[:, None]) & (j < hi[:, None])
+
 
 @dataclass(frozen=True)
 class BatchContractOp(Op):

@@ -87,6 +87,9 @@ SPATIAL_CASES = {
     "matmul_mat_vec": (lambda a, b: ((a @ b) ** 2.0).sum(), {"a": arr(2, 3), "b": arr(3)}),
     "matmul_vec_vec": (lambda a, b: (a @ b) ** 2.0, {"a": arr(3), "b": arr(3)}),
     "matmul_batched": (lambda a, b: ((a @ b) ** 2.0).sum(), {"a": arr(2, 2, 3), "b": arr(3, 2)}),
+    # queries at positions 3-6 over keys at 1-5 within a window of 3, the keys shared by both query heads
+    "attention": (lambda q, k, v: (F.attention(q, k, v, 0.5, rows=3, cols=1, window=3) ** 2.0).sum(),
+                  {"q": arr(2, 4, 3), "k": arr(1, 5, 3), "v": arr(1, 5, 2)}),
     "reshape": (lambda x, w: (x.reshape(3, 2) * w).sum(), {"x": arr(2, 3), "w": arr(3, 2)}),
     "permute": (lambda x, w: (x.permute(1, 0) * w).sum(), {"x": arr(2, 3), "w": arr(3, 2)}),
     "expand": (lambda x, w: (x.expand(3, 2) * w).sum(), {"x": arr(1, 2), "w": arr(3, 2)}),
@@ -119,7 +122,7 @@ def test_every_differentiable_op_has_a_rule_and_a_test():
                         if isinstance(cls, type) and issubclass(cls, ops.Op) and cls not in after_autodiff}
     covered = {ops.ElementwiseOp, ops.ReduceOp, ops.CumSumOp, ops.DiscountedSumOp, ops.MatMulOp,
                ops.ReshapeOp, ops.PermuteOp, ops.ExpandOp, ops.SqueezeOp, ops.UnsqueezeOp, ops.CatOp,
-               ops.SpatialIndexOp, ops.PadOp, ops.CastOp, ops.IdentOp, ops.MergeOp, ops.TakeOp}
+               ops.SpatialIndexOp, ops.PadOp, ops.CastOp, ops.IdentOp, ops.MergeOp, ops.TakeOp, ops.AttentionOp}
     leaves = {ops.ConstOp, ops.EvalSymbolOp, ops.RandomOp, ops.UDFOp, ops.ArgSortOp}
     assert covered | leaves == set(VJP)
 

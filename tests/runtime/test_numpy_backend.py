@@ -81,3 +81,15 @@ def test_a_reduction_kernel_gives_what_numpy_s_function_gives(fn, x, axes, keepd
     want = REDUCERS[fn](x, axis=axes, keepdims=keepdims)
     assert np.asarray(got).dtype == np.asarray(want).dtype and np.shape(got) == np.shape(want)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("x", ARRAYS[:3] + [np.array(0.5, np.float32), np.float64(-3.0), 2.0, np.array(-100.0)])
+def test_the_sigmoid_kernel_is_one_over_one_plus_exp_minus_x(x):
+    """Written over one buffer for a float array: the same values, dtype and shape, the input untouched."""
+    before = np.array(x, copy=True)
+    with np.errstate(over="ignore"):
+        got, = NumPyBackend().kernel(ops.ElementwiseOp("sigmoid"))([x], {}, ())
+        want = 1.0 / (1.0 + np.exp(-x))
+    assert np.asarray(got).dtype == np.asarray(want).dtype and np.shape(got) == np.shape(want)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(x, before)

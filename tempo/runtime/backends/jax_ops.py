@@ -18,7 +18,6 @@ from jax import lax
 from tempo.ir import ops
 from tempo.runtime.backends import numpy as np_backend
 from tempo.runtime.backends.base import along
-from tempo.runtime.backends.numpy_attention import visible
 from tempo.symbolic.evaluate import compile_expr, shape_at
 
 IMPLS: dict[type, Callable] = {}  # op type -> (op, xs, env) -> tuple of outputs, traced inside jax.jit
@@ -166,7 +165,7 @@ def _pad(op: ops.PadOp, xs: list, env: dict) -> tuple:
 def _attention(op: ops.AttentionOp, xs: list, env: dict) -> tuple:
     """The NumPy reference's ops (:func:`.numpy_attention.reference`) in jnp."""
     q, k, v = _same_dtype(xs)
-    scores = jnp.where(visible(op, q.shape[-2], k.shape[-2]), jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * op.scale,
+    scores = jnp.where(op.visible(q.shape[-2], k.shape[-2]), jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * op.scale,
                        -jnp.inf)
     weights = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
     return (jnp.matmul(weights, v) / jnp.sum(weights, axis=-1, keepdims=True),)

@@ -38,7 +38,7 @@ def _sigmoid(x):
     """``1 / (1 + exp(-x))``; for a float array in one buffer, each step written over the last (the
     same values, without three temporaries the size of ``x``: the prefill's SwiGLU takes a
     (P, intermediate) sigmoid a layer)."""
-    if x.__class__ is not np.ndarray or x.dtype.kind != "f":
+    if x.__class__ is not np.ndarray or x.dtype.kind != "f" or not x.ndim:  # (NumPy makes a 0-d result a scalar)
         return 1.0 / (1.0 + np.exp(-x))
     out = np.negative(x)
     np.exp(out, out=out)

@@ -50,27 +50,11 @@ def unavailable() -> str | None:
     return _loaded["why"]
 
 
-def seen(op: ops.AttentionOp, queries: int, keys: int) -> tuple[np.ndarray, np.ndarray]:
-    """For each of ``queries`` query rows, the keys it sees as a range ``[lo, hi)`` of the
-    ``keys`` key rows (int64 arrays): the positions up to its own, and within the window."""
-    position = op.rows + np.arange(queries, dtype=np.int64)
-    hi = np.clip(position - op.cols + 1, 0, keys)
-    lo = np.clip(position - op.window + 1 - op.cols, 0, keys) if op.window else np.zeros_like(hi)
-    return lo, hi
-
-
-def visible(op: ops.AttentionOp, queries: int, keys: int) -> np.ndarray:
-    """(queries, keys) bool: whether each query row sees each key row (:func:`seen`)."""
-    lo, hi = seen(op, queries, keys)
-    j = np.arange(keys)
-    return (j >= lo[:, None]) & (j < hi[:, None])
-
-
 def reference(op: ops.AttentionOp, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     """``softmax(scale * q @ k^T, masked) @ v`` as NumPy ops, the exponentials normalised after the
     product (``(e @ v) / sum(e)``). A query that sees no key gives NaN."""
     scores = np.matmul(q, np.swapaxes(k, -1, -2)) * q.dtype.type(op.scale)
-    scores = np.where(visible(op, q.shape[-2], k.shape[-2]), scores, -np.inf)
+    scores = np.where(op.visible(q.shape[-2], k.shape[-2]), scores, -np.inf)
     weights = np.exp(scores - np.max(scores, axis=-1, keepdims=True))
     return np.matmul(weights, v) / np.sum(weights, axis=-1, keepdims=True)
 
@@ -87,7 +71,7 @@ def fused(op: ops.AttentionOp, q: np.ndarray, k: np.ndarray, v: np.ndarray, lib)
     shared = tuple(a for a in range(len(lead)) if kv_lead[a] == 1 and lead[a] > 1)
     group = math.prod(lead[a] for a in shared)
     (count, width), depth = q.shape[-2:], v.shape[-1]
-    lo, hi = (np.repeat(x, group) for x in seen(op, count, k.shape[-2]))
+    lo, hi = (np.repeat(x, group) for x in op.seen(count, k.shape[-2]))
     out = np.empty(lead + (count, depth), np.float32)
     for idx in np.ndindex(*kv_lead):
         at = tuple(slice(None) if a in shared else i for a, i in enumerate(idx))

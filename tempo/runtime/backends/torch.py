@@ -28,7 +28,6 @@ from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime.backends import numpy as np_backend
 from tempo.runtime.backends.base import Backend, Kernel, StepFailed, along
-from tempo.runtime.backends.numpy_attention import visible
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import seq
 
@@ -259,7 +258,7 @@ def _attention(op: ops.AttentionOp, device) -> Kernel:
     """The NumPy reference's ops (:func:`.numpy_attention.reference`) in torch."""
     def run(inputs, env, point):
         q, k, v = _same_dtype(inputs)
-        seen = torch.as_tensor(visible(op, q.shape[-2], k.shape[-2]), device=q.device)
+        seen = torch.as_tensor(op.visible(q.shape[-2], k.shape[-2]), device=q.device)
         scores = torch.where(seen, torch.matmul(q, k.transpose(-1, -2)) * op.scale, -torch.inf)
         weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
         return (torch.matmul(weights, v) / weights.sum(dim=-1, keepdim=True),)
