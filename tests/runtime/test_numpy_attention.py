@@ -1,4 +1,4 @@
-"""The attention op (``tpo.functional.attention``): its fused NumPy kernel (BLAS products around the
+"""The attention op (``tempo.api.functional.attention``): its fused NumPy kernel (BLAS products around the
 native softmax of ``numpy_attention.c``) against the reference in NumPy ops, and every backend
 against that reference."""
 from __future__ import annotations
