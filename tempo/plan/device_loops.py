@@ -429,7 +429,7 @@ FAR = 720720  # a bound other than a tile's and the dim it tiles, far from every
 
 def _tile_shaped(shape: tuple, tiles: dict) -> bool:
     """Whether every size of ``shape`` is static or a tile's (:func:`_tile_size`)."""
-    return all(_tile_size(d, tiles) is not None for d in shape)
+    return all(_static((d,)) or _tile_size(d, tiles) is not None for d in shape)
 
 
 def _shaped_steps(sdg: SDG, steps: list[Step]) -> tuple[int, ...]:
