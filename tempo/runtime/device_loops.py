@@ -418,11 +418,12 @@ class DeviceLoop:
                 wanted = _wanted(runs, sels, f"{s}.{k}")
                 if src.kind in (CLOSED, GATHERED) and f"{s}.{k}" in provided:
                     continue
+                at = self._dim_env(s, env, envs[0]) if s in self.shapes else env  # a tile's shape: at its dims
                 if src.kind == CLOSED:
                     closed[f"{s}.{k}"] = (reads.slot(src.key, self.indexes[s][k](env)) if wanted.any()
-                                          else self._zeros(src.edge, env))
+                                          else self._zeros(src.edge, at))
                 elif src.kind == GATHERED:
-                    gathered[f"{s}.{k}"] = self._gather(src, self.indexes[s][k], envs, wanted, env, reads)
+                    gathered[f"{s}.{k}"] = self._gather(src, self.indexes[s][k], envs, wanted, at, reads)
             if sels[s] is not None and len(step.inputs) > 1:
                 sel_xs[str(s)] = sels[s]
             first = int(np.argmax(ran)) if ran.any() else 0
