@@ -30,8 +30,11 @@ them) and per steady-state iteration of that loop (``in loop``), the host
 microseconds the profile counts per such iteration, and the wall and process-CPU
 seconds per steady-state iteration (median of the iterations after the
 first, marked as ``benchmarks/rl_train.py`` marks them: a device loop over
-the whole run divides its launches' time evenly among their iterations),
-and the last iteration's mean return (the two schedules compute the same
+the whole run divides its launches' time evenly among their iterations,
+but for the host's work before a launch, which falls in the launch's first
+iteration), the mean of those iterations (``mean s/it``, ``mean CPU``: what
+a launch of many iterations costs each, its host work included), and the
+last iteration's mean return (the two schedules compute the same
 values: bit for bit on NumPy).
 Prints a table and writes JSON.
 
@@ -105,7 +108,7 @@ def main() -> None:
         return
     rows = []
     print(f"{'backend':>8} {'schedule':>10} {'device loops':>13} {'launches/it':>12} {'in loop':>8} {'host us/it':>11} "
-          f"{'wall s/it':>10} {'CPU s/it':>9} {'last return':>12}")
+          f"{'wall s/it':>10} {'CPU s/it':>9} {'mean s/it':>10} {'mean CPU':>9} {'last return':>12}")
     for backend in args.backends:
         for schedule in ("fused", "nested") + (("host tiles",) if backend == "jax" else ()):
             row = run({"backend": backend, "schedule": schedule, "steps": args.steps, "batch": args.batch,
@@ -113,9 +116,12 @@ def main() -> None:
                        "obs_shape": args.obs_shape})
             rows.append(row)
             row["run_launches_per_iteration"] = row["profiled_run_launches"] / (args.iterations + 1)
+            row["mean_iteration_s"] = statistics.mean(row["iterations_s"][1:])
+            row["mean_iteration_cpu_s"] = statistics.mean(row["iterations_cpu_s"][1:])
             print(f"{backend:>8} {schedule:>10} {row['device_loops']:>13} {row['run_launches_per_iteration']:>12.1f} "
                   f"{row['profiled_launches']:>8.1f} "
                   f"{row['profiled_host_us']:>11.0f} {row['iteration_s']:>10.4f} {row['iteration_cpu_s']:>9.4f} "
+                  f"{row['mean_iteration_s']:>10.4f} {row['mean_iteration_cpu_s']:>9.4f} "
                   f"{row['returns'][-1]:>12.4f}", flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     tmp = args.out + ".tmp"

@@ -25,7 +25,12 @@ loop before the launch, and stacked (its per-iteration values, its gathered
 values, those the same at every iteration read once per launch); a
 statement after it reads its rows only where they cover the slice it reads,
 or one row only where the loop ran it, and a nested loop reads another's
-rows row by row only where both run over the same counters. Sinks and
+rows row by row only where both run over the same counters, or a tile of
+``Z`` rows at a time only where its tiles cover the other's rows in order.
+A loop whose plan lists steps of a tile's shape (:attr:`LoopPlan.shaped`)
+runs a launch only where those shapes are one at every iteration with the
+run's bounds (each tile ``Z`` rows: ``Z`` divides the dim); otherwise the
+host loop runs it. Sinks and
 checkpoints of the loop are called after the launch, once per iteration
 where they run, in the order of the iterations, with the values the device
 kept for them. Such a loop runs its

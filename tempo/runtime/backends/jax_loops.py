@@ -21,7 +21,9 @@ as outputs for the host. The rows a nested loop's scan stacks are values
 of the enclosing body: another nested loop scans over them (``stacked``,
 in the same iteration or, carried, in a later one) and a step reads them
 whole (``rows``) or one of them (``row``, at an index the host computes per
-iteration). Its scan runs over a fixed number
+iteration), or a tile of them at a time (``sliced``: the rows reshaped into
+one row of ``Z`` rows per tile, where the host checked that the tiles cover
+them in order). Its scan runs over a fixed number
 of rows (the key's trip count: the longest launch) and skips the rows past
 the launch's trip count under ``lax.cond``, so that launches of fewer
 iterations share its one compile; the carry (parameters, optimizer state)
