@@ -416,7 +416,10 @@ class DeviceLoop:
         """The compiled loop's static key, its inputs, per-iteration values and initial carry, what
         they take from stores asked of ``reads`` (``provided``: the names of closed inputs the enclosing
         loop's program computes; ``initial``: False where the carry comes from the previous launch)."""
-        closed, gathered, sel_xs, arg_xs, keys, shapes = {}, {}, {}, {}, [], []
+        shapes = [self._one_shape(s, env, envs, runs[s]) for s in self.shapes]  # before the rest of the work
+        if None in shapes:
+            return None
+        closed, gathered, sel_xs, arg_xs, keys = {}, {}, {}, {}, []
         for s, step in enumerate(self.plan.steps):
             ran = runs[s]
             for k, src in enumerate(step.inputs):
@@ -434,11 +437,6 @@ class DeviceLoop:
             first = int(np.argmax(ran)) if ran.any() else 0
             dims = self._dim_env(s, env, envs[first])
             keys.append(self.compiled.static_key(s, dims))
-            if s in self.shapes:
-                shaped = self._one_shape(s, env, envs, ran)
-                if shaped is None:
-                    return None
-                shapes.append(shaped)
             if self.compiled.needs_args(s):
                 if not ran.any() and not self.plan.nested and self.plan.end is None:
                     return None
