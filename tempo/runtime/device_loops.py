@@ -505,8 +505,8 @@ class DeviceLoop:
     def _one_shape(self, s: int, env: dict, envs: list[dict], ran) -> tuple | None:
         """Step ``s``'s shapes and static sizes, those of a tile (:attr:`LoopPlan.shaped`), where they are
         one at every iteration where it runs; else None (a partial last tile)."""
-        seen = set()
-        for e in (e for e, r in zip(envs, ran) if r):
+        seen, running = set(), [e for e, r in zip(envs, ran) if r]
+        for e in running[:1] + running[-1:] + running[1:-1]:  # a partial last tile fails at once
             dims = self._dim_env(s, env, e)
             seen.add((tuple(f(dims) for f in self.shapes[s]), self.compiled.static_sizes(s, dims)))
             if len(seen) > 1:
