@@ -19,9 +19,9 @@ its body reads and writes:
   back into its tensor store after the loop, a block store's rows in one
   write.
 
-A shape may depend on the loop's counter where it is a tile's: the same at
-every iteration away from the bounds (``min(Z, T - Z*t_tile)`` rows, ``Z``
-where ``Z`` divides ``T``, the last tile partial where it does not). Such a
+A shape may depend on the loop's counter where it is a tile's: one size at
+every tile where the tiles divide their dims (``min(Z, T - Z*t_tile)`` rows:
+``Z`` where ``Z`` divides ``T``, the last tile partial where it does not). Such a
 loop's plan lists those steps (:attr:`LoopPlan.shaped`), and each launch
 checks, with the run's bounds, that their shapes are one at every iteration;
 where they are not, the host loop runs the loop.
@@ -405,16 +405,18 @@ def _static(shape: tuple) -> bool:
     return all(isinstance(s, int) or all(x.kind == "bound" for x in s.free_symbols()) for s in shape)
 
 
-def _tile_size(size, tiles: dict) -> int | None:
-    """The value of ``size`` at every tile where each tile divides its dim, where it depends on no counter
+def _tile_size(d, tiles: dict) -> int | None:
+    """The value of size ``d`` at every tile where each tile divides its dim, where it depends on no counter
     but tile dims' (``min(T, 4*t_tile + 4) - 4*t_tile``: 4 rows, fewer at a partial last tile) and is one
-    value at every tile for every number of tiles probed; else None. ``tiles``: :attr:`SDG.tiles`."""
-    if isinstance(size, int):
-        return size
-    names = size.free_symbols()
-    if any(x.kind != "bound" and bound_name(x.dim) not in tiles for x in names):
-        return None
-    fn, seen = compile_expr(size), set()
+    value at every tile for every number of tiles probed; else None (a static size too).
+    ``tiles``: :attr:`SDG.tiles`."""
+    if isinstance(d, int):
+        return d
+    names = d.free_symbols()
+    if all(x.kind == "bound" for x in names) or any(x.kind != "bound" and bound_name(x.dim) not in tiles
+                                                     for x in names):
+        return None  # static, or a counter that is no tile dim's
+    fn, seen = compile_expr(d), set()
     for n in range(1, 6):
         env = {x.name: FAR for x in names if x.kind == "bound"}
         for tile, (whole, rows) in tiles.items():
