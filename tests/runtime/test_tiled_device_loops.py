@@ -51,6 +51,21 @@ def test_tiles_that_divide_the_steps_make_the_whole_run_one_device_program():
     assert set(rows) == {"device loop"} and rows["device loop"][0] == pytest.approx(1 / (ITERATIONS - 1))
 
 
+@pytest.mark.slow
+def test_one_program_runs_whole_where_its_tiles_divide_the_steps_and_tile_by_tile_where_not():
+    """The program is compiled for every bound: run for 8 steps, every tile has 4 rows and the whole run
+    is one device program; run for 10, the last tile is partial, the launches' checks fail and the host
+    runs the loops over tiles. Both runs compute the NumPy backend's values."""
+    device, _ = reinforce(0, 4, 8, backend="jax", runs=(8, 10, 8))
+    host, _ = reinforce(0, 4, 8, runs=(8, 10, 8))
+    for (values, launches), (reference, host_launches) in zip(device, host):
+        assert len(values) == len(reference) == 2 * ITERATIONS
+        for x, y in zip(values, reference):
+            np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    (_, whole), (_, tiled), (_, again) = device
+    assert whole * 4 < host[0][1] and tiled > 3 * whole and again == whole
+
+
 def bounds(steps: int) -> dict:
     """The bounds of tests.schedule.test_tiled_nesting.reinforce at ``steps`` steps."""
     return {"B": 2, "I": ITERATIONS, "T": steps}
