@@ -136,6 +136,8 @@ class DeviceLoop:
         self.tiles = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
                        for _, src in n.inputs if src.kind == SLICED] for n in plan.nested]
         self.shapes = {s: _sizes(sdg, step) for s, step in enumerate(plan.steps) if s in plan.shaped}
+        self.shaped_by = {s: _shaped_by(sdg, plan.steps[s], compiled.sized_by(s), var) for s in self.shapes}
+        self.shape_checks: dict[tuple, tuple | None] = {}  # what _one_shape found, by what it depends on
         self.invariant = [{f"{s}.{k}" for s, step in enumerate(n.plan.steps) for k, src in enumerate(step.inputs)
                            if src.kind == GATHERED and not uses(src.index, var)} for n in plan.nested]
         self.nested_rows = {key: k for k, n in enumerate(plan.nested) for key in n.plan.written_back}
@@ -505,7 +507,14 @@ class DeviceLoop:
     def _one_shape(self, s: int, env: dict, envs: list[dict], ran) -> tuple | None:
         """Step ``s``'s shapes and static sizes, those of a tile (:attr:`LoopPlan.shaped`), where they are
         one at every iteration where it runs; else None (a partial last tile)."""
-        seen, running = set(), [e for e, r in zip(envs, ran) if r]
+        running = [e for e, r in zip(envs, ran) if r]
+        key = (s, tuple(env.get(n) for n in self.shaped_by[s]), tuple(e[self.var] for e in running))
+        if key not in self.shape_checks:
+            self.shape_checks[key] = self._shape_of(s, env, running)
+        return self.shape_checks[key]
+
+    def _shape_of(self, s: int, env: dict, running: list[dict]) -> tuple | None:
+        seen = set()
         for e in running[:1] + running[-1:] + running[1:-1]:  # a partial last tile fails at once
             dims = self._dim_env(s, env, e)
             seen.add((tuple(f(dims) for f in self.shapes[s]), self.compiled.static_sizes(s, dims)))
@@ -655,6 +664,17 @@ def _sizes(sdg: SDG, step) -> list:
     (:meth:`DeviceLoop._one_shape`)."""
     shapes = [*step.node.shapes, *(sdg.read_shape(e) for e in sdg.in_edges(step.node.id))]
     return [(lambda env, d=d: d) if isinstance(d, int) else compile_expr(d) for shape in shapes for d in shape]
+
+
+def _shaped_by(sdg: SDG, step, sized_by: tuple, var: str) -> tuple[str, ...]:
+    """The names of the bounds and enclosing counters the shapes of ``step`` and the sizes its compiled
+    form reads (``sized_by``) depend on, but the loop's own counter ``var``."""
+    shapes = [*step.node.shapes, *(sdg.read_shape(e) for e in sdg.in_edges(step.node.id))]
+    used = {x.name for shape in shapes for d in shape if not isinstance(d, int) for x in d.free_symbols()}
+    dims = {d.name: p for d, p in zip(step.node.domain, step.execute.point)}
+    names = {n for n in used | set(sized_by) if n not in dims}
+    names |= {x.name for n in used | set(sized_by) if n in dims for x in dims[n].free_symbols()}
+    return tuple(sorted(names - {var}))
 
 
 def _wanted(runs: list, sels: list, name: str) -> np.ndarray:

@@ -93,6 +93,14 @@ class LoopProgram:
         island = self.islands[s]
         return self.static_key(s, env) if island is None else tuple(size(env) for size in island.sizes)
 
+    def sized_by(self, s: int) -> tuple[str, ...]:
+        """The names :meth:`static_sizes` of step ``s`` reads."""
+        island = self.islands[s]
+        if island is not None:
+            return island.names
+        return tuple(sorted({x.name for d in self.plan.steps[s].node.shapes[0] if not isinstance(d, int)
+                             for x in d.free_symbols()}))
+
     def needs_args(self, s: int) -> bool:
         island = self.islands[s]
         return island is not None and bool(island.host or island.indexes)
