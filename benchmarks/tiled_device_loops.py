@@ -11,7 +11,14 @@ partial), on the NumPy and JAX backends, each under two schedules:
   JAX acting's loop runs as one device program per iteration;
 - ``fused``: shift fusion's schedule (the tiles inside acting's loop, a few
   steps behind it), what the compiler chooses where the tiles free large rows
-  while acting (``--obs-shape 3,64,64``); its loops run on the host.
+  while acting (``--obs-shape 3,64,64``); its loops run on the host;
+- ``host tiles`` (JAX only): the nested loops with every loop over tiles kept
+  on the host, as for a partial last tile (the planner takes no shape for a
+  tile's), the baseline of ``nested`` where the tiles divide the steps
+  (``--steps 192 --tiles 16``): there the loops over tiles run as device
+  loops, nested with acting's loop in the loop over iterations, one device
+  program for the whole run (n-step returns' windows, shorter at the end,
+  keep their loop over steps, and so the loop over iterations, on the host).
 
 Each run is a fresh process at one thread (NumPy's BLAS and XLA) and is
 profiled (:meth:`tempo.api.compile.Program.profile`). The example runs
@@ -23,12 +30,17 @@ them) and per steady-state iteration of that loop (``in loop``), the host
 microseconds the profile counts per such iteration, and the wall and process-CPU
 seconds per steady-state iteration (median of the iterations after the
 first, marked as ``benchmarks/rl_train.py`` marks them: a device loop over
-the whole run divides its launches' time evenly among their iterations),
-and the last iteration's mean return (the two schedules compute the same
+the whole run divides its launches' time evenly among their iterations,
+but for the host's work before a launch, which falls in the launch's first
+iteration), the mean of those iterations (``mean s/it``, ``mean CPU``: what
+a launch of many iterations costs each, its host work included), and the
+last iteration's mean return (the two schedules compute the same
 values: bit for bit on NumPy).
 Prints a table and writes JSON.
 
     .venv/bin/python benchmarks/tiled_device_loops.py
+    .venv/bin/python benchmarks/tiled_device_loops.py --steps 192 --nstep 0 \
+        --out docs/results/tiled_device_loops_whole_run.json                      # tiles that divide the steps
     .venv/bin/python benchmarks/tiled_device_loops.py --steps 50 --iterations 3   # a smoke test
 """
 from __future__ import annotations
@@ -55,6 +67,9 @@ def worker(spec: dict, out_path: str) -> None:
 
     if spec["schedule"] == "fused":  # shift fusion's schedule, whatever the tiles free while acting
         compile_mod.tiles_freed_while_acting = lambda sdg, program: True
+    if spec["schedule"] == "host tiles":  # no shape is a tile's: the loops over tiles stay on the host
+        from tempo.plan import device_loops
+        device_loops._tile_size = lambda size, tiles: None
     cpu_at: dict = {}
     time.perf_counter = marking_clock(time.perf_counter, time.process_time, cpu_at)
     point = Point(steps=spec["steps"], envs=spec["batch"], hidden=32, layers=2, obs_shape=spec["obs_shape"])
@@ -92,23 +107,27 @@ def main() -> None:
         worker(json.loads(args.worker[0]), args.worker[1])
         return
     rows = []
-    print(f"{'backend':>8} {'schedule':>9} {'device loops':>13} {'launches/it':>12} {'in loop':>8} {'host us/it':>11} "
-          f"{'wall s/it':>10} {'CPU s/it':>9} {'last return':>12}")
+    print(f"{'backend':>8} {'schedule':>10} {'device loops':>13} {'launches/it':>12} {'in loop':>8} {'host us/it':>11} "
+          f"{'wall s/it':>10} {'CPU s/it':>9} {'mean s/it':>10} {'mean CPU':>9} {'last return':>12}")
     for backend in args.backends:
-        for schedule in ("fused", "nested"):
+        for schedule in ("fused", "nested") + (("host tiles",) if backend == "jax" else ()):
             row = run({"backend": backend, "schedule": schedule, "steps": args.steps, "batch": args.batch,
                        "iterations": args.iterations, "nstep": args.nstep, "tiles": args.tiles,
                        "obs_shape": args.obs_shape})
             rows.append(row)
             row["run_launches_per_iteration"] = row["profiled_run_launches"] / (args.iterations + 1)
-            print(f"{backend:>8} {schedule:>9} {row['device_loops']:>13} {row['run_launches_per_iteration']:>12.1f} "
+            row["mean_iteration_s"] = statistics.mean(row["iterations_s"][1:])
+            row["mean_iteration_cpu_s"] = statistics.mean(row["iterations_cpu_s"][1:])
+            print(f"{backend:>8} {schedule:>10} {row['device_loops']:>13} {row['run_launches_per_iteration']:>12.1f} "
                   f"{row['profiled_launches']:>8.1f} "
                   f"{row['profiled_host_us']:>11.0f} {row['iteration_s']:>10.4f} {row['iteration_cpu_s']:>9.4f} "
+                  f"{row['mean_iteration_s']:>10.4f} {row['mean_iteration_cpu_s']:>9.4f} "
                   f"{row['returns'][-1]:>12.4f}", flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"threads": 1, "load": os.getloadavg(), "rows": rows}, f, indent=1)
+        json.dump({"threads": 1, "load": os.getloadavg(), "args": {k: v for k, v in vars(args).items() if k != "worker"},
+                   "rows": rows}, f, indent=1)
     os.replace(tmp, args.out)
     print(f"wrote {args.out}")
 

@@ -19,6 +19,13 @@ its body reads and writes:
   back into its tensor store after the loop, a block store's rows in one
   write.
 
+A shape may depend on the loop's counter where it is a tile's: one size at
+every tile where the tiles divide their dims (``min(Z, T - Z*t_tile)`` rows:
+``Z`` where ``Z`` divides ``T``, the last tile partial where it does not). Such a
+loop's plan lists those steps (:attr:`LoopPlan.shaped`), and each launch
+checks, with the run's bounds, that their shapes are one at every iteration;
+where they are not, the host loop runs the loop.
+
 A loop over iterations may hold loops (acting's loop over ``t`` inside the
 loop over ``i``): each nested loop that qualifies by itself runs whole at
 every iteration (:class:`Nested`), its inputs found in the enclosing body,
@@ -42,13 +49,15 @@ from dataclasses import dataclass
 from tempo.ir.ends import is_end
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge, Node
+from tempo.ir.shapes import size
 from tempo.schedule import ast
 from tempo.symbolic.affine import counter, uses
-from tempo.symbolic.expr import Expr
+from tempo.symbolic.evaluate import compile_expr
+from tempo.symbolic.expr import Expr, bound_name
 from tempo.symbolic.simplify import simplify
 
-CLOSED, GATHERED, LOCAL, CARRIED, ROWS, ROW, STACKED = \
-    "closed", "gathered", "local", "carried", "rows", "row", "stacked"
+CLOSED, GATHERED, LOCAL, CARRIED, ROWS, ROW, STACKED, SLICED = \
+    "closed", "gathered", "local", "carried", "rows", "row", "stacked", "sliced"
 DEFERRED_LABELS = ("sink", "checkpoint")  # user functions a device loop calls after its launch
 
 
@@ -59,7 +68,9 @@ class Source:
     ``carried`` (the value ``key`` took ``shift`` iterations earlier, 0 for local), ``rows`` (the rows
     a nested loop wrote in this iteration, read at the slice ``index``), ``row`` (one of them, read at
     the point ``index``), or, for a nested loop, ``stacked`` (the rows another nested loop wrote
-    ``shift`` iterations of the enclosing loop earlier, 0: in this one, read row by row)."""
+    ``shift`` iterations of the enclosing loop earlier, 0: in this one, read row by row) or ``sliced``
+    (the rows another nested loop wrote in this iteration, read ``shift`` consecutive rows at a time:
+    a tile's rows)."""
 
     kind: str
     key: tuple[int, int]
@@ -85,7 +96,9 @@ class LoopPlan:
     """A loop the device runs whole: its steps in body order; ``carried``: (node, output) -> how
     many past iterations' values the body reads; ``written_back``: what is stored after the loop;
     ``frees``: the loop's Free statements of stores that hold something (with their conditions);
-    ``end``: the step of the ``tpo.end_when`` check of the loop's dim, if it holds one."""
+    ``end``: the step of the ``tpo.end_when`` check of the loop's dim, if it holds one; ``shaped``: the
+    steps whose shapes (their own or their inputs') depend on the counter as a tile's do (see the
+    module docstring)."""
 
     loop: ast.Loop
     steps: tuple[Step, ...]
@@ -94,6 +107,7 @@ class LoopPlan:
     frees: tuple[tuple[ast.Free, tuple[Expr, ...]], ...]
     nested: tuple["Nested", ...] = ()
     end: int | None = None
+    shaped: tuple[int, ...] = ()
 
     def signature(self) -> tuple:
         """What a compiled form of this loop depends on besides its AST: where each input comes from,
@@ -101,7 +115,7 @@ class LoopPlan:
         sources = tuple((src.kind, src.key, src.shift) for step in self.steps for src in step.inputs)
         inner = tuple((n.at, n.plan.signature(), tuple((k, s.kind, s.key, s.shift) for k, s in n.inputs))
                       for n in self.nested)
-        return sources, tuple(sorted(self.carried.items())), self.written_back, inner, self.end
+        return sources, tuple(sorted(self.carried.items())), self.written_back, inner, self.end, self.shaped
 
 
 @dataclass(frozen=True)
@@ -140,7 +154,7 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
     if len(writers) != len(executes) or any(counts[n] != 1 for n in writers):
         return None
     steps = _steps(sdg, executes, kinds, host, False,
-                   lambda e, index, order, pin: _source(e, index, loop.var, writers, order, host, pin), loop.var)
+                   lambda e, index, order, pin: _source(sdg, e, index, loop.var, writers, order, host, pin), loop.var)
     if steps is None:
         return None
     ends = [k for k, step in enumerate(steps) if is_end(step.node)]
@@ -151,7 +165,8 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
                                              for e in sdg.edges if e.src == n and e.src_out == j))
     frees = tuple((s, guard) for s, guard in body if isinstance(s, ast.Free)
                   and (s.node_id not in writers or any(key[0] == s.node_id for key in written_back)))
-    return LoopPlan(loop, tuple(steps), carried, written_back, frees, end=ends[0] if ends else None)
+    return LoopPlan(loop, tuple(steps), carried, written_back, frees, end=ends[0] if ends else None,
+                    shaped=_shaped_steps(sdg, steps))
 
 
 def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host, body) -> LoopPlan | None:
@@ -180,7 +195,7 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
         for k, step in enumerate(inner.steps):
             for j, src in enumerate(step.inputs):
                 if src.kind in (GATHERED, CLOSED) and src.key[0] in inner_writers:
-                    stacked = _stacked(src, inner_writers[src.key[0]], reader, inner_plans, loop.var)
+                    stacked = _stacked(src, inner_writers[src.key[0]], reader, inner_plans, loop.var, sdg.tiles)
                     if stacked is None:
                         return None
                     inputs.append((f"{k}.{j}", stacked))
@@ -188,7 +203,7 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
                 if src.kind == GATHERED and src.key[0] in writers:
                     return None
                 if src.kind == CLOSED:
-                    outer = _source(src.edge, src.index, loop.var, writers, at, host)
+                    outer = _source(sdg, src.edge, src.index, loop.var, writers, at, host)
                     if outer is None:
                         return None
                     inputs.append((f"{k}.{j}", outer))
@@ -196,7 +211,7 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
     steps = _steps(sdg, executes, kinds, host, True,
                    lambda e, index, order, pin: (_rows(e, index, inner_writers[e.src], nested, order)
                                                  if e.src in inner_writers
-                                                 else _source(e, index, loop.var, writers, order, host, pin)),
+                                                 else _source(sdg, e, index, loop.var, writers, order, host, pin)),
                    loop.var)
     if steps is None:
         return None
@@ -214,21 +229,60 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
                          if n in keep or any(e.sink in outside for e in sdg.edges if e.src == n and e.src_out == j))
     frees = tuple((s, guard) for s, guard in body if isinstance(s, ast.Free)
                   and (s.node_id not in writers or any(key[0] == s.node_id for key in written_back)))
-    return LoopPlan(loop, tuple(steps), carried, written_back, frees, tuple(nested), ends[0] if ends else None)
+    return LoopPlan(loop, tuple(steps), carried, written_back, frees, tuple(nested), ends[0] if ends else None,
+                    _shaped_steps(sdg, steps))
 
 
-def _stacked(src: Source, writer, reader: int, inner_plans: list, var: str) -> Source | None:
+def _stacked(src: Source, writer, reader: int, inner_plans: list, var: str, tiles: dict) -> Source | None:
     """A nested loop's read, row by row, of the rows nested loop ``writer`` wrote ``d`` iterations of the
     loop over ``var`` earlier (0: in this iteration, the writer running first), or None. Both loops
     run over the same counters (checked at each launch)."""
     k, inner_loop, step = writer
-    if src.kind != GATHERED or (src.key not in inner_plans[k][2].written_back) or \
-            inner_loop.var != inner_plans[reader][0].var:
+    if src.kind != GATHERED or src.key not in inner_plans[k][2].written_back:
         return None
-    shift = _iterations_back(src.index, step.execute.point, var)
+    if any(a.op == "slice" for a in src.index.args):
+        return _sliced(src, writer, reader, inner_plans, var, tiles)
+    point = _renamed(step.execute.point, inner_loop.var, src.index, inner_plans[reader][0].var)
+    shift = _iterations_back(src.index, point, var)
     if shift is None or shift < 0 or (shift == 0 and k >= reader):
         return None
     return Source(STACKED, src.key, src.index, shift, src.edge)
+
+
+def _renamed(point: tuple, var: str, index: Expr, to: str) -> tuple:
+    """``point`` with the counter ``var`` written as ``index``'s counter ``to`` (two loops over the same
+    counters)."""
+    v = next((counter(p, var) for p in point if uses(p, var)), None)
+    w = next((counter(a, to) for a in index.args if uses(a, to)), None)
+    return point if var == to or v is None or w is None else tuple(p.substitute({v: w}) for p in point)
+
+
+def _sliced(src: Source, writer, reader: int, inner_plans: list, var: str, tiles: dict) -> Source | None:
+    """A nested loop's read of ``Z`` consecutive rows per iteration (``x[i, Z*t:Z*t + Z]``, a tile) of the
+    rows nested loop ``writer`` wrote in this iteration of the loop over ``var`` (run before it), where
+    the writer's rows are its iterations; None otherwise. That the slices tile the writer's rows is
+    checked at each launch."""
+    k, inner_loop, step = writer
+    rvar = inner_plans[reader][0].var
+    point, index = step.execute.point, src.index.args
+    moving = [m for m, p in enumerate(point) if uses(p, inner_loop.var)]
+    if k >= reader or len(index) != len(point) or len(moving) != 1 or \
+            [m for m, a in enumerate(index) if a.op == "slice"] != moving:
+        return None
+    at = moving[0]
+    if any(not _is_zero(simplify(a - p)) for m, (a, p) in enumerate(zip(index, point)) if m != at) or \
+            any(uses(a, var) != uses(p, var) for a, p in zip(index, point)) or \
+            not _is_zero(simplify(point[at] - counter(point[at], inner_loop.var))):
+        return None
+    start = index[at].args[0]
+    if not uses(start, rvar):
+        return None
+    v = counter(start, rvar)
+    rows, offset = simplify(start.substitute({v: v + 1}) - start), simplify(start.substitute({v: 0}))
+    if not rows.is_const or not _is_zero(offset) or \
+            _tile_size(size(src.edge.index.args[at].args[1] - src.edge.index.args[at].args[0]), tiles) != rows.value:
+        return None  # not consecutive tiles: a window (n-step returns' r[t:t + n]) or a strided read
+    return Source(SLICED, src.key, src.index, int(rows.value), src.edge)
 
 
 def _rows(e: Edge, index: Expr, writer, nested: list, order: int) -> Source | None:
@@ -265,9 +319,10 @@ def _body(stmt: ast.Stmt, guard: tuple, nested: bool = True):
         return out
     if isinstance(stmt, ast.If):
         then = _body(stmt.then, guard + (stmt.cond,), nested)
-        if then is None or stmt.orelse is not None:
-            return None
-        return then
+        if then is None or stmt.orelse is None:
+            return then
+        orelse = _body(stmt.orelse, guard + (~stmt.cond,), nested)
+        return None if orelse is None else then + orelse
     if isinstance(stmt, ast.Loop):
         return [(stmt, guard)] if nested and _body(stmt.body, (), False) is not None else None
     return [(stmt, guard)]
@@ -282,7 +337,7 @@ def _steps(sdg: SDG, executes: list, kinds: dict, host, deferred_ok: bool, sourc
     for order, (ex, guard) in enumerate(executes):
         node = sdg.nodes[ex.node_id]
         ending = var is not None and is_end(node) and ex.point[-1].op == "sym" and ex.point[-1].name == var
-        if not (ending or _on_device(node, kinds, host, deferred_ok)):
+        if not (ending or _on_device(node, kinds, host, deferred_ok, sdg.tiles)):
             return None
         at = dict(zip(node.domain, ex.point))
         inputs, conds = [], []
@@ -290,7 +345,8 @@ def _steps(sdg: SDG, executes: list, kinds: dict, host, deferred_ok: bool, sourc
             if e.cond is not None and not isinstance(node.op, MergeOp):
                 return None
             source = source_of(e, e.index.substitute(at), order, _pinned(e.cond, at, var))
-            if source is None or source.kind == GATHERED and _varying_shape(sdg, e, source.index, var):
+            if source is None or source.kind == GATHERED and _varying_shape(sdg, e, source.index, var) \
+                    and not _tile_shaped(sdg.read_shape(e), sdg.tiles):
                 return None
             inputs.append(source)
             conds.append(None if e.cond is None else e.cond.substitute(at))
@@ -334,13 +390,13 @@ def _carried(steps: list[Step]) -> dict[tuple[int, int], int]:
     return carried
 
 
-def _on_device(node: Node, kinds: dict, host, deferred_ok: bool) -> bool:
+def _on_device(node: Node, kinds: dict, host, deferred_ok: bool, tiles: dict) -> bool:
     """Whether ``node`` may run in a device loop: no user function (but a sink or checkpoint where
-    ``deferred_ok``: called after the launch), static shapes, and no output in a window store or
-    kept on the host."""
+    ``deferred_ok``: called after the launch), static shapes or a tile's (``tiles``: :attr:`SDG.tiles`),
+    and no output in a window store or kept on the host."""
     if isinstance(node.op, UDFOp) and not (deferred_ok and node.op.label in DEFERRED_LABELS):
         return False
-    if not all(_static(s) for s in node.shapes):
+    if not all(_static(s) or _tile_shaped(s, tiles) for s in node.shapes):
         return False
     return not any(kinds.get((node.id, j)) == "window" or (node.id, j) in host for j in range(len(node.shapes)))
 
@@ -349,7 +405,43 @@ def _static(shape: tuple) -> bool:
     return all(isinstance(s, int) or all(x.kind == "bound" for x in s.free_symbols()) for s in shape)
 
 
-def _source(e: Edge, index: Expr, var: str, writers: dict, order: int, host, pin: dict | None = None) \
+def _tile_size(d, tiles: dict) -> int | None:
+    """The value of size ``d`` at every tile where each tile divides its dim, where it depends on no counter
+    but tile dims' (``min(T, 4*t_tile + 4) - 4*t_tile``: 4 rows, fewer at a partial last tile) and is one
+    value at every tile for every number of tiles probed; else None (a static size too).
+    ``tiles``: :attr:`SDG.tiles`."""
+    if isinstance(d, int):
+        return d
+    names = d.free_symbols()
+    if all(x.kind == "bound" for x in names) or any(x.kind != "bound" and bound_name(x.dim) not in tiles
+                                                     for x in names):
+        return None  # static, or a counter that is no tile dim's
+    fn, seen = compile_expr(d), set()
+    for n in range(1, 6):
+        env = {x.name: FAR for x in names if x.kind == "bound"}
+        for tile, (whole, rows) in tiles.items():
+            env[tile], env[whole] = n, rows * n
+        for k in range(n):
+            seen.add(fn(dict(env, **{x.name: k for x in names if x.kind != "bound"})))
+    return seen.pop() if len(seen) == 1 else None
+
+
+FAR = 720720  # a bound other than a tile's and the dim it tiles, far from every counter value probed
+
+
+def _tile_shaped(shape: tuple, tiles: dict) -> bool:
+    """Whether every size of ``shape`` is static or a tile's (:func:`_tile_size`)."""
+    return all(_static((d,)) or _tile_size(d, tiles) is not None for d in shape)
+
+
+def _shaped_steps(sdg: SDG, steps: list[Step]) -> tuple[int, ...]:
+    """The steps whose own shapes or whose inputs' shapes are a tile's (:func:`_tile_shaped`), not static."""
+    return tuple(k for k, step in enumerate(steps)
+                 if not all(_static(s) for s in step.node.shapes)
+                 or not all(_static(sdg.read_shape(e)) for e in sdg.in_edges(step.node.id)))
+
+
+def _source(sdg: SDG, e: Edge, index: Expr, var: str, writers: dict, order: int, host, pin: dict | None = None) \
         -> Source | None:
     """Where a statement of the loop at position ``order`` reads ``index`` of ``e``'s source; ``pin``:
     the counter's only value where the read happens (a merge branch's ``0 == t``)."""
@@ -359,8 +451,9 @@ def _source(e: Edge, index: Expr, var: str, writers: dict, order: int, host, pin
             return None
         if not uses(index, var):
             return Source(CLOSED, key, index, edge=e)
-        if any(a.op == "slice" and uses(simplify(a.args[1] - a.args[0]), var) for a in index.args):
-            return None  # a slice whose size changes from iteration to iteration
+        if any(a.op == "slice" and uses(simplify(a.args[1] - a.args[0]), var) for a in index.args) and \
+                not _tile_shaped(sdg.read_shape(e), sdg.tiles):
+            return None  # a slice whose size changes from iteration to iteration, not as a tile's
         return Source(GATHERED, key, index, edge=e)
     writer_order, writer = writers[e.src]
     shift = _iterations_back(index, writer.point, var)

@@ -25,7 +25,12 @@ loop before the launch, and stacked (its per-iteration values, its gathered
 values, those the same at every iteration read once per launch); a
 statement after it reads its rows only where they cover the slice it reads,
 or one row only where the loop ran it, and a nested loop reads another's
-rows row by row only where both run over the same counters. Sinks and
+rows row by row only where both run over the same counters, or a tile of
+``Z`` rows at a time only where its tiles cover the other's rows in order.
+A loop whose plan lists steps of a tile's shape (:attr:`LoopPlan.shaped`)
+runs a launch only where those shapes are one at every iteration with the
+run's bounds (each tile ``Z`` rows: ``Z`` divides the dim); otherwise the
+host loop runs it. Sinks and
 checkpoints of the loop are called after the launch, once per iteration
 where they run, in the order of the iterations, with the values the device
 kept for them. Such a loop runs its
@@ -70,8 +75,8 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
-from tempo.plan.device_loops import (CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, STACKED, LoopPlan, Source,
-                                     row_major)
+from tempo.plan.device_loops import (CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, LoopPlan,
+                                     Source, row_major)
 from tempo.runtime.launches import (Later, Launch, Launches, Reads, Unsliced, first_rows, nbytes, one_view,
                                     resolve)
 from tempo.runtime.memory import BudgetExceeded
@@ -128,6 +133,11 @@ class DeviceLoop:
                                    self.nested[owner[src.key[0]]].writer[src.key])
                           for s, step in enumerate(plan.steps) for k, src in enumerate(step.inputs) if src.kind == ROW}
         self.stacked_from = [{owner[src.key[0]] for _, src in n.inputs if src.kind == STACKED} for n in plan.nested]
+        self.tiles = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
+                       for _, src in n.inputs if src.kind == SLICED] for n in plan.nested]
+        self.shapes = {s: _sizes(sdg, step) for s, step in enumerate(plan.steps) if s in plan.shaped}
+        self.shaped_by = {s: _shaped_by(sdg, plan.steps[s], compiled.sized_by(s), var) for s in self.shapes}
+        self.shape_checks: dict[tuple, tuple | None] = {}  # what _one_shape found, by what it depends on
         self.invariant = [{f"{s}.{k}" for s, step in enumerate(n.plan.steps) for k, src in enumerate(step.inputs)
                            if src.kind == GATHERED and not uses(src.index, var)} for n in plan.nested]
         self.nested_rows = {key: k for k, n in enumerate(plan.nested) for key in n.plan.written_back}
@@ -408,6 +418,9 @@ class DeviceLoop:
         """The compiled loop's static key, its inputs, per-iteration values and initial carry, what
         they take from stores asked of ``reads`` (``provided``: the names of closed inputs the enclosing
         loop's program computes; ``initial``: False where the carry comes from the previous launch)."""
+        shapes = [self._one_shape(s, env, envs, runs[s]) for s in self.shapes]  # before the rest of the work
+        if None in shapes:
+            return None
         closed, gathered, sel_xs, arg_xs, keys = {}, {}, {}, {}, []
         for s, step in enumerate(self.plan.steps):
             ran = runs[s]
@@ -415,11 +428,12 @@ class DeviceLoop:
                 wanted = _wanted(runs, sels, f"{s}.{k}")
                 if src.kind in (CLOSED, GATHERED) and f"{s}.{k}" in provided:
                     continue
+                at = self._dim_env(s, env, envs[0]) if s in self.shapes else env  # a tile's shape: at its dims
                 if src.kind == CLOSED:
                     closed[f"{s}.{k}"] = (reads.slot(src.key, self.indexes[s][k](env)) if wanted.any()
-                                          else self._zeros(src.edge, env))
+                                          else self._zeros(src.edge, at))
                 elif src.kind == GATHERED:
-                    gathered[f"{s}.{k}"] = self._gather(src, self.indexes[s][k], envs, wanted, env, reads)
+                    gathered[f"{s}.{k}"] = self._gather(src, self.indexes[s][k], envs, wanted, at, reads)
             if sels[s] is not None and len(step.inputs) > 1:
                 sel_xs[str(s)] = sels[s]
             first = int(np.argmax(ran)) if ran.any() else 0
@@ -452,6 +466,8 @@ class DeviceLoop:
                 return None
             keys.append(inner[0])
             closed[f"n{k}"], xs[f"n{k}"] = inner[1], inner[2]
+        if shapes:  # after every key the compiled loop reads: the tiles' shapes, one per launch
+            keys.append(tuple(shapes))
         return (len(envs), tuple(keys)), closed, xs, ring0
 
     def _prepare_nested(self, k: int, nested, envs: list[dict], reads: Reads):
@@ -459,13 +475,14 @@ class DeviceLoop:
         enclosing loop too, its initial carry) and its per-iteration values of every enclosing iteration
         (stacked); None where the iterations differ in what compiles."""
         loop = self.nested[k]
-        provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED)}
+        provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED, SLICED)}
         per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
         writers = {self.nested[w] for w in self.stacked_from[k]}
         keys, once, stacked, first = set(), None, [], None
         for e in envs:
             counters, runs, sels = loop._schedule(e)
-            if not counters or any(w._schedule(e)[0] != counters for w in writers):
+            if not counters or any(w._schedule(e)[0] != counters for w in writers) or \
+                    not self._tiled(k, e, loop.var, counters):
                 return None
             wanted = {name: _wanted(runs, sels, name) for name in self.invariant[k]}
             first = first or wanted
@@ -486,6 +503,36 @@ class DeviceLoop:
         if len(keys) != 1:
             return None
         return keys.pop(), once, self._stack(stacked)
+
+    def _one_shape(self, s: int, env: dict, envs: list[dict], ran) -> tuple | None:
+        """Step ``s``'s shapes and static sizes, those of a tile (:attr:`LoopPlan.shaped`), where they are
+        one at every iteration where it runs; else None (a partial last tile)."""
+        running = [e for e, r in zip(envs, ran) if r]
+        key = (s, tuple(env.get(n) for n in self.shaped_by[s]), tuple(e[self.var] for e in running))
+        if key not in self.shape_checks:
+            self.shape_checks[key] = self._shape_of(s, env, running)
+        return self.shape_checks[key]
+
+    def _shape_of(self, s: int, env: dict, running: list[dict]) -> tuple | None:
+        seen = set()
+        for e in running[:1] + running[-1:] + running[1:-1]:  # a partial last tile fails at once
+            dims = self._dim_env(s, env, e)
+            seen.add((tuple(f(dims) for f in self.shapes[s]), self.compiled.static_sizes(s, dims)))
+            if len(seen) > 1:
+                return None
+        return seen.pop() if seen else ()
+
+    def _tiled(self, k: int, env: dict, var: str, counters: list) -> bool:
+        """Whether nested loop ``k``'s tile reads (``sliced``) of another nested loop's rows, over
+        ``counters``, read its rows in order, a tile of the same rows at every iteration."""
+        for writer, stop, rows in self.tiles[k]:
+            wrote = self.nested[writer]._schedule(env)[0]
+            slices = [stop(dict(env, **{var: c})) for c in counters]
+            if len(wrote) != rows * len(counters) or \
+                    any((x.start, x.stop, x.step) != (wrote[rows * n], wrote[rows * n] + rows, None)
+                        for n, x in enumerate(slices)) or wrote != list(range(wrote[0], wrote[0] + len(wrote))):
+                return False
+        return True
 
     def _row_positions(self, envs: list[dict], runs) -> dict | None:
         """Per iteration, the row of a nested loop's rows each ``row`` read picks (None where one is
@@ -604,6 +651,30 @@ class DeviceLoop:
                     inner, _, _ = nested._schedule(e)
                     nested._frees([dict(e, **{nested.var: c}) for c in inner], out)
         return out
+
+
+def _moving_slice(index, var: str):
+    """The compiled slice of ``index`` (a tile's read) that moves with the counter ``var``."""
+    (arg,) = [a for a in index.args if a.op == "slice" and uses(a, var)]
+    return compile_expr(arg)
+
+
+def _sizes(sdg: SDG, step) -> list:
+    """Functions of a kernel's environment giving each size of step's shapes and its inputs' shapes
+    (:meth:`DeviceLoop._one_shape`)."""
+    shapes = [*step.node.shapes, *(sdg.read_shape(e) for e in sdg.in_edges(step.node.id))]
+    return [(lambda env, d=d: d) if isinstance(d, int) else compile_expr(d) for shape in shapes for d in shape]
+
+
+def _shaped_by(sdg: SDG, step, sized_by: tuple, var: str) -> tuple[str, ...]:
+    """The names of the bounds and enclosing counters the shapes of ``step`` and the sizes its compiled
+    form reads (``sized_by``) depend on, but the loop's own counter ``var``."""
+    shapes = [*step.node.shapes, *(sdg.read_shape(e) for e in sdg.in_edges(step.node.id))]
+    used = {x.name for shape in shapes for d in shape if not isinstance(d, int) for x in d.free_symbols()}
+    dims = {d.name: p for d, p in zip(step.node.domain, step.execute.point)}
+    names = {n for n in used | set(sized_by) if n not in dims}
+    names |= {x.name for n in used | set(sized_by) if n in dims for x in dims[n].free_symbols()}
+    return tuple(sorted(names - {var}))
 
 
 def _wanted(runs: list, sels: list, name: str) -> np.ndarray:

@@ -14,10 +14,11 @@ from tempo.schedule import ast
 from tempo.transforms import tile
 
 
-def reinforce(nstep: int, tiles: int, steps: int, obs=(3, 4, 4), backend: str = "numpy"):
+def reinforce(nstep: int, tiles: int, steps: int, obs=(3, 4, 4), backend: str = "numpy", runs=None):
     """REINFORCE on tensor environments with n-step returns (0: Monte-Carlo), the learner in tiles of
     ``tiles`` steps, and sinks of each iteration's rewards (tiled too) and optimizer state; returns the
-    values the sinks saw, and the program."""
+    values the sinks saw, and the program. ``runs``: the steps of each run of the one program compiled
+    (default: ``steps``), which then returns each run's values and launches."""
     reported = []
     with tpo.Context(seed=0) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
@@ -35,11 +36,14 @@ def reinforce(nstep: int, tiles: int, steps: int, obs=(3, 4, 4), backend: str = 
         adam.step()
         for n, x in enumerate((r[0:B, i, 0:T].sum(), next(iter(adam.state_dict().values())).sum())):
             tpo.sink(x, lambda value, point, n=n: reported.append((n, point["i"], np.array(value))))
-        bounds = {B: 2, I: 3, T: steps}
-        program = compile_program(ctx, [], backend=backend, bounds=bounds,
+        program = compile_program(ctx, [], backend=backend, bounds={B: 2, I: 3, T: steps},
                                   passes={"tile": tile.Config(tiles={"t": tiles})})
-        program.run(bounds)
-        return [value for _, _, value in sorted(reported, key=lambda x: x[:2])], program
+        each = []
+        for n in runs or (steps,):
+            reported.clear()
+            program.run({B: 2, I: 3, T: n})
+            each.append(([value for _, _, value in sorted(reported, key=lambda x: x[:2])], program.ledger.launches))
+        return (each if runs else each[0][0]), program
 
 
 def fused(monkeypatch, *args, **kwargs):

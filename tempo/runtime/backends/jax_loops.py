@@ -21,7 +21,9 @@ as outputs for the host. The rows a nested loop's scan stacks are values
 of the enclosing body: another nested loop scans over them (``stacked``,
 in the same iteration or, carried, in a later one) and a step reads them
 whole (``rows``) or one of them (``row``, at an index the host computes per
-iteration). Its scan runs over a fixed number
+iteration), or a tile of them at a time (``sliced``: the rows reshaped into
+one row of ``Z`` rows per tile, where the host checked that the tiles cover
+them in order). Its scan runs over a fixed number
 of rows (the key's trip count: the longest launch) and skips the rows past
 the launch's trip count under ``lax.cond``, so that launches of fewer
 iterations share its one compile; the carry (parameters, optimizer state)
@@ -52,7 +54,7 @@ from tempo.errors import TempoError
 from tempo.ir import ops
 import numpy as np
 
-from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, STACKED, LoopPlan
+from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, LoopPlan
 from tempo.runtime.backends.jax import Island, _index_form, _row
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
@@ -84,6 +86,20 @@ class LoopProgram:
                 return ()
             return tuple(d if isinstance(d, int) else int(compile_expr(d)(env)) for d in node.shapes[0])
         return tuple(env[n] for n in island.names)
+
+    def static_sizes(self, s: int, env: dict) -> tuple:
+        """The sizes step ``s``'s traced code uses (an island's, evaluated: a tile's rows, the same at
+        every tile where the tile divides the dim, whatever the tile's counter), or its static key."""
+        island = self.islands[s]
+        return self.static_key(s, env) if island is None else tuple(size(env) for size in island.sizes)
+
+    def sized_by(self, s: int) -> tuple[str, ...]:
+        """The names :meth:`static_sizes` of step ``s`` reads."""
+        island = self.islands[s]
+        if island is not None:
+            return island.names
+        return tuple(sorted({x.name for d in self.plan.steps[s].node.shapes[0] if not isinstance(d, int)
+                             for x in d.free_symbols()}))
 
     def needs_args(self, s: int) -> bool:
         island = self.islands[s]
@@ -265,6 +281,9 @@ def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, valu
             given[name] = _input(src, name, closed, x, values, ring)
         elif src.kind == STACKED:
             rows[name] = values[src.key] if src.shift == 0 else ring[f"{src.key[0]}_{src.key[1]}"][src.shift - 1]
+        elif src.kind == SLICED:  # a tile of `shift` rows per iteration
+            value = values[src.key]
+            rows[name] = value.reshape((value.shape[0] // src.shift, src.shift) + value.shape[1:])
     _, ys = inner(given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
     for key, rows in zip(nested.plan.written_back, ys):
         values[key] = rows
@@ -311,7 +330,7 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
     if any(inner is None for inner in nested):
         return None
     islands = []
-    for step in plan.steps:
+    for s, step in enumerate(plan.steps):
         node = step.node
         if isinstance(node.op, (ops.MergeOp, ops.UDFOp)):  # a merge, or a sink the host calls after the launch
             islands.append(None)
@@ -328,7 +347,7 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
         except TempoError:
             return None
         moving = {d.name for d, p in zip(node.domain, step.execute.point) if uses(p, plan.loop.var)}
-        if moving & set(island.names):
+        if moving & set(island.names) and s not in plan.shaped:  # a tile's sizes: one per launch, checked
             return None
         islands.append(island)
     return LoopProgram(plan, islands, nested)
