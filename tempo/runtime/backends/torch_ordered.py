@@ -1,0 +1,174 @@
+"""PyTorch kernels for the sums and products that run in step order (:mod:`tempo.transforms.step_order`).
+
+The same structure as :mod:`tempo.runtime.backends.numpy_ordered`, so that on
+the CPU each gives, for the steps a program has, the same bits whether or not
+more steps holding 0 follow (a dim ended at ``T[i]`` against the same dim run
+to its cap with the steps past the end masked):
+
+* A sum or a mean adds along each reduced axis in index order, from +0:
+  torch's CPU ``cumsum`` runs one step after another, carrying a float32
+  sum in float64 (its accumulation type), so its last step is the sum of the
+  steps in order, rounded once; a trailing 0 (or -0) changes nothing. The
+  values are NumPy's ordered sums up to that rounding, not its bits.
+* A contraction over batch axes (a weight's gradient) multiplies chunks of
+  :data:`STEPS` steps of the last step axis, the last chunk padded with zero
+  steps, one product per chunk and per point of the other step axes, and
+  adds the products in order.
+* A product of a stack of rows by one matrix computes the rows in blocks of
+  whole steps (at least :data:`ROWS` rows, or one step's), the step axes
+  outermost, the last block padded with zero rows, each block contiguous:
+  BLAS computes a row differently depending on how many rows it has. A stack
+  of products whose row axis holds steps does the same per product.
+* A product that contracts over steps multiplies chunks of :data:`STEPS` of
+  them and adds the chunks' products in order.
+
+Every product is one ``torch.matmul`` of contiguous operands of a shape that
+does not depend on the number of steps, so BLAS groups the terms of every
+value the same way. On a CUDA device ``cumsum`` is a parallel scan, and the
+ended and the padded program agree within rounding only.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+STEPS = 32  # steps per product in a contraction over steps
+ROWS = 128  # rows per product in a product of rows by one matrix
+
+
+def sum_along(x: torch.Tensor, axis: int) -> torch.Tensor:
+    """``x`` summed along ``axis`` in index order, from +0 (keeping the axis, of size 1)."""
+    y = torch.movedim(x, axis, 0)
+    rest = y.shape[1:]
+    if y.shape[0] == 0:
+        out = torch.zeros((1,) + rest, dtype=x.dtype, device=x.device)
+    else:
+        out = torch.cumsum(y.reshape(y.shape[0], -1), dim=0)[-1:].reshape((1,) + rest) + 0.0
+    return torch.movedim(out, 0, axis)
+
+
+def ordered_sum(x: torch.Tensor, axes: tuple[int, ...], keepdims: bool = False) -> torch.Tensor:
+    """``torch.sum(x, axes)`` with each axis added in index order (see the module docstring)."""
+    axes = tuple(sorted(a % x.ndim for a in axes))
+    for axis in axes:
+        x = sum_along(x, axis)
+    return x if keepdims or not axes else torch.squeeze(x, dim=axes)
+
+
+def ordered_mean(x: torch.Tensor, axes: tuple[int, ...], keepdims: bool = False) -> torch.Tensor:
+    """``torch.mean(x, axes)`` from :func:`ordered_sum`, divided by the count."""
+    count = math.prod(x.shape[a] for a in axes)
+    return torch.div(ordered_sum(x, axes, keepdims), count)
+
+
+def ordered_discounted_sum(x: torch.Tensor, gamma: float, axis: int) -> torch.Tensor:
+    """``sum_k gamma**k x[k]`` along ``axis``, the terms added in index order."""
+    y = torch.movedim(x, axis, 0)
+    powers = gamma ** torch.arange(y.shape[0], dtype=torch.float64, device=x.device)
+    terms = powers.to(y.dtype).reshape((-1,) + (1,) * (y.ndim - 1)) * y
+    return torch.squeeze(sum_along(terms, 0), dim=0)
+
+
+def _pieces(x: torch.Tensor, size: int):
+    """``x`` in contiguous pieces of ``size`` along its first axis, the last one padded with zeros."""
+    for start in range(0, len(x), size):
+        piece = x[start:start + size]
+        if len(piece) < size:
+            piece = torch.cat([piece, piece.new_zeros((size - len(piece),) + tuple(x.shape[1:]))])
+        yield piece.contiguous()
+
+
+def _chunked(x: torch.Tensor, size: int) -> torch.Tensor:
+    """``x`` with its first axis padded with zeros to a multiple of ``size`` and split into
+    ``(chunks, size, ...)``."""
+    pad = -len(x) % size
+    if pad:
+        x = torch.cat([x, x.new_zeros((pad,) + tuple(x.shape[1:]))])
+    return x.reshape((-1, size) + tuple(x.shape[1:]))
+
+
+def ordered_batch_contract(a: torch.Tensor, b: torch.Tensor, ordered: tuple[int, ...]) -> torch.Tensor:
+    """``sum over the batch axes of a @ b`` (``(*batch, m, k), (*batch, k, n) -> (m, n)``), the
+    step axes ``ordered`` added in order, :data:`STEPS` steps of the last one per product."""
+    nb = a.ndim - 2
+    m, n = a.shape[-2], b.shape[-1]
+    rest = [k for k in range(nb) if k not in ordered]
+    order = [*ordered, *rest, nb, nb + 1]
+    a, b = torch.permute(a, order), torch.permute(b, order)
+    outer = len(ordered) - 1  # step axes before the chunked one: one product per point of them
+    points = math.prod(a.shape[:outer])
+    a = a.reshape((points,) + tuple(a.shape[outer:]))
+    b = b.reshape((points,) + tuple(b.shape[outer:]))
+    total = torch.zeros((m, n), dtype=torch.promote_types(a.dtype, b.dtype), device=a.device)
+    for p in range(points):
+        for piece_a, piece_b in zip(_pieces(a[p], STEPS), _pieces(b[p], STEPS)):
+            total = total + _contract(piece_a, piece_b, m, n)
+    return total
+
+
+def _contract(a: torch.Tensor, b: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    """``a`` ``(steps, *rest, m, k)``, ``b`` ``(steps, *rest, k, n)``: their product contracting
+    every axis but ``m`` and ``n``, one BLAS call on contiguous operands."""
+    rows = torch.movedim(a, -2, 0).reshape(m, -1).contiguous()  # (m, steps * rest * k)
+    return torch.matmul(rows, b.reshape(-1, n).contiguous())
+
+
+def ordered_matmul(a: torch.Tensor, b: torch.Tensor, rows: tuple[int, ...], inner: bool) -> torch.Tensor:
+    """``a @ b`` computed so that each value is the same whatever the number of steps along
+    ``a``'s step axes ``rows`` and, with ``inner``, along the contracted axis."""
+    if inner:
+        return _matmul_inner_in_order(a, b)
+    if not rows:
+        return torch.matmul(a, b)
+    return _rows_in_blocks(a, b, rows) if b.ndim <= 2 else _each_in_row_blocks(a, b)
+
+
+def _rows_in_blocks(a: torch.Tensor, b: torch.Tensor, rows: tuple[int, ...]) -> torch.Tensor:
+    """``a @ b`` for one matrix ``b``: every leading axis of ``a`` holds rows; the step axes
+    ``rows`` go first, and the rows go in blocks of whole steps, at least :data:`ROWS` rows or
+    one step's, one product each."""
+    lead, b = a.ndim - 1, b.contiguous()
+    front = list(rows) + [k for k in range(lead) if k not in rows]
+    moved = torch.permute(a, front + [lead])
+    outer = len(rows) - 1  # step axes before the last one: rows of each point of them on their own
+    shape = tuple(moved.shape)
+    per_step = max(math.prod(shape[outer + 1:-1]), 1)
+    block = per_step * max(1, -(-ROWS // per_step))
+    flat = moved.reshape((math.prod(shape[:outer]), -1, shape[-1]))
+    out = torch.empty(tuple(flat.shape[:2]) + tuple(b.shape[1:]),
+                      dtype=torch.promote_types(a.dtype, b.dtype), device=a.device)
+    for p in range(len(flat)):
+        points = flat[p]
+        for start, piece in zip(range(0, len(points), block), _pieces(points, block)):
+            out[p, start:start + block] = torch.matmul(piece, b)[:len(points) - start]
+    out = out.reshape(shape[:-1] + tuple(b.shape[1:]))
+    back = sorted(range(len(front)), key=front.__getitem__)
+    return torch.permute(out, back + ([lead] if b.ndim > 1 else []))
+
+
+def _each_in_row_blocks(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A stack of products whose row axis holds steps: each product's rows in blocks of :data:`ROWS`."""
+    m = a.shape[-2]
+    blocks = torch.movedim(_chunked(torch.movedim(a, -2, 0), ROWS), (0, 1), (-3, -2))  # (..., chunks, ROWS, k)
+    out = torch.matmul(blocks.contiguous(), b.unsqueeze(-3).contiguous())
+    return out.reshape(tuple(out.shape[:-3]) + (-1, out.shape[-1]))[..., :m, :]
+
+
+def _matmul_inner_in_order(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` with the contracted axis in chunks of :data:`STEPS`, the chunks' products added
+    in order."""
+    vector_a, vector_b = a.ndim == 1, b.ndim == 1
+    a = a[None, :] if vector_a else a
+    b = b[:, None] if vector_b else b
+    pa = torch.movedim(_chunked(torch.movedim(a, -1, 0), STEPS), 1, -1)  # (chunks, ..., m, STEPS)
+    pb = torch.movedim(_chunked(torch.movedim(b, -2, 0), STEPS), 1, -2)  # (chunks, ..., STEPS, n)
+    batch = max(pa.ndim, pb.ndim) - 3  # the stacks' batch axes, aligned after the chunks' axis
+    pa = pa.reshape(pa.shape[:1] + (1,) * (batch - pa.ndim + 3) + pa.shape[1:])
+    pb = pb.reshape(pb.shape[:1] + (1,) * (batch - pb.ndim + 3) + pb.shape[1:])
+    out = ordered_sum(torch.matmul(pa.contiguous(), pb.contiguous()), (0,))
+    if vector_b:
+        out = out[..., 0]
+    if vector_a:
+        out = out[..., 0, :] if not vector_b else out[..., 0]
+    return out
