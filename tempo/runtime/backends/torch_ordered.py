@@ -22,9 +22,9 @@ to its cap with the steps past the end masked):
 * A product that contracts over steps multiplies chunks of :data:`STEPS` of
   them and adds the chunks' products in order.
 
-Every product is one ``torch.matmul`` of contiguous operands of a shape that
-does not depend on the number of steps, so BLAS groups the terms of every
-value the same way. On a CUDA device ``cumsum`` is a parallel scan, and the
+Every product is one ``torch.matmul`` of operands copied into fresh buffers,
+of a shape that does not depend on the number of steps, so BLAS groups the
+terms of every value the same way. On a CUDA device ``cumsum`` is a parallel scan, and the
 ended and the padded program agree within rounding only.
 """
 from __future__ import annotations
@@ -70,13 +70,19 @@ def ordered_discounted_sum(x: torch.Tensor, gamma: float, axis: int) -> torch.Te
     return torch.squeeze(sum_along(terms, 0), dim=0)
 
 
+def _fresh(x: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x`` in a fresh buffer: MKL computes a product differently depending on its
+    operands' strides and on where their data starts in memory (a view into a longer array)."""
+    return x.clone(memory_format=torch.contiguous_format)
+
+
 def _pieces(x: torch.Tensor, size: int):
-    """``x`` in contiguous pieces of ``size`` along its first axis, the last one padded with zeros."""
+    """``x`` in fresh pieces of ``size`` along its first axis, the last one padded with zeros."""
     for start in range(0, len(x), size):
         piece = x[start:start + size]
         if len(piece) < size:
             piece = torch.cat([piece, piece.new_zeros((size - len(piece),) + tuple(x.shape[1:]))])
-        yield piece.contiguous()
+        yield _fresh(piece)
 
 
 def _chunked(x: torch.Tensor, size: int) -> torch.Tensor:
@@ -110,8 +116,8 @@ def ordered_batch_contract(a: torch.Tensor, b: torch.Tensor, ordered: tuple[int,
 def _contract(a: torch.Tensor, b: torch.Tensor, m: int, n: int) -> torch.Tensor:
     """``a`` ``(steps, *rest, m, k)``, ``b`` ``(steps, *rest, k, n)``: their product contracting
     every axis but ``m`` and ``n``, one BLAS call on contiguous operands."""
-    rows = torch.movedim(a, -2, 0).reshape(m, -1).contiguous()  # (m, steps * rest * k)
-    return torch.matmul(rows, b.reshape(-1, n).contiguous())
+    rows = _fresh(torch.movedim(a, -2, 0).reshape(m, -1))  # (m, steps * rest * k)
+    return torch.matmul(rows, _fresh(b.reshape(-1, n)))
 
 
 def ordered_matmul(a: torch.Tensor, b: torch.Tensor, rows: tuple[int, ...], inner: bool) -> torch.Tensor:
@@ -128,7 +134,7 @@ def _rows_in_blocks(a: torch.Tensor, b: torch.Tensor, rows: tuple[int, ...]) -> 
     """``a @ b`` for one matrix ``b``: every leading axis of ``a`` holds rows; the step axes
     ``rows`` go first, and the rows go in blocks of whole steps, at least :data:`ROWS` rows or
     one step's, one product each."""
-    lead, b = a.ndim - 1, b.contiguous()
+    lead, b = a.ndim - 1, _fresh(b)
     front = list(rows) + [k for k in range(lead) if k not in rows]
     moved = torch.permute(a, front + [lead])
     outer = len(rows) - 1  # step axes before the last one: rows of each point of them on their own
@@ -148,27 +154,24 @@ def _rows_in_blocks(a: torch.Tensor, b: torch.Tensor, rows: tuple[int, ...]) -> 
 
 
 def _each_in_row_blocks(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """A stack of products whose row axis holds steps: each product's rows in blocks of :data:`ROWS`."""
-    m = a.shape[-2]
-    blocks = torch.movedim(_chunked(torch.movedim(a, -2, 0), ROWS), (0, 1), (-3, -2))  # (..., chunks, ROWS, k)
-    out = torch.matmul(blocks.contiguous(), b.unsqueeze(-3).contiguous())
-    return out.reshape(tuple(out.shape[:-3]) + (-1, out.shape[-1]))[..., :m, :]
+    """A stack of products whose row axis holds steps: each product's rows in blocks of :data:`ROWS`,
+    one batched product per block (torch's batched product groups terms by the batch's size)."""
+    m, b = a.shape[-2], _fresh(b)
+    rows = torch.movedim(a, -2, 0)  # (m, ..., k)
+    blocks = [torch.matmul(_fresh(torch.movedim(piece, 0, -2)), b) for piece in _pieces(rows, ROWS)]
+    return torch.cat(blocks, dim=-2)[..., :m, :] if blocks else torch.matmul(a, b)
 
 
 def _matmul_inner_in_order(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b`` with the contracted axis in chunks of :data:`STEPS`, the chunks' products added
-    in order."""
-    vector_a, vector_b = a.ndim == 1, b.ndim == 1
-    a = a[None, :] if vector_a else a
-    b = b[:, None] if vector_b else b
-    pa = torch.movedim(_chunked(torch.movedim(a, -1, 0), STEPS), 1, -1)  # (chunks, ..., m, STEPS)
-    pb = torch.movedim(_chunked(torch.movedim(b, -2, 0), STEPS), 1, -2)  # (chunks, ..., STEPS, n)
-    batch = max(pa.ndim, pb.ndim) - 3  # the stacks' batch axes, aligned after the chunks' axis
-    pa = pa.reshape(pa.shape[:1] + (1,) * (batch - pa.ndim + 3) + pa.shape[1:])
-    pb = pb.reshape(pb.shape[:1] + (1,) * (batch - pb.ndim + 3) + pb.shape[1:])
-    out = ordered_sum(torch.matmul(pa.contiguous(), pb.contiguous()), (0,))
-    if vector_b:
-        out = out[..., 0]
-    if vector_a:
-        out = out[..., 0, :] if not vector_b else out[..., 0]
-    return out
+    in order from +0."""
+    if a.shape[-1] == 0:
+        return torch.matmul(a, b)
+    chunks_a = _pieces(torch.movedim(a, -1, 0), STEPS)  # (STEPS, ..., m)
+    chunks_b = _pieces(torch.movedim(b, 0 if b.ndim == 1 else -2, 0), STEPS)  # (STEPS, ..., n)
+    total = None
+    for piece_a, piece_b in zip(chunks_a, chunks_b):
+        product = torch.matmul(_fresh(torch.movedim(piece_a, 0, -1)),
+                               _fresh(piece_b if b.ndim == 1 else torch.movedim(piece_b, 0, -2)))
+        total = product + 0.0 if total is None else total + product
+    return total
