@@ -5,11 +5,9 @@ the CPU each gives, for the steps a program has, the same bits whether or not
 more steps holding 0 follow (a dim ended at ``T[i]`` against the same dim run
 to its cap with the steps past the end masked):
 
-* A sum or a mean adds along each reduced axis in index order, from +0:
-  torch's CPU ``cumsum`` runs one step after another, carrying a float32
-  sum in float64 (its accumulation type), so its last step is the sum of the
-  steps in order, rounded once; a trailing 0 (or -0) changes nothing. The
-  values are NumPy's ordered sums up to that rounding, not its bits.
+* A sum or a mean adds along each reduced axis in index order, from +0, in
+  the values' dtype, so a trailing 0 (or -0) changes nothing: NumPy's
+  ordered sums, bit for bit.
 * A contraction over batch axes (a weight's gradient) multiplies chunks of
   :data:`STEPS` steps of the last step axis, the last chunk padded with zero
   steps, one product per chunk and per point of the other step axes, and
@@ -22,10 +20,11 @@ to its cap with the steps past the end masked):
 * A product that contracts over steps multiplies chunks of :data:`STEPS` of
   them and adds the chunks' products in order.
 
-Every product is one ``torch.matmul`` of operands copied into fresh buffers,
+Every product is one ``torch.matmul`` of operands in buffers of their own,
 of a shape that does not depend on the number of steps, so BLAS groups the
-terms of every value the same way. On a CUDA device ``cumsum`` is a parallel scan, and the
-ended and the padded program agree within rounding only.
+terms of every value the same way. The products are MKL's, which rounds
+apart from NumPy's BLAS: the two backends agree within rounding, each with
+itself bit for bit.
 """
 from __future__ import annotations
 
@@ -33,19 +32,29 @@ import math
 
 import torch
 
+from tempo.runtime.backends import numpy_ordered
+
+NUMPY_SUMS = (torch.float16, torch.float32, torch.float64)  # dtypes NumPy sums on torch's CPU memory
 STEPS = 32  # steps per product in a contraction over steps
 ROWS = 128  # rows per product in a product of rows by one matrix
 
 
 def sum_along(x: torch.Tensor, axis: int) -> torch.Tensor:
-    """``x`` summed along ``axis`` in index order, from +0 (keeping the axis, of size 1)."""
+    """``x`` summed along ``axis`` in index order, from +0 (keeping the axis, of size 1). On the CPU
+    NumPy adds the rows in place in torch's memory (:func:`.numpy_ordered.sum_along`), else
+    :func:`rows_in_order` does, one torch call a row: the same bits either way."""
+    if x.device.type == "cpu" and x.dtype in NUMPY_SUMS:
+        return torch.from_numpy(numpy_ordered.sum_along(x.detach().numpy(), axis))
     y = torch.movedim(x, axis, 0)
-    rest = y.shape[1:]
-    if y.shape[0] == 0:
-        out = torch.zeros((1,) + rest, dtype=x.dtype, device=x.device)
-    else:
-        out = torch.cumsum(y.reshape(y.shape[0], -1), dim=0)[-1:].reshape((1,) + rest) + 0.0
-    return torch.movedim(out, 0, axis)
+    return torch.movedim(rows_in_order(y.reshape(y.shape[0], -1)).reshape((1,) + tuple(y.shape[1:])), 0, axis)
+
+
+def rows_in_order(flat: torch.Tensor) -> torch.Tensor:
+    """The rows of ``flat`` ``(K, R)`` added one after another from +0, in its dtype: ``(1, R)``."""
+    total = torch.zeros((1, flat.shape[1]), dtype=flat.dtype, device=flat.device)
+    for row in flat:
+        total.add_(row)
+    return total
 
 
 def ordered_sum(x: torch.Tensor, axes: tuple[int, ...], keepdims: bool = False) -> torch.Tensor:
@@ -71,9 +80,11 @@ def ordered_discounted_sum(x: torch.Tensor, gamma: float, axis: int) -> torch.Te
 
 
 def _fresh(x: torch.Tensor) -> torch.Tensor:
-    """A copy of ``x`` in a fresh buffer: MKL computes a product differently depending on its
-    operands' strides and on where their data starts in memory (a view into a longer array)."""
-    return x.clone(memory_format=torch.contiguous_format)
+    """``x`` in a buffer of its own, contiguous from an aligned start (a copy where it is a view or
+    lies elsewhere): MKL computes a product differently depending on its operands' strides and on
+    where their data starts in memory (a view into a longer array)."""
+    y = x.contiguous()
+    return y.clone(memory_format=torch.contiguous_format) if y._is_view() or y.data_ptr() % 64 else y
 
 
 def _pieces(x: torch.Tensor, size: int):
