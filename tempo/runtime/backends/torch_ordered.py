@@ -80,20 +80,22 @@ def ordered_discounted_sum(x: torch.Tensor, gamma: float, axis: int) -> torch.Te
 
 
 def _fresh(x: torch.Tensor) -> torch.Tensor:
-    """``x`` in a buffer of its own, contiguous from an aligned start (a copy where it is a view or
-    lies elsewhere): MKL computes a product differently depending on its operands' strides and on
-    where their data starts in memory (a view into a longer array)."""
-    y = x.contiguous()
-    return y.clone(memory_format=torch.contiguous_format) if y._is_view() or y.data_ptr() % 64 else y
+    """``x`` as a fresh buffer holds it: C-ordered strides, those of size-1 axes included, from a
+    start aligned to 64 bytes (a copy where ``x`` is not already so). MKL computes a product
+    differently depending on its operands' strides and on where their data starts in memory."""
+    canonical = tuple(math.prod(x.shape[k + 1:]) for k in range(x.ndim))
+    if x.stride() == canonical and x.data_ptr() % 64 == 0:
+        return x
+    return x.clone(memory_format=torch.contiguous_format)
 
 
 def _pieces(x: torch.Tensor, size: int):
-    """``x`` in fresh pieces of ``size`` along its first axis, the last one padded with zeros."""
+    """``x`` in pieces of ``size`` along its first axis (views), the last one padded with zeros."""
     for start in range(0, len(x), size):
         piece = x[start:start + size]
         if len(piece) < size:
             piece = torch.cat([piece, piece.new_zeros((size - len(piece),) + tuple(x.shape[1:]))])
-        yield _fresh(piece)
+        yield piece
 
 
 def _chunked(x: torch.Tensor, size: int) -> torch.Tensor:
@@ -126,8 +128,11 @@ def ordered_batch_contract(a: torch.Tensor, b: torch.Tensor, ordered: tuple[int,
 
 def _contract(a: torch.Tensor, b: torch.Tensor, m: int, n: int) -> torch.Tensor:
     """``a`` ``(steps, *rest, m, k)``, ``b`` ``(steps, *rest, k, n)``: their product contracting
-    every axis but ``m`` and ``n``, one BLAS call on contiguous operands."""
-    rows = _fresh(torch.movedim(a, -2, 0).reshape(m, -1))  # (m, steps * rest * k)
+    every axis but ``m`` and ``n``, one BLAS call on operands laid out as fresh buffers."""
+    if a.shape[-1] == 1:  # (steps * rest, m) transposed: BLAS reads it as it lies
+        rows = _fresh(a.reshape(-1, m)).T
+    else:
+        rows = _fresh(torch.movedim(a, -2, 0).reshape(m, -1))  # (m, steps * rest * k)
     return torch.matmul(rows, _fresh(b.reshape(-1, n)))
 
 
@@ -158,7 +163,7 @@ def _rows_in_blocks(a: torch.Tensor, b: torch.Tensor, rows: tuple[int, ...]) -> 
     for p in range(len(flat)):
         points = flat[p]
         for start, piece in zip(range(0, len(points), block), _pieces(points, block)):
-            out[p, start:start + block] = torch.matmul(piece, b)[:len(points) - start]
+            out[p, start:start + block] = torch.matmul(_fresh(piece), b)[:len(points) - start]
     out = out.reshape(shape[:-1] + tuple(b.shape[1:]))
     back = sorted(range(len(front)), key=front.__getitem__)
     return torch.permute(out, back + ([lead] if b.ndim > 1 else []))
