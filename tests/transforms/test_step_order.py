@@ -7,8 +7,8 @@ over their steps: sums, means, a discounted sum, and the gradient of a
 layer applied at every step (a product contracting over ``t``, and products
 whose rows are steps). Ended at run time (``tpo.end_when``, ``T[i]`` the
 batch's longest episode) and padded to the cap with the steps past each
-episode's end masked, the two programs are equal bit for bit on NumPy and on
-torch (CPU).
+episode's end masked, the two programs are equal bit for bit on NumPy, torch
+(CPU) and JAX (CPU).
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from tempo.ir import ops
 from tempo.runtime.backends import base
 from tempo.transforms import step_order
 
-BACKENDS = ["numpy"] + [pytest.param("torch", marks=pytest.mark.skipif(
-    "torch" not in base.available_backends(), reason="torch is not installed"))]
+BACKENDS = ["numpy"] + [pytest.param(name, marks=pytest.mark.skipif(
+    name not in base.available_backends(), reason=f"{name} is not installed")) for name in ("torch", "jax")]
 
 
 def build(us, feats, w0, decay: float, threshold: float, dynamic: bool, parts: frozenset, passes=None,
