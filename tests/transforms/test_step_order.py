@@ -22,8 +22,15 @@ from tempo.ir import ops
 from tempo.runtime.backends import base
 from tempo.transforms import step_order
 
-BACKENDS = ["numpy"] + [pytest.param(name, marks=pytest.mark.skipif(
-    name not in base.available_backends(), reason=f"{name} is not installed")) for name in ("torch", "jax")]
+
+def installed(name: str, *marks) -> pytest.param:
+    """The backend ``name`` as a test parameter, skipped where it is not installed."""
+    return pytest.param(name, marks=[pytest.mark.skipif(name not in base.available_backends(),
+                                                        reason=f"{name} is not installed"), *marks])
+
+
+BACKENDS = ["numpy", installed("torch"), installed("jax")]
+DRAWN_ON = ["numpy", installed("torch"), installed("jax", pytest.mark.slow)]  # JAX compiles each drawn shape: ~15 s
 
 
 def build(us, feats, w0, decay: float, threshold: float, dynamic: bool, parts: frozenset, passes=None,
@@ -89,7 +96,7 @@ def equal(ended, got, full) -> list[bool]:
     return same
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", DRAWN_ON)
 @settings(deadline=None, max_examples=8)
 @given(drawn)
 def test_an_ended_program_equals_the_padded_masked_one_bit_for_bit(backend, case):
