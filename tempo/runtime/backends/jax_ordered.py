@@ -38,9 +38,11 @@ def ordered_sum(x, axes: tuple[int, ...], keepdims: bool = False):
 
 
 def ordered_mean(x, axes: tuple[int, ...], keepdims: bool = False):
-    """``jnp.mean(x, axes)`` from :func:`ordered_sum`, divided by the count."""
+    """``jnp.mean(x, axes)`` from :func:`ordered_sum`, divided by the count, which a barrier keeps
+    from XLA's simplifier (it would multiply by the count's reciprocal, which rounds apart from a
+    division)."""
     count = math.prod(x.shape[a] for a in axes)
-    return ordered_sum(x, axes, keepdims) / jnp.asarray(count, x.dtype)
+    return ordered_sum(x, axes, keepdims) / lax.optimization_barrier(jnp.asarray(count, x.dtype))
 
 
 def ordered_discounted_sum(x, gamma: float, axis: int):

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from tempo.runtime.backends import numpy_ordered
 
-NUMPY_SUMS = (torch.float16, torch.float32, torch.float64)  # dtypes NumPy sums on torch's CPU memory
+NP_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
+NUMPY_SUMS = tuple(NP_DTYPES)  # dtypes NumPy sums on torch's CPU memory
 STEPS = 32  # steps per product in a contraction over steps
 ROWS = 128  # rows per product in a product of rows by one matrix
 
@@ -74,8 +76,9 @@ def ordered_mean(x: torch.Tensor, axes: tuple[int, ...], keepdims: bool = False)
 def ordered_discounted_sum(x: torch.Tensor, gamma: float, axis: int) -> torch.Tensor:
     """``sum_k gamma**k x[k]`` along ``axis``, the terms added in index order."""
     y = torch.movedim(x, axis, 0)
-    powers = gamma ** torch.arange(y.shape[0], dtype=torch.float64, device=x.device)
-    terms = powers.to(y.dtype).reshape((-1,) + (1,) * (y.ndim - 1)) * y
+    powers = torch.as_tensor((gamma ** np.arange(y.shape[0], dtype=np.float64)).astype(NP_DTYPES[y.dtype]),
+                             device=x.device)
+    terms = powers.reshape((-1,) + (1,) * (y.ndim - 1)) * y
     return torch.squeeze(sum_along(terms, 0), dim=0)
 
 
