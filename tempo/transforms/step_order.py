@@ -28,9 +28,9 @@ as it is.
 
 Where the marks are made is the backend's and the user's choice
 (:class:`Config`): NumPy's ordered kernels cost what its own do, so NumPy
-marks every program; torch's and JAX's cost an RL learner 13-25% per
-iteration, so there the pass marks only a program with a dim that ends at
-run time (``tpo.end_when``), and every program where
+marks every program; torch's and JAX's cost an RL learner's iteration more
+(``benchmarks/step_order_cost.py``), so there the pass marks only a program
+with a dim that ends at run time (``tpo.end_when``), and every program where
 ``tpo.Config(step_order="exact")`` asks (a padded twin that must give an
 ended program's bits).
 """
