@@ -23,7 +23,7 @@ ratio to the program's unmarked setting, and the last iteration's mean
 return. Prints a table and writes JSON with every run.
 
     .venv/bin/python benchmarks/step_order_cost.py --out docs/results/step_order_cost.json
-    .venv/bin/python benchmarks/step_order_cost.py --backends torch --repeats 1 --iterations 3 --out /tmp/s.json
+    .venv/bin/python benchmarks/step_order_cost.py --quick --repeats 1 --iterations 2 --out /tmp/s.json  # a smoke test
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def worker(spec: dict, out_path: str) -> None:
     """Train once as ``spec`` says (:func:`rl_train.measure`) and write what was measured to ``out_path``."""
     import time
 
-    from rl_train import Point, marking_clock, measure
+    from rl_train import QUICK_POINT, Point, marking_clock, measure
 
     from tempo.api import stages
 
@@ -67,7 +67,8 @@ def worker(spec: dict, out_path: str) -> None:
     stages.lower = lambda request: lowered.append(lower(request)) or lowered[-1]
     cpu_at: dict = {}
     time.perf_counter = marking_clock(time.perf_counter, time.process_time, cpu_at)
-    out = measure(f"tempo-{spec['backend']}", "reinforce", Point(), spec["iterations"], 0, cpu_at,
+    point = QUICK_POINT if spec.get("quick") else Point()
+    out = measure(f"tempo-{spec['backend']}", "reinforce", point, spec["iterations"], 0, cpu_at,
                   options={"until": spec["program"] == "until"})
     with open(out_path, "w") as f:
         json.dump({**spec, **out, "marked": marked(lowered[-1].sdg)}, f)
@@ -109,6 +110,7 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["numpy", "torch", "jax"], choices=list(RUNS))
     parser.add_argument("--iterations", type=int, default=8, help="iterations timed per run (one more runs)")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each setting, alternated")
+    parser.add_argument("--quick", action="store_true", help="rl_train's tiny point (8 steps, 4 environments)")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "step_order_cost.json"))
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -121,7 +123,7 @@ def main() -> None:
             order = RUNS[backend][repeat % len(RUNS[backend]):] + RUNS[backend][:repeat % len(RUNS[backend])]
             for program, setting in order:
                 runs.append(run({"backend": backend, "program": program, "setting": setting,
-                                 "iterations": args.iterations}))
+                                 "iterations": args.iterations, "quick": args.quick}))
                 r = runs[-1]
                 print(f"run {repeat + 1}/{args.repeats} {backend} {program} {setting}: {r['iteration_cpu_s']:.4f} CPU s/it "
                       f"(load {r['load']:.1f})", flush=True)
