@@ -355,7 +355,7 @@ class NumPyBackend(Backend):
     """NumPy on the CPU: the reference every other backend is checked against."""
 
     name = "numpy"
-    orders_every_program = True  # numpy_ordered's sums and products cost what NumPy's own do
+    orders_every_program = True  # the reference: every program's sums over steps in step order
 
     def __init__(self, device: str | None = None):
         if device not in (None, "cpu"):
