@@ -12,7 +12,8 @@ computes exactly the environment's steps (REINFORCE updating after every
 episode, its baseline the episode's mean return: ``--baseline episode``).
 With or without ``--until`` the training is the same, bit for bit: every sum
 over the steps adds them in step order, so the masked steps past an
-episode's end change nothing (``tempo/transforms/step_order.py``).
+episode's end change nothing (``tempo/transforms/step_order.py``; on torch
+and JAX the padded program does so where ``TEMPO_STEP_ORDER=exact`` asks).
 
     tempo run examples/reinforce.py                 # Monte-Carlo returns
     tempo run examples/reinforce.py --nstep 8       # 8-step returns

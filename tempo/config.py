@@ -15,6 +15,10 @@ field                environment variable         what it does
 ``end_check_every``  ``TEMPO_END_CHECK_EVERY``  steps between host reads of a
                                                   ``tpo.end_when`` flag (unset: chosen
                                                   from measured step and read times)
+``step_order``       ``TEMPO_STEP_ORDER``         ``exact``: sums and products over a loop
+                                                  dim's steps run in step order on every
+                                                  backend and program (``auto``: on NumPy,
+                                                  and where a dim ends at run time)
 ===================  ===========================  ==========================================
 """
 from __future__ import annotations
@@ -27,7 +31,8 @@ from typing import Mapping
 from tempo.errors import TempoError
 
 ENV = {"passes_off": "TEMPO_PASSES_OFF", "tiles": "TEMPO_TILES", "verify": "TEMPO_VERIFY",
-       "backend": "TEMPO_BACKEND", "end_check_every": "TEMPO_END_CHECK_EVERY"}
+       "backend": "TEMPO_BACKEND", "end_check_every": "TEMPO_END_CHECK_EVERY", "step_order": "TEMPO_STEP_ORDER"}
+STEP_ORDERS = ("auto", "exact")
 
 
 @dataclass(frozen=True)
@@ -37,13 +42,18 @@ class Config:
     :func:`tempo.ir.verify.verify` before the first pass and after each; ``backend``: ``numpy``,
     ``torch`` or ``jax`` (with an optional device, ``torch:cuda``), None: ``numpy``;
     ``end_check_every``: read a ``tpo.end_when`` flag on the host every this many steps, None:
-    as often as measured step and read times say (:mod:`tempo.runtime.ends`)."""
+    as often as measured step and read times say (:mod:`tempo.runtime.ends`); ``step_order``:
+    ``"exact"`` runs every sum and product over a loop dim's steps in step order, so a program
+    padded to a cap gives the bits of the same program ended at run time on every backend,
+    ``"auto"``: on NumPy always, on torch and JAX where a dim ends at run time
+    (:mod:`tempo.transforms.step_order`)."""
 
     passes_off: tuple[str, ...] = ()
     tiles: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     verify: bool = False
     backend: str | None = None
     end_check_every: int | None = None
+    step_order: str = "auto"
     from_environment: bool = field(default=False, compare=False, repr=False)
 
     @classmethod
@@ -55,12 +65,16 @@ class Config:
                    verify=environ.get(ENV["verify"], "") not in ("", "0"),
                    backend=environ.get(ENV["backend"]) or None,
                    end_check_every=_positive(ENV["end_check_every"], environ.get(ENV["end_check_every"], "")),
+                   step_order=environ.get(ENV["step_order"], "").strip() or "auto",
                    from_environment=True)
 
     def __post_init__(self) -> None:
         every = self.end_check_every
         if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
             raise TempoError(f"Config(end_check_every=...) takes a positive int or None, got {every!r}")
+        if self.step_order not in STEP_ORDERS:
+            raise TempoError(f"{self.named('step_order')} takes {' or '.join(map(repr, STEP_ORDERS))}, "
+                             f"got {self.step_order!r}")
 
     def named(self, setting: str) -> str:
         """How the user spelled ``setting``: its environment variable, or the field of Config."""

@@ -25,6 +25,14 @@ per sliced dim, vectorization makes a node's leading axes its vectorized
 dims, and a rule per op type (:data:`AXIS_RULES`) carries the axes through
 the op; an axis no rule follows is no dim's, and what reduces it is left
 as it is.
+
+Where the marks are made is the backend's and the user's choice
+(:class:`Config`). NumPy, the reference, marks every program (its ordered
+kernels cost a padded RL learner's iteration about 4%); torch's and JAX's
+cost it 6% and 16% (``benchmarks/step_order_cost.py``), so there the pass
+marks only a program with a dim that ends at run time (``tpo.end_when``),
+and every program where ``tpo.Config(step_order="exact")`` asks (a padded
+twin that must give an ended program's bits).
 """
 from __future__ import annotations
 
@@ -32,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from tempo.ir import ops
+from tempo.ir.ends import ends
 from tempo.ir.sdg import SDG, Edge, identity_index
 from tempo.ir.shapes import normalize_axis, same_size
 from tempo.symbolic.expr import Expr, bound_of
@@ -41,13 +50,17 @@ Axes = tuple  # one entry per axis of a value: the dim (step symbol) whose steps
 
 @dataclass(frozen=True)
 class Config:
-    """Step order has no options: every sum and product over a loop dim's steps is marked."""
+    """``everywhere``: mark the sums and products over a loop dim's steps in every program (True),
+    or only in a program with a dim that ends at run time (False: the others keep the backend's
+    fastest kernels)."""
+
+    everywhere: bool = True
 
 
 def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     """The SDG with each sum and product over a loop dim's steps marked to run in step order."""
     loops = {d for node in sdg.nodes.values() for d in node.domain}
-    if not loops:
+    if not loops or not (cfg.everywhere or ends(sdg)):
         return sdg
     axes = step_axes(sdg)
     marked = {}

@@ -7,7 +7,10 @@ over their steps: sums, means, a discounted sum, and the gradient of a
 layer applied at every step (a product contracting over ``t``, and products
 whose rows are steps). Ended at run time (``tpo.end_when``, ``T[i]`` the
 batch's longest episode) and padded to the cap with the steps past each
-episode's end masked, the two programs are equal bit for bit on NumPy.
+episode's end masked, the two programs are equal bit for bit on NumPy, torch
+(CPU) and JAX (CPU), the padded one asking for it on torch and JAX
+(``tpo.Config(step_order="exact")``); without asking, a program whose dims
+all run to their bounds keeps torch's and JAX's own kernels.
 """
 from __future__ import annotations
 
@@ -18,10 +21,25 @@ from hypothesis import strategies as st
 
 import tempo as tpo
 from tempo.ir import ops
+from tempo.runtime.backends import base
 from tempo.transforms import step_order
 
 
-def build(us, feats, w0, decay: float, threshold: float, dynamic: bool, parts: frozenset, passes=None):
+def installed(name: str, *marks) -> pytest.param:
+    """The backend ``name`` as a test parameter, skipped where it is not installed."""
+    return pytest.param(name, marks=[pytest.mark.skipif(name not in base.available_backends(),
+                                                        reason=f"{name} is not installed"), *marks])
+
+
+BACKENDS = ["numpy", installed("torch"), installed("jax")]
+DRAWN_ON = ["numpy", installed("torch"), installed("jax", pytest.mark.slow)]  # JAX compiles each drawn shape: ~15 s
+
+
+EXACT = tpo.Config(step_order="exact")
+
+
+def build(us, feats, w0, decay: float, threshold: float, dynamic: bool, parts: frozenset, passes=None,
+          backend: str = "numpy", config: tpo.Config | None = None):
     """Episodes ``s[t + 1] = decay * s[t] + u[t + 1]`` ended past ``threshold``; the reductions of
     ``parts`` over the batch's steps (masked past each episode's end), and a layer's weights ``w``
     trained on them by SGD, iteration after iteration."""
@@ -60,7 +78,7 @@ def build(us, feats, w0, decay: float, threshold: float, dynamic: bool, parts: f
         fetch[0].backward()
         tpo.optim.SGD([w], lr=0.1).step()
         fetch.append(w)
-        return ctx.compile(fetch=fetch, passes=passes)
+        return ctx.compile(fetch=fetch, passes=passes, backend=backend, config=config)
 
 
 drawn = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(2, 160), st.integers(0, 2 ** 16),
@@ -83,16 +101,18 @@ def equal(ended, got, full) -> list[bool]:
     return same
 
 
+@pytest.mark.parametrize("backend", DRAWN_ON)
 @settings(deadline=None, max_examples=8)
 @given(drawn)
-def test_an_ended_program_equals_the_padded_masked_one_bit_for_bit(case):
+def test_an_ended_program_equals_the_padded_masked_one_bit_for_bit(backend, case):
     episodes, iterations, cap, seed, decay, threshold, parts = case
     rng = np.random.default_rng(seed)
     us = rng.uniform(0.0, 1.0, (episodes, iterations, cap)).astype(np.float32)
     feats = rng.normal(0.0, 1.0, (episodes, iterations, cap, 5)).astype(np.float32)
     w0 = rng.normal(0.0, 0.5, (5, 7)).astype(np.float32)
     args = (us, feats, w0, decay, threshold)
-    ended, padded = build(*args, True, frozenset(parts)), build(*args, False, frozenset(parts))
+    ended = build(*args, True, frozenset(parts), backend=backend)
+    padded = build(*args, False, frozenset(parts), backend=backend, config=EXACT)
     bounds = {"B": episodes, "I": iterations, "T": cap}
     got, full = ended.run(bounds), padded.run(bounds)
     assert all(equal(ended, got, full))
@@ -101,6 +121,37 @@ def test_an_ended_program_equals_the_padded_masked_one_bit_for_bit(case):
 def marks(program) -> list[ops.Op]:
     steps = [s.op for n in program.sdg.nodes.values() for s in getattr(n.op, "steps", ())]
     return steps + [n.op for n in program.sdg.nodes.values()]
+
+
+def marked(op: ops.Op) -> bool:
+    return bool(getattr(op, "ordered", False) or getattr(op, "ordered_rows", ()) or getattr(op, "ordered_inner", False))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_marks_are_made_where_the_backend_and_the_config_ask(backend):
+    """On torch and JAX a program whose dims run to their bounds keeps the backend's kernels unless
+    the config asks for step order; one with a dim that ends at run time, and every program on
+    NumPy, is marked."""
+    rng = np.random.default_rng(0)
+    us = rng.uniform(0.0, 1.0, (2, 2, 12)).astype(np.float32)
+    feats = rng.normal(0.0, 1.0, (2, 2, 12, 5)).astype(np.float32)
+    args = (us, feats, rng.normal(0.0, 0.5, (5, 7)).astype(np.float32), 0.9, 3.0)
+    parts = frozenset(["sum", "mean", "discounted", "returns"])
+    padded = build(*args, False, parts, backend=backend, config=tpo.Config())  # not the environment's
+    assert any(marked(op) for op in marks(padded)) == (backend == "numpy")
+    for program in (build(*args, False, parts, backend=backend, config=EXACT), build(*args, True, parts, backend=backend)):
+        found = [op for op in marks(program) if marked(op)]
+        assert {type(op) for op in found} >= {ops.ReduceOp, ops.DiscountedSumOp, ops.BatchContractOp, ops.MatMulOp}
+
+
+def test_the_environment_asks_for_step_order(monkeypatch):
+    monkeypatch.setenv("TEMPO_STEP_ORDER", "exact")
+    assert tpo.Config.from_env().step_order == "exact"
+    monkeypatch.setenv("TEMPO_STEP_ORDER", "exactly")
+    with pytest.raises(tpo.TempoError, match="TEMPO_STEP_ORDER takes 'auto' or 'exact', got 'exactly'"):
+        tpo.Config.from_env()
+    with pytest.raises(tpo.TempoError, match=r"Config\(step_order=...\) takes"):
+        tpo.Config(step_order="fast")
 
 
 def test_sums_over_a_loop_dim_are_marked_and_sums_over_a_batch_dim_are_not():
@@ -148,17 +199,19 @@ def test_the_pass_leaves_a_program_without_loops_as_it_is():
     assert step_order.apply(program.sdg) is program.sdg
 
 
-def test_without_the_pass_the_programs_part():
-    """The check above can fail: summed in NumPy's and BLAS's own order, the two programs round
-    apart over enough steps."""
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_without_the_pass_the_programs_part(backend):
+    """The check above can fail: summed in the backend's and BLAS's own order, the two programs
+    round apart over enough steps."""
     rng = np.random.default_rng(0)
-    us = rng.uniform(0.0, 1.0, (2, 2, 150)).astype(np.float32)
-    feats = rng.normal(0.0, 1.0, (2, 2, 150, 5)).astype(np.float32)
+    us = rng.uniform(0.0, 1.0, (3, 2, 160)).astype(np.float32)
+    feats = rng.normal(0.0, 1.0, (3, 2, 160, 5)).astype(np.float32)
     w0 = rng.normal(0.0, 0.5, (5, 7)).astype(np.float32)
-    args = (us, feats, w0, 0.99, 8.0)  # episodes of 17 and 19 steps, the cap 150
-    bounds = {"B": 2, "I": 2, "T": 150}
-    ended, padded = (build(*args, dynamic, frozenset(["sum", "mean"]), passes={"step_order": False})
-                     for dynamic in (True, False))
+    args = (us, feats, w0, 0.99, 8.0)  # T = 19 and 18 steps, the cap 160
+    bounds = {"B": 3, "I": 2, "T": 160}
+    parts = frozenset(["sum", "mean", "discounted"])
+    ended, padded = (build(*args, dynamic, parts, passes={"step_order": False},
+                           backend=backend) for dynamic in (True, False))
     assert not all(equal(ended, ended.run(bounds), padded.run(bounds)))
 
 

@@ -36,6 +36,7 @@ class Backend:
     name = "base"
     donates = False  # whether kernel() takes donate= (inputs it may write its outputs into)
     copies_constants = False  # whether a kernel holds a copy of a constant's array (so is made again each run)
+    orders_every_program = False  # step_order marks every program (True) or one with a dim that ends at run time
 
     def kernel(self, op: Op) -> Kernel:
         """A function ``(inputs, env, point) -> tuple of outputs`` computing ``op``."""

@@ -16,6 +16,7 @@ import numpy as np
 from jax import lax
 
 from tempo.ir import ops
+from tempo.runtime.backends import jax_ordered
 from tempo.runtime.backends import numpy as np_backend
 from tempo.runtime.backends.base import along
 from tempo.symbolic.evaluate import compile_expr, shape_at
@@ -91,6 +92,7 @@ def _row_write(cond, row, rows):
 
 
 REDUCERS = {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max, "min": jnp.min}
+ORDERED = {"sum": jax_ordered.ordered_sum, "mean": jax_ordered.ordered_mean}
 
 
 @impl_for(ops.ReduceOp)
@@ -101,6 +103,8 @@ def _reduce(op: ops.ReduceOp, xs: list, env: dict) -> tuple:
         return (x.astype(out),)
     if op.fn in ("sum", "mean"):
         x = x.astype(out)
+    if op.ordered and op.fn in ORDERED and jnp.issubdtype(x.dtype, jnp.floating):
+        return (ORDERED[op.fn](x, op.axes, op.keepdims).astype(out),)
     return (REDUCERS[op.fn](x, axis=op.axes, keepdims=op.keepdims).astype(out),)
 
 
@@ -148,6 +152,8 @@ def _linear_scan(op: ops.LinearScanOp, xs: list, env: dict) -> tuple:
 
 @impl_for(ops.DiscountedSumOp)
 def _discounted_sum(op: ops.DiscountedSumOp, xs: list, env: dict) -> tuple:
+    if op.ordered:
+        return (jax_ordered.ordered_discounted_sum(xs[0], op.gamma, op.axis),)
     x = _moved(xs[0], op.axis)
     weights = (op.gamma ** np.arange(x.shape[0], dtype=np.float64)).astype(x.dtype)
     return (jnp.tensordot(jnp.asarray(weights), x, axes=(0, 0)),)
@@ -184,8 +190,10 @@ def _cumsum(x, axis):
 # Ops whose implementation is one jnp call on the inputs, the op's fields and the static environment.
 SIMPLE: dict[type, Callable] = {
     ops.CumSumOp: lambda op, xs, env: _cumsum(xs[0], op.axis),
-    ops.MatMulOp: lambda op, xs, env: jnp.matmul(*_same_dtype(xs)),
-    ops.BatchContractOp: lambda op, xs, env: _batch_contract(*_same_dtype(xs)),
+    ops.MatMulOp: lambda op, xs, env: (jax_ordered.ordered_matmul(*_same_dtype(xs), op.ordered_rows, op.ordered_inner)
+                                       if op.ordered_rows or op.ordered_inner else jnp.matmul(*_same_dtype(xs))),
+    ops.BatchContractOp: lambda op, xs, env: (jax_ordered.ordered_batch_contract(*_same_dtype(xs), op.ordered)
+                                              if op.ordered else _batch_contract(*_same_dtype(xs))),
     ops.PermuteOp: lambda op, xs, env: jnp.transpose(xs[0], op.axes),
     ops.SqueezeOp: lambda op, xs, env: jnp.squeeze(xs[0], axis=op.axis),
     ops.UnsqueezeOp: lambda op, xs, env: jnp.expand_dims(xs[0], axis=op.axis),

@@ -367,6 +367,7 @@ class NumPyBackend(Backend):
     """NumPy on the CPU: the reference every other backend is checked against."""
 
     name = "numpy"
+    orders_every_program = True  # the reference: every program's sums over steps in step order
 
     def __init__(self, device: str | None = None):
         if device not in (None, "cpu"):

@@ -27,6 +27,7 @@ import torch
 from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime.backends import numpy as np_backend
+from tempo.runtime.backends import torch_ordered
 from tempo.runtime.backends.base import Backend, Kernel, StepFailed, along
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import seq
@@ -133,10 +134,15 @@ def _reduce_dtype(fn: str, dtype):
     return DTYPES[np.dtype(np_backend.REDUCERS[fn](np.ones((1,), np_dtype), axis=0).dtype).name]
 
 
+ORDERED = {"sum": torch_ordered.ordered_sum, "mean": torch_ordered.ordered_mean}
+"""A sum or mean whose ``ReduceOp`` is ``ordered``: each axis added in index order (:mod:`.torch_ordered`)."""
+
+
 @kernel_for(ops.ReduceOp)
 def _reduce(op: ops.ReduceOp, device) -> Kernel:
     axes, keep, fn = op.axes, op.keepdims, op.fn
     reducer = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}[fn]
+    ordered = ORDERED.get(fn) if op.ordered else None
     out_dtype = {}
 
     def run(inputs, env, point):
@@ -148,6 +154,8 @@ def _reduce(op: ops.ReduceOp, device) -> Kernel:
             return (x if x.dtype == dtype else x.to(dtype),)
         if fn in ("sum", "mean") and x.dtype != dtype:
             x = x.to(dtype)
+        if ordered is not None and x.is_floating_point():
+            return (ordered(x, axes, keep).to(dtype),)
         return (reducer(x, dim=axes, keepdim=keep).to(dtype),)
 
     return run
@@ -198,6 +206,9 @@ def _linear_scan(op: ops.LinearScanOp, device) -> Kernel:
 
 @kernel_for(ops.DiscountedSumOp)
 def _discounted_sum(op: ops.DiscountedSumOp, device) -> Kernel:
+    if op.ordered:
+        return lambda inputs, env, point: (torch_ordered.ordered_discounted_sum(inputs[0], op.gamma, op.axis),)
+
     def run(inputs, env, point):
         x = torch.movedim(inputs[0], op.axis, 0)
         weights = torch.as_tensor(op.gamma ** np.arange(x.shape[0], dtype=np.float64), device=x.device)
@@ -284,8 +295,10 @@ def _squeeze(op, xs):
 SIMPLE: dict[type, Callable] = {
     ops.CumSumOp: lambda op, xs: torch.cumsum(xs[0], dim=op.axis,
                                               dtype=torch.int64 if xs[0].dtype == torch.bool else None),
-    ops.MatMulOp: lambda op, xs: torch.matmul(*_same_dtype(xs)),
-    ops.BatchContractOp: lambda op, xs: _batch_contract(*_same_dtype(xs)),
+    ops.MatMulOp: lambda op, xs: (torch_ordered.ordered_matmul(*_same_dtype(xs), op.ordered_rows, op.ordered_inner)
+                                  if op.ordered_rows or op.ordered_inner else torch.matmul(*_same_dtype(xs))),
+    ops.BatchContractOp: lambda op, xs: (torch_ordered.ordered_batch_contract(*_same_dtype(xs), op.ordered)
+                                         if op.ordered else _batch_contract(*_same_dtype(xs))),
     ops.PermuteOp: lambda op, xs: torch.permute(xs[0], op.axes),
     ops.SqueezeOp: _squeeze,
     ops.UnsqueezeOp: lambda op, xs: torch.unsqueeze(xs[0], op.axis),
