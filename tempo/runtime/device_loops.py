@@ -136,6 +136,7 @@ class DeviceLoop:
         self.order = {key: k for k, key in enumerate(self.reads)}
         self.check = None  # the EndCheck of the loop's dim, where it ends at run time (bound per run)
         self.lengths: dict = {}  # the rows of each block store's blocks (bound per run)
+        self.zeros: dict = {}  # (shape, dtype) -> the device's zeros standing for an input no iteration reads
         self.ledger = None
         self.failed: set[tuple] = set()
         self.launched: list[tuple[int, float]] = []  # (iterations, wall seconds but compiles) of each launch
@@ -536,9 +537,12 @@ class DeviceLoop:
         return dict(env, **{d.name: p for d, p in zip(self.plan.steps[s].node.domain, point)})
 
     def _zeros(self, edge: Edge, env: dict):
-        shape = shape_at(self.sdg.read_shape(edge), env)
-        dtype = self.sdg.nodes[edge.src].dtypes[edge.src_out]
-        return self.backend.cast(np.zeros(shape, dtype), dtype)
+        """Zeros of the shape and dtype ``edge`` reads, made once (a device array is never written)."""
+        key = (tuple(shape_at(self.sdg.read_shape(edge), env)), self.sdg.nodes[edge.src].dtypes[edge.src_out])
+        zeros = self.zeros.get(key)
+        if zeros is None:
+            zeros = self.zeros[key] = self.backend.cast(np.zeros(*key), key[1])
+        return zeros
 
     def _gather(self, src: Source, index, envs: list[dict], wanted, env: dict, reads: Reads):
         """The values of ``src`` at every iteration, stacked once read: consecutive rows of one block
