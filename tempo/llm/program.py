@@ -310,8 +310,8 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
           stop_tokens: tuple | None = None,
           prefill_chunk: int = PREFILL_CHUNK, capacity: int | None = None) -> DecodeProgram:
     """The decoding program for ``prompt`` (batch, P) in the current context (see the module
-    docstring). ``on_token(ids, position)``, if given, is called with each token as it enters a
-    decoding step (:func:`streamed`: host code in the decoding loop). With ``stop_at_eos``, the
+    docstring). ``on_token(ids, position)``, if given, is called with each token that enters a
+    decoding step, in order (:func:`streamed`: a sink of the decoding loop). With ``stop_at_eos``, the
     decoding dim ends (``tpo.end_when``) at the step where every sequence has produced one of
     ``stop_tokens`` (default: the config's end-of-sequence tokens; :func:`end_of_sequence`);
     without, it runs to its bound. ``prefill_chunk``: the prompt's
