@@ -1,5 +1,5 @@
 """A ``where`` that sets one row of a buffer (masked attention's K/V write, ``rows == t``) is, on
-JAX, a ``dynamic_update_slice`` of that row (tempo/runtime/backends/jax.py), with NumPy's values
+JAX, a ``dynamic_update_slice`` of that row (tempo/runtime/backends/jax_ops.py), with NumPy's values
 whether the condition picks one row, none, or several (those take the select)."""
 from __future__ import annotations
 
