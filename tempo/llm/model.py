@@ -95,8 +95,8 @@ class Llama:
         the decoding dim ends at run time (``tpo.end_when``) at the step where every sequence
         has: no further model step runs, and the ids end at that column (as ``transformers``'
         ``generate``). ``end_check_every``: steps between host reads of that flag
-        (``tpo.Config(end_check_every=...)``; with ``on_token``, host code in the decoding loop,
-        it is read every step). ``prefill_chunk``: the prompt's positions whose attention is
+        (``tpo.Config(end_check_every=...)``; ``on_token`` is a sink of the decoding loop: where
+        that loop is one device program, it sees the tokens of each launch after it). ``prefill_chunk``: the prompt's positions whose attention is
         computed at once (the scores held are batch x heads x ``prefill_chunk`` x prompt).
         """
         prompt = self._check_prompt(prompt_ids, max_new_tokens)

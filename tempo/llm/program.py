@@ -71,16 +71,13 @@ def embed(tokens: RT, table: RT) -> RT:
     return F.take(table, tokens, axis=0)
 
 
-def streamed(tokens: RT, position, on_token) -> RT:
-    """``tokens`` (batch,) after the host function ``on_token(ids, position)`` has seen them: the
-    embedding reads its output, so the call runs in the decoding loop as each token enters the model
-    (host code in the loop: the loop runs on the host and an end flag is read every step)."""
-    def call(ids, at):
-        on_token(ids, int(at))
-        return (ids,)
-
-    return F.udf(call, [tokens, F.eval_symbol(position)], out_shapes=[tokens.shape], out_dtypes=[tokens.dtype],
-                 label="on_token")
+def streamed(tokens: RT, step, offset: int, on_token) -> None:
+    """Call the host function ``on_token(ids, offset + t)`` with ``tokens[t]`` (batch,) at each step
+    ``t`` of the dim of ``step``: a sink, which nothing in the decoding loop reads, so that where the
+    loop runs as one device program (greedy masked decoding on JAX) the host calls it after each
+    launch, once per step of the launch in order (the tokens reach the host chunk by chunk), and
+    elsewhere at each step."""
+    tpo.sink(tokens, lambda ids, point: on_token(ids, offset + point[step.name]))
 
 
 @dataclass(frozen=True)
@@ -292,8 +289,8 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
           stop_tokens: tuple | None = None,
           prefill_chunk: int = PREFILL_CHUNK, capacity: int | None = None) -> DecodeProgram:
     """The decoding program for ``prompt`` (batch, P) in the current context (see the module
-    docstring). ``on_token(ids, position)``, if given, is called with each token as it enters a
-    decoding step (:func:`streamed`: host code in the decoding loop). With ``stop_at_eos``, the
+    docstring). ``on_token(ids, position)``, if given, is called with each token that enters a
+    decoding step, in order (:func:`streamed`: a sink of the decoding loop). With ``stop_at_eos``, the
     decoding dim ends (``tpo.end_when``) at the step where every sequence has produced one of
     ``stop_tokens`` (default: the config's end-of-sequence tokens; :func:`end_of_sequence`);
     without, it runs to its bound. ``prefill_chunk``: the prompt's
@@ -335,8 +332,9 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     # decoding: step t reads the token at position P + t and picks the one after it
     inputs = F.placeholder((batch,), "int64", dims=(t,))
     h = F.placeholder((batch, c.hidden_size), "float32", dims=(l, t))
-    entering = inputs if on_token is None else streamed(inputs, t + prompt_len, on_token)
-    h[0, t] = embed(entering, F.from_numpy(weights.embed))[t]
+    if on_token is not None:
+        streamed(inputs, t, prompt_len, on_token)
+    h[0, t] = embed(inputs, F.from_numpy(weights.embed))[t]
     angles = F.eval_symbol(t + prompt_len).cast("float32") * F.from_numpy(inv)
     angles = F.cat([angles, angles], axis=0)
     x = h[l, t]

@@ -146,6 +146,7 @@ class DeviceLoop:
         self.order = {key: k for k, key in enumerate(self.reads)}
         self.check = None  # the EndCheck of the loop's dim, where it ends at run time (bound per run)
         self.lengths: dict = {}  # the rows of each block store's blocks (bound per run)
+        self.zeros: dict = {}  # (shape, dtype) -> the device's zeros standing for an input no iteration reads
         self.ledger = None
         self.failed: set[tuple] = set()
         self.launched: list[tuple[int, float]] = []  # (iterations, wall seconds but compiles) of each launch
@@ -413,15 +414,29 @@ class DeviceLoop:
                                  dtype=np.int32))
         return runs, sels
 
+    def _branches(self, schedules: list) -> dict[int, int | None]:
+        """Per merge step of several branches, the branch it takes at every iteration where it runs
+        in ``schedules`` (``(runs, sels)`` of each part of a launch), None where that varies: a merge
+        whose branch is the same throughout a launch is traced as that branch alone (a carried buffer
+        passes through it as it is, where a select would copy it)."""
+        out = {}
+        for s, step in enumerate(self.plan.steps):
+            if isinstance(step.node.op, MergeOp) and len(step.inputs) > 1:
+                taken = np.concatenate([sels[s][runs[s]] for runs, sels in schedules])
+                out[s] = int(taken[0]) if taken.size and taken[0] >= 0 and (taken == taken[0]).all() else None
+        return out
+
     def _prepare(self, env: dict, envs: list[dict], runs, sels, reads: Reads, provided=frozenset(),
-                 initial: bool = True):
+                 initial: bool = True, branches: dict | None = None):
         """The compiled loop's static key, its inputs, per-iteration values and initial carry, what
         they take from stores asked of ``reads`` (``provided``: the names of closed inputs the enclosing
-        loop's program computes; ``initial``: False where the carry comes from the previous launch)."""
+        loop's program computes; ``initial``: False where the carry comes from the previous launch;
+        ``branches``: :meth:`_branches` over the whole launch, where the loop is nested)."""
         shapes = [self._one_shape(s, env, envs, runs[s]) for s in self.shapes]  # before the rest of the work
         if None in shapes:
             return None
         closed, gathered, sel_xs, arg_xs, keys = {}, {}, {}, {}, []
+        branches = self._branches([(runs, sels)]) if branches is None else branches
         for s, step in enumerate(self.plan.steps):
             ran = runs[s]
             for k, src in enumerate(step.inputs):
@@ -434,11 +449,13 @@ class DeviceLoop:
                                           else self._zeros(src.edge, at))
                 elif src.kind == GATHERED:
                     gathered[f"{s}.{k}"] = self._gather(src, self.indexes[s][k], envs, wanted, at, reads)
-            if sels[s] is not None and len(step.inputs) > 1:
+            if s in branches and branches[s] is None:
                 sel_xs[str(s)] = sels[s]
             first = int(np.argmax(ran)) if ran.any() else 0
             dims = self._dim_env(s, env, envs[first])
             keys.append(self.compiled.static_key(s, dims))
+            if s in branches:
+                keys.append(branches[s])
             if self.compiled.needs_args(s):
                 if not ran.any() and not self.plan.nested and self.plan.end is None:
                     return None
@@ -479,6 +496,7 @@ class DeviceLoop:
         per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
         writers = {self.nested[w] for w in self.stacked_from[k]}
         keys, once, stacked, first = set(), None, [], None
+        branches = loop._branches([loop._schedule(e)[1:] for e in envs])
         for e in envs:
             counters, runs, sels = loop._schedule(e)
             if not counters or any(w._schedule(e)[0] != counters for w in writers) or \
@@ -490,7 +508,7 @@ class DeviceLoop:
                 return None  # read where the first iteration, whose values serve every one, does not
             read = provided if once is None else provided | once["c"].keys() | self.invariant[k]  # read once
             prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, reads, read,
-                                     initial=once is None)
+                                     initial=once is None, branches=branches)
             if prepared is None:
                 return None
             key, closed, xs, ring0 = prepared
@@ -566,9 +584,12 @@ class DeviceLoop:
         return dict(env, **{d.name: p for d, p in zip(self.plan.steps[s].node.domain, point)})
 
     def _zeros(self, edge: Edge, env: dict):
-        shape = shape_at(self.sdg.read_shape(edge), env)
-        dtype = self.sdg.nodes[edge.src].dtypes[edge.src_out]
-        return self.backend.cast(np.zeros(shape, dtype), dtype)
+        """Zeros of the shape and dtype ``edge`` reads, made once (a device array is never written)."""
+        key = (tuple(shape_at(self.sdg.read_shape(edge), env)), self.sdg.nodes[edge.src].dtypes[edge.src_out])
+        zeros = self.zeros.get(key)
+        if zeros is None:
+            zeros = self.zeros[key] = self.backend.cast(np.zeros(*key), key[1])
+        return zeros
 
     def _gather(self, src: Source, index, envs: list[dict], wanted, env: dict, reads: Reads):
         """The values of ``src`` at every iteration, stacked once read: consecutive rows of one block

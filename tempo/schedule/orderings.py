@@ -48,14 +48,15 @@ def sinks_before_next_state(sdg: SDG, roots) -> list[Edge]:
     States (parameters, optimizer moments) recur over their last dim; a sink
     over that dim at ``i - 1`` is ordered before the state at ``i``, so a
     progress bar or checkpoint runs as its iteration ends, not after the run.
+    A recurrence a sink reads (decoding's tokens) counts as a state for it.
     """
     roots = [n for n in roots if n in sdg.nodes]
-    states = [n for n in roots if isinstance(sdg.nodes[n].op, MergeOp) and sdg.nodes[n].domain]
+    states = [n for n in roots if _recurs(sdg, n)]
     sinks = [n for n in roots if isinstance(sdg.nodes[n].op, UDFOp)]
     out = []
     for s in sinks:
         sink = sdg.nodes[s]
-        for p in states:
+        for p in dict.fromkeys(states + [e.src for e in sdg.in_edges(s) if _recurs(sdg, e.src)]):
             state = sdg.nodes[p]
             if not set(state.domain) <= set(sink.domain):
                 continue
@@ -64,6 +65,10 @@ def sinks_before_next_state(sdg: SDG, roots) -> list[Edge]:
                           for d in sink.domain))
             out.append(Edge(p, -1, s, 0, index, last >= 1))
     return out
+
+
+def _recurs(sdg: SDG, n: int) -> bool:
+    return isinstance(sdg.nodes[n].op, MergeOp) and bool(sdg.nodes[n].domain)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A ``where`` that sets one row of a buffer (masked attention's K/V write, ``rows == t``) is, on
-JAX, a ``dynamic_update_slice`` of that row (tempo/runtime/backends/jax.py), with NumPy's values
-whether the condition picks one row, none, or several (those take the select)."""
+JAX, a ``dynamic_update_slice`` of that row (tempo/runtime/backends/jax_ops.py), with NumPy's values
+whether the condition picks one row, none, or several (each row it picks updated)."""
 from __future__ import annotations
 
 import numpy as np

@@ -31,7 +31,16 @@ is donated to the program. A nested loop of at most :data:`UNROLLED` rows
 that reads rows of a value the same at every iteration of the enclosing loop
 (the layers' weights, ``w[l]``) is unrolled instead, each row passed to the
 program as an array of its own: a row a scan reads of a stacked value is a
-dynamic slice, which XLA on a CPU copies before a product reads it.
+dynamic slice, which XLA on a CPU copies before a product reads it. The rows
+an unrolled loop writes stay separate arrays (:class:`Rows`), in the values
+of the enclosing body and in its carry from one iteration to the next, so a
+loop that reads them (the K/V buffers' merges of the next step, the layers)
+is unrolled too and a buffer a step updates row by row (``where(rows == t,
+...)``: a ``dynamic_update_slice``) is updated in place, never stacked,
+sliced or copied within the launch; the carry is one array per value at the
+launch's boundary. A merge that takes the same branch at every iteration of
+a launch (the buffers' ``t = 0`` branch in the first launch only) is traced
+as that branch, so the carried buffer passes through it as it is.
 
 A loop that holds the end check of its dim (``tpo.end_when``;
 :attr:`~tempo.plan.device_loops.LoopPlan.end`) runs the same way, a launch
@@ -167,10 +176,13 @@ class LoopProgram:
 
     def _traced(self, key: tuple) -> Callable:
         trips, keys = key
-        keys, tracers, shapes = list(keys), [], []
+        keys, tracers, shapes, branches = list(keys), [], [], {}
         for s, island in enumerate(self.islands):
             static = keys.pop(0)
             forms = keys.pop(0) if self.needs_args(s) else ()
+            step = self.plan.steps[s]
+            if isinstance(step.node.op, ops.MergeOp) and len(step.inputs) > 1:
+                branches[s] = keys.pop(0)  # the branch taken at every iteration, None: a select
             if island is None:
                 tracers.append(None)
                 shapes.append(static)
@@ -197,7 +209,7 @@ class LoopProgram:
                         kept[s] = tuple(ins)
                         continue
                     if tracers[s] is None:
-                        outs = (_merge(step, ins, x["sel"].get(str(s)), shapes[s]),)
+                        outs = (_merge(step, ins, x["sel"].get(str(s)), shapes[s], branches.get(s)),)
                     else:
                         given, starts = dict(consts[str(s)]), {}
                         for name, value in x["a"].get(str(s), {}).items():
@@ -220,7 +232,7 @@ class LoopProgram:
         def whole_run(closed, consts, xs, ring0, ran):
             body = body_of(closed, consts)
             first = jax.tree_util.tree_map(lambda a: a[0], xs, is_leaf=_is_rows)
-            _, shaped = jax.eval_shape(body, ring0, first)
+            ring0, shaped = _carry_form(body, ring0, first)
 
             def skipped(ring, _x):
                 return ring, jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shaped)
@@ -231,7 +243,7 @@ class LoopProgram:
                 return (ring, ended | ys[-1] if plan.end is not None else ended), ys
 
             (ring, _), ys = _scan(row, (ring0, jnp.bool_(False)), (jnp.arange(trips), xs), trips)
-            return ring, ys
+            return jax.tree_util.tree_map(_stacked, ring, is_leaf=_is_rows), ys
 
         return whole_run if self.nested or plan.end is not None else device_loop
 
@@ -261,14 +273,40 @@ def _is_rows(value) -> bool:
 def _scan(body: Callable, carry, xs, trips: int):
     """``lax.scan(body, carry, xs)``, or, where ``xs`` holds rows as separate arrays, the same loop
     unrolled, each iteration reading its own arrays (a row a scan reads of a stacked value is a
-    dynamic slice, which XLA copies before a product reads it)."""
+    dynamic slice, which XLA copies before a product reads it) and each output's rows kept as
+    separate arrays (:class:`Rows`: no stack copies them into one)."""
     if not any(_is_rows(v) for v in jax.tree_util.tree_leaves(xs, is_leaf=_is_rows)):
         return lax.scan(body, carry, xs, length=trips)
-    stacked = []
+    outputs = []
     for k in range(trips):
         carry, ys = body(carry, jax.tree_util.tree_map(lambda a: a[k], xs, is_leaf=_is_rows))
-        stacked.append(ys)
-    return carry, jax.tree_util.tree_map(lambda *rows: jnp.stack(rows), *stacked)
+        outputs.append(ys)
+    return carry, jax.tree_util.tree_map(lambda *rows: Rows(rows), *outputs)
+
+
+def _carry_form(body: Callable, ring0: dict, x: dict) -> tuple[dict, object]:
+    """``ring0`` (the carry as the launch is given it: one array per value) in the form ``body``
+    returns it, where a nested loop's rows stay separate arrays from step to step (so that a step
+    updates its row of each in place), and the shapes of ``body``'s other outputs."""
+    for _ in range(3):  # a loop unrolled because it reads rows as separate arrays yields them so
+        ring, shaped = jax.eval_shape(body, ring0, x)
+        formed = jax.tree_util.tree_map(_like, ring0, ring, is_leaf=_is_rows)
+        if jax.tree_util.tree_structure(formed) == jax.tree_util.tree_structure(ring0):
+            return formed, shaped
+        ring0 = formed
+    raise TempoError("a device loop's carry changes form from step to step")
+
+
+def _stacked(value):
+    """``value`` as one array: the rows of a :class:`Rows` stacked."""
+    return jnp.stack(value.rows) if _is_rows(value) else value
+
+
+def _like(value, shaped):
+    """``value`` (one array or :class:`Rows`) in the form of ``shaped`` (an abstract value of either)."""
+    if not _is_rows(shaped):
+        return _stacked(value)
+    return value if _is_rows(value) else Rows(value[k] for k in range(len(shaped.rows)))
 
 
 def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, values: dict, ring: dict) -> None:
@@ -303,19 +341,25 @@ def _input(src, name: str, closed: dict, x: dict, values: dict, ring: dict):
         return closed[name]
     if src.kind == GATHERED:
         return x["g"][name]
-    if src.kind in (LOCAL, ROWS):
+    if src.kind == LOCAL:
         return values[src.key]
+    if src.kind == ROWS:
+        return _stacked(values[src.key])
     if src.kind == ROW:
-        return values[src.key][x["row"][name]]
+        return _stacked(values[src.key])[x["row"][name]]
     assert src.kind == CARRIED
     return ring[f"{src.key[0]}_{src.key[1]}"][src.shift - 1]
 
 
-def _merge(step, ins: list, sel, shape):
+def _merge(step, ins: list, sel, shape, branch: int | None = None):
+    """A merge step: its branch ``branch`` where it takes the same at every iteration, else a select
+    by the branch index ``sel`` of the iteration."""
     node = step.node
     dtype = node.dtypes[0]
     ins = [v if v.dtype == dtype else v.astype(dtype) for v in ins]
     ins = [jnp.broadcast_to(v, shape) if k in node.op.broadcast else v for k, v in enumerate(ins)]
+    if branch is not None:
+        return ins[branch]
     if sel is None or len(ins) == 1:
         return ins[0]
     value = ins[-1]

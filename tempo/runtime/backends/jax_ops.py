@@ -76,19 +76,27 @@ def _writes_a_row(cond, row, rows) -> bool:
 
 
 def _row_write(cond, row, rows):
-    """``where(cond, row, rows)`` (see :func:`_writes_a_row`) as a ``dynamic_update_slice`` of the
-    one row ``cond`` picks, so that XLA writes that row in place rather than selecting over every
-    row; a ``cond`` that picks more than one row takes the select."""
-    picked = cond.reshape(rows.shape[0]).astype(bool)
-    at = jnp.argmax(picked)
+    """``where(cond, row, rows)`` (see :func:`_writes_a_row`) as a ``dynamic_update_slice`` of each
+    row ``cond`` picks, in a ``while_loop`` over them (one iteration for a write of row ``t``), so
+    that XLA writes the row into the buffer in place rather than selecting over every row (a
+    ``lax.cond`` between the update and the select would copy the buffer out of its branch)."""
+    count = rows.shape[0]
+    picked = cond.reshape(count).astype(bool)
+    index = jnp.arange(count)
     new = jnp.broadcast_to(row, (1, *rows.shape[1:]) if jnp.ndim(row) == rows.ndim else rows.shape[1:])
-    new = new.reshape((1, *rows.shape[1:]))
+    new = new.reshape((1, *rows.shape[1:])).astype(rows.dtype)
 
-    def one_row():
-        kept = lax.dynamic_slice_in_dim(rows, at, 1, 0)
-        return lax.dynamic_update_slice_in_dim(rows, jnp.where(picked[at], new, kept), at, 0)
+    def following(at):
+        """The first picked row after ``at`` (``count``: none)."""
+        later = picked & (index > at)
+        return jnp.where(later.any(), jnp.argmax(later), count)
 
-    return lax.cond(jnp.sum(picked) <= 1, one_row, lambda: jnp.where(cond, row, rows))
+    def write(state):
+        at, buffer = state
+        return following(at), lax.dynamic_update_slice_in_dim(buffer, new, at, 0)
+
+    _, written = lax.while_loop(lambda state: state[0] < count, write, (following(-1), rows))
+    return written
 
 
 REDUCERS = {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max, "min": jnp.min}
