@@ -319,8 +319,8 @@ def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, valu
             given[name] = _input(src, name, closed, x, values, ring)
         elif src.kind == STACKED:
             rows[name] = values[src.key] if src.shift == 0 else ring[f"{src.key[0]}_{src.key[1]}"][src.shift - 1]
-        elif src.kind == SLICED:  # a tile of `shift` rows per iteration
-            value = values[src.key]
+        elif src.kind == SLICED:  # a tile of `shift` rows per iteration (rows kept apart stacked first)
+            value = _stacked(values[src.key])
             rows[name] = value.reshape((value.shape[0] // src.shift, src.shift) + value.shape[1:])
     _, ys = inner(given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
     for key, rows in zip(nested.plan.written_back, ys):
