@@ -122,9 +122,13 @@ def test_every_spelling_gets_the_same_device_loops(tmp_path, nstep):
 @pytest.mark.slow
 @pytest.mark.parametrize("nstep", [0, 8])
 def test_every_tiled_spelling_gets_the_same_device_loops(tmp_path, nstep):
-    """Tiles of 10 steps given, every spelling: n-step tiles free the observations while acting (shift
-    fusion: acting's loop holds them and runs on the host); Monte-Carlo's wait for the episode's end
-    (the nested loops: acting's loop is a device loop, the loops over tiles are not)."""
+    """Tiles of 10 steps given (they divide the 120 steps), every spelling: n-step tiles free the
+    observations while acting (shift fusion: acting's loop holds them and runs on the host, no device
+    loop); Monte-Carlo's wait for the episode's end (the nested loops): the whole loop over i is one
+    device program for every spelling. How many loops it holds differs with the spelling (a sink of the
+    rewards adds loops over tiles of its own), not where they run."""
     loops = {spelling: device_loops(compiled(tmp_path, nstep, *spelling, tiles=True)) for spelling in SPELLINGS}
-    assert len(set(map(tuple, loops.values()))) == 1, loops
-    assert next(iter(loops.values())) == ([(False, 0)] if nstep == 0 else [])
+    whole_run = {spelling: any(main for main, _ in found) for spelling, found in loops.items()}
+    assert set(whole_run.values()) == {nstep == 0}, loops
+    if nstep:
+        assert all(found == [] for found in loops.values()), loops
