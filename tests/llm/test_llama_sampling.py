@@ -7,6 +7,7 @@ import pytest
 
 import tempo as tpo
 import tempo.api.functional as F
+from tempo.ir.ops import UDFOp
 from tempo.llm.sampling import Sampling
 
 LOGITS = np.array([2.0, 1.5, 0.3, 0.0, -0.4, -1.0, -3.0], np.float32)
@@ -105,3 +106,19 @@ def test_sampled_masked_decoding_on_jax_is_one_device_loop_with_numpy_tokens(opt
     np.testing.assert_array_equal(ids, expected_ids)
     program = model.last_program
     assert "the main loop: the whole run" in str(program.plan) and "as one device launch" in program.code
+
+
+
+def test_sampled_decoding_reads_its_end_flag_every_k_steps():
+    """No host code in the sampled loop but the end check: the flag is read every ``k`` steps,
+    and the ids are those of the decoding without a stop, cut at the stop token."""
+    model = tiny_model()
+    options = dict(do_sample=True, temperature=0.9, top_k=12, seed=5)
+    full = model.generate(PROMPT[:1], 24, stop_at_eos=False, **options)
+    new = list(full[0, 3:])
+    at = next(j for j in range(8, len(new)) if new[j] not in new[:j])       # a token first seen late
+    ids = model.generate(PROMPT[:1], 24, stop_tokens=(int(new[at]),), end_check_every=4, **options)
+    np.testing.assert_array_equal(ids, full[:, :3 + at + 1])
+    labels = sorted(n.op.label for n in model.last_program.sdg.nodes.values() if isinstance(n.op, UDFOp))
+    check = model.last_program.end_checks["T"]
+    assert labels == ["end_when"] and check.reads == -(-check.steps // 4) < check.steps
