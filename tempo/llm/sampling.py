@@ -73,7 +73,7 @@ class Sampling:
         if self.top_k is None and self.top_p is None:
             return argmax(z + noise)
         order = F.argsort(-z, axis=-1)                                  # largest first, ties in index order
-        ranked = gather_rows(z, order)                                 # z sorted, largest first
+        ranked = gather_rows(z, order)
         keep = self.kept(ranked)
         pick = argmax(F.where(keep, ranked + noise, F.full((), -np.inf, "float32")))
         return F.reshape(gather_rows(order, F.unsqueeze(pick, -1)), logits.shape[0])
