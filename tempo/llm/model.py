@@ -87,8 +87,9 @@ class Llama:
         ``"tiled:Z"`` (causal attention in static tiles of ``Z`` positions), ``"tiled"`` (the
         tile size measured best on ``backend``: :meth:`tile_for`), ``"masked"`` (causal attention
         over buffers of ``max_new_tokens`` rows carried from step to step, the same shapes at every
-        step: one compile per island on JAX), or None for the checkpoint's own. Greedy unless ``do_sample``; sampling is deterministic given
-        ``seed``. ``on_token(tokens, position)`` sees each new token column (batch,) as it
+        step: one compile per island on JAX), or None for the checkpoint's own. Greedy unless ``do_sample``; sampling (``temperature``,
+        ``top_k``, ``top_p``) is tensor ops of the program (:class:`tempo.llm.sampling.Sampling`),
+        deterministic given ``seed`` and the same on every backend. ``on_token(tokens, position)`` sees each new token column (batch,) as it
         is produced. Returns the int64 ids (batch, prompt + new); with ``stop_at_eos``,
         a sequence that has produced an end-of-sequence token (one of ``stop_tokens``, default
         the config's) continues with padding (the config's pad token, else its first EOS), and

@@ -1,4 +1,12 @@
-"""How the next token is picked from the logits: greedy, or sampled with temperature, top-k and top-p."""
+"""How the next token is picked from the logits: greedy, or sampled with temperature, top-k and top-p.
+
+Both are tensor ops of the program (no host code), so a decoding loop that picks its tokens
+either way can run as one device program. Sampling is the Gumbel-max trick: the token is the
+argmax of ``logits / temperature`` plus Gumbel noise ``-log(-log(u))`` drawn from the context's
+counter-based uniform numbers (``tpo.random.uniform``), which is a draw from
+``softmax(logits / temperature)``. Top-k and top-p restrict the argmax to the tokens they keep,
+read off the logits sorted in descending order (``argsort``, stable: equal logits in index order).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,12 +27,28 @@ def argmax(x: RT) -> RT:
     return F.min(F.where(hit, index, F.full((), n, "int64")), axis=-1)
 
 
+def gather_rows(x: RT, index: RT) -> RT:
+    """``x[b, index[b, j]]`` for ``x`` (batch, n) and int64 ``index`` (batch, m): one gather
+    (``take``) of the flattened rows; (batch, m)."""
+    batch, n = x.shape
+    m = index.shape[-1]
+    offsets = F.from_numpy(np.arange(batch, dtype=np.int64)[:, None] * n)
+    return F.reshape(F.take(F.reshape(x, batch * n), F.reshape(index + offsets, batch * m)), batch, m)
+
+
+def gumbel(shape: tuple, dims: tuple) -> RT:
+    """Standard Gumbel noise ``-log(-log(u))`` of ``shape`` at every point of ``dims``, from the
+    context's counter-based uniform numbers (float32)."""
+    return -F.log(-F.log(tpo.random.uniform(shape, dims=dims)))
+
+
 @dataclass(frozen=True)
 class Sampling:
     """``greedy``: the most likely token; otherwise a draw from ``softmax(logits / temperature)``
     restricted to the ``top_k`` most likely tokens and the smallest set whose probability
-    reaches ``top_p``. Draws use the context's counter-based random numbers: a function of
-    the seed and the position, so the same seed gives the same tokens."""
+    reaches ``top_p`` (the most likely tokens first, equal logits in index order). Draws are
+    Gumbel-max over the context's counter-based random numbers: a function of the seed and the
+    position, the same on every backend, so the same seed gives the same tokens."""
 
     greedy: bool = True
     temperature: float = 1.0
@@ -41,27 +65,28 @@ class Sampling:
 
     def next_token(self, logits: RT, position=None) -> RT:
         """The token picked at each point of ``logits`` (batch, vocab) over the dim of step
-        ``position`` (None: logits without dims): int64 (batch,)."""
+        ``position`` (None: logits without dims): int64 (batch,), as tensor ops."""
         if self.greedy:
             return argmax(logits)
-        batch = logits.shape[0]
-        u = tpo.random.uniform((batch,), dims=() if position is None else (position,))
-        return F.udf(lambda lg, r: (self.draw(lg, r),), [logits, u], out_shapes=[(batch,)],
-                     out_dtypes=["int64"], label="sample")
+        noise = gumbel(tuple(logits.shape), () if position is None else (position,))
+        z = logits / self.temperature
+        if self.top_k is None and self.top_p is None:
+            return argmax(z + noise)
+        order = F.argsort(-z, axis=-1)                                  # largest first, ties in index order
+        ranked = gather_rows(z, order)
+        keep = self.kept(ranked)
+        pick = argmax(F.where(keep, ranked + noise, F.full((), -np.inf, "float32")))
+        return F.reshape(gather_rows(order, F.unsqueeze(pick, -1)), logits.shape[0])
 
-    def draw(self, logits: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """One token per row of ``logits``, chosen by the uniform numbers ``u`` (inverse CDF)."""
-        z = logits.astype(np.float64) / self.temperature
-        order = np.argsort(-z, axis=-1, kind="stable")
-        z = np.take_along_axis(z, order, axis=-1)
-        if self.top_k is not None:
-            z[:, self.top_k:] = -np.inf
-        p = np.exp(z - z[:, :1])
-        p /= p.sum(axis=-1, keepdims=True)
-        if self.top_p is not None:
-            before = np.cumsum(p, axis=-1) - p
-            p = np.where(before < self.top_p, p, 0.0)
-            p /= p.sum(axis=-1, keepdims=True)
-        cdf = np.cumsum(p, axis=-1)
-        pick = np.minimum((cdf < u[:, None] * cdf[:, -1:]).sum(axis=-1), p.shape[-1] - 1)
-        return order[np.arange(len(order)), pick].astype(np.int64)
+    def kept(self, ranked: RT) -> RT:
+        """Which of the sorted logits ``ranked`` (batch, vocab; largest first) top-k and top-p
+        keep: bool, (batch, vocab) or (vocab,)."""
+        vocab = ranked.shape[-1]
+        keep = F.from_numpy(np.arange(vocab) < (vocab if self.top_k is None else self.top_k))
+        if self.top_p is None:
+            return keep
+        masked = F.where(keep, ranked, F.full((), -np.inf, "float32"))
+        e = F.exp(masked - F.max(masked, axis=-1, keepdims=True))
+        p = e / F.sum(e, axis=-1, keepdims=True)
+        return keep & (F.cumsum(p, axis=-1) - p < self.top_p)
+
