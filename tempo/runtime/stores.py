@@ -130,7 +130,10 @@ class PointStore:
             for point in data:
                 break
             if point[axis] < live:
-                self.free_point(point)
+                if self.on_host:
+                    self.free_point(point)
+                else:  # never evicted: free_point's work without its call
+                    self.ledger.drop(data.pop(point))
         elif data:
             for point in [p for p in data if p[axis] < live]:
                 self.free_point(point)
@@ -158,6 +161,15 @@ class PointStore:
             return self.data[point]
         except KeyError:
             raise TempoError(f"internal error: {self.name} read at {point} before it was computed") from None
+
+
+def free_below(stores: tuple, axis: int, live) -> None:
+    """``store.free_below(axis, live)`` for each of ``stores`` (the generated code's one call after an
+    iteration of the main loop for the stores freed below the same floor); a point store that holds
+    nothing is passed over without the call."""
+    for store in stores:
+        if store.__class__ is not PointStore or store.data:
+            store.free_below(axis, live)
 
 
 class _BufferStore:
