@@ -129,14 +129,16 @@ class PointStore:
         if len(data) == 1:  # the common case (a tensor over the main loop's dim): no list of points
             for point in data:
                 break
-            if point[axis] < live:
-                if self.on_host:
-                    self.free_point(point)
-                else:  # never evicted: free_point's work without its call
-                    self.ledger.drop(data.pop(point))
-        elif data:
-            for point in [p for p in data if p[axis] < live]:
+            dead = (point,) if point[axis] < live else ()
+        else:
+            dead = [p for p in data if p[axis] < live]
+        if self.on_host:
+            for point in dead:
                 self.free_point(point)
+        else:  # nothing evicted: free_point's work without its call
+            drop = self.ledger.drop
+            for point in dead:
+                drop(data.pop(point))
 
     def free_point(self, point: tuple) -> None:
         """Drop the tensor at ``point`` (no later statement reads it)."""
