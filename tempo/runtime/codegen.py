@@ -18,10 +18,12 @@ advances, so a point store keeps a copy (``detach``) of an output that may
 alias a window read, and user functions get copies of window reads. A
 free drops a point from the point stores of its node; an evict or a load
 calls its stores' ``evict`` or ``load`` with the index it moves. After each
-iteration of the main loop, each of the plan's evictions
-(:mod:`tempo.plan.evictions`) is one ``free_below`` call of its store, below
-the lowest index its readers read from the next iteration on, written as an
-expression of the loop counter. A loop
+iteration of the main loop, the plan's evictions
+(:mod:`tempo.plan.evictions`) free each store below the lowest index its
+readers read from the next iteration on, written as an expression of the
+loop counter: one ``free_below(_f<k>, axis, floor)`` call for the stores
+that share a floor (the tuple ``_f<k>`` made once, before the main loop),
+``S<n>_<j>.free_below(axis, floor)`` for a store alone. A loop
 the backend runs as one device program (:mod:`tempo.runtime.device_loops`)
 is preceded by its launches, ``L<k> = D<k>.launches(...)`` with the bounds
 and the enclosing counters, each launch ``l`` written as a kernel's (one
@@ -40,7 +42,7 @@ over ``t`` that its indices do not keep below ``T`` asks ``U<n>.within``
 first, which raises naming the reader's line past the end.
 The source refers to names the executor binds: ``S<n>_<j>`` (stores),
 ``K<n>`` (kernels), ``F<n>`` (merge shapes), ``D<k>`` (device loops), ``U<n>``
-(end checks), ``fail``, ``detach``, ``broadcast``, ``held``, ``ledger``, ``inf``. A
+(end checks), ``fail``, ``detach``, ``broadcast``, ``held``, ``free_below``, ``ledger``, ``inf``. A
 profiled source (:mod:`tempo.runtime.profile`) evaluates every condition
 through ``C`` and calls ``B`` before the main loop and ``M`` after each of
 its iterations.
@@ -95,6 +97,10 @@ class Generator:
         for t in self.checks.values():
             name = bound_of(t).name
             self.lines.append(f"    cap_{name} = {local(name)}")
+        if self.main_loop is not None:
+            for k, names in enumerate(self._eviction_groups(self.main_loop.var).values()):
+                if len(names) > 1:
+                    self.lines.append(f"    _f{k} = ({', '.join(name for name, _ in names)}, )")
         self._stmt(program, 1)
         self.lines.append("    return None")
         return "\n".join(self.lines) + "\n"
@@ -172,8 +178,23 @@ class Generator:
 
     def _evict(self, var: str, depth: int) -> None:
         """Free, after an iteration of the loop over ``var``, each evicted tensor's points below the
-        lowest index its readers read from the next iteration on (all of them where none reads)."""
+        lowest index its readers read from the next iteration on (all of them where none reads): one
+        ``free_below`` call per floor and axis, over the stores that share it (``_f<k>``, bound once
+        before the main loop, see :meth:`_eviction_groups`)."""
+        for k, ((axis, live), names) in enumerate(self._eviction_groups(var).items()):
+            labels = list(dict.fromkeys(label for _, label in names))
+            labels = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+            if len(names) == 1:
+                call = f"{names[0][0]}.free_below({axis}, {live})"
+            else:
+                call = f"free_below(_f{k}, {axis}, {live})"
+            self._emit(depth, f"{call}  # free {labels} no later iteration reads")
+
+    def _eviction_groups(self, var: str) -> dict[tuple[int, str], list[tuple[str, str]]]:
+        """The plan's evictions after an iteration of the loop over ``var``: (axis, the lowest index
+        read from the next iteration on, as source) -> the stores freed below it, with their labels."""
         later = {symbol(var): symbol(var) + 1}
+        groups: dict[tuple[int, str], list[tuple[str, str]]] = {}
         for e in self.evictions:
             for j, floors in e.floors.items():
                 lows: list[Expr] = []  # of the readers that read to the end, the lowest of each const offset
@@ -191,8 +212,9 @@ class Generator:
                         lows[above] = low
                 live = list(dict.fromkeys([py(low) for low in lows] + ending))
                 live = "inf" if not live else live[0] if len(live) == 1 else f"min({', '.join(live)})"
-                self._emit(depth, f"S{e.node}_{j}.free_below({e.axis}, {live})  "
-                                  f"# free {self.sdg.nodes[e.node].op.name}%{e.node} no later iteration reads")
+                label = f"{self.sdg.nodes[e.node].op.name}%{e.node}"
+                groups.setdefault((e.axis, live), []).append((f"S{e.node}_{j}", label))
+        return groups
 
     def _move(self, stmt: ast.Evict, depth: int) -> None:
         method = "load" if isinstance(stmt, ast.Load) else "evict"

@@ -45,7 +45,7 @@ from tempo.runtime.launches import held
 from tempo.runtime.ends import EndCheck
 from tempo.runtime.memory import BudgetExceeded, Ledger
 from tempo.runtime.profile import Profiler, kind_of
-from tempo.runtime.stores import make_store
+from tempo.runtime.stores import free_below, make_store
 from tempo.schedule import ast
 from tempo.symbolic.evaluate import shape_at
 from tempo.symbolic.expr import bound_of
@@ -143,7 +143,7 @@ class Executor:
         loops (:mod:`tempo.runtime.device_loops`) and the runnable's kernels."""
         backend = self.backend
         namespace = {"__builtins__": {"min": min, "max": max, "slice": slice, "Exception": Exception},
-                     "inf": math.inf, "fail": self._fail, "ledger": self.ledger, "held": held,
+                     "inf": math.inf, "fail": self._fail, "ledger": self.ledger, "held": held, "free_below": free_below,
                      "detach": backend.detach, "broadcast": backend.broadcast}
         lengths = {key: store.length for key, store in self.stores.items() if store.kind == "block"}
         namespace.update({f"D{k}": loop.bind(self.ledger, self.end_checks, lengths, f"D{k}")

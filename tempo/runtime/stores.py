@@ -129,11 +129,16 @@ class PointStore:
         if len(data) == 1:  # the common case (a tensor over the main loop's dim): no list of points
             for point in data:
                 break
-            if point[axis] < live:
+            dead = (point,) if point[axis] < live else ()
+        else:
+            dead = [p for p in data if p[axis] < live]
+        if self.on_host:
+            for point in dead:
                 self.free_point(point)
-        elif data:
-            for point in [p for p in data if p[axis] < live]:
-                self.free_point(point)
+        else:  # nothing evicted: free_point's work without its call
+            drop = self.ledger.drop
+            for point in dead:
+                drop(data.pop(point))
 
     def free_point(self, point: tuple) -> None:
         """Drop the tensor at ``point`` (no later statement reads it)."""
@@ -158,6 +163,15 @@ class PointStore:
             return self.data[point]
         except KeyError:
             raise TempoError(f"internal error: {self.name} read at {point} before it was computed") from None
+
+
+def free_below(stores: tuple, axis: int, live) -> None:
+    """``store.free_below(axis, live)`` for each of ``stores`` (the generated code's one call after an
+    iteration of the main loop for the stores freed below the same floor); a point store that holds
+    nothing is passed over without the call."""
+    for store in stores:
+        if store.__class__ is not PointStore or store.data:
+            store.free_below(axis, live)
 
 
 class _BufferStore:

@@ -25,7 +25,9 @@ def test_program_code_is_the_source_the_executor_runs():
     code = program.code
     compile(code, "<test>", "exec")
     assert code.startswith("def program(env):") and "while " in code and "_T = env['T']" in code
-    assert ".read((" in code and ".write(p, o[0])" in code and ".free_below(0, (_c0 + 1))" in code
+    assert ".read((" in code and ".write(p, o[0])" in code
+    assert "free_below(_f0, 0, (_c0 + 1))" in code and "    _f0 = (S" in code  # stores sharing a floor: one call
+    assert ".free_below(0, _c0)" in code  # a store alone
     (got,) = program.run({T: 5})
     want = [0.0]
     for _ in range(4):

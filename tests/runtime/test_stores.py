@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from tempo.errors import TempoError
 from tempo.runtime.backends import get_backend
-from tempo.runtime.stores import BlockStore, PointStore, WindowStore
+from tempo.runtime.memory import Ledger
+from tempo.runtime.stores import BlockStore, PointStore, WindowStore, free_below
 
 NP = get_backend("numpy")
 
@@ -116,6 +117,26 @@ def test_a_freed_block_is_not_read_or_written_through_the_last_write():
     np.testing.assert_array_equal(store.read((0, 1)), _value(0, 1))
     with pytest.raises(TempoError, match="before it was computed"):
         store.read((0, 0))
+
+
+def test_one_free_below_call_frees_each_store_below_the_floor_and_counts_what_it_freed():
+    ledger = Ledger()
+    one, many, empty = (PointStore(name, NP, "float64", lambda: (2,), ledger) for name in "abc")
+    block = BlockStore("d", NP, "float64", (2,), 4, ledger)
+    one.write((0,), _value(0))
+    for i in range(3):
+        many.write((i,), _value(i))
+        block.write((i, 0), _value(i, 0))
+    shared = _value(9)  # held by two stores: counted once, freed with its last holder
+    one.write((2,), shared)
+    many.write((3,), shared)
+    held = ledger.live["device"]
+    free_below((one, many, empty, block), 0, 2)
+    assert list(one.data) == [(2,)] and list(many.data) == [(2,), (3,)] and not empty.data
+    assert sorted(block.blocks) == [(2, 0)]
+    assert ledger.live["device"] == held - 3 * 16 - 2 * 4 * 16
+    free_below((one, many), 0, 4)
+    assert not one.data and not many.data and ledger.live["device"] == 4 * 16
 
 
 def test_aligned_blocks_have_their_own_buffers_and_free_whole():
