@@ -414,11 +414,17 @@ class DeviceLoop:
                                  dtype=np.int32))
         return runs, sels
 
+    def _selects(self) -> dict[int, None]:
+        """Every merge step of several branches traced as a select (:meth:`_branches` with no branch
+        fixed): the loop launched by itself, whose first launch and later ones then share one program."""
+        return {s: None for s, step in enumerate(self.plan.steps)
+                if isinstance(step.node.op, MergeOp) and len(step.inputs) > 1}
+
     def _branches(self, schedules: list) -> dict[int, int | None]:
-        """Per merge step of several branches, the branch it takes at every iteration where it runs
-        in ``schedules`` (``(runs, sels)`` of each part of a launch), None where that varies: a merge
-        whose branch is the same throughout a launch is traced as that branch alone (a carried buffer
-        passes through it as it is, where a select would copy it)."""
+        """Per merge step of several branches of a nested loop, the branch it takes at every iteration
+        where it runs in ``schedules`` (``(runs, sels)`` of each part of a launch), None where that
+        varies: a merge whose branch is the same throughout a launch is traced as that branch alone (a
+        carried buffer passes through it as it is, where a select would copy it)."""
         out = {}
         for s, step in enumerate(self.plan.steps):
             if isinstance(step.node.op, MergeOp) and len(step.inputs) > 1:
@@ -436,7 +442,7 @@ class DeviceLoop:
         if None in shapes:
             return None
         closed, gathered, sel_xs, arg_xs, keys = {}, {}, {}, {}, []
-        branches = self._branches([(runs, sels)]) if branches is None else branches
+        branches = self._selects() if branches is None else branches
         for s, step in enumerate(self.plan.steps):
             ran = runs[s]
             for k, src in enumerate(step.inputs):

@@ -36,7 +36,8 @@ def test_tiles_that_divide_the_steps_make_the_whole_run_one_device_program():
     """Tiles of 4 steps, 8 steps: every tile has 4 rows, which each launch checks with the run's bounds,
     so the loops over tiles run as device loops, nested with acting's loop in the loop over i: one
     device program for the whole run, the sinks called after its launches with the NumPy backend's
-    values, and a quarter of the launches of the NumPy backend's host loops."""
+    values, and a quarter of the launches of the NumPy backend's host loops; the whole run compiles
+    one program, its first launch (iteration 0 alone) included."""
     device, program = reinforce(0, 4, 8, backend="jax")
     host, on_host = reinforce(0, 4, 8)
     plan = program.plan
@@ -47,6 +48,8 @@ def test_tiles_that_divide_the_steps_make_the_whole_run_one_device_program():
     for x, y in zip(device, host):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
     assert program.ledger.launches * 4 < on_host.ledger.launches
+    main = [compiled for loop, compiled in program.backend.loops.values() if loop is plan.main_loop]
+    assert [len(compiled.fns) for compiled in main] == [1]  # the first launch and the later ones: one program
     rows = program.profile(bounds(8)).per_iteration()
     assert set(rows) == {"device loop"} and rows["device loop"][0] == pytest.approx(1 / (ITERATIONS - 1))
 

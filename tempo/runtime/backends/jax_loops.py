@@ -38,9 +38,11 @@ loop that reads them (the K/V buffers' merges of the next step, the layers)
 is unrolled too and a buffer a step updates row by row (``where(rows == t,
 ...)``: a ``dynamic_update_slice``) is updated in place, never stacked,
 sliced or copied within the launch; the carry is one array per value at the
-launch's boundary. A merge that takes the same branch at every iteration of
-a launch (the buffers' ``t = 0`` branch in the first launch only) is traced
-as that branch, so the carried buffer passes through it as it is.
+launch's boundary. A nested loop's merge that takes the same branch at every
+iteration of a launch (the buffers' ``t = 0`` branch in the first launch
+only) is traced as that branch, so the carried buffer passes through it as
+it is; the launched loop's own merges are selects, so that its first launch
+and the later ones share one program (a whole run compiles once).
 
 A loop that holds the end check of its dim (``tpo.end_when``;
 :attr:`~tempo.plan.device_loops.LoopPlan.end`) runs the same way, a launch
