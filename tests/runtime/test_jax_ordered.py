@@ -13,17 +13,10 @@ from hypothesis import strategies as st
 jax = pytest.importorskip("jax")
 
 from tempo.runtime.backends import jax_ordered, numpy_ordered  # noqa: E402
+from tests.runtime.test_numpy_ordered import padded, shapes  # noqa: E402
 
 KERNELS = dict(deadline=None, max_examples=6)  # each example compiles its kernels
-shapes = st.tuples(st.integers(0, 90), st.integers(1, 4), st.integers(1, 6), st.integers(0, 2 ** 16))
 CLOSE = dict(rtol=1e-4, atol=1e-4)
-
-
-def padded(x: np.ndarray, axis: int, extra: int, fill: float = 0.0) -> np.ndarray:
-    """``x`` with ``extra`` steps of ``fill`` appended along ``axis``."""
-    shape = list(x.shape)
-    shape[axis] = extra
-    return np.concatenate([x, np.full(shape, fill, x.dtype)], axis=axis)
 
 
 def jitted(fn, *arrays, **static) -> np.ndarray:

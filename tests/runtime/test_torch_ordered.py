@@ -14,30 +14,15 @@ torch = pytest.importorskip("torch")
 from tempo.runtime.backends import numpy_ordered  # noqa: E402
 from tempo.runtime.backends.torch_ordered import (ordered_batch_contract, ordered_discounted_sum,  # noqa: E402
                                                   ordered_matmul, ordered_mean, ordered_sum, rows_in_order)
+from tests.runtime.test_numpy_ordered import in_order, padded, shapes  # noqa: E402
 
 KERNELS = dict(deadline=None, max_examples=30)
-shapes = st.tuples(st.integers(0, 90), st.integers(1, 4), st.integers(1, 6), st.integers(0, 2 ** 16))
 CLOSE = dict(rtol=1e-4, atol=1e-4)
-
-
-def padded(x: np.ndarray, axis: int, extra: int, fill: float = 0.0) -> np.ndarray:
-    """``x`` with ``extra`` steps of ``fill`` appended along ``axis``."""
-    shape = list(x.shape)
-    shape[axis] = extra
-    return np.concatenate([x, np.full(shape, fill, x.dtype)], axis=axis)
 
 
 def on_torch(fn, *arrays, **kwargs) -> np.ndarray:
     """``fn`` of the arrays as torch tensors, back as an array."""
     return fn(*(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays), **kwargs).numpy()
-
-
-def in_order(x: np.ndarray, axis: int) -> np.ndarray:
-    """The Python loop ``((0 + x[0]) + x[1]) + ...`` along ``axis``."""
-    total = np.zeros(np.delete(x.shape, axis), x.dtype)
-    for k in range(x.shape[axis]):
-        total = total + np.take(x, k, axis=axis)
-    return total
 
 
 @settings(**KERNELS)
