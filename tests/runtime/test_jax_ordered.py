@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 jax = pytest.importorskip("jax")
 
 from tempo.runtime.backends import jax_ordered, numpy_ordered  # noqa: E402
-from tests.runtime.test_numpy_ordered import padded, shapes  # noqa: E402
+from tests.runtime.test_numpy_ordered import contraction_operands, padded, shapes  # noqa: E402
 
 KERNELS = dict(deadline=None, max_examples=6)  # each example compiles its kernels
 CLOSE = dict(rtol=1e-4, atol=1e-4)
@@ -52,12 +52,7 @@ def test_a_discounted_sum_is_the_same_whatever_zero_steps_follow(shape, extra, g
 @settings(**KERNELS)
 @given(shapes, st.integers(0, 200), st.integers(1, 40), st.booleans())
 def test_a_contraction_over_steps_is_the_same_whatever_zero_steps_follow(shape, extra, k, steps_first):
-    steps, b, n, seed = shape
-    rng = np.random.default_rng(seed)
-    a, c = rng.normal(size=(b, steps, k, 1)).astype(np.float32), rng.normal(size=(b, steps, 1, n)).astype(np.float32)
-    if steps_first:
-        a, c = np.swapaxes(a, 0, 1), np.swapaxes(c, 0, 1)
-    axis = 0 if steps_first else 1
+    a, c, axis = contraction_operands(shape, k, steps_first)
     got = jitted(jax_ordered.ordered_batch_contract, a, c, ordered=(axis,))
     longer = jitted(jax_ordered.ordered_batch_contract, padded(a, axis, extra), padded(c, axis, extra), ordered=(axis,))
     np.testing.assert_array_equal(got, longer)

@@ -28,6 +28,17 @@ def in_order(x: np.ndarray, axis: int) -> np.ndarray:
     return total
 
 
+def contraction_operands(shape: tuple, k: int, steps_first: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """Float32 operands ``a`` (b, steps, k, 1) and ``c`` (b, steps, 1, n) of a contraction over the
+    steps (their first two axes swapped with ``steps_first``), and the steps' axis."""
+    steps, b, n, seed = shape
+    rng = np.random.default_rng(seed)
+    a, c = rng.normal(size=(b, steps, k, 1)).astype(np.float32), rng.normal(size=(b, steps, 1, n)).astype(np.float32)
+    if steps_first:
+        a, c = np.swapaxes(a, 0, 1), np.swapaxes(c, 0, 1)
+    return a, c, 0 if steps_first else 1
+
+
 @settings(**KERNELS)
 @given(shapes, st.integers(0, 2), st.integers(0, 200))
 def test_a_sum_adds_each_axis_in_order_whatever_zero_steps_follow(shape, axis, extra):
@@ -65,12 +76,7 @@ def test_a_discounted_sum_is_the_same_whatever_zero_steps_follow(shape, extra, g
 @settings(**KERNELS)
 @given(shapes, st.integers(0, 200), st.integers(1, 40), st.booleans())
 def test_a_contraction_over_steps_is_the_same_whatever_zero_steps_follow(shape, extra, k, steps_first):
-    steps, b, n, seed = shape
-    rng = np.random.default_rng(seed)
-    a, c = rng.normal(size=(b, steps, k, 1)).astype(np.float32), rng.normal(size=(b, steps, 1, n)).astype(np.float32)
-    if steps_first:
-        a, c = np.swapaxes(a, 0, 1), np.swapaxes(c, 0, 1)
-    axis = 0 if steps_first else 1
+    a, c, axis = contraction_operands(shape, k, steps_first)
     got = ordered_batch_contract(a, c, (axis,))
     np.testing.assert_array_equal(got, ordered_batch_contract(padded(a, axis, extra), padded(c, axis, extra), (axis,)))
     np.testing.assert_allclose(got, np.einsum("xykm,xymn->kn", a, c), rtol=1e-4, atol=1e-4)
