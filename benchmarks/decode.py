@@ -135,12 +135,13 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
 
     config = model_config(size, max(lengths) + 1)
     wts = weights(size, max(lengths) + 1)
-    stamps, memory, kv, base = {}, {}, {}, []
+    stamps, memory, kv, base, ids = {}, {}, {}, [], {}
     wanted = set(lengths)
     executor = []
 
     def on_token(tokens, position):
         stamps[position] = _stamp()
+        ids[position] = np.asarray(tokens).reshape(-1).tolist()
         if not base:
             base.append(rss_mb())
         if position + 1 in wanted:
@@ -156,6 +157,11 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
         compile_s = time.perf_counter() - started
     compiles = xla_compiles() if backend == "jax" else None
     bounds = {k.name: v for k, v in dp.bounds(size.layers, max(lengths)).items()}
+    if backend == "jax":  # a first run compiles the XLA programs; the second, timed, reuses them
+        executor.append(Executor(program.sdg, program.ast, program.backend, bounds, keep={n for n, _ in program.fetch}))
+        executor[0].run()
+        executor.pop()
+        stamps.clear(), memory.clear(), kv.clear(), base.clear(), ids.clear()
     executor.append(Executor(program.sdg, program.ast, program.backend, bounds, keep={n for n, _ in program.fetch}))
     start = time.perf_counter()
     executor[0].run()
@@ -165,7 +171,7 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
         times = [stamps[p] for p in range(n - last - 1, n) if p in stamps]
         rows[n] = {**_tbt(times), "mem_mb": memory.get(n), "kv_mb": kv.get(n)}
     extra = {} if compiles is None else {"xla_compiles": compiles[0]}
-    return rows, {"seconds": total, "compile_s": compile_s,
+    return rows, {"seconds": total, "compile_s": compile_s, "ids": [list(r) for r in zip(*(ids[p] for p in sorted(ids)))],
                   "launches_per_token": executor[0].ledger.launches / max(lengths), **extra}
 
 
@@ -242,6 +248,59 @@ def run_torch(size: Size, batch: int, window: int | None, lengths: list[int], la
                    "kv_mb": sum(k.nbytes + v.nbytes for k, v in cache) / 2 ** 20}
         del cache
     return rows, {}
+
+
+# ----- transformers' eager generate -----
+def transformers_model(size: Size, max_positions: int):
+    """``LlamaForCausalLM`` in float32 with eager attention, holding the same weights as every system."""
+    import torch
+    import transformers
+
+    from tempo.llm.weights import LAYER_TENSORS, TRANSPOSED
+
+    config = transformers.LlamaConfig(vocab_size=size.vocab, hidden_size=size.hidden,
+                                      intermediate_size=size.intermediate, num_hidden_layers=size.layers,
+                                      num_attention_heads=size.heads, num_key_value_heads=size.kv_heads,
+                                      head_dim=size.head_dim, max_position_embeddings=max_positions,
+                                      rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+                                      attn_implementation="eager")
+    wts = weights(size, max_positions)
+    state = {"model.embed_tokens.weight": wts.embed, "lm_head.weight": wts.head.T, "model.norm.weight": wts.final_norm}
+    for key, (name, _) in LAYER_TENSORS.items():
+        for i in range(size.layers):
+            value = wts.layers[key][i]
+            state[f"model.layers.{i}.{name}"] = value.T if key in TRANSPOSED else value
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, strict=True)
+    return model.to(torch.float32)
+
+
+def run_transformers(size: Size, batch: int, window: int | None, lengths: list[int], last: int, tile=None,
+                     masked: bool = False):
+    """``model.generate`` (greedy, no end of sequence) from the one-token prompts Tempo decodes, its
+    K/V cache transformers' own (``DynamicCache``); a token's time is stamped by a logits processor,
+    called once per step."""
+    import torch
+    import transformers
+
+    if window is not None:
+        raise ValueError("the transformers system decodes with causal attention only")
+    torch.set_num_threads(1)
+    model = transformers_model(size, max(lengths) + 1)
+    stamps = {}
+
+    class Stamp(transformers.LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            stamps[input_ids.shape[1] - 1] = _stamp()
+            return scores
+
+    prompt = torch.ones((batch, 1), dtype=torch.long)
+    with torch.no_grad():
+        ids = model.generate(prompt, max_new_tokens=max(lengths), min_new_tokens=max(lengths), do_sample=False,
+                             logits_processor=transformers.LogitsProcessorList([Stamp()]), eos_token_id=None,
+                             pad_token_id=0)
+    rows = {n: _tbt([stamps[p] for p in range(n - last - 1, n)]) for n in lengths}
+    return rows, {"ids": ids[:, 1:].tolist()}
 
 
 # ----- JAX, jitted step over a cache padded to the longest length -----
@@ -391,13 +450,16 @@ def after_prompt_tempo(size: Size, batch: int, prompt: int, window: int | None, 
 
 
 # every system computes on one thread: the machine is shared, and BLAS threads fighting over two busy
-# cores make timings meaningless
-ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+# cores make timings meaningless. XLA's CPU client runs a program's independent operations on a pool of
+# one thread per core unless PJRT_NPROC sets its size, and splits one operation over threads unless
+# --xla_cpu_multi_thread_eigen=false.
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PJRT_NPROC": "1",
+              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
 
 SYSTEMS = {"tempo": run_tempo, "tempo-jax": functools.partial(run_tempo, backend="jax"), "torch": run_torch,
-           "jax": run_jax}
+           "jax": run_jax, "transformers": run_transformers}
 CAUSAL = ("tempo", "torch", "jax")  # the systems of the causal sweep
+MASKED = ("tempo", "tempo-jax", "transformers")  # of the masked one (transformers: its causal attention)
 
 
 def compile_times(size: Size, layer_counts: list[int]) -> list[dict]:
@@ -451,6 +513,22 @@ def run_child(spec: dict, timeout: float) -> dict:
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def same_tokens(results: list[dict]) -> list[dict]:
+    """For each run beside a transformers run of the same attention and batch: how many of the
+    greedy tokens both decoded are the same, position by position."""
+    out = []
+    for ref in (r for r in results if r["system"] == "transformers" and "ids" in r):
+        for r in results:
+            if r["system"] == "transformers" or "ids" not in r or (r["attention"], r["batch"]) != (
+                    ref["attention"], ref["batch"]):
+                continue
+            mine, theirs = np.array(r["ids"]), np.array(ref["ids"])
+            n = min(mine.shape[1], theirs.shape[1])
+            out.append({"attention": r["attention"], "batch": r["batch"], "system": r["system"],
+                        "same": int((mine[:, :n] == theirs[:, :n]).sum()), "tokens": int(mine[:, :n].size)})
+    return out
 
 
 def table(results: list[dict]) -> str:
@@ -635,7 +713,7 @@ def main() -> None:
             lengths = [n for n in lengths if n <= ns.causal_max]
         for batch in ns.batches:
             for system in ns.systems:
-                if attention == "masked" and not system.startswith("tempo"):
+                if attention == "masked" and system not in MASKED:
                     continue
                 spec = {"system": system, "batch": batch, "lengths": lengths, "last": ns.last,
                         "window": ns.window if attention == "window" else None, "size": asdict(size),
@@ -648,8 +726,12 @@ def main() -> None:
                       f"{'  ' + out['error'] if 'error' in out else ''}", flush=True)
                 results.append(out)
     print(table(results))
+    agreement = same_tokens(results)
+    for line in agreement:
+        print(f"{line['attention']} batch {line['batch']}: {line['system']} and transformers pick the same "
+              f"{line['same']} of {line['tokens']} greedy tokens")
     _write(ns.out, {**meta, "last": ns.last, "window": ns.window, "seconds": time.perf_counter() - started,
-                    "results": results})
+                    "results": results, "same_tokens": agreement})
     plot(results, stem + ".png")
 
 

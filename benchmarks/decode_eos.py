@@ -2,7 +2,9 @@
 
 The random-weight Llama of ``benchmarks/decode.py`` (26M parameters) decodes a
 batch greedily on the NumPy backend (``--backend jax``: JAX, on its CPU device
-here), one thread, three ways, each program
+here), one thread (for JAX ``PJRT_NPROC=1``: XLA's CPU client otherwise runs a
+program's independent operations on a pool of one thread per core, and
+``--xla_cpu_multi_thread_eigen=false`` keeps one operation on one thread), three ways, each program
 compiled once and run ``--repeats`` times, interleaved:
 
 - **fixed**: ``max_new_tokens`` tokens with no end check (``stop_at_eos=False``);
@@ -38,9 +40,9 @@ from __future__ import annotations
 
 import os
 
-for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_name] = "1"
-os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "PJRT_NPROC"):
+    os.environ[_name] = "1"  # PJRT_NPROC: XLA's CPU client runs a program's operations on one thread
+os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false"  # and no operation is split over threads
 
 import argparse  # noqa: E402
 import platform  # noqa: E402
