@@ -565,7 +565,7 @@ def plot(results: list[dict], path: str) -> None:
                 continue
             ns = sorted(int(n) for n in r["rows"])
             for row, key in enumerate(("tbt_ms", "kv_mb")):
-                ys = [r["rows"][str(n)][key] for n in ns]
+                ys = [r["rows"][str(n)].get(key) for n in ns]
                 axes[row][col].plot(ns, [np.nan if y is None else y for y in ys], marker="o", label=r["system"])
         axes[0][col].set_title(f"{attention}, batch {batch}")
         axes[0][col].set_ylabel("time between tokens (ms)")

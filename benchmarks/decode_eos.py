@@ -15,7 +15,8 @@ compiled once and run ``--repeats`` times, interleaved:
   (:func:`eos_tokens`): the run ends at the step of the longest sequence's EOS.
 
 Each row: process CPU and wall seconds of a run (the least of the repeats, and
-the median wall), the decoding steps the ids keep and the steps the loop ran
+the median wall), the CPU per step XLA's threads ran in the run of least CPU
+(``tf_XLA...`` threads in ``/proc/self/task``; the rest is the host's Python), the decoding steps the ids keep and the steps the loop ran
 (``program.end_checks``: with ``--every k`` a loop the host runs may run up to
 ``k - 1`` past the end; a device loop on JAX, none), tokens per second (new tokens of the batch over the least wall), the CPU
 per step, the run's launches per step (kernels and device loops, the prompt's
@@ -75,16 +76,34 @@ def compiled(config, wts, prompt: np.ndarray, stop_tokens: tuple | None, backend
         return dp, ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config)
 
 
+def xla_cpu_seconds() -> float:
+    """The CPU seconds the process's XLA threads (named ``tf_XLA...``) have run, from ``/proc``
+    (clock ticks: 10 ms apart)."""
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                if not f.read().startswith("tf_XLA"):
+                    continue
+            with open(f"/proc/self/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def timed(dp, program, layers: int, new: int) -> dict:
-    """One run: its process CPU and wall seconds, the steps it ran and the new tokens' ids, the
-    launches it made (kernels and device loops) and the host reads of its end flag."""
-    cpu, wall = time.process_time(), time.perf_counter()
+    """One run: its process CPU and wall seconds (and the CPU of XLA's threads among it), the steps
+    it ran and the new tokens' ids, the launches it made (kernels and device loops) and the host
+    reads of its end flag."""
+    cpu, wall, xla = time.process_time(), time.perf_counter(), xla_cpu_seconds()
     first, tokens = program.run(dp.bounds(layers, new))
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu, xla = time.perf_counter() - wall, time.process_time() - cpu, xla_cpu_seconds() - xla
     steps = int(program.lengths[dp.positions[1].name]) if dp.ends else tokens.shape[0]
     ids = np.concatenate([first[:, None], tokens[:steps].T], axis=1).astype(np.int64)
     check = next(iter(program.end_checks.values()), None)
-    return {"cpu_s": cpu, "wall_s": wall, "steps": steps, "ids": ids, "launches": program.ledger.launches,
+    return {"cpu_s": cpu, "wall_s": wall, "xla_cpu_s": xla, "steps": steps, "ids": ids, "launches": program.ledger.launches,
             "flag_reads": 0 if check is None else check.reads, "steps_run": steps if check is None else check.steps}
 
 
@@ -113,11 +132,18 @@ def main() -> None:
                         help="masked: the same shapes at every step (one XLA compile per island on JAX)")
     parser.add_argument("--every", type=int, default=None,
                         help="steps between host reads of the end flag (default: the runtime's choice)")
+    parser.add_argument("--launch-steps", type=int, default=None,
+                        help="the most steps of a device loop's launch without an end check "
+                             "(tempo.runtime.device_loops.DeviceLoop.chunk; default: the runtime's)")
     parser.add_argument("--quick", action="store_true", help="a few tokens, to check the script")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode_eos.json"))
     ns = parser.parse_args()
     if ns.quick:
         ns.new, ns.repeats = 16, 2
+    if ns.launch_steps:
+        from tempo.runtime.device_loops import DeviceLoop
+
+        DeviceLoop.chunk = ns.launch_steps
     size = Size()
     config, wts = model_config(size, ns.prompt + ns.new), weights(size, ns.prompt + ns.new)
     prompt = np.random.default_rng(0).integers(0, size.vocab, (ns.batch, ns.prompt))
@@ -141,6 +167,7 @@ def main() -> None:
         rows.append({"run": name, "steps": steps, "new_tokens": steps + 1, "cpu_s": cpu, "wall_s": wall,
                      "wall_median_s": statistics.median(r["wall_s"] for r in results),
                      "tokens_per_s": tokens / wall, "cpu_ms_per_step": 1e3 * cpu / steps,
+                     "xla_cpu_ms_per_step": 1e3 * min(results, key=lambda r: r["cpu_s"])["xla_cpu_s"] / steps,
                      "launches_per_step": results[-1]["launches"] / steps, "flag_reads": results[-1]["flag_reads"],
                      "steps_run": results[-1]["steps_run"],
                      "runs_cpu_s": [r["cpu_s"] for r in results], "runs_wall_s": [r["wall_s"] for r in results]})
@@ -151,10 +178,10 @@ def main() -> None:
     overhead = {"cpu_per_step": check["cpu_ms_per_step"] / base["cpu_ms_per_step"] - 1,
                 "wall": check["wall_s"] / base["wall_s"] - 1}
     print(f"{'run':6} {'steps':>6} {'run':>4} {'cpu s':>7} {'wall s':>7} {'median':>7} {'tok/s':>7} "
-          f"{'cpu ms/step':>12} {'launches/step':>14} {'flag reads':>10}")
+          f"{'cpu ms/step':>12} {'of it XLA':>9} {'launches/step':>14} {'flag reads':>10}")
     for r in rows:
         print(f"{r['run']:6} {r['steps']:6d} {r['steps_run']:4d} {r['cpu_s']:7.3f} {r['wall_s']:7.3f} "
-              f"{r['wall_median_s']:7.3f} {r['tokens_per_s']:7.1f} {r['cpu_ms_per_step']:12.2f} "
+              f"{r['wall_median_s']:7.3f} {r['tokens_per_s']:7.1f} {r['cpu_ms_per_step']:12.2f} {r['xla_cpu_ms_per_step']:9.2f} "
               f"{r['launches_per_step']:14.2f} {r['flag_reads']:10d}")
     print(f"end check overhead: {100 * overhead['cpu_per_step']:+.1f}% CPU per step, "
           f"{100 * overhead['wall']:+.1f}% wall")
@@ -162,7 +189,7 @@ def main() -> None:
     report = {"size": asdict(size), "parameters": size.parameters(), "commit": commit.strip(),
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared",
               "load_1min": os.getloadavg()[0], "backend": ns.backend, "attention": ns.attention, "threads": 1,
-              "end_check_every": ns.every,
+              "end_check_every": ns.every, "launch_steps": ns.launch_steps,
               "batch": ns.batch, "prompt": ns.prompt, "max_new_tokens": ns.new, "repeats": ns.repeats, "eos": eos,
               "never": never,
               "eos_first_steps": first_steps(free[:, ns.prompt:], eos), "rows": rows, "overhead": overhead}
