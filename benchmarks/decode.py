@@ -18,7 +18,18 @@ parameters, grouped-query attention) decoded greedily three ways:
   reference implementation;
 - **jax**: a decoder step jitted end to end (all layers) over a K/V cache
   padded to the longest length of the sweep (donated, updated in place), masking
-  what a position must not see (causal or window), as TEMPO's JAX baseline.
+  what a position must not see (causal or window), as TEMPO's JAX baseline;
+- **transformers** (``--systems ... transformers``, causal and masked sweeps):
+  ``LlamaForCausalLM`` in float32 with eager attention, holding the same
+  weights, decoding with its own ``generate`` (greedy, its own K/V cache) from
+  the same one-token prompts; each token's time is stamped by a logits
+  processor, and the run prints how many greedy tokens each Tempo system shares
+  with it (``same_tokens`` in the JSON).
+
+Tempo on JAX runs the program twice and times the second run (the first
+compiles its XLA programs); with masked attention its tokens reach the host a
+launch at a time, so its mean time between tokens over ``--last`` tokens is
+the figure to read, not the median.
 
 The time between tokens at a length ``n`` is the mean over the last
 ``--last`` tokens of a sequence decoded up to ``n``. Tempo decodes every
@@ -26,7 +37,7 @@ sequence from its first token (one run per batch and attention, timing each
 token as the runtime produces it). The baselines' cost per token does not
 depend on how the cache was filled, so they are prefilled with random keys and
 values up to ``n - last`` and then decode ``last`` tokens. Every system runs on
-one thread (BLAS, PyTorch, XLA), in its own subprocess. Memory is the
+one thread (BLAS, PyTorch, XLA: ``PJRT_NPROC=1``), in its own subprocess. Memory is the
 process's resident set growth since decoding started (each run is its own
 process; the padded JAX cache is counted from its size, XLA's compile memory is
 not), read when the length is reached. Each run is its own subprocess.
