@@ -172,7 +172,8 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
         executor.append(Executor(program.sdg, program.ast, program.backend, bounds, keep={n for n, _ in program.fetch}))
         executor[0].run()
         executor.pop()
-        stamps.clear(), memory.clear(), kv.clear(), base.clear(), ids.clear()
+        for held in (stamps, memory, kv, base, ids):
+            held.clear()
     executor.append(Executor(program.sdg, program.ast, program.backend, bounds, keep={n for n, _ in program.fetch}))
     start = time.perf_counter()
     executor[0].run()
@@ -290,7 +291,7 @@ def run_transformers(size: Size, batch: int, window: int | None, lengths: list[i
                      masked: bool = False):
     """``model.generate`` (greedy, no end of sequence) from the one-token prompts Tempo decodes, its
     K/V cache transformers' own (``DynamicCache``); a token's time is stamped by a logits processor,
-    called once per step."""
+    called once per step. Its attention is causal, ``masked`` or not (the same function)."""
     import torch
     import transformers
 
@@ -731,6 +732,8 @@ def main() -> None:
                         "masked": attention == "masked"}
                 t0 = time.perf_counter()
                 out = run_child(spec, ns.timeout)
+                if "transformers" not in ns.systems:
+                    out.pop("ids", None)  # kept to compare with transformers' tokens only
                 out.update(system=system, batch=batch, attention=attention if attention != "window"
                            else f"window {ns.window}", wall_s=time.perf_counter() - t0)
                 print(f"{system:5s} {attention:6s} batch {batch:2d}: {time.perf_counter() - t0:7.1f} s"
