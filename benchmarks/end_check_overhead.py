@@ -26,9 +26,9 @@ import os
 import sys
 import time
 
-for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_name] = "1"
-os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "PJRT_NPROC"):
+    os.environ[_name] = "1"  # PJRT_NPROC: XLA's CPU client runs a program's operations on one thread
+os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false"  # and no operation is split over threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)

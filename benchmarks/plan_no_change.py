@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PJRT_NPROC": "1",
+              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
 STAGES = ("validate", "fuse", "memory", "plan", "codegen")  # compile stages reported apart (0: none such)
 BENCHMARKS = {
     "compile": lambda out: [str(ROOT / "benchmarks" / "compile_examples.py"), "--out", f"{out}.json"],

@@ -452,8 +452,8 @@ def thread_env(threads: int) -> dict:
     if threads:
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[name] = str(threads)
-        xla = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} " \
-              f"intra_op_parallelism_threads={threads}"
+        env["PJRT_NPROC"] = str(threads)  # the size of XLA's CPU client's pool (one thread per core otherwise)
+        xla = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}"  # one op on several threads
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {xla}".strip()
     return env
 
