@@ -1,19 +1,23 @@
 """A Llama decoder written with recurrent tensors.
 
-Two temporal dims: ``l``, the layer, and ``t``, the decoding step. The
-prompt of ``P`` tokens is prefilled at once over ``l`` alone: ``hp[l]``
-holds every prompt position (batch, P, hidden), ``hp[l + 1]`` is layer ``l``
-applied to it, with attention among the positions masked along that axis.
-Step ``t`` decodes position ``P + t``: ``h[0, t]`` embeds its token and
-``h[l + 1, t]`` is layer ``l`` applied to ``h[l, t]``. Each layer reads its
-weights as ``w[l]`` (the checkpoint's tensors stacked over layers), so the
-program has one layer whatever the depth. Decoding's own keys and values are
-the RTs ``k[l, t]`` and ``v[l, t]``; attention at step ``t`` reads the
-prompt's (``kp[l]``) and ``k[l, 0:t+1]`` (causal) or ``k[l, max(0, t-w+1):t+1]``
-with the prompt's rows masked to the window (window). There is no cache: the
-runtime keeps what these reads need (a block store for the causal read, a
-window store for the window, TEMPO §6). Tiled causal attention adds a third
-dim, the tile (``tempo.llm.tiling``).
+Three temporal dims: ``c``, a chunk of the prompt, ``l``, the layer, and
+``t``, the decoding step. The prompt of ``P`` tokens is prefilled chunk by
+chunk (:class:`PromptChunks`: ``P`` in chunks of ``size`` positions, the
+last one padded): ``hp[c, l]`` holds chunk ``c``'s positions (batch, size,
+hidden), ``hp[c, l + 1]`` is layer ``l`` applied to them, whose attention
+reads the keys and values of chunks ``0`` to ``c`` at that layer
+(:func:`chunk_attention`): the store of ``kp[c, l]`` is filled chunk by
+chunk, and the program is the same whatever ``P``. Step ``t`` decodes
+position ``P + t``: ``h[0, t]`` embeds its token and ``h[l + 1, t]`` is
+layer ``l`` applied to ``h[l, t]``. Each layer reads its weights as ``w[l]``
+(the checkpoint's tensors stacked over layers), so the program has one
+layer whatever the depth. Decoding's own keys and values are the RTs
+``k[l, t]`` and ``v[l, t]``; attention at step ``t`` reads the prompt's
+(``kp[0:C, l]`` as rows) and ``k[l, 0:t+1]`` (causal) or
+``k[l, max(0, t-w+1):t+1]`` with the prompt's rows masked to the window
+(window). There is no cache: the runtime keeps what these reads need (a
+block store for the causal read, a window store for the window, TEMPO §6).
+Tiled causal attention adds a fourth dim, the tile (``tempo.llm.tiling``).
 """
 from __future__ import annotations
 
