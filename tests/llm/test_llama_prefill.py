@@ -15,6 +15,7 @@ from tempo.ir import ops
 from tempo.llm import program as program_mod
 from tempo.llm.sampling import Sampling
 from tempo.runtime.backends import numpy_attention
+from tempo.symbolic.evaluate import shape_at
 
 IDS = np.random.default_rng(4).integers(0, 160, (2, 23)).astype(np.int64)
 
@@ -40,8 +41,8 @@ def test_chunked_prefill_then_decoding_gives_the_same_tokens(checkpoint):
     np.testing.assert_array_equal(model.generate(IDS, max_new_tokens=8, prefill_chunk=3), whole)
 
 
-def prefill_nodes(prompt_len: int, chunk: int, window: int | None = None) -> list:
-    """The nodes of the prefill (those over the chunk dim) of a program for a prompt of
+def prefill_nodes(prompt_len: int, chunk: int, window: int | None = None) -> tuple:
+    """The chunk dim and the nodes of the prefill (those over it) of a program for a prompt of
     ``prompt_len`` tokens in chunks of ``chunk`` (one layer, 2 heads of size 8)."""
     config = tpo.llm.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1,
                                  num_heads=2, num_kv_heads=1, head_dim=8, max_positions=1024)
@@ -49,7 +50,7 @@ def prefill_nodes(prompt_len: int, chunk: int, window: int | None = None) -> lis
     with tpo.Context() as ctx:
         dp = program_mod.build(config, tpo.llm.Llama.random(config).weights, ids, tpo.llm.Attention(window),
                                Sampling(), prefill_chunk=chunk)
-        return [node for node in ctx.sdg.nodes.values() if dp.chunks[0] in node.domain]
+        return dp.chunks[0], [node for node in ctx.sdg.nodes.values() if dp.chunks[0] in node.domain]
 
 
 def static_sizes(node) -> list[int]:
@@ -62,11 +63,23 @@ def test_the_prefill_program_does_not_grow_with_the_prompt(window):
     prompt of 4 chunks and of 16 (the last one partial), one attention op; no value it holds has
     the prompt's length, only a chunk's (chunk x 32 at most: the MLP's); the keys it attends to
     are the chunks up to its own, a read whose length is symbolic."""
-    short, long = prefill_nodes(4 * 32, 32, window), prefill_nodes(15 * 32 + 7, 32, window)
+    (_, short), (_, long) = prefill_nodes(4 * 32, 32, window), prefill_nodes(15 * 32 + 7, 32, window)
     assert [(type(n.op), n.shapes) for n in short] == [(type(n.op), n.shapes) for n in long]
     assert sum(isinstance(n.op, ops.AttentionOp) for n in long) == 1
     assert max(size for node in long for size in static_sizes(node)) <= 32 * 32
     assert any(not isinstance(s, int) for node in long for shape in node.shapes for s in shape)
+
+
+@pytest.mark.parametrize("window, chunks", [(None, 11), (40, 3), (33, 2)])
+def test_a_chunk_reads_the_keys_of_the_chunks_it_sees(window, chunks):
+    """Chunk 10's attention (chunks of 32) reads the keys and values of chunks 0 to 10 (causal),
+    or of those its window reaches: 3 for a window of 40 (positions 320 - 39 on), 2 for 33."""
+    c, nodes = prefill_nodes(15 * 32, 32, window)
+    (attention,) = [n for n in nodes if isinstance(n.op, ops.AttentionOp)]
+    reads = [shape_at(n.shapes[0], {c.name: 10}) for n in nodes
+             if isinstance(n.op, ops.ReshapeOp) and not all(isinstance(s, int) for s in n.shapes[0])]
+    assert reads and all(shape[-2] == chunks * 32 for shape in reads)
+    assert attention.op.window == (window or 0) and attention.op.last
 
 
 def peak_bytes(prompt_len: int, chunk: int) -> int:
