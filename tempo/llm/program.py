@@ -222,7 +222,7 @@ def finish(config: LlamaConfig, w: dict, x: RT, mixed: RT) -> RT:
     return linear(silu(gate) * up, w["w_down"], residual=x)
 
 
-PREFILL_CHUNK = 256  # prompt positions a prefill chunk runs through the layers at once
+PREFILL_CHUNK = 1024  # prompt positions a prefill chunk runs through the layers at once (docs/llm.md: measured)
 
 
 @dataclass(frozen=True)
