@@ -34,6 +34,16 @@ def test_chunked_prefill_logits_match_transformers(checkpoint, variant, chunk):
     np.testing.assert_allclose(model.logits(IDS, prefill_chunk=chunk), hf_logits(hf, IDS), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.slow)])
+def test_chunked_prefill_on_other_backends(checkpoint, backend):
+    """Chunks of 8 (the last partial) and a window shorter than them, on torch and JAX."""
+    pytest.importorskip(backend)
+    folder, hf = checkpoint("mistral_window")
+    model = tpo.llm.Llama.from_pretrained(folder)
+    np.testing.assert_allclose(model.logits(IDS, prefill_chunk=8, backend=backend), hf_logits(hf, IDS),
+                               atol=1e-4, rtol=1e-4)
+
+
 def test_chunked_prefill_then_decoding_gives_the_same_tokens(checkpoint):
     folder, _ = checkpoint("mistral_window")
     model = tpo.llm.Llama.from_pretrained(folder)
