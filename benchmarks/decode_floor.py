@@ -399,7 +399,7 @@ def main() -> None:
     parser.add_argument("--systems", nargs="+", default=list(DECODE))
     parser.add_argument("--parts", nargs="+", default=["decode", "first"], choices=["decode", "first"],
                         help="decode: time per token against the floor; first: time to first token")
-    parser.add_argument("--prefill-chunks", type=int, nargs="+", default=[256],
+    parser.add_argument("--prefill-chunks", type=int, nargs="+", default=[1024],
                         help="Tempo's prefill chunks (prompt positions; 0: the whole prompt as one chunk)")
     parser.add_argument("--tempo-from", default=ROOT,
                         help="the checkout whose tempo the Tempo runs import (default: this one; another commit's "
