@@ -40,11 +40,14 @@ first token is a prompt of ``--prompts`` tokens through the model and the first
 new token (Tempo: the run apart from compiling, which is reported beside it).
 
 ``--parts first --prefill-chunks 0 256`` times the first token alone, Tempo's
-prefill attention as one block of the whole prompt (0) and in blocks of 256
-query rows (each block one attention op: on NumPy, BLAS products around the
-native softmax of ``tempo/runtime/backends/numpy_attention.c``, or NumPy ops
-where it is not built: ``attention_kernel`` in the JSON), with each process's
-peak RSS. K-quant files (``--types Q4_K Q6_K``)
+prefill as one chunk of the whole prompt (0) and in chunks of 256 positions
+(a dim of the program: each chunk runs every layer, its attention one op over
+the chunks up to it: on NumPy, BLAS products around the native softmax of
+``tempo/runtime/backends/numpy_attention.c``, or NumPy ops where it is not
+built: ``attention_kernel`` in the JSON), with each process's peak RSS, the
+compile time and the compiled program's nodes. ``--tempo-from DIR`` runs the
+Tempo of another checkout (a worktree of an earlier commit) with this script,
+for a before/after comparison in one sitting (``tempo_commit`` in the JSON). K-quant files (``--types Q4_K Q6_K``)
 hold the matrices whose rows are not a multiple of 256 in another type
 (:data:`K_FALLBACK`).
 
@@ -279,7 +282,8 @@ def _logits(ctx, i: int, vocab: int) -> np.ndarray:
 
 
 def first_token_tempo(path: str, quantized: bool, length: int, chunk: int) -> dict:
-    """``chunk``: the prefill's query rows per attention block (0: the whole prompt as one block)."""
+    """``chunk``: the prefill's chunk (0: the whole prompt as one chunk). ``nodes``: the compiled
+    program's nodes (its size)."""
     import tempo as tpo
     from tempo.llm import program as program_mod
     from tempo.llm.sampling import Sampling
@@ -290,14 +294,15 @@ def first_token_tempo(path: str, quantized: bool, length: int, chunk: int) -> di
     with tpo.Context() as ctx:
         dp = program_mod.build(model.config, model.weights, prompt, model.default_attention(), Sampling(),
                                prefill_chunk=chunk or length)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         program = ctx.compile(fetch=[dp.tokens])
-        compile_s = time.perf_counter() - started
+        compile_s, compile_cpu_s = time.perf_counter() - started, time.process_time() - started_cpu
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cpu, wall = time.process_time(), time.perf_counter()
     program.run(dp.bounds(SIZE["layers"], 1))
     return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "compile_s": compile_s,
-            "chunk": chunk, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
+            "compile_cpu_s": compile_cpu_s,
+            "chunk": chunk, "nodes": len(program.sdg.nodes), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
             "rss_before_run_mb": before / 1e3, "attention_kernel": numpy_attention.unavailable() or "native"}
 
 
@@ -346,16 +351,25 @@ def child(spec: dict) -> dict:
     return (FIRST if spec["part"] == "first" else DECODE)[spec["system"]](spec)
 
 
-def run_child(spec: dict, timeout: float) -> dict:
+def run_child(spec: dict, timeout: float, tempo_from: str = ROOT) -> dict:
+    """``spec`` run in a child process on one thread, importing the tempo of the checkout ``tempo_from``."""
     try:
         proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
                               text=True, timeout=timeout, cwd=ROOT,
-                              env={**os.environ, **ONE_THREAD, "PYTHONPATH": ROOT})  # this checkout's tempo
+                              env={**os.environ, **ONE_THREAD, "PYTHONPATH": tempo_from})
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def checkout_commit(path: str) -> str:
+    """The short commit of the checkout at ``path`` (with ``+`` when its tracked files differ from it)."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=path).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def llamacpp_available(setup: bool) -> bool:
@@ -385,8 +399,11 @@ def main() -> None:
     parser.add_argument("--systems", nargs="+", default=list(DECODE))
     parser.add_argument("--parts", nargs="+", default=["decode", "first"], choices=["decode", "first"],
                         help="decode: time per token against the floor; first: time to first token")
-    parser.add_argument("--prefill-chunks", type=int, nargs="+", default=[256],
-                        help="Tempo's prefill attention blocks (query rows; 0: the whole prompt as one block)")
+    parser.add_argument("--prefill-chunks", type=int, nargs="+", default=[1024],
+                        help="Tempo's prefill chunks (prompt positions; 0: the whole prompt as one chunk)")
+    parser.add_argument("--tempo-from", default=ROOT,
+                        help="the checkout whose tempo the Tempo runs import (default: this one; another commit's "
+                             "worktree for a before/after comparison in one sitting)")
     parser.add_argument("--workdir", default=os.path.join("/tmp", "tempo_decode_floor"), help="where the GGUF files go")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode_floor.json"))
     ns = parser.parse_args()
@@ -440,7 +457,10 @@ def main() -> None:
         for prompt in ns.prompts:
             for chunk in ns.prefill_chunks if system.startswith("tempo") else [None]:
                 out = run_child({"part": "first", "system": system, "path": path, "prompt": prompt,
-                                 "chunk": chunk}, timeout=3600)
+                                 "chunk": chunk}, timeout=3600,
+                                tempo_from=ns.tempo_from if system.startswith("tempo") else ROOT)
+                if system.startswith("tempo"):
+                    out["tempo_commit"] = checkout_commit(ns.tempo_from)
                 first.append({"system": system, "type": type_name, "prompt": prompt, **out})
                 print(f"first token {system:12s} {type_name} prompt {prompt}: {out}", flush=True)
                 save()
@@ -513,17 +533,19 @@ def floor_table(rows: list[dict], rates: dict) -> str:
 
 
 def first_table(first: list[dict]) -> str:
-    lines = ["| system | file | prompt | prefill chunk | first token s | CPU s | compile s | peak RSS MB |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| system | tempo | file | prompt | prefill chunk | first token s | CPU s | compile s (CPU) | nodes | "
+             "peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in first:
         chunk = "" if r.get("chunk") is None else (r["chunk"] or "whole prompt")
         if "error" in r:
-            lines.append(f"| {r['system']} | {r['type']} | {r['prompt']} | {chunk} | {r['error']} | | | |")
+            lines.append(f"| {r['system']} | {r.get('tempo_commit', '')} | {r['type']} | {r['prompt']} | {chunk} | "
+                         f"{r['error']} | | | | |")
             continue
         compile_s = f"{r['compile_s']:.2f}" if "compile_s" in r else ""
+        compile_s += f" ({r['compile_cpu_s']:.2f})" if "compile_cpu_s" in r else ""
         rss = f"{r['peak_rss_mb']:.0f}" if "peak_rss_mb" in r else ""
-        lines.append(f"| {r['system']} | {r['type']} | {r['prompt']} | {chunk} | {r['s']:.2f} | {r['cpu_s']:.2f} | "
-                     f"{compile_s} | {rss} |")
+        lines.append(f"| {r['system']} | {r.get('tempo_commit', '')} | {r['type']} | {r['prompt']} | {chunk} | "
+                     f"{r['s']:.2f} | {r['cpu_s']:.2f} | {compile_s} | {r.get('nodes', '')} | {rss} |")
     return "\n".join(lines)
 
 

@@ -169,14 +169,17 @@ def matmul(a, b) -> RT:
     return apply(ops.MatMulOp(), [lift(a), lift(b)], site=user_site())
 
 
-def attention(q: RT, k: RT, v: RT, scale: float, rows: int = 0, cols: int = 0, window: int = 0) -> RT:
+def attention(q: RT, k: RT, v: RT, scale: float, rows: int = 0, cols: int = 0, window: int = 0,
+              last: bool = False) -> RT:
     """``softmax(scale * q @ k^T) @ v`` for queries ``q`` (..., R, d) at positions ``rows``,
     ``rows + 1``, ... over keys ``k`` (..., S, d) and values ``v`` (..., S, e) at positions
     ``cols``, ``cols + 1``, ..., each query seeing the keys at or before its position (and
     within the last ``window`` positions when ``window`` > 0): one op
-    (:class:`tempo.ir.ops.AttentionOp`), whose scores no other op reads."""
-    return apply(ops.AttentionOp(float(scale), int(rows), int(cols), int(window)), [lift(q), lift(k), lift(v)],
-                 site=user_site())
+    (:class:`tempo.ir.ops.AttentionOp`), whose scores no other op reads. With ``last``, the
+    queries are at the keys' last ``R`` positions (``rows`` is ignored), ``S`` may change from
+    point to point."""
+    return apply(ops.AttentionOp(float(scale), int(rows), int(cols), int(window), bool(last)),
+                 [lift(q), lift(k), lift(v)], site=user_site())
 
 
 def _shape_args(shape) -> tuple:

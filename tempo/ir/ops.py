@@ -172,7 +172,9 @@ class AttentionOp(Op):
     Query row ``i`` is at position ``rows + i`` and key row ``j`` at ``cols + j``; a query sees the
     keys at its own position and before (and, with ``window`` > 0, after its position minus
     ``window``): ``out = softmax(scale * q @ k^T over the keys it sees) @ v``. A query that sees no
-    key gives NaN. The prompt's attention in blocks of query rows is made of these ops
+    key gives NaN. With ``last``, the queries are the last ``R`` of the keys' positions (``rows``
+    is ``cols + S - R``, whatever ``S``): a chunk of queries over the keys up to its own, however
+    many come before it. The prompt's attention, chunk by chunk, is made of these ops
     (:func:`tempo.api.functional.attention`).
     """
 
@@ -180,11 +182,13 @@ class AttentionOp(Op):
     rows: int = 0
     cols: int = 0
     window: int = 0
+    last: bool = False
 
     def seen(self, queries: int, keys: int) -> tuple[np.ndarray, np.ndarray]:
         """For each of ``queries`` query rows, the key rows it sees as a range ``[lo, hi)`` of the
         ``keys`` (int64 arrays)."""
-        position = self.rows + np.arange(queries, dtype=np.int64)
+        first = self.cols + keys - queries if self.last else self.rows
+        position = first + np.arange(queries, dtype=np.int64)
         hi = np.clip(position - self.cols + 1, 0, keys)
         lo = np.clip(position - self.window + 1 - self.cols, 0, keys) if self.window else np.zeros_like(hi)
         return lo, hi

@@ -97,8 +97,9 @@ class Llama:
         has: no further model step runs, and the ids end at that column (as ``transformers``'
         ``generate``). ``end_check_every``: steps between host reads of that flag
         (``tpo.Config(end_check_every=...)``; ``on_token`` is a sink of the decoding loop: where
-        that loop is one device program, it sees the tokens of each launch after it). ``prefill_chunk``: the prompt's positions whose attention is
-        computed at once (the scores held are batch x heads x ``prefill_chunk`` x prompt).
+        that loop is one device program, it sees the tokens of each launch after it). ``prefill_chunk``: the prompt's positions a step of the prefill
+        runs through every layer at once, its keys and values written to the store before the next
+        chunk's (the scores held are batch x heads x ``prefill_chunk`` x prompt at most).
         """
         prompt = self._check_prompt(prompt_ids, max_new_tokens)
         self._check_chunk(prefill_chunk)
@@ -177,7 +178,7 @@ class Llama:
     def logits(self, ids, attention=None, backend: str = "numpy",
                prefill_chunk: int = program_mod.PREFILL_CHUNK) -> np.ndarray:
         """The next-token logits (batch, length, vocab) at every position of ``ids`` (batch, length),
-        all computed in one prefill (its attention in blocks of ``prefill_chunk`` positions; tiles,
+        all computed in one prefill (in chunks of ``prefill_chunk`` positions; tiles,
         which split decoding steps, play no part)."""
         prompt = self._check_prompt(ids, 0)
         self._check_chunk(prefill_chunk)

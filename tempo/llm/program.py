@@ -1,19 +1,23 @@
 """A Llama decoder written with recurrent tensors.
 
-Two temporal dims: ``l``, the layer, and ``t``, the decoding step. The
-prompt of ``P`` tokens is prefilled at once over ``l`` alone: ``hp[l]``
-holds every prompt position (batch, P, hidden), ``hp[l + 1]`` is layer ``l``
-applied to it, with attention among the positions masked along that axis.
-Step ``t`` decodes position ``P + t``: ``h[0, t]`` embeds its token and
-``h[l + 1, t]`` is layer ``l`` applied to ``h[l, t]``. Each layer reads its
-weights as ``w[l]`` (the checkpoint's tensors stacked over layers), so the
-program has one layer whatever the depth. Decoding's own keys and values are
-the RTs ``k[l, t]`` and ``v[l, t]``; attention at step ``t`` reads the
-prompt's (``kp[l]``) and ``k[l, 0:t+1]`` (causal) or ``k[l, max(0, t-w+1):t+1]``
-with the prompt's rows masked to the window (window). There is no cache: the
-runtime keeps what these reads need (a block store for the causal read, a
-window store for the window, TEMPO §6). Tiled causal attention adds a third
-dim, the tile (``tempo.llm.tiling``).
+Three temporal dims: ``c``, a chunk of the prompt, ``l``, the layer, and
+``t``, the decoding step. The prompt of ``P`` tokens is prefilled chunk by
+chunk (:class:`PromptChunks`: ``P`` in chunks of ``size`` positions, the
+last one padded): ``hp[c, l]`` holds chunk ``c``'s positions (batch, size,
+hidden), ``hp[c, l + 1]`` is layer ``l`` applied to them, whose attention
+reads the keys and values of chunks ``0`` to ``c`` at that layer
+(:func:`chunk_attention`): the store of ``kp[c, l]`` is filled chunk by
+chunk, and the program is the same whatever ``P``. Step ``t`` decodes
+position ``P + t``: ``h[0, t]`` embeds its token and ``h[l + 1, t]`` is
+layer ``l`` applied to ``h[l, t]``. Each layer reads its weights as ``w[l]``
+(the checkpoint's tensors stacked over layers), so the program has one
+layer whatever the depth. Decoding's own keys and values are the RTs
+``k[l, t]`` and ``v[l, t]``; attention at step ``t`` reads the prompt's
+(``kp[0:C, l]`` as rows) and ``k[l, 0:t+1]`` (causal) or
+``k[l, max(0, t-w+1):t+1]`` with the prompt's rows masked to the window
+(window). There is no cache: the runtime keeps what these reads need (a
+block store for the causal read, a window store for the window, TEMPO §6).
+Tiled causal attention adds a fourth dim, the tile (``tempo.llm.tiling``).
 """
 from __future__ import annotations
 
@@ -50,6 +54,8 @@ class DecodeProgram:
     prompt_logits: RT
     layers: tuple  # (l, L): the layer dim's step and bound symbols
     positions: tuple  # (t, T): the decoding step's
+    chunks: tuple  # (c, C): the prompt chunk's
+    chunk_count: int
     tiles: tuple | None = None  # (n, N): the attention tile dim's, when attention is tiled
     tile: int | None = None
     ends: bool = False
@@ -58,7 +64,7 @@ class DecodeProgram:
         """The run's bounds for ``num_layers`` layers and ``new_tokens`` tokens after the prompt:
         ``new_tokens - 1`` decoding steps (the first token comes from the prompt), at least one."""
         steps = max(new_tokens - 1, 1)
-        out = {self.layers[1]: num_layers, self.positions[1]: steps}
+        out = {self.layers[1]: num_layers, self.positions[1]: steps, self.chunks[1]: self.chunk_count}
         if self.tiles is not None:
             out[self.tiles[1]] = -(-steps // self.tile)
         return out
@@ -216,31 +222,59 @@ def finish(config: LlamaConfig, w: dict, x: RT, mixed: RT) -> RT:
     return linear(silu(gate) * up, w["w_down"], residual=x)
 
 
-PREFILL_CHUNK = 256  # query rows of the prompt's attention computed at once
+PREFILL_CHUNK = 1024  # prompt positions a prefill chunk runs through the layers at once (docs/llm.md: measured)
 
 
-def prompt_attention(q: RT, k: RT, v: RT, window: int | None, scale: float, chunk: int = PREFILL_CHUNK) -> RT:
-    """Attention among the prompt's positions: ``q`` (batch, P, kv heads, groups, hd), ``k`` and
-    ``v`` (batch, P, kv heads, hd), masked causally (and to the window); (batch, P, heads * hd).
+@dataclass(frozen=True)
+class PromptChunks:
+    """A prompt of ``length`` positions in ``count`` chunks of ``size`` (the last one padded)."""
 
-    The queries go in blocks of ``chunk`` rows, each block one attention op
-    (:func:`tempo.api.functional.attention`) over the keys it can see (those before its end, and
-    within the window): no value of the program holds the block's scores; the op's kernel holds
-    at most batch x heads x ``chunk`` x P of them (NumPy: a piece of rows at a time,
+    length: int
+    size: int
+
+    @property
+    def count(self) -> int:
+        return -(-self.length // self.size)
+
+    def padded(self, x: np.ndarray) -> np.ndarray:
+        """``x`` (batch, P, ...) as (chunks, batch, size, ...), the last chunk's rows after ``P`` zeros."""
+        rows = np.zeros((x.shape[0], self.count * self.size, *x.shape[2:]), x.dtype)
+        rows[:, :self.length] = x
+        return np.swapaxes(rows.reshape(x.shape[0], self.count, self.size, *x.shape[2:]), 0, 1)
+
+    def rows(self, x: RT, layer, first: int, stop: int) -> RT:
+        """The prompt rows ``first`` to ``stop`` of ``x`` (batch, size, ...) over (chunk, layer), at
+        ``layer``: (batch, stop - first, ...), read from the chunks that hold them."""
+        lo, hi = first // self.size, -(-stop // self.size)
+        chunks = x[lo:hi, layer]                                           # (hi - lo, batch, size, ...)
+        rest = tuple(chunks.shape[3:])
+        axes = (1, 0, *range(2, len(chunks.shape)))
+        flat = F.reshape(F.permute(chunks, *axes), chunks.shape[1], (hi - lo) * self.size, *rest)
+        return flat.spatial[:, first - lo * self.size:stop - lo * self.size]
+
+
+def chunk_attention(q: RT, k: RT, v: RT, layer, chunk, size: int, window: int | None, scale: float) -> RT:
+    """Attention of a prompt chunk's queries ``q`` (batch, size, kv heads, groups, hd) at
+    ``(chunk, layer)`` over the keys and values ``k``, ``v`` (batch, size, kv heads, hd) of the
+    chunks up to it, ``k[0:chunk+1, layer]`` (with a window, from the first chunk it reaches),
+    masked causally (and to the window); (batch, size, heads * hd).
+
+    One attention op (:func:`tempo.api.functional.attention`, its queries the keys' last ``size``
+    positions): no value of the program holds the chunk's scores; the op's kernel holds at most
+    batch x heads x ``size`` x P of them (NumPy: a piece of rows at a time,
     :mod:`tempo.runtime.backends.numpy_attention`)."""
-    batch, length, kv_heads, groups, head_dim = q.shape
-    queries = F.permute(q, 0, 2, 3, 1, 4)                                 # (batch, kv, groups, P, hd)
-    keys, values = (F.unsqueeze(F.permute(x, 0, 2, 1, 3), 2) for x in (k, v))  # (batch, kv, 1, P, hd)
-    every = (slice(None),) * 3
-    blocks = []
-    for start in range(0, length, chunk):
-        stop = min(start + chunk, length)
-        first = 0 if window is None else max(0, start - window + 1)
-        seen = every + (slice(first, stop),)
-        blocks.append(F.attention(queries.spatial[every + (slice(start, stop),)], keys.spatial[seen],
-                                  values.spatial[seen], scale, rows=start, cols=first, window=window or 0))
-    mixed = blocks[0] if len(blocks) == 1 else F.cat(blocks, axis=3)       # (batch, kv, groups, P, hd)
-    return F.reshape(F.permute(mixed, 0, 3, 1, 2, 4), batch, length, kv_heads * groups * head_dim)
+    l, c = layer, chunk
+    batch, _, kv_heads, groups, head_dim = q.shape
+    first = 0 if window is None else tpo.max(0, c - -(-(window - 1) // size))
+
+    def span(x: RT) -> RT:                                     # (batch, kv, 1, chunks * size, hd)
+        rows = x[first:c + 1, l]                               # (chunks, batch, size, kv, hd)
+        flat = F.reshape(F.permute(rows, 1, 3, 0, 2, 4), batch, kv_heads, rows.shape[0] * size, head_dim)
+        return F.unsqueeze(flat, 2)
+
+    queries = F.permute(q, 0, 2, 3, 1, 4)                                 # (batch, kv, groups, size, hd)
+    mixed = F.attention(queries, span(k), span(v), scale, window=window or 0, last=True)
+    return F.reshape(F.permute(mixed, 0, 3, 1, 2, 4), batch, size, kv_heads * groups * head_dim)
 
 
 def scores_of(q: RT, keys: RT) -> RT:
@@ -293,8 +327,8 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     decoding step, in order (:func:`streamed`: a sink of the decoding loop). With ``stop_at_eos``, the
     decoding dim ends (``tpo.end_when``) at the step where every sequence has produced one of
     ``stop_tokens`` (default: the config's end-of-sequence tokens; :func:`end_of_sequence`);
-    without, it runs to its bound. ``prefill_chunk``: the prompt's
-    query rows whose attention is computed at once (:func:`prompt_attention`). ``capacity``: the
+    without, it runs to its bound. ``prefill_chunk``: the prompt positions a step of the prefill's
+    chunk dim runs through the layers (:func:`chunk_attention`). ``capacity``: the
     most decoding steps, the rows of masked attention's buffers (:func:`kv_buffer`)."""
     c = config
     batch, prompt_len = prompt.shape
@@ -302,10 +336,11 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
         raise TempoError("masked attention needs the most decoding steps (capacity), the rows of its buffers")
     ctx = tpo.api.context.current()
     if attention.tile is None:
-        (l, L), (t, T) = ctx.dims("l", "t")
+        (ck, CK), (l, L), (t, T) = ctx.dims("c", "l", "t")
         tiles = None
     else:
-        (l, L), (t, T), tiles = ctx.dims("l", "t", "n")
+        (ck, CK), (l, L), (t, T), tiles = ctx.dims("c", "l", "t", "n")
+    chunks = PromptChunks(prompt_len, min(prefill_chunk, prompt_len))
     w = layer_weights(weights, l)
     inv = inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling)
     rotate = F.from_numpy(rotate_half_matrix(c.head_dim))
@@ -317,17 +352,22 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     def logits_of(y: RT) -> RT:
         return linear(rms_norm(y, final_norm, c.rms_norm_eps), head)
 
-    # the prompt, all positions at once
-    angles = np.arange(prompt_len, dtype=np.float32)[:, None] * inv[None, :]
-    angles = np.concatenate([angles, angles], axis=1)[:, None, :]                # (P, 1, head_dim)
-    hp = F.placeholder((batch, prompt_len, c.hidden_size), "float32", dims=(l,))
-    hp[0] = F.from_numpy(weights.embed[prompt])
-    xp = hp[l]
-    qp, kp, vp = project(c, w, xp, F.from_numpy(np.cos(angles)), F.from_numpy(np.sin(angles)), rotate)
-    yp = finish(c, w, xp, prompt_attention(qp, kp, vp, attention.window, scale, prefill_chunk))
-    hp[l + 1] = yp
-    prompt_logits = logits_of(yp[L - 1])
-    first = sampling.next_token(logits_of(yp[L - 1].spatial[:, prompt_len - 1]))
+    # the prompt, chunk by chunk: chunk c runs every layer on its rows
+    size = chunks.size
+    angles = np.arange(prompt_len, dtype=np.float32)[None, :, None] * inv[None, None, :]
+    angles = chunks.padded(np.concatenate([angles, angles], axis=2))[:, 0, :, None, :]   # (chunks, size, 1, hd)
+    hp = F.placeholder((batch, size, c.hidden_size), "float32", dims=(ck, l))
+    hp[ck, 0] = F.from_numpy(chunks.padded(weights.embed[prompt]), dims=(ck,))[ck]
+    xp = hp[ck, l]
+    qp, kp, vp = project(c, w, xp, F.from_numpy(np.cos(angles), dims=(ck,)), F.from_numpy(np.sin(angles), dims=(ck,)),
+                         rotate)
+    yp = finish(c, w, xp, chunk_attention(qp, kp, vp, l, ck, size, attention.window, scale))
+    hp[ck, l + 1] = yp
+    prompt_logits = logits_of(chunks.rows(yp, L - 1, 0, prompt_len))
+    # the last layer's chunks read as one slice: each chunk's layers one statement, and every layer
+    # output but the last freed once the next layer has read it (tempo.schedule.memory)
+    last = prompt_len - 1
+    first = sampling.next_token(logits_of(yp[0:chunks.count, L - 1].spatial[last // size, :, last % size]))
 
     # decoding: step t reads the token at position P + t and picks the one after it
     inputs = F.placeholder((batch,), "int64", dims=(t,))
@@ -340,9 +380,9 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     x = h[l, t]
     q, k, v = project(c, w, x, F.cos(angles), F.sin(angles), rotate)
     reach = 0 if attention.window is None else min(max(0, prompt_len - attention.window + 1), prompt_len - 1)
-    if reach:                          # the prompt rows a window reaches from any step: its last w - 1
-        kp, vp = (rows.spatial[:, reach:prompt_len] for rows in (kp, vp))
-    prefix = Prefix(F.permute(kp, 0, 2, 3, 1)[l], F.permute(vp, 0, 2, 1, 3)[l], scale,
+    # the prompt rows a step reads: all, or with a window the last w - 1 (those it reaches from any step)
+    kp, vp = (chunks.rows(rows, l, reach, prompt_len) for rows in (kp, vp))
+    prefix = Prefix(F.permute(kp, 0, 2, 3, 1), F.permute(vp, 0, 2, 1, 3), scale,
                     None if attention.window is None else prompt_len - attention.window + 1 - reach + F.eval_symbol(t))
     if attention.masked:
         rows = F.from_numpy(np.arange(capacity, dtype=np.int64))
@@ -361,7 +401,8 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     eos = (c.eos_token_ids if stop_tokens is None else tuple(stop_tokens)) if stop_at_eos else ()
     tokens = end_of_sequence(inputs, picked, eos, c.pad_token_id, t)
     inputs[t + 1] = tokens[t]
-    return DecodeProgram(first, tokens, logits, prompt_logits, (l, L), (t, T), tiles, attention.tile, bool(eos))
+    return DecodeProgram(first, tokens, logits, prompt_logits, (l, L), (t, T), (ck, CK), chunks.count, tiles,
+                         attention.tile, bool(eos))
 
 
 def end_of_sequence(inputs: RT, picked: RT, eos: tuple, pad: int | None, step) -> RT:

@@ -39,13 +39,15 @@ def test_layer_body_is_two_fused_islands(attention):
 
 
 def packed_weights(passes=None) -> list:
-    """The decoding program's constants stored as column panels (stacked over layers: 4 axes)."""
+    """The decoding program's constants stored as column panels (stacked over layers: 4 axes, the
+    first the layer's; the prompt's chunks are stacked over the chunk dim, 1 here)."""
     with tpo.Context() as ctx:
         dp = program_mod.build(CONFIG, Weights.random(CONFIG, 0), np.array([[1, 2, 3, 4]]), Attention(), Sampling())
         program = ctx.compile(fetch=[dp.tokens], passes=passes)
     steps = [s.op for n in program.sdg.nodes.values()
              for s in (n.op.steps if isinstance(n.op, ops.FusedOp) else [ops.FusedStep(n.op, (), ())])]
-    return [op for op in steps if isinstance(op, ops.ConstOp) and op.value.array.ndim == 4]
+    return [op for op in steps if isinstance(op, ops.ConstOp) and op.value.array.ndim == 4
+            and op.value.array.shape[0] == CONFIG.num_layers]
 
 
 def test_the_weights_a_step_multiplies_are_packed_as_panels():

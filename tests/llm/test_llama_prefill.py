@@ -1,5 +1,6 @@
-"""The prompt's attention in blocks of query rows (chunked prefill) against transformers, and its
-memory: the scores held at once grow with the chunk times the prompt, not the prompt squared."""
+"""The prefill chunk by chunk (a dim of the program) against transformers, and its size and memory:
+the program does not grow with the prompt, the scores held at once grow with the chunk times the
+prompt, not the prompt squared."""
 from __future__ import annotations
 
 import tracemalloc
@@ -14,6 +15,7 @@ from tempo.ir import ops
 from tempo.llm import program as program_mod
 from tempo.llm.sampling import Sampling
 from tempo.runtime.backends import numpy_attention
+from tempo.symbolic.evaluate import shape_at
 
 IDS = np.random.default_rng(4).integers(0, 160, (2, 23)).astype(np.int64)
 
@@ -32,6 +34,16 @@ def test_chunked_prefill_logits_match_transformers(checkpoint, variant, chunk):
     np.testing.assert_allclose(model.logits(IDS, prefill_chunk=chunk), hf_logits(hf, IDS), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.slow)])
+def test_chunked_prefill_on_other_backends(checkpoint, backend):
+    """Chunks of 8 (the last partial) and a window shorter than them, on torch and JAX."""
+    pytest.importorskip(backend)
+    folder, hf = checkpoint("mistral_window")
+    model = tpo.llm.Llama.from_pretrained(folder)
+    np.testing.assert_allclose(model.logits(IDS, prefill_chunk=8, backend=backend), hf_logits(hf, IDS),
+                               atol=1e-4, rtol=1e-4)
+
+
 def test_chunked_prefill_then_decoding_gives_the_same_tokens(checkpoint):
     folder, _ = checkpoint("mistral_window")
     model = tpo.llm.Llama.from_pretrained(folder)
@@ -39,22 +51,45 @@ def test_chunked_prefill_then_decoding_gives_the_same_tokens(checkpoint):
     np.testing.assert_array_equal(model.generate(IDS, max_new_tokens=8, prefill_chunk=3), whole)
 
 
-def largest_value(prompt_len: int, chunk: int) -> tuple[int, int]:
-    """The most elements of any one value the prefill's attention makes (batch 1, 2 heads, hd 8),
-    and its attention ops."""
+def prefill_nodes(prompt_len: int, chunk: int, window: int | None = None) -> tuple:
+    """The chunk dim and the nodes of the prefill (those over it) of a program for a prompt of
+    ``prompt_len`` tokens in chunks of ``chunk`` (one layer, 2 heads of size 8)."""
+    config = tpo.llm.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1,
+                                 num_heads=2, num_kv_heads=1, head_dim=8, max_positions=1024)
+    ids = np.zeros((1, prompt_len), np.int64)
     with tpo.Context() as ctx:
-        q = tpo.from_numpy(np.zeros((1, prompt_len, 1, 2, 8), np.float32))
-        kv = tpo.from_numpy(np.zeros((1, prompt_len, 1, 8), np.float32))
-        assert program_mod.prompt_attention(q, kv, kv, None, 1.0, chunk).shape == (1, prompt_len, 16)
-        largest = max(int(np.prod(shape)) for node in ctx.sdg.nodes.values() for shape in node.shapes)
-        return largest, sum(isinstance(node.op, ops.AttentionOp) for node in ctx.sdg.nodes.values())
+        dp = program_mod.build(config, tpo.llm.Llama.random(config).weights, ids, tpo.llm.Attention(window),
+                               Sampling(), prefill_chunk=chunk)
+        return dp.chunks[0], [node for node in ctx.sdg.nodes.values() if dp.chunks[0] in node.domain]
 
 
-def test_no_value_of_the_prefill_holds_scores():
-    """One attention op a block; the largest value is the prompt's queries (P x heads x hd), not
-    its scores (heads x chunk x P)."""
-    assert largest_value(256, 256) == (2 * 256 * 8, 1)
-    assert largest_value(256, 32) == (2 * 256 * 8, 8)
+def static_sizes(node) -> list[int]:
+    return [int(np.prod(shape)) for shape in node.shapes if all(isinstance(s, int) for s in shape)]
+
+
+@pytest.mark.parametrize("window", [None, 40])
+def test_the_prefill_program_does_not_grow_with_the_prompt(window):
+    """The prompt's chunks are a dim: the prefill has the same nodes, with the same shapes, for a
+    prompt of 4 chunks and of 16 (the last one partial), one attention op; no value it holds has
+    the prompt's length, only a chunk's (chunk x 32 at most: the MLP's); the keys it attends to
+    are the chunks up to its own, a read whose length is symbolic."""
+    (_, short), (_, long) = prefill_nodes(4 * 32, 32, window), prefill_nodes(15 * 32 + 7, 32, window)
+    assert [(type(n.op), n.shapes) for n in short] == [(type(n.op), n.shapes) for n in long]
+    assert sum(isinstance(n.op, ops.AttentionOp) for n in long) == 1
+    assert max(size for node in long for size in static_sizes(node)) <= 32 * 32
+    assert any(not isinstance(s, int) for node in long for shape in node.shapes for s in shape)
+
+
+@pytest.mark.parametrize("window, chunks", [(None, 11), (40, 3), (33, 2)])
+def test_a_chunk_reads_the_keys_of_the_chunks_it_sees(window, chunks):
+    """Chunk 10's attention (chunks of 32) reads the keys and values of chunks 0 to 10 (causal),
+    or of those its window reaches: 3 for a window of 40 (positions 320 - 39 on), 2 for 33."""
+    c, nodes = prefill_nodes(15 * 32, 32, window)
+    (attention,) = [n for n in nodes if isinstance(n.op, ops.AttentionOp)]
+    reads = [shape_at(n.shapes[0], {c.name: 10}) for n in nodes
+             if isinstance(n.op, ops.ReshapeOp) and not all(isinstance(s, int) for s in n.shapes[0])]
+    assert reads and all(shape[-2] == chunks * 32 for shape in reads)
+    assert attention.op.window == (window or 0) and attention.op.last
 
 
 def peak_bytes(prompt_len: int, chunk: int) -> int:
@@ -74,12 +109,12 @@ def peak_bytes(prompt_len: int, chunk: int) -> int:
     return peak
 
 
-@pytest.mark.slow      # programs of up to 16 blocks compiled
+@pytest.mark.slow      # prompts of 512 positions run through the reference kernel
 def test_prefill_memory_follows_the_chunk_with_numpy_ops(monkeypatch):
     """Without the native kernel (the op's NumPy reference), the peak of NumPy's allocations while
     the prefill runs: 8 heads x 256^2 scores are 2.1 MB; in chunks of 32 rows 0.26 MB at most, and
-    twice the prompt takes about twice the memory (each block's values die before the next
-    block's are made), not four times."""
+    twice the prompt takes about twice the memory (each chunk's scores die before the next
+    chunk's are made), not four times."""
     monkeypatch.setattr(numpy_attention, "_loaded", {"lib": None, "why": "not built in this test"})
     whole, chunked, longer = peak_bytes(256, 256), peak_bytes(256, 32), peak_bytes(512, 32)
     assert whole > 8 * 256 * 256 * 4
@@ -90,7 +125,7 @@ def test_prefill_memory_follows_the_chunk_with_numpy_ops(monkeypatch):
 @pytest.mark.slow
 def test_prefill_memory_grows_with_the_prompt_with_the_fused_kernel():
     """With the native kernel, the scores held at once are one piece of rows (at most 1 MB), so
-    even the whole prompt as one block takes less than its 8 x 512^2 scores (8.4 MB), and
+    even the whole prompt as one chunk takes less than its 8 x 512^2 scores (8.4 MB), and
     twice the prompt about twice the memory."""
     if numpy_attention.library() is None:
         pytest.skip(numpy_attention.unavailable())

@@ -13,25 +13,29 @@ from tempo.llm.sampling import Sampling
 from tempo.runtime.executor import Executor
 
 
-def run_stores(folder: str, attention: str, length: int) -> list:
+def run_stores(folder: str, attention: str, length: int, prompt: bool = False) -> list:
+    """The stores of the decoding steps' nodes (``prompt``: of the prefill's) after a run."""
     model = tpo.llm.Llama.from_pretrained(folder)
-    prompt = np.array([[3, 1, 4]], np.int64)
+    ids = np.array([[3, 1, 4]], np.int64)
     with tpo.Context() as ctx:
-        dp = program_mod.build(model.config, model.weights, prompt, Attention.parse(attention), Sampling())
+        dp = program_mod.build(model.config, model.weights, ids, Attention.parse(attention), Sampling())
         program = ctx.compile(fetch=[dp.tokens])
-    bounds = {"L": model.config.num_layers, "T": length}
+    bounds = {bound.name: value for bound, value in dp.bounds(model.config.num_layers, length + 1).items()}
     executor = Executor(program.sdg, program.ast, program.backend, bounds, keep={n for n, _ in program.fetch})
     executor.run()
-    return list(executor.stores.values())
+    dim = (dp.chunks if prompt else dp.positions)[0]
+    return [store for (n, _), store in executor.stores.items() if dim in program.sdg.nodes[n].domain]
 
 
-def kv_stores(folder: str, attention: str, length: int):
-    return {type(s).__name__: s.nbytes() for s in run_stores(folder, attention, length)
+def kv_stores(folder: str, attention: str, length: int, prompt: bool = False) -> dict:
+    return {type(s).__name__: s.nbytes() for s in run_stores(folder, attention, length, prompt)
             if type(s).__name__ in ("BlockStore", "WindowStore")}
 
 
 @pytest.mark.parametrize("attention, kind", [("causal", "BlockStore"), ("window:4", "WindowStore")])
 def test_kv_store_follows_the_attention(checkpoint, attention, kind):
+    """Decoding's keys and values: a block store (causal) or a window store; the prompt's, filled
+    chunk by chunk: a block store, whatever the decoding steps."""
     folder, _ = checkpoint("llama_gqa")
     short, long = kv_stores(folder, attention, 16), kv_stores(folder, attention, 64)
     assert set(short) == set(long) == {kind}
@@ -39,6 +43,8 @@ def test_kv_store_follows_the_attention(checkpoint, attention, kind):
         assert short[kind] == long[kind]
     else:
         assert long[kind] == 4 * short[kind]
+    assert kv_stores(folder, attention, 16, prompt=True) == kv_stores(folder, attention, 64, prompt=True) != {}
+    assert set(kv_stores(folder, attention, 16, prompt=True)) == {"BlockStore"}
 
 
 def test_causal_kv_rows_lie_per_batch_and_head(checkpoint):

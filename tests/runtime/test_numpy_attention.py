@@ -101,6 +101,27 @@ def test_every_backend_computes_the_reference(backend):
     close(np.asarray(got), na.reference(ops.AttentionOp(0.25, 16, 0, 30), q, k, v), v)
 
 
+@pytest.mark.parametrize("backend", available_backends())
+@pytest.mark.parametrize("window", [0, 6])
+def test_queries_at_the_keys_last_positions(backend, window):
+    """With ``last``, chunk ``c`` of 4 queries over the keys of chunks 0 to ``c`` (a read that grows
+    with the dim): at each chunk the reference with the queries at positions ``4c`` on."""
+    q, k, v = inputs((3,), (3,), 4, 4)
+    with tpo.Context() as ctx:
+        (c, C), = ctx.dims("c")
+
+        def upto(x):
+            rows = tpo.from_numpy(x, dims=(c,))[0:c + 1]
+            return F.reshape(rows, rows.shape[0] * 4, x.shape[-1])
+
+        out = F.attention(tpo.from_numpy(q, dims=(c,)), upto(k), upto(v), 0.25, window=window, last=True)
+        (got,) = ctx.run(bounds={C: 3}, fetch=[out], backend=backend)
+    for chunk in range(3):
+        op = ops.AttentionOp(0.25, rows=4 * chunk, window=window)
+        keys, values = (x[:chunk + 1].reshape(-1, x.shape[-1]) for x in (k, v))
+        close(np.asarray(got)[chunk], na.reference(op, q[chunk], keys, values), v)
+
+
 def test_attention_over_a_vectorized_dim():
     """Queries that vary with a dim the program batches: one op with one more leading axis."""
     q, k, v = inputs((4, 2), (2,), 6, 10)
