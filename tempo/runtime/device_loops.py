@@ -75,8 +75,8 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
-from tempo.plan.device_loops import (CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, LoopPlan,
-                                     Source, row_major)
+from tempo.plan.device_loops import (CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW,
+                                     LoopPlan, Source, row_major)
 from tempo.runtime.launches import (Later, Launch, Launches, Reads, Unsliced, first_rows, nbytes, one_view,
                                     resolve)
 from tempo.runtime.memory import BudgetExceeded
@@ -132,9 +132,12 @@ class DeviceLoop:
         self.row_reads = {(s, k): (compile_expr(src.index.args[src.shift]), owner[src.key[0]],
                                    self.nested[owner[src.key[0]]].writer[src.key])
                           for s, step in enumerate(plan.steps) for k, src in enumerate(step.inputs) if src.kind == ROW}
-        self.stacked_from = [{owner[src.key[0]] for _, src in n.inputs if src.kind == STACKED} for n in plan.nested]
+        self.stacked_from = [{owner[src.key[0]] for _, src in n.inputs if src.kind in (STACKED, WINDOW)}
+                             for n in plan.nested]
         self.tiles = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
                        for _, src in n.inputs if src.kind == SLICED] for n in plan.nested]
+        self.windows = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
+                         for _, src in n.inputs if src.kind == WINDOW] for n in plan.nested]
         self.shapes = {s: _sizes(sdg, step) for s, step in enumerate(plan.steps) if s in plan.shaped}
         self.shaped_by = {s: _shaped_by(sdg, plan.steps[s], compiled.sized_by(s), var) for s in self.shapes}
         self.shape_checks: dict[tuple, tuple | None] = {}  # what _one_shape found, by what it depends on
@@ -498,7 +501,7 @@ class DeviceLoop:
         enclosing loop too, its initial carry) and its per-iteration values of every enclosing iteration
         (stacked); None where the iterations differ in what compiles."""
         loop = self.nested[k]
-        provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED, SLICED)}
+        provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED, SLICED, WINDOW)}
         per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
         writers = {self.nested[w] for w in self.stacked_from[k]}
         keys, once, stacked, first = set(), None, [], None
@@ -506,7 +509,7 @@ class DeviceLoop:
         for e in envs:
             counters, runs, sels = loop._schedule(e)
             if not counters or any(w._schedule(e)[0] != counters for w in writers) or \
-                    not self._tiled(k, e, loop.var, counters):
+                    not self._tiled(k, e, loop.var, counters) or not self._windowed(k, e, loop.var, counters):
                 return None
             wanted = {name: _wanted(runs, sels, name) for name in self.invariant[k]}
             first = first or wanted
@@ -556,6 +559,19 @@ class DeviceLoop:
                     any((x.start, x.stop, x.step) != (wrote[rows * n], wrote[rows * n] + rows, None)
                         for n, x in enumerate(slices)) or wrote != list(range(wrote[0], wrote[0] + len(wrote))):
                 return False
+        return True
+
+    def _windowed(self, k: int, env: dict, var: str, counters: list) -> bool:
+        """Whether nested loop ``k``'s window reads (``window``) of another nested loop's rows, over
+        ``counters`` (the writer's too), read ``n`` rows from each counter on, fewer only at the last row."""
+        for writer, stop, n in self.windows[k]:
+            if counters != list(range(counters[0], counters[0] + len(counters))):
+                return False
+            end = counters[-1] + 1
+            for c in counters:
+                x = stop(dict(env, **{var: c}))
+                if (x.start, x.stop, x.step) != (c, min(c + n, end), None):
+                    return False
         return True
 
     def _row_positions(self, envs: list[dict], runs) -> dict | None:

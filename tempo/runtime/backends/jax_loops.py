@@ -65,7 +65,7 @@ from tempo.errors import TempoError
 from tempo.ir import ops
 import numpy as np
 
-from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, LoopPlan
+from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
 from tempo.runtime.backends.jax import Island, _index_form, _row
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
@@ -324,9 +324,17 @@ def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, valu
         elif src.kind == SLICED:  # a tile of `shift` rows per iteration (rows kept apart stacked first)
             value = _stacked(values[src.key])
             rows[name] = value.reshape((value.shape[0] // src.shift, src.shift) + value.shape[1:])
+        elif src.kind == WINDOW:  # per row, the `shift` rows from it on, zeros past the last
+            rows[name] = _windows(_stacked(values[src.key]), src.shift)
     _, ys = inner(given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
     for key, rows in zip(nested.plan.written_back, ys):
         values[key] = rows
+
+
+def _windows(value, n: int):
+    """``(rows, n, ...)``: at row ``k``, rows ``k`` to ``k + n - 1`` of ``value``, zeros past its last row."""
+    padded = jnp.concatenate([value, jnp.zeros((n - 1,) + value.shape[1:], value.dtype)])
+    return padded[jnp.arange(value.shape[0])[:, None] + jnp.arange(n)[None, :]]
 
 
 def _padded(a, rows: int):
@@ -341,7 +349,7 @@ def _padded(a, rows: int):
 def _input(src, name: str, closed: dict, x: dict, values: dict, ring: dict):
     if src.kind == CLOSED:
         return closed[name]
-    if src.kind == GATHERED:
+    if src.kind in (GATHERED, WINDOW):
         return x["g"][name]
     if src.kind == LOCAL:
         return values[src.key]
