@@ -29,7 +29,13 @@ where they are not, the host loop runs the loop.
 A loop over iterations may hold loops (acting's loop over ``t`` inside the
 loop over ``i``): each nested loop that qualifies by itself runs whole at
 every iteration (:class:`Nested`), its inputs found in the enclosing body,
-and a statement after it reads its rows (``x[i, 0:T]``) as one value. Such
+and a statement after it reads its rows (``x[i, 0:T]``) as one value. A
+nested loop may read another's rows in windows that start at its counter and
+are shorter at the end of the rows (n-step returns' ``r[t:min(t + n, T)]``):
+each window is read as ``n`` rows, zeros past the last, where the statement
+reading it computes the same from the padded window
+(:func:`tempo.plan.window_padding.ignores_zero_padding`: a sum or discounted
+sum along it does, a mean or a max does not, and its loop stays on the host). Such
 a loop may also hold sinks and checkpoints (user functions labelled
 ``sink`` or ``checkpoint``): their inputs are kept at every iteration and
 the host calls them after the launch, in order. The whole run over ``i``

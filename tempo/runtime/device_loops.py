@@ -26,7 +26,9 @@ values, those the same at every iteration read once per launch); a
 statement after it reads its rows only where they cover the slice it reads,
 or one row only where the loop ran it, and a nested loop reads another's
 rows row by row only where both run over the same counters, or a tile of
-``Z`` rows at a time only where its tiles cover the other's rows in order.
+``Z`` rows at a time only where its tiles cover the other's rows in order,
+or a window of ``n`` rows from its counter on only where both run over the
+same consecutive counters and each window ends at ``n`` rows or the last.
 A loop whose plan lists steps of a tile's shape (:attr:`LoopPlan.shaped`)
 runs a launch only where those shapes are one at every iteration with the
 run's bounds (each tile ``Z`` rows: ``Z`` divides the dim); otherwise the
@@ -533,8 +535,9 @@ class DeviceLoop:
 
     def _one_shape(self, s: int, env: dict, envs: list[dict], ran) -> tuple | None:
         """Step ``s``'s shapes and static sizes, those of a tile (:attr:`LoopPlan.shaped`), where they are
-        one at every iteration where it runs; else None (a partial last tile)."""
-        running = [e for e, r in zip(envs, ran) if r]
+        one at every iteration where it runs (at every iteration where it runs at none: the launch traces
+        it all the same, in the same program as where it runs); else None (a partial last tile)."""
+        running = [e for e, r in zip(envs, ran) if r] or list(envs)
         key = (s, tuple(env.get(n) for n in self.shaped_by[s]), tuple(e[self.var] for e in running))
         if key not in self.shape_checks:
             self.shape_checks[key] = self._shape_of(s, env, running)
@@ -547,7 +550,7 @@ class DeviceLoop:
             seen.add((tuple(f(dims) for f in self.shapes[s]), self.compiled.static_sizes(s, dims)))
             if len(seen) > 1:
                 return None
-        return seen.pop() if seen else ()
+        return seen.pop()
 
     def _tiled(self, k: int, env: dict, var: str, counters: list) -> bool:
         """Whether nested loop ``k``'s tile reads (``sliced``) of another nested loop's rows, over

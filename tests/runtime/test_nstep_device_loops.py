@@ -5,6 +5,9 @@ against the NumPy backend's host loops, with the launches counted; a reader that
 padding (a mean, a max) keeps the loop over ``t``, and so the loop over ``i``, on the host."""
 from __future__ import annotations
 
+import runpy
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -14,6 +17,7 @@ from tests.schedule.test_tiled_nesting import reinforce
 pytest.importorskip("jax")
 
 ITERATIONS = 3  # the bounds of tests.schedule.test_tiled_nesting.reinforce
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def windows(program) -> list:
@@ -67,3 +71,35 @@ def test_a_reader_the_padding_changes_keeps_its_loop_on_the_host(returns):
     assert not windows(program)
     assert not any(p.loop is program.plan.main_loop for p in program.plan.loops)
     assert_same(device, host)
+
+
+def example(backend: str, monkeypatch) -> tuple[dict, object]:
+    """``examples/reinforce.py`` with 3-step returns in tiles of 4 over 16 steps, 4 iterations (the last one
+    learns nothing: its statements of the learner run at no iteration of it): its summary and program."""
+    from tempo.api import compile as compile_mod
+
+    programs, compile_program = [], compile_mod.compile_program
+
+    def kept(*args, **kwargs):
+        programs.append(compile_program(*args, **kwargs))
+        return programs[-1]
+
+    reinforce_py = runpy.run_path(str(ROOT / "examples" / "reinforce.py"), run_name="reinforce")
+    with monkeypatch.context() as patch:
+        patch.setattr(compile_mod, "compile_program", kept)
+        summary = reinforce_py["main"](reinforce_py["Args"](
+            env="tempo/Synthetic-v0", impl="tensor", obs_shape="3,4,4", batch=2, steps=16, iterations=4, nstep=3,
+            tiles=4, backend=backend))
+    return summary, programs[-1]
+
+
+@pytest.mark.slow
+def test_the_example_s_last_iteration_which_learns_nothing_runs_in_the_same_program(monkeypatch):
+    """The example's whole run is one device program: the last iteration, where the learner's tile loops run
+    no statement, is launched with the iterations before it (its tiles' shapes those of every tile), and
+    the returns are the NumPy backend's."""
+    device, program = example("jax", monkeypatch)
+    host, on_host = example("numpy", monkeypatch)
+    np.testing.assert_allclose(device["returns"], host["returns"], rtol=1e-5)
+    assert "over c0 as one device launch" in program.code
+    assert program.ledger.launches * 4 < on_host.ledger.launches

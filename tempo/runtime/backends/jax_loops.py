@@ -23,7 +23,10 @@ in the same iteration or, carried, in a later one) and a step reads them
 whole (``rows``) or one of them (``row``, at an index the host computes per
 iteration), or a tile of them at a time (``sliced``: the rows reshaped into
 one row of ``Z`` rows per tile, where the host checked that the tiles cover
-them in order). Its scan runs over a fixed number
+them in order), or a window of ``n`` rows from each row on (``window``: the
+rows padded with ``n - 1`` rows of zeros and gathered into one row of ``n``
+rows per row, where the host checked that the windows start at the rows in
+order). Its scan runs over a fixed number
 of rows (the key's trip count: the longest launch) and skips the rows past
 the launch's trip count under ``lax.cond``, so that launches of fewer
 iterations share its one compile; the carry (parameters, optimizer state)
