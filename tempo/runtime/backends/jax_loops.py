@@ -31,8 +31,9 @@ of rows (the key's trip count: the longest launch) and skips the rows past
 the launch's trip count under ``lax.cond``, so that launches of fewer
 iterations share its one compile; the carry (parameters, optimizer state)
 is donated to the program. A nested loop of at most :data:`UNROLLED` rows
-that reads rows of a value the same at every iteration of the enclosing loop
-(the layers' weights, ``w[l]``) is unrolled instead, each row passed to the
+that reads rows of a value the same at every iteration of the enclosing loop,
+one row at a time (the layers' weights, ``w[l]``; not a tile of rows, which a
+learner's loop over tiles reads of a constant), is unrolled instead, each row passed to the
 program as an array of its own: a row a scan reads of a stacked value is a
 dynamic slice, which XLA on a CPU copies before a product reads it. The rows
 an unrolled loop writes stay separate arrays (:class:`Rows`), in the values
@@ -152,16 +153,16 @@ class LoopProgram:
         return ring, ys if trips == rows else jax.tree_util.tree_map(lambda y: y[:trips], ys)
 
     def split(self, closed: dict) -> dict:
-        """``closed`` with the rows a nested loop of at most :data:`UNROLLED` rows reads of a value
-        the same at every iteration (the layers' weights) as separate arrays, kept from launch to
-        launch while the value is the same array."""
+        """``closed`` with the rows a nested loop of at most :data:`UNROLLED` rows reads, one at a time,
+        of a value the same at every iteration (the layers' weights) as separate arrays, kept from launch
+        to launch while the value is the same array."""
         held, self.rows_held = self.rows_held, {}
         out = dict(closed)
         for k in range(len(self.nested)):
             once = closed[f"n{k}"]
             values = {}
             for name, value in once["g"].items():
-                if not 0 < value.shape[0] <= UNROLLED:
+                if not 0 < value.shape[0] <= UNROLLED or _in_tiles(self.nested[k].plan, name):
                     values[name] = value
                     continue
                 kept = held.get(id(value))
@@ -251,6 +252,14 @@ class LoopProgram:
             return jax.tree_util.tree_map(_stacked, ring, is_leaf=_is_rows), ys
 
         return whole_run if self.nested or plan.end is not None else device_loop
+
+
+def _in_tiles(plan: LoopPlan, name: str) -> bool:
+    """Whether the input ``"s.k"`` of ``plan``'s steps is read a tile of rows at a time (a slice that moves
+    with the loop's counter)."""
+    s, k = map(int, name.split("."))
+    index = plan.steps[s].inputs[k].index
+    return any(a.op == "slice" and uses(a, plan.loop.var) for a in index.args)
 
 
 @jax.tree_util.register_pytree_node_class
