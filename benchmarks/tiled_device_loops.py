@@ -3,7 +3,7 @@
 ``examples/reinforce.py`` on ``tempo/Synthetic-v0`` (tensor environments),
 ``--nstep 8 --tiles 16`` (the learner in tiles of 16 steps, gradients
 accumulated; 16 does not divide the default 200 steps, so the last tile is
-partial), on the NumPy and JAX backends, each under two schedules:
+partial), on the NumPy and JAX backends, each under these schedules:
 
 - ``nested``: what the compiler chooses for tiles that free no large rows of
   acting's output while acting goes on (small observations): the loop over
@@ -17,8 +17,13 @@ partial), on the NumPy and JAX backends, each under two schedules:
   tile's), the baseline of ``nested`` where the tiles divide the steps
   (``--steps 192 --tiles 16``): there the loops over tiles run as device
   loops, nested with acting's loop in the loop over iterations, one device
-  program for the whole run (n-step returns' windows, shorter at the end,
-  keep their loop over steps, and so the loop over iterations, on the host).
+  program for the whole run;
+- ``host windows`` (JAX only, n-step returns): the nested loops with no read
+  taken for a padded window (:func:`tempo.plan.device_loops._window`): n-step
+  returns' windows ``r[t:min(t + n, T)]``, shorter at the end, keep their loop
+  over steps, and so the loop over iterations, on the host; the baseline of
+  ``nested`` where the tiles divide the steps (``--steps 192``), where the
+  windows, padded with zeros, let the whole run be one device program.
 
 Each run is a fresh process at one thread (NumPy's BLAS and XLA) and is
 profiled (:meth:`tempo.api.compile.Program.profile`). The example runs
@@ -41,6 +46,8 @@ Prints a table and writes JSON.
     .venv/bin/python benchmarks/tiled_device_loops.py
     .venv/bin/python benchmarks/tiled_device_loops.py --steps 192 --nstep 0 \
         --out docs/results/tiled_device_loops_whole_run.json                      # tiles that divide the steps
+    .venv/bin/python benchmarks/tiled_device_loops.py --steps 192 --nstep 8 \
+        --out docs/results/tiled_device_loops_nstep_whole_run.json                # n-step returns' windows too
     .venv/bin/python benchmarks/tiled_device_loops.py --steps 50 --iterations 3   # a smoke test
 """
 from __future__ import annotations
@@ -70,6 +77,9 @@ def worker(spec: dict, out_path: str) -> None:
     if spec["schedule"] == "host tiles":  # no shape is a tile's: the loops over tiles stay on the host
         from tempo.plan import device_loops
         device_loops._tile_size = lambda size, tiles: None
+    if spec["schedule"] == "host windows":  # no read is a padded window: the loop over t stays on the host
+        from tempo.plan import device_loops
+        device_loops._window = lambda sdg, e, index, var: None
     cpu_at: dict = {}
     time.perf_counter = marking_clock(time.perf_counter, time.process_time, cpu_at)
     point = Point(steps=spec["steps"], envs=spec["batch"], hidden=32, layers=2, obs_shape=spec["obs_shape"])
@@ -110,7 +120,8 @@ def main() -> None:
     print(f"{'backend':>8} {'schedule':>10} {'device loops':>13} {'launches/it':>12} {'in loop':>8} {'host us/it':>11} "
           f"{'wall s/it':>10} {'CPU s/it':>9} {'mean s/it':>10} {'mean CPU':>9} {'last return':>12}")
     for backend in args.backends:
-        for schedule in ("fused", "nested") + (("host tiles",) if backend == "jax" else ()):
+        jax_only = ("host tiles",) + (("host windows",) if args.nstep else ())
+        for schedule in ("fused", "nested") + (jax_only if backend == "jax" else ()):
             row = run({"backend": backend, "schedule": schedule, "steps": args.steps, "batch": args.batch,
                        "iterations": args.iterations, "nstep": args.nstep, "tiles": args.tiles,
                        "obs_shape": args.obs_shape})

@@ -29,7 +29,13 @@ where they are not, the host loop runs the loop.
 A loop over iterations may hold loops (acting's loop over ``t`` inside the
 loop over ``i``): each nested loop that qualifies by itself runs whole at
 every iteration (:class:`Nested`), its inputs found in the enclosing body,
-and a statement after it reads its rows (``x[i, 0:T]``) as one value. Such
+and a statement after it reads its rows (``x[i, 0:T]``) as one value. A
+nested loop may read another's rows in windows that start at its counter and
+are shorter at the end of the rows (n-step returns' ``r[t:min(t + n, T)]``):
+each window is read as ``n`` rows, zeros past the last, where the statement
+reading it computes the same from the padded window
+(:func:`tempo.plan.window_padding.ignores_zero_padding`: a sum or discounted
+sum along it does, a mean or a max does not, and its loop stays on the host). Such
 a loop may also hold sinks and checkpoints (user functions labelled
 ``sink`` or ``checkpoint``): their inputs are kept at every iteration and
 the host calls them after the launch, in order. The whole run over ``i``
@@ -50,14 +56,15 @@ from tempo.ir.ends import is_end
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.ir.shapes import size
+from tempo.plan.window_padding import ignores_zero_padding
 from tempo.schedule import ast
 from tempo.symbolic.affine import counter, uses
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import Expr, bound_name
 from tempo.symbolic.simplify import simplify
 
-CLOSED, GATHERED, LOCAL, CARRIED, ROWS, ROW, STACKED, SLICED = \
-    "closed", "gathered", "local", "carried", "rows", "row", "stacked", "sliced"
+CLOSED, GATHERED, LOCAL, CARRIED, ROWS, ROW, STACKED, SLICED, WINDOW = \
+    "closed", "gathered", "local", "carried", "rows", "row", "stacked", "sliced", "window"
 DEFERRED_LABELS = ("sink", "checkpoint")  # user functions a device loop calls after its launch
 
 
@@ -70,7 +77,8 @@ class Source:
     the point ``index``), or, for a nested loop, ``stacked`` (the rows another nested loop wrote
     ``shift`` iterations of the enclosing loop earlier, 0: in this one, read row by row) or ``sliced``
     (the rows another nested loop wrote in this iteration, read ``shift`` consecutive rows at a time:
-    a tile's rows)."""
+    a tile's rows) or ``window`` (a window of at most ``shift`` rows from the counter on, ``r[t:min(t + n,
+    T)]``, read as ``shift`` rows, zeros past the last: of another nested loop's rows of this iteration)."""
 
     kind: str
     key: tuple[int, int]
@@ -154,7 +162,8 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
     if len(writers) != len(executes) or any(counts[n] != 1 for n in writers):
         return None
     steps = _steps(sdg, executes, kinds, host, False,
-                   lambda e, index, order, pin: _source(sdg, e, index, loop.var, writers, order, host, pin), loop.var)
+                   lambda e, index, order, pin: _source(sdg, e, index, loop.var, writers, order, host, pin,
+                                                        windows=nested), loop.var)
     if steps is None:
         return None
     ends = [k for k, step in enumerate(steps) if is_end(step.node)]
@@ -194,6 +203,12 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
         inputs = []
         for k, step in enumerate(inner.steps):
             for j, src in enumerate(step.inputs):
+                if src.kind == WINDOW:
+                    window = _window_rows(src, inner_writers.get(src.key[0]), reader, inner_plans)
+                    if window is None:
+                        return None
+                    inputs.append((f"{k}.{j}", window))
+                    continue
                 if src.kind in (GATHERED, CLOSED) and src.key[0] in inner_writers:
                     stacked = _stacked(src, inner_writers[src.key[0]], reader, inner_plans, loop.var, sdg.tiles)
                     if stacked is None:
@@ -283,6 +298,51 @@ def _sliced(src: Source, writer, reader: int, inner_plans: list, var: str, tiles
             _tile_size(size(src.edge.index.args[at].args[1] - src.edge.index.args[at].args[0]), tiles) != rows.value:
         return None  # not consecutive tiles: a window (n-step returns' r[t:t + n]) or a strided read
     return Source(SLICED, src.key, src.index, int(rows.value), src.edge)
+
+
+def _window_rows(src: Source, writer, reader: int, inner_plans: list) -> Source | None:
+    """A nested loop's read of windows (``r[t:min(t + n, T)]``) of the rows nested loop ``writer`` wrote
+    in this iteration (run before it), where the writer's rows are its iterations and each window starts
+    at the reader's counter; None otherwise. That both loops run over the same counters and that each
+    window ends at ``n`` rows or the writer's last row is checked at each launch."""
+    if writer is None:
+        return None
+    k, inner_loop, step = writer
+    rvar = inner_plans[reader][0].var
+    point, index = step.execute.point, src.index.args
+    moving = [m for m, p in enumerate(point) if uses(p, inner_loop.var)]
+    if k >= reader or src.key not in inner_plans[k][2].written_back or len(index) != len(point) or \
+            len(moving) != 1 or [m for m, a in enumerate(index) if a.op == "slice"] != moving:
+        return None
+    at = moving[0]
+    if any(not _is_zero(simplify(a - p)) for m, (a, p) in enumerate(zip(index, point)) if m != at) or \
+            not _is_zero(simplify(point[at] - counter(point[at], inner_loop.var))):
+        return None
+    start = index[at].args[0]
+    if not uses(start, rvar) or not _is_zero(simplify(start - counter(start, rvar))):
+        return None
+    return Source(WINDOW, src.key, src.index, src.shift, src.edge)
+
+
+def _window(sdg: SDG, e: Edge, index: Expr, var: str) -> int | None:
+    """``n`` where ``index`` reads a window ``x[t:min(t + n, X)]`` along the counter ``var`` (``n`` rows,
+    fewer at the end) and ``e``'s reader computes the same from it padded with zeros to ``n`` rows
+    (:func:`tempo.plan.window_padding.ignores_zero_padding`); else None."""
+    slices = [m for m, a in enumerate(index.args) if a.op == "slice"]
+    moving = [m for m in slices if uses(index.args[m], var)]
+    if len(moving) != 1:
+        return None
+    start, stop = index.args[moving[0]].args
+    if not uses(start, var) or stop.op != "min" or len(stop.args) != 2:
+        return None
+    v = counter(start, var)
+    if not _is_zero(simplify(start.substitute({v: v + 1}) - start - 1)):
+        return None
+    ahead = [simplify(x - start) for x in stop.args if uses(x, var)]
+    if len(ahead) != 1 or not ahead[0].is_const or ahead[0].value < 1:
+        return None
+    axis = slices.index(moving[0])
+    return int(ahead[0].value) if ignores_zero_padding(sdg.nodes[e.sink].op, e.sink_in, axis) else None
 
 
 def _rows(e: Edge, index: Expr, writer, nested: list, order: int) -> Source | None:
@@ -435,22 +495,29 @@ def _tile_shaped(shape: tuple, tiles: dict) -> bool:
 
 
 def _shaped_steps(sdg: SDG, steps: list[Step]) -> tuple[int, ...]:
-    """The steps whose own shapes or whose inputs' shapes are a tile's (:func:`_tile_shaped`), not static."""
+    """The steps whose own shapes or whose inputs' shapes are a tile's (:func:`_tile_shaped`), not static
+    (a window read as its ``n`` rows is static)."""
     return tuple(k for k, step in enumerate(steps)
                  if not all(_static(s) for s in step.node.shapes)
-                 or not all(_static(sdg.read_shape(e)) for e in sdg.in_edges(step.node.id)))
+                 or not all(_static(sdg.read_shape(e)) for e, src in zip(sdg.in_edges(step.node.id), step.inputs)
+                            if src.kind != WINDOW))
 
 
-def _source(sdg: SDG, e: Edge, index: Expr, var: str, writers: dict, order: int, host, pin: dict | None = None) \
-        -> Source | None:
+def _source(sdg: SDG, e: Edge, index: Expr, var: str, writers: dict, order: int, host, pin: dict | None = None,
+            windows: bool = False) -> Source | None:
     """Where a statement of the loop at position ``order`` reads ``index`` of ``e``'s source; ``pin``:
-    the counter's only value where the read happens (a merge branch's ``0 == t``)."""
+    the counter's only value where the read happens (a merge branch's ``0 == t``); ``windows``: a window
+    read padded with zeros (:func:`_window`) may be a ``window`` source (of a loop nested in one that
+    finds its rows)."""
     key = (e.src, e.src_out)
     if e.src not in writers:
         if key in host:
             return None
         if not uses(index, var):
             return Source(CLOSED, key, index, edge=e)
+        window = _window(sdg, e, index, var) if windows else None
+        if window is not None:
+            return Source(WINDOW, key, index, window, e)
         if any(a.op == "slice" and uses(simplify(a.args[1] - a.args[0]), var) for a in index.args) and \
                 not _tile_shaped(sdg.read_shape(e), sdg.tiles):
             return None  # a slice whose size changes from iteration to iteration, not as a tile's

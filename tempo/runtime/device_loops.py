@@ -26,7 +26,9 @@ values, those the same at every iteration read once per launch); a
 statement after it reads its rows only where they cover the slice it reads,
 or one row only where the loop ran it, and a nested loop reads another's
 rows row by row only where both run over the same counters, or a tile of
-``Z`` rows at a time only where its tiles cover the other's rows in order.
+``Z`` rows at a time only where its tiles cover the other's rows in order,
+or a window of ``n`` rows from its counter on only where both run over the
+same consecutive counters and each window ends at ``n`` rows or the last.
 A loop whose plan lists steps of a tile's shape (:attr:`LoopPlan.shaped`)
 runs a launch only where those shapes are one at every iteration with the
 run's bounds (each tile ``Z`` rows: ``Z`` divides the dim); otherwise the
@@ -75,8 +77,8 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge
-from tempo.plan.device_loops import (CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, LoopPlan,
-                                     Source, row_major)
+from tempo.plan.device_loops import (CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW,
+                                     LoopPlan, Source, row_major)
 from tempo.runtime.launches import (Later, Launch, Launches, Reads, Unsliced, first_rows, nbytes, one_view,
                                     resolve)
 from tempo.runtime.memory import BudgetExceeded
@@ -132,9 +134,12 @@ class DeviceLoop:
         self.row_reads = {(s, k): (compile_expr(src.index.args[src.shift]), owner[src.key[0]],
                                    self.nested[owner[src.key[0]]].writer[src.key])
                           for s, step in enumerate(plan.steps) for k, src in enumerate(step.inputs) if src.kind == ROW}
-        self.stacked_from = [{owner[src.key[0]] for _, src in n.inputs if src.kind == STACKED} for n in plan.nested]
+        self.stacked_from = [{owner[src.key[0]] for _, src in n.inputs if src.kind in (STACKED, WINDOW)}
+                             for n in plan.nested]
         self.tiles = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
                        for _, src in n.inputs if src.kind == SLICED] for n in plan.nested]
+        self.windows = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
+                         for _, src in n.inputs if src.kind == WINDOW] for n in plan.nested]
         self.shapes = {s: _sizes(sdg, step) for s, step in enumerate(plan.steps) if s in plan.shaped}
         self.shaped_by = {s: _shaped_by(sdg, plan.steps[s], compiled.sized_by(s), var) for s in self.shapes}
         self.shape_checks: dict[tuple, tuple | None] = {}  # what _one_shape found, by what it depends on
@@ -498,7 +503,7 @@ class DeviceLoop:
         enclosing loop too, its initial carry) and its per-iteration values of every enclosing iteration
         (stacked); None where the iterations differ in what compiles."""
         loop = self.nested[k]
-        provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED, SLICED)}
+        provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED, SLICED, WINDOW)}
         per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
         writers = {self.nested[w] for w in self.stacked_from[k]}
         keys, once, stacked, first = set(), None, [], None
@@ -506,7 +511,7 @@ class DeviceLoop:
         for e in envs:
             counters, runs, sels = loop._schedule(e)
             if not counters or any(w._schedule(e)[0] != counters for w in writers) or \
-                    not self._tiled(k, e, loop.var, counters):
+                    not self._tiled(k, e, loop.var, counters) or not self._windowed(k, e, loop.var, counters):
                 return None
             wanted = {name: _wanted(runs, sels, name) for name in self.invariant[k]}
             first = first or wanted
@@ -530,8 +535,9 @@ class DeviceLoop:
 
     def _one_shape(self, s: int, env: dict, envs: list[dict], ran) -> tuple | None:
         """Step ``s``'s shapes and static sizes, those of a tile (:attr:`LoopPlan.shaped`), where they are
-        one at every iteration where it runs; else None (a partial last tile)."""
-        running = [e for e, r in zip(envs, ran) if r]
+        one at every iteration where it runs (at every iteration where it runs at none: the launch traces
+        it all the same, in the same program as where it runs); else None (a partial last tile)."""
+        running = [e for e, r in zip(envs, ran) if r] or list(envs)
         key = (s, tuple(env.get(n) for n in self.shaped_by[s]), tuple(e[self.var] for e in running))
         if key not in self.shape_checks:
             self.shape_checks[key] = self._shape_of(s, env, running)
@@ -544,7 +550,7 @@ class DeviceLoop:
             seen.add((tuple(f(dims) for f in self.shapes[s]), self.compiled.static_sizes(s, dims)))
             if len(seen) > 1:
                 return None
-        return seen.pop() if seen else ()
+        return seen.pop()
 
     def _tiled(self, k: int, env: dict, var: str, counters: list) -> bool:
         """Whether nested loop ``k``'s tile reads (``sliced``) of another nested loop's rows, over
@@ -556,6 +562,19 @@ class DeviceLoop:
                     any((x.start, x.stop, x.step) != (wrote[rows * n], wrote[rows * n] + rows, None)
                         for n, x in enumerate(slices)) or wrote != list(range(wrote[0], wrote[0] + len(wrote))):
                 return False
+        return True
+
+    def _windowed(self, k: int, env: dict, var: str, counters: list) -> bool:
+        """Whether nested loop ``k``'s window reads (``window``) of another nested loop's rows, over
+        ``counters`` (the writer's too), read ``n`` rows from each counter on, fewer only at the last row."""
+        for writer, stop, n in self.windows[k]:
+            if counters != list(range(counters[0], counters[0] + len(counters))):
+                return False
+            end = counters[-1] + 1
+            for c in counters:
+                x = stop(dict(env, **{var: c}))
+                if (x.start, x.stop, x.step) != (c, min(c + n, end), None):
+                    return False
         return True
 
     def _row_positions(self, envs: list[dict], runs) -> dict | None:

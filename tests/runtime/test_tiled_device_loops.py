@@ -19,9 +19,9 @@ ITERATIONS = 3  # the bounds of tests.schedule.test_tiled_nesting.reinforce
                                                   pytest.param(3, 4, 8, marks=pytest.mark.slow)])
 def test_acting_in_a_tiled_program_runs_as_one_device_program(nstep, tiles, steps):
     """Tiles of 4 steps, 10 steps (the last tile partial), or 8 with n-step returns (their windows
-    ``r[t:min(t + 3, T)]`` shorter at the end): acting's loop is a device loop, the values are the
-    NumPy backend's, and the run launches a program fewer per step than the NumPy backend's host
-    loops of the same schedule."""
+    ``r[t:min(t + 3, T)]`` shorter at the end, read padded: tests/runtime/test_nstep_device_loops.py):
+    acting's loop is a device loop, the values are the NumPy backend's, and the run launches a program
+    fewer per step than the NumPy backend's host loops of the same schedule."""
     device, program = reinforce(nstep, tiles, steps, backend="jax")
     host, on_host = reinforce(nstep, tiles, steps)
     acting = acting_loops(program)[-1]

@@ -14,11 +14,13 @@ from tempo.schedule import ast
 from tempo.transforms import tile
 
 
-def reinforce(nstep: int, tiles: int, steps: int, obs=(3, 4, 4), backend: str = "numpy", runs=None):
+def reinforce(nstep: int, tiles: int | None, steps: int, obs=(3, 4, 4), backend: str = "numpy", runs=None,
+              returns=lambda window: window.discounted_sum(0.99)):
     """REINFORCE on tensor environments with n-step returns (0: Monte-Carlo), the learner in tiles of
-    ``tiles`` steps, and sinks of each iteration's rewards (tiled too) and optimizer state; returns the
-    values the sinks saw, and the program. ``runs``: the steps of each run of the one program compiled
-    (default: ``steps``), which then returns each run's values and launches."""
+    ``tiles`` steps (None: the tiles the compiler chooses), and sinks of each iteration's rewards (tiled
+    too) and optimizer state; returns the values the sinks saw, and the program. ``runs``: the steps of
+    each run of the one program compiled (default: ``steps``), which then returns each run's values and
+    launches; ``returns``: each step's return from its window of rewards."""
     reported = []
     with tpo.Context(seed=0) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
@@ -29,7 +31,7 @@ def reinforce(nstep: int, tiles: int, steps: int, obs=(3, 4, 4), backend: str = 
         dist = tpo.nn.Categorical(logits=policy(o.reshape(env.obs_size)))
         a = dist.sample()
         o[b, i, t + 1], r, d = env.step(a)
-        g = r[b, i, t:T if nstep == 0 else tpo.min(t + nstep, T)].discounted_sum(0.99)
+        g = returns(r[b, i, t:T if nstep == 0 else tpo.min(t + nstep, T)])
         loss = -(dist.log_prob(a) * g * tpo.rl.alive(d))[0:B, i, 0:T].mean()
         loss.backward()
         adam = tpo.optim.Adam(policy.parameters(), lr=0.01)
@@ -37,7 +39,7 @@ def reinforce(nstep: int, tiles: int, steps: int, obs=(3, 4, 4), backend: str = 
         for n, x in enumerate((r[0:B, i, 0:T].sum(), next(iter(adam.state_dict().values())).sum())):
             tpo.sink(x, lambda value, point, n=n: reported.append((n, point["i"], np.array(value))))
         program = compile_program(ctx, [], backend=backend, bounds={B: 2, I: 3, T: steps},
-                                  passes={"tile": tile.Config(tiles={"t": tiles})})
+                                  passes=None if tiles is None else {"tile": tile.Config(tiles={"t": tiles})})
         each = []
         for n in runs or (steps,):
             reported.clear()

@@ -23,13 +23,17 @@ in the same iteration or, carried, in a later one) and a step reads them
 whole (``rows``) or one of them (``row``, at an index the host computes per
 iteration), or a tile of them at a time (``sliced``: the rows reshaped into
 one row of ``Z`` rows per tile, where the host checked that the tiles cover
-them in order). Its scan runs over a fixed number
+them in order), or a window of ``n`` rows from each row on (``window``: the
+rows padded with ``n - 1`` rows of zeros and gathered into one row of ``n``
+rows per row, where the host checked that the windows start at the rows in
+order). Its scan runs over a fixed number
 of rows (the key's trip count: the longest launch) and skips the rows past
 the launch's trip count under ``lax.cond``, so that launches of fewer
 iterations share its one compile; the carry (parameters, optimizer state)
 is donated to the program. A nested loop of at most :data:`UNROLLED` rows
-that reads rows of a value the same at every iteration of the enclosing loop
-(the layers' weights, ``w[l]``) is unrolled instead, each row passed to the
+that reads rows of a value the same at every iteration of the enclosing loop,
+one row at a time (the layers' weights, ``w[l]``; not a tile of rows, which a
+learner's loop over tiles reads of a constant), is unrolled instead, each row passed to the
 program as an array of its own: a row a scan reads of a stacked value is a
 dynamic slice, which XLA on a CPU copies before a product reads it. The rows
 an unrolled loop writes stay separate arrays (:class:`Rows`), in the values
@@ -65,7 +69,7 @@ from tempo.errors import TempoError
 from tempo.ir import ops
 import numpy as np
 
-from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, LoopPlan
+from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
 from tempo.runtime.backends.jax import Island, _index_form, _row
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
@@ -149,16 +153,16 @@ class LoopProgram:
         return ring, ys if trips == rows else jax.tree_util.tree_map(lambda y: y[:trips], ys)
 
     def split(self, closed: dict) -> dict:
-        """``closed`` with the rows a nested loop of at most :data:`UNROLLED` rows reads of a value
-        the same at every iteration (the layers' weights) as separate arrays, kept from launch to
-        launch while the value is the same array."""
+        """``closed`` with the rows a nested loop of at most :data:`UNROLLED` rows reads, one at a time,
+        of a value the same at every iteration (the layers' weights) as separate arrays, kept from launch
+        to launch while the value is the same array."""
         held, self.rows_held = self.rows_held, {}
         out = dict(closed)
         for k in range(len(self.nested)):
             once = closed[f"n{k}"]
             values = {}
             for name, value in once["g"].items():
-                if not 0 < value.shape[0] <= UNROLLED:
+                if not 0 < value.shape[0] <= UNROLLED or _in_tiles(self.nested[k].plan, name):
                     values[name] = value
                     continue
                 kept = held.get(id(value))
@@ -250,6 +254,14 @@ class LoopProgram:
         return whole_run if self.nested or plan.end is not None else device_loop
 
 
+def _in_tiles(plan: LoopPlan, name: str) -> bool:
+    """Whether the input ``"s.k"`` of ``plan``'s steps is read a tile of rows at a time (a slice that moves
+    with the loop's counter)."""
+    s, k = map(int, name.split("."))
+    index = plan.steps[s].inputs[k].index
+    return any(a.op == "slice" and uses(a, plan.loop.var) for a in index.args)
+
+
 @jax.tree_util.register_pytree_node_class
 class Rows:
     """The rows of a value as separate arrays (:meth:`LoopProgram.split`); ``rows[k]`` is row ``k``."""
@@ -324,9 +336,17 @@ def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, valu
         elif src.kind == SLICED:  # a tile of `shift` rows per iteration (rows kept apart stacked first)
             value = _stacked(values[src.key])
             rows[name] = value.reshape((value.shape[0] // src.shift, src.shift) + value.shape[1:])
+        elif src.kind == WINDOW:  # per row, the `shift` rows from it on, zeros past the last
+            rows[name] = _windows(_stacked(values[src.key]), src.shift)
     _, ys = inner(given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
     for key, rows in zip(nested.plan.written_back, ys):
         values[key] = rows
+
+
+def _windows(value, n: int):
+    """``(rows, n, ...)``: at row ``k``, rows ``k`` to ``k + n - 1`` of ``value``, zeros past its last row."""
+    padded = jnp.concatenate([value, jnp.zeros((n - 1,) + value.shape[1:], value.dtype)])
+    return padded[jnp.arange(value.shape[0])[:, None] + jnp.arange(n)[None, :]]
 
 
 def _padded(a, rows: int):
@@ -341,7 +361,7 @@ def _padded(a, rows: int):
 def _input(src, name: str, closed: dict, x: dict, values: dict, ring: dict):
     if src.kind == CLOSED:
         return closed[name]
-    if src.kind == GATHERED:
+    if src.kind in (GATHERED, WINDOW):
         return x["g"][name]
     if src.kind == LOCAL:
         return values[src.key]
