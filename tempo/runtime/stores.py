@@ -159,10 +159,14 @@ class PointStore:
 def free_below(stores: tuple, axis: int, live) -> None:
     """``store.free_below(axis, live)`` for each of ``stores`` (the generated code's one call after an
     iteration of the main loop for the stores freed below the same floor): the tensors of point
-    stores that hold nothing evicted are popped here and dropped from their ledger in one call."""
+    stores that hold nothing evicted are popped here and dropped from their ledger in one call,
+    before any other store frees (the ledger sees the frees in the stores' order)."""
     dead, ledger = [], None
     for store in stores:
         if store.__class__ is not PointStore or store.on_host:
+            if dead:
+                ledger.drop_each(dead)
+                dead = []
             store.free_below(axis, live)
             continue
         data = store.data

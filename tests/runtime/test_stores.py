@@ -152,20 +152,25 @@ def test_one_free_below_call_drops_from_each_stores_own_ledger():
 
 
 def test_a_free_below_call_counts_as_the_frees_of_each_point_one_by_one():
-    """The ledger's bytes, peak and timeline are those of the same points freed by free_point."""
+    """The ledger's bytes, peak and timeline are those of the same points freed by free_point, a
+    block store among them freeing in its turn."""
     ledgers = []
     for batched in (True, False):
         ledger = Ledger()
         stores = [PointStore(f"s{k}", NP, "float64", lambda: (2,), ledger) for k in range(3)]
+        stores.insert(1, BlockStore("b", NP, "float64", (3000,), 1, ledger))
         for step in range(40):
             ledger.launches += 1
             for k, store in enumerate(stores):
-                store.write((step,), np.full(1000 * (k + 1) * (step % 5 + 1), float(step)))
+                size = 3000 if store.kind == "block" else 1000 * (k + 1) * (step % 5 + 1)
+                store.write((step, 0) if store.kind == "block" else (step,), np.full(size, float(step)))
             if batched:
                 free_below(tuple(stores), 0, step)
             else:
                 for store in stores:
-                    for point in [p for p in store.data if p[0] < step]:
+                    if store.kind == "block":
+                        store.free_below(0, step)
+                    for point in [p for p in getattr(store, "data", ()) if p[0] < step]:
                         store.free_point(point)
         ledgers.append(ledger)
     assert ledgers[0].live == ledgers[1].live and ledgers[0].peak == ledgers[1].peak
