@@ -11,7 +11,8 @@ tier (``"device"``; ``"host"`` for what a swap plan moved out) and per
 store, the peak and which stores held it (taken again whenever the peak grows by
 0.5%), and a timeline: the live bytes whenever they moved by 0.5% of the
 peak, at most :data:`TIMELINE_SAMPLES` of them (a long run's is halved as it goes, keeping
-the higher sample of each pair). ``program.memory_report()`` prints it after a run and
+the higher sample of each pair, and each halving doubles the move that takes a sample, so a
+long run samples about as finely as its timeline keeps). ``program.memory_report()`` prints it after a run and
 ``program.plot_memory(path)`` draws the timeline.
 
 With a device budget (``memory={"device_budget": "2GB"}``), the schedule
@@ -78,6 +79,7 @@ class Ledger:
     _held: dict = field(default_factory=dict)  # id(tensor) -> [point stores holding it, bytes, tensor, first store]
     _snapshot_above: int = 0  # the device peak that takes a new snapshot of the holders
     _band: tuple[int, int] = (0, 0)  # total live bytes outside this band take a timeline sample
+    _coarser: int = 1  # the band's width in RESOLUTIONs of the peak: doubled by each halving of the timeline
     _rise: int = 0  # device bytes above which a move reaches the peak, the budget or the band's top
     _fall: int = 0  # device bytes below which a move leaves the band at its bottom
 
@@ -125,6 +127,24 @@ class Ledger:
         if live < self._fall:
             self._moved("device", -nbytes)
 
+    def drop_each(self, tensors) -> None:
+        """:meth:`drop` of each of ``tensors``, in order, in one call (the points a store frees at once)."""
+        held, by_store, live_bytes = self._held, self.by_store, self.live
+        for tensor in tensors:
+            entry = held.get(id(tensor))
+            if entry is None or entry[2] is not tensor:
+                continue
+            entry[0] -= 1
+            if entry[0]:
+                continue
+            del held[id(tensor)]
+            nbytes = entry[1]
+            live = live_bytes["device"] - nbytes
+            live_bytes["device"] = live
+            by_store[entry[3]] -= nbytes
+            if live < self._fall:
+                self._moved("device", -nbytes)
+
     def _moved(self, tier: str, nbytes: int) -> None:
         """``nbytes`` just moved in ``tier``: hold the budget, raise the peak (and take its holders), take a
         timeline sample where the live bytes left the band; then the device bytes that call again."""
@@ -150,7 +170,8 @@ class Ledger:
         self.timeline.append((self.launches, self.live["device"], self.live["host"]))
         if len(self.timeline) > TIMELINE_SAMPLES:  # a long run's timeline stays bounded, its highs kept
             self.timeline = halved(self.timeline)
-        step = int(RESOLUTION * max(self.peak["device"], 1 << 20))
+            self._coarser *= 2
+        step = int(RESOLUTION * self._coarser * max(self.peak["device"], 1 << 20))
         self._band = (total - step, total + step)
 
     def report(self, top: int = 8) -> str:

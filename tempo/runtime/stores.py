@@ -125,20 +125,11 @@ class PointStore:
 
     def free_below(self, axis: int, live) -> None:
         """Drop every point whose coordinate along ``axis`` is below ``live``."""
-        data = self.data
-        if len(data) == 1:  # the common case (a tensor over the main loop's dim): no list of points
-            for point in data:
-                break
-            dead = (point,) if point[axis] < live else ()
-        else:
-            dead = [p for p in data if p[axis] < live]
         if self.on_host:
-            for point in dead:
+            for point in [p for p in self.data if p[axis] < live]:
                 self.free_point(point)
         else:  # nothing evicted: free_point's work without its call
-            drop = self.ledger.drop
-            for point in dead:
-                drop(data.pop(point))
+            self.ledger.drop_each(_popped_below(self.data, axis, live))
 
     def free_point(self, point: tuple) -> None:
         """Drop the tensor at ``point`` (no later statement reads it)."""
@@ -167,11 +158,44 @@ class PointStore:
 
 def free_below(stores: tuple, axis: int, live) -> None:
     """``store.free_below(axis, live)`` for each of ``stores`` (the generated code's one call after an
-    iteration of the main loop for the stores freed below the same floor); a point store that holds
-    nothing is passed over without the call."""
+    iteration of the main loop for the stores freed below the same floor): the tensors of point
+    stores that hold nothing evicted are popped here and dropped from their ledger in one call,
+    before any other store frees (the ledger sees the frees in the stores' order)."""
+    dead, ledger = [], None
     for store in stores:
-        if store.__class__ is not PointStore or store.data:
+        if store.__class__ is not PointStore or store.on_host:
+            if dead:
+                ledger.drop_each(dead)
+                dead = []
             store.free_below(axis, live)
+            continue
+        data = store.data
+        if not data:
+            continue
+        if store.ledger is not ledger:
+            if dead:
+                ledger.drop_each(dead)
+                dead = []
+            ledger = store.ledger
+        if len(data) == 1:  # _popped_below's work without its call; its common case without a list
+            for point in data:
+                if point[axis] < live:
+                    dead.append(data.pop(point))
+                break
+        else:
+            for point in [p for p in data if p[axis] < live]:
+                dead.append(data.pop(point))
+    if dead:
+        ledger.drop_each(dead)
+
+
+def _popped_below(data: dict, axis: int, live) -> list:
+    """The tensors of ``data`` whose point's coordinate along ``axis`` is below ``live``, popped
+    from it in its order."""
+    if len(data) == 1:  # the common case (a tensor over the main loop's dim): no list of points
+        for point in data:
+            return [data.pop(point)] if point[axis] < live else []
+    return [data.pop(p) for p in [p for p in data if p[axis] < live]]
 
 
 class _BufferStore:

@@ -74,6 +74,20 @@ def test_a_long_runs_timeline_stays_bounded_and_keeps_its_highs(monkeypatch):
     assert [launch for launch, _, _ in ledger.timeline] == sorted(launch for launch, _, _ in ledger.timeline)
 
 
+def test_each_halving_of_the_timeline_doubles_the_move_that_takes_a_sample(monkeypatch):
+    """Moves of 1.5% of the peak each take a sample until the timeline is halved twice; then the band
+    (4 x 0.5% of the peak each side) holds them, and the timeline stops growing."""
+    monkeypatch.setattr(memory, "TIMELINE_SAMPLES", 16)
+    ledger = Ledger()
+    ledger.add("weights", 100 << 20)
+    for _ in range(200):
+        ledger.launches += 1
+        ledger.add("rollout", 3 << 19)
+        ledger.add("rollout", -(3 << 19))
+    assert ledger._coarser == 4 and len(ledger.timeline) <= 16
+    assert ledger.peak["device"] == (100 << 20) + (3 << 19) and max(d for _, d, _ in ledger.timeline) == ledger.peak["device"]
+
+
 def test_halving_keeps_the_larger_of_each_pair_and_an_odd_last_sample():
     samples = [(0, 5, 0), (1, 9, 0), (2, 3, 1), (3, 1, 0), (4, 7, 0)]
     assert memory.halved(samples) == [(1, 9, 0), (2, 3, 1), (4, 7, 0)]

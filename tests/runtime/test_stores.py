@@ -139,6 +139,44 @@ def test_one_free_below_call_frees_each_store_below_the_floor_and_counts_what_it
     assert not one.data and not many.data and ledger.live["device"] == 4 * 16
 
 
+def test_one_free_below_call_drops_from_each_stores_own_ledger():
+    first, second = Ledger(), Ledger()
+    a, b, c = (PointStore(name, NP, "float64", lambda: (2,), ledger)
+               for name, ledger in (("a", first), ("b", second), ("c", first)))
+    for k, store in enumerate((a, b, c)):
+        store.write((0,), _value(k))
+        store.write((1,), _value(k + 3))
+    free_below((a, b, c), 0, 1)
+    assert first.live["device"] == 2 * 16 and second.live["device"] == 16
+    assert first.by_store == {"a": 16, "c": 16} and second.by_store == {"b": 16}
+
+
+def test_a_free_below_call_counts_as_the_frees_of_each_point_one_by_one():
+    """The ledger's bytes, peak and timeline are those of the same points freed by free_point, a
+    block store among them freeing in its turn."""
+    ledgers = []
+    for batched in (True, False):
+        ledger = Ledger()
+        stores = [PointStore(f"s{k}", NP, "float64", lambda: (2,), ledger) for k in range(3)]
+        stores.insert(1, BlockStore("b", NP, "float64", (3000,), 1, ledger))
+        for step in range(40):
+            ledger.launches += 1
+            for k, store in enumerate(stores):
+                size = 3000 if store.kind == "block" else 1000 * (k + 1) * (step % 5 + 1)
+                store.write((step, 0) if store.kind == "block" else (step,), np.full(size, float(step)))
+            if batched:
+                free_below(tuple(stores), 0, step)
+            else:
+                for store in stores:
+                    if store.kind == "block":
+                        store.free_below(0, step)
+                    for point in [p for p in getattr(store, "data", ()) if p[0] < step]:
+                        store.free_point(point)
+        ledgers.append(ledger)
+    assert ledgers[0].live == ledgers[1].live and ledgers[0].peak == ledgers[1].peak
+    assert ledgers[0].timeline == ledgers[1].timeline and ledgers[0].by_store == ledgers[1].by_store
+
+
 def test_aligned_blocks_have_their_own_buffers_and_free_whole():
     store = _block(length=4)
     assert sorted(store.blocks) == [(0, 0), (0, 1), (1, 0), (1, 1)]
