@@ -6,7 +6,7 @@ import gguf
 import numpy as np
 import pytest
 from gguf import quants as gguf_quants
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tempo as tpo
@@ -33,6 +33,7 @@ def quantized(type_name: str, layers: int, out: int, inputs: int, seed: int = 0)
 @settings(max_examples=30, deadline=None)
 @given(type_name=st.sampled_from(TYPES), out=st.integers(1, 600), blocks=st.integers(1, 6),
        lead=st.lists(st.integers(1, 5), min_size=1, max_size=3), layer=st.integers(0, 1))
+@example(type_name="Q4_0", out=1, blocks=5, lead=[1], layer=0)  # one output, its terms cancelling
 def test_quantised_product_equals_the_dequantised_float32_one(type_name, out, blocks, lead, layer):
     """Any output count (the last panel shorter), input size, leading axes and layer, by NumPy's
     panels and by the native kernels; the stored form holds gguf's own dequantisation of the
@@ -43,11 +44,12 @@ def test_quantised_product_equals_the_dequantised_float32_one(type_name, out, bl
     np.testing.assert_allclose(matrices.dequantize(layer), weights, rtol=1e-6, atol=1e-6 * np.abs(weights).max())
     x = np.random.default_rng(1).standard_normal((*lead, inputs)).astype(np.float32)
     expected = x @ weights.T
+    scale = np.abs(x) @ np.abs(weights).T  # a float32 sum's rounding grows with its terms, not with the sum
     products = [matrices.panel_matmul] + ([matrices.native_matmul] if native.kernels() is not None else [])
     for product in products:
         got = product(x, layer)
         assert got.shape == (*lead, out) and got.dtype == np.float32
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+        np.testing.assert_array_less(np.abs(got - expected), 1e-5 * scale + 1e-30)
 
 
 @pytest.mark.parametrize("type_name", TYPES)
