@@ -45,8 +45,10 @@ prefill as one chunk of the whole prompt (0) and in chunks of 256 positions
 the chunks up to it: on NumPy, BLAS products around the native softmax of
 ``tempo/runtime/backends/numpy_attention.c``, or NumPy ops where it is not
 built: ``attention_kernel`` in the JSON), with each process's peak RSS, the
-compile time and the compiled program's nodes (the decoding runs report their
-peak RSS too, ``peak_rss_mb`` in the JSON's ``raw``). ``--tempo-from DIR`` runs the
+compile time and the compiled program's nodes; ``rss_mb`` in the JSON: the
+resident memory after importing Tempo, loading the model, building the
+program, compiling it and running it (the decoding runs report their peak
+RSS too, ``peak_rss_mb`` in the JSON's ``raw``). ``--tempo-from DIR`` runs the
 Tempo of another checkout (a worktree of an earlier commit) with this script,
 for a before/after comparison in one sitting (``tempo_commit`` in the JSON). K-quant files (``--types Q4_K Q6_K``)
 hold the matrices whose rows are not a multiple of 256 in another type
@@ -241,6 +243,12 @@ def decode_transformers(path: str, lengths: list[int], last: int, batch: int = 1
             "peak_rss_mb": peak_rss_mb()}
 
 
+def rss_mb() -> float:
+    """The process's resident memory now, in MB (``VmRSS``: its mapped file pages included)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1e3
+
+
 def peak_rss_mb() -> float:
     """The process's peak resident memory so far, in MB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
@@ -296,19 +304,25 @@ def first_token_tempo(path: str, quantized: bool, length: int, chunk: int) -> di
     from tempo.llm.sampling import Sampling
     from tempo.runtime.backends import numpy_attention
 
+    stages = {"imported": rss_mb()}
     model = tpo.llm.Llama.from_pretrained(path, quantized=quantized)
+    stages["loaded"] = rss_mb()
     prompt = np.random.default_rng(0).integers(0, SIZE["vocab"], (1, length))
     with tpo.Context() as ctx:
         dp = program_mod.build(model.config, model.weights, prompt, model.default_attention(), Sampling(),
                                prefill_chunk=chunk or length)
+        stages["built"] = rss_mb()
         started, started_cpu = time.perf_counter(), time.process_time()
         program = ctx.compile(fetch=[dp.tokens])
         compile_s, compile_cpu_s = time.perf_counter() - started, time.process_time() - started_cpu
+    stages["compiled"] = rss_mb()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cpu, wall = time.process_time(), time.perf_counter()
     program.run(dp.bounds(SIZE["layers"], 1))
+    stages["ran"] = rss_mb()
     return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "compile_s": compile_s,
-            "compile_cpu_s": compile_cpu_s,
+            "compile_cpu_s": compile_cpu_s, "rss_mb": stages,
+            "imports_torch": "torch" in sys.modules, "imports_transformers": "transformers" in sys.modules,
             "chunk": chunk, "nodes": len(program.sdg.nodes), "peak_rss_mb": peak_rss_mb(),
             "rss_before_run_mb": before / 1e3, "attention_kernel": numpy_attention.unavailable() or "native"}
 
