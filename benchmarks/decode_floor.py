@@ -45,7 +45,10 @@ prefill as one chunk of the whole prompt (0) and in chunks of 256 positions
 the chunks up to it: on NumPy, BLAS products around the native softmax of
 ``tempo/runtime/backends/numpy_attention.c``, or NumPy ops where it is not
 built: ``attention_kernel`` in the JSON), with each process's peak RSS, the
-compile time and the compiled program's nodes. ``--tempo-from DIR`` runs the
+compile time and the compiled program's nodes; ``rss_mb`` in the JSON: the
+resident memory after importing Tempo, loading the model, building the
+program, compiling it and running it (the decoding runs report their peak
+RSS too, ``peak_rss_mb`` in the JSON's ``raw``). ``--tempo-from DIR`` runs the
 Tempo of another checkout (a worktree of an earlier commit) with this script,
 for a before/after comparison in one sitting (``tempo_commit`` in the JSON). K-quant files (``--types Q4_K Q6_K``)
 hold the matrices whose rows are not a multiple of 256 in another type
@@ -215,7 +218,7 @@ def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, batc
                    on_token=lambda tokens, p: stamps.__setitem__(p, (time.perf_counter(), time.process_time(),
                                                                      *clocks.values())))
     return {"rows": _between(stamps, lengths, last, tuple(clocks) if profile else ()),
-            "weight_bytes": model.weights.bytes_per_token(), "kv_element": 4}
+            "weight_bytes": model.weights.bytes_per_token(), "kv_element": 4, "peak_rss_mb": peak_rss_mb()}
 
 
 def decode_transformers(path: str, lengths: list[int], last: int, batch: int = 1) -> dict:
@@ -236,7 +239,19 @@ def decode_transformers(path: str, lengths: list[int], last: int, batch: int = 1
     embed = model.model.embed_tokens.weight
     if model.lm_head.weight is not embed:                      # the lookup reads one row of the embedding
         weights -= embed.nbytes - embed[0].nbytes
-    return {"rows": _between(stamps, lengths, last), "weight_bytes": int(weights), "kv_element": 4}
+    return {"rows": _between(stamps, lengths, last), "weight_bytes": int(weights), "kv_element": 4,
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def rss_mb() -> float:
+    """The process's resident memory now, in MB (``VmRSS``: its mapped file pages included)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1e3
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory so far, in MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
 
 
 def first_tokens(batch: int) -> np.ndarray:
@@ -289,20 +304,26 @@ def first_token_tempo(path: str, quantized: bool, length: int, chunk: int) -> di
     from tempo.llm.sampling import Sampling
     from tempo.runtime.backends import numpy_attention
 
+    stages = {"imported": rss_mb()}
     model = tpo.llm.Llama.from_pretrained(path, quantized=quantized)
+    stages["loaded"] = rss_mb()
     prompt = np.random.default_rng(0).integers(0, SIZE["vocab"], (1, length))
     with tpo.Context() as ctx:
         dp = program_mod.build(model.config, model.weights, prompt, model.default_attention(), Sampling(),
                                prefill_chunk=chunk or length)
+        stages["built"] = rss_mb()
         started, started_cpu = time.perf_counter(), time.process_time()
         program = ctx.compile(fetch=[dp.tokens])
         compile_s, compile_cpu_s = time.perf_counter() - started, time.process_time() - started_cpu
+    stages["compiled"] = rss_mb()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cpu, wall = time.process_time(), time.perf_counter()
     program.run(dp.bounds(SIZE["layers"], 1))
+    stages["ran"] = rss_mb()
     return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "compile_s": compile_s,
-            "compile_cpu_s": compile_cpu_s,
-            "chunk": chunk, "nodes": len(program.sdg.nodes), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
+            "compile_cpu_s": compile_cpu_s, "rss_mb": stages,
+            "imports_torch": "torch" in sys.modules, "imports_transformers": "transformers" in sys.modules,
+            "chunk": chunk, "nodes": len(program.sdg.nodes), "peak_rss_mb": peak_rss_mb(),
             "rss_before_run_mb": before / 1e3, "attention_kernel": numpy_attention.unavailable() or "native"}
 
 
@@ -318,7 +339,7 @@ def first_token_transformers(path: str, length: int) -> dict:
     with torch.no_grad():
         model(prompt).logits[:, -1].argmax(-1)
     return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3}
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def first_token_llamacpp(path: str, length: int) -> dict:
@@ -442,9 +463,13 @@ def main() -> None:
     for batch in ns.batch if "decode" in ns.parts else []:
         for type_name, path, system in runs:
             out = run_child({"part": "decode", "system": system, "path": path, "lengths": ns.lengths,
-                             "last": ns.last, "batch": batch}, timeout=3600)
+                             "last": ns.last, "batch": batch}, timeout=3600,
+                            tempo_from=ns.tempo_from if system.startswith("tempo") else ROOT)
+            if system.startswith("tempo"):
+                out["tempo_commit"] = checkout_commit(ns.tempo_from)
             results.append({"system": system, "type": type_name, "batch": batch, **out})
-            print(f"decode {system:12s} {type_name} batch {batch}: {out.get('error') or out['rows']}", flush=True)
+            print(f"decode {system:12s} {type_name} batch {batch}: {out.get('error') or out['rows']}, "
+                  f"peak RSS {out.get('peak_rss_mb', 0):.0f} MB", flush=True)
             save()
     if "decode" in ns.parts:
         sizes = sorted({step_bytes(r, n) for r in results if "rows" in r for n in ns.lengths} | {2 ** 31})

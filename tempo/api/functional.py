@@ -22,7 +22,9 @@ RT = RecurrentTensor
 
 # ----- constructors -----
 def from_numpy(array, dims: Sequence[Expr] = ()) -> RT:
-    """A constant RT; the array's leading axes are bound to ``dims``: ``r[t] = array[t]``."""
+    """A constant RT; the array's leading axes are bound to ``dims``: ``r[t] = array[t]``. The
+    program holds a copy of the array, or, where it is read-only and in C order, the array itself
+    (its owner does not write it: e.g. a model's weights, held once)."""
     ctx, site = current(), user_site()
     array = np.asarray(array)
     dims = tuple(dims)
@@ -35,7 +37,9 @@ def from_numpy(array, dims: Sequence[Expr] = ()) -> RT:
                          f"({', '.join(d.name for d in dims)})", site)
     domain = ctx.order(dims)
     array = np.transpose(array, [dims.index(d) for d in domain] + list(range(len(dims), array.ndim)))
-    op = ops.ConstOp(ops.Array(np.array(array, order="C")), len(dims))
+    if array.flags.writeable or not array.flags.c_contiguous:
+        array = np.array(array, order="C")
+    op = ops.ConstOp(ops.Array(array), len(dims))
     node = ctx.sdg.add_node(op, domain, (tuple(array.shape[len(dims):]),), (str(array.dtype),), site)
     return RT(ctx, node)
 

@@ -35,15 +35,21 @@ GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.w
 @dataclass(frozen=True)
 class Tensor:
     """One tensor of a GGUF file: its GGML type name, its shape in NumPy order (rows, columns)
-    and its raw data (float arrays for F32/F16, the bytes (rows, bytes per row) otherwise)."""
+    and its raw data (float arrays for F32/F16, the bytes (rows, bytes per row) otherwise), read
+    from the file only when :meth:`to_float32` is called. ``heads``: the heads of a query or key
+    matrix whose rows are in llama.cpp's rope order (:func:`unpermute_rows`), None otherwise.
+    ``kept``: the matrix stays quantised (its products are computed from ``raw``)."""
 
     type_name: str
     shape: tuple
     raw: np.ndarray
+    heads: int | None = None
+    kept: bool = False
 
     def to_float32(self, source: str) -> np.ndarray:
-        """The tensor's values as float32 in its NumPy shape."""
-        return dequantize(self.raw, self.type_name, self.shape[-1], source).reshape(self.shape)
+        """The tensor's values as float32 in its NumPy shape (rows in the Hugging Face order)."""
+        value = dequantize(self.raw, self.type_name, self.shape[-1], source).reshape(self.shape)
+        return value if self.heads is None else unpermute_rows(value, self.heads)
 
 
 @dataclass(frozen=True)
@@ -127,8 +133,10 @@ def unpermute_rows(w: np.ndarray, heads: int) -> np.ndarray:
 
 
 def hf_tensors(f: GGUFFile, config: LlamaConfig, keep=lambda name, tensor: False) -> dict:
-    """The tensors under their Hugging Face names, queries and keys unpermuted. Each is float32,
-    or, where ``keep(hf_name, tensor)`` holds, the :class:`Tensor` itself (rows unpermuted)."""
+    """The tensors under their Hugging Face names, as :class:`Tensor` s: where ``keep(hf_name,
+    tensor)`` holds, its raw data with the query and key rows unpermuted (a matrix kept quantised);
+    otherwise the file's tensor, dequantised and unpermuted by ``to_float32`` when it is read (one
+    tensor's float32 values at a time, never the whole file's)."""
     out = {}
     for name, tensor in f.tensors.items():
         hf = _hf_name(name)
@@ -138,10 +146,9 @@ def hf_tensors(f: GGUFFile, config: LlamaConfig, keep=lambda name, tensor: False
         heads = config.num_heads if ".attn_q." in name else config.num_kv_heads if ".attn_k." in name else None
         if keep(hf, tensor):
             raw = tensor.raw if heads is None else unpermute_rows(tensor.raw, heads)
-            out[hf] = Tensor(tensor.type_name, tensor.shape, raw)
+            out[hf] = Tensor(tensor.type_name, tensor.shape, raw, kept=True)
             continue
-        value = tensor.to_float32(f"{f.path}: tensor {name!r}")
-        out[hf] = value if heads is None else unpermute_rows(value, heads)
+        out[hf] = Tensor(tensor.type_name, tensor.shape, tensor.raw, heads)
     return out
 
 

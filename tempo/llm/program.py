@@ -35,7 +35,7 @@ from tempo.llm.quantized import QuantizedMatrices
 from tempo.llm.rope import inverse_frequencies, rotate_half_matrix
 from tempo.llm.sampling import Sampling
 from tempo.llm.tiling import Prefix, tiled_attention
-from tempo.llm.weights import Weights
+from tempo.llm.weights import Weights, frozen
 from tempo.nn.functional import silu
 
 
@@ -139,7 +139,7 @@ def layer_weights(weights: Weights, layer) -> dict:
     fused = QuantizedMatrices.concat(parts) if all(isinstance(p, QuantizedMatrices) for p in parts) else None
     if fused is None:
         parts = [p.dequantized_stack() if isinstance(p, QuantizedMatrices) else p for p in parts]
-        fused = np.concatenate(parts, axis=2)
+        fused = frozen(np.concatenate(parts, axis=2))
     stacked["wqkv"] = fused
     gate_up = [stacked[name] for name in ("w_gate", "w_up")]
     if all(isinstance(p, QuantizedMatrices) for p in gate_up) and QuantizedMatrices.concat(gate_up) is not None:

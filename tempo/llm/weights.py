@@ -41,8 +41,12 @@ class Weights:
     layers: dict[str, np.ndarray]
 
     @classmethod
-    def from_tensors(cls, tensors: dict[str, np.ndarray], config: LlamaConfig, source: str = "checkpoint"):
-        """Pick, check and stack the tensors a Llama needs from ``tensors`` (Hugging Face names)."""
+    def from_tensors(cls, tensors: dict, config: LlamaConfig, source: str = "checkpoint"):
+        """Pick, check and stack the tensors a Llama needs from ``tensors`` (Hugging Face names:
+        arrays, memory-mapped or not, or GGUF :class:`Tensor` s). Each float32 array is written
+        once, straight into its stack over the layers (one tensor's values converted at a time),
+        and made read-only, so that a program holds it as it is (``tpo.from_numpy``); a tied
+        output head is the embedding's transpose, not a copy."""
         c = config
 
         def take(name: str, shape: tuple):
@@ -51,32 +55,43 @@ class Weights:
             value = tensors[name]
             if tuple(value.shape) != shape:
                 raise TempoError(f"{source}: tensor {name!r} has shape {tuple(value.shape)}, expected {shape}")
-            if isinstance(value, Tensor):
-                return value
-            return np.array(value, dtype=np.float32)  # a copy: never a view of the mapped file
+            return value
 
-        embed = take("model.embed_tokens.weight", (c.vocab_size, c.hidden_size))
-        if c.tie_word_embeddings and "lm_head.weight" not in tensors:
-            head = embed
-        else:
-            head = take("lm_head.weight", (c.vocab_size, c.hidden_size))
-        if isinstance(embed, Tensor):
-            embed = embed.to_float32(source)                  # the lookup reads rows: no product to compute
-        if isinstance(head, Tensor):
+        def values(name: str, value) -> np.ndarray:
+            return value.to_float32(f"{source}: tensor {name!r}") if isinstance(value, Tensor) else value
+
+        def owned(name: str, value, transpose: bool = False) -> np.ndarray:
+            value = values(name, value)
+            array = np.empty(value.shape[::-1] if transpose else value.shape, np.float32)
+            array[...] = value.T if transpose else value     # a copy: never a view of the mapped file
+            return frozen(array)
+
+        embed_tensor = take("model.embed_tokens.weight", (c.vocab_size, c.hidden_size))
+        tied = c.tie_word_embeddings and "lm_head.weight" not in tensors
+        head = embed_tensor if tied else take("lm_head.weight", (c.vocab_size, c.hidden_size))
+        embed = owned("model.embed_tokens.weight", embed_tensor)  # the lookup reads rows: no product to compute
+        if isinstance(head, Tensor) and head.kept:
             head = QuantizedMatrices.from_raw(head.type_name, [head.raw], c.vocab_size, c.hidden_size)
+        elif tied:
+            head = embed.T                                      # (D, V): the embedding's bytes, read transposed
         else:
-            head = np.ascontiguousarray(head.T)
+            head = owned("lm_head.weight", head, transpose=True)
         layers = {}
         for key, (name, shape) in LAYER_TENSORS.items():
-            values = [take(f"model.layers.{i}.{name}", shape(c)) for i in range(c.num_layers)]
-            kinds = {v.type_name if isinstance(v, Tensor) else None for v in values}
+            names = [f"model.layers.{i}.{name}" for i in range(c.num_layers)]
+            parts = [take(n, shape(c)) for n in names]
+            kinds = {v.type_name if isinstance(v, Tensor) and v.kept else None for v in parts}
             if len(kinds) == 1 and kinds <= set(QUANTIZED_TYPES):       # one quantised type in every layer
-                layers[key] = QuantizedMatrices.from_raw(values[0].type_name, [v.raw for v in values], *shape(c))
+                layers[key] = QuantizedMatrices.from_raw(parts[0].type_name, [v.raw for v in parts], *shape(c))
                 continue
-            stacked = np.stack([v.to_float32(source) if isinstance(v, Tensor) else v for v in values])
-            layers[key] = np.ascontiguousarray(stacked.transpose(0, 2, 1)) if key in TRANSPOSED else stacked
-        return cls(embed=embed, head=head,
-                   final_norm=take("model.norm.weight", (c.hidden_size,)), layers=layers)
+            layer_shape = shape(c)[::-1] if key in TRANSPOSED else shape(c)
+            stacked = np.empty((c.num_layers, *layer_shape), np.float32)
+            for i, (n, v) in enumerate(zip(names, parts)):
+                value = values(n, v)
+                stacked[i] = value.T if key in TRANSPOSED else value
+            layers[key] = frozen(stacked)
+        final_norm = owned("model.norm.weight", take("model.norm.weight", (c.hidden_size,)))
+        return cls(embed=embed, head=head, final_norm=final_norm, layers=layers)
 
     @classmethod
     def random(cls, config: LlamaConfig, seed: int = 0) -> "Weights":
@@ -121,7 +136,13 @@ class Weights:
         return cls.from_tensors(read_safetensors(folder), config, folder)
 
 
-def read_safetensors(folder: str) -> dict[str, np.ndarray]:
+def frozen(array: np.ndarray) -> np.ndarray:
+    """``array``, made read-only (the weights are never written after loading)."""
+    array.flags.writeable = False
+    return array
+
+
+def read_safetensors(folder: str) -> dict:
     """Every tensor of the checkpoint in ``folder`` (one file or shards named by the index)."""
     index = os.path.join(folder, "model.safetensors.index.json")
     single = os.path.join(folder, "model.safetensors")
@@ -148,8 +169,9 @@ DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.ui
           "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 
 
-def read_file(path: str) -> dict[str, np.ndarray]:
-    """The tensors of one safetensors file (memory-mapped), bfloat16 ones as float32."""
+def read_file(path: str) -> dict:
+    """The tensors of one safetensors file (memory-mapped), bfloat16 ones as GGUF-style
+    :class:`Tensor` s of their 16 bits, widened to float32 when they are read."""
     try:
         with open(path, "rb") as f:
             size = int.from_bytes(f.read(8), "little")
@@ -168,7 +190,5 @@ def read_file(path: str) -> dict[str, np.ndarray]:
             array = data[start:stop].view(DTYPES[info["dtype"]]).reshape(info["shape"])
         except ValueError as err:
             raise TempoError(f"{path}: unreadable safetensors file (tensor {name!r}: {err})") from None
-        if info["dtype"] == "BF16":
-            array = (array.astype(np.uint32) << 16).view(np.float32)
-        tensors[name] = array
+        tensors[name] = Tensor("BF16", tuple(array.shape), array) if info["dtype"] == "BF16" else array
     return tensors
