@@ -21,10 +21,20 @@ RT = RecurrentTensor
 
 
 # ----- constructors -----
+def _read_only(array: np.ndarray) -> bool:
+    """Neither the array nor any array it views can be written through (a read-only view of a writable
+    array is not: its owner may still write it)."""
+    while isinstance(array, np.ndarray):
+        if array.flags.writeable:
+            return False
+        array = array.base
+    return True
+
+
 def from_numpy(array, dims: Sequence[Expr] = ()) -> RT:
     """A constant RT; the array's leading axes are bound to ``dims``: ``r[t] = array[t]``. The
     program holds a copy of the array, or, where it is read-only and in C order, the array itself
-    (its owner does not write it: e.g. a model's weights, held once)."""
+    (neither it nor an array it views is writable: e.g. a model's weights, held once)."""
     ctx, site = current(), user_site()
     array = np.asarray(array)
     dims = tuple(dims)
@@ -37,7 +47,7 @@ def from_numpy(array, dims: Sequence[Expr] = ()) -> RT:
                          f"({', '.join(d.name for d in dims)})", site)
     domain = ctx.order(dims)
     array = np.transpose(array, [dims.index(d) for d in domain] + list(range(len(dims), array.ndim)))
-    if array.flags.writeable or not array.flags.c_contiguous:
+    if not (_read_only(array) and array.flags.c_contiguous):
         array = np.array(array, order="C")
     op = ops.ConstOp(ops.Array(array), len(dims))
     node = ctx.sdg.add_node(op, domain, (tuple(array.shape[len(dims):]),), (str(array.dtype),), site)

@@ -40,6 +40,23 @@ def test_from_numpy_dims_in_any_order(ctx):
     np.testing.assert_array_equal(out, data.T)
 
 
+def test_from_numpy_shares_only_an_array_nobody_can_write(ctx):
+    """A read-only array is held as it is; a writable one, or a read-only view of a writable one, is
+    copied, so the owner's later writes do not reach the program."""
+    (t, T), = ctx.dims("t")
+    frozen = np.arange(4.0)
+    frozen.flags.writeable = False
+    owner = np.arange(4.0)
+    view = owner.view()
+    view.flags.writeable = False
+    held = [tpo.from_numpy(a, dims=(t,)).node.op.value.array for a in (frozen, owner, view)]
+    assert np.shares_memory(held[0], frozen) and not np.shares_memory(held[1], owner) and not np.shares_memory(held[2], owner)
+    x = tpo.from_numpy(view, dims=(t,))
+    owner[:] = -1.0
+    out, = ctx.run(bounds={T: 4}, fetch=[x])
+    np.testing.assert_array_equal(out, np.arange(4.0))
+
+
 def test_spatial_index_with_symbol_adds_dim(ctx):
     (t, T), = ctx.dims("t")
     x = tpo.from_numpy(np.arange(6.0))
