@@ -29,6 +29,12 @@ mean curve lies within each baseline's seed spread at every 10% of the run)
 and ``<out>.png`` (episodic return against environment steps and against
 wall seconds, mean and min-max band over seeds).
 
+Python's bytecode is cached as an install caches it, the same for every
+system: every worker writes and reads its ``.pyc`` files under one temporary
+``PYTHONPYCACHEPREFIX`` (``PYTHONDONTWRITEBYTECODE`` unset), and one short
+untimed run of each system on each environment (one iteration) fills it
+before the timed runs, so that no timed run compiles Python source.
+
     .venv/bin/python benchmarks/rl_learning.py                       # the full run
     .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --seeds 1 2 3
     .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --systems tempo sb3 --seeds 1 2
@@ -91,17 +97,25 @@ print("RESULT " + json.dumps({k: summary[k] for k in ("episodes", "global_step",
 """
 
 
-def run_one(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str, timeout: float,
-            overrides: dict | None = None) -> dict:
-    """One training run in a fresh one-thread process: its episodes, its wall and CPU seconds, and the
-    machine's 1-minute load average before and after it."""
+def worker_env(pycache: str) -> dict:
+    """A worker's environment: one thread, this tree first on the path, bytecode cached under ``pycache``."""
     from rl_train import thread_env
 
+    env = dict(thread_env(1), PYTHONPATH=ROOT, PYTHONPYCACHEPREFIX=pycache)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def run_one(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str, timeout: float,
+            overrides: dict | None = None, pycache: str | None = None) -> dict:
+    """One training run in a fresh one-thread process: its episodes, its wall and CPU seconds, and the
+    machine's 1-minute load average before and after it (``pycache``: the bytecode cache's folder,
+    see the module doc; None: a fresh one)."""
     before, load = resource.getrusage(resource.RUSAGE_CHILDREN), [os.getloadavg()[0]]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as cwd:
         done = subprocess.run(command(system, env_id, seed, steps, impl, backend, overrides), capture_output=True,
-                              text=True, timeout=timeout, cwd=cwd, env=dict(thread_env(1), PYTHONPATH=ROOT))
+                              text=True, timeout=timeout, cwd=cwd, env=worker_env(pycache or os.path.join(cwd, "pyc")))
     load.append(os.getloadavg()[0])
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -211,6 +225,10 @@ def plot(runs: list[dict], envs: list[str], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _impl(args, env_id: str) -> str:
+    return args.tempo_impl if env_id in ("CartPole-v1", "Pendulum-v1") else "gymnasium"
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
@@ -228,19 +246,28 @@ def main(argv=None) -> dict:
     overrides = dict(item.split("=", 1) for item in args.set)
     warnings.filterwarnings("ignore", message="(Mean of empty slice|All-NaN slice)")
     runs = []
-    for env_id in args.envs:
-        steps = int(ENVS[env_id][2] * args.scale)
-        for seed in args.seeds:
+    with tempfile.TemporaryDirectory() as pycache:
+        for env_id in args.envs:  # untimed: one iteration of each system fills the bytecode cache
+            settings = dict(ENVS[env_id][1], **overrides)
             for system in args.systems:
-                impl = args.tempo_impl if env_id in ("CartPole-v1", "Pendulum-v1") else "gymnasium"
-                run = run_one(system, env_id, seed, steps, impl, args.tempo_backend, args.timeout, overrides)
-                runs.append(run)
-                shown = run.get("failed", "")[-300:] or (f"final={curve(run['episodes'], np.array([steps]), 0)[0]:.1f} "
-                                                         f"sps_wall={run['global_step'] / run['process_wall_s']:.0f} "
-                                                         f"sps_cpu={run['global_step'] / run['process_cpu_s']:.0f}")
-                print(f"{env_id:15s} {system:8s} seed={seed} steps={steps} {shown}", flush=True)
+                warm = run_one(system, env_id, args.seeds[0], int(settings["num_envs"]) * int(settings["num_steps"]),
+                               _impl(args, env_id), args.tempo_backend, args.timeout, overrides, pycache)
+                if "failed" in warm:
+                    print(f"{env_id:15s} {system:8s} warm-up failed: {warm['failed'][-300:]}", flush=True)
+        for env_id in args.envs:
+            steps = int(ENVS[env_id][2] * args.scale)
+            for seed in args.seeds:
+                for system in args.systems:
+                    run = run_one(system, env_id, seed, steps, _impl(args, env_id), args.tempo_backend, args.timeout,
+                                  overrides, pycache)
+                    runs.append(run)
+                    shown = run.get("failed", "")[-300:] or (
+                        f"final={curve(run['episodes'], np.array([steps]), 0)[0]:.1f} "
+                        f"sps_wall={run['global_step'] / run['process_wall_s']:.0f} "
+                        f"sps_cpu={run['global_step'] / run['process_cpu_s']:.0f}")
+                    print(f"{env_id:15s} {system:8s} seed={seed} steps={steps} {shown}", flush=True)
     summary = {env_id: summarise(runs, env_id, ENVS[env_id][3]) for env_id in args.envs}
-    report = {"argv": sys.argv[1:] if argv is None else list(argv), "scale": args.scale,
+    report = {"argv": sys.argv[1:] if argv is None else list(argv), "scale": args.scale, "bytecode": "cached, warmed",
               "tempo_impl": args.tempo_impl, "tempo_backend": args.tempo_backend or "numpy", "set": overrides,
               "summary": summary, "runs": runs}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from tempo.errors import Site
+from tempo.ir.edge_list import EdgeList
 from tempo.ir.ops import FusedOp, Op
 from tempo.ir.shapes import size
 from tempo.symbolic.expr import Expr, seq
@@ -53,7 +54,7 @@ class SDG:
     """Nodes by id and edges; built by the API, rewritten by passes."""
 
     nodes: dict[int, Node] = field(default_factory=dict)
-    edges: list[Edge] = field(default_factory=list)
+    edges: list[Edge] = field(default_factory=EdgeList)  # an EdgeList: indexed by sink and source
     _next_id: int = 0
     # node id -> dims turned into leading spatial axes by vectorization (outermost first)
     vectorized: dict[int, tuple[Expr, ...]] = field(default_factory=dict)
@@ -63,6 +64,9 @@ class SDG:
     moved: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     # tile dim bound name -> (bound name of the dim it tiles, tile size): its value is ceil(bound / size)
     tiles: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def __setattr__(self, name, value) -> None:
+        super().__setattr__(name, EdgeList(value) if name == "edges" and not isinstance(value, EdgeList) else value)
 
     def add_node(self, op: Op, domain, shapes, dtypes, site=None, label="") -> Node:
         node = Node(self._next_id, op, tuple(domain), tuple(shapes), tuple(dtypes), site, label)
@@ -78,7 +82,12 @@ class SDG:
         return self.moved.get((node_id, out), (node_id, out))
 
     def in_edges(self, node_id: int) -> list[Edge]:
-        return sorted((e for e in self.edges if e.sink == node_id), key=lambda e: e.sink_in)
+        """The edges into ``node_id``, by input (edges of one input in list order)."""
+        return sorted(self.edges.into(node_id), key=lambda e: e.sink_in)
+
+    def out_edges(self, node_id: int) -> list[Edge]:
+        """The edges out of ``node_id``, in list order."""
+        return self.edges.out_of(node_id)
 
     def read_shape(self, edge: Edge) -> tuple:
         """The shape of the value ``edge`` reads: one leading axis per slice of its index

@@ -47,6 +47,12 @@ class Domains:
     context: isl.Set
 
 
+# (text of a set, text of its box), both unnamed -> the set tidied (see _tidy); values, not
+# objects, are the key, so an entry holds for every set with that text
+_TIDIED: dict[tuple[str, str], isl.Set] = {}
+_TIDIED_MOST = 4096
+
+
 def executed_reads(sdg: SDG, d: Domains, k: int, runs: dict[int, isl.Set] | None = None) -> isl.Map:
     """Edge ``k``'s reads where its sink runs and reads it: sink instance -> the source points it
     reads (``runs``: each node's instances, by default the executed ones)."""
@@ -163,12 +169,21 @@ def _executed(sdg: SDG, d: Domains, roots: list[int]) -> dict[int, isl.Set]:
         needed[r] = d.defined[r]
     changed = set(roots)  # the nodes whose reads have points to pass on
     for attempt in range(3):
+        # edge -> the needed set of its sink whose reads it passed on: needed sets only grow within
+        # an attempt, so passing on the same set again adds nothing
+        passed: dict[int, isl.Set] = {}
         for _ in range(_CLOSE_AFTER if attempt == 0 else _MAX_ROUNDS):
-            todo, changed = changed, set()
+            todo, changed, within = changed, set(), {}
             for k, e in enumerate(sdg.edges):
                 if e.sink not in todo and e.sink not in changed:
                     continue
-                at = needed[e.sink].intersect(d.defined[e.sink]).intersect(d.active[k])
+                held, runs = within.get(e.sink, (None, None))
+                if held is not needed[e.sink]:
+                    held, runs = within[e.sink] = needed[e.sink], needed[e.sink].intersect(d.defined[e.sink])
+                if passed.get(k) is held:
+                    continue
+                passed[k] = held
+                at = runs.intersect(d.active[k])
                 if at.is_empty():
                     continue
                 reads = d.reads[k].intersect_domain(at).range().intersect(d.box[e.src])
@@ -231,8 +246,20 @@ def _pinned(params: list[str], bounds: dict[str, int]) -> isl.Set:
 
 
 def _tidy(points: isl.Set, box: isl.Set) -> isl.Set:
-    """The same set, often with fewer disjuncts: isl rebuilds it from its complement."""
-    return box.subtract(box.subtract(points)).coalesce()
+    """The same set, often with fewer disjuncts: isl rebuilds it from its complement.
+
+    The sets of many statements differ only in the statement's name, so the set is tidied
+    without that name, remembered by the text of both sets (:data:`_TIDIED`), and named on
+    the way out.
+    """
+    points, box, name = points.reset_tuple_id(), box.reset_tuple_id(), points.get_tuple_name()
+    key = (str(points), str(box))
+    tidied = _TIDIED.get(key)
+    if tidied is None:
+        if len(_TIDIED) >= _TIDIED_MOST:
+            _TIDIED.clear()
+        tidied = _TIDIED[key] = box.subtract(box.subtract(points)).coalesce()
+    return tidied.set_tuple_name(name) if name is not None else tidied
 
 
 def check_reads_in_range(sdg: SDG, d: Domains, context: isl.Set) -> None:

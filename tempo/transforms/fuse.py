@@ -127,14 +127,7 @@ class Moves:
 
 def _adjacency(sdg: SDG) -> tuple[dict[int, list[Edge]], dict[int, list[Edge]]]:
     """Each node's in-edges (in input order) and out-edges."""
-    ins: dict[int, list[Edge]] = {n: [] for n in sdg.nodes}
-    outs: dict[int, list[Edge]] = {n: [] for n in sdg.nodes}
-    for e in sdg.edges:
-        ins[e.sink].append(e)
-        outs[e.src].append(e)
-    for edges in ins.values():
-        edges.sort(key=lambda e: e.sink_in)
-    return ins, outs
+    return {n: sdg.in_edges(n) for n in sdg.nodes}, {n: sdg.out_edges(n) for n in sdg.nodes}
 
 
 # ----- which nodes form islands -----

@@ -86,3 +86,17 @@ def test_the_cleanrl_style_baseline_is_the_same_run_for_the_same_seed():
             for _ in range(2)]
     assert [e[:3] for e in runs[0]["episodes"]] == [e[:3] for e in runs[1]["episodes"]]
     assert len(runs[0]["episodes"]) > 10
+
+
+def test_workers_write_and_read_bytecode_under_the_shared_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = rl_learning.worker_env(str(tmp_path))
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"] == str(tmp_path)
+    module = tmp_path / "src" / "bytecode_probe.py"
+    module.parent.mkdir()
+    module.write_text("X = 1\n")
+    probe = [sys.executable, "-c", "import sys, bytecode_probe; print(sys.flags.dont_write_bytecode)"]
+    done = subprocess.run(probe, env=dict(env, PYTHONPATH=str(module.parent)), capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "0"
+    assert list(tmp_path.rglob("bytecode_probe*.pyc")) and not (module.parent / "__pycache__").exists()
