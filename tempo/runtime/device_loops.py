@@ -140,6 +140,7 @@ class DeviceLoop:
                        for _, src in n.inputs if src.kind == SLICED] for n in plan.nested]
         self.windows = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
                          for _, src in n.inputs if src.kind == WINDOW] for n in plan.nested]
+        self.step_values = {s: compiled.step_values(s) for s in range(len(plan.steps)) if compiled.needs_args(s)}
         self.shapes = {s: _sizes(sdg, step) for s, step in enumerate(plan.steps) if s in plan.shaped}
         self.shaped_by = {s: _shaped_by(sdg, plan.steps[s], compiled.sized_by(s), var) for s in self.shapes}
         self.shape_checks: dict[tuple, tuple | None] = {}  # what _one_shape found, by what it depends on
@@ -438,11 +439,12 @@ class DeviceLoop:
         return out
 
     def _prepare(self, env: dict, envs: list[dict], runs, sels, reads: Reads, provided=frozenset(),
-                 initial: bool = True, branches: dict | None = None):
+                 initial: bool = True, branches: dict | None = None, args: dict | None = None):
         """The compiled loop's static key, its inputs, per-iteration values and initial carry, what
         they take from stores asked of ``reads`` (``provided``: the names of closed inputs the enclosing
         loop's program computes; ``initial``: False where the carry comes from the previous launch;
-        ``branches``: :meth:`_branches` over the whole launch, where the loop is nested)."""
+        ``branches``: :meth:`_branches` over the whole launch, where the loop is nested; ``args``: per
+        step, its index forms and host values over ``envs``, where the enclosing loop computed them)."""
         shapes = [self._one_shape(s, env, envs, runs[s]) for s in self.shapes]  # before the rest of the work
         if None in shapes:
             return None
@@ -470,16 +472,11 @@ class DeviceLoop:
             if self.compiled.needs_args(s):
                 if not ran.any() and not self.plan.nested and self.plan.end is None:
                     return None
-                forms, leaves = set(), {}
-                for e, r in zip(envs, ran):
-                    form, args = self.compiled.step_args(s, self._dim_env(s, env, e if r else envs[first]))
-                    forms.add(form)
-                    for name, value in args.items():
-                        leaves.setdefault(name, []).append(value)
-                if len(forms) != 1:
+                formed = args[s] if args is not None else self._step_args(s, env, envs, ran)
+                if formed is None:
                     return None
-                keys.append(forms.pop())
-                arg_xs[str(s)] = {name: np.stack(values) for name, values in leaves.items()}
+                keys.append(formed[0])
+                arg_xs[str(s)] = formed[1]
         ring0 = {f"{n}_{j}": tuple(self._initial(n, j, env, envs[0], back, reads) for back in range(1, depth + 1))
                  for (n, j), depth in self.plan.carried.items()} if initial else None
         xs = {"sel": sel_xs, "g": gathered, "a": arg_xs}
@@ -507,8 +504,12 @@ class DeviceLoop:
         per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
         writers = {self.nested[w] for w in self.stacked_from[k]}
         keys, once, stacked, first = set(), None, [], None
-        branches = loop._branches([loop._schedule(e)[1:] for e in envs])
-        for e in envs:
+        schedules = [loop._schedule(e) for e in envs]
+        branches = loop._branches([schedule[1:] for schedule in schedules])
+        args = self._nested_args(loop, envs, schedules)
+        if args is None:
+            return None
+        for o, e in enumerate(envs):
             counters, runs, sels = loop._schedule(e)
             if not counters or any(w._schedule(e)[0] != counters for w in writers) or \
                     not self._tiled(k, e, loop.var, counters) or not self._windowed(k, e, loop.var, counters):
@@ -519,7 +520,7 @@ class DeviceLoop:
                 return None  # read where the first iteration, whose values serve every one, does not
             read = provided if once is None else provided | once["c"].keys() | self.invariant[k]  # read once
             prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, reads, read,
-                                     initial=once is None, branches=branches)
+                                     initial=once is None, branches=branches, args=args[o])
             if prepared is None:
                 return None
             key, closed, xs, ring0 = prepared
@@ -532,6 +533,32 @@ class DeviceLoop:
         if len(keys) != 1:
             return None
         return keys.pop(), once, self._stack(stacked)
+
+    def _step_args(self, s: int, env: dict, envs: list[dict], ran: np.ndarray) -> tuple[tuple, dict] | None:
+        """Step ``s``'s index forms and host values over ``envs`` (those of its first iteration where it
+        runs at an iteration where it does not), evaluated on arrays of the counters at once."""
+        counters = _standing_in(np.array([e[self.var] for e in envs], dtype=np.int64), ran)
+        return self.step_values[s].over(dict(env, **{self.var: counters}), len(envs))
+
+    def _nested_args(self, loop: DeviceLoop, envs: list[dict], schedules: list) -> list[dict] | None:
+        """Per enclosing iteration of ``envs``, nested ``loop``'s :meth:`_step_args` of each step,
+        evaluated over the counters of every iteration at once; None where the iterations' trip
+        counts or a step's index forms differ (the launch then cannot run)."""
+        trips = {len(counters) for counters, _, _ in schedules}
+        if len(trips) != 1 or not trips.pop():
+            return None
+        outer = np.repeat(np.array([e[self.var] for e in envs], dtype=np.int64), len(schedules[0][0]))
+        out = [{} for _ in envs]
+        for s, values in loop.step_values.items():
+            inner = np.concatenate([_standing_in(np.array(counters, dtype=np.int64), runs[s])
+                                    for counters, runs, _ in schedules])
+            formed = values.over(dict(envs[0], **{self.var: outer, loop.var: inner}), len(inner))
+            if formed is None:
+                return None
+            for o, row in enumerate(out):
+                row[s] = (formed[0], {name: value.reshape((len(envs), -1) + value.shape[1:])[o]
+                                      for name, value in formed[1].items()})
+        return out
 
     def _one_shape(self, s: int, env: dict, envs: list[dict], ran) -> tuple | None:
         """Step ``s``'s shapes and static sizes, those of a tile (:attr:`LoopPlan.shaped`), where they are
@@ -721,6 +748,11 @@ def _shaped_by(sdg: SDG, step, sized_by: tuple, var: str) -> tuple[str, ...]:
     names = {n for n in used | set(sized_by) if n not in dims}
     names |= {x.name for n in used | set(sized_by) if n in dims for x in dims[n].free_symbols()}
     return tuple(sorted(names - {var}))
+
+
+def _standing_in(counters: np.ndarray, ran: np.ndarray) -> np.ndarray:
+    """``counters`` with the first where a step runs standing in at those where it does not."""
+    return np.where(ran, counters, counters[int(np.argmax(ran)) if ran.any() else 0])
 
 
 def _wanted(runs: list, sels: list, name: str) -> np.ndarray:
