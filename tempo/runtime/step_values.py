@@ -10,9 +10,9 @@ launch's counters, every step of every nested loop included, in place of
 one Python evaluation per step: the host's work per launch grows with the
 number of expressions, not with the launch's steps. The values are those
 of :meth:`~tempo.runtime.backends.jax_loops.LoopProgram.step_args` at each
-step, bit for bit (int64 starts, the same index forms); random numbers of
-the launch's steps are drawn by the op's own counter-based kernel, point by
-point (the same bits).
+step, bit for bit (int64 starts, the same index forms); the counter-based
+random numbers of all the launch's steps are drawn in one call
+(:class:`Draw`: the same bits as the op's NumPy kernel draws point by point).
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from typing import Callable, Mapping
 import numpy as np
 
 from tempo.ir import ops
-from tempo.symbolic.expr import Expr, seq
+from tempo.runtime import counter_rng
+from tempo.symbolic.expr import Expr, bound_of, seq
 
 _NP = {"add": "({} + {})", "mul": "({} * {})", "floordiv": "({} // {})", "mod": "({} % {})",
        "lt": "({} < {})", "le": "({} <= {})", "eq": "({} == {})", "ne": "({} != {})",
@@ -99,6 +100,38 @@ def index_forms(items: tuple, n: int) -> tuple[tuple, np.ndarray] | None:
     return form, np.zeros((n, 0), dtype=np.int64)
 
 
+class Draw:
+    """A random op's numbers at every step of a launch, drawn at once from the counter-based
+    generator (:mod:`tempo.runtime.counter_rng`): the numbers its NumPy kernel draws at each step's
+    point, stacked."""
+
+    def __init__(self, op: ops.RandomOp):
+        axis_of = {d: k for k, d in enumerate(op.vectorized)}
+        self.op, self.axes = op, [axis_of.get(d) for d in op.dims]
+        self.offsets = op.offsets or (0,) * len(op.dims)
+        self.bounds = [bound_of(d).name for d in op.vectorized]
+        self.sizes = [d if isinstance(d, int) else vector_expr(d) for d in op.shape]
+
+    def over(self, at: dict, points: np.ndarray, n: int) -> np.ndarray | None:
+        """The numbers at the ``n`` points (rows of ``points``), shaped ``(n, *lead, *shape)``; None
+        where the shape differs between steps."""
+        sizes = [d if isinstance(d, int) else _per_step(d(at), n) for d in self.sizes]
+        if any(not isinstance(d, int) and (d != d[0]).any() for d in sizes):
+            return None
+        shape = tuple(d if isinstance(d, int) else int(d[0]) for d in sizes)
+        lead = tuple(int(at[b]) for b in self.bounds)
+        coords, column = [], iter(range(points.shape[1]))
+        for axis, offset in zip(self.axes, self.offsets):
+            if axis is None:
+                coords.append((points[:, next(column)] + offset).reshape((n,) + (1,) * len(lead)))
+            else:
+                form = [1] * (1 + len(lead))
+                form[1 + axis] = lead[axis]
+                coords.append(offset + np.arange(lead[axis]).reshape(form))
+        drawn = counter_rng.DISTRIBUTIONS[self.op.dist](self.op.stream, coords, shape, self.op.dtype)
+        return np.ascontiguousarray(np.broadcast_to(drawn, (n, *lead, *shape)))
+
+
 class StepValues:
     """One island step's host values and index starts over all steps of a launch (see the module
     docstring): its point's dims, then its symbol values and index forms, evaluated on arrays."""
@@ -108,7 +141,8 @@ class StepValues:
         self.point = vector_expr(seq(*step.execute.point))
         self.symbols = [(j, vector_expr(s.op.expr)) for j, s in enumerate(island.steps)
                         if isinstance(s.op, ops.EvalSymbolOp) and not s.op.vectorized]
-        self.drawn = [(j, kernel) for j, kernel in island.host if j not in dict(self.symbols)]
+        self.draws = [(j, Draw(s.op)) for j, s in enumerate(island.steps) if isinstance(s.op, ops.RandomOp)]
+        self.drawn = [(j, kernel) for j, kernel in island.host if j not in dict(self.symbols + self.draws)]
         self.indexes = [(j, vector_expr(index.expr)) for j, index in island.indexes]
 
     def over(self, env: dict, n: int) -> tuple[tuple, dict] | None:
@@ -117,8 +151,13 @@ class StepValues:
         each); None where a form differs between steps."""
         at = dict(env, **dict(zip(self.domain, (_per_step(p, n) for p in self.point(env)))))
         args = {f"h{j}": _per_step(fn(at), n).copy() for j, fn in self.symbols}
+        points = np.stack([_per_step(at[d], n) for d in self.domain], axis=1) if self.domain else \
+            np.zeros((n, 0), dtype=np.int64)
+        for j, draw in self.draws:
+            args[f"h{j}"] = draw.over(at, points, n)
+            if args[f"h{j}"] is None:
+                return None
         if self.drawn:
-            points = np.stack([at[d] for d in self.domain], axis=1) if self.domain else np.zeros((n, 0), int)
             for k in range(n):
                 one = {name: (int(v[k]) if isinstance(v, np.ndarray) else v) for name, v in at.items()}
                 point = tuple(int(p) for p in points[k])

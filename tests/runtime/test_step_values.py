@@ -12,12 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tempo.ir import ops
+from tempo.runtime.backends import numpy as numpy_backend
 from tempo.symbolic.evaluate import compile_expr
-from tempo.symbolic.expr import const, make_slice, max_, min_, seq, symbol
+from tempo.symbolic.expr import const, make_slice, max_, min_, seq, step_and_bound, symbol
 
 jax_backend = pytest.importorskip("tempo.runtime.backends.jax")
 from tempo.runtime import step_values  # noqa: E402
-from tempo.runtime.step_values import StepValues, index_forms, vector_expr  # noqa: E402
+from tempo.runtime.step_values import Draw, StepValues, index_forms, vector_expr  # noqa: E402
 
 t, i, T = symbol("t"), symbol("i"), symbol("T")
 
@@ -62,6 +64,23 @@ def test_index_forms_over_steps_are_the_forms_at_each_step(start, stop, point, p
         return
     assert got is not None and got[0] == each[0][0]
     assert got[1].dtype == np.int64 and np.array_equal(got[1], np.stack([starts for _, starts in each]))
+
+
+@pytest.mark.parametrize("dist, dtype", [("uniform", "float32"), ("normal", "float32"), ("uniform", "float64")])
+@pytest.mark.parametrize("vectorized", [False, True])
+@pytest.mark.parametrize("size", [(3,), (40, 5)])  # a small draw (mixed in Python ints) and a large one
+def test_a_launchs_random_numbers_drawn_at_once_are_the_kernels_bits_at_each_step(dist, dtype, vectorized, size):
+    (i_, _), (t_, _), (b_, B_) = step_and_bound("i"), step_and_bound("t"), step_and_bound("b")
+    dims = (i_, t_, b_) if vectorized else (i_, t_)
+    op = ops.RandomOp(shape=size, dtype=dtype, dist=dist, stream=7, dims=dims, offsets=(0, 3, 0)[:len(dims)],
+                      vectorized=(b_,) if vectorized else ())
+    kernel = numpy_backend.KERNELS[ops.RandomOp](op)
+    counters = np.array([(2, t) for t in range(5, 13)], dtype=np.int64)
+    env = {"B": 4}
+    got = Draw(op).over(env, counters, len(counters))
+    for row, point in zip(got, counters):
+        expected = kernel([], env, tuple(int(p) for p in point))[0]
+        assert row.dtype == expected.dtype and np.array_equal(row, expected)
 
 
 @pytest.mark.slow
