@@ -14,7 +14,10 @@ gathered values, values written back); this module runs those plans.
 Everything the host decides per iteration is computed before the launch:
 which statements run (their ``if`` conditions), which branch each merge
 takes, and what the islands' host steps compute (symbol values,
-counter-based random numbers, spatial index starts). Frees inside the
+counter-based random numbers, spatial index starts), by
+:class:`~tempo.runtime.launch_prep.LaunchPreparation`; the islands' symbol
+values and index starts are evaluated over all the launch's steps at once
+(:mod:`tempo.runtime.step_values`). Frees inside the
 loop drop points of stores after it. :class:`DeviceLoop` does that host
 work around the backend's compiled loop and touches no store: the
 generated code (:mod:`tempo.runtime.codegen`) writes each launch as it
@@ -68,7 +71,6 @@ budget is).
 from __future__ import annotations
 
 import copy
-import functools
 import time
 import warnings
 
@@ -76,19 +78,18 @@ import numpy as np
 
 from tempo.errors import TempoError
 from tempo.ir.ops import MergeOp, UDFOp
-from tempo.ir.sdg import SDG, Edge
-from tempo.plan.device_loops import (CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW,
-                                     LoopPlan, Source, row_major)
-from tempo.runtime.launches import (Later, Launch, Launches, Reads, Unsliced, first_rows, nbytes, one_view,
-                                    resolve)
+from tempo.ir.sdg import SDG
+from tempo.plan.device_loops import CLOSED, GATHERED, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan, row_major
+from tempo.runtime.launch_prep import LaunchPreparation
+from tempo.runtime.launches import Launch, Launches, Reads, Unsliced, first_rows, nbytes, resolve
 from tempo.runtime.memory import BudgetExceeded
 from tempo.runtime.profile import loop_dim
 from tempo.symbolic.affine import uses
-from tempo.symbolic.evaluate import compile_expr, shape_at
+from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import seq
 
 
-class DeviceLoop:
+class DeviceLoop(LaunchPreparation):
     """Runs one planned loop as launches of the backend's compiled loop (see the module docstring).
 
     The generated code calls :meth:`launches` with the bounds and the enclosing loops' counters,
@@ -140,6 +141,7 @@ class DeviceLoop:
                        for _, src in n.inputs if src.kind == SLICED] for n in plan.nested]
         self.windows = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
                          for _, src in n.inputs if src.kind == WINDOW] for n in plan.nested]
+        self.step_values = {s: compiled.step_values(s) for s in range(len(plan.steps)) if compiled.needs_args(s)}
         self.shapes = {s: _sizes(sdg, step) for s, step in enumerate(plan.steps) if s in plan.shaped}
         self.shaped_by = {s: _shaped_by(sdg, plan.steps[s], compiled.sized_by(s), var) for s in self.shapes}
         self.shape_checks: dict[tuple, tuple | None] = {}  # what _one_shape found, by what it depends on
@@ -366,294 +368,6 @@ class DeviceLoop:
         for name, size in holding:
             self.ledger.add(name, -size)
 
-    def _rows_covered(self, env: dict, counters: list, runs: list) -> bool:
-        """Whether every read of a nested loop's rows reads the rows the loop wrote in its iteration
-        (where the reading step runs: a learner whose last update nothing reads skips the last one)."""
-        for (s, k), stop in self.rows_slices.items():
-            src = self.plan.steps[s].inputs[k]
-            nested = next(n for n, p in zip(self.nested, self.plan.nested)
-                          if any(step.node.id == src.key[0] for step in p.plan.steps))
-            writer = nested.writer[src.key]
-            for c in (c for c, ran in zip(counters, runs[s]) if ran):
-                e = dict(env, **{self.var: c})
-                inner, inner_runs, _ = nested._schedule(e)
-                wanted = stop(e)
-                if not inner or not inner_runs[writer].all() or \
-                        (wanted.start, wanted.stop) != (inner[0], inner[-1] + 1) or wanted.step not in (None, 1):
-                    return False
-        return True
-
-    # ----- the host's part, before the launch -----
-    def _schedule(self, env: dict):
-        """The loop's counter values, whether each step runs at each, and each merge's branch (cached)."""
-        key = tuple(env[n] for n in self.schedule_names)
-        cached = self.schedules.get(key)
-        if cached is not None:
-            return cached
-        counters = next(self._counters(env, None))
-        cached = self.schedules[key] = (counters, *self._runs(env, counters))
-        return cached
-
-    def _counters(self, env: dict, rows: int | None):
-        """The loop's counter values in lists of ``rows`` (None: one list of them all, empty where
-        the loop runs no iteration)."""
-        local = dict(env)
-        local[self.var] = self.start(local)
-        while True:
-            counters = []
-            while (rows is None or len(counters) < rows) and self.cond(local):
-                counters.append(local[self.var])
-                local[self.var] += 1
-            yield counters
-            if not counters or rows is None:
-                return
-
-    def _runs(self, env: dict, counters: list):
-        """Whether each step runs at each of ``counters``, and each merge's branch there."""
-        at = [dict(env, **{self.var: c}) for c in counters]
-        runs, sels = [], []
-        for guards, branches in zip(self.guards, self.branches):
-            runs.append(np.array([all(g(e) for g in guards) for e in at], dtype=bool))
-            sels.append(None if branches is None else
-                        np.array([next((k for k, b in enumerate(branches) if b is None or b(e)), -1) for e in at],
-                                 dtype=np.int32))
-        return runs, sels
-
-    def _selects(self) -> dict[int, None]:
-        """Every merge step of several branches traced as a select (:meth:`_branches` with no branch
-        fixed): the loop launched by itself, whose first launch and later ones then share one program."""
-        return {s: None for s, step in enumerate(self.plan.steps)
-                if isinstance(step.node.op, MergeOp) and len(step.inputs) > 1}
-
-    def _branches(self, schedules: list) -> dict[int, int | None]:
-        """Per merge step of several branches of a nested loop, the branch it takes at every iteration
-        where it runs in ``schedules`` (``(runs, sels)`` of each part of a launch), None where that
-        varies: a merge whose branch is the same throughout a launch is traced as that branch alone (a
-        carried buffer passes through it as it is, where a select would copy it)."""
-        out = {}
-        for s, step in enumerate(self.plan.steps):
-            if isinstance(step.node.op, MergeOp) and len(step.inputs) > 1:
-                taken = np.concatenate([sels[s][runs[s]] for runs, sels in schedules])
-                out[s] = int(taken[0]) if taken.size and taken[0] >= 0 and (taken == taken[0]).all() else None
-        return out
-
-    def _prepare(self, env: dict, envs: list[dict], runs, sels, reads: Reads, provided=frozenset(),
-                 initial: bool = True, branches: dict | None = None):
-        """The compiled loop's static key, its inputs, per-iteration values and initial carry, what
-        they take from stores asked of ``reads`` (``provided``: the names of closed inputs the enclosing
-        loop's program computes; ``initial``: False where the carry comes from the previous launch;
-        ``branches``: :meth:`_branches` over the whole launch, where the loop is nested)."""
-        shapes = [self._one_shape(s, env, envs, runs[s]) for s in self.shapes]  # before the rest of the work
-        if None in shapes:
-            return None
-        closed, gathered, sel_xs, arg_xs, keys = {}, {}, {}, {}, []
-        branches = self._selects() if branches is None else branches
-        for s, step in enumerate(self.plan.steps):
-            ran = runs[s]
-            for k, src in enumerate(step.inputs):
-                wanted = _wanted(runs, sels, f"{s}.{k}")
-                if src.kind in (CLOSED, GATHERED) and f"{s}.{k}" in provided:
-                    continue
-                at = self._dim_env(s, env, envs[0]) if s in self.shapes else env  # a tile's shape: at its dims
-                if src.kind == CLOSED:
-                    closed[f"{s}.{k}"] = (reads.slot(src.key, self.indexes[s][k](env)) if wanted.any()
-                                          else self._zeros(src.edge, at))
-                elif src.kind == GATHERED:
-                    gathered[f"{s}.{k}"] = self._gather(src, self.indexes[s][k], envs, wanted, at, reads)
-            if s in branches and branches[s] is None:
-                sel_xs[str(s)] = sels[s]
-            first = int(np.argmax(ran)) if ran.any() else 0
-            dims = self._dim_env(s, env, envs[first])
-            keys.append(self.compiled.static_key(s, dims))
-            if s in branches:
-                keys.append(branches[s])
-            if self.compiled.needs_args(s):
-                if not ran.any() and not self.plan.nested and self.plan.end is None:
-                    return None
-                forms, leaves = set(), {}
-                for e, r in zip(envs, ran):
-                    form, args = self.compiled.step_args(s, self._dim_env(s, env, e if r else envs[first]))
-                    forms.add(form)
-                    for name, value in args.items():
-                        leaves.setdefault(name, []).append(value)
-                if len(forms) != 1:
-                    return None
-                keys.append(forms.pop())
-                arg_xs[str(s)] = {name: np.stack(values) for name, values in leaves.items()}
-        ring0 = {f"{n}_{j}": tuple(self._initial(n, j, env, envs[0], back, reads) for back in range(1, depth + 1))
-                 for (n, j), depth in self.plan.carried.items()} if initial else None
-        xs = {"sel": sel_xs, "g": gathered, "a": arg_xs}
-        if self.row_reads:
-            rows = self._row_positions(envs, runs)
-            if rows is None:
-                return None
-            xs["row"] = rows
-        for k, nested in enumerate(self.plan.nested):
-            inner = self._prepare_nested(k, nested, envs, reads)
-            if inner is None:
-                return None
-            keys.append(inner[0])
-            closed[f"n{k}"], xs[f"n{k}"] = inner[1], inner[2]
-        if shapes:  # after every key the compiled loop reads: the tiles' shapes, one per launch
-            keys.append(tuple(shapes))
-        return (len(envs), tuple(keys)), closed, xs, ring0
-
-    def _prepare_nested(self, k: int, nested, envs: list[dict], reads: Reads):
-        """A nested loop's static key, the inputs it reads once (its closed inputs read once by the
-        enclosing loop too, its initial carry) and its per-iteration values of every enclosing iteration
-        (stacked); None where the iterations differ in what compiles."""
-        loop = self.nested[k]
-        provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED, SLICED, WINDOW)}
-        per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
-        writers = {self.nested[w] for w in self.stacked_from[k]}
-        keys, once, stacked, first = set(), None, [], None
-        branches = loop._branches([loop._schedule(e)[1:] for e in envs])
-        for e in envs:
-            counters, runs, sels = loop._schedule(e)
-            if not counters or any(w._schedule(e)[0] != counters for w in writers) or \
-                    not self._tiled(k, e, loop.var, counters) or not self._windowed(k, e, loop.var, counters):
-                return None
-            wanted = {name: _wanted(runs, sels, name) for name in self.invariant[k]}
-            first = first or wanted
-            if any((wanted[n] & ~first[n]).any() for n in wanted):
-                return None  # read where the first iteration, whose values serve every one, does not
-            read = provided if once is None else provided | once["c"].keys() | self.invariant[k]  # read once
-            prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, reads, read,
-                                     initial=once is None, branches=branches)
-            if prepared is None:
-                return None
-            key, closed, xs, ring0 = prepared
-            keys.add(key)
-            if once is None:  # what is the same at every iteration of this loop, read once
-                once = {"c": {n: v for n, v in closed.items() if n not in per_iteration}, "r": ring0,
-                        "g": {n: v for n, v in xs["g"].items() if n in self.invariant[k]}}
-            xs = dict(xs, g={n: v for n, v in xs["g"].items() if n not in self.invariant[k]})
-            stacked.append({"x": xs, "g": {n: closed[n] for n in per_iteration}})
-        if len(keys) != 1:
-            return None
-        return keys.pop(), once, self._stack(stacked)
-
-    def _one_shape(self, s: int, env: dict, envs: list[dict], ran) -> tuple | None:
-        """Step ``s``'s shapes and static sizes, those of a tile (:attr:`LoopPlan.shaped`), where they are
-        one at every iteration where it runs (at every iteration where it runs at none: the launch traces
-        it all the same, in the same program as where it runs); else None (a partial last tile)."""
-        running = [e for e, r in zip(envs, ran) if r] or list(envs)
-        key = (s, tuple(env.get(n) for n in self.shaped_by[s]), tuple(e[self.var] for e in running))
-        if key not in self.shape_checks:
-            self.shape_checks[key] = self._shape_of(s, env, running)
-        return self.shape_checks[key]
-
-    def _shape_of(self, s: int, env: dict, running: list[dict]) -> tuple | None:
-        seen = set()
-        for e in running[:1] + running[-1:] + running[1:-1]:  # a partial last tile fails at once
-            dims = self._dim_env(s, env, e)
-            seen.add((tuple(f(dims) for f in self.shapes[s]), self.compiled.static_sizes(s, dims)))
-            if len(seen) > 1:
-                return None
-        return seen.pop()
-
-    def _tiled(self, k: int, env: dict, var: str, counters: list) -> bool:
-        """Whether nested loop ``k``'s tile reads (``sliced``) of another nested loop's rows, over
-        ``counters``, read its rows in order, a tile of the same rows at every iteration."""
-        for writer, stop, rows in self.tiles[k]:
-            wrote = self.nested[writer]._schedule(env)[0]
-            slices = [stop(dict(env, **{var: c})) for c in counters]
-            if len(wrote) != rows * len(counters) or \
-                    any((x.start, x.stop, x.step) != (wrote[rows * n], wrote[rows * n] + rows, None)
-                        for n, x in enumerate(slices)) or wrote != list(range(wrote[0], wrote[0] + len(wrote))):
-                return False
-        return True
-
-    def _windowed(self, k: int, env: dict, var: str, counters: list) -> bool:
-        """Whether nested loop ``k``'s window reads (``window``) of another nested loop's rows, over
-        ``counters`` (the writer's too), read ``n`` rows from each counter on, fewer only at the last row."""
-        for writer, stop, n in self.windows[k]:
-            if counters != list(range(counters[0], counters[0] + len(counters))):
-                return False
-            end = counters[-1] + 1
-            for c in counters:
-                x = stop(dict(env, **{var: c}))
-                if (x.start, x.stop, x.step) != (c, min(c + n, end), None):
-                    return False
-        return True
-
-    def _row_positions(self, envs: list[dict], runs) -> dict | None:
-        """Per iteration, the row of a nested loop's rows each ``row`` read picks (None where one is
-        outside the rows the loop ran, at an iteration where the reading step runs)."""
-        out = {}
-        for (s, k), (point, nested, writer) in self.row_reads.items():
-            rows = []
-            for e, ran in zip(envs, runs[s]):
-                counters, inner_runs, _ = self.nested[nested]._schedule(e)
-                row = point(e) - counters[0] if counters else -1
-                if ran and not (0 <= row < len(counters) and inner_runs[writer][row]):
-                    return None
-                rows.append(max(row, 0))
-            out[f"{s}.{k}"] = np.array(rows, dtype=np.int32)
-        return out
-
-    def _stack(self, trees: list):
-        """Dicts of the same keys, their leaves stacked along a new leading axis once read (on the
-        host: one transfer to the device at the launch)."""
-        first = trees[0]
-        if isinstance(first, dict):
-            return {name: self._stack([t[name] for t in trees]) for name in first}
-        return Later(self._host_stack, *trees)
-
-    def _host_stack(self, *values):
-        return np.stack([v if isinstance(v, np.ndarray) else self.backend.to_numpy(v) for v in values])
-
-    def _dim_env(self, s: int, env: dict, at: dict) -> dict:
-        """What a kernel of step ``s`` sees: the bounds and its point's dims."""
-        point = self.points[s](at)
-        return dict(env, **{d.name: p for d, p in zip(self.plan.steps[s].node.domain, point)})
-
-    def _zeros(self, edge: Edge, env: dict):
-        """Zeros of the shape and dtype ``edge`` reads, made once (a device array is never written)."""
-        key = (tuple(shape_at(self.sdg.read_shape(edge), env)), self.sdg.nodes[edge.src].dtypes[edge.src_out])
-        zeros = self.zeros.get(key)
-        if zeros is None:
-            zeros = self.zeros[key] = self.backend.cast(np.zeros(*key), key[1])
-        return zeros
-
-    def _gather(self, src: Source, index, envs: list[dict], wanted, env: dict, reads: Reads):
-        """The values of ``src`` at every iteration, stacked once read: consecutive rows of one block
-        as one view where they are (rows no step reads are never used), else row by row."""
-        sliced = self.kinds[src.key] == "block" and self.sliced[id(src)] and id(src) not in reads.unsliced
-        first = index(envs[0]) if sliced else None
-        if first is not None and first[-1] >= 0:
-            at = first[:-1] + (slice(first[-1], first[-1] + len(envs)),)
-            return Later(functools.partial(one_view, id(src)), reads.slot(src.key, at, optional=True))
-        values = [reads.slot(src.key, index(e)) if w else None for e, w in zip(envs, wanted)]
-        zeros = None if wanted.any() else self._zeros(src.edge, env)
-        return Later(functools.partial(self._stacked, src, zeros), *values)
-
-    def _stacked(self, src: Source, zeros, *values):
-        filler = next((v for v in values if v is not None), zeros)
-        values = [filler if v is None else v for v in values]
-        if self.plan.nested:  # on the host: a launch's iterations vary in number, the device stack's compile with it
-            return self._host_stack(*values)
-        dtype = self.sdg.nodes[src.key[0]].dtypes[src.key[1]]
-        return self.backend.stack(values, (len(values),), dtype)
-
-    def _initial(self, n: int, j: int, env: dict, first: dict, back: int, reads: Reads):
-        """The carried value of ``back`` iterations before the first: from the store where a
-        previous launch wrote it back, else zeros (no run reads it)."""
-        node = self.sdg.nodes[n]
-        if (n, j) in self.nested_rows:  # a nested loop's rows, one per iteration of it
-            rows = len(self.nested[self.nested_rows[(n, j)]]._schedule(first)[0])
-            shape = (rows, *shape_at(node.shapes[j], env))
-            return self.backend.cast(np.zeros(shape, node.dtypes[j]), node.dtypes[j])
-        zeros = self.backend.cast(np.zeros(shape_at(node.shapes[j], env), node.dtypes[j]), node.dtypes[j])
-        if (n, j) not in self.plan.written_back:
-            return zeros
-        at = dict(first, **{self.var: first[self.var] - back})
-        stored = reads.slot((n, j), self.points[self.writer[(n, j)]](at), optional=True)
-        return Later(functools.partial(self._cast_or, zeros, node.dtypes[j]), stored)
-
-    def _cast_or(self, zeros, dtype: str, value):
-        return zeros if value is None else self.backend.cast(value, dtype)
-
     # ----- after the launch -----
     def _block(self, key: tuple, envs: list[dict], runs) -> tuple | None:
         """Where the rows of ``key`` a launch over ``envs`` returns go in one write, ``(outer, start)``:
@@ -721,10 +435,3 @@ def _shaped_by(sdg: SDG, step, sized_by: tuple, var: str) -> tuple[str, ...]:
     names = {n for n in used | set(sized_by) if n not in dims}
     names |= {x.name for n in used | set(sized_by) if n in dims for x in dims[n].free_symbols()}
     return tuple(sorted(names - {var}))
-
-
-def _wanted(runs: list, sels: list, name: str) -> np.ndarray:
-    """At which iterations the input ``"s.k"`` (step ``s``'s input ``k``) is read: where the step runs
-    and, for a merge, takes that branch."""
-    s, k = map(int, name.split("."))
-    return runs[s] if sels[s] is None else runs[s] & (sels[s] == k)

@@ -70,7 +70,8 @@ from tempo.ir import ops
 import numpy as np
 
 from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
-from tempo.runtime.backends.jax import Island, _index_form, _row
+from tempo.runtime.backends.jax import Island, _row
+from tempo.runtime.step_values import StepValues
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
 
@@ -120,17 +121,9 @@ class LoopProgram:
         island = self.islands[s]
         return island is not None and bool(island.host or island.indexes)
 
-    def step_args(self, s: int, env: dict) -> tuple[tuple, dict]:
-        """Step ``s``'s host values and spatial index starts at one iteration (``env``: its kernel's
-        environment), and the index forms (static)."""
-        island, node = self.islands[s], self.plan.steps[s].node
-        point = tuple(env[d.name] for d in node.domain)
-        args = {f"h{j}": kernel([], env, point)[0] for j, kernel in island.host}
-        forms = []
-        for j, index in island.indexes:
-            form, args[f"s{j}"] = _index_form(index(env))
-            forms.append(form)
-        return tuple(forms), args
+    def step_values(self, s: int) -> StepValues:
+        """Step ``s``'s host values and spatial index starts over a launch's steps (static index forms)."""
+        return StepValues(self.islands[s], self.plan.steps[s])
 
     def __call__(self, key: tuple, trips: int, closed: dict, xs: dict, ring0: dict):
         fn = self.fns.get(key)

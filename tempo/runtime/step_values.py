@@ -1,0 +1,174 @@
+"""A device loop's per-step host values, computed for all steps of a launch at once with NumPy.
+
+An island of a device loop (:class:`~tempo.runtime.backends.jax.Island`) takes
+from the host, at each step, its symbol values (``eval_symbol``), its
+counter-based random numbers and the starts of its spatial index reads and
+writes, all functions of the step's point. :class:`StepValues` evaluates
+the symbol values and index expressions (affine forms, ``min``, ``max``,
+``//`` and ``%`` of counters and bounds) once per launch over arrays of the
+launch's counters, every step of every nested loop included, in place of
+one Python evaluation per step: the host's work per launch grows with the
+number of expressions, not with the launch's steps. The values are those
+of :meth:`~tempo.runtime.backends.jax_loops.LoopProgram.step_args` at each
+step, bit for bit (int64 starts, the same index forms); the counter-based
+random numbers of all the launch's steps are drawn in one call
+(:class:`Draw`: the same bits as the op's NumPy kernel draws point by point).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Mapping
+
+import numpy as np
+
+from tempo.ir import ops
+from tempo.runtime import counter_rng
+from tempo.symbolic.expr import Expr, bound_of, seq
+
+_NP = {"add": "({} + {})", "mul": "({} * {})", "floordiv": "({} // {})", "mod": "({} % {})",
+       "lt": "({} < {})", "le": "({} <= {})", "eq": "({} == {})", "ne": "({} != {})",
+       "and": "({} & {})", "or": "({} | {})"}
+
+
+class Span:
+    """A slice whose start and stop are arrays over a launch's steps."""
+
+    def __init__(self, start, stop):
+        self.start, self.stop = start, stop
+
+
+def _source(e: Expr) -> str:
+    op = e.op
+    if op == "const":
+        return repr(e.args[0])
+    if op == "sym":
+        return f"env[{e.args[0]!r}]"
+    args = [_source(a) for a in e.args]
+    if op in ("min", "max"):
+        return f"{op}_({', '.join(args)})"
+    if op == "not":
+        return f"(~{args[0]})"
+    if op == "slice":
+        return f"Span({args[0]}, {args[1]})"
+    if op == "seq":
+        return "(" + "".join(a + ", " for a in args) + ")"
+    return _NP[op].format(*args)
+
+
+def vector_expr(e: Expr) -> Callable[[Mapping[str, object]], object]:
+    """A function ``env -> value`` computing ``e`` where the symbols' values are ints or int64
+    arrays of the same length (a launch's steps): arrays, :class:`Span` for slices, tuples for seqs."""
+    names = {"min_": lambda *args: functools.reduce(np.minimum, args),
+             "max_": lambda *args: functools.reduce(np.maximum, args), "Span": Span}
+    return eval(f"lambda env: {_source(e)}", {"__builtins__": {}, **names})  # noqa: S307
+
+
+def _per_step(value, n: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(value, dtype=np.int64), (n,))
+
+
+def index_forms(items: tuple, n: int) -> tuple[tuple, np.ndarray] | None:
+    """The form and starts (``(n, len(items))`` int64) of a spatial index evaluated over ``n`` steps,
+    as :func:`~tempo.runtime.backends.jax._index_form` gives them at each; None where the form
+    differs between steps."""
+    ok, sizes, starts = np.ones(n, dtype=bool), [], []
+    for item in items:
+        if isinstance(item, Span):
+            start, stop = _per_step(item.start, n), _per_step(item.stop, n)
+            ok &= (0 <= start) & (start <= stop)
+            sizes.append(stop - start)
+            starts.append(start)
+        else:
+            point = _per_step(item, n)
+            ok &= point >= 0
+            sizes.append(None)
+            starts.append(point)
+    if ok.all():
+        if any(size is not None and (size != size[0]).any() for size in sizes):
+            return None
+        form = ("dynamic", tuple(None if size is None else int(size[0]) for size in sizes))
+        return form, (np.stack(starts, axis=1) if starts else np.zeros((n, 0), dtype=np.int64))
+    if ok.any():
+        return None
+    values = [(_per_step(i.start, n), _per_step(i.stop, n)) if isinstance(i, Span) else _per_step(i, n)
+              for i in items]
+    if any((v[0] != v[0][0]).any() or (v[1] != v[1][0]).any() if isinstance(v, tuple) else (v != v[0]).any()
+           for v in values):
+        return None
+    form = ("static", tuple((int(v[0][0]), int(v[1][0]), None) if isinstance(v, tuple) else int(v[0])
+                            for v in values))
+    return form, np.zeros((n, 0), dtype=np.int64)
+
+
+class Draw:
+    """A random op's numbers at every step of a launch, drawn at once from the counter-based
+    generator (:mod:`tempo.runtime.counter_rng`): the numbers its NumPy kernel draws at each step's
+    point, stacked."""
+
+    def __init__(self, op: ops.RandomOp):
+        axis_of = {d: k for k, d in enumerate(op.vectorized)}
+        self.op, self.axes = op, [axis_of.get(d) for d in op.dims]
+        self.offsets = op.offsets or (0,) * len(op.dims)
+        self.bounds = [bound_of(d).name for d in op.vectorized]
+        self.sizes = [d if isinstance(d, int) else vector_expr(d) for d in op.shape]
+
+    def over(self, at: dict, points: np.ndarray, n: int) -> np.ndarray | None:
+        """The numbers at the ``n`` points (rows of ``points``), shaped ``(n, *lead, *shape)``; None
+        where the shape differs between steps."""
+        sizes = [d if isinstance(d, int) else _per_step(d(at), n) for d in self.sizes]
+        if any(not isinstance(d, int) and (d != d[0]).any() for d in sizes):
+            return None
+        shape = tuple(d if isinstance(d, int) else int(d[0]) for d in sizes)
+        lead = tuple(int(at[b]) for b in self.bounds)
+        coords, column = [], iter(range(points.shape[1]))
+        for axis, offset in zip(self.axes, self.offsets):
+            if axis is None:
+                coords.append((points[:, next(column)] + offset).reshape((n,) + (1,) * len(lead)))
+            else:
+                form = [1] * (1 + len(lead))
+                form[1 + axis] = lead[axis]
+                coords.append(offset + np.arange(lead[axis]).reshape(form))
+        drawn = counter_rng.DISTRIBUTIONS[self.op.dist](self.op.stream, coords, shape, self.op.dtype)
+        return np.ascontiguousarray(np.broadcast_to(drawn, (n, *lead, *shape)))
+
+
+class StepValues:
+    """One island step's host values and index starts over all steps of a launch (see the module
+    docstring): its point's dims, then its symbol values and index forms, evaluated on arrays."""
+
+    def __init__(self, island, step):
+        self.domain = [d.name for d in step.node.domain]
+        self.point = vector_expr(seq(*step.execute.point))
+        self.symbols = [(j, vector_expr(s.op.expr)) for j, s in enumerate(island.steps)
+                        if isinstance(s.op, ops.EvalSymbolOp) and not s.op.vectorized]
+        self.draws = [(j, Draw(s.op)) for j, s in enumerate(island.steps) if isinstance(s.op, ops.RandomOp)]
+        self.drawn = [(j, kernel) for j, kernel in island.host if j not in dict(self.symbols + self.draws)]
+        self.indexes = [(j, vector_expr(index.expr)) for j, index in island.indexes]
+
+    def over(self, env: dict, n: int) -> tuple[tuple, dict] | None:
+        """The index forms and the host values (``h{j}``) and starts (``s{j}``) stacked over ``n``
+        steps, from ``env``: the bounds as ints and the loops' counters as arrays of ``n`` (a step of
+        each); None where a form differs between steps."""
+        at = dict(env, **dict(zip(self.domain, (_per_step(p, n) for p in self.point(env)))))
+        args = {f"h{j}": _per_step(fn(at), n).copy() for j, fn in self.symbols}
+        points = np.stack([_per_step(at[d], n) for d in self.domain], axis=1) if self.domain else \
+            np.zeros((n, 0), dtype=np.int64)
+        for j, draw in self.draws:
+            args[f"h{j}"] = draw.over(at, points, n)
+            if args[f"h{j}"] is None:
+                return None
+        if self.drawn:
+            for k in range(n):
+                one = {name: (int(v[k]) if isinstance(v, np.ndarray) else v) for name, v in at.items()}
+                point = tuple(int(p) for p in points[k])
+                for j, kernel in self.drawn:
+                    args.setdefault(f"h{j}", []).append(kernel([], one, point)[0])
+            args.update({f"h{j}": np.stack(args[f"h{j}"]) for j, _ in self.drawn})
+        forms = []
+        for j, fn in self.indexes:
+            formed = index_forms(fn(at), n)
+            if formed is None:
+                return None
+            forms.append(formed[0])
+            args[f"s{j}"] = formed[1]
+        return tuple(forms), args
