@@ -23,11 +23,13 @@ import numpy as np
 
 from tempo.ir import ops
 from tempo.runtime import counter_rng
+from tempo.symbolic.evaluate import to_python
 from tempo.symbolic.expr import Expr, bound_of, seq
 
 _NP = {"add": "({} + {})", "mul": "({} * {})", "floordiv": "({} // {})", "mod": "({} % {})",
        "lt": "({} < {})", "le": "({} <= {})", "eq": "({} == {})", "ne": "({} != {})",
-       "and": "({} & {})", "or": "({} | {})"}
+       "and": "({} & {})", "or": "({} | {})", "min": "min_({})", "max": "max_({})", "not": "(~{})",
+       "slice": "Span({}, {})"}
 
 
 class Span:
@@ -37,30 +39,12 @@ class Span:
         self.start, self.stop = start, stop
 
 
-def _source(e: Expr) -> str:
-    op = e.op
-    if op == "const":
-        return repr(e.args[0])
-    if op == "sym":
-        return f"env[{e.args[0]!r}]"
-    args = [_source(a) for a in e.args]
-    if op in ("min", "max"):
-        return f"{op}_({', '.join(args)})"
-    if op == "not":
-        return f"(~{args[0]})"
-    if op == "slice":
-        return f"Span({args[0]}, {args[1]})"
-    if op == "seq":
-        return "(" + "".join(a + ", " for a in args) + ")"
-    return _NP[op].format(*args)
-
-
 def vector_expr(e: Expr) -> Callable[[Mapping[str, object]], object]:
     """A function ``env -> value`` computing ``e`` where the symbols' values are ints or int64
     arrays of the same length (a launch's steps): arrays, :class:`Span` for slices, tuples for seqs."""
     names = {"min_": lambda *args: functools.reduce(np.minimum, args),
              "max_": lambda *args: functools.reduce(np.maximum, args), "Span": Span}
-    return eval(f"lambda env: {_source(e)}", {"__builtins__": {}, **names})  # noqa: S307
+    return eval(f"lambda env: {to_python(e, spelling=_NP)}", {"__builtins__": {}, **names})  # noqa: S307
 
 
 def _per_step(value, n: int) -> np.ndarray:

@@ -13,27 +13,25 @@ from tempo.symbolic.expr import Expr
 
 _PY = {"add": "({} + {})", "mul": "({} * {})", "floordiv": "({} // {})", "mod": "({} % {})",
        "lt": "({} < {})", "le": "({} <= {})", "eq": "({} == {})", "ne": "({} != {})",
-       "and": "({} and {})", "or": "({} or {})"}
+       "and": "({} and {})", "or": "({} or {})", "min": "min({})", "max": "max({})", "not": "(not {})",
+       "slice": "slice({}, {})"}
 
 
-def to_python(e: Expr, name: Callable[[str], str] | None = None) -> str:
+def to_python(e: Expr, name: Callable[[str], str] | None = None, spelling: Mapping[str, str] = _PY) -> str:
     """Python source for ``e``; symbols read from the mapping ``env``, or (``name``) from the
-    variables ``name(symbol name)``."""
+    variables ``name(symbol name)``. ``spelling`` gives each operator's source (a format string;
+    ``min`` and ``max`` take their arguments joined by commas)."""
     op = e.op
     if op == "const":
         return repr(e.args[0])
     if op == "sym":
         return name(e.args[0]) if name else f"env[{e.args[0]!r}]"
-    args = [to_python(a, name) for a in e.args]
+    args = [to_python(a, name, spelling) for a in e.args]
     if op in ("min", "max"):
-        return f"{op}({', '.join(args)})"
-    if op == "not":
-        return f"(not {args[0]})"
-    if op == "slice":
-        return f"slice({args[0]}, {args[1]})"
+        return spelling[op].format(", ".join(args))
     if op == "seq":
         return "(" + "".join(a + ", " for a in args) + ")"
-    return _PY[op].format(*args)
+    return spelling[op].format(*args)
 
 
 def compile_expr(e: Expr) -> Callable[[Mapping[str, int]], object]:
