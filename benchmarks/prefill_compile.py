@@ -20,7 +20,6 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
 import argparse
-import json
 import subprocess
 import time
 
@@ -58,6 +57,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="the JSON file to write (default: none)")
     ns = parser.parse_args()
     import tempo
+    from tempo.files import write_json_atomic
 
     where = os.path.dirname(os.path.dirname(os.path.abspath(tempo.__file__)))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -70,9 +70,7 @@ def main() -> None:
         print(f"| {r['prompt']} | {r['written_nodes']} | {r['nodes']} | {r['compile_cpu_s']:.2f} | {r['compile_s']:.2f} |")
     if ns.out:
         report = {"tempo": where, "commit": commit, "load_average": os.getloadavg(), "rows": rows}
-        with open(ns.out + ".part", "w") as f:
-            json.dump(report, f, indent=1)
-        os.replace(ns.out + ".part", ns.out)
+        write_json_atomic(ns.out, report)
         print(f"wrote {ns.out}")
 
 

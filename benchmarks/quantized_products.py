@@ -33,7 +33,6 @@ Prints a table and writes ``docs/results/quantized_products.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -42,6 +41,7 @@ import time
 import numpy as np
 import torch
 
+from tempo.files import write_json_atomic
 from tempo.llm import native
 from tempo.llm.quantized import QuantizedMatrices
 
@@ -186,9 +186,7 @@ def main() -> None:
               "load_average": os.getloadavg(), "torch": torch.__version__, "threads": 1,
               "native": native.unavailable() or "built", "rows": rows}
     os.makedirs(os.path.dirname(ns.out), exist_ok=True)
-    with open(ns.out + ".part", "w") as f:
-        json.dump(report, f, indent=1)
-    os.replace(ns.out + ".part", ns.out)
+    write_json_atomic(ns.out, report)
     print(f"wrote {ns.out}")
 
 
