@@ -34,7 +34,8 @@ runs only where ``L<k>.ran`` is False (where it is True for the loop over a
 dim that ends at run time, the dim's bound becomes the length its end
 check ``U<n>`` recorded).
 The check of a ``tpo.end_when`` that ends dim ``t`` sets the local bound
-``_T`` to what its :class:`~tempo.runtime.ends.EndCheck` ``U<n>`` answers,
+``_T`` to what its :class:`~tempo.runtime.ends.EndCheck` ``U<n>`` answers
+(called as ``E<n>``, its :meth:`~tempo.runtime.ends.EndCheck.stepper`),
 so the loop over ``t`` exits where the flag first holds and what follows
 sees ``T[i]``; the loop over its outer dim ``i`` starts each iteration
 (and leaves) with ``_T`` at the run's cap, ``cap_T``. A read of a tensor
@@ -42,7 +43,7 @@ over ``t`` that its indices do not keep below ``T`` asks ``U<n>.within``
 first, which raises naming the reader's line past the end.
 The source refers to names the executor binds: ``S<n>_<j>`` (stores),
 ``K<n>`` (kernels), ``F<n>`` (merge shapes), ``D<k>`` (device loops), ``U<n>``
-(end checks), ``fail``, ``detach``, ``broadcast``, ``held``, ``free_below``, ``ledger``, ``inf``. A
+(end checks) and ``E<n>`` (their steps), ``fail``, ``detach``, ``broadcast``, ``held``, ``free_below``, ``ledger``, ``inf``. A
 profiled source (:mod:`tempo.runtime.profile`) evaluates every condition
 through ``C`` and calls ``B`` before the main loop and ``M`` after each of
 its iterations.
@@ -300,7 +301,7 @@ class Generator:
         """The end check: the bound of its dim becomes what ``U<n>`` answers."""
         bound = local(bound_of(self.checks[n]).name)
         read = f"S{flag.src}_{flag.src_out}.read({py(flag.index.substitute(at))})"
-        self._emit(depth, f"{bound} = U{n}({read}, {py(stmt.point[-1])}, {bound}, {py(seq(*stmt.point[:-1]))})")
+        self._emit(depth, f"{bound} = E{n}({read}, {py(stmt.point[-1])}, {bound}, {py(seq(*stmt.point[:-1]))})")
         self._emit(depth, "ledger.launches += 1")
 
     def _guard(self, n: int, node, e, at: dict, depth: int) -> None:

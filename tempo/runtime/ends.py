@@ -1,8 +1,8 @@
 """The run-time side of ``tpo.end_when``: where each loop over a dim that ends at run time exits.
 
 The generated source (:mod:`tempo.runtime.codegen`) calls an :class:`EndCheck`
-``U<n>`` at each step of the loop over the dim ``t`` with the flag's value
-there; it answers the bound ``T`` the loop goes on with: the cap the run gives
+``U<n>`` (as ``E<n>``, its :meth:`~EndCheck.stepper`) at each step of the loop
+over the dim ``t`` with the flag's value there; it answers the bound ``T`` the loop goes on with: the cap the run gives
 ``T`` until the flag is known to hold, then the step after the first step where
 it holds. The flag is read on the host every ``k`` steps (speculative checking):
 the steps run past the end meanwhile wrote points no read of ``0:T`` sees, and
@@ -63,17 +63,31 @@ class EndCheck:
         self.step_seconds = 0.0  # seconds per step, measured over the last loop
         self.started = None  # perf_counter() at the loop's first step
 
-    def __call__(self, flag, t: int, bound: int, outer: tuple) -> int:
-        """The bound the loop over the dim goes on with after step ``t`` (``flag``: its value there)."""
-        self.steps += 1
-        if self.given == 1:  # every step, nothing to measure
+    def stepper(self):
+        """What the generated code calls at each step of the loop (``E<n>``, as :meth:`__call__`): where
+        the flag is read at every step, a plain function that only reads it (a NumPy store's flag of
+        one element, ``np.bool_``, as it is), else this check."""
+        if self.given != 1:
+            return self
+        lengths, to_numpy, one = self.lengths, self.backend.to_numpy, np.bool_
+
+        def step(flag, t: int, bound: int, outer: tuple) -> int:
+            self.steps += 1
             self.reads += 1
-            if type(flag) is not np.ndarray:
-                flag = self.backend.to_numpy(flag)
-            if (flag.item() if flag.size == 1 else flag.all()) or t + 1 >= bound:
-                self.lengths[outer] = t + 1
+            if flag.__class__ is not one:
+                flag = to_numpy(flag) if type(flag) is not np.ndarray else flag
+                flag = flag.item() if flag.size == 1 else flag.all()
+            if flag or t + 1 >= bound:
+                lengths[outer] = t + 1
                 return t + 1
             return bound
+
+        return step
+
+    def __call__(self, flag, t: int, bound: int, outer: tuple) -> int:
+        """The bound the loop over the dim goes on with after step ``t`` (``flag``: its value there),
+        the flag read every ``every`` steps."""
+        self.steps += 1
         if t == 0:
             self.started = time.perf_counter()
         self.pending.append(self.backend.detach(flag, [flag]) if self.every > 1 else flag)

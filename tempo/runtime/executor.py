@@ -149,6 +149,7 @@ class Executor:
         namespace.update({f"D{k}": loop.bind(self.ledger, self.end_checks, lengths, f"D{k}")
                           for k, loop in enumerate(runnable.loops)})
         namespace.update({f"U{n}": check for n, check in self.end_checks.items()})
+        namespace.update({f"E{n}": check.stepper() for n, check in self.end_checks.items()})
         namespace.update({f"S{n}_{j}": store for (n, j), store in self.stores.items()})
         namespace.update({f"K{n}": kernel for n, kernel in runnable.kernels.items()})
         namespace.update({f"K{n}": runnable.kernel(n) for n in runnable.per_run})
