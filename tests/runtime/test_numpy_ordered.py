@@ -57,8 +57,24 @@ def test_a_sum_adds_each_axis_in_order_whatever_zero_steps_follow(shape, axis, e
         assert ordered_mean(x, (step_axis,)).dtype == np.mean(x, axis=step_axis).dtype
 
 
+@settings(**KERNELS)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=4), st.data())
+def test_a_sum_over_several_axes_some_of_one_element_adds_each_in_order_from_plus_zero(shape, data):
+    values = st.sampled_from([-0.0, 0.0, 1.5, -2.25, 1e-8, 3e7])
+    x = np.array(data.draw(st.lists(values, min_size=int(np.prod(shape)), max_size=int(np.prod(shape)))),
+                 np.float32).reshape(shape)
+    axes = tuple(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1)))
+    expected = x
+    for axis in sorted(axes):  # the Python loop, one axis after another
+        expected = np.expand_dims(in_order(expected, axis), axis)
+    out = ordered_sum(x, axes, keepdims=True)
+    assert out.dtype == np.float32 and out.tobytes() == expected.tobytes()
+    assert ordered_sum(x, axes).tobytes() == np.squeeze(expected, axis=axes).tobytes()
+
+
 def test_a_sum_is_never_minus_zero_and_keeps_integers_exact():
     np.testing.assert_array_equal(np.signbit(ordered_sum(np.array([-0.0, -0.0]), (0,))), False)
+    np.testing.assert_array_equal(np.signbit(ordered_sum(np.array([[-0.0], [0.0]]), (1,))), False)  # one element
     ints = np.arange(12).reshape(3, 4)
     np.testing.assert_array_equal(ordered_sum(ints, (0,), keepdims=True), ints.sum(0, keepdims=True))
 

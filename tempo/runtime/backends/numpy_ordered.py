@@ -26,6 +26,8 @@ the same way.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 STEPS = 32  # steps per product in a contraction over steps
@@ -34,34 +36,57 @@ ROWS = 128  # rows per product in a product of rows by one matrix
 
 def sum_along(x: np.ndarray, axis: int) -> np.ndarray:
     """``x`` summed along ``axis`` in index order, from +0 (keeping the axis, of size 1)."""
-    y = np.moveaxis(np.asarray(x), axis, 0)
-    flat = np.ascontiguousarray(y.reshape(len(y), int(np.prod(y.shape[1:]))))  # rows one after another in memory
+    y = np.asarray(x)
+    order = _to_front(y.ndim, axis)
+    if order is not None:
+        y = y.transpose(order)
+    rest = y.shape[1:]
+    flat = np.ascontiguousarray(y.reshape(len(y), math.prod(rest)))  # rows one after another in memory
     if len(y) == 0:
         out = np.zeros(flat.shape[1:], flat.dtype)
     elif flat.shape[1] == 1:  # one value per row: NumPy's reduce would sum it pairwise
         out = np.add.accumulate(flat[:, 0])[-1:]
     else:
         out = np.add.reduce(flat, axis=0)
-    return np.moveaxis((out + 0.0).astype(flat.dtype, copy=False).reshape((1,) + y.shape[1:]), 0, axis)
+    out = (out + 0.0).astype(flat.dtype, copy=False).reshape((1,) + rest)
+    return out if order is None else out.transpose(_inverse(order))
 
 
 def ordered_sum(x, axes: tuple[int, ...], keepdims: bool = False):
-    """``np.sum(x, axes)`` with each axis added in index order (see the module docstring)."""
+    """``np.sum(x, axes)`` with each axis added in index order (see the module docstring). An axis
+    of one element holds its sum already: only ``+ 0.0`` (no -0) is left to do."""
     x = np.asarray(x)
-    if not np.issubdtype(x.dtype, np.floating):
+    if x.dtype.kind != "f":
         return np.add.reduce(x, axis=axes, keepdims=keepdims)  # exact: any order gives the same
-    axes = tuple(sorted(a % x.ndim for a in axes))
-    for axis in axes:
+    ndim, shape = x.ndim, x.shape
+    axes = tuple(sorted(a % ndim for a in axes))
+    summed = [a for a in axes if shape[a] != 1]
+    if len(summed) < len(axes) and not summed:
+        x = (x + 0.0).astype(x.dtype, copy=False)
+    for axis in summed:
         x = sum_along(x, axis)
-    return x if keepdims else np.squeeze(x, axis=axes)
+    return x if keepdims else x.reshape(tuple(n for k, n in enumerate(x.shape) if k not in axes))
+
+
+def _to_front(ndim: int, axis: int) -> list[int] | None:
+    """The axes' order that puts ``axis`` first, the others in their order (None: it is first)."""
+    return None if axis == 0 else [axis, *range(axis), *range(axis + 1, ndim)]
+
+
+def _inverse(order: list[int]) -> list[int]:
+    """The axes' order that undoes ``order``."""
+    back = [0] * len(order)
+    for k, a in enumerate(order):
+        back[a] = k
+    return back
 
 
 def ordered_mean(x, axes: tuple[int, ...], keepdims: bool = False):
     """``np.mean(x, axes)`` from :func:`ordered_sum`, divided by the count as NumPy does."""
     x = np.asarray(x)
-    if not np.issubdtype(x.dtype, np.floating):
+    if x.dtype.kind != "f":
         return np.mean(x, axis=axes, keepdims=keepdims)
-    count = int(np.prod([x.shape[a] for a in axes]))
+    count = math.prod(x.shape[a] for a in axes)
     return np.true_divide(ordered_sum(x, axes, keepdims), count)
 
 
@@ -78,7 +103,11 @@ def _dense(x: np.ndarray) -> np.ndarray:
     NumPy's ``matmul`` picks its BLAS call, and so how it groups terms, by the operands' strides,
     those of size-1 axes included."""
     x = np.asarray(x)
-    canonical = tuple(int(s) for s in x.itemsize * np.cumprod((x.shape[1:] + (1,))[::-1])[::-1])
+    strides, step = [], x.itemsize
+    for n in reversed(x.shape):
+        strides.append(step)
+        step *= n
+    canonical = tuple(reversed(strides))
     if canonical == x.strides:
         return x
     if x.flags.c_contiguous:  # only the strides of size-1 axes differ: they are never stepped over
@@ -114,7 +143,7 @@ def ordered_batch_contract(a: np.ndarray, b: np.ndarray, ordered: tuple[int, ...
     order = [*ordered, *rest, nb, nb + 1]
     a, b = _dense(np.transpose(a, order)), _dense(np.transpose(b, order))
     outer = len(ordered) - 1  # step axes before the chunked one: one product per point of them
-    points = int(np.prod(a.shape[:outer]))
+    points = math.prod(a.shape[:outer])
     a = a.reshape((points,) + a.shape[outer:])
     b = b.reshape((points,) + b.shape[outer:])
     total = np.zeros((m, n), np.result_type(a, b))
@@ -151,16 +180,15 @@ def _rows_in_blocks(a: np.ndarray, b: np.ndarray, rows: tuple[int, ...]) -> np.n
     moved = _dense(np.transpose(a, front + [lead]))
     outer = len(rows) - 1  # step axes before the last one: rows of each point of them on their own
     shape = moved.shape
-    per_step = int(np.prod(shape[outer + 1:-1]))
+    per_step = math.prod(shape[outer + 1:-1])
     block = max(per_step, 1) * max(1, -(-ROWS // max(per_step, 1)))
-    flat = moved.reshape((int(np.prod(shape[:outer])), -1, shape[-1]))
+    flat = moved.reshape((math.prod(shape[:outer]), -1, shape[-1]))
     out = np.empty(flat.shape[:2] + b.shape[1:], np.result_type(a, b))
     for p, points in enumerate(flat):
         for start, piece in zip(range(0, len(points), block), _pieces(points, block)):
             out[p, start:start + block] = np.matmul(piece, b)[:len(points) - start]
     out = out.reshape(shape[:-1] + b.shape[1:])
-    back = np.argsort(front).tolist()
-    return np.transpose(out, back + ([lead] if b.ndim > 1 else []))
+    return np.transpose(out, _inverse(front) + ([lead] if b.ndim > 1 else []))
 
 
 def _each_in_row_blocks(a: np.ndarray, b: np.ndarray) -> np.ndarray:
