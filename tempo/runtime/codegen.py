@@ -33,7 +33,8 @@ written back and the points freed, and ``D<k>.done(l)``; the loop itself
 runs only where ``L<k>.ran`` is False (where it is True for the loop over a
 dim that ends at run time, the dim's bound becomes the length its end
 check ``U<n>`` recorded).
-The check of a ``tpo.end_when`` that ends dim ``t`` sets the local bound
+The check of a ``tpo.end_when`` that ends dim ``t`` (its flag taken from the
+outputs ``o`` of the launch just before it where that launch computed it) sets the local bound
 ``_T`` to what its :class:`~tempo.runtime.ends.EndCheck` ``U<n>`` answers
 (called as ``E<n>``, its :meth:`~tempo.runtime.ends.EndCheck.stepper`),
 so the loop over ``t`` exits where the flag first holds and what follows
@@ -88,6 +89,7 @@ class Generator:
         self.host_steps: dict[int, bool] = {}  # check -> whether its loop runs other host code
         self.iteration_loops: dict[int, ast.Loop] = {}  # check -> the loop over its innermost outer dim
         self.exits: dict[int, tuple[int, str]] = {}  # id(loop over a check's dim) -> (check, its outer point)
+        self.held: tuple | None = None  # (node, point, depth) of the launch just written: ``o`` holds its outputs
 
     def source(self, program: ast.Stmt) -> str:
         self.lines = ["def program(env):"]
@@ -113,6 +115,8 @@ class Generator:
         return f"C(lambda: {py(e)})" if self.profiled is not None else py(e)
 
     def _stmt(self, stmt: ast.Stmt, depth: int) -> None:
+        if not isinstance(stmt, (ast.Sequence, ast.Free, ast.Execute)):  # o may not hold the last launch's outputs
+            self.held = None
         if isinstance(stmt, ast.Sequence):
             if not stmt.body:
                 self._emit(depth, "pass")
@@ -134,6 +138,7 @@ class Generator:
             if reset is not None:
                 self._emit(depth + 1, f"{local(reset)} = cap_{reset}")
             self._stmt(stmt.body, depth + 1)
+            self.held = None
             if stmt is self.main_loop:
                 self._evict(stmt.var, depth + 1)
             if stmt is self.profiled:
@@ -152,7 +157,9 @@ class Generator:
             self._block(stmt.then, depth + 1)
             if stmt.orelse is not None:
                 self._emit(depth, "else:")
+                self.held = None
                 self._block(stmt.orelse, depth + 1)
+            self.held = None
         elif isinstance(stmt, ast.Free):
             self._free(stmt, depth)
         elif isinstance(stmt, ast.Evict):
@@ -290,17 +297,22 @@ class Generator:
         self._emit(depth, f"# {stmt.label}" + (f" at {node.site.filename}:{node.site.lineno}" if node.site else ""))
         edges = self.sdg.in_edges(n)
         at = dict(zip(node.domain, stmt.point))
+        held, self.held = self.held, None
         if n in self.checks:
-            self._check(n, edges[0], stmt, at, depth)
+            self._check(n, edges[0], stmt, at, depth, held)
             return
         for e in edges:
             self._guard(n, node, e, at, depth)
         self._launch(stmt, node, edges, at, point, depth)
 
-    def _check(self, n: int, flag, stmt: ast.Execute, at: dict, depth: int) -> None:
-        """The end check: the bound of its dim becomes what ``U<n>`` answers."""
+    def _check(self, n: int, flag, stmt: ast.Execute, at: dict, depth: int, held: tuple | None) -> None:
+        """The end check: the bound of its dim becomes what ``U<n>`` answers. A flag the launch just
+        written computed at that point (``held``, frees between them at most) is taken from its outputs
+        ``o`` rather than read back from its store."""
         bound = local(bound_of(self.checks[n]).name)
-        read = f"S{flag.src}_{flag.src_out}.read({py(flag.index.substitute(at))})"
+        index = py(flag.index.substitute(at))
+        read = (f"o[{flag.src_out}]" if held == (flag.src, index, depth) else
+                f"S{flag.src}_{flag.src_out}.read({index})")
         self._emit(depth, f"{bound} = E{n}({read}, {py(stmt.point[-1])}, {bound}, {py(seq(*stmt.point[:-1]))})")
         self._emit(depth, "ledger.launches += 1")
 
@@ -344,6 +356,7 @@ class Generator:
         writes = [f"S{n}_{j}.write(p, {self._kept(n, j, f'o[{j}]', read, bool(windows))})"
                   for j in range(len(node.shapes))]
         self._call(depth, reads, call, writes)
+        self.held = (n, point, depth)
 
     def _device_loop(self, loop: ast.Loop, name: str, device, depth: int) -> None:
         """The launches of a loop the backend runs whole, each written as a kernel's: what it reads

@@ -143,3 +143,28 @@ def test_a_branch_whose_statements_write_no_line_is_still_a_block():
     exec(compile(source, "<test>", "exec"), scope)      # an empty branch: IndentationError
     assert scope["program"]({"T": 3}) is None
     assert source.count("pass") == 2
+
+
+def test_an_end_check_takes_its_flag_from_the_launch_just_before_it_else_from_its_store():
+    """The flag computed by the launch just before the check (its outputs ``o``) is not read back; a
+    flag that a merge writes (no launch of its own) is read from its store. The lengths and values a
+    NumPy loop finds, both ways."""
+    walk = np.cumsum(np.random.default_rng(2).normal(size=(3, 12)), axis=1).astype(np.float32)
+    expected = np.array([next((t + 1 for t in range(12) if abs(row[t]) > 1.5), 12) for row in walk])
+    reads = []
+    for merged in (False, True):
+        with tpo.Context() as ctx:
+            (i, I), (t, T) = ctx.dims("i", "t")
+            x = tpo.from_numpy(walk, dims=(i, t))
+            flag = tpo.udf(lambda v: (np.abs(v) > 1.5,), [x], [()], ["bool"])
+            if merged:
+                computed, flag = flag, tpo.placeholder((), "bool", dims=(i, t))
+                flag[i, 0] = computed[i, 0]
+                flag[i, t + 1] = computed[i, t + 1]
+            tpo.end_when(flag)
+            program = ctx.compile(fetch=[x[i, 0:T].sum()])
+        (total,) = program.run({"I": 3, "T": 12})
+        np.testing.assert_array_equal(program.lengths["T"], expected)
+        np.testing.assert_allclose(total, [walk[k, :n].sum() for k, n in enumerate(expected)], rtol=1e-6)
+        reads.append(re.search(r"_T = E\d+\((.*), _c1, _T, ", program.code).group(1))
+    assert reads[0] == "o[0]" and re.fullmatch(r"S\d+_0\.read\(\(_c0, _c1, \)\)", reads[1])
