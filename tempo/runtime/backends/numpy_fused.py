@@ -42,6 +42,10 @@ def compile_island(op: ops.FusedOp, kernel_of: Callable[[ops.Op], Kernel],
     used = {(j, k) for inputs in reads for j, k in inputs if j >= 0} | set(op.outputs)
     last_use = {(j, k): s for s, inputs in enumerate(reads) for j, k in inputs if j >= 0}
     kept = set(op.outputs)
+    dying: dict[int, list[str]] = {}  # step -> the values it reads last, deleted after it
+    for (j, k), last in last_use.items():
+        if (j, k) not in kept:
+            dying.setdefault(last, []).append(f"v{j}_{k}")
     scope = {"ndarray": np.ndarray, "StepFailed": StepFailed, "cast": cast, "steps": steps}
     lines, step_of_line = ["def island(inputs, env, point):", "    try:"], [None, None]
     for s, step in enumerate(steps):
@@ -73,7 +77,7 @@ def compile_island(op: ops.FusedOp, kernel_of: Callable[[ops.Op], Kernel],
                          f"            {name} = cast({name}, t{s}_{k})"]
         if not body:  # an unread single output: the call still runs (it may fail)
             body.append(f"        {results[0]}")
-        dead += [f"v{j}_{k}" for (j, k), last in last_use.items() if last == s and (j, k) not in kept]
+        dead += dying.get(s, [])
         if dead:
             body.append("        del " + ", ".join(dead))
         lines += body
