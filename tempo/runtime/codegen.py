@@ -44,7 +44,8 @@ over ``t`` that its indices do not keep below ``T`` asks ``U<n>.within``
 first, which raises naming the reader's line past the end.
 The source refers to names the executor binds: ``S<n>_<j>`` (stores),
 ``K<n>`` (kernels), ``F<n>`` (merge shapes), ``D<k>`` (device loops), ``U<n>``
-(end checks) and ``E<n>`` (their steps), ``fail``, ``detach``, ``broadcast``, ``held``, ``free_below``, ``ledger``, ``inf``. A
+(end checks) and ``E<n>`` (their steps), ``fail``, ``detach``, ``broadcast``,
+``held``, ``free_below``, ``ledger``, ``inf``. A
 profiled source (:mod:`tempo.runtime.profile`) evaluates every condition
 through ``C`` and calls ``B`` before the main loop and ``M`` after each of
 its iterations.
