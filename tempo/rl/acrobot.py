@@ -1,0 +1,111 @@
+"""Acrobot-v1 as tensor ops, with gymnasium's dynamics.
+
+Same constants and the book's equations of motion (gymnasium's default
+``book_or_nips="book"``), one fourth-order Runge-Kutta step of ``dt = 0.2``
+in float64, the angles wrapped into ``[-pi, pi]`` and the angular speeds
+bounded to ``4 pi`` and ``9 pi``, the torque ``-1``, ``0`` or ``+1`` for
+actions 0, 1 and 2, reward -1 per step and 0 on the terminating one,
+termination when the tip rises above the bar
+(``-cos(theta1) - cos(theta2 + theta1) > 1``) and truncation after 500
+steps. The expressions keep gymnasium's evaluation order, so a step agrees
+with gymnasium's step from the same state bit for bit on most states and to a
+few units in the last place on the others (gymnasium squares with C's
+``pow``, which is not always correctly rounded, this with a product); observations
+``(cos theta1, sin theta1, cos theta2, sin theta2, theta1_dot, theta2_dot)``
+are computed in float64 and cast to float32.
+"""
+from __future__ import annotations
+
+import math
+
+from tempo.api.functional import cat, cos, maximum, minimum, sin, where
+from tempo.api.random import uniform
+from tempo.api.rt import RecurrentTensor
+from tempo.rl.tensor_env import TensorEnv
+from tempo.symbolic.expr import Expr
+
+RT = RecurrentTensor
+
+DT = 0.2  # seconds per step, one Runge-Kutta step
+LINK_LENGTH_1 = 1.0
+LINK_MASS_1 = 1.0
+LINK_MASS_2 = 1.0
+LINK_COM_POS_1 = 0.5  # position of each link's centre of mass
+LINK_COM_POS_2 = 0.5
+LINK_MOI = 1.0  # moment of inertia of both links
+GRAVITY = 9.8
+MAX_VEL_1 = 4 * math.pi
+MAX_VEL_2 = 9 * math.pi
+
+
+def derivatives(theta1: RT, theta2: RT, dtheta1: RT, dtheta2: RT, torque: RT) -> tuple[RT, RT, RT, RT]:
+    """The time derivative of the state under ``torque`` on the second joint (the book's equations)."""
+    m1, m2, l1, lc1, lc2 = LINK_MASS_1, LINK_MASS_2, LINK_LENGTH_1, LINK_COM_POS_1, LINK_COM_POS_2
+    i1 = i2 = LINK_MOI
+    g = GRAVITY
+    d1 = m1 * lc1 ** 2 + m2 * (l1 ** 2 + lc2 ** 2 + 2 * l1 * lc2 * cos(theta2)) + i1 + i2
+    d2 = m2 * (lc2 ** 2 + l1 * lc2 * cos(theta2)) + i2
+    phi2 = m2 * lc2 * g * cos(theta1 + theta2 - math.pi / 2.0)
+    phi1 = (-m2 * l1 * lc2 * (dtheta2 * dtheta2) * sin(theta2)
+            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * sin(theta2)
+            + (m1 * lc1 + m2 * l1) * g * cos(theta1 - math.pi / 2)
+            + phi2)
+    ddtheta2 = ((torque + d2 / d1 * phi1 - m2 * l1 * lc2 * (dtheta1 * dtheta1) * sin(theta2) - phi2)
+                / (m2 * lc2 ** 2 + i2 - (d2 * d2) / d1))
+    ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
+    return dtheta1, dtheta2, ddtheta1, ddtheta2
+
+
+def runge_kutta(state: tuple[RT, ...], torque: RT, dt: float) -> tuple[RT, ...]:
+    """One fourth-order Runge-Kutta step of :func:`derivatives` (gymnasium's ``rk4`` over ``[0, dt]``)."""
+    half = dt / 2.0
+    k1 = derivatives(*state, torque)
+    k2 = derivatives(*(y + half * k for y, k in zip(state, k1)), torque)
+    k3 = derivatives(*(y + half * k for y, k in zip(state, k2)), torque)
+    k4 = derivatives(*(y + dt * k for y, k in zip(state, k3)), torque)
+    return tuple(y + dt / 6.0 * (a + 2 * b + 2 * c + d) for y, a, b, c, d in zip(state, k1, k2, k3, k4))
+
+
+def wrap(x: RT, low: float, high: float) -> RT:
+    """``x`` moved by whole turns ``high - low`` into ``[low, high]`` (gymnasium's ``wrap``)."""
+    turn = high - low
+    above = x - -((high - x) // turn) * turn
+    below = x + -((x - low) // turn) * turn
+    return where(x > high, above, where(x < low, below, x))
+
+
+def bound(x: RT, low: float, high: float) -> RT:
+    return minimum(maximum(x, low), high)
+
+
+class Acrobot(TensorEnv):
+    """Acrobot-v1: state ``(theta1, theta2, theta1_dot, theta2_dot)``, actions 0, 1, 2 (torque -1, 0, +1).
+
+    The random initial state is uniform on ``[-0.1, 0.1)`` per episode and
+    rounded to float32 as gymnasium's is, drawn from the context seed
+    (``tpo.random``), so it differs from gymnasium's seeded reset; pass
+    ``reset(initial_state=...)`` to start from given states.
+    """
+
+    state_shape = (4,)
+    state_dtype = "float64"
+
+    def __init__(self, name: str, dims: tuple[Expr, ...], max_episode_steps: int | None = 500, **options):
+        super().__init__(name, dims, (6,), "float32", 3, (), "int64", max_episode_steps, **options)
+
+    def initial_state(self, dims: tuple[Expr, ...]) -> RT:
+        return uniform((4,), dims=dims, low=-0.1, high=0.1, dtype="float64").cast("float32").cast("float64")
+
+    def observe(self, state: RT) -> RT:
+        theta1, theta2 = state.spatial[0], state.spatial[1]
+        parts = (cos(theta1), sin(theta1), cos(theta2), sin(theta2), state.spatial[2], state.spatial[3])
+        return cat([v.unsqueeze(0) for v in parts]).cast("float32")
+
+    def transition(self, state: RT, action: RT) -> tuple[RT, RT, RT]:
+        torque = (action - 1).cast("float64")
+        theta1, theta2, dtheta1, dtheta2 = runge_kutta(tuple(state.spatial[k] for k in range(4)), torque, DT)
+        theta1, theta2 = wrap(theta1, -math.pi, math.pi), wrap(theta2, -math.pi, math.pi)
+        dtheta1, dtheta2 = bound(dtheta1, -MAX_VEL_1, MAX_VEL_1), bound(dtheta2, -MAX_VEL_2, MAX_VEL_2)
+        terminated = -cos(theta1) - cos(theta2 + theta1) > 1.0
+        moved = cat([v.unsqueeze(0) for v in (theta1, theta2, dtheta1, dtheta2)])
+        return moved, where(terminated, 0.0, -1.0), terminated
