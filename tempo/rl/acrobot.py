@@ -67,11 +67,11 @@ def runge_kutta(state: tuple[RT, ...], torque: RT, dt: float) -> tuple[RT, ...]:
 
 
 def wrap(x: RT, low: float, high: float) -> RT:
-    """``x`` moved by whole turns ``high - low`` into ``[low, high]`` (gymnasium's ``wrap``)."""
+    """``x`` moved by whole turns ``high - low`` into ``[low, high]``, as gymnasium's ``wrap`` moves it (the
+    same number for a move of one turn or none; for a value within a unit in the last place of ``high``,
+    ``x - (x - low) // turn * turn`` may give ``low`` where gymnasium keeps ``high``, the same angle)."""
     turn = high - low
-    above = x - -((high - x) // turn) * turn
-    below = x + -((x - low) // turn) * turn
-    return where(x > high, above, where(x < low, below, x))
+    return x - ((x - low) // turn) * turn
 
 
 def bound(x: RT, low: float, high: float) -> RT:
@@ -99,13 +99,14 @@ class Acrobot(TensorEnv):
     def observe(self, state: RT) -> RT:
         theta1, theta2 = state.spatial[0], state.spatial[1]
         parts = (cos(theta1), sin(theta1), cos(theta2), sin(theta2), state.spatial[2], state.spatial[3])
-        return cat([v.unsqueeze(0) for v in parts]).cast("float32")
+        return cat([v.unsqueeze(0) for v in parts]).cast("float32").detach()
 
     def transition(self, state: RT, action: RT) -> tuple[RT, RT, RT]:
         torque = (action - 1).cast("float64")
         theta1, theta2, dtheta1, dtheta2 = runge_kutta(tuple(state.spatial[k] for k in range(4)), torque, DT)
         theta1, theta2 = wrap(theta1, -math.pi, math.pi), wrap(theta2, -math.pi, math.pi)
         dtheta1, dtheta2 = bound(dtheta1, -MAX_VEL_1, MAX_VEL_1), bound(dtheta2, -MAX_VEL_2, MAX_VEL_2)
-        terminated = -cos(theta1) - cos(theta2 + theta1) > 1.0
         moved = cat([v.unsqueeze(0) for v in (theta1, theta2, dtheta1, dtheta2)])
+        theta1, theta2 = moved.spatial[0], moved.spatial[1]
+        terminated = -cos(theta1) - cos(theta2 + theta1) > 1.0
         return moved, where(terminated, 0.0, -1.0), terminated
