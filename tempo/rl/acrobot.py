@@ -7,12 +7,19 @@ bounded to ``4 pi`` and ``9 pi``, the torque ``-1``, ``0`` or ``+1`` for
 actions 0, 1 and 2, reward -1 per step and 0 on the terminating one,
 termination when the tip rises above the bar
 (``-cos(theta1) - cos(theta2 + theta1) > 1``) and truncation after 500
-steps. The expressions keep gymnasium's evaluation order, so a step agrees
-with gymnasium's step from the same state bit for bit on most states and to a
-few units in the last place on the others (gymnasium squares with C's
-``pow``, which is not always correctly rounded, this with a product); observations
+steps. Observations
 ``(cos theta1, sin theta1, cos theta2, sin theta2, theta1_dot, theta2_dot)``
-are computed in float64 and cast to float32.
+are computed in float64 and cast to float32, and carry no gradient (a
+discrete action carries none, so nothing would flow through the dynamics;
+the compiler need not differentiate them).
+
+The equations are written for few NumPy calls per step rather than in
+gymnasium's order of evaluation: the link constants folded into five
+numbers, ``cos(x - pi / 2)`` as ``sin(x)``, the Runge-Kutta sum as
+``dt/6 (k1 + k4) + dt/3 (k2 + k3)``. A step from the same state agrees with
+gymnasium's to rounding (within about 1e-12 at the largest speeds, where the
+values reach 28); a trajectory follows gymnasium's as long as the
+double pendulum's chaos leaves such differences small.
 """
 from __future__ import annotations
 
@@ -38,21 +45,27 @@ MAX_VEL_1 = 4 * math.pi
 MAX_VEL_2 = 9 * math.pi
 
 
+# the book's equations of motion with the link constants folded: d1 = D1 + D1_COS cos(theta2),
+# d2 = D2 + D2_COS cos(theta2), the speed terms scaled by CORIOLIS, and gravity's by G1 and G2
+D1 = LINK_MASS_1 * LINK_COM_POS_1 ** 2 + LINK_MASS_2 * (LINK_LENGTH_1 ** 2 + LINK_COM_POS_2 ** 2) + 2 * LINK_MOI
+D1_COS = LINK_MASS_2 * 2 * LINK_LENGTH_1 * LINK_COM_POS_2
+D2 = LINK_MASS_2 * LINK_COM_POS_2 ** 2 + LINK_MOI
+D2_COS = LINK_MASS_2 * LINK_LENGTH_1 * LINK_COM_POS_2
+CORIOLIS = LINK_MASS_2 * LINK_LENGTH_1 * LINK_COM_POS_2
+G1 = (LINK_MASS_1 * LINK_COM_POS_1 + LINK_MASS_2 * LINK_LENGTH_1) * GRAVITY
+G2 = LINK_MASS_2 * LINK_COM_POS_2 * GRAVITY
+
+
 def derivatives(theta1: RT, theta2: RT, dtheta1: RT, dtheta2: RT, torque: RT) -> tuple[RT, RT, RT, RT]:
     """The time derivative of the state under ``torque`` on the second joint (the book's equations)."""
-    m1, m2, l1, lc1, lc2 = LINK_MASS_1, LINK_MASS_2, LINK_LENGTH_1, LINK_COM_POS_1, LINK_COM_POS_2
-    i1 = i2 = LINK_MOI
-    g = GRAVITY
-    d1 = m1 * lc1 ** 2 + m2 * (l1 ** 2 + lc2 ** 2 + 2 * l1 * lc2 * cos(theta2)) + i1 + i2
-    d2 = m2 * (lc2 ** 2 + l1 * lc2 * cos(theta2)) + i2
-    phi2 = m2 * lc2 * g * cos(theta1 + theta2 - math.pi / 2.0)
-    phi1 = (-m2 * l1 * lc2 * (dtheta2 * dtheta2) * sin(theta2)
-            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * sin(theta2)
-            + (m1 * lc1 + m2 * l1) * g * cos(theta1 - math.pi / 2)
-            + phi2)
-    ddtheta2 = ((torque + d2 / d1 * phi1 - m2 * l1 * lc2 * (dtheta1 * dtheta1) * sin(theta2) - phi2)
-                / (m2 * lc2 ** 2 + i2 - (d2 * d2) / d1))
-    ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
+    cos2, speed_scale = cos(theta2), -CORIOLIS * sin(theta2)
+    minus_d1 = -D1 - D1_COS * cos2
+    d2 = D2 + D2_COS * cos2
+    ratio = d2 / minus_d1  # -d2 / d1
+    phi2 = G2 * sin(theta1 + theta2)  # gymnasium's cos(theta1 + theta2 - pi / 2)
+    phi1 = speed_scale * (dtheta2 * (dtheta2 + 2 * dtheta1)) + G1 * sin(theta1) + phi2
+    ddtheta2 = (torque - ratio * phi1 + speed_scale * (dtheta1 * dtheta1) - phi2) / (D2 + d2 * ratio)
+    ddtheta1 = (d2 * ddtheta2 + phi1) / minus_d1
     return dtheta1, dtheta2, ddtheta1, ddtheta2
 
 
@@ -63,7 +76,7 @@ def runge_kutta(state: tuple[RT, ...], torque: RT, dt: float) -> tuple[RT, ...]:
     k2 = derivatives(*(y + half * k for y, k in zip(state, k1)), torque)
     k3 = derivatives(*(y + half * k for y, k in zip(state, k2)), torque)
     k4 = derivatives(*(y + dt * k for y, k in zip(state, k3)), torque)
-    return tuple(y + dt / 6.0 * (a + 2 * b + 2 * c + d) for y, a, b, c, d in zip(state, k1, k2, k3, k4))
+    return tuple(y + dt / 6.0 * (a + d) + dt / 3.0 * (b + c) for y, a, b, c, d in zip(state, k1, k2, k3, k4))
 
 
 def wrap(x: RT, low: float, high: float) -> RT:
