@@ -88,6 +88,7 @@ def wrap(x: RT, low: float, high: float) -> RT:
 
 
 def bound(x: RT, low: float, high: float) -> RT:
+    """``x`` clipped to ``[low, high]`` (gymnasium's ``bound``)."""
     return minimum(maximum(x, low), high)
 
 
@@ -120,6 +121,8 @@ class Acrobot(TensorEnv):
         theta1, theta2 = wrap(theta1, -math.pi, math.pi), wrap(theta2, -math.pi, math.pi)
         dtheta1, dtheta2 = bound(dtheta1, -MAX_VEL_1, MAX_VEL_1), bound(dtheta2, -MAX_VEL_2, MAX_VEL_2)
         moved = cat([v.unsqueeze(0) for v in (theta1, theta2, dtheta1, dtheta2)])
+        # termination reads the stepped state itself, so the whole step fuses into one island with the
+        # policy (read from the angles alone, the speeds' part fuses apart and its inputs are stored per step)
         theta1, theta2 = moved.spatial[0], moved.spatial[1]
         terminated = -cos(theta1) - cos(theta2 + theta1) > 1.0
         return moved, where(terminated, 0.0, -1.0), terminated
