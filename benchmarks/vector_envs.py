@@ -5,9 +5,9 @@ linear controller (it keeps CartPole-v1 balanced, so every step is a real
 environment step) under ``impl="gymnasium"`` (one gymnasium environment per
 episode, stepped in a Python loop, as ``SyncVectorEnv`` does) and
 ``impl="envpool"`` (one envpool call per batched step, ``num_threads=1``),
-and, for CartPole-v1 and Acrobot-v1, ``impl="tensor"``. The same controller also drives
-gymnasium's ``SyncVectorEnv`` and envpool directly, without Tempo, as
-baselines. Reported: environment steps per second of wall time and of
+and, for CartPole-v1 and Acrobot-v1, ``impl="tensor"``. The same controller
+also drives gymnasium's ``SyncVectorEnv`` and envpool directly, without
+Tempo, as baselines. Reported: environment steps per second of wall time and of
 process CPU time (the median over repeats, the compiled program re-run;
 compilation excluded). BLAS runs on one thread (threadpoolctl). Prints a
 table and writes JSON.
