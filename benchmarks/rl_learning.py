@@ -226,7 +226,7 @@ def plot(runs: list[dict], envs: list[str], path: str) -> None:
 
 
 def _impl(args, env_id: str) -> str:
-    return args.tempo_impl if env_id in ("CartPole-v1", "Pendulum-v1") else "gymnasium"
+    return args.tempo_impl if env_id in ("CartPole-v1", "Acrobot-v1", "Pendulum-v1") else "gymnasium"
 
 
 def main(argv=None) -> dict:
@@ -235,7 +235,8 @@ def main(argv=None) -> dict:
     p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     p.add_argument("--scale", type=float, default=1.0, help="multiply every step budget (reduced runs)")
-    p.add_argument("--tempo-impl", default="gymnasium", help="gymnasium or tensor (CartPole-v1, Pendulum-v1)")
+    p.add_argument("--tempo-impl", default="gymnasium",
+                   help="gymnasium or tensor (CartPole-v1, Acrobot-v1, Pendulum-v1)")
     p.add_argument("--tempo-backend", default="", help="numpy (default), torch or jax")
     p.add_argument("--set", nargs="+", default=[], metavar="FLAG=VALUE",
                    help="hyper-parameters for every system and environment (num_envs=16 num_steps=256)")

@@ -5,9 +5,9 @@ linear controller (it keeps CartPole-v1 balanced, so every step is a real
 environment step) under ``impl="gymnasium"`` (one gymnasium environment per
 episode, stepped in a Python loop, as ``SyncVectorEnv`` does) and
 ``impl="envpool"`` (one envpool call per batched step, ``num_threads=1``),
-and, for CartPole-v1, ``impl="tensor"``. The same controller also drives
-gymnasium's ``SyncVectorEnv`` and envpool directly, without Tempo, as
-baselines. Reported: environment steps per second of wall time and of
+and, for CartPole-v1 and Acrobot-v1, ``impl="tensor"``. The same controller
+also drives gymnasium's ``SyncVectorEnv`` and envpool directly, without
+Tempo, as baselines. Reported: environment steps per second of wall time and of
 process CPU time (the median over repeats, the compiled program re-run;
 compilation excluded). BLAS runs on one thread (threadpoolctl). Prints a
 table and writes JSON.
@@ -30,7 +30,7 @@ import tempo.rl
 from tempo.files import write_json_atomic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = {"CartPole-v1": (64, 200), "HalfCheetah-v5": (8, 200)}  # name -> (environments, steps)
+CASES = {"CartPole-v1": (64, 200), "Acrobot-v1": (4, 500), "HalfCheetah-v5": (8, 200)}  # name -> (environments, steps)
 
 
 def weights(obs_size: int, action_size: int) -> np.ndarray:
@@ -101,7 +101,7 @@ def measure(run, repeats: int, env_steps: int) -> dict:
 def systems(name: str):
     yield "tempo impl=gymnasium", lambda b, s: tempo_program(name, "gymnasium", b, s)
     yield "tempo impl=envpool", lambda b, s: tempo_program(name, "envpool", b, s)
-    if name == "CartPole-v1":
+    if name in ("CartPole-v1", "Acrobot-v1"):
         yield "tempo impl=tensor", lambda b, s: tempo_program(name, "tensor", b, s)
     yield "gymnasium SyncVectorEnv", lambda b, s: gymnasium_loop(name, b, s)
     yield "envpool", lambda b, s: envpool_loop(name, b, s)

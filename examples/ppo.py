@@ -41,7 +41,7 @@ class Args:
     env_id: str = "CartPole-v1"
     """the id of the environment"""
     impl: str = "gymnasium"
-    """'gymnasium' (UDF ops) or 'tensor' (environments written as tensor ops: CartPole-v1)"""
+    """'gymnasium' (UDF ops) or 'tensor' (environments written as tensor ops: CartPole-v1, Acrobot-v1)"""
     vector: str = "sync"
     """gymnasium vector environment: 'sync' (one process) or 'async' (a subprocess per environment)"""
     total_timesteps: int = 500000

@@ -171,7 +171,7 @@ def make(name: str, dims: Sequence[Expr], impl: str | None = None, autoreset: bo
     ``impl="gymnasium"`` runs a gymnasium environment on the host through UDF
     ops (any registered id; ``kwargs`` go to ``gymnasium.make``);
     ``impl="tensor"`` builds a built-in environment from tensor ops only
-    (``CartPole-v1``, ``Pendulum-v1``, ``tempo/Synthetic-v0``);
+    (``Acrobot-v1``, ``CartPole-v1``, ``Pendulum-v1``, ``tempo/Synthetic-v0``);
     ``impl="envpool"`` steps envpool's C++ environments through the same UDF
     ops (``kwargs`` go to ``envpool.make``; needs the ``envpool`` package).
     The default is ``"tensor"`` for the ``tempo/`` environments and
@@ -218,11 +218,12 @@ def make(name: str, dims: Sequence[Expr], impl: str | None = None, autoreset: bo
 
 
 def _tensor_envs() -> dict:
+    from tempo.rl.acrobot import Acrobot
     from tempo.rl.cartpole import CartPole
     from tempo.rl.pendulum import Pendulum
     from tempo.rl.synthetic import Synthetic
 
-    return {"CartPole-v1": CartPole, "Pendulum-v1": Pendulum, "tempo/Synthetic-v0": Synthetic}
+    return {"Acrobot-v1": Acrobot, "CartPole-v1": CartPole, "Pendulum-v1": Pendulum, "tempo/Synthetic-v0": Synthetic}
 
 
 def _suggest(name: str, known) -> str:
