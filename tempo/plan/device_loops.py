@@ -56,11 +56,12 @@ from tempo.ir.ends import is_end
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.ir.shapes import size
+from tempo.plan.ended_rows import island_axes
 from tempo.plan.window_padding import ignores_zero_padding
 from tempo.schedule import ast
 from tempo.symbolic.affine import counter, uses
 from tempo.symbolic.evaluate import compile_expr
-from tempo.symbolic.expr import Expr, bound_name
+from tempo.symbolic.expr import Expr, bound_name, bound_of
 from tempo.symbolic.simplify import simplify
 
 CLOSED, GATHERED, LOCAL, CARRIED, ROWS, ROW, STACKED, SLICED, WINDOW = \
@@ -116,6 +117,8 @@ class LoopPlan:
     nested: tuple["Nested", ...] = ()
     end: int | None = None
     shaped: tuple[int, ...] = ()
+    ending: int | None = None
+    padded: tuple[int, ...] = ()
 
     def signature(self) -> tuple:
         """What a compiled form of this loop depends on besides its AST: where each input comes from,
@@ -123,7 +126,8 @@ class LoopPlan:
         sources = tuple((src.kind, src.key, src.shift) for step in self.steps for src in step.inputs)
         inner = tuple((n.at, n.plan.signature(), tuple((k, s.kind, s.key, s.shift) for k, s in n.inputs))
                       for n in self.nested)
-        return sources, tuple(sorted(self.carried.items())), self.written_back, inner, self.end, self.shaped
+        return sources, tuple(sorted(self.carried.items())), self.written_back, inner, self.end, self.shaped, \
+            self.ending, self.padded
 
 
 @dataclass(frozen=True)
@@ -193,9 +197,12 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
             at += 1
         elif isinstance(s, ast.Loop):
             inner = plan(sdg, s, program, kinds, keep, host, nested=True)
-            if inner is None or inner.nested or inner.end is not None:
+            if inner is None or inner.nested:
                 return None
             inner_plans.append((s, guard, inner, at))
+    ending = [k for k, (_, _, inner, _) in enumerate(inner_plans) if inner.end is not None]
+    if len(ending) > 1:
+        return None
     inner_writers = {step.node.id: (k, s, step) for k, (s, _, inner, _) in enumerate(inner_plans)
                      for step in inner.steps}
     nested = []
@@ -244,8 +251,64 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
                          if n in keep or any(e.sink in outside for e in sdg.edges if e.src == n and e.src_out == j))
     frees = tuple((s, guard) for s, guard in body if isinstance(s, ast.Free)
                   and (s.node_id not in writers or any(key[0] == s.node_id for key in written_back)))
+    padded = ()
+    if ending:
+        if ends:
+            return None
+        padded = _padded_steps(sdg, steps, nested, ending[0], written_back)
+        if padded is None:
+            return None
     return LoopPlan(loop, tuple(steps), carried, written_back, frees, tuple(nested), ends[0] if ends else None,
-                    _shaped_steps(sdg, steps))
+                    _shaped_steps(sdg, steps), ending[0] if ending else None, padded)
+
+
+def _padded_steps(sdg: SDG, steps: list[Step], nested: list[Nested], ending: int, written_back) -> tuple | None:
+    """The steps after nested loop ``ending`` (the loop over a dim that ends at run time, run to its cap
+    on the device) that read rows padded past ``T[i]``, each with its padded axes
+    (:func:`tempo.plan.ended_rows.island_axes`); None where a statement after it cannot run so (see the
+    module docstring)."""
+    loop = nested[ending]
+    check = loop.plan.steps[loop.plan.end].node
+    bound = bound_of(check.domain[-1])
+    ended = {step.node.id for step in loop.plan.steps}
+    for k, n in enumerate(nested):
+        if k == ending:
+            continue
+        if any(src.key[0] in ended for _, src in n.inputs) or \
+                k > ending and _mentions_bound(n.plan, bound) or any(bound in c.free_symbols() for c in n.guard):
+            return None
+    out = []
+    for s, step in enumerate(steps):
+        if s < loop.at:
+            continue
+        exprs = [*step.guard, *(c for c in step.conds if c is not None),
+                 *(src.index for src in step.inputs if src.index is not None and src.kind != ROWS)]
+        if any(bound in e.free_symbols() for e in exprs) or \
+                any(src.key[0] in ended and src.kind != ROWS for src in step.inputs):
+            return None
+        edges = sdg.in_edges(step.node.id)
+        axes = island_axes(step.node.op, [sdg.read_shape(e) for e in edges], list(step.node.shapes), bound)
+        if axes is None:
+            return None
+        ins, outs = axes
+        last = outs[-1]
+        if isinstance(step.node.op, UDFOp) and any(ins):
+            return None  # a sink would see the cap's rows
+        if any(last[j] for j in range(len(step.node.shapes)) if (step.node.id, j) in written_back):
+            return None  # rows past the end would be written back
+        if any(ins) or any(any(o) for o in outs):
+            out.append(s)
+    return tuple(out)
+
+
+def _mentions_bound(loop: "LoopPlan", bound: Expr) -> bool:
+    """Whether the loop's trip count, conditions, reads or sizes depend on ``bound``."""
+    exprs = [loop.loop.start, loop.loop.cond]
+    for step in loop.steps:
+        exprs += [*step.guard, *(c for c in step.conds if c is not None),
+                  *(src.index for src in step.inputs if src.index is not None)]
+        exprs += [d for shape in step.node.shapes for d in shape if isinstance(d, Expr)]
+    return any(bound in e.free_symbols() for e in exprs)
 
 
 def _stacked(src: Source, writer, reader: int, inner_plans: list, var: str, tiles: dict) -> Source | None:

@@ -70,10 +70,13 @@ from tempo.ir import ops
 import numpy as np
 
 from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
+from tempo.plan.ended_rows import island_axes
+from tempo.runtime.backends import jax_layout
 from tempo.runtime.backends.jax import Island, _row
 from tempo.runtime.step_values import StepValues
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
+from tempo.symbolic.expr import bound_of
 
 UNROLLED = 32  # a nested loop of at most this many rows that reads rows of a value given once is unrolled
 
@@ -81,8 +84,10 @@ UNROLLED = 32  # a nested loop of at most this many rows that reads rows of a va
 class LoopProgram:
     """The compiled form of one planned loop; the host side is :class:`~tempo.runtime.device_loops.DeviceLoop`."""
 
-    def __init__(self, plan: LoopPlan, islands: list[Island | None], nested: list["LoopProgram"] = ()):
+    def __init__(self, plan: LoopPlan, islands: list[Island | None], nested: list["LoopProgram"] = (),
+                 padded: dict | None = None):
         self.plan, self.islands, self.nested = plan, islands, list(nested)
+        self.padded = padded or {}  # step -> padded axes of its inputs and of its ops' outputs (ended_rows)
         self.fns: dict[tuple, Callable] = {}
         self.compile_seconds = (0.0, 0.0)  # XLA's compiles of a loop with nested loops: wall and CPU seconds
         self.rows_held: dict[int, tuple] = {}  # id(value) -> (value, its rows): :meth:`split`
@@ -185,21 +190,28 @@ class LoopProgram:
             if island is None:
                 tracers.append(None)
                 shapes.append(static)
+            elif s in self.padded:  # traced in the body, masked by the iteration's length of the ended dim
+                tracers.append((dict(zip(island.names, static)), dict(zip([j for j, _ in island.indexes], forms))))
+                shapes.append(None)
             else:
                 tracers.append(island._traced(dict(zip(island.names, static)),
                                               dict(zip([j for j, _ in island.indexes], forms))))
                 shapes.append(None)
-        nested = [(n, inner._traced(keys.pop(0))) for n, inner in zip(self.plan.nested, self.nested)]
-        plan = self.plan
+        nested = []
+        for n, inner in zip(self.plan.nested, self.nested):
+            inner_key = keys.pop(0)
+            nested.append((n, inner._traced(inner_key), inner_key[0]))
+        plan, padded, islands = self.plan, self.padded, self.islands
         deferred = [s for s, step in enumerate(plan.steps) if isinstance(step.node.op, ops.UDFOp) and s != plan.end]
 
         def body_of(closed, consts):
             def body(ring, x):
-                values, kept = {}, {}
+                values, kept, length = {}, {}, None
                 for s, step in enumerate(plan.steps):
-                    for k, (n, inner) in enumerate(nested):
+                    for k, (n, inner, rows) in enumerate(nested):
                         if n.at == s:
-                            _run_nested(k, n, inner, closed, consts, x, values, ring)
+                            ended = _run_nested(k, n, inner, rows, closed, consts, x, values, ring)
+                            length = length if ended is None else ended
                     ins = [_input(src, f"{s}.{k}", closed, x, values, ring) for k, src in enumerate(step.inputs)]
                     if s == plan.end:
                         kept[s] = (jnp.all(ins[0]) & x["end"],)
@@ -207,21 +219,31 @@ class LoopProgram:
                     if s in deferred:
                         kept[s] = tuple(ins)
                         continue
+                    masks = padded.get(s)
+                    if masks is not None:
+                        ins = [_masked(v, axes, length) for v, axes in zip(ins, masks[0])]
                     if tracers[s] is None:
                         outs = (_merge(step, ins, x["sel"].get(str(s)), shapes[s], branches.get(s)),)
+                        if masks is not None:
+                            outs = [_masked(v, axes, length) for v, axes in zip(outs, masks[1][0])]
                     else:
                         given, starts = dict(consts[str(s)]), {}
                         for name, value in x["a"].get(str(s), {}).items():
                             (given if name[0] == "h" else starts)[int(name[1:])] = value
-                        outs = tracers[s](ins, given, starts)
+                        traced = tracers[s] if masks is None else islands[s]._traced(
+                            *tracers[s], lambda j, results, outs=masks[1]: [_masked(v, axes, length)
+                                                                             for v, axes in zip(results, outs[j])])
+                        outs = traced(ins, given, starts)
                     for j, (value, dtype) in enumerate(zip(outs, step.node.dtypes)):
                         values[(step.node.id, j)] = value if value.dtype == dtype else value.astype(dtype)
-                for k, (n, inner) in enumerate(nested):  # nested loops after the last statement
+                for k, (n, inner, rows) in enumerate(nested):  # nested loops after the last statement
                     if n.at == len(plan.steps):
-                        _run_nested(k, n, inner, closed, consts, x, values, ring)
+                        _run_nested(k, n, inner, rows, closed, consts, x, values, ring)
                 new = {f"{n}_{j}": (values[(n, j)],) + ring[f"{n}_{j}"][:-1] for n, j in plan.carried}
                 flag = () if plan.end is None else kept[plan.end]
-                return new, tuple(values[key] for key in plan.written_back) + tuple(kept[s] for s in deferred) + flag
+                lengths = () if plan.ending is None else (length,)
+                return new, tuple(values[key] for key in plan.written_back) + tuple(kept[s] for s in deferred) + \
+                    lengths + flag
 
             return body
 
@@ -316,8 +338,11 @@ def _like(value, shaped):
     return value if _is_rows(value) else Rows(value[k] for k in range(len(shaped.rows)))
 
 
-def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, values: dict, ring: dict) -> None:
-    """Trace nested loop ``k`` at one iteration of the enclosing loop; its written-back rows become values."""
+def _run_nested(k: int, nested, inner, steps: int, closed: dict, consts: dict, x: dict, values: dict, ring: dict):
+    """Trace nested loop ``k`` at one iteration of the enclosing loop; its written-back rows become values.
+    A loop over a dim that ends at run time runs its ``steps`` steps (the cap), those after the first where
+    its flag holds skipped; its length there (the steps it ran, an int32 on the device) is returned, else
+    None."""
     prepared, per_iteration = closed[f"n{k}"], x[f"n{k}"]
     given = dict(prepared["c"], **per_iteration["g"])
     rows = dict(prepared["g"], **per_iteration["x"]["g"])  # the values it reads row by row
@@ -331,9 +356,29 @@ def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, valu
             rows[name] = value.reshape((value.shape[0] // src.shift, src.shift) + value.shape[1:])
         elif src.kind == WINDOW:  # per row, the `shift` rows from it on, zeros past the last
             rows[name] = _windows(_stacked(values[src.key]), src.shift)
-    _, ys = inner(given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
+    ending = nested.plan.end is not None
+    args = (given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
+    _, ys = inner(*args, np.int32(steps)) if ending else inner(*args)
     for key, rows in zip(nested.plan.written_back, ys):
         values[key] = rows
+    if not ending:
+        return None
+    flags = _stacked(ys[-1])
+    return jnp.where(jnp.any(flags), jnp.argmax(flags).astype(jnp.int32) + 1, jnp.int32(steps))
+
+
+def _masked(value, axes: tuple[int, ...], length):
+    """``value`` with its entries at and past ``length`` along each of ``axes`` set to zero (a
+    :class:`~tempo.runtime.backends.jax_layout.Permuted` value masked in its own layout)."""
+    if not axes:
+        return value
+    if isinstance(value, jax_layout.Permuted):
+        return jax_layout.Permuted(_masked(value.base, tuple(value.perm[a] for a in axes), length), value.perm)
+    keep = None
+    for a in axes:
+        inside = lax.broadcasted_iota(jnp.int32, value.shape, a) < length
+        keep = inside if keep is None else keep & inside
+    return jnp.where(keep, value, jnp.zeros((), value.dtype))
 
 
 def _windows(value, n: int):
@@ -409,4 +454,17 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
         if moving & set(island.names) and s not in plan.shaped:  # a tile's sizes: one per launch, checked
             return None
         islands.append(island)
-    return LoopProgram(plan, islands, nested)
+    return LoopProgram(plan, islands, nested, _padded_axes(plan, sdg))
+
+
+def _padded_axes(plan: LoopPlan, sdg) -> dict:
+    """Per step of ``plan.padded``, the padded axes of its inputs and of its ops' outputs."""
+    if plan.ending is None:
+        return {}
+    ended = plan.nested[plan.ending].plan
+    bound = bound_of(ended.steps[ended.end].node.domain[-1])
+    out = {}
+    for s in plan.padded:
+        node = plan.steps[s].node
+        out[s] = island_axes(node.op, [sdg.read_shape(e) for e in sdg.in_edges(node.id)], list(node.shapes), bound)
+    return out

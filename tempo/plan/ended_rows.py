@@ -1,0 +1,158 @@
+"""Which statements compute, before a dim's end, the same from rows padded to the dim's cap.
+
+A device loop over iterations ``i`` that holds the loop over a dim ``t`` that
+ends at run time (``tpo.end_when``; :mod:`tempo.plan.device_loops`) runs
+that loop over the cap the run gives ``T`` and skips the steps after the
+end, so that ``T[i]`` is a value on the device, not a size the program is
+compiled for. The statements after it in the iteration (the learner's
+``x[i, 0:T]``, sums over ``t < T[i]``, their gradients) are compiled with
+``T`` at the cap: every axis whose size is ``T`` holds the cap's rows, of
+which the first ``T[i]`` are the dim's and the others are set to zero (the
+statement's inputs and the outputs of each of its ops, masked by a compare
+with ``T[i]``). A statement computes the same at the dim's rows from rows so
+padded where each of its ops does, by a rule registered here for the op's
+type: given the padded axes of its inputs and outputs (the axes of size
+exactly ``T``), whether its outputs before the end are those of the unpadded
+op.
+
+- an elementwise op, a cast, a copy, a permutation, an expansion: each
+  element of the output is computed from elements at the same rows;
+- a sum over a padded axis adds zeros (``x + 0 == x``), in index order where
+  the sum is ordered (:mod:`tempo.transforms.step_order`); a running or
+  discounted sum, in either direction, adds zeros; a product contracting a
+  padded axis adds products of zeros;
+- a mean over a padded axis (it divides by the cap), a max or min over one,
+  an index, a gather, a concatenation or a pad along one, a reshape that moves
+  one, and every op without a rule: their statement keeps its loop on the
+  host, as does one whose sizes mention ``T`` other than as a whole axis
+  (``T - 1`` rows, ``B*T`` rows), or whose value does (``eval_symbol(T)``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from tempo.ir import ops
+from tempo.symbolic.expr import Expr
+from tempo.symbolic.simplify import simplify
+
+Axes = tuple[int, ...]
+Rule = Callable[[ops.Op, "list[Axes]", "list[Axes]", "list[tuple]"], bool]
+RULES: dict[type, Rule] = {}
+
+
+def rule(*types: type):
+    """Register the decorated function as the padded-rows rule of ops of ``types``: ``(op, padded axes of
+    each input, padded axes of each output, input shapes) -> bool`` (see the module docstring)."""
+    def register(fn: Rule) -> Rule:
+        for t in types:
+            RULES[t] = fn
+        return fn
+    return register
+
+
+@rule(ops.ElementwiseOp, ops.CastOp, ops.IdentOp, ops.MergeOp, ops.PermuteOp, ops.ExpandOp, ops.SqueezeOp,
+      ops.UnsqueezeOp, ops.CumSumOp, ops.ScanOp, ops.LinearScanOp, ops.DiscountedSumOp, ops.MatMulOp,
+      ops.BatchContractOp)
+def _rowwise(op, ins, outs, shapes) -> bool:
+    return True
+
+
+@rule(ops.ReduceOp)
+def _reduce(op: ops.ReduceOp, ins, outs, shapes) -> bool:
+    rank = len(shapes[0])
+    return op.fn == "sum" or not {a % rank for a in op.axes} & set(ins[0])
+
+
+@rule(ops.CatOp, ops.PadOp, ops.ArgSortOp)
+def _along(op, ins, outs, shapes) -> bool:
+    return op.axis % len(shapes[0]) not in ins[0]
+
+
+@rule(ops.SpatialIndexOp)
+def _index(op: ops.SpatialIndexOp, ins, outs, shapes) -> bool:
+    return not set(range(len(op.items))) & set(ins[0])
+
+
+@rule(ops.TakeOp)
+def _take(op: ops.TakeOp, ins, outs, shapes) -> bool:
+    return not ins[1] and op.axis % len(shapes[0]) not in ins[0]
+
+
+@rule(ops.ReshapeOp)
+def _reshape(op: ops.ReshapeOp, ins, outs, shapes) -> bool:
+    if not ins[0] and not outs[0]:
+        return True
+    if len(ins[0]) != 1 or len(outs[0]) != 1:
+        return False
+    before = _product(shapes[0][:ins[0][0]])
+    after = _product(op.shape[:outs[0][0]])
+    return isinstance(before, int) and before == after or \
+        not isinstance(before, int) and not isinstance(after, int) and simplify(before - after).is_const and \
+        simplify(before - after).value == 0
+
+
+def _product(sizes):
+    out = 1
+    for s in sizes:
+        out = out * s
+    return out
+
+
+def padded_axes(shape: tuple, bound: Expr) -> Axes | None:
+    """The axes of ``shape`` whose size is ``bound``; None where a size mentions it otherwise."""
+    axes = []
+    for k, d in enumerate(shape):
+        if isinstance(d, int) or bound not in d.free_symbols():
+            continue
+        if not (d is bound or simplify(d - bound).is_const and simplify(d - bound).value == 0):
+            return None
+        axes.append(k)
+    return tuple(axes)
+
+
+def _mentions(op: ops.Op, bound: Expr) -> bool:
+    """Whether a field of ``op`` other than its sizes (which :func:`padded_axes` checks) holds ``bound``."""
+    for f in dataclasses.fields(op):
+        if f.name in ("shape", "steps", "outputs", "value"):
+            continue
+        value = getattr(op, f.name)
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, Expr) and bound in v.free_symbols():
+                return True
+    return False
+
+
+def island_axes(op: ops.Op, in_shapes: list[tuple], out_shapes: list[tuple], bound: Expr):
+    """The padded axes of a statement's inputs and of each of its ops' outputs (one list per op: a fused
+    island's steps, else the op itself), where every op keeps its rows before the end (see the module
+    docstring); None where one does not."""
+    ins = [padded_axes(s, bound) for s in in_shapes]
+    if None in ins:
+        return None
+    if isinstance(op, ops.FusedOp):
+        steps = [(s.op, s.inputs, s.shapes) for s in op.steps]
+    else:
+        steps = [(op, tuple((-1, k) for k in range(len(in_shapes))), tuple(out_shapes))]
+    outs: list[list[Axes]] = []
+    shapes: list[list[tuple]] = []
+    for step_op, inputs, step_shapes in steps:
+        if isinstance(step_op, (ops.UDFOp, ops.AttentionOp)) or len(step_shapes) != step_op.num_outputs \
+                and not isinstance(step_op, ops.ConstOp):
+            return None
+        if _mentions(step_op, bound):
+            return None
+        axes = [padded_axes(s, bound) for s in step_shapes]
+        if None in axes:
+            return None
+        step_ins = [ins[k] if j < 0 else outs[j][k] for j, k in inputs]
+        step_in_shapes = [in_shapes[k] if j < 0 else shapes[j][k] for j, k in inputs]
+        if any(step_ins) or any(axes):
+            if isinstance(step_op, (ops.RandomOp, ops.EvalSymbolOp, ops.ConstOp)):
+                return None
+            fn = RULES.get(type(step_op))
+            if fn is None or not fn(step_op, step_ins, axes, step_in_shapes):
+                return None
+        outs.append(axes)
+        shapes.append(list(step_shapes))
+    return ins, outs
