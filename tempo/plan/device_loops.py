@@ -50,13 +50,13 @@ and exits on the host after the chunk where the flag first holds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tempo.ir.ends import is_end
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.ir.shapes import size
-from tempo.plan.ended_rows import island_axes
+from tempo.plan.ended_rows import island_axes, padded_axes
 from tempo.plan.window_padding import ignores_zero_padding
 from tempo.schedule import ast
 from tempo.symbolic.affine import counter, uses
@@ -119,6 +119,7 @@ class LoopPlan:
     shaped: tuple[int, ...] = ()
     ending: int | None = None
     padded: tuple[int, ...] = ()
+    padded_dim: Expr | None = None
 
     def signature(self) -> tuple:
         """What a compiled form of this loop depends on besides its AST: where each input comes from,
@@ -251,64 +252,103 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
                          if n in keep or any(e.sink in outside for e in sdg.edges if e.src == n and e.src_out == j))
     frees = tuple((s, guard) for s, guard in body if isinstance(s, ast.Free)
                   and (s.node_id not in writers or any(key[0] == s.node_id for key in written_back)))
-    padded = ()
+    padded, dim = (), None
     if ending:
         if ends:
             return None
-        padded = _padded_steps(sdg, steps, nested, ending[0], written_back)
-        if padded is None:
+        dim = nested[ending[0]].plan.steps[nested[ending[0]].plan.end].node.domain[-1]
+        padding = _padded_steps(sdg, steps, nested, ending[0], written_back, bound_of(dim))
+        if padding is None:
             return None
+        padded, nested = padding
     return LoopPlan(loop, tuple(steps), carried, written_back, frees, tuple(nested), ends[0] if ends else None,
-                    _shaped_steps(sdg, steps), ending[0] if ending else None, padded)
+                    _shaped_steps(sdg, steps), ending[0] if ending else None, padded, dim)
 
 
-def _padded_steps(sdg: SDG, steps: list[Step], nested: list[Nested], ending: int, written_back) -> tuple | None:
+def _padded_steps(sdg: SDG, steps: list[Step], nested: list[Nested], ending: int, written_back,
+                  bound: Expr) -> tuple | None:
     """The steps after nested loop ``ending`` (the loop over a dim that ends at run time, run to its cap
-    on the device) that read rows padded past ``T[i]``, each with its padded axes
-    (:func:`tempo.plan.ended_rows.island_axes`); None where a statement after it cannot run so (see the
-    module docstring)."""
-    loop = nested[ending]
-    check = loop.plan.steps[loop.plan.end].node
-    bound = bound_of(check.domain[-1])
-    ended = {step.node.id for step in loop.plan.steps}
+    on the device) whose inputs or ops' outputs have axes of rows padded past ``T[i]``
+    (:func:`tempo.plan.ended_rows.island_axes`), and the nested loops with those of a loop after it that
+    runs to ``T`` marked; None where a statement after it cannot run so: one whose condition, reads or
+    value depend on ``T`` otherwise, a nested loop after it that depends on ``T`` but by running to it
+    (``t < T``, its rows read whole, masked past ``T[i]``), or a read of the ended loop's values but its
+    rows whole."""
+    ended = {step.node.id for step in nested[ending].plan.steps}
+    to_cap = set()  # the values of nested loops that run to T, read whole only
+    nested = list(nested)
     for k, n in enumerate(nested):
         if k == ending:
             continue
-        if any(src.key[0] in ended for _, src in n.inputs) or \
-                k > ending and _mentions_bound(n.plan, bound) or any(bound in c.free_symbols() for c in n.guard):
+        if any(src.key[0] in ended for _, src in n.inputs) or any(_mentions(c, bound) for c in n.guard):
             return None
+        if k > ending:
+            runs_to, padded = _runs_to(n.plan, bound), _padded_rows(sdg, n.plan, bound)
+            if runs_to is None or padded is None or padded and not runs_to:
+                return None
+            if runs_to:
+                to_cap |= {step.node.id for step in n.plan.steps}
+                dim = nested[ending].plan.steps[nested[ending].plan.end].node.domain[-1]
+                nested[k] = replace(n, plan=replace(n.plan, padded=padded, padded_dim=dim))
+    if any(src.key[0] in to_cap for n in nested for _, src in n.inputs):
+        return None
     out = []
     for s, step in enumerate(steps):
-        if s < loop.at:
+        if s < nested[ending].at:
             continue
         exprs = [*step.guard, *(c for c in step.conds if c is not None),
                  *(src.index for src in step.inputs if src.index is not None and src.kind != ROWS)]
-        if any(bound in e.free_symbols() for e in exprs) or \
-                any(src.key[0] in ended and src.kind != ROWS for src in step.inputs):
+        if any(_mentions(e, bound) for e in exprs) or \
+                any(src.key[0] in ended | to_cap and src.kind != ROWS for src in step.inputs):
             return None
         edges = sdg.in_edges(step.node.id)
         axes = island_axes(step.node.op, [sdg.read_shape(e) for e in edges], list(step.node.shapes), bound)
         if axes is None:
             return None
         ins, outs = axes
-        last = outs[-1]
         if isinstance(step.node.op, UDFOp) and any(ins):
             return None  # a sink would see the cap's rows
-        if any(last[j] for j in range(len(step.node.shapes)) if (step.node.id, j) in written_back):
+        if any(padded_axes(shape, bound) for j, shape in enumerate(step.node.shapes)
+               if (step.node.id, j) in written_back):
             return None  # rows past the end would be written back
         if any(ins) or any(any(o) for o in outs):
             out.append(s)
+    return tuple(out), nested
+
+
+def _mentions(e: Expr, bound: Expr) -> bool:
+    """Whether the schedule's expression ``e`` mentions ``bound`` (by name: the AST's symbols are its own)."""
+    return any(x.name == bound.name for x in e.free_symbols())
+
+
+def _runs_to(loop: LoopPlan, bound: Expr) -> bool | None:
+    """True where ``loop`` runs from 0 to ``bound`` (``t < T``), False where its trip count does not
+    depend on ``bound``, else None; its steps' conditions and reads must not depend on it either."""
+    exprs = [*(c for step in loop.steps for c in (*step.guard, *step.conds) if c is not None),
+             *(src.index for step in loop.steps for src in step.inputs if src.index is not None)]
+    if any(_mentions(e, bound) for e in exprs) or _mentions(loop.loop.start, bound):
+        return None
+    if not _mentions(loop.loop.cond, bound):
+        return False
+    cond = loop.loop.cond
+    ok = cond.op == "lt" and cond.args[0].op == "sym" and cond.args[0].name == loop.loop.var and \
+        cond.args[1].op == "sym" and cond.args[1].name == bound.name and _is_zero(simplify(loop.loop.start))
+    return True if ok else None
+
+
+def _padded_rows(sdg: SDG, loop: LoopPlan, bound: Expr) -> tuple[int, ...] | None:
+    """The steps of ``loop`` (nested in the loop over iterations after the loop over ``bound``'s dim) that
+    read values of the iteration padded past ``T[i]``, each row of theirs unpadded; None where a step's
+    value depends on ``bound`` otherwise."""
+    out = []
+    for s, step in enumerate(loop.steps):
+        edges = sdg.in_edges(step.node.id)
+        axes = island_axes(step.node.op, [sdg.read_shape(e) for e in edges], list(step.node.shapes), bound)
+        if axes is None or any(padded_axes(shape, bound) for shape in step.node.shapes):
+            return None
+        if any(axes[0]) or any(any(o) for o in axes[1]):
+            out.append(s)
     return tuple(out)
-
-
-def _mentions_bound(loop: "LoopPlan", bound: Expr) -> bool:
-    """Whether the loop's trip count, conditions, reads or sizes depend on ``bound``."""
-    exprs = [loop.loop.start, loop.loop.cond]
-    for step in loop.steps:
-        exprs += [*step.guard, *(c for c in step.conds if c is not None),
-                  *(src.index for src in step.inputs if src.index is not None)]
-        exprs += [d for shape in step.node.shapes for d in shape if isinstance(d, Expr)]
-    return any(bound in e.free_symbols() for e in exprs)
 
 
 def _stacked(src: Source, writer, reader: int, inner_plans: list, var: str, tiles: dict) -> Source | None:

@@ -206,11 +206,12 @@ class LoopProgram:
 
         def body_of(closed, consts):
             def body(ring, x):
-                values, kept, length = {}, {}, None
+                values, kept = {}, {}
+                length = closed.get("length")  # of the dim that ended in this iteration, in a loop nested after it
                 for s, step in enumerate(plan.steps):
                     for k, (n, inner, rows) in enumerate(nested):
                         if n.at == s:
-                            ended = _run_nested(k, n, inner, rows, closed, consts, x, values, ring)
+                            ended = _run_nested(k, n, inner, rows, closed, consts, x, values, ring, length)
                             length = length if ended is None else ended
                     ins = [_input(src, f"{s}.{k}", closed, x, values, ring) for k, src in enumerate(step.inputs)]
                     if s == plan.end:
@@ -238,7 +239,7 @@ class LoopProgram:
                         values[(step.node.id, j)] = value if value.dtype == dtype else value.astype(dtype)
                 for k, (n, inner, rows) in enumerate(nested):  # nested loops after the last statement
                     if n.at == len(plan.steps):
-                        _run_nested(k, n, inner, rows, closed, consts, x, values, ring)
+                        _run_nested(k, n, inner, rows, closed, consts, x, values, ring, length)
                 new = {f"{n}_{j}": (values[(n, j)],) + ring[f"{n}_{j}"][:-1] for n, j in plan.carried}
                 flag = () if plan.end is None else kept[plan.end]
                 lengths = () if plan.ending is None else (length,)
@@ -338,11 +339,12 @@ def _like(value, shaped):
     return value if _is_rows(value) else Rows(value[k] for k in range(len(shaped.rows)))
 
 
-def _run_nested(k: int, nested, inner, steps: int, closed: dict, consts: dict, x: dict, values: dict, ring: dict):
+def _run_nested(k: int, nested, inner, steps: int, closed: dict, consts: dict, x: dict, values: dict, ring: dict,
+                length=None):
     """Trace nested loop ``k`` at one iteration of the enclosing loop; its written-back rows become values.
     A loop over a dim that ends at run time runs its ``steps`` steps (the cap), those after the first where
     its flag holds skipped; its length there (the steps it ran, an int32 on the device) is returned, else
-    None."""
+    None. A loop after it that reads values padded past that ``length`` is given it."""
     prepared, per_iteration = closed[f"n{k}"], x[f"n{k}"]
     given = dict(prepared["c"], **per_iteration["g"])
     rows = dict(prepared["g"], **per_iteration["x"]["g"])  # the values it reads row by row
@@ -357,6 +359,8 @@ def _run_nested(k: int, nested, inner, steps: int, closed: dict, consts: dict, x
         elif src.kind == WINDOW:  # per row, the `shift` rows from it on, zeros past the last
             rows[name] = _windows(_stacked(values[src.key]), src.shift)
     ending = nested.plan.end is not None
+    if nested.plan.padded:
+        given["length"] = length
     args = (given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
     _, ys = inner(*args, np.int32(steps)) if ending else inner(*args)
     for key, rows in zip(nested.plan.written_back, ys):
@@ -367,16 +371,17 @@ def _run_nested(k: int, nested, inner, steps: int, closed: dict, consts: dict, x
     return jnp.where(jnp.any(flags), jnp.argmax(flags).astype(jnp.int32) + 1, jnp.int32(steps))
 
 
-def _masked(value, axes: tuple[int, ...], length):
-    """``value`` with its entries at and past ``length`` along each of ``axes`` set to zero (a
-    :class:`~tempo.runtime.backends.jax_layout.Permuted` value masked in its own layout)."""
+def _masked(value, axes: tuple[tuple[int, int], ...], length):
+    """``value`` with its entries at and past ``length + c`` along each ``(axis, c)`` of ``axes`` set to
+    zero (a :class:`~tempo.runtime.backends.jax_layout.Permuted` value masked in its own layout)."""
     if not axes:
         return value
     if isinstance(value, jax_layout.Permuted):
-        return jax_layout.Permuted(_masked(value.base, tuple(value.perm[a] for a in axes), length), value.perm)
+        return jax_layout.Permuted(_masked(value.base, tuple((value.perm[a], c) for a, c in axes), length),
+                                   value.perm)
     keep = None
-    for a in axes:
-        inside = lax.broadcasted_iota(jnp.int32, value.shape, a) < length
+    for a, c in axes:
+        inside = lax.broadcasted_iota(jnp.int32, value.shape, a) < length + c
         keep = inside if keep is None else keep & inside
     return jnp.where(keep, value, jnp.zeros((), value.dtype))
 
@@ -459,10 +464,9 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
 
 def _padded_axes(plan: LoopPlan, sdg) -> dict:
     """Per step of ``plan.padded``, the padded axes of its inputs and of its ops' outputs."""
-    if plan.ending is None:
+    if plan.padded_dim is None:
         return {}
-    ended = plan.nested[plan.ending].plan
-    bound = bound_of(ended.steps[ended.end].node.domain[-1])
+    bound = bound_of(plan.padded_dim)
     out = {}
     for s in plan.padded:
         node = plan.steps[s].node
