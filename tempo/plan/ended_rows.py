@@ -22,8 +22,8 @@ outputs before the end are those of the unpadded op.
   the sum is ordered (:mod:`tempo.transforms.step_order`); a running or
   discounted sum, in either direction, adds zeros; a product contracting a
   padded axis adds products of zeros;
-- a slice along a padded axis from a constant start keeps the rows before
-  the end in order, and so does a concatenation along one whose last part
+- a slice along a padded axis from a constant start to ``T + c`` keeps the
+  rows before the end in order, and so does a concatenation along one whose last part
   alone is padded (``cat([ones, d[0:T - 1]])``: the step before); an index
   at the dim's own step ``t`` reads a row before the end at every ``t``
   before it;
@@ -87,8 +87,8 @@ def _cat(op: ops.CatOp, ins, outs, shapes, bound) -> bool:
 @rule(ops.SpatialIndexOp)
 def _index(op: ops.SpatialIndexOp, ins, outs, shapes, bound) -> bool:
     padded, counter = _axes(ins[0]), step_of(bound)
-    return all(item.op == "slice" and item.args[0].is_const or item.op == "sym" and item.name == counter.name
-               for k, item in enumerate(op.items) if k in padded)
+    return all(item.op == "slice" and item.args[0].is_const and bound in item.args[1].free_symbols()
+               or item.op == "sym" and item.name == counter.name for k, item in enumerate(op.items) if k in padded)
 
 
 @rule(ops.TakeOp)
