@@ -120,6 +120,24 @@ def _product(sizes):
     return out
 
 
+ROW_LOCAL = (ops.ElementwiseOp, ops.CastOp, ops.IdentOp, ops.MergeOp, ops.PermuteOp, ops.ExpandOp, ops.SqueezeOp,
+             ops.UnsqueezeOp, ops.SpatialIndexOp, ops.CatOp, ops.ReshapeOp)  # a padded row's value stays in padded rows
+
+
+def masked_steps(op: ops.Op) -> set[int]:
+    """The ops of a statement (a fused island's steps, else the op itself: 0) whose outputs are masked past
+    the end: those an op that is not :data:`ROW_LOCAL` reads (a sum, a scan, a product: it would mix a
+    padded row's value into the rows before the end) and those the statement outputs. The others' padded
+    rows hold what row-local ops compute from zeros, which only padded rows of their readers see."""
+    if not isinstance(op, ops.FusedOp):
+        return {0}
+    out = {j for j, _ in op.outputs}
+    for step in op.steps:
+        if not isinstance(step.op, ROW_LOCAL):
+            out |= {j for j, _ in step.inputs if j >= 0}
+    return out
+
+
 def padded_axes(shape: tuple, bound: Expr) -> Axes | None:
     """The axes of ``shape`` whose size is ``bound + c`` (``c`` a constant), each with its ``c``; None
     where a size mentions ``bound`` otherwise."""

@@ -70,7 +70,7 @@ from tempo.ir import ops
 import numpy as np
 
 from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
-from tempo.plan.ended_rows import island_axes
+from tempo.plan.ended_rows import island_axes, masked_steps
 from tempo.runtime.backends import jax_layout
 from tempo.runtime.backends.jax import Island, _row
 from tempo.runtime.step_values import StepValues
@@ -255,6 +255,9 @@ class LoopProgram:
             body = body_of(closed, consts)
             first = jax.tree_util.tree_map(lambda a: a[0], xs, is_leaf=_is_rows)
             ring0, shaped = _carry_form(body, ring0, first)
+            if plan.end is not None and not any(_is_rows(v) for v in jax.tree_util.tree_leaves(xs, is_leaf=_is_rows)):
+                ring, ys = _until(body, ring0, xs, shaped, ran, trips)
+                return jax.tree_util.tree_map(_stacked, ring, is_leaf=_is_rows), ys
 
             def skipped(ring, _x):
                 return ring, jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shaped)
@@ -268,6 +271,27 @@ class LoopProgram:
             return jax.tree_util.tree_map(_stacked, ring, is_leaf=_is_rows), ys
 
         return whole_run if self.nested or plan.end is not None else device_loop
+
+
+def _until(body: Callable, ring0, xs, shaped, ran, trips: int):
+    """A loop that holds its dim's end check as a ``lax.while_loop`` over at most ``ran`` of the ``trips``
+    rows of ``xs``, until the step whose flag (``body``'s last output) holds: each step's outputs are
+    written into its row of buffers of ``trips`` rows, those of the steps it does not run left zeros."""
+    ys0 = jax.tree_util.tree_map(lambda a: jnp.zeros((trips,) + a.shape, a.dtype), shaped)
+
+    def going(state):
+        k, ended, _, _ = state
+        return (k < ran) & ~ended
+
+    def step(state):
+        k, _, ring, ys = state
+        x = jax.tree_util.tree_map(lambda a: lax.dynamic_index_in_dim(a, k, keepdims=False), xs)
+        ring, y = body(ring, x)
+        ys = jax.tree_util.tree_map(lambda rows, row: lax.dynamic_update_index_in_dim(rows, row, k, 0), ys, y)
+        return k + 1, y[-1], ring, ys
+
+    _, _, ring, ys = lax.while_loop(going, step, (jnp.int32(0), jnp.bool_(False), ring0, ys0))
+    return ring, ys
 
 
 def _in_tiles(plan: LoopPlan, name: str) -> bool:
@@ -470,5 +494,7 @@ def _padded_axes(plan: LoopPlan, sdg) -> dict:
     out = {}
     for s in plan.padded:
         node = plan.steps[s].node
-        out[s] = island_axes(node.op, [sdg.read_shape(e) for e in sdg.in_edges(node.id)], list(node.shapes), bound)
+        ins, outs = island_axes(node.op, [sdg.read_shape(e) for e in sdg.in_edges(node.id)], list(node.shapes), bound)
+        masked = masked_steps(node.op)
+        out[s] = (ins, [axes if j in masked else [()] * len(axes) for j, axes in enumerate(outs)])
     return out
