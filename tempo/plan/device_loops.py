@@ -44,7 +44,15 @@ is then one device program.
 A loop over a dim that ends at run time (``tpo.end_when``) holds the dim's
 check; it qualifies like any loop, the check a step whose flag the device
 reduces (:attr:`LoopPlan.end`), so that the loop runs in chunks of steps
-and exits on the host after the chunk where the flag first holds.
+and exits on the host after the chunk where the flag first holds. A loop over
+iterations may hold one such loop (:attr:`LoopPlan.ending`): it runs to the
+cap on the device, stopping at the end, and the statements after it in the
+iteration read its rows padded past ``T[i]`` with zeros where each of their
+ops keeps the rows before the end (:mod:`tempo.plan.ended_rows`;
+:attr:`LoopPlan.padded`), as may a nested loop after it that runs to ``T``
+and whose rows those statements read whole. A statement after it that reads
+``T`` otherwise (``x[i, T - 1]``, a mean over ``0:T``, a condition on
+``T``) keeps the loop over iterations on the host.
 
 :mod:`tempo.runtime.device_loops` runs the plans.
 """
@@ -107,7 +115,9 @@ class LoopPlan:
     ``frees``: the loop's Free statements of stores that hold something (with their conditions);
     ``end``: the step of the ``tpo.end_when`` check of the loop's dim, if it holds one; ``shaped``: the
     steps whose shapes (their own or their inputs') depend on the counter as a tile's do (see the
-    module docstring)."""
+    module docstring); ``ending``: the nested loop over a dim that ends at run time, if it holds one;
+    ``padded``: the steps that read rows padded past the length of ``padded_dim`` (that dim), in a loop
+    that holds it or in a loop nested after it that runs to its bound."""
 
     loop: ast.Loop
     steps: tuple[Step, ...]

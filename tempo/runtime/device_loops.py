@@ -55,7 +55,10 @@ that holds ends the loop there: the steps before it and it are written back
 and freed as in any launch, and the device skipped every step after it, so
 that the stores hold exactly ``0:T`` and the results are the same for every
 ``k``. The generated code then sets the dim's bound to the length the
-dim's :class:`~tempo.runtime.ends.EndCheck` records.
+dim's :class:`~tempo.runtime.ends.EndCheck` records. A loop over iterations
+that holds such a loop (its plan's ``ending``) runs it to the cap within each
+launch, stopping on the device at its end; the launch returns ``T[i]`` of its
+iterations, read on the host once per launch and recorded in the check.
 
 A launch's buffers count in the run's :class:`~tempo.runtime.memory.Ledger`
 while it holds them, under the generated code's name of the loop: its carry

@@ -52,9 +52,23 @@ A loop that holds the end check of its dim (``tpo.end_when``;
 :attr:`~tempo.plan.device_loops.LoopPlan.end`) runs the same way, a launch
 per chunk of steps: the check's step reduces its flag (every element holds,
 where the check runs at that step), the flags of the chunk's steps are an
-output for the host, and a flag in the scan's carry skips every step after
-the first where it holds, so that no step past the dim's end computes
-anything.
+output for the host, and the loop is a ``lax.while_loop`` that stops after
+the first step where the flag holds, each step's outputs written into its
+row of buffers of the chunk's rows, so that no step past the dim's end
+computes anything and its rows are zeros (a loop whose per-step inputs are
+rows kept apart, :class:`Rows`, is a ``lax.scan`` that skips those steps
+under ``lax.cond``).
+
+A loop over iterations that holds such a loop (:attr:`LoopPlan.ending`) runs
+it to the cap the run gives its dim, within one launch of the enclosing
+loop: its length at each iteration, ``T[i]``, is a value of the traced body
+(the step after the first whose flag holds) and an output for the host. The
+steps after it that read rows padded past ``T[i]`` (:attr:`LoopPlan.padded`,
+with the padded axes :func:`tempo.plan.ended_rows.island_axes` finds) are
+traced with ``T`` at the cap, their inputs and the outputs of their ops that
+a sum, scan or product reads (:func:`tempo.plan.ended_rows.masked_steps`)
+set to zero past ``T[i]`` by a compare; a nested loop after it that runs to
+``T`` is given ``T[i]`` and masks its steps the same way.
 """
 from __future__ import annotations
 
