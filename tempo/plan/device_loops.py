@@ -64,7 +64,7 @@ from tempo.ir.ends import is_end
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.ir.shapes import size
-from tempo.plan.ended_rows import island_axes, padded_axes
+from tempo.plan.ended_rows import island_axes, padded_axes, values_depend
 from tempo.plan.window_padding import ignores_zero_padding
 from tempo.schedule import ast
 from tempo.symbolic.affine import counter, uses
@@ -285,23 +285,24 @@ def _padded_steps(sdg: SDG, steps: list[Step], nested: list[Nested], ending: int
     (``t < T``, its rows read whole, masked past ``T[i]``), or a read of the ended loop's values but its
     rows whole."""
     ended = {step.node.id for step in nested[ending].plan.steps}
-    to_cap = set()  # the values of nested loops that run to T, read whole only
+    to_cap = set()  # the values of nested loops that run to T (their rows past T[i] set to zero)
     nested = list(nested)
+    dim = nested[ending].plan.steps[nested[ending].plan.end].node.domain[-1]
     for k, n in enumerate(nested):
         if k == ending:
             continue
-        if any(src.key[0] in ended for _, src in n.inputs) or any(_mentions(c, bound) for c in n.guard):
+        zeros = ended | to_cap  # rows that hold zeros past T[i]
+        reads = [src for _, src in n.inputs if src.key[0] in zeros]
+        if k < ending and reads or any(_mentions(c, bound) for c in n.guard):
             return None
         if k > ending:
-            runs_to, padded = _runs_to(n.plan, bound), _padded_rows(sdg, n.plan, bound)
-            if runs_to is None or padded is None or padded and not runs_to:
-                return None
+            runs_to, padded = _runs_to(n.plan, bound, zeros), _padded_rows(sdg, n.plan, bound)
+            if runs_to is None or padded is None or (padded or reads) and not runs_to or \
+                    any(not (src.kind == WINDOW or src.kind == STACKED and src.shift == 0) for src in reads):
+                return None  # rows of the iteration read row by row or in windows: zeros past T[i]
             if runs_to:
                 to_cap |= {step.node.id for step in n.plan.steps}
-                dim = nested[ending].plan.steps[nested[ending].plan.end].node.domain[-1]
                 nested[k] = replace(n, plan=replace(n.plan, padded=padded, padded_dim=dim))
-    if any(src.key[0] in to_cap for n in nested for _, src in n.inputs):
-        return None
     out = []
     for s, step in enumerate(steps):
         if s < nested[ending].at:
@@ -331,11 +332,13 @@ def _mentions(e: Expr, bound: Expr) -> bool:
     return any(x.name == bound.name for x in e.free_symbols())
 
 
-def _runs_to(loop: LoopPlan, bound: Expr) -> bool | None:
+def _runs_to(loop: LoopPlan, bound: Expr, zeros: set) -> bool | None:
     """True where ``loop`` runs from 0 to ``bound`` (``t < T``), False where its trip count does not
-    depend on ``bound``, else None; its steps' conditions and reads must not depend on it either."""
+    depend on ``bound``, else None; its steps' conditions and reads must not depend on it either, but
+    its windows of rows that hold zeros past ``T[i]`` (``zeros``: the nodes that write them)."""
     exprs = [*(c for step in loop.steps for c in (*step.guard, *step.conds) if c is not None),
-             *(src.index for step in loop.steps for src in step.inputs if src.index is not None)]
+             *(src.index for step in loop.steps for src in step.inputs if src.index is not None
+               and not (src.kind == WINDOW and src.key[0] in zeros))]
     if any(_mentions(e, bound) for e in exprs) or _mentions(loop.loop.start, bound):
         return None
     if not _mentions(loop.loop.cond, bound):
@@ -353,6 +356,13 @@ def _padded_rows(sdg: SDG, loop: LoopPlan, bound: Expr) -> tuple[int, ...] | Non
     out = []
     for s, step in enumerate(loop.steps):
         edges = sdg.in_edges(step.node.id)
+        if any(src.kind == WINDOW for src in step.inputs):  # read as n rows, zeros past the end (window_padding)
+            if values_depend(step.node.op, bound) or any(
+                    padded_axes(shape, bound) != () for shape in step.node.shapes) or any(
+                    padded_axes(sdg.read_shape(e), bound) != () for e, src in zip(edges, step.inputs)
+                    if src.kind != WINDOW):
+                return None
+            continue
         axes = island_axes(step.node.op, [sdg.read_shape(e) for e in edges], list(step.node.shapes), bound)
         if axes is None or any(padded_axes(shape, bound) for shape in step.node.shapes):
             return None

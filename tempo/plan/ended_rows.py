@@ -167,6 +167,13 @@ def _mentions(op: ops.Op, bound: Expr, padded: set[int]) -> bool:
     return False
 
 
+def values_depend(op: ops.Op, bound: Expr) -> bool:
+    """Whether an op of a statement (a fused island's steps, else the op itself) computes a value or an
+    index from ``bound`` (its sizes aside)."""
+    steps = [s.op for s in op.steps] if isinstance(op, ops.FusedOp) else [op]
+    return any(_mentions(step, bound, set()) for step in steps)
+
+
 def island_axes(op: ops.Op, in_shapes: list[tuple], out_shapes: list[tuple], bound: Expr):
     """The padded axes of a statement's inputs and of each of its ops' outputs (one list per op: a fused
     island's steps, else the op itself), where every op keeps its rows before the end (see the module

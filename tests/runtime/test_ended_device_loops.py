@@ -124,3 +124,41 @@ def test_a_read_the_padded_rows_cannot_serve_keeps_the_loop_on_the_host(reads):
     assert any(p.end is not None for p in program.plan.loops)  # the loop over t is a device loop by itself
     np.testing.assert_array_equal(program.lengths["T"], reference.lengths["T"])
     _assert_same(got, want)
+
+
+def reinforce(backend: str) -> tuple:
+    """REINFORCE on CartPole as tensor ops, each iteration's episodes ended at run time: the returns and
+    the rows the learner read, reported by a sink at every iteration."""
+    reported = []
+    with tpo.Context(seed=1) as ctx:
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+        env = tpo.rl.make("CartPole-v1", dims=(b, i, t), impl="tensor")
+        policy = tpo.nn.MLP(env.obs_size, [16], env.num_actions, dims=(i,))
+        o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
+        o[b, i, 0] = env.reset()
+        dist = tpo.nn.Categorical(logits=policy(o))
+        a = dist.sample()
+        o[b, i, t + 1], r, d = env.step(a)
+        tpo.end_when(d[0:B, i, t])
+        g = r[b, i, t:T].discounted_sum(0.99)
+        alive = tpo.rl.alive(d)
+        terms = (dist.log_prob(a) * (g - g[0:B, i, t].mean()) * alive)[0:B, i, 0:T]
+        (-(terms.sum() / alive[0:B, i, 0:T].sum())).backward()
+        tpo.optim.Adam(policy.parameters(), lr=1e-2).step()
+        seen = alive[0:B, i, 0:T]
+        tpo.sink(tpo.cat([r[0:B, i, 0:T].sum().reshape(1), (seen >= 0.0).cast("float32").sum().reshape(1)]),
+                 lambda value, point: reported.append(value.tolist()))
+        program = ctx.compile([], backend=backend)
+    program.run({B: 4, I: 5, T: 40})
+    return program, reported
+
+
+def test_reinforce_with_episodes_ended_at_run_time_runs_as_one_program_and_matches_numpy():
+    program, got = reinforce("jax")
+    reference, want = reinforce("numpy")
+    assert _whole(program) and "ends at run time" in str(program.plan)
+    (plan,) = [p for p in program.plan.loops if p.ending is not None]
+    assert any(n.plan.padded_dim is not None and n.plan.end is None for n in plan.nested)  # a loop run to T
+    np.testing.assert_array_equal(program.lengths["T"], reference.lengths["T"])
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert [rows for _, rows in got] == [4 * n for n in reference.lengths["T"]]  # B * T[i] rows, none past

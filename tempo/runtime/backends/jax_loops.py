@@ -382,7 +382,8 @@ def _run_nested(k: int, nested, inner, steps: int, closed: dict, consts: dict, x
     """Trace nested loop ``k`` at one iteration of the enclosing loop; its written-back rows become values.
     A loop over a dim that ends at run time runs its ``steps`` steps (the cap), those after the first where
     its flag holds skipped; its length there (the steps it ran, an int32 on the device) is returned, else
-    None. A loop after it that reads values padded past that ``length`` is given it."""
+    None. A loop after it that runs to the dim's bound is given that ``length``, and its rows past it are
+    set to zero."""
     prepared, per_iteration = closed[f"n{k}"], x[f"n{k}"]
     given = dict(prepared["c"], **per_iteration["g"])
     rows = dict(prepared["g"], **per_iteration["x"]["g"])  # the values it reads row by row
@@ -401,8 +402,9 @@ def _run_nested(k: int, nested, inner, steps: int, closed: dict, consts: dict, x
         given["length"] = length
     args = (given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
     _, ys = inner(*args, np.int32(steps)) if ending else inner(*args)
+    to_cap = nested.plan.padded_dim is not None  # a loop run to T: its rows past T[i] set to zero
     for key, rows in zip(nested.plan.written_back, ys):
-        values[key] = rows
+        values[key] = _masked(_stacked(rows), ((0, 0),), length) if to_cap else rows
     if not ending:
         return None
     flags = _stacked(ys[-1])
