@@ -10,7 +10,7 @@ step order (``tempo/transforms/step_order.py``), so the zeros the padded
 program adds change nothing (``same`` counts the identical iterations before
 the runs part, if they do). Each program is timed to its own first
 iteration where the mean return of the last ``--episodes`` episodes reaches
-``--target``. Each run is a fresh process at one thread (NumPy/BLAS) and
+``--target``. Each run is a fresh process at one thread (NumPy/BLAS, XLA's CPU client) and
 stops there (the example's sink of counts raises ``StopRun``, as
 ``tpo.stop_when``'s check does), or after ``--iterations``.
 
@@ -48,6 +48,8 @@ fills it before the timed runs, so that no timed run compiles Python source.
     .venv/bin/python benchmarks/dynamic_termination.py --batch 1 --baseline episode --lr 0.005 --lr-decay 1 \
         --iterations 600 --seeds 0 1 2 3 4 5 6 7 8 9 --repeats 1 --impl tensor \
         --out docs/results/dynamic_termination_episodes_tensor
+    .venv/bin/python benchmarks/dynamic_termination.py --impl tensor --backend jax \
+        --out docs/results/dynamic_termination_tensor_jax
     .venv/bin/python benchmarks/dynamic_termination.py --iterations 20 --out /tmp/dt   # a short run
 """
 from __future__ import annotations
@@ -66,7 +68,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from tempo.files import write_json_atomic  # noqa: E402
-THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PJRT_NPROC": "1",
+           "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}  # XLA's CPU client on one thread too
 
 WORKER = """
 import json, sys, time
@@ -117,7 +120,7 @@ def run(until: bool, iterations: int, args: argparse.Namespace, seed: int) -> di
     """One training run in a fresh process at one thread, stopped once it reaches the target; its
     per-iteration record."""
     settings = {"iterations": iterations, "batch": args.batch, "seed": seed, "impl": args.impl,
-                "baseline": args.baseline, "lr": args.lr, "lr_decay": args.lr_decay}
+                "baseline": args.baseline, "lr": args.lr, "lr_decay": args.lr_decay, "backend": args.backend}
     code = WORKER.format(examples=os.path.join(ROOT, "examples"), until=until, settings=settings,
                          window=-(-args.episodes // args.batch), target=args.target)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=args.timeout, cwd=ROOT,
@@ -175,6 +178,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="a training run of each program per seed")
     parser.add_argument("--impl", default="gymnasium", choices=("gymnasium", "tensor"),
                         help="CartPole through gymnasium (host code) or written as tensor ops")
+    parser.add_argument("--backend", default="numpy", choices=("numpy", "torch", "jax"), help="the backend both "
+                        "programs run on")
     parser.add_argument("--target", type=float, default=475.0, help="mean return to reach")
     parser.add_argument("--episodes", type=int, default=32, help="the target is the mean return of the last "
                         "ceil(episodes / batch) iterations' episodes")

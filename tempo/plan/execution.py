@@ -69,7 +69,9 @@ class ExecutionPlan:
                       for e in self.evictions]
         lines.append(f"device loops: {len(self.loops)}")
         lines += [f"  over {p.loop.var}: {len(p.steps)} steps"
-                  + "".join(f", the loop over {n.plan.loop.var} nested" for n in p.nested)
+                  + "".join(f", the loop over {n.plan.loop.var} nested"
+                            + (f" (ends at run time; {len(p.padded)} steps after it read its rows padded past"
+                               " the end)" if k == p.ending else "") for k, n in enumerate(p.nested))
                   + (", the main loop: the whole run" if p.loop is self.main_loop else "")
                   + f", carrying {', '.join(self._name(*k) for k in sorted(p.carried)) or 'nothing'}"
                   for p in self.loops]

@@ -55,7 +55,10 @@ that holds ends the loop there: the steps before it and it are written back
 and freed as in any launch, and the device skipped every step after it, so
 that the stores hold exactly ``0:T`` and the results are the same for every
 ``k``. The generated code then sets the dim's bound to the length the
-dim's :class:`~tempo.runtime.ends.EndCheck` records.
+dim's :class:`~tempo.runtime.ends.EndCheck` records. A loop over iterations
+that holds such a loop (its plan's ``ending``) runs it to the cap within each
+launch, stopping on the device at its end; the launch returns ``T[i]`` of its
+iterations, read on the host once per launch and recorded in the check.
 
 A launch's buffers count in the run's :class:`~tempo.runtime.memory.Ledger`
 while it holds them, under the generated code's name of the loop: its carry
@@ -287,8 +290,6 @@ class DeviceLoop(LaunchPreparation):
         key = (rows, keys)
         if key in self.failed:
             return None
-        if ending:
-            xs = dict(xs, end=runs[self.plan.end])
         return Launch(self, key, envs, runs, (closed, xs, ring0 if ring is None else ring), reads.indices,
                       time.perf_counter() - started, ending, ring is None)
 
@@ -315,6 +316,8 @@ class DeviceLoop(LaunchPreparation):
                 self.failed.add(launch.key)
                 return None
             self._hold(launch, "rows", ys)
+            if self.plan.ending is not None:
+                self._record_lengths(launch, self.backend.to_numpy(ys[-1]))
             if launch.ending:  # the chunk's flags, read on the host at once
                 held = np.flatnonzero(self.backend.to_numpy(ys[-1]))
                 kept, launch.ended = (int(held[0]) + 1, True) if held.size else (len(launch.envs), False)
@@ -343,6 +346,18 @@ class DeviceLoop(LaunchPreparation):
         ended = time.perf_counter()
         self.launched.append((len(launch.envs), launch.seconds + ended - launch.started
                               - self.compile_seconds() + launch.compiled))
+
+    def _record_lengths(self, launch: Launch, lengths) -> None:
+        """Record, in the end check of the nested loop over a dim that ends at run time, its length at each
+        iteration of ``launch`` where it ran (``lengths``: the device's, read once per launch)."""
+        nested, guards = self.nested[self.plan.ending], self.nested_guards[self.plan.ending]
+        reads = 1
+        for e, length in zip(launch.envs, lengths):
+            counters = nested._schedule(e)[0]
+            if counters and all(g(e) for g in guards):
+                outer = nested.points[nested.plan.end](dict(e, **{nested.var: counters[0]}))[:-1]
+                nested.check.ended(outer, int(length), int(length), reads, len(counters))
+                reads = 0
 
     def _hold(self, launch: Launch, what: str, values) -> None:
         """Account the device bytes of ``values`` (a launch's carry, inputs or returned rows) in the

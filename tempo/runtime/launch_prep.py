@@ -140,6 +140,8 @@ class LaunchPreparation:
         ring0 = {f"{n}_{j}": tuple(self._initial(n, j, env, envs[0], back, reads) for back in range(1, depth + 1))
                  for (n, j), depth in self.plan.carried.items()} if initial else None
         xs = {"sel": sel_xs, "g": gathered, "a": arg_xs}
+        if self.plan.end is not None:
+            xs["end"] = runs[self.plan.end]  # where the end check runs
         if self.row_reads:
             rows = self._row_positions(envs, runs)
             if rows is None:

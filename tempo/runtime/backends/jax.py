@@ -135,7 +135,9 @@ class Island:
         except Exception as err:
             raise StepFailed(self.steps[0].op.name, self.steps[0].site, err) from err
 
-    def _traced(self, env: dict, forms: dict) -> Callable:
+    def _traced(self, env: dict, forms: dict, after: Callable | None = None) -> Callable:
+        """The island as a function of its inputs, host values and index starts; ``after(j, results)``
+        (a device loop's masks of rows past a dim's end) maps each step's results."""
         steps, outputs = self.steps, self.outputs
 
         def run(inputs, given, starts):
@@ -152,7 +154,7 @@ class Island:
                         raise StepFailed(step.op.name, step.site, err) from err
                 if step.dtypes:
                     results = [v if v.dtype == d else v.astype(d) for v, d in zip(results, step.dtypes)]
-                values.append(results)
+                values.append(results if after is None else after(j, results))
             return tuple(jax_layout.materialised(values[j][k]) for j, k in outputs)
 
         return run

@@ -52,9 +52,23 @@ A loop that holds the end check of its dim (``tpo.end_when``;
 :attr:`~tempo.plan.device_loops.LoopPlan.end`) runs the same way, a launch
 per chunk of steps: the check's step reduces its flag (every element holds,
 where the check runs at that step), the flags of the chunk's steps are an
-output for the host, and a flag in the scan's carry skips every step after
-the first where it holds, so that no step past the dim's end computes
-anything.
+output for the host, and the loop is a ``lax.while_loop`` that stops after
+the first step where the flag holds, each step's outputs written into its
+row of buffers of the chunk's rows, so that no step past the dim's end
+computes anything and its rows are zeros (a loop whose per-step inputs are
+rows kept apart, :class:`Rows`, is a ``lax.scan`` that skips those steps
+under ``lax.cond``).
+
+A loop over iterations that holds such a loop (:attr:`LoopPlan.ending`) runs
+it to the cap the run gives its dim, within one launch of the enclosing
+loop: its length at each iteration, ``T[i]``, is a value of the traced body
+(the step after the first whose flag holds) and an output for the host. The
+steps after it that read rows padded past ``T[i]`` (:attr:`LoopPlan.padded`,
+with the padded axes :func:`tempo.plan.ended_rows.island_axes` finds) are
+traced with ``T`` at the cap, their inputs and the outputs of their ops that
+a sum, scan or product reads (:func:`tempo.plan.ended_rows.masked_steps`)
+set to zero past ``T[i]`` by a compare; a nested loop after it that runs to
+``T`` is given ``T[i]`` and masks its steps the same way.
 """
 from __future__ import annotations
 
@@ -70,10 +84,13 @@ from tempo.ir import ops
 import numpy as np
 
 from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
+from tempo.plan.ended_rows import island_axes, masked_steps
+from tempo.runtime.backends import jax_layout
 from tempo.runtime.backends.jax import Island, _row
 from tempo.runtime.step_values import StepValues
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
+from tempo.symbolic.expr import bound_of
 
 UNROLLED = 32  # a nested loop of at most this many rows that reads rows of a value given once is unrolled
 
@@ -81,8 +98,10 @@ UNROLLED = 32  # a nested loop of at most this many rows that reads rows of a va
 class LoopProgram:
     """The compiled form of one planned loop; the host side is :class:`~tempo.runtime.device_loops.DeviceLoop`."""
 
-    def __init__(self, plan: LoopPlan, islands: list[Island | None], nested: list["LoopProgram"] = ()):
+    def __init__(self, plan: LoopPlan, islands: list[Island | None], nested: list["LoopProgram"] = (),
+                 padded: dict | None = None):
         self.plan, self.islands, self.nested = plan, islands, list(nested)
+        self.padded = padded or {}  # step -> padded axes of its inputs and of its ops' outputs (ended_rows)
         self.fns: dict[tuple, Callable] = {}
         self.compile_seconds = (0.0, 0.0)  # XLA's compiles of a loop with nested loops: wall and CPU seconds
         self.rows_held: dict[int, tuple] = {}  # id(value) -> (value, its rows): :meth:`split`
@@ -185,21 +204,29 @@ class LoopProgram:
             if island is None:
                 tracers.append(None)
                 shapes.append(static)
+            elif s in self.padded:  # traced in the body, masked by the iteration's length of the ended dim
+                tracers.append((dict(zip(island.names, static)), dict(zip([j for j, _ in island.indexes], forms))))
+                shapes.append(None)
             else:
                 tracers.append(island._traced(dict(zip(island.names, static)),
                                               dict(zip([j for j, _ in island.indexes], forms))))
                 shapes.append(None)
-        nested = [(n, inner._traced(keys.pop(0))) for n, inner in zip(self.plan.nested, self.nested)]
-        plan = self.plan
+        nested = []
+        for n, inner in zip(self.plan.nested, self.nested):
+            inner_key = keys.pop(0)
+            nested.append((n, inner._traced(inner_key), inner_key[0]))
+        plan, padded, islands = self.plan, self.padded, self.islands
         deferred = [s for s, step in enumerate(plan.steps) if isinstance(step.node.op, ops.UDFOp) and s != plan.end]
 
         def body_of(closed, consts):
             def body(ring, x):
                 values, kept = {}, {}
+                length = closed.get("length")  # of the dim that ended in this iteration, in a loop nested after it
                 for s, step in enumerate(plan.steps):
-                    for k, (n, inner) in enumerate(nested):
+                    for k, (n, inner, rows) in enumerate(nested):
                         if n.at == s:
-                            _run_nested(k, n, inner, closed, consts, x, values, ring)
+                            ended = _run_nested(k, n, inner, rows, closed, consts, x, values, ring, length)
+                            length = length if ended is None else ended
                     ins = [_input(src, f"{s}.{k}", closed, x, values, ring) for k, src in enumerate(step.inputs)]
                     if s == plan.end:
                         kept[s] = (jnp.all(ins[0]) & x["end"],)
@@ -207,21 +234,31 @@ class LoopProgram:
                     if s in deferred:
                         kept[s] = tuple(ins)
                         continue
+                    masks = padded.get(s)
+                    if masks is not None:
+                        ins = [_masked(v, axes, length) for v, axes in zip(ins, masks[0])]
                     if tracers[s] is None:
                         outs = (_merge(step, ins, x["sel"].get(str(s)), shapes[s], branches.get(s)),)
+                        if masks is not None:
+                            outs = [_masked(v, axes, length) for v, axes in zip(outs, masks[1][0])]
                     else:
                         given, starts = dict(consts[str(s)]), {}
                         for name, value in x["a"].get(str(s), {}).items():
                             (given if name[0] == "h" else starts)[int(name[1:])] = value
-                        outs = tracers[s](ins, given, starts)
+                        traced = tracers[s] if masks is None else islands[s]._traced(
+                            *tracers[s], lambda j, results, outs=masks[1]: [_masked(v, axes, length)
+                                                                             for v, axes in zip(results, outs[j])])
+                        outs = traced(ins, given, starts)
                     for j, (value, dtype) in enumerate(zip(outs, step.node.dtypes)):
                         values[(step.node.id, j)] = value if value.dtype == dtype else value.astype(dtype)
-                for k, (n, inner) in enumerate(nested):  # nested loops after the last statement
+                for k, (n, inner, rows) in enumerate(nested):  # nested loops after the last statement
                     if n.at == len(plan.steps):
-                        _run_nested(k, n, inner, closed, consts, x, values, ring)
+                        _run_nested(k, n, inner, rows, closed, consts, x, values, ring, length)
                 new = {f"{n}_{j}": (values[(n, j)],) + ring[f"{n}_{j}"][:-1] for n, j in plan.carried}
                 flag = () if plan.end is None else kept[plan.end]
-                return new, tuple(values[key] for key in plan.written_back) + tuple(kept[s] for s in deferred) + flag
+                lengths = () if plan.ending is None else (length,)
+                return new, tuple(values[key] for key in plan.written_back) + tuple(kept[s] for s in deferred) + \
+                    lengths + flag
 
             return body
 
@@ -232,6 +269,9 @@ class LoopProgram:
             body = body_of(closed, consts)
             first = jax.tree_util.tree_map(lambda a: a[0], xs, is_leaf=_is_rows)
             ring0, shaped = _carry_form(body, ring0, first)
+            if plan.end is not None and not any(_is_rows(v) for v in jax.tree_util.tree_leaves(xs, is_leaf=_is_rows)):
+                ring, ys = _until(body, ring0, xs, shaped, ran, trips)
+                return jax.tree_util.tree_map(_stacked, ring, is_leaf=_is_rows), ys
 
             def skipped(ring, _x):
                 return ring, jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shaped)
@@ -245,6 +285,27 @@ class LoopProgram:
             return jax.tree_util.tree_map(_stacked, ring, is_leaf=_is_rows), ys
 
         return whole_run if self.nested or plan.end is not None else device_loop
+
+
+def _until(body: Callable, ring0, xs, shaped, ran, trips: int):
+    """A loop that holds its dim's end check as a ``lax.while_loop`` over at most ``ran`` of the ``trips``
+    rows of ``xs``, until the step whose flag (``body``'s last output) holds: each step's outputs are
+    written into its row of buffers of ``trips`` rows, those of the steps it does not run left zeros."""
+    ys0 = jax.tree_util.tree_map(lambda a: jnp.zeros((trips,) + a.shape, a.dtype), shaped)
+
+    def going(state):
+        k, ended, _, _ = state
+        return (k < ran) & ~ended
+
+    def step(state):
+        k, _, ring, ys = state
+        x = jax.tree_util.tree_map(lambda a: lax.dynamic_index_in_dim(a, k, keepdims=False), xs)
+        ring, y = body(ring, x)
+        ys = jax.tree_util.tree_map(lambda rows, row: lax.dynamic_update_index_in_dim(rows, row, k, 0), ys, y)
+        return k + 1, y[-1], ring, ys
+
+    _, _, ring, ys = lax.while_loop(going, step, (jnp.int32(0), jnp.bool_(False), ring0, ys0))
+    return ring, ys
 
 
 def _in_tiles(plan: LoopPlan, name: str) -> bool:
@@ -316,8 +377,13 @@ def _like(value, shaped):
     return value if _is_rows(value) else Rows(value[k] for k in range(len(shaped.rows)))
 
 
-def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, values: dict, ring: dict) -> None:
-    """Trace nested loop ``k`` at one iteration of the enclosing loop; its written-back rows become values."""
+def _run_nested(k: int, nested, inner, steps: int, closed: dict, consts: dict, x: dict, values: dict, ring: dict,
+                length=None):
+    """Trace nested loop ``k`` at one iteration of the enclosing loop; its written-back rows become values.
+    A loop over a dim that ends at run time runs its ``steps`` steps (the cap), those after the first where
+    its flag holds skipped; its length there (the steps it ran, an int32 on the device) is returned, else
+    None. A loop after it that runs to the dim's bound is given that ``length``, and its rows past it are
+    set to zero."""
     prepared, per_iteration = closed[f"n{k}"], x[f"n{k}"]
     given = dict(prepared["c"], **per_iteration["g"])
     rows = dict(prepared["g"], **per_iteration["x"]["g"])  # the values it reads row by row
@@ -331,9 +397,33 @@ def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, valu
             rows[name] = value.reshape((value.shape[0] // src.shift, src.shift) + value.shape[1:])
         elif src.kind == WINDOW:  # per row, the `shift` rows from it on, zeros past the last
             rows[name] = _windows(_stacked(values[src.key]), src.shift)
-    _, ys = inner(given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
+    ending = nested.plan.end is not None
+    if nested.plan.padded:
+        given["length"] = length
+    args = (given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
+    _, ys = inner(*args, np.int32(steps)) if ending else inner(*args)
+    to_cap = nested.plan.padded_dim is not None  # a loop run to T: its rows past T[i] set to zero
     for key, rows in zip(nested.plan.written_back, ys):
-        values[key] = rows
+        values[key] = _masked(_stacked(rows), ((0, 0),), length) if to_cap else rows
+    if not ending:
+        return None
+    flags = _stacked(ys[-1])
+    return jnp.where(jnp.any(flags), jnp.argmax(flags).astype(jnp.int32) + 1, jnp.int32(steps))
+
+
+def _masked(value, axes: tuple[tuple[int, int], ...], length):
+    """``value`` with its entries at and past ``length + c`` along each ``(axis, c)`` of ``axes`` set to
+    zero (a :class:`~tempo.runtime.backends.jax_layout.Permuted` value masked in its own layout)."""
+    if not axes:
+        return value
+    if isinstance(value, jax_layout.Permuted):
+        return jax_layout.Permuted(_masked(value.base, tuple((value.perm[a], c) for a, c in axes), length),
+                                   value.perm)
+    keep = None
+    for a, c in axes:
+        inside = lax.broadcasted_iota(jnp.int32, value.shape, a) < length + c
+        keep = inside if keep is None else keep & inside
+    return jnp.where(keep, value, jnp.zeros((), value.dtype))
 
 
 def _windows(value, n: int):
@@ -409,4 +499,18 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
         if moving & set(island.names) and s not in plan.shaped:  # a tile's sizes: one per launch, checked
             return None
         islands.append(island)
-    return LoopProgram(plan, islands, nested)
+    return LoopProgram(plan, islands, nested, _padded_axes(plan, sdg))
+
+
+def _padded_axes(plan: LoopPlan, sdg) -> dict:
+    """Per step of ``plan.padded``, the padded axes of its inputs and of its ops' outputs."""
+    if plan.padded_dim is None:
+        return {}
+    bound = bound_of(plan.padded_dim)
+    out = {}
+    for s in plan.padded:
+        node = plan.steps[s].node
+        ins, outs = island_axes(node.op, [sdg.read_shape(e) for e in sdg.in_edges(node.id)], list(node.shapes), bound)
+        masked = masked_steps(node.op)
+        out[s] = (ins, [axes if j in masked else [()] * len(axes) for j, axes in enumerate(outs)])
+    return out
