@@ -31,8 +31,12 @@ contend for the cores and make every system slow and noisy). Reported per
 system: compile seconds (Tempo: every pass, analysis, scheduling, AST; JAX:
 the ahead-of-time compile), the first iteration's seconds (from the end of
 compilation), the steady state (the median seconds of the later
-iterations), the same in the worker's process CPU seconds (read at the same
-marks), the speed-up over the slowest system, the peak RSS, and Tempo's
+iterations), the same in the worker's process CPU seconds and in its system
+CPU seconds, the kernel's part of them (read at the same marks: page faults
+and the zeroing of fresh memory land there; on a virtual machine whose
+guest reports its free pages to the host, memory a program frees and takes
+again can come back unbacked and cost several milliseconds per 2 MB), the
+speed-up over the slowest system, the peak RSS, and Tempo's
 kernel launches per iteration, counted by a wrapper around the backend's
 kernels that also times the iterations. ``--clock cpu`` makes every timing
 read the worker's process CPU seconds instead of wall seconds (steadier when
@@ -120,10 +124,13 @@ class LaunchProbe:
     the iterations). A loop the backend runs whole (``device_loop``) is one
     launch of the iteration of the kernel launch after it; a loop over the
     iterations run whole (one with nested loops) is waited for, and its
-    iterations end evenly between the end of XLA's compile and the last
-    sink call after the launch (``chunks``: start, compile seconds, end and
-    iterations of each launch). Everything but ``kernel`` and ``device_loop``
-    is the wrapped backend's.
+    iterations end evenly up to the last sink call after the launch, from
+    the end of the previous launch's last iteration (the first launch: from
+    its start), XLA's compile left out: the host work between two launches
+    (the sinks of one, the next one's preparation) is the next launch's
+    (``chunks``: start, compile seconds, end and iterations of each launch;
+    the marks in wall, process CPU and system CPU seconds). Everything but
+    ``kernel`` and ``device_loop`` is the wrapped backend's.
     """
 
     def __init__(self, backend, every: int = 1):
@@ -132,20 +139,24 @@ class LaunchProbe:
         self.ends: dict[int, float] = {}
         self.pending = 0  # compiled loops launched since the latest kernel launch
         self.ends_cpu: dict[int, float] = {}  # the same marks in process CPU seconds
-        self.chunks: list[tuple[tuple[float, float], tuple[float, float], tuple[float, float], int]] = []
+        self.ends_sys: dict[int, float] = {}  # and in system CPU seconds (the kernel's, page faults included)
+        self.chunks: list[tuple[tuple, tuple, tuple, int]] = []
 
-    def iteration_ends(self, iterations: int) -> tuple[list[float], list[float]]:
-        """When each of the first ``iterations`` iterations ended, in wall and in process CPU seconds."""
-        ends, ends_cpu, done = dict(self.ends), dict(self.ends_cpu), 0
+    def iteration_ends(self, iterations: int) -> tuple[list[float], list[float], list[float]]:
+        """When each of the first ``iterations`` iterations ended, in wall, process CPU and system CPU seconds."""
+        clocks = (self.ends, self.ends_cpu, self.ends_sys)
+        outs, done, previous = [dict(marks) for marks in clocks], 0, None
         for start, compile_s, end, trips in self.chunks:
             keys = [(done + k) // self.every for k in range(trips)]
-            for clock, marks, out in ((0, self.ends, ends), (1, self.ends_cpu, ends_cpu)):
-                begin = start[clock] + compile_s[clock]
+            lasts = []
+            for clock, (marks, out) in enumerate(zip(clocks, outs)):
+                begin = (start if previous is None else previous)[clock] + compile_s[clock]
                 last = max([end[clock]] + [marks[k] for k in keys if k in marks])
                 for k, key in enumerate(keys):
                     out[key] = begin + (last - begin) * (k + 1) / trips
-            done += trips
-        return [ends[k] for k in range(iterations)], [ends_cpu[k] for k in range(iterations)]
+                lasts.append(last)
+            done, previous = done + trips, lasts
+        return tuple([out[k] for k in range(iterations)] for out in outs)
 
     def device_loop(self, plan, sdg):
         compiled = self.backend.device_loop(plan, sdg)
@@ -162,13 +173,23 @@ class LaunchProbe:
             launches[key] += 1 + self.pending
             self.pending = 0
             if key is not None:
-                ends[key], self.ends_cpu[key] = clock(), time.process_time()
+                ends[key], self.ends_cpu[key], self.ends_sys[key] = clock(), time.process_time(), system_seconds()
             return out
 
         return probed
 
     def __getattr__(self, name):
         return getattr(self.backend, name)
+
+
+def system_seconds() -> float:
+    """The process's system CPU seconds (the kernel's work for it: page faults, zeroing fresh memory)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
+def clock_marks() -> tuple[float, float, float]:
+    """Now in wall, process CPU and system CPU seconds."""
+    return time.perf_counter(), time.process_time(), system_seconds()
 
 
 def jax_ready(value):
@@ -188,10 +209,10 @@ class ProbedLoop:
             out = self.compiled(*args)
             self.probe.pending += 1
             return out
-        start, compiled = (time.perf_counter(), time.process_time()), self.compiled.compile_seconds
+        start, compiled = clock_marks(), self.compiled.compile_seconds
         out = jax_ready(self.compiled(*args))
-        compile_s = tuple(b - a for a, b in zip(compiled, self.compiled.compile_seconds))
-        self.probe.chunks.append((start, compile_s, (time.perf_counter(), time.process_time()), args[1]))
+        compile_s = (*(b - a for a, b in zip(compiled, self.compiled.compile_seconds)), 0.0)  # its system seconds: in
+        self.probe.chunks.append((start, compile_s, clock_marks(), args[1]))
         return out
 
     def __getattr__(self, name):
@@ -241,7 +262,7 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int,
             profiler = program.profiler = Profiler(loop_dim(program.sdg, program.plan_for().main_loop))
             run = program.run
             program.run = lambda bounds, stores="auto": run(bounds, stores, profiler=profiler)
-        programs.append((program, time.perf_counter(), time.process_time()))
+        programs.append((program, *clock_marks()))
         return program
 
     compile_mod.compile_program = probed
@@ -249,9 +270,9 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int,
         summary = module.main(module.Args(**fields))
     finally:
         compile_mod.compile_program = compile_program
-    (program, compiled_at, compiled_cpu), = programs
+    (program, compiled_at, compiled_cpu, compiled_sys), = programs
     probe = program.backend
-    ends, ends_cpu = probe.iteration_ends(iterations)
+    ends, ends_cpu, ends_sys = probe.iteration_ends(iterations)
     stages = {k: v for k, v in program.timings.items() if k != "run"}
     per_iteration = [probe.launches[k] for k in range(iterations)]
     profiled = {}
@@ -263,7 +284,8 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int,
                     "profile_table": str(found)}
     return {**profiled, "returns": summary["returns"][:iterations], "losses": [], "compile_s": sum(stages.values()),
             "compile_stages": stages, "start": compiled_at, "ends": ends, "start_cpu": compiled_cpu,
-            "ends_cpu": ends_cpu, "launches_per_iteration": per_iteration,
+            "ends_cpu": ends_cpu, "start_sys": compiled_sys, "ends_sys": ends_sys,
+            "launches_per_iteration": per_iteration,
             "launches_outside_iterations": probe.launches[None], "nodes": len(program.sdg.nodes),
             "device_loops": program.code.count("as one device launch")}
 
@@ -393,17 +415,18 @@ def run_baseline(system: str, algo: str, point: Point, iterations: int, seed: in
 
 def measure(system: str, algo: str, point: Point, iterations: int, seed: int, cpu_at: dict,
             profile: bool = False, options: dict | None = None) -> dict:
-    """One training run: compile, first iteration and steady-state seconds (wall, and process CPU from
-    ``cpu_at``: each mark's CPU seconds), and what the system reports (``profile``: Tempo's profile;
-    ``options``: Tempo's example's, see :func:`run_tempo`)."""
+    """One training run: compile, first iteration and steady-state seconds (wall, and process and system
+    CPU from ``cpu_at``: each mark's CPU seconds, process and system), and what the system reports
+    (``profile``: Tempo's profile; ``options``: Tempo's example's, see :func:`run_tempo`)."""
     run = ((lambda *a: run_tempo(TEMPO_BACKENDS[system], *a, profile=profile, options=options))
            if system in TEMPO_BACKENDS
            else lambda *a: run_baseline(system, *a))
     out = run(algo, point, iterations, seed)
     start, ends = out.pop("start"), out.pop("ends")
-    cpu_marks = ([out.pop("start_cpu"), *out.pop("ends_cpu")] if "ends_cpu" in out  # a system's own CPU marks
-                 else [cpu_at[m] for m in (start, *ends)])
-    for suffix, marks in (("", [start, *ends]), ("_cpu", cpu_marks)):
+    own = "ends_cpu" in out  # a system's own CPU marks
+    cpu_marks = [out.pop("start_cpu"), *out.pop("ends_cpu")] if own else [cpu_at[m][0] for m in (start, *ends)]
+    sys_marks = [out.pop("start_sys"), *out.pop("ends_sys")] if own else [cpu_at[m][1] for m in (start, *ends)]
+    for suffix, marks in (("", [start, *ends]), ("_cpu", cpu_marks), ("_sys", sys_marks)):
         seconds = [b - a for a, b in zip(marks, marks[1:])]
         out.update({f"first_iteration{suffix}_s": seconds[0], f"iterations{suffix}_s": seconds,
                     f"iteration{suffix}_s": statistics.median(seconds[1:]) if len(seconds) > 1 else None})
@@ -412,11 +435,12 @@ def measure(system: str, algo: str, point: Point, iterations: int, seed: int, cp
 
 
 def marking_clock(read_wall, read_cpu, cpu_at: dict):
-    """A ``time.perf_counter`` that notes the process CPU seconds at each reading (``cpu_at[reading]``):
-    every system marks its iterations with ``time.perf_counter``, so both clocks see the same marks."""
+    """A ``time.perf_counter`` that notes the process and system CPU seconds at each reading
+    (``cpu_at[reading]``): every system marks its iterations with ``time.perf_counter``, so every clock
+    sees the same marks."""
     def clock() -> float:
         now = read_wall()
-        cpu_at[now] = read_cpu()
+        cpu_at[now] = (read_cpu(), system_seconds())
         return now
 
     return clock
@@ -516,17 +540,18 @@ def tempo_ratios(systems: dict) -> list[str]:
 
 def print_table(algo: str, title: str, systems: dict) -> None:
     print(f"\n{algo.upper()} {title}")
-    print(f"{'system':<24} {'compile s':>10} {'first s':>9} {'s/iter':>9} {'CPU s/iter':>11} {'speed-up':>9} "
-          f"{'launches/iter':>14} {'peak MB':>8}")
+    print(f"{'system':<24} {'compile s':>10} {'first s':>9} {'s/iter':>9} {'CPU s/iter':>11} {'sys s/iter':>11} "
+          f"{'speed-up':>9} {'launches/iter':>14} {'peak MB':>8}")
     ups = speedups(systems)
     for system, r in systems.items():
         if "skipped" in r:
             print(f"{LABELS[system]:<24} skipped: {r['skipped']}")
             continue
         launches = r.get("launches_per_iteration")
-        steady, cpu = (r[k] if r[k] is not None else float("nan") for k in ("iteration_s", "iteration_cpu_s"))
+        steady, cpu, kernel = (r.get(k) if r.get(k) is not None else float("nan")
+                               for k in ("iteration_s", "iteration_cpu_s", "iteration_sys_s"))
         print(f"{LABELS[system]:<24} {r['compile_s']:>10.2f} {r['first_iteration_s']:>9.3f} "
-              f"{steady:>9.3f} {cpu:>11.3f} {ups.get(system, float('nan')):>8.2f}x "
+              f"{steady:>9.3f} {cpu:>11.3f} {kernel:>11.3f} {ups.get(system, float('nan')):>8.2f}x "
               f"{launches[-1] if launches else '-':>14} {r['peak_rss_mb']:>8.0f}")
     for line in tempo_ratios(systems):
         print(line)

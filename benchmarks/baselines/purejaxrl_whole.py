@@ -7,11 +7,12 @@ runs the per-iteration function of ``purejaxrl_ppo.py`` or
 ``purejaxrl_reinforce.py`` (same dynamics, network, initialisation,
 hyper-parameters), with the parameters and Adam's state donated to the
 program. The iterations' seconds (wall: ``ends``, process CPU:
-``ends_cpu``) are the run's divided evenly among them: nothing returns to
-the host between iterations.
+``ends_cpu``, system CPU: ``ends_sys``) are the run's divided evenly among
+them: nothing returns to the host between iterations.
 """
 from __future__ import annotations
 
+import resource
 import time
 
 import jax
@@ -43,12 +44,17 @@ timed, from the same state; the per-iteration baselines' ``main`` result."""
     run = jax.jit(make_run(iteration, iterations), donate_argnums=(0, 1)).lower(params, adam, key).compile()
     compile_s = time.perf_counter() - started
     jax.block_until_ready(run(*jax.tree_util.tree_map(jnp.array, (params, adam)), key))  # a first run, untimed
-    start, start_cpu = time.perf_counter(), time.process_time()
+    start, start_cpu, start_sys = time.perf_counter(), time.process_time(), _system_seconds()
     params, adam, key, returns, losses = jax.block_until_ready(run(params, adam, key))
-    end, end_cpu = time.perf_counter(), time.process_time()
+    end, end_cpu, end_sys = time.perf_counter(), time.process_time(), _system_seconds()
     return {"returns": [float(x) for x in returns], "losses": [float(x) for x in losses], "compile_s": compile_s,
             "start": start, "ends": _evenly(start, end, iterations), "start_cpu": start_cpu,
-            "ends_cpu": _evenly(start_cpu, end_cpu, iterations)}
+            "ends_cpu": _evenly(start_cpu, end_cpu, iterations), "start_sys": start_sys,
+            "ends_sys": _evenly(start_sys, end_sys, iterations)}
+
+
+def _system_seconds() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
 
 
 def _evenly(start: float, end: float, iterations: int) -> list[float]:

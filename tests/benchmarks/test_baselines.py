@@ -119,3 +119,4 @@ def test_the_whole_run_baseline_trains_as_the_per_iteration_one(algo):
     np.testing.assert_allclose(whole["returns"], per_iteration["returns"], rtol=1e-5)
     np.testing.assert_allclose(whole["losses"], per_iteration["losses"], rtol=1e-4, atol=1e-6)
     assert whole["start"] < whole["ends"][0] < whole["ends"][-1] and len(whole["ends_cpu"]) == 3
+    assert whole["start_sys"] <= whole["ends_sys"][0] <= whole["ends_sys"][-1] and len(whole["ends_sys"]) == 3

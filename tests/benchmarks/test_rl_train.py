@@ -30,6 +30,7 @@ def check_measured(systems):
         assert "skipped" not in r, (name, r)
         assert r["first_iteration_s"] > 0 and r["iteration_s"] > 0 and r["compile_s"] >= 0, (name, r)
         assert r["iteration_cpu_s"] > 0 and len(r["iterations_cpu_s"]) == len(r["iterations_s"]), (name, r)
+        assert 0 <= r["iteration_sys_s"] <= r["iteration_cpu_s"] + 0.01, (name, r)  # the kernel's part of it
         assert len(r["iterations_s"]) == len(r["returns"]) == 3 and r["peak_rss_mb"] > 0
         assert r["speedup_over_slowest"] >= 1.0
     assert min(r["speedup_over_slowest"] for r in systems.values()) == 1.0
@@ -85,3 +86,18 @@ def test_a_point_predicted_past_the_budget_is_estimated_from_the_nearest_point_b
     assert rl_train.predicted_seconds(measured, 100) == pytest.approx(20.0)
     assert rl_train.predicted_seconds(measured, 25) == pytest.approx(5.0)       # nothing below: the smallest
     assert rl_train.predicted_seconds([(8, {"skipped": "failed"})], 16) is None
+
+
+def test_a_launch_of_several_iterations_counts_the_host_work_since_the_launch_before():
+    """Iterations of a whole-loop launch end evenly from the end of the launch before (its sinks and this
+    launch's preparation are this launch's), XLA's compile left out; the first launch's from its start."""
+    probe = rl_train.LaunchProbe(backend=None)
+    # (wall, process CPU, system CPU) marks: a first launch of 1 iteration that compiles 2 s, then one of 4
+    probe.chunks = [((10.0, 5.0, 1.0), (2.0, 1.5, 0.0), (13.0, 7.0, 1.2), 1),
+                    ((13.5, 7.2, 1.2), (0.0, 0.0, 0.0), (15.0, 8.0, 1.6), 4)]
+    probe.ends[4], probe.ends_cpu[4], probe.ends_sys[4] = 15.1, 8.2, 1.6   # the last sink, after the launch
+    wall, cpu, system = probe.iteration_ends(5)
+    assert wall[0] == pytest.approx(13.0) and cpu[0] == pytest.approx(7.0) and system[0] == pytest.approx(1.2)
+    assert [b - a for a, b in zip(wall, wall[1:])] == pytest.approx([0.525] * 4)   # (15.1 - 13.0) / 4
+    assert [b - a for a, b in zip(cpu, cpu[1:])] == pytest.approx([0.3] * 4)       # (8.2 - 7.0) / 4
+    assert [b - a for a, b in zip(system, system[1:])] == pytest.approx([0.1] * 4)
