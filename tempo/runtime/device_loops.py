@@ -84,6 +84,7 @@ from tempo.runtime.launch_prep import LaunchPreparation
 from tempo.runtime.launches import Launch, Launches, Reads, Unsliced, first_rows, nbytes, resolve
 from tempo.runtime.memory import BudgetExceeded
 from tempo.runtime.profile import loop_dim
+from tempo.runtime.step_values import vector_expr
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import seq
@@ -116,8 +117,10 @@ class DeviceLoop(LaunchPreparation):
                          if isinstance(step.node.op, UDFOp) and s != plan.end]
         self.schedule_names = sorted({s.name for e in exprs for s in e.free_symbols()} - {var})
         self.schedules: dict[tuple, tuple] = {}
-        self.guards = [[compile_expr(c) for c in step.guard] for step in plan.steps]
-        self.branches = [[None if c is None else compile_expr(c) for c in step.conds]
+        self.counter_names = sorted({s.name for e in (loop.start, loop.cond) for s in e.free_symbols()} - {var})
+        self.counter_lists: dict[tuple, list] = {}  # the counter values, by the values of counter_names
+        self.guards = [[vector_expr(c) for c in step.guard] for step in plan.steps]
+        self.branches = [[None if c is None else vector_expr(c) for c in step.conds]
                          if isinstance(step.node.op, MergeOp) else None for step in plan.steps]
         self.points = [compile_expr(seq(*step.execute.point)) for step in plan.steps]
         self.indexes = [[compile_expr(src.index) if src.index is not None else None for src in step.inputs]

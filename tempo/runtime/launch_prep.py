@@ -51,8 +51,36 @@ class LaunchPreparation:
         cached = self.schedules.get(key)
         if cached is not None:
             return cached
-        counters = next(self._counters(env, None))
+        counters = self._counters_at(env)
         cached = self.schedules[key] = (counters, *self._runs(env, counters))
+        return cached
+
+    def _schedules(self, envs: list[dict]) -> list[tuple]:
+        """:meth:`_schedule` at each of ``envs`` (a nested loop's, one per iteration of the enclosing
+        loop), those not cached evaluated at once: the counters once per value of the names the
+        loop's start and condition read, the guards and branches over the arrays of every
+        iteration's counters."""
+        keys = [tuple(e[n] for n in self.schedule_names) for e in envs]
+        missing = {key: e for key, e in zip(keys, envs) if key not in self.schedules}
+        if missing:
+            at = list(missing.values())
+            counters = [self._counters_at(e) for e in at]
+            lengths = [len(c) for c in counters]
+            total = sum(lengths)
+            flat = {n: np.repeat(np.array([e[n] for e in at], dtype=np.int64), lengths) for n in self.schedule_names}
+            flat[self.var] = np.array([c for cs in counters for c in cs], dtype=np.int64)
+            runs, sels = self._runs_over(flat, total)
+            ends = np.cumsum([0] + lengths)
+            for key, cs, a, b in zip(missing, counters, ends[:-1], ends[1:]):
+                self.schedules[key] = (cs, [r[a:b] for r in runs], [None if x is None else x[a:b] for x in sels])
+        return [self.schedules[key] for key in keys]
+
+    def _counters_at(self, env: dict) -> list:
+        """The loop's counter values at ``env`` (cached by the names its start and condition read)."""
+        key = tuple(env[n] for n in self.counter_names)
+        cached = self.counter_lists.get(key)
+        if cached is None:
+            cached = self.counter_lists[key] = next(self._counters(env, None))
         return cached
 
     def _counters(self, env: dict, rows: int | None):
@@ -71,13 +99,16 @@ class LaunchPreparation:
 
     def _runs(self, env: dict, counters: list):
         """Whether each step runs at each of ``counters``, and each merge's branch there."""
-        at = [dict(env, **{self.var: c}) for c in counters]
-        runs, sels = [], []
-        for guards, branches in zip(self.guards, self.branches):
-            runs.append(np.array([all(g(e) for g in guards) for e in at], dtype=bool))
-            sels.append(None if branches is None else
-                        np.array([next((k for k, b in enumerate(branches) if b is None or b(e)), -1) for e in at],
-                                 dtype=np.int32))
+        n = len(counters)
+        flat = {name: np.full(n, env[name], dtype=np.int64) for name in self.schedule_names}
+        flat[self.var] = np.array(counters, dtype=np.int64)
+        return self._runs_over(flat, n)
+
+    def _runs_over(self, flat: dict, n: int):
+        """Whether each step runs at each of ``n`` iterations, and each merge's branch there, from
+        ``flat``: the counters and the names the conditions read as arrays of ``n`` (int64)."""
+        runs = [_all(guards, flat, n) for guards in self.guards]
+        sels = [None if branches is None else _branch(branches, flat, n) for branches in self.branches]
         return runs, sels
 
     def _selects(self) -> dict[int, None]:
@@ -164,13 +195,12 @@ class LaunchPreparation:
         per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
         writers = {self.nested[w] for w in self.stacked_from[k]}
         keys, once, stacked, first = set(), None, [], None
-        schedules = [loop._schedule(e) for e in envs]
+        schedules = loop._schedules(envs)
         branches = loop._branches([schedule[1:] for schedule in schedules])
         args = self._nested_args(loop, envs, schedules)
         if args is None:
             return None
-        for o, e in enumerate(envs):
-            counters, runs, sels = loop._schedule(e)
+        for o, (e, (counters, runs, sels)) in enumerate(zip(envs, schedules)):
             if not counters or any(w._schedule(e)[0] != counters for w in writers) or \
                     not self._tiled(k, e, loop.var, counters) or not self._windowed(k, e, loop.var, counters):
                 return None
@@ -340,6 +370,24 @@ class LaunchPreparation:
 
     def _cast_or(self, zeros, dtype: str, value):
         return zeros if value is None else self.backend.cast(value, dtype)
+
+
+def _all(conditions: list, env: dict, n: int) -> np.ndarray:
+    """Where every one of ``conditions`` (vector expressions) holds, over ``n`` iterations."""
+    held = np.ones(n, dtype=bool)
+    for condition in conditions:
+        held &= np.broadcast_to(np.asarray(condition(env), dtype=bool), (n,))
+    return held
+
+
+def _branch(branches: list, env: dict, n: int) -> np.ndarray:
+    """The first of ``branches`` (vector conditions, None: always) that holds at each of ``n``
+    iterations, -1 where none does."""
+    taken = np.full(n, -1, dtype=np.int32)
+    for k in range(len(branches) - 1, -1, -1):
+        held = True if branches[k] is None else np.broadcast_to(np.asarray(branches[k](env), dtype=bool), (n,))
+        taken = np.where(held, np.int32(k), taken)
+    return taken
 
 
 def _standing_in(counters: np.ndarray, ran: np.ndarray) -> np.ndarray:
