@@ -71,6 +71,7 @@ import numpy as np
 
 from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
 from tempo.runtime.backends.jax import Island, _row
+from tempo.runtime.backends.jax_step_values import DeviceValues, device_expr
 from tempo.runtime.step_values import StepValues
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
@@ -86,6 +87,12 @@ class LoopProgram:
         self.fns: dict[tuple, Callable] = {}
         self.compile_seconds = (0.0, 0.0)  # XLA's compiles of a loop with nested loops: wall and CPU seconds
         self.rows_held: dict[int, tuple] = {}  # id(value) -> (value, its rows): :meth:`split`
+        self.device_values = {s: DeviceValues(island, plan.steps[s]) for s, island in enumerate(islands)
+                              if island is not None and (island.indexes or island.host)}
+        self.start = device_expr(plan.loop.start)  # a nested loop's first counter, of the enclosing loop's
+        names = {n for values in self.device_values.values() for n in values.names}
+        names |= {n for inner in self.nested for n in (*inner.names, *(x.name for x in inner.plan.loop.start.free_symbols()))}
+        self.names = sorted(names - {plan.loop.var} - {inner.plan.loop.var for inner in self.nested})
 
     @staticmethod
     def unstack(values) -> list:
@@ -175,10 +182,12 @@ class LoopProgram:
 
     def _traced(self, key: tuple) -> Callable:
         trips, keys = key
-        keys, tracers, shapes, branches = list(keys), [], [], {}
+        keys, tracers, shapes, branches, forms = list(keys), [], [], {}, {}
+        device = self.device_values
         for s, island in enumerate(self.islands):
             static = keys.pop(0)
-            forms = keys.pop(0) if self.needs_args(s) else ()
+            if self.needs_args(s):
+                forms[s] = dict(zip([j for j, _ in island.indexes], keys.pop(0)))
             step = self.plan.steps[s]
             if isinstance(step.node.op, ops.MergeOp) and len(step.inputs) > 1:
                 branches[s] = keys.pop(0)  # the branch taken at every iteration, None: a select
@@ -186,20 +195,21 @@ class LoopProgram:
                 tracers.append(None)
                 shapes.append(static)
             else:
-                tracers.append(island._traced(dict(zip(island.names, static)),
-                                              dict(zip([j for j, _ in island.indexes], forms))))
+                tracers.append(island._traced(dict(zip(island.names, static)), forms.get(s, {})))
                 shapes.append(None)
         nested = [(n, inner._traced(keys.pop(0))) for n, inner in zip(self.plan.nested, self.nested)]
+        firsts = [inner.start for inner in self.nested]  # each nested loop's first counter
         plan = self.plan
         deferred = [s for s, step in enumerate(plan.steps) if isinstance(step.node.op, ops.UDFOp) and s != plan.end]
 
         def body_of(closed, consts):
             def body(ring, x):
                 values, kept = {}, {}
+                env = dict(closed["at"], **{plan.loop.var: closed["at"][plan.loop.var] + x["k"]})
                 for s, step in enumerate(plan.steps):
                     for k, (n, inner) in enumerate(nested):
                         if n.at == s:
-                            _run_nested(k, n, inner, closed, consts, x, values, ring)
+                            _run_nested(k, n, inner, closed, consts, x, values, ring, firsts[k], env)
                     ins = [_input(src, f"{s}.{k}", closed, x, values, ring) for k, src in enumerate(step.inputs)]
                     if s == plan.end:
                         kept[s] = (jnp.all(ins[0]) & x["end"],)
@@ -210,15 +220,18 @@ class LoopProgram:
                     if tracers[s] is None:
                         outs = (_merge(step, ins, x["sel"].get(str(s)), shapes[s], branches.get(s)),)
                     else:
-                        given, starts = dict(consts[str(s)]), {}
-                        for name, value in x["a"].get(str(s), {}).items():
-                            (given if name[0] == "h" else starts)[int(name[1:])] = value
+                        given = dict(consts[str(s)])
+                        given.update({int(name[1:]): value for name, value in x["a"].get(str(s), {}).items()})
+                        starts = {}
+                        if s in device:  # the step's symbol values and index starts, of its counters
+                            symbols, starts = device[s](env, forms[s])
+                            given.update(symbols)
                         outs = tracers[s](ins, given, starts)
                     for j, (value, dtype) in enumerate(zip(outs, step.node.dtypes)):
                         values[(step.node.id, j)] = value if value.dtype == dtype else value.astype(dtype)
                 for k, (n, inner) in enumerate(nested):  # nested loops after the last statement
                     if n.at == len(plan.steps):
-                        _run_nested(k, n, inner, closed, consts, x, values, ring)
+                        _run_nested(k, n, inner, closed, consts, x, values, ring, firsts[k], env)
                 new = {f"{n}_{j}": (values[(n, j)],) + ring[f"{n}_{j}"][:-1] for n, j in plan.carried}
                 flag = () if plan.end is None else kept[plan.end]
                 return new, tuple(values[key] for key in plan.written_back) + tuple(kept[s] for s in deferred) + flag
@@ -226,22 +239,23 @@ class LoopProgram:
             return body
 
         def device_loop(closed, consts, xs, ring0):
-            return _scan(body_of(closed, consts), ring0, xs, trips)
+            return _scan(body_of(closed, consts), ring0, dict(xs, k=jnp.arange(trips)), trips)
 
         def whole_run(closed, consts, xs, ring0, ran):
             body = body_of(closed, consts)
+            xs = dict(xs, k=jnp.arange(trips))  # the scan's index: a step's counter is the launch's first plus it
             first = jax.tree_util.tree_map(lambda a: a[0], xs, is_leaf=_is_rows)
             ring0, shaped = _carry_form(body, ring0, first)
 
             def skipped(ring, _x):
                 return ring, jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shaped)
 
-            def row(carry, kx):
-                (ring, ended), (k, x) = carry, kx
-                ring, ys = lax.cond((k < ran) & ~ended, body, skipped, ring, x)
+            def row(carry, x):
+                ring, ended = carry
+                ring, ys = lax.cond((x["k"] < ran) & ~ended, body, skipped, ring, x)
                 return (ring, ended | ys[-1] if plan.end is not None else ended), ys
 
-            (ring, _), ys = _scan(row, (ring0, jnp.bool_(False)), (jnp.arange(trips), xs), trips)
+            (ring, _), ys = _scan(row, (ring0, jnp.bool_(False)), xs, trips)
             return jax.tree_util.tree_map(_stacked, ring, is_leaf=_is_rows), ys
 
         return whole_run if self.nested or plan.end is not None else device_loop
@@ -316,10 +330,13 @@ def _like(value, shaped):
     return value if _is_rows(value) else Rows(value[k] for k in range(len(shaped.rows)))
 
 
-def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, values: dict, ring: dict) -> None:
-    """Trace nested loop ``k`` at one iteration of the enclosing loop; its written-back rows become values."""
+def _run_nested(k: int, nested, inner, closed: dict, consts: dict, x: dict, values: dict, ring: dict,
+                start: Callable, env: dict) -> None:
+    """Trace nested loop ``k`` at one iteration of the enclosing loop (its counters and the bounds:
+    ``env``; ``start``: the nested loop's first counter, of them); its written-back rows become values."""
     prepared, per_iteration = closed[f"n{k}"], x[f"n{k}"]
     given = dict(prepared["c"], **per_iteration["g"])
+    given["at"] = dict(env, **{nested.plan.loop.var: start(env)})
     rows = dict(prepared["g"], **per_iteration["x"]["g"])  # the values it reads row by row
     for name, src in nested.inputs:
         if src.kind in (LOCAL, CARRIED):
