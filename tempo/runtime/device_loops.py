@@ -145,6 +145,10 @@ class DeviceLoop(LaunchPreparation):
         self.windows = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
                          for _, src in n.inputs if src.kind == WINDOW] for n in plan.nested]
         self.step_values = {s: compiled.step_values(s) for s in range(len(plan.steps)) if compiled.needs_args(s)}
+        self.read_inputs = [(s, k, f"{s}.{k}", src) for s, step in enumerate(plan.steps)
+                            for k, src in enumerate(step.inputs) if src.kind in (CLOSED, GATHERED)]
+        self.keyed_by_dims = [bool({d.name for d in step.node.domain} & set(compiled.sized_by(s)))
+                              for s, step in enumerate(plan.steps)]  # a step's static key reads its point's dims
         self.shapes = {s: _sizes(sdg, step) for s, step in enumerate(plan.steps) if s in plan.shaped}
         self.shaped_by = {s: _shaped_by(sdg, plan.steps[s], compiled.sized_by(s), var) for s in self.shapes}
         self.shape_checks: dict[tuple, tuple | None] = {}  # what _one_shape found, by what it depends on

@@ -141,26 +141,26 @@ class LaunchPreparation:
             return None
         closed, gathered, sel_xs, arg_xs, keys = {}, {}, {}, {}, []
         branches = self._selects() if branches is None else branches
-        for s, step in enumerate(self.plan.steps):
-            ran = runs[s]
-            for k, src in enumerate(step.inputs):
-                wanted = _wanted(runs, sels, f"{s}.{k}")
-                if src.kind in (CLOSED, GATHERED) and f"{s}.{k}" in provided:
-                    continue
-                at = self._dim_env(s, env, envs[0]) if s in self.shapes else env  # a tile's shape: at its dims
-                if src.kind == CLOSED:
-                    closed[f"{s}.{k}"] = (reads.slot(src.key, self.indexes[s][k](env)) if wanted.any()
-                                          else self._zeros(src.edge, at))
-                elif src.kind == GATHERED:
-                    gathered[f"{s}.{k}"] = self._gather(src, self.indexes[s][k], envs, wanted, at, reads)
+        for s, k, name, src in self.read_inputs:
+            if name in provided:
+                continue
+            wanted = runs[s] if sels[s] is None else runs[s] & (sels[s] == k)
+            at = self._dim_env(s, env, envs[0]) if s in self.shapes else env  # a tile's shape: at its dims
+            if src.kind == CLOSED:
+                closed[name] = (reads.slot(src.key, self.indexes[s][k](env)) if wanted.any()
+                                else self._zeros(src.edge, at))
+            else:
+                gathered[name] = self._gather(src, self.indexes[s][k], envs, wanted, at, reads)
+        for s, ran in enumerate(runs):
             if s in branches and branches[s] is None:
                 sel_xs[str(s)] = sels[s]
-            first = int(np.argmax(ran)) if ran.any() else 0
-            dims = self._dim_env(s, env, envs[first])
+            dims = env
+            if self.keyed_by_dims[s]:  # its key reads its dims: those of its first iteration where it runs
+                dims = self._dim_env(s, env, envs[int(np.argmax(ran)) if ran.any() else 0])
             keys.append(self.compiled.static_key(s, dims))
             if s in branches:
                 keys.append(branches[s])
-            if self.compiled.needs_args(s):
+            if s in self.step_values:
                 if not ran.any() and not self.plan.nested and self.plan.end is None:
                     return None
                 formed = args[s] if args is not None else self._step_args(s, env, envs, ran)
@@ -194,20 +194,24 @@ class LaunchPreparation:
         provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED, SLICED, WINDOW)}
         per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
         writers = {self.nested[w] for w in self.stacked_from[k]}
-        keys, once, stacked, first = set(), None, [], None
+        keys, once, stacked = set(), None, []
         schedules = loop._schedules(envs)
-        branches = loop._branches([schedule[1:] for schedule in schedules])
-        args = self._nested_args(loop, envs, schedules)
+        args = self._nested_args(loop, envs, schedules)  # None where the trip counts differ
         if args is None:
             return None
-        for o, (e, (counters, runs, sels)) in enumerate(zip(envs, schedules)):
-            if not counters or any(w._schedule(e)[0] != counters for w in writers) or \
-                    not self._tiled(k, e, loop.var, counters) or not self._windowed(k, e, loop.var, counters):
-                return None
-            wanted = {name: _wanted(runs, sels, name) for name in self.invariant[k]}
-            first = first or wanted
-            if any((wanted[n] & ~first[n]).any() for n in wanted):
+        runs = [np.stack([r[s] for _, r, _ in schedules]) for s in range(len(loop.plan.steps))]  # (outer, trips)
+        sels = [None if sel is None else np.stack([schedule[2][s] for schedule in schedules])
+                for s, sel in enumerate(schedules[0][2])]
+        branches = loop._branches([(runs, sels)])
+        for name in self.invariant[k]:
+            wanted = _wanted(runs, sels, name)
+            if (wanted & ~wanted[0]).any():
                 return None  # read where the first iteration, whose values serve every one, does not
+        for o, (e, (counters, runs, sels)) in enumerate(zip(envs, schedules)):
+            if any(w._schedule(e)[0] != counters for w in writers) or \
+                    self.tiles[k] and not self._tiled(k, e, loop.var, counters) or \
+                    self.windows[k] and not self._windowed(k, e, loop.var, counters):
+                return None
             read = provided if once is None else provided | once["c"].keys() | self.invariant[k]  # read once
             prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, reads, read,
                                      initial=once is None, branches=branches, args=args[o])
