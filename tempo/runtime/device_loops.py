@@ -71,6 +71,7 @@ budget is).
 from __future__ import annotations
 
 import copy
+import operator
 import time
 import warnings
 
@@ -86,7 +87,7 @@ from tempo.runtime.memory import BudgetExceeded
 from tempo.runtime.profile import loop_dim
 from tempo.runtime.step_values import vector_expr
 from tempo.symbolic.affine import uses
-from tempo.symbolic.evaluate import compile_expr
+from tempo.symbolic.evaluate import compile_expr, to_python
 from tempo.symbolic.expr import seq
 
 
@@ -117,7 +118,9 @@ class DeviceLoop(LaunchPreparation):
                          if isinstance(step.node.op, UDFOp) and s != plan.end]
         self.schedule_names = sorted({s.name for e in exprs for s in e.free_symbols()} - {var})
         self.schedules: dict[tuple, tuple] = {}
+        self.schedule_key = _values_of(self.schedule_names)
         self.counter_names = sorted({s.name for e in (loop.start, loop.cond) for s in e.free_symbols()} - {var})
+        self.counter_key = _values_of(self.counter_names)
         self.counter_lists: dict[tuple, list] = {}  # the counter values, by the values of counter_names
         self.guards = [[vector_expr(c) for c in step.guard] for step in plan.steps]
         self.branches = [[None if c is None else vector_expr(c) for c in step.conds]
@@ -140,6 +143,9 @@ class DeviceLoop(LaunchPreparation):
                           for s, step in enumerate(plan.steps) for k, src in enumerate(step.inputs) if src.kind == ROW}
         self.stacked_from = [{owner[src.key[0]] for _, src in n.inputs if src.kind in (STACKED, WINDOW)}
                              for n in plan.nested]
+        counted = [(n.plan.loop.var, to_python(n.plan.loop.start), to_python(n.plan.loop.cond)) for n in plan.nested]
+        self.counted_apart = [{w for w in self.stacked_from[k] if counted[w] != counted[k]}
+                              for k in range(len(plan.nested))]  # the writers whose counters may differ from k's
         self.tiles = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
                        for _, src in n.inputs if src.kind == SLICED] for n in plan.nested]
         self.windows = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
@@ -155,6 +161,7 @@ class DeviceLoop(LaunchPreparation):
         self.invariant = [{f"{s}.{k}" for s, step in enumerate(n.plan.steps) for k, src in enumerate(step.inputs)
                            if src.kind == GATHERED and not uses(src.index, var)} for n in plan.nested]
         self.nested_rows = {key: k for k, n in enumerate(plan.nested) for key in n.plan.written_back}
+        self.uniform = [self._uniform(k, n) for k, n in enumerate(plan.nested)]
         self.reads = self._read_keys()  # the stores a launch reads, in the order of Launch.reads
         self.freed = self._freed_keys()  # the point stores a launch frees points of, in the order of Launch.frees
         self.order = {key: k for k, key in enumerate(self.reads)}
@@ -165,6 +172,16 @@ class DeviceLoop(LaunchPreparation):
         self.failed: set[tuple] = set()
         self.launched: list[tuple[int, float]] = []  # (iterations, wall seconds but compiles) of each launch
         self.name = f"over {var}"  # what the ledger calls it: the generated code's name where bound with one
+
+    def _uniform(self, k: int, nested) -> bool:
+        """Whether nested loop ``k`` reads nothing from stores per enclosing iteration (all it reads is
+        computed by the enclosing loop's program or read once) and compiles the same at every one
+        (no static key of its dims, no tile's shapes, no row reads or loops of its own)."""
+        loop, given = self.nested[k], {name: src.kind for name, src in nested.inputs}
+        return not (loop.row_reads or loop.plan.nested or loop.shapes or any(loop.keyed_by_dims)) and \
+            GATHERED not in given.values() and \
+            all(name in given or name in self.invariant[k] for _, _, name, src in loop.read_inputs
+                if src.kind == GATHERED)
 
     def _read_keys(self) -> list[tuple[int, int]]:
         keys = [src.key for step in self.plan.steps for src in step.inputs if src.kind in (CLOSED, GATHERED)]
@@ -420,6 +437,14 @@ class DeviceLoop(LaunchPreparation):
                     inner, _, _ = nested._schedule(e)
                     nested._frees([dict(e, **{nested.var: c}) for c in inner], out)
         return out
+
+
+def _values_of(names: list[str]):
+    """``env -> tuple``: the values of ``names`` in an environment (a cache's key)."""
+    if not names:
+        return lambda env: ()
+    get = operator.itemgetter(*names)
+    return get if len(names) > 1 else lambda env: (get(env),)
 
 
 def _moving_slice(index, var: str):

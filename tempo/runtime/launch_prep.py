@@ -47,7 +47,7 @@ class LaunchPreparation:
 
     def _schedule(self, env: dict):
         """The loop's counter values, whether each step runs at each, and each merge's branch (cached)."""
-        key = tuple(env[n] for n in self.schedule_names)
+        key = self.schedule_key(env)
         cached = self.schedules.get(key)
         if cached is not None:
             return cached
@@ -60,7 +60,7 @@ class LaunchPreparation:
         loop), those not cached evaluated at once: the counters once per value of the names the
         loop's start and condition read, the guards and branches over the arrays of every
         iteration's counters."""
-        keys = [tuple(e[n] for n in self.schedule_names) for e in envs]
+        keys = list(map(self.schedule_key, envs))
         missing = {key: e for key, e in zip(keys, envs) if key not in self.schedules}
         if missing:
             at = list(missing.values())
@@ -77,7 +77,7 @@ class LaunchPreparation:
 
     def _counters_at(self, env: dict) -> list:
         """The loop's counter values at ``env`` (cached by the names its start and condition read)."""
-        key = tuple(env[n] for n in self.counter_names)
+        key = self.counter_key(env)
         cached = self.counter_lists.get(key)
         if cached is None:
             cached = self.counter_lists[key] = next(self._counters(env, None))
@@ -189,32 +189,43 @@ class LaunchPreparation:
     def _prepare_nested(self, k: int, nested, envs: list[dict], reads: Reads):
         """A nested loop's static key, the inputs it reads once (its closed inputs read once by the
         enclosing loop too, its initial carry) and its per-iteration values of every enclosing iteration
-        (stacked); None where the iterations differ in what compiles."""
+        (stacked); None where the iterations differ in what compiles. Its schedules, reads and index
+        forms are checked over every enclosing iteration at once; where the loop reads nothing per
+        iteration from stores and compiles the same whatever the enclosing iteration
+        (:attr:`uniform`), its first iteration is prepared and the rest are the arrays of its
+        schedule and host values, else each iteration in turn."""
         loop = self.nested[k]
         provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED, SLICED, WINDOW)}
         per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
-        writers = {self.nested[w] for w in self.stacked_from[k]}
-        keys, once, stacked = set(), None, []
+        writers = [self.nested[w] for w in self.counted_apart[k]]
         schedules = loop._schedules(envs)
-        args = self._nested_args(loop, envs, schedules)  # None where the trip counts differ
-        if args is None:
+        trips = {len(counters) for counters, _, _ in schedules}
+        if len(trips) != 1 or not trips.pop():
             return None
-        runs = [np.stack([r[s] for _, r, _ in schedules]) for s in range(len(loop.plan.steps))]  # (outer, trips)
+        counters = np.array([c for c, _, _ in schedules], dtype=np.int64)  # (outer, trips), as runs and sels
+        runs = [np.stack([r[s] for _, r, _ in schedules]) for s in range(len(loop.plan.steps))]
         sels = [None if sel is None else np.stack([schedule[2][s] for schedule in schedules])
                 for s, sel in enumerate(schedules[0][2])]
+        args = self._nested_args(loop, envs, counters, runs)
+        if args is None or any(not runs[s].any(axis=1).all() for s in loop.step_values):
+            return None
         branches = loop._branches([(runs, sels)])
         for name in self.invariant[k]:
             wanted = _wanted(runs, sels, name)
             if (wanted & ~wanted[0]).any():
                 return None  # read where the first iteration, whose values serve every one, does not
-        for o, (e, (counters, runs, sels)) in enumerate(zip(envs, schedules)):
-            if any(w._schedule(e)[0] != counters for w in writers) or \
-                    self.tiles[k] and not self._tiled(k, e, loop.var, counters) or \
-                    self.windows[k] and not self._windowed(k, e, loop.var, counters):
+        for e, (inner, _, _) in zip(envs, schedules) if writers or self.tiles[k] or self.windows[k] else ():
+            if any(w._schedule(e)[0] != inner for w in writers) or \
+                    self.tiles[k] and not self._tiled(k, e, loop.var, inner) or \
+                    self.windows[k] and not self._windowed(k, e, loop.var, inner):
                 return None
+        keys, once, stacked = set(), None, []
+        for o, (e, (inner, inner_runs, inner_sels)) in enumerate(zip(envs, schedules)):
             read = provided if once is None else provided | once["c"].keys() | self.invariant[k]  # read once
-            prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, reads, read,
-                                     initial=once is None, branches=branches, args=args[o])
+            prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in inner], inner_runs, inner_sels, reads,
+                                     read, initial=once is None, branches=branches,
+                                     args={s: (forms, {n: v[o] for n, v in values.items()})
+                                           for s, (forms, values) in args.items()})
             if prepared is None:
                 return None
             key, closed, xs, ring0 = prepared
@@ -222,6 +233,10 @@ class LaunchPreparation:
             if once is None:  # what is the same at every iteration of this loop, read once
                 once = {"c": {n: v for n, v in closed.items() if n not in per_iteration}, "r": ring0,
                         "g": {n: v for n, v in xs["g"].items() if n in self.invariant[k]}}
+                if self.uniform[k]:  # every iteration's values: the arrays over them all
+                    selected = {str(s): sels[s] for s in range(len(sels)) if str(s) in xs["sel"]}
+                    return key, once, {"x": {"sel": selected, "g": {},
+                                             "a": {str(s): values for s, (_, values) in args.items()}}, "g": {}}
             xs = dict(xs, g={n: v for n, v in xs["g"].items() if n not in self.invariant[k]})
             stacked.append({"x": xs, "g": {n: closed[n] for n in per_iteration}})
         if len(keys) != 1:
@@ -234,24 +249,22 @@ class LaunchPreparation:
         counters = _standing_in(np.array([e[self.var] for e in envs], dtype=np.int64), ran)
         return self.step_values[s].over(dict(env, **{self.var: counters}), len(envs))
 
-    def _nested_args(self, loop: LaunchPreparation, envs: list[dict], schedules: list) -> list[dict] | None:
-        """Per enclosing iteration of ``envs``, nested ``loop``'s :meth:`_step_args` of each step,
-        evaluated over the counters of every iteration at once; None where the iterations' trip
-        counts or a step's index forms differ (the launch then cannot run)."""
-        trips = {len(counters) for counters, _, _ in schedules}
-        if len(trips) != 1 or not trips.pop():
-            return None
-        outer = np.repeat(np.array([e[self.var] for e in envs], dtype=np.int64), len(schedules[0][0]))
-        out = [{} for _ in envs]
+    def _nested_args(self, loop: LaunchPreparation, envs: list[dict], counters: np.ndarray,
+                     runs: list) -> dict | None:
+        """Nested ``loop``'s index forms and host values of each step (as :meth:`_step_args`, shaped
+        ``(len(envs), trips, ...)``) over its ``counters`` at every enclosing iteration of ``envs``
+        (``(len(envs), trips)``; ``runs``: each step's, of the same shape), evaluated at once; None
+        where a step's index forms differ."""
+        outer = np.repeat(np.array([e[self.var] for e in envs], dtype=np.int64), counters.shape[1])
+        out = {}
         for s, values in loop.step_values.items():
-            inner = np.concatenate([_standing_in(np.array(counters, dtype=np.int64), runs[s])
-                                    for counters, runs, _ in schedules])
-            formed = values.over(dict(envs[0], **{self.var: outer, loop.var: inner}), len(inner))
+            ran = runs[s]  # a step's first counter where it runs stands in where it does not
+            inner = np.where(ran, counters, counters[np.arange(len(envs)), np.argmax(ran, axis=1)][:, None])
+            formed = values.over(dict(envs[0], **{self.var: outer, loop.var: inner.reshape(-1)}), counters.size)
             if formed is None:
                 return None
-            for o, row in enumerate(out):
-                row[s] = (formed[0], {name: value.reshape((len(envs), -1) + value.shape[1:])[o]
-                                      for name, value in formed[1].items()})
+            out[s] = (formed[0], {name: value.reshape(counters.shape + value.shape[1:])
+                                  for name, value in formed[1].items()})
         return out
 
     def _one_shape(self, s: int, env: dict, envs: list[dict], ran) -> tuple | None:
