@@ -81,11 +81,11 @@ from tempo.errors import TempoError
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG
 from tempo.plan.device_loops import CLOSED, GATHERED, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan, row_major
-from tempo.runtime.launch_prep import LaunchPreparation
+from tempo.runtime.launch_prep import LaunchPreparation, held_at
 from tempo.runtime.launches import Launch, Launches, Reads, Unsliced, first_rows, nbytes, resolve
 from tempo.runtime.memory import BudgetExceeded
 from tempo.runtime.profile import loop_dim
-from tempo.runtime.step_values import vector_expr
+from tempo.runtime.step_values import Span, vector_expr
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr, to_python
 from tempo.symbolic.expr import seq
@@ -113,7 +113,7 @@ class DeviceLoop(LaunchPreparation):
         exprs += [c for nested in plan.nested for c in nested.guard]
         self.nested = [DeviceLoop(n.plan, inner, sdg, backend, kinds)
                        for n, inner in zip(plan.nested, getattr(compiled, "nested", ()))]
-        self.nested_guards = [[compile_expr(c) for c in n.guard] for n in plan.nested]
+        self.nested_guards = [[vector_expr(c) for c in n.guard] for n in plan.nested]
         self.deferred = [(s, backend.kernel(step.node.op)) for s, step in enumerate(plan.steps)
                          if isinstance(step.node.op, UDFOp) and s != plan.end]
         self.schedule_names = sorted({s.name for e in exprs for s in e.free_symbols()} - {var})
@@ -133,7 +133,7 @@ class DeviceLoop(LaunchPreparation):
                      for key in plan.written_back}  # written back as rows of one block where they can be
         self.sliced = {id(src): row_major(src.index.args, var) for step in plan.steps for src in step.inputs
                        if src.kind == GATHERED}  # read as one slice of a block store where it can be
-        self.free_points = [(compile_expr(seq(*free.point)), [compile_expr(c) for c in guard]) for free, guard in
+        self.free_points = [(vector_expr(seq(*free.point)), [vector_expr(c) for c in guard]) for free, guard in
                             plan.frees]
         self.rows_slices = {(s, k): compile_expr(src.index.args[-1]) for s, step in enumerate(plan.steps)
                             for k, src in enumerate(step.inputs) if src.kind == ROWS}
@@ -423,20 +423,42 @@ class DeviceLoop(LaunchPreparation):
 
     def _frees(self, envs: list[dict], out: dict) -> dict:
         """Into ``out``, per point store, the points the loop (and its nested loops) frees over ``envs``."""
-        for (free, _), (point, guards) in zip(self.plan.frees, self.free_points):
-            outs = [j for j in free.freed(len(self.sdg.nodes[free.node_id].shapes))
-                    if self.kinds[(free.node_id, j)] == "point"]
-            for e in envs:
-                if all(g(e) for g in guards):
-                    at = point(e)
-                    for j in outs:
-                        out.setdefault((free.node_id, j), []).append(at)
-        for nested, guards in zip(self.nested, self.nested_guards):
-            for e in envs:
-                if all(g(e) for g in guards):
-                    inner, _, _ = nested._schedule(e)
-                    nested._frees([dict(e, **{nested.var: c}) for c in inner], out)
+        if envs:
+            self._frees_over({name: np.array([e[name] for e in envs], dtype=np.int64) for name in envs[0]},
+                             len(envs), out)
         return out
+
+    def _frees_over(self, flat: dict, n: int, out: dict) -> None:
+        """:meth:`_frees` over ``n`` iterations whose bounds and counters ``flat`` holds as arrays, each
+        free's guards and point evaluated over them at once, a nested loop's over the counters of
+        every iteration where it runs."""
+        for (free, _), (point, guards) in zip(self.plan.frees, self.free_points):
+            held = held_at(guards, flat, n)
+            if not held.any():
+                continue
+            coords = [_held_values(p, held, n) for p in point(flat)]
+            at = list(zip(*coords)) if coords else [()] * int(held.sum())
+            for j in free.freed(len(self.sdg.nodes[free.node_id].shapes)):
+                if self.kinds[(free.node_id, j)] == "point":
+                    out.setdefault((free.node_id, j), []).extend(at)
+        for nested, guards in zip(self.nested, self.nested_guards):
+            rows = np.flatnonzero(held_at(guards, flat, n))
+            counters = [nested._counters_at({name: int(v[i]) for name, v in flat.items()}) for i in rows]
+            lengths = [len(c) for c in counters]
+            if sum(lengths):
+                inner = {name: np.repeat(v[rows], lengths) for name, v in flat.items()}
+                inner[nested.var] = np.array([c for cs in counters for c in cs], dtype=np.int64)
+                nested._frees_over(inner, sum(lengths), out)
+
+
+def _held_values(value, held: np.ndarray, n: int) -> list:
+    """A point's coordinate over ``n`` iterations (an int, an array or a :class:`Span` of them) at those
+    ``held`` picks, as ints and slices."""
+    if isinstance(value, Span):
+        starts, stops = (np.broadcast_to(np.asarray(v, dtype=np.int64), (n,))[held].tolist()
+                         for v in (value.start, value.stop))
+        return [slice(a, b) for a, b in zip(starts, stops)]
+    return np.broadcast_to(np.asarray(value, dtype=np.int64), (n,))[held].tolist()
 
 
 def _values_of(names: list[str]):

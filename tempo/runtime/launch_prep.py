@@ -107,7 +107,7 @@ class LaunchPreparation:
     def _runs_over(self, flat: dict, n: int):
         """Whether each step runs at each of ``n`` iterations, and each merge's branch there, from
         ``flat``: the counters and the names the conditions read as arrays of ``n`` (int64)."""
-        runs = [_all(guards, flat, n) for guards in self.guards]
+        runs = [held_at(guards, flat, n) for guards in self.guards]
         sels = [None if branches is None else _branch(branches, flat, n) for branches in self.branches]
         return runs, sels
 
@@ -389,7 +389,7 @@ class LaunchPreparation:
         return zeros if value is None else self.backend.cast(value, dtype)
 
 
-def _all(conditions: list, env: dict, n: int) -> np.ndarray:
+def held_at(conditions: list, env: dict, n: int) -> np.ndarray:
     """Where every one of ``conditions`` (vector expressions) holds, over ``n`` iterations."""
     held = np.ones(n, dtype=bool)
     for condition in conditions:
