@@ -2,13 +2,18 @@
 
 :class:`LaunchPreparation` is the part of :class:`~tempo.runtime.device_loops.DeviceLoop`
 that works out, for the iterations of one launch, which statements run and which
-branch each merge takes (its schedule, cached per enclosing counters), the
-compiled loop's static key, the values it reads from stores (closed, gathered
-row by row or as one slice of a block store, its initial carry), the
-islands' index starts and host values (:mod:`tempo.runtime.step_values`:
-evaluated over the launch's counters at once, those of the nested loops over
-the counters of every enclosing iteration at once), and the nested loops'
-per-iteration values stacked once read (see the module docstring of
+branch each merge takes (its schedule, cached per enclosing counters, its
+conditions evaluated over arrays of the counters: a nested loop's over those of
+every enclosing iteration at once), the compiled loop's static key, the values
+it reads from stores (closed, gathered row by row or as one slice of a block
+store, its initial carry), the islands' index forms and host values
+(:mod:`tempo.runtime.step_values`: evaluated over the launch's counters at
+once, those of the nested loops over the counters of every enclosing
+iteration at once; the symbol values and index starts the compiled loop
+computes from its counter), and the nested loops' per-iteration values,
+stacked once read or, where a nested loop reads nothing per iteration from
+stores and compiles the same at every one, the arrays of its schedule and
+host values over them all (see the module docstring of
 :mod:`tempo.runtime.device_loops` for when a launch can run).
 """
 from __future__ import annotations

@@ -6,7 +6,10 @@ function, a merge as a select among its branches by the branch index the
 host computed for the iteration. The carry holds the values later
 iterations read (``x[t - 1]``); the per-iteration inputs (``xs``) are the
 merges' branch indices, the values gathered from stores, and the islands'
-host values and spatial index starts; the stacked outputs (``ys``) are what
+host values (random numbers), with the scan's index, from which, with the
+launch's first counter and the bounds (``closed["at"]``), the body computes
+each island step's symbol values and spatial index starts
+(:mod:`tempo.runtime.backends.jax_step_values`); the stacked outputs (``ys``) are what
 is written back. Every step runs at every iteration, also where an ``if``
 of the schedule skips it: what it computes there is neither read nor
 written back (XLA raises no floating-point errors). A loop is traced once
