@@ -309,7 +309,7 @@ class DeviceLoop(LaunchPreparation):
         if prepared is None:
             return None
         (_, keys), closed, xs, ring0 = prepared
-        at = {name: np.int64(env[name]) for name in self.compiled.names}  # the body's counters: the first plus its index
+        at = {name: np.int64(env[name]) for name in self.compiled.names}  # the bounds the body's expressions read
         closed = dict(closed, at=dict(at, **{self.var: np.int64(counters[0])}))
         key = (rows, keys)
         if key in self.failed:

@@ -94,7 +94,8 @@ class LoopProgram:
                               if island is not None and (island.indexes or island.host)}
         self.start = device_expr(plan.loop.start)  # a nested loop's first counter, of the enclosing loop's
         names = {n for values in self.device_values.values() for n in values.names}
-        names |= {n for inner in self.nested for n in (*inner.names, *(x.name for x in inner.plan.loop.start.free_symbols()))}
+        names |= {n for inner in self.nested
+                  for n in (*inner.names, *(x.name for x in inner.plan.loop.start.free_symbols()))}
         self.names = sorted(names - {plan.loop.var} - {inner.plan.loop.var for inner in self.nested})
 
     @staticmethod
