@@ -6,7 +6,9 @@ with masked attention on JAX (one thread: ``PJRT_NPROC=1``), its loop over
 spent in each launch's preparation (``DeviceLoop._prepared``: the schedule,
 the values read from stores, the islands' symbol values, index starts and
 random numbers, the nested loops' values stacked) is summed per run and
-divided by the run's steps; the figures are the runs', least first. Run it
+divided by the run's steps; the figures are the runs', least first. One more
+run counts the Python function calls the preparation makes per step (a figure
+the machine's load does not move). Run it
 on two commits (``git worktree add --detach``) to compare them. Prints a
 table and writes JSON.
 
@@ -34,18 +36,26 @@ from decode_eos import compiled, timed  # noqa: E402
 
 
 def preparation(batch: int, new: int, repeats: int) -> dict:
-    """Process-CPU ms of launch preparation per step of each run, and each run's CPU ms per step."""
+    """Process-CPU ms of launch preparation per step of each run, each run's CPU ms per step, and the
+    Python function calls the preparation makes per step (one more run, counted with ``sys.setprofile``)."""
     from tempo.runtime.device_loops import DeviceLoop
 
-    spent = [0.0]
+    spent, calls, counting = [0.0], [0], [False]
     prepared = DeviceLoop._prepared
 
+    def count(_frame, event, _arg):
+        if event == "call":
+            calls[0] += 1
+
     def counted(self, *args, **kwargs):
+        if counting[0]:
+            sys.setprofile(count)
         started = time.process_time()
         try:
             return prepared(self, *args, **kwargs)
         finally:
             spent[0] += time.process_time() - started
+            sys.setprofile(None)
 
     DeviceLoop._prepared = counted
     size = Size()
@@ -59,8 +69,10 @@ def preparation(batch: int, new: int, repeats: int) -> dict:
         run = timed(dp, program, size.layers, new)
         rows.append((spent[0] / run["steps"] * 1e3, run["cpu_s"] / run["steps"] * 1e3))
     rows.sort()
+    counting[0] = True
+    run = timed(dp, program, size.layers, new)
     return {"batch": batch, "steps": new - 1, "prepare_cpu_ms_per_step": [r[0] for r in rows],
-            "cpu_ms_per_step": [r[1] for r in rows]}
+            "cpu_ms_per_step": [r[1] for r in rows], "prepare_calls_per_step": calls[0] / run["steps"]}
 
 
 def main() -> None:
@@ -82,10 +94,10 @@ def main() -> None:
     if ns.out == "-":
         print(json.dumps(results[0]))
         return
-    print("batch  prepare CPU ms/step (least, median)  CPU ms/step (least)")
+    print("batch  prepare CPU ms/step (least, median)  calls/step  CPU ms/step (least)")
     for r in results:
         print(f"{r['batch']:5d}  {r['prepare_cpu_ms_per_step'][0]:8.3f} {np.median(r['prepare_cpu_ms_per_step']):8.3f}"
-              f"  {min(r['cpu_ms_per_step']):8.3f}")
+              f"  {r['prepare_calls_per_step']:10.1f}  {min(r['cpu_ms_per_step']):8.3f}")
     from tempo.files import write_json_atomic
 
     write_json_atomic(ns.out, report)

@@ -13,12 +13,13 @@ gathered values, values written back); this module runs those plans.
 
 Everything the host decides per iteration is computed before the launch:
 which statements run (their ``if`` conditions), which branch each merge
-takes, and what the islands' host steps compute (symbol values,
-counter-based random numbers, spatial index starts), by
-:class:`~tempo.runtime.launch_prep.LaunchPreparation`; the islands' symbol
-values and index starts are evaluated over all the launch's steps at once
-(:mod:`tempo.runtime.step_values`). Frees inside the
-loop drop points of stores after it. :class:`DeviceLoop` does that host
+takes, the islands' index forms and counter-based random numbers, by
+:class:`~tempo.runtime.launch_prep.LaunchPreparation`, evaluated over all
+the launch's steps at once (:mod:`tempo.runtime.step_values`); the islands'
+symbol values and spatial index starts are computed on the device from the
+loop's counter (the launch's first counter and the bounds are the launch's
+``at`` input). Frees inside the loop drop points of stores after it (their
+guards and points evaluated over the arrays of the launch's counters). :class:`DeviceLoop` does that host
 work around the backend's compiled loop and touches no store: the
 generated code (:mod:`tempo.runtime.codegen`) writes each launch as it
 writes a kernel's (:mod:`tempo.runtime.launches`).
@@ -74,6 +75,7 @@ budget is).
 from __future__ import annotations
 
 import copy
+import operator
 import time
 import warnings
 
@@ -83,12 +85,13 @@ from tempo.errors import TempoError
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG
 from tempo.plan.device_loops import CLOSED, GATHERED, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan, row_major
-from tempo.runtime.launch_prep import LaunchPreparation
+from tempo.runtime.launch_prep import LaunchPreparation, held_at
 from tempo.runtime.launches import Launch, Launches, Reads, Unsliced, first_rows, nbytes, resolve
 from tempo.runtime.memory import BudgetExceeded
 from tempo.runtime.profile import loop_dim
+from tempo.runtime.step_values import Span, vector_expr
 from tempo.symbolic.affine import uses
-from tempo.symbolic.evaluate import compile_expr
+from tempo.symbolic.evaluate import compile_expr, to_python
 from tempo.symbolic.expr import seq
 
 
@@ -114,13 +117,17 @@ class DeviceLoop(LaunchPreparation):
         exprs += [c for nested in plan.nested for c in nested.guard]
         self.nested = [DeviceLoop(n.plan, inner, sdg, backend, kinds)
                        for n, inner in zip(plan.nested, getattr(compiled, "nested", ()))]
-        self.nested_guards = [[compile_expr(c) for c in n.guard] for n in plan.nested]
+        self.nested_guards = [[vector_expr(c) for c in n.guard] for n in plan.nested]
         self.deferred = [(s, backend.kernel(step.node.op)) for s, step in enumerate(plan.steps)
                          if isinstance(step.node.op, UDFOp) and s != plan.end]
         self.schedule_names = sorted({s.name for e in exprs for s in e.free_symbols()} - {var})
         self.schedules: dict[tuple, tuple] = {}
-        self.guards = [[compile_expr(c) for c in step.guard] for step in plan.steps]
-        self.branches = [[None if c is None else compile_expr(c) for c in step.conds]
+        self.schedule_key = _values_of(self.schedule_names)
+        self.counter_names = sorted({s.name for e in (loop.start, loop.cond) for s in e.free_symbols()} - {var})
+        self.counter_key = _values_of(self.counter_names)
+        self.counter_lists: dict[tuple, list] = {}  # the counter values, by the values of counter_names
+        self.guards = [[vector_expr(c) for c in step.guard] for step in plan.steps]
+        self.branches = [[None if c is None else vector_expr(c) for c in step.conds]
                          if isinstance(step.node.op, MergeOp) else None for step in plan.steps]
         self.points = [compile_expr(seq(*step.execute.point)) for step in plan.steps]
         self.indexes = [[compile_expr(src.index) if src.index is not None else None for src in step.inputs]
@@ -130,7 +137,7 @@ class DeviceLoop(LaunchPreparation):
                      for key in plan.written_back}  # written back as rows of one block where they can be
         self.sliced = {id(src): row_major(src.index.args, var) for step in plan.steps for src in step.inputs
                        if src.kind == GATHERED}  # read as one slice of a block store where it can be
-        self.free_points = [(compile_expr(seq(*free.point)), [compile_expr(c) for c in guard]) for free, guard in
+        self.free_points = [(vector_expr(seq(*free.point)), [vector_expr(c) for c in guard]) for free, guard in
                             plan.frees]
         self.rows_slices = {(s, k): compile_expr(src.index.args[-1]) for s, step in enumerate(plan.steps)
                             for k, src in enumerate(step.inputs) if src.kind == ROWS}
@@ -140,17 +147,25 @@ class DeviceLoop(LaunchPreparation):
                           for s, step in enumerate(plan.steps) for k, src in enumerate(step.inputs) if src.kind == ROW}
         self.stacked_from = [{owner[src.key[0]] for _, src in n.inputs if src.kind in (STACKED, WINDOW)}
                              for n in plan.nested]
+        counted = [(n.plan.loop.var, to_python(n.plan.loop.start), to_python(n.plan.loop.cond)) for n in plan.nested]
+        self.counted_apart = [{w for w in self.stacked_from[k] if counted[w] != counted[k]}
+                              for k in range(len(plan.nested))]  # the writers whose counters may differ from k's
         self.tiles = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
                        for _, src in n.inputs if src.kind == SLICED] for n in plan.nested]
         self.windows = [[(owner[src.key[0]], _moving_slice(src.index, n.plan.loop.var), src.shift)
                          for _, src in n.inputs if src.kind == WINDOW] for n in plan.nested]
         self.step_values = {s: compiled.step_values(s) for s in range(len(plan.steps)) if compiled.needs_args(s)}
+        self.read_inputs = [(s, k, f"{s}.{k}", src) for s, step in enumerate(plan.steps)
+                            for k, src in enumerate(step.inputs) if src.kind in (CLOSED, GATHERED)]
+        self.keyed_by_dims = [bool({d.name for d in step.node.domain} & set(compiled.sized_by(s)))
+                              for s, step in enumerate(plan.steps)]  # a step's static key reads its point's dims
         self.shapes = {s: _sizes(sdg, step) for s, step in enumerate(plan.steps) if s in plan.shaped}
         self.shaped_by = {s: _shaped_by(sdg, plan.steps[s], compiled.sized_by(s), var) for s in self.shapes}
         self.shape_checks: dict[tuple, tuple | None] = {}  # what _one_shape found, by what it depends on
         self.invariant = [{f"{s}.{k}" for s, step in enumerate(n.plan.steps) for k, src in enumerate(step.inputs)
                            if src.kind == GATHERED and not uses(src.index, var)} for n in plan.nested]
         self.nested_rows = {key: k for k, n in enumerate(plan.nested) for key in n.plan.written_back}
+        self.uniform = [self._uniform(k, n) for k, n in enumerate(plan.nested)]
         self.reads = self._read_keys()  # the stores a launch reads, in the order of Launch.reads
         self.freed = self._freed_keys()  # the point stores a launch frees points of, in the order of Launch.frees
         self.order = {key: k for k, key in enumerate(self.reads)}
@@ -161,6 +176,16 @@ class DeviceLoop(LaunchPreparation):
         self.failed: set[tuple] = set()
         self.launched: list[tuple[int, float]] = []  # (iterations, wall seconds but compiles) of each launch
         self.name = f"over {var}"  # what the ledger calls it: the generated code's name where bound with one
+
+    def _uniform(self, k: int, nested) -> bool:
+        """Whether nested loop ``k`` reads nothing from stores per enclosing iteration (all it reads is
+        computed by the enclosing loop's program or read once) and compiles the same at every one
+        (no static key of its dims, no tile's shapes, no row reads or loops of its own)."""
+        loop, given = self.nested[k], {name: src.kind for name, src in nested.inputs}
+        return not (loop.row_reads or loop.plan.nested or loop.shapes or any(loop.keyed_by_dims)) and \
+            GATHERED not in given.values() and \
+            all(name in given or name in self.invariant[k] for _, _, name, src in loop.read_inputs
+                if src.kind == GATHERED)
 
     def _read_keys(self) -> list[tuple[int, int]]:
         keys = [src.key for step in self.plan.steps for src in step.inputs if src.kind in (CLOSED, GATHERED)]
@@ -287,6 +312,8 @@ class DeviceLoop(LaunchPreparation):
         if prepared is None:
             return None
         (_, keys), closed, xs, ring0 = prepared
+        at = {name: np.int64(env[name]) for name in self.compiled.names}  # the bounds the body's expressions read
+        closed = dict(closed, at=dict(at, **{self.var: np.int64(counters[0])}))
         key = (rows, keys)
         if key in self.failed:
             return None
@@ -412,20 +439,50 @@ class DeviceLoop(LaunchPreparation):
 
     def _frees(self, envs: list[dict], out: dict) -> dict:
         """Into ``out``, per point store, the points the loop (and its nested loops) frees over ``envs``."""
-        for (free, _), (point, guards) in zip(self.plan.frees, self.free_points):
-            outs = [j for j in free.freed(len(self.sdg.nodes[free.node_id].shapes))
-                    if self.kinds[(free.node_id, j)] == "point"]
-            for e in envs:
-                if all(g(e) for g in guards):
-                    at = point(e)
-                    for j in outs:
-                        out.setdefault((free.node_id, j), []).append(at)
-        for nested, guards in zip(self.nested, self.nested_guards):
-            for e in envs:
-                if all(g(e) for g in guards):
-                    inner, _, _ = nested._schedule(e)
-                    nested._frees([dict(e, **{nested.var: c}) for c in inner], out)
+        if envs:
+            self._frees_over({name: np.array([e[name] for e in envs], dtype=np.int64) for name in envs[0]},
+                             len(envs), out)
         return out
+
+    def _frees_over(self, flat: dict, n: int, out: dict) -> None:
+        """:meth:`_frees` over ``n`` iterations whose bounds and counters ``flat`` holds as arrays, each
+        free's guards and point evaluated over them at once, a nested loop's over the counters of
+        every iteration where it runs."""
+        for (free, _), (point, guards) in zip(self.plan.frees, self.free_points):
+            held = held_at(guards, flat, n)
+            if not held.any():
+                continue
+            coords = [_held_values(p, held, n) for p in point(flat)]
+            at = list(zip(*coords)) if coords else [()] * int(held.sum())
+            for j in free.freed(len(self.sdg.nodes[free.node_id].shapes)):
+                if self.kinds[(free.node_id, j)] == "point":
+                    out.setdefault((free.node_id, j), []).extend(at)
+        for nested, guards in zip(self.nested, self.nested_guards):
+            rows = np.flatnonzero(held_at(guards, flat, n))
+            counters = [nested._counters_at({name: int(v[i]) for name, v in flat.items()}) for i in rows]
+            lengths = [len(c) for c in counters]
+            if sum(lengths):
+                inner = {name: np.repeat(v[rows], lengths) for name, v in flat.items()}
+                inner[nested.var] = np.array([c for cs in counters for c in cs], dtype=np.int64)
+                nested._frees_over(inner, sum(lengths), out)
+
+
+def _held_values(value, held: np.ndarray, n: int) -> list:
+    """A point's coordinate over ``n`` iterations (an int, an array or a :class:`Span` of them) at those
+    ``held`` picks, as ints and slices."""
+    if isinstance(value, Span):
+        starts, stops = (np.broadcast_to(np.asarray(v, dtype=np.int64), (n,))[held].tolist()
+                         for v in (value.start, value.stop))
+        return [slice(a, b) for a, b in zip(starts, stops)]
+    return np.broadcast_to(np.asarray(value, dtype=np.int64), (n,))[held].tolist()
+
+
+def _values_of(names: list[str]):
+    """``env -> tuple``: the values of ``names`` in an environment (a cache's key)."""
+    if not names:
+        return lambda env: ()
+    get = operator.itemgetter(*names)
+    return get if len(names) > 1 else lambda env: (get(env),)
 
 
 def _moving_slice(index, var: str):

@@ -2,13 +2,18 @@
 
 :class:`LaunchPreparation` is the part of :class:`~tempo.runtime.device_loops.DeviceLoop`
 that works out, for the iterations of one launch, which statements run and which
-branch each merge takes (its schedule, cached per enclosing counters), the
-compiled loop's static key, the values it reads from stores (closed, gathered
-row by row or as one slice of a block store, its initial carry), the
-islands' index starts and host values (:mod:`tempo.runtime.step_values`:
-evaluated over the launch's counters at once, those of the nested loops over
-the counters of every enclosing iteration at once), and the nested loops'
-per-iteration values stacked once read (see the module docstring of
+branch each merge takes (its schedule, cached per enclosing counters, its
+conditions evaluated over arrays of the counters: a nested loop's over those of
+every enclosing iteration at once), the compiled loop's static key, the values
+it reads from stores (closed, gathered row by row or as one slice of a block
+store, its initial carry), the islands' index forms and host values
+(:mod:`tempo.runtime.step_values`: evaluated over the launch's counters at
+once, those of the nested loops over the counters of every enclosing
+iteration at once; the symbol values and index starts the compiled loop
+computes from its counter), and the nested loops' per-iteration values,
+stacked once read or, where a nested loop reads nothing per iteration from
+stores and compiles the same at every one, the arrays of its schedule and
+host values over them all (see the module docstring of
 :mod:`tempo.runtime.device_loops` for when a launch can run).
 """
 from __future__ import annotations
@@ -47,12 +52,40 @@ class LaunchPreparation:
 
     def _schedule(self, env: dict):
         """The loop's counter values, whether each step runs at each, and each merge's branch (cached)."""
-        key = tuple(env[n] for n in self.schedule_names)
+        key = self.schedule_key(env)
         cached = self.schedules.get(key)
         if cached is not None:
             return cached
-        counters = next(self._counters(env, None))
+        counters = self._counters_at(env)
         cached = self.schedules[key] = (counters, *self._runs(env, counters))
+        return cached
+
+    def _schedules(self, envs: list[dict]) -> list[tuple]:
+        """:meth:`_schedule` at each of ``envs`` (a nested loop's, one per iteration of the enclosing
+        loop), those not cached evaluated at once: the counters once per value of the names the
+        loop's start and condition read, the guards and branches over the arrays of every
+        iteration's counters."""
+        keys = list(map(self.schedule_key, envs))
+        missing = {key: e for key, e in zip(keys, envs) if key not in self.schedules}
+        if missing:
+            at = list(missing.values())
+            counters = [self._counters_at(e) for e in at]
+            lengths = [len(c) for c in counters]
+            total = sum(lengths)
+            flat = {n: np.repeat(np.array([e[n] for e in at], dtype=np.int64), lengths) for n in self.schedule_names}
+            flat[self.var] = np.array([c for cs in counters for c in cs], dtype=np.int64)
+            runs, sels = self._runs_over(flat, total)
+            ends = np.cumsum([0] + lengths)
+            for key, cs, a, b in zip(missing, counters, ends[:-1], ends[1:]):
+                self.schedules[key] = (cs, [r[a:b] for r in runs], [None if x is None else x[a:b] for x in sels])
+        return [self.schedules[key] for key in keys]
+
+    def _counters_at(self, env: dict) -> list:
+        """The loop's counter values at ``env`` (cached by the names its start and condition read)."""
+        key = self.counter_key(env)
+        cached = self.counter_lists.get(key)
+        if cached is None:
+            cached = self.counter_lists[key] = next(self._counters(env, None))
         return cached
 
     def _counters(self, env: dict, rows: int | None):
@@ -71,13 +104,16 @@ class LaunchPreparation:
 
     def _runs(self, env: dict, counters: list):
         """Whether each step runs at each of ``counters``, and each merge's branch there."""
-        at = [dict(env, **{self.var: c}) for c in counters]
-        runs, sels = [], []
-        for guards, branches in zip(self.guards, self.branches):
-            runs.append(np.array([all(g(e) for g in guards) for e in at], dtype=bool))
-            sels.append(None if branches is None else
-                        np.array([next((k for k, b in enumerate(branches) if b is None or b(e)), -1) for e in at],
-                                 dtype=np.int32))
+        n = len(counters)
+        flat = {name: np.full(n, env[name], dtype=np.int64) for name in self.schedule_names}
+        flat[self.var] = np.array(counters, dtype=np.int64)
+        return self._runs_over(flat, n)
+
+    def _runs_over(self, flat: dict, n: int):
+        """Whether each step runs at each of ``n`` iterations, and each merge's branch there, from
+        ``flat``: the counters and the names the conditions read as arrays of ``n`` (int64)."""
+        runs = [held_at(guards, flat, n) for guards in self.guards]
+        sels = [None if branches is None else _branch(branches, flat, n) for branches in self.branches]
         return runs, sels
 
     def _selects(self) -> dict[int, None]:
@@ -110,26 +146,26 @@ class LaunchPreparation:
             return None
         closed, gathered, sel_xs, arg_xs, keys = {}, {}, {}, {}, []
         branches = self._selects() if branches is None else branches
-        for s, step in enumerate(self.plan.steps):
-            ran = runs[s]
-            for k, src in enumerate(step.inputs):
-                wanted = _wanted(runs, sels, f"{s}.{k}")
-                if src.kind in (CLOSED, GATHERED) and f"{s}.{k}" in provided:
-                    continue
-                at = self._dim_env(s, env, envs[0]) if s in self.shapes else env  # a tile's shape: at its dims
-                if src.kind == CLOSED:
-                    closed[f"{s}.{k}"] = (reads.slot(src.key, self.indexes[s][k](env)) if wanted.any()
-                                          else self._zeros(src.edge, at))
-                elif src.kind == GATHERED:
-                    gathered[f"{s}.{k}"] = self._gather(src, self.indexes[s][k], envs, wanted, at, reads)
+        for s, k, name, src in self.read_inputs:
+            if name in provided:
+                continue
+            wanted = runs[s] if sels[s] is None else runs[s] & (sels[s] == k)
+            at = self._dim_env(s, env, envs[0]) if s in self.shapes else env  # a tile's shape: at its dims
+            if src.kind == CLOSED:
+                closed[name] = (reads.slot(src.key, self.indexes[s][k](env)) if wanted.any()
+                                else self._zeros(src.edge, at))
+            else:
+                gathered[name] = self._gather(src, self.indexes[s][k], envs, wanted, at, reads)
+        for s, ran in enumerate(runs):
             if s in branches and branches[s] is None:
                 sel_xs[str(s)] = sels[s]
-            first = int(np.argmax(ran)) if ran.any() else 0
-            dims = self._dim_env(s, env, envs[first])
+            dims = env
+            if self.keyed_by_dims[s]:  # its key reads its dims: those of its first iteration where it runs
+                dims = self._dim_env(s, env, envs[int(np.argmax(ran)) if ran.any() else 0])
             keys.append(self.compiled.static_key(s, dims))
             if s in branches:
                 keys.append(branches[s])
-            if self.compiled.needs_args(s):
+            if s in self.step_values:
                 if not ran.any() and not self.plan.nested and self.plan.end is None:
                     return None
                 formed = args[s] if args is not None else self._step_args(s, env, envs, ran)
@@ -160,29 +196,43 @@ class LaunchPreparation:
     def _prepare_nested(self, k: int, nested, envs: list[dict], reads: Reads):
         """A nested loop's static key, the inputs it reads once (its closed inputs read once by the
         enclosing loop too, its initial carry) and its per-iteration values of every enclosing iteration
-        (stacked); None where the iterations differ in what compiles."""
+        (stacked); None where the iterations differ in what compiles. Its schedules, reads and index
+        forms are checked over every enclosing iteration at once; where the loop reads nothing per
+        iteration from stores and compiles the same whatever the enclosing iteration
+        (:attr:`uniform`), its first iteration is prepared and the rest are the arrays of its
+        schedule and host values, else each iteration in turn."""
         loop = self.nested[k]
         provided = {name for name, src in nested.inputs if src.kind in (LOCAL, CARRIED, STACKED, SLICED, WINDOW)}
         per_iteration = {name for name, src in nested.inputs if src.kind == GATHERED}
-        writers = {self.nested[w] for w in self.stacked_from[k]}
-        keys, once, stacked, first = set(), None, [], None
-        schedules = [loop._schedule(e) for e in envs]
-        branches = loop._branches([schedule[1:] for schedule in schedules])
-        args = self._nested_args(loop, envs, schedules)
-        if args is None:
+        writers = [self.nested[w] for w in self.counted_apart[k]]
+        schedules = loop._schedules(envs)
+        trips = {len(counters) for counters, _, _ in schedules}
+        if len(trips) != 1 or not trips.pop():
             return None
-        for o, e in enumerate(envs):
-            counters, runs, sels = loop._schedule(e)
-            if not counters or any(w._schedule(e)[0] != counters for w in writers) or \
-                    not self._tiled(k, e, loop.var, counters) or not self._windowed(k, e, loop.var, counters):
-                return None
-            wanted = {name: _wanted(runs, sels, name) for name in self.invariant[k]}
-            first = first or wanted
-            if any((wanted[n] & ~first[n]).any() for n in wanted):
+        counters = np.array([c for c, _, _ in schedules], dtype=np.int64)  # (outer, trips), as runs and sels
+        runs = [np.stack([r[s] for _, r, _ in schedules]) for s in range(len(loop.plan.steps))]
+        sels = [None if sel is None else np.stack([schedule[2][s] for schedule in schedules])
+                for s, sel in enumerate(schedules[0][2])]
+        args = self._nested_args(loop, envs, counters, runs)
+        if args is None or any(not runs[s].any(axis=1).all() for s in loop.step_values):
+            return None
+        branches = loop._branches([(runs, sels)])
+        for name in self.invariant[k]:
+            wanted = _wanted(runs, sels, name)
+            if (wanted & ~wanted[0]).any():
                 return None  # read where the first iteration, whose values serve every one, does not
+        for e, (inner, _, _) in zip(envs, schedules) if writers or self.tiles[k] or self.windows[k] else ():
+            if any(w._schedule(e)[0] != inner for w in writers) or \
+                    self.tiles[k] and not self._tiled(k, e, loop.var, inner) or \
+                    self.windows[k] and not self._windowed(k, e, loop.var, inner):
+                return None
+        keys, once, stacked = set(), None, []
+        for o, (e, (inner, inner_runs, inner_sels)) in enumerate(zip(envs, schedules)):
             read = provided if once is None else provided | once["c"].keys() | self.invariant[k]  # read once
-            prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in counters], runs, sels, reads, read,
-                                     initial=once is None, branches=branches, args=args[o])
+            prepared = loop._prepare(e, [dict(e, **{loop.var: c}) for c in inner], inner_runs, inner_sels, reads,
+                                     read, initial=once is None, branches=branches,
+                                     args={s: (forms, {n: v[o] for n, v in values.items()})
+                                           for s, (forms, values) in args.items()})
             if prepared is None:
                 return None
             key, closed, xs, ring0 = prepared
@@ -190,6 +240,10 @@ class LaunchPreparation:
             if once is None:  # what is the same at every iteration of this loop, read once
                 once = {"c": {n: v for n, v in closed.items() if n not in per_iteration}, "r": ring0,
                         "g": {n: v for n, v in xs["g"].items() if n in self.invariant[k]}}
+                if self.uniform[k]:  # every iteration's values: the arrays over them all
+                    selected = {str(s): sels[s] for s in range(len(sels)) if str(s) in xs["sel"]}
+                    return key, once, {"x": {"sel": selected, "g": {},
+                                             "a": {str(s): values for s, (_, values) in args.items()}}, "g": {}}
             xs = dict(xs, g={n: v for n, v in xs["g"].items() if n not in self.invariant[k]})
             stacked.append({"x": xs, "g": {n: closed[n] for n in per_iteration}})
         if len(keys) != 1:
@@ -202,24 +256,22 @@ class LaunchPreparation:
         counters = _standing_in(np.array([e[self.var] for e in envs], dtype=np.int64), ran)
         return self.step_values[s].over(dict(env, **{self.var: counters}), len(envs))
 
-    def _nested_args(self, loop: LaunchPreparation, envs: list[dict], schedules: list) -> list[dict] | None:
-        """Per enclosing iteration of ``envs``, nested ``loop``'s :meth:`_step_args` of each step,
-        evaluated over the counters of every iteration at once; None where the iterations' trip
-        counts or a step's index forms differ (the launch then cannot run)."""
-        trips = {len(counters) for counters, _, _ in schedules}
-        if len(trips) != 1 or not trips.pop():
-            return None
-        outer = np.repeat(np.array([e[self.var] for e in envs], dtype=np.int64), len(schedules[0][0]))
-        out = [{} for _ in envs]
+    def _nested_args(self, loop: LaunchPreparation, envs: list[dict], counters: np.ndarray,
+                     runs: list) -> dict | None:
+        """Nested ``loop``'s index forms and host values of each step (as :meth:`_step_args`, shaped
+        ``(len(envs), trips, ...)``) over its ``counters`` at every enclosing iteration of ``envs``
+        (``(len(envs), trips)``; ``runs``: each step's, of the same shape), evaluated at once; None
+        where a step's index forms differ."""
+        outer = np.repeat(np.array([e[self.var] for e in envs], dtype=np.int64), counters.shape[1])
+        out = {}
         for s, values in loop.step_values.items():
-            inner = np.concatenate([_standing_in(np.array(counters, dtype=np.int64), runs[s])
-                                    for counters, runs, _ in schedules])
-            formed = values.over(dict(envs[0], **{self.var: outer, loop.var: inner}), len(inner))
+            ran = runs[s]  # a step's first counter where it runs stands in where it does not
+            inner = np.where(ran, counters, counters[np.arange(len(envs)), np.argmax(ran, axis=1)][:, None])
+            formed = values.over(dict(envs[0], **{self.var: outer, loop.var: inner.reshape(-1)}), counters.size)
             if formed is None:
                 return None
-            for o, row in enumerate(out):
-                row[s] = (formed[0], {name: value.reshape((len(envs), -1) + value.shape[1:])[o]
-                                      for name, value in formed[1].items()})
+            out[s] = (formed[0], {name: value.reshape(counters.shape + value.shape[1:])
+                                  for name, value in formed[1].items()})
         return out
 
     def _one_shape(self, s: int, env: dict, envs: list[dict], ran) -> tuple | None:
@@ -342,6 +394,24 @@ class LaunchPreparation:
 
     def _cast_or(self, zeros, dtype: str, value):
         return zeros if value is None else self.backend.cast(value, dtype)
+
+
+def held_at(conditions: list, env: dict, n: int) -> np.ndarray:
+    """Where every one of ``conditions`` (vector expressions) holds, over ``n`` iterations."""
+    held = np.ones(n, dtype=bool)
+    for condition in conditions:
+        held &= np.broadcast_to(np.asarray(condition(env), dtype=bool), (n,))
+    return held
+
+
+def _branch(branches: list, env: dict, n: int) -> np.ndarray:
+    """The first of ``branches`` (vector conditions, None: always) that holds at each of ``n``
+    iterations, -1 where none does."""
+    taken = np.full(n, -1, dtype=np.int32)
+    for k in range(len(branches) - 1, -1, -1):
+        held = True if branches[k] is None else np.broadcast_to(np.asarray(branches[k](env), dtype=bool), (n,))
+        taken = np.where(held, np.int32(k), taken)
+    return taken
 
 
 def _standing_in(counters: np.ndarray, ran: np.ndarray) -> np.ndarray:

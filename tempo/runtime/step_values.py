@@ -1,18 +1,21 @@
 """A device loop's per-step host values, computed for all steps of a launch at once with NumPy.
 
-An island of a device loop (:class:`~tempo.runtime.backends.jax.Island`) takes
-from the host, at each step, its symbol values (``eval_symbol``), its
-counter-based random numbers and the starts of its spatial index reads and
-writes, all functions of the step's point. :class:`StepValues` evaluates
-the symbol values and index expressions (affine forms, ``min``, ``max``,
-``//`` and ``%`` of counters and bounds) once per launch over arrays of the
-launch's counters, every step of every nested loop included, in place of
-one Python evaluation per step: the host's work per launch grows with the
-number of expressions, not with the launch's steps. The values are those
-of :meth:`~tempo.runtime.backends.jax_loops.LoopProgram.step_args` at each
-step, bit for bit (int64 starts, the same index forms); the counter-based
-random numbers of all the launch's steps are drawn in one call
+An island of a device loop (:class:`~tempo.runtime.backends.jax.Island`) reads,
+at each step, its symbol values (``eval_symbol``), its counter-based random
+numbers and the starts of its spatial index reads and writes, all functions of
+the step's point. The symbol values and index starts are computed on the
+device, in the compiled loop's body, from the loop's counter
+(:mod:`tempo.runtime.backends.jax_step_values`, the same expressions spelled
+with ``jax.numpy``). What the host computes per launch is what the compiled
+program depends on or cannot compute: :class:`StepValues` evaluates the index
+expressions (affine forms, ``min``, ``max``, ``//`` and ``%`` of counters and
+bounds) once per launch over arrays of the launch's counters, every step of
+every nested loop included, for their forms (a point or a slice of one size
+at every step: the compiled program's static key), and draws the
+counter-based random numbers of all the launch's steps in one call
 (:class:`Draw`: the same bits as the op's NumPy kernel draws point by point).
+The host's work per launch grows with the number of expressions, not with
+the launch's steps.
 """
 from __future__ import annotations
 
@@ -39,11 +42,14 @@ class Span:
         self.start, self.stop = start, stop
 
 
-def vector_expr(e: Expr) -> Callable[[Mapping[str, object]], object]:
+def vector_expr(e: Expr, minimum: Callable = np.minimum,
+                maximum: Callable = np.maximum) -> Callable[[Mapping[str, object]], object]:
     """A function ``env -> value`` computing ``e`` where the symbols' values are ints or int64
-    arrays of the same length (a launch's steps): arrays, :class:`Span` for slices, tuples for seqs."""
-    names = {"min_": lambda *args: functools.reduce(np.minimum, args),
-             "max_": lambda *args: functools.reduce(np.maximum, args), "Span": Span}
+    arrays of the same length (a launch's steps): arrays, :class:`Span` for slices, tuples for seqs.
+    ``minimum`` and ``maximum``: the elementwise functions of the arrays' library (``jnp.minimum``
+    for traced values)."""
+    names = {"min_": lambda *args: functools.reduce(minimum, args),
+             "max_": lambda *args: functools.reduce(maximum, args), "Span": Span}
     return eval(f"lambda env: {to_python(e, spelling=_NP)}", {"__builtins__": {}, **names})  # noqa: S307
 
 
@@ -51,27 +57,23 @@ def _per_step(value, n: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(value, dtype=np.int64), (n,))
 
 
-def index_forms(items: tuple, n: int) -> tuple[tuple, np.ndarray] | None:
-    """The form and starts (``(n, len(items))`` int64) of a spatial index evaluated over ``n`` steps,
-    as :func:`~tempo.runtime.backends.jax._index_form` gives them at each; None where the form
-    differs between steps."""
-    ok, sizes, starts = np.ones(n, dtype=bool), [], []
+def index_form(items: tuple, n: int) -> tuple | None:
+    """The form of a spatial index evaluated over ``n`` steps, as
+    :func:`~tempo.runtime.backends.jax._index_form` gives it at each; None where the form differs
+    between steps."""
+    ok, sizes = np.ones(n, dtype=bool), []
     for item in items:
         if isinstance(item, Span):
             start, stop = _per_step(item.start, n), _per_step(item.stop, n)
             ok &= (0 <= start) & (start <= stop)
             sizes.append(stop - start)
-            starts.append(start)
         else:
-            point = _per_step(item, n)
-            ok &= point >= 0
+            ok &= _per_step(item, n) >= 0
             sizes.append(None)
-            starts.append(point)
     if ok.all():
         if any(size is not None and (size != size[0]).any() for size in sizes):
             return None
-        form = ("dynamic", tuple(None if size is None else int(size[0]) for size in sizes))
-        return form, (np.stack(starts, axis=1) if starts else np.zeros((n, 0), dtype=np.int64))
+        return "dynamic", tuple(None if size is None else int(size[0]) for size in sizes)
     if ok.any():
         return None
     values = [(_per_step(i.start, n), _per_step(i.stop, n)) if isinstance(i, Span) else _per_step(i, n)
@@ -79,9 +81,8 @@ def index_forms(items: tuple, n: int) -> tuple[tuple, np.ndarray] | None:
     if any((v[0] != v[0][0]).any() or (v[1] != v[1][0]).any() if isinstance(v, tuple) else (v != v[0]).any()
            for v in values):
         return None
-    form = ("static", tuple((int(v[0][0]), int(v[1][0]), None) if isinstance(v, tuple) else int(v[0])
-                            for v in values))
-    return form, np.zeros((n, 0), dtype=np.int64)
+    return "static", tuple((int(v[0][0]), int(v[1][0]), None) if isinstance(v, tuple) else int(v[0])
+                           for v in values)
 
 
 class Draw:
@@ -117,42 +118,40 @@ class Draw:
 
 
 class StepValues:
-    """One island step's host values and index starts over all steps of a launch (see the module
-    docstring): its point's dims, then its symbol values and index forms, evaluated on arrays."""
+    """One island step's index forms and host values over all steps of a launch (see the module
+    docstring): its point's dims, then its index forms and random numbers, evaluated on arrays."""
 
     def __init__(self, island, step):
         self.domain = [d.name for d in step.node.domain]
         self.point = vector_expr(seq(*step.execute.point))
-        self.symbols = [(j, vector_expr(s.op.expr)) for j, s in enumerate(island.steps)
-                        if isinstance(s.op, ops.EvalSymbolOp) and not s.op.vectorized]
+        symbols = {j for j, s in enumerate(island.steps) if isinstance(s.op, ops.EvalSymbolOp) and not s.op.vectorized}
         self.draws = [(j, Draw(s.op)) for j, s in enumerate(island.steps) if isinstance(s.op, ops.RandomOp)]
-        self.drawn = [(j, kernel) for j, kernel in island.host if j not in dict(self.symbols + self.draws)]
+        self.drawn = [(j, kernel) for j, kernel in island.host if j not in symbols | dict(self.draws).keys()]
         self.indexes = [(j, vector_expr(index.expr)) for j, index in island.indexes]
 
     def over(self, env: dict, n: int) -> tuple[tuple, dict] | None:
-        """The index forms and the host values (``h{j}``) and starts (``s{j}``) stacked over ``n``
-        steps, from ``env``: the bounds as ints and the loops' counters as arrays of ``n`` (a step of
-        each); None where a form differs between steps."""
+        """The index forms and the host values (``h{j}``: random numbers and the other host steps'
+        values) stacked over ``n`` steps, from ``env``: the bounds as ints and the loops' counters as
+        arrays of ``n`` (a step of each); None where a form differs between steps."""
         at = dict(env, **dict(zip(self.domain, (_per_step(p, n) for p in self.point(env)))))
-        args = {f"h{j}": _per_step(fn(at), n).copy() for j, fn in self.symbols}
-        points = np.stack([_per_step(at[d], n) for d in self.domain], axis=1) if self.domain else \
-            np.zeros((n, 0), dtype=np.int64)
-        for j, draw in self.draws:
-            args[f"h{j}"] = draw.over(at, points, n)
-            if args[f"h{j}"] is None:
+        forms = []
+        for _, fn in self.indexes:
+            form = index_form(fn(at), n)
+            if form is None:
                 return None
-        if self.drawn:
+            forms.append(form)
+        args = {}
+        if self.draws or self.drawn:
+            points = np.stack([_per_step(at[d], n) for d in self.domain], axis=1) if self.domain else \
+                np.zeros((n, 0), dtype=np.int64)
+            for j, draw in self.draws:
+                args[f"h{j}"] = draw.over(at, points, n)
+                if args[f"h{j}"] is None:
+                    return None
             for k in range(n):
                 one = {name: (int(v[k]) if isinstance(v, np.ndarray) else v) for name, v in at.items()}
                 point = tuple(int(p) for p in points[k])
                 for j, kernel in self.drawn:
                     args.setdefault(f"h{j}", []).append(kernel([], one, point)[0])
             args.update({f"h{j}": np.stack(args[f"h{j}"]) for j, _ in self.drawn})
-        forms = []
-        for j, fn in self.indexes:
-            formed = index_forms(fn(at), n)
-            if formed is None:
-                return None
-            forms.append(formed[0])
-            args[f"s{j}"] = formed[1]
         return tuple(forms), args

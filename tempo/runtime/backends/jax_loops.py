@@ -6,7 +6,10 @@ function, a merge as a select among its branches by the branch index the
 host computed for the iteration. The carry holds the values later
 iterations read (``x[t - 1]``); the per-iteration inputs (``xs``) are the
 merges' branch indices, the values gathered from stores, and the islands'
-host values and spatial index starts; the stacked outputs (``ys``) are what
+host values (random numbers), with the scan's index, from which, with the
+launch's first counter and the bounds (``closed["at"]``), the body computes
+each island step's symbol values and spatial index starts
+(:mod:`tempo.runtime.backends.jax_step_values`); the stacked outputs (``ys``) are what
 is written back. Every step runs at every iteration, also where an ``if``
 of the schedule skips it: what it computes there is neither read nor
 written back (XLA raises no floating-point errors). A loop is traced once
@@ -87,6 +90,7 @@ from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS,
 from tempo.plan.ended_rows import island_axes, masked_steps
 from tempo.runtime.backends import jax_layout
 from tempo.runtime.backends.jax import Island, _row
+from tempo.runtime.backends.jax_step_values import DeviceValues, device_expr
 from tempo.runtime.step_values import StepValues
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
@@ -105,6 +109,13 @@ class LoopProgram:
         self.fns: dict[tuple, Callable] = {}
         self.compile_seconds = (0.0, 0.0)  # XLA's compiles of a loop with nested loops: wall and CPU seconds
         self.rows_held: dict[int, tuple] = {}  # id(value) -> (value, its rows): :meth:`split`
+        self.device_values = {s: DeviceValues(island, plan.steps[s]) for s, island in enumerate(islands)
+                              if island is not None and (island.indexes or island.host)}
+        self.start = device_expr(plan.loop.start)  # a nested loop's first counter, of the enclosing loop's
+        names = {n for values in self.device_values.values() for n in values.names}
+        names |= {n for inner in self.nested
+                  for n in (*inner.names, *(x.name for x in inner.plan.loop.start.free_symbols()))}
+        self.names = sorted(names - {plan.loop.var} - {inner.plan.loop.var for inner in self.nested})
 
     @staticmethod
     def unstack(values) -> list:
@@ -194,10 +205,12 @@ class LoopProgram:
 
     def _traced(self, key: tuple) -> Callable:
         trips, keys = key
-        keys, tracers, shapes, branches = list(keys), [], [], {}
+        keys, tracers, shapes, branches, forms = list(keys), [], [], {}, {}
+        device = self.device_values
         for s, island in enumerate(self.islands):
             static = keys.pop(0)
-            forms = keys.pop(0) if self.needs_args(s) else ()
+            if self.needs_args(s):
+                forms[s] = dict(zip([j for j, _ in island.indexes], keys.pop(0)))
             step = self.plan.steps[s]
             if isinstance(step.node.op, ops.MergeOp) and len(step.inputs) > 1:
                 branches[s] = keys.pop(0)  # the branch taken at every iteration, None: a select
@@ -205,16 +218,16 @@ class LoopProgram:
                 tracers.append(None)
                 shapes.append(static)
             elif s in self.padded:  # traced in the body, masked by the iteration's length of the ended dim
-                tracers.append((dict(zip(island.names, static)), dict(zip([j for j, _ in island.indexes], forms))))
+                tracers.append((dict(zip(island.names, static)), forms.get(s, {})))
                 shapes.append(None)
             else:
-                tracers.append(island._traced(dict(zip(island.names, static)),
-                                              dict(zip([j for j, _ in island.indexes], forms))))
+                tracers.append(island._traced(dict(zip(island.names, static)), forms.get(s, {})))
                 shapes.append(None)
         nested = []
         for n, inner in zip(self.plan.nested, self.nested):
             inner_key = keys.pop(0)
             nested.append((n, inner._traced(inner_key), inner_key[0]))
+        firsts = [inner.start for inner in self.nested]  # each nested loop's first counter
         plan, padded, islands = self.plan, self.padded, self.islands
         deferred = [s for s, step in enumerate(plan.steps) if isinstance(step.node.op, ops.UDFOp) and s != plan.end]
 
@@ -222,10 +235,12 @@ class LoopProgram:
             def body(ring, x):
                 values, kept = {}, {}
                 length = closed.get("length")  # of the dim that ended in this iteration, in a loop nested after it
+                env = dict(closed["at"], **{plan.loop.var: closed["at"][plan.loop.var] + x["k"]})
                 for s, step in enumerate(plan.steps):
                     for k, (n, inner, rows) in enumerate(nested):
                         if n.at == s:
-                            ended = _run_nested(k, n, inner, rows, closed, consts, x, values, ring, length)
+                            ended = _run_nested(k, n, inner, rows, closed, consts, x, values, ring, firsts[k], env,
+                                                length)
                             length = length if ended is None else ended
                     ins = [_input(src, f"{s}.{k}", closed, x, values, ring) for k, src in enumerate(step.inputs)]
                     if s == plan.end:
@@ -242,9 +257,12 @@ class LoopProgram:
                         if masks is not None:
                             outs = [_masked(v, axes, length) for v, axes in zip(outs, masks[1][0])]
                     else:
-                        given, starts = dict(consts[str(s)]), {}
-                        for name, value in x["a"].get(str(s), {}).items():
-                            (given if name[0] == "h" else starts)[int(name[1:])] = value
+                        given = dict(consts[str(s)])
+                        given.update({int(name[1:]): value for name, value in x["a"].get(str(s), {}).items()})
+                        starts = {}
+                        if s in device:  # the step's symbol values and index starts, of its counters
+                            symbols, starts = device[s](env, forms[s])
+                            given.update(symbols)
                         traced = tracers[s] if masks is None else islands[s]._traced(
                             *tracers[s], lambda j, results, outs=masks[1]: [_masked(v, axes, length)
                                                                              for v, axes in zip(results, outs[j])])
@@ -253,7 +271,7 @@ class LoopProgram:
                         values[(step.node.id, j)] = value if value.dtype == dtype else value.astype(dtype)
                 for k, (n, inner, rows) in enumerate(nested):  # nested loops after the last statement
                     if n.at == len(plan.steps):
-                        _run_nested(k, n, inner, rows, closed, consts, x, values, ring, length)
+                        _run_nested(k, n, inner, rows, closed, consts, x, values, ring, firsts[k], env, length)
                 new = {f"{n}_{j}": (values[(n, j)],) + ring[f"{n}_{j}"][:-1] for n, j in plan.carried}
                 flag = () if plan.end is None else kept[plan.end]
                 lengths = () if plan.ending is None else (length,)
@@ -263,10 +281,11 @@ class LoopProgram:
             return body
 
         def device_loop(closed, consts, xs, ring0):
-            return _scan(body_of(closed, consts), ring0, xs, trips)
+            return _scan(body_of(closed, consts), ring0, dict(xs, k=jnp.arange(trips)), trips)
 
         def whole_run(closed, consts, xs, ring0, ran):
             body = body_of(closed, consts)
+            xs = dict(xs, k=jnp.arange(trips))  # the scan's index: a step's counter is the launch's first plus it
             first = jax.tree_util.tree_map(lambda a: a[0], xs, is_leaf=_is_rows)
             ring0, shaped = _carry_form(body, ring0, first)
             if plan.end is not None and not any(_is_rows(v) for v in jax.tree_util.tree_leaves(xs, is_leaf=_is_rows)):
@@ -276,12 +295,12 @@ class LoopProgram:
             def skipped(ring, _x):
                 return ring, jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shaped)
 
-            def row(carry, kx):
-                (ring, ended), (k, x) = carry, kx
-                ring, ys = lax.cond((k < ran) & ~ended, body, skipped, ring, x)
+            def row(carry, x):
+                ring, ended = carry
+                ring, ys = lax.cond((x["k"] < ran) & ~ended, body, skipped, ring, x)
                 return (ring, ended | ys[-1] if plan.end is not None else ended), ys
 
-            (ring, _), ys = _scan(row, (ring0, jnp.bool_(False)), (jnp.arange(trips), xs), trips)
+            (ring, _), ys = _scan(row, (ring0, jnp.bool_(False)), xs, trips)
             return jax.tree_util.tree_map(_stacked, ring, is_leaf=_is_rows), ys
 
         return whole_run if self.nested or plan.end is not None else device_loop
@@ -378,14 +397,16 @@ def _like(value, shaped):
 
 
 def _run_nested(k: int, nested, inner, steps: int, closed: dict, consts: dict, x: dict, values: dict, ring: dict,
-                length=None):
-    """Trace nested loop ``k`` at one iteration of the enclosing loop; its written-back rows become values.
+                start: Callable, env: dict, length=None):
+    """Trace nested loop ``k`` at one iteration of the enclosing loop (its counters and the bounds:
+    ``env``; ``start``: the nested loop's first counter, of them); its written-back rows become values.
     A loop over a dim that ends at run time runs its ``steps`` steps (the cap), those after the first where
     its flag holds skipped; its length there (the steps it ran, an int32 on the device) is returned, else
     None. A loop after it that runs to the dim's bound is given that ``length``, and its rows past it are
     set to zero."""
     prepared, per_iteration = closed[f"n{k}"], x[f"n{k}"]
     given = dict(prepared["c"], **per_iteration["g"])
+    given["at"] = dict(env, **{nested.plan.loop.var: start(env)})
     rows = dict(prepared["g"], **per_iteration["x"]["g"])  # the values it reads row by row
     for name, src in nested.inputs:
         if src.kind in (LOCAL, CARRIED):
