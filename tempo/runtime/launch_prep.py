@@ -242,8 +242,10 @@ class LaunchPreparation:
                         "g": {n: v for n, v in xs["g"].items() if n in self.invariant[k]}}
                 if self.uniform[k]:  # every iteration's values: the arrays over them all
                     selected = {str(s): sels[s] for s in range(len(sels)) if str(s) in xs["sel"]}
-                    return key, once, {"x": {"sel": selected, "g": {},
-                                             "a": {str(s): values for s, (_, values) in args.items()}}, "g": {}}
+                    uniform = {"sel": selected, "g": {}, "a": {str(s): values for s, (_, values) in args.items()}}
+                    if loop.plan.end is not None:
+                        uniform["end"] = runs[loop.plan.end]  # where its end check runs, at every iteration
+                    return key, once, {"x": uniform, "g": {}}
             xs = dict(xs, g={n: v for n, v in xs["g"].items() if n not in self.invariant[k]})
             stacked.append({"x": xs, "g": {n: closed[n] for n in per_iteration}})
         if len(keys) != 1:
