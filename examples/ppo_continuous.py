@@ -9,7 +9,11 @@ normalised by running per-environment statistics (which, as gymnasium's
 wrapper inside each autoresetting environment, also merge the observation an
 episode ends on, the one a truncation bootstraps from) and learns from rewards
 scaled by the running std of the discounted return (both recurrences, clipped
-to [-10, 10]); episodic returns are reported on the raw rewards.
+to [-10, 10]); episodic returns are reported on the raw rewards. One
+difference from CleanRL's file, shared with the baseline of
+``benchmarks/rl_learning.py``: a truncated episode bootstraps from the value
+of its final observation (``--no-bootstrap-truncation`` treats truncation as
+termination, as CleanRL does).
 
 The program has the shape of ``examples/ppo.py``: update ``i`` trains on the
 rollout taken at update ``k = (i // K) * K``, ``K = update_epochs *
@@ -76,6 +80,8 @@ class Args:
     """the maximum norm for the gradient clipping"""
     target_kl: float | None = None
     """the target KL divergence threshold"""
+    bootstrap_truncation: bool = True
+    """bootstrap truncated episodes from their final observation's value (off: CleanRL's file, truncation ends)"""
     track_tensorboard: bool = True
     """write TensorBoard event files under runs/{run_name}"""
     backend: str = ""
@@ -115,21 +121,22 @@ def main(args: Args) -> dict:
         head = tpo.nn.DiagGaussianHead(n_act, dims=(i,))
 
         # ----- the rollout, on normalised observations and rewards -----
-        raw = tpo.placeholder(env.obs_shape, "float32", dims=(b, i, t))
-        raw[b, i, 0] = env.reset().cast("float32")
+        raw = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))  # as gymnasium's wrapper sees it
+        raw[b, i, 0] = env.reset()
         norm = tpo.rl.NormalizeObservation(raw, rollout_every=K, autoreset=True)
         o = norm.normalized
         dist = head(actor(o))
         a = dist.sample()
         step = env.step(a)
-        raw[b, i, t + 1] = step.obs.cast("float32")
+        raw[b, i, t + 1] = step.obs
         final = norm.final(step.final_obs, step.done)  # what gymnasium's wrapper makes of the obs reached
         reward_norm = tpo.rl.NormalizeReward(step.reward, step.terminated, args.gamma, rollout_every=K)
         reward = reward_norm.normalized
         value = critic(o).squeeze(0).detach()
         next_value = critic(final).squeeze(0).detach()
-        advantages, returns = tpo.rl.rollout_gae(reward, value, next_value, step.terminated, step.done,
-                                                 args.gamma, args.gae_lambda)
+        ends = step.terminated if args.bootstrap_truncation else step.done  # the steps that do not bootstrap
+        advantages, returns = tpo.rl.rollout_gae(reward, value, next_value, ends, step.done, args.gamma,
+                                                 args.gae_lambda)
         episodes = tpo.rl.episode_statistics(step.reward, step.done, every=K)
         episode_return, episode_length = episodes
         carried = [env, episodes, norm, reward_norm]  # what crosses from one rollout to the next
