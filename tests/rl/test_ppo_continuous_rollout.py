@@ -21,7 +21,9 @@ the observation space it makes) where Tempo keeps float64.
 from __future__ import annotations
 
 import importlib.util
+import runpy
 from pathlib import Path
+from types import SimpleNamespace
 
 import gymnasium
 import numpy as np
@@ -38,6 +40,7 @@ spec = importlib.util.spec_from_file_location("cleanrl_rollout_ppo",
                                               ROOT / "benchmarks" / "baselines" / "cleanrl_rollout_ppo.py")
 baseline = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(baseline)
+example = SimpleNamespace(**runpy.run_path(str(ROOT / "examples" / "ppo_continuous.py"), run_name="example"))
 
 ENV_ID, LIMIT, GAMMA = "HalfCheetah-v5", 13, 0.99
 NUM_ENVS, NUM_STEPS, ROLLOUTS, K = 2, 10, 3, 2  # K: points of i per rollout, as the example's updates
@@ -157,3 +160,68 @@ def test_the_baseline_wraps_as_cleanrl_does():
                                 "NormalizeObservation", "TransformObservation", "NormalizeReward",
                                 "TransformReward"]
     assert all(name in ("TimeLimit", "OrderEnforcing", "PassiveEnvChecker") for name in chain[::-1][:-7])
+
+
+def mlp(weights: dict[str, np.ndarray], part: str, x: np.ndarray) -> np.ndarray:
+    """The example's ``tpo.nn.MLP`` (tanh between layers) in NumPy, float64."""
+    layers = sorted({name.split(".")[2] for name in weights if name.startswith(part + ".")})
+    for k in range(len(layers)):
+        x = x @ weights[f"{part}.layers.{k}.weight"] + weights[f"{part}.layers.{k}.bias"]
+        x = np.tanh(x) if k < len(layers) - 1 else x
+    return x
+
+
+def gae(reward, value, next_value, terminated, done, gamma, lam):
+    """CleanRL's backward GAE loop over one rollout ``(env, step)``, bootstrapping from ``next_value`` where
+    an episode goes on or is truncated; the last step sees nothing of the next rollout."""
+    adv = np.zeros_like(reward)
+    for t in reversed(range(reward.shape[1])):
+        delta = reward[:, t] + gamma * next_value[:, t] * (1.0 - terminated[:, t]) - value[:, t]
+        later = adv[:, t + 1] if t + 1 < reward.shape[1] else 0.0
+        adv[:, t] = delta + gamma * lam * (1.0 - done[:, t]) * later
+    return adv
+
+
+def test_the_examples_rollout_table_is_cleanrls_for_its_policy_and_critic():
+    """Each rollout's table (what the minibatches read): the log-probabilities and values the policy and critic
+    give at that rollout's weights, and CleanRL's GAE over its normalised rewards with truncation bootstrap."""
+    args = example.Args(env_id=ENV_ID, num_envs=NUM_ENVS, num_steps=16, update_epochs=2, num_minibatches=2,
+                        total_timesteps=NUM_ENVS * 16 * ROLLOUTS, track_tensorboard=False)
+    every, steps = args.update_epochs * args.num_minibatches, args.num_steps
+    seen: dict[int, dict] = {}
+    with tpo.Context(seed=args.seed) as ctx:
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+        run = example.program(args, (b, i, t), 0, ROLLOUTS, max_episode_steps=LIMIT)
+        at = (i % every) == 0
+        parts = {f"{part}.{name}": p[at] for part, module in (("critic", run.critic), ("actor", run.actor),
+                                                              ("head", run.head))
+                 for name, p in module.named_parameters()}
+        parts["table"] = run.table[at]
+        for name, x in (("reward", run.reward), ("final", run.final), ("terminated", run.step.terminated),
+                        ("done", run.step.done)):
+            parts[name] = x[0:B, i, 0:T][at]
+        sink_many(parts, lambda tensors, point: seen.__setitem__(point["i"], tensors))
+        ctx.run({B: NUM_ENVS, I: ROLLOUTS * every, T: steps})
+    assert sorted(seen) == [k * every for k in range(ROLLOUTS)]
+    assert any(seen[k]["done"].any() for k in seen)
+    n_obs = seen[0]["final"].shape[-1]
+    for k, got in seen.items():
+        weights = {name: np.asarray(x, np.float64) for name, x in got.items() if name.split(".")[0] in
+                   ("critic", "actor", "head")}
+        table = got["table"].astype(np.float64)
+        obs, act = table[:, :n_obs], table[:, n_obs:n_obs + 6]
+        logp, adv, ret, value = (table[:, n_obs + 6 + c] for c in range(4))
+        std = np.exp(weights["head.log_std"])
+        mean = mlp(weights, "actor", obs)
+        np.testing.assert_allclose(logp, (-0.5 * ((act - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi))
+                                   .sum(-1), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(value, mlp(weights, "critic", obs)[:, 0], rtol=1e-5, atol=1e-6)
+        rows = lambda x: x.reshape(NUM_ENVS, steps, *x.shape[1:])  # noqa: E731 (environment-major rows)
+        done = got["done"]
+        inside = ~done[:, :-1]
+        np.testing.assert_array_equal(rows(obs)[:, 1:][inside], got["final"][:, :-1][inside].astype(np.float64))
+        next_value = mlp(weights, "critic", got["final"].astype(np.float64))[..., 0]
+        expected = gae(got["reward"].astype(np.float64), rows(value), next_value, got["terminated"], done,
+                       args.gamma, args.gae_lambda)
+        np.testing.assert_allclose(rows(adv), expected, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(rows(ret), expected + rows(value), rtol=1e-4, atol=1e-5)
