@@ -110,6 +110,7 @@ class Program:
     reward: tpo.RecurrentTensor  # normalised, what GAE reads
     final: tpo.RecurrentTensor  # each step's final observation, normalised: what a truncation bootstraps from
     table: tpo.RecurrentTensor  # a rollout's (num_envs * num_steps, features): obs, action, logp, adv, ret, value
+    batches: Minibatches  # which rows of the table each update reads
     stats: tpo.rl.PPOLoss
     lr: tpo.RecurrentTensor | float
     adam: tpo.optim.Adam
@@ -181,7 +182,7 @@ def program(args: Args, dims, done: int, num_iterations: int, **env_kwargs) -> P
                           max_grad_norm=args.max_grad_norm)
     keep = None if args.target_kl is None else batches.keep_updating(stats.approx_kl, args.target_kl)
     adam.step(when=keep)
-    return Program(env, step, critic, actor, head, reward, final, table, stats, lr, adam,
+    return Program(env, step, critic, actor, head, reward, final, table, batches, stats, lr, adam,
                    [env, episodes, norm, reward_norm], episode_return, episode_length)
 
 
