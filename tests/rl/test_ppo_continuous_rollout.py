@@ -28,6 +28,7 @@ from types import SimpleNamespace
 import gymnasium
 import numpy as np
 import pytest
+import torch
 
 import tempo as tpo
 import tempo.rl
@@ -225,3 +226,89 @@ def test_the_examples_rollout_table_is_cleanrls_for_its_policy_and_critic():
                        args.gamma, args.gae_lambda)
         np.testing.assert_allclose(rows(adv), expected, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(rows(ret), expected + rows(value), rtol=1e-4, atol=1e-5)
+
+
+class CleanRLAgent(torch.nn.Module):
+    """CleanRL's continuous agent (64-64 tanh critic and actor mean, ``actor_logstd``), loaded with Tempo's weights."""
+
+    def __init__(self, weights: dict[str, np.ndarray]) -> None:
+        super().__init__()
+        n_obs, n_act = weights["actor.layers.0.weight"].shape[0], weights["head.log_std"].shape[0]
+        tanh_mlp = lambda n_out: torch.nn.Sequential(  # noqa: E731
+            torch.nn.Linear(n_obs, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+            torch.nn.Linear(64, n_out))
+        self.critic, self.actor_mean = tanh_mlp(1), tanh_mlp(n_act)
+        self.actor_logstd = torch.nn.Parameter(torch.zeros(1, n_act))
+        with torch.no_grad():
+            for part, seq in (("critic", self.critic), ("actor", self.actor_mean)):
+                for k, linear in enumerate(seq[::2]):
+                    linear.weight.copy_(torch.from_numpy(weights[f"{part}.layers.{k}.weight"].T.copy()))
+                    linear.bias.copy_(torch.from_numpy(weights[f"{part}.layers.{k}.bias"]))
+            self.actor_logstd.copy_(torch.from_numpy(weights["head.log_std"]).reshape(1, n_act))
+
+    def weights(self) -> dict[str, np.ndarray]:
+        out = {"head.log_std": self.actor_logstd.detach().numpy().reshape(-1).copy()}
+        for part, seq in (("critic", self.critic), ("actor", self.actor_mean)):
+            for k, linear in enumerate(seq[::2]):
+                out[f"{part}.layers.{k}.weight"] = linear.weight.detach().numpy().T.copy()
+                out[f"{part}.layers.{k}.bias"] = linear.bias.detach().numpy().copy()
+        return out
+
+
+def cleanrl_rollout_update(agent, table: np.ndarray, orders: list[np.ndarray], lr: float, args, n_obs: int,
+                           n_act: int, optimizer=None):
+    """CleanRL's update epochs over one rollout's table, with the given minibatch orders."""
+    optimizer = optimizer or torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5)
+    optimizer.param_groups[0]["lr"] = lr
+    tab = torch.from_numpy(table)
+    obs, act = tab[:, :n_obs], tab[:, n_obs:n_obs + n_act]
+    logp, adv, ret, value = (tab[:, n_obs + n_act + c] for c in range(4))
+    for order in orders:
+        mb = torch.from_numpy(order.astype(np.int64))
+        mean = agent.actor_mean(obs[mb])
+        dist = torch.distributions.Normal(mean, agent.actor_logstd.expand_as(mean).exp())
+        ratio = (dist.log_prob(act[mb]).sum(1) - logp[mb]).exp()
+        mb_adv = (adv[mb] - adv[mb].mean()) / (adv[mb].std() + 1e-8)
+        pg_loss = torch.max(-mb_adv * ratio, -mb_adv * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean()
+        new_value = agent.critic(obs[mb]).view(-1)
+        clipped = value[mb] + (new_value - value[mb]).clamp(-args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * torch.max((new_value - ret[mb]) ** 2, (clipped - ret[mb]) ** 2).mean()
+        loss = pg_loss - args.ent_coef * dist.entropy().sum(1).mean() + v_loss * args.vf_coef
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+    return optimizer
+
+
+@pytest.mark.slow
+def test_the_examples_updates_on_its_halfcheetah_rollouts_are_cleanrls():
+    """CleanRL's defaults (2048 steps, 10 epochs of 32 minibatches): CleanRL's update in torch, replayed on the
+    example's own rollout tables from its weights with its minibatch orders, ends each rollout where Tempo's does
+    (to 1e-4 of how far the weights moved); the second rollout's learning rate is annealed."""
+    rollouts = 3
+    args = example.Args(env_id=ENV_ID, total_timesteps=2048 * rollouts, track_tensorboard=False)
+    every = args.update_epochs * args.num_minibatches
+    weights, tables, orders = {}, {}, {}
+    with tpo.Context(seed=args.seed) as ctx:
+        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
+        run = example.program(args, (b, i, t), 0, rollouts)
+        named = {f"{part}.{name}": p for part, module in (("critic", run.critic), ("actor", run.actor),
+                                                          ("head", run.head)) for name, p in module.named_parameters()}
+        sink_many(named, lambda tensors, point: weights.__setitem__(point["i"], tensors))
+        sink_many({"order": run.batches.order()},
+                  lambda tensors, point: orders.__setitem__(point["i"], tensors["order"]))
+        sink_many({"table": run.table[(i % every) == 0]},
+                  lambda tensors, point: tables.__setitem__(point["i"], tensors["table"]))
+        ctx.run({B: 1, I: rollouts * every, T: args.num_steps})
+    n_obs, n_act = weights[0]["actor.layers.0.weight"].shape[0], weights[0]["head.log_std"].shape[0]
+    agent, optimizer = CleanRLAgent(weights[0]), None
+    for r in range(rollouts - 1):
+        k = r * every
+        lr = (1.0 - r / rollouts) * args.learning_rate
+        optimizer = cleanrl_rollout_update(agent, tables[k], [orders[k + u] for u in range(every)], lr, args, n_obs,
+                                           n_act, optimizer)
+        for name, want in agent.weights().items():
+            moved = np.abs(want - weights[k][name]).max()
+            assert moved > 0.0, name
+            assert np.abs(weights[k + every][name] - want).max() <= 1e-4 * moved, f"{name} after rollout {r}"
