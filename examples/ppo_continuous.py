@@ -9,7 +9,11 @@ normalised by running per-environment statistics (which, as gymnasium's
 wrapper inside each autoresetting environment, also merge the observation an
 episode ends on, the one a truncation bootstraps from) and learns from rewards
 scaled by the running std of the discounted return (both recurrences, clipped
-to [-10, 10]); episodic returns are reported on the raw rewards.
+to [-10, 10]); episodic returns are reported on the raw rewards. One
+difference from CleanRL's file, shared with the baseline of
+``benchmarks/rl_learning.py``: a truncated episode bootstraps from the value
+of its final observation (``--no-bootstrap-truncation`` treats truncation as
+termination, as CleanRL does).
 
 The program has the shape of ``examples/ppo.py``: update ``i`` trains on the
 rollout taken at update ``k = (i // K) * K``, ``K = update_epochs *
@@ -76,6 +80,8 @@ class Args:
     """the maximum norm for the gradient clipping"""
     target_kl: float | None = None
     """the target KL divergence threshold"""
+    bootstrap_truncation: bool = True
+    """bootstrap truncated episodes from their final observation's value (off: CleanRL's file, truncation ends)"""
     track_tensorboard: bool = True
     """write TensorBoard event files under runs/{run_name}"""
     backend: str = ""
@@ -93,6 +99,93 @@ class Args:
                                          "update_epochs", "checkpoint_every")
 
 
+@dataclass
+class Program:
+    """The RTs of one run's program that :func:`main` logs, checkpoints and saves (and tests read)."""
+    env: tpo.rl.Env
+    step: tpo.rl.Transition
+    critic: tpo.nn.MLP
+    actor: tpo.nn.MLP
+    head: tpo.nn.DiagGaussianHead
+    reward: tpo.RecurrentTensor  # normalised, what GAE reads
+    final: tpo.RecurrentTensor  # each step's final observation, normalised: what a truncation bootstraps from
+    table: tpo.RecurrentTensor  # a rollout's (num_envs * num_steps, features): obs, action, logp, adv, ret, value
+    batches: Minibatches  # which rows of the table each update reads
+    stats: tpo.rl.PPOLoss
+    lr: tpo.RecurrentTensor | float
+    adam: tpo.optim.Adam
+    carried: list  # what crosses from one rollout to the next
+    episode_return: tpo.RecurrentTensor
+    episode_length: tpo.RecurrentTensor
+
+
+def program(args: Args, dims, done: int, num_iterations: int, **env_kwargs) -> Program:
+    """The run as one program over ``dims = (b, i, t)``: rollouts at every ``K``-th ``i``, updates between.
+
+    ``done``: the updates an earlier run took (the context starts at
+    ``i = done``); ``env_kwargs`` go to the environment (e.g.
+    ``max_episode_steps``).
+    """
+    b, i, t = dims
+    batch_size = args.num_envs * args.num_steps
+    K = args.update_epochs * args.num_minibatches  # updates per rollout
+    batches = Minibatches(i, batch_size, args.update_epochs, args.num_minibatches)
+
+    # ----- the agent: critic, actor mean and a learned state-independent log std -----
+    env = tpo.rl.make(args.env_id, dims=(b, i, t), impl=args.impl, autoreset=True, rollout_every=K,
+                      **({"vector": args.vector} if args.impl == "gymnasium" else {}), **env_kwargs)
+    if env.is_discrete:
+        raise tpo.TempoError(f"{args.env_id} has discrete actions: train it with examples/ppo.py")
+    n_obs, n_act = env.obs_size, env.action_size
+    critic = tpo.nn.MLP(n_obs, [64, 64], 1, dims=(i,), init="orthogonal", last_init_scale=1.0)
+    actor = tpo.nn.MLP(n_obs, [64, 64], n_act, dims=(i,), init="orthogonal", last_init_scale=0.01)
+    head = tpo.nn.DiagGaussianHead(n_act, dims=(i,))
+
+    # ----- the rollout, on normalised observations and rewards -----
+    raw = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))  # as gymnasium's wrapper sees it
+    raw[b, i, 0] = env.reset()
+    norm = tpo.rl.NormalizeObservation(raw, rollout_every=K, autoreset=True)
+    o = norm.normalized
+    dist = head(actor(o))
+    a = dist.sample()
+    step = env.step(a)
+    raw[b, i, t + 1] = step.obs
+    final = norm.final(step.final_obs, step.done)  # what gymnasium's wrapper makes of the obs reached
+    reward_norm = tpo.rl.NormalizeReward(step.reward, step.terminated, args.gamma, rollout_every=K)
+    reward = reward_norm.normalized
+    value = critic(o).squeeze(0).detach()
+    next_value = critic(final).squeeze(0).detach()
+    ends = step.terminated if args.bootstrap_truncation else step.done  # the steps that do not bootstrap
+    advantages, returns = tpo.rl.rollout_gae(reward, value, next_value, ends, step.done, args.gamma,
+                                             args.gae_lambda)
+    episodes = tpo.rl.episode_statistics(step.reward, step.done, every=K)
+    episode_return, episode_length = episodes
+
+    # ----- learning: update i trains on minibatch i % num_minibatches of rollout k -----
+    def column(x):  # one rollout's x as columns (num_envs * num_steps, size) of the minibatch table
+        x = x.cast("float32")
+        return flatten(x if x.shape else x.unsqueeze(0), args.num_envs, args.num_steps)
+
+    logp = dist.log_prob(a).sum(-1).detach()
+    table = tpo.cat([column(x) for x in (o, a, logp, advantages, returns, value)], axis=1)
+    rows = batches.select(table)
+    mb_obs, mb_act = rows.spatial[:, 0:n_obs], rows.spatial[:, n_obs:n_obs + n_act]
+    mb = [rows.spatial[:, n_obs + n_act + k] for k in range(4)]
+    new = head(actor(mb_obs))
+    stats = tpo.rl.ppo_minibatch_loss(new.log_prob(mb_act).sum(-1), mb[0], mb[1], critic(mb_obs).squeeze(-1),
+                                      mb[3], mb[2], new.entropy().sum(-1), args.clip_coef,
+                                      args.clip_vloss, args.ent_coef, args.vf_coef, args.norm_adv)
+    stats.loss.backward()
+    frac = 1.0 - tpo.eval_symbol((i + done) // K).cast("float32") / float(num_iterations)
+    lr = args.learning_rate * frac if args.anneal_lr else args.learning_rate
+    adam = tpo.optim.Adam(critic.parameters() + actor.parameters() + head.parameters(), lr=lr, eps=1e-5,
+                          max_grad_norm=args.max_grad_norm)
+    keep = None if args.target_kl is None else batches.keep_updating(stats.approx_kl, args.target_kl)
+    adam.step(when=keep)
+    return Program(env, step, critic, actor, head, reward, final, table, batches, stats, lr, adam,
+                   [env, episodes, norm, reward_norm], episode_return, episode_length)
+
+
 def main(args: Args) -> dict:
     batch_size = args.num_envs * args.num_steps
     num_iterations = args.total_timesteps // batch_size
@@ -102,77 +195,27 @@ def main(args: Args) -> dict:
     done = tpo.rl.rollout_start(resumed, K, num_iterations * K)  # updates an earlier run took
     with tpo.Context(seed=args.seed, start={"i": done}) as ctx:
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
-        batches = Minibatches(i, batch_size, args.update_epochs, args.num_minibatches)
-
-        # ----- the agent: critic, actor mean and a learned state-independent log std -----
-        env = tpo.rl.make(args.env_id, dims=(b, i, t), impl=args.impl, autoreset=True, rollout_every=K,
-                          **({"vector": args.vector} if args.impl == "gymnasium" else {}))
-        if env.is_discrete:
-            raise tpo.TempoError(f"{args.env_id} has discrete actions: train it with examples/ppo.py")
-        n_obs, n_act = env.obs_size, env.action_size
-        critic = tpo.nn.MLP(n_obs, [64, 64], 1, dims=(i,), init="orthogonal", last_init_scale=1.0)
-        actor = tpo.nn.MLP(n_obs, [64, 64], n_act, dims=(i,), init="orthogonal", last_init_scale=0.01)
-        head = tpo.nn.DiagGaussianHead(n_act, dims=(i,))
-
-        # ----- the rollout, on normalised observations and rewards -----
-        raw = tpo.placeholder(env.obs_shape, "float32", dims=(b, i, t))
-        raw[b, i, 0] = env.reset().cast("float32")
-        norm = tpo.rl.NormalizeObservation(raw, rollout_every=K, autoreset=True)
-        o = norm.normalized
-        dist = head(actor(o))
-        a = dist.sample()
-        step = env.step(a)
-        raw[b, i, t + 1] = step.obs.cast("float32")
-        final = norm.final(step.final_obs, step.done)  # what gymnasium's wrapper makes of the obs reached
-        reward_norm = tpo.rl.NormalizeReward(step.reward, step.terminated, args.gamma, rollout_every=K)
-        reward = reward_norm.normalized
-        value = critic(o).squeeze(0).detach()
-        next_value = critic(final).squeeze(0).detach()
-        advantages, returns = tpo.rl.rollout_gae(reward, value, next_value, step.terminated, step.done,
-                                                 args.gamma, args.gae_lambda)
-        episodes = tpo.rl.episode_statistics(step.reward, step.done, every=K)
-        episode_return, episode_length = episodes
-        carried = [env, episodes, norm, reward_norm]  # what crosses from one rollout to the next
-
-        # ----- learning: update i trains on minibatch i % num_minibatches of rollout k -----
-        def column(x):  # one rollout's x as columns (num_envs * num_steps, size) of the minibatch table
-            x = x.cast("float32")
-            return flatten(x if x.shape else x.unsqueeze(0), args.num_envs, args.num_steps)
-
-        logp = dist.log_prob(a).sum(-1).detach()
-        table = tpo.cat([column(x) for x in (o, a, logp, advantages, returns, value)], axis=1)
-        rows = batches.select(table)
-        mb_obs, mb_act = rows.spatial[:, 0:n_obs], rows.spatial[:, n_obs:n_obs + n_act]
-        mb = [rows.spatial[:, n_obs + n_act + k] for k in range(4)]
-        new = head(actor(mb_obs))
-        stats = tpo.rl.ppo_minibatch_loss(new.log_prob(mb_act).sum(-1), mb[0], mb[1], critic(mb_obs).squeeze(-1),
-                                          mb[3], mb[2], new.entropy().sum(-1), args.clip_coef,
-                                          args.clip_vloss, args.ent_coef, args.vf_coef, args.norm_adv)
-        stats.loss.backward()
-        frac = 1.0 - tpo.eval_symbol((i + done) // K).cast("float32") / float(num_iterations)
-        lr = args.learning_rate * frac if args.anneal_lr else args.learning_rate
-        adam = tpo.optim.Adam(critic.parameters() + actor.parameters() + head.parameters(), lr=lr, eps=1e-5,
-                              max_grad_norm=args.max_grad_norm)
-        keep = None if args.target_kl is None else batches.keep_updating(stats.approx_kl, args.target_kl)
-        adam.step(when=keep)
+        run = program(args, (b, i, t), done, num_iterations)
+        adam = run.adam
 
         # ----- checkpoints: what each rollout starts from, written where it starts -----
         if resumed:
-            tpo.rl.resume_rollouts(resumed, adam, carried, args.num_envs)
+            tpo.rl.resume_rollouts(resumed, adam, run.carried, args.num_envs)
         if args.checkpoint:
-            tpo.rl.checkpoint_rollouts(args.checkpoint, i, args.checkpoint_every * K, adam, carried)
+            tpo.rl.checkpoint_rollouts(args.checkpoint, i, args.checkpoint_every * K, adam, run.carried)
 
         # ----- logging and the saved policy -----
         log = RunLog(args.num_envs, args.num_steps, num_iterations, K,
                      f"runs/{run_name}" if args.track_tensorboard else None, f"PPO {args.env_id}", done // K)
-        log.track_episodes(episode_return, episode_length, step.done)
-        log.track_losses(i, {name: getattr(stats, name) for name in LOSS_TAGS}, lr)
+        log.track_episodes(run.episode_return, run.episode_length, run.step.done)
+        log.track_losses(i, {name: getattr(run.stats, name) for name in LOSS_TAGS}, run.lr)
         model_path = f"runs/{run_name}/ppo_continuous_action.safetensors"
         if args.save_model:
             os.makedirs(os.path.dirname(model_path), exist_ok=True)
-            weights = {f"{part}.{name}": adam.updated(p) for part, module in (("actor", actor), ("critic", critic))
+            weights = {f"{part}.{name}": adam.updated(p) for part, module in (("actor", run.actor),
+                                                                             ("critic", run.critic))
                        for name, p in module.named_parameters()}
-            weights["actor_logstd"] = adam.updated(head.log_std)
+            weights["actor_logstd"] = adam.updated(run.head.log_std)
             tpo.checkpoint(weights, model_path, when=i == I - 1)
         log.start()
         ctx.run(bounds={B: args.num_envs, I: num_iterations * K - done, T: args.num_steps},

@@ -70,11 +70,16 @@ def entropy(dist, continuous: bool) -> torch.Tensor:
 
 
 def make_env(env_id: str, gamma: float, clip_action: bool = True):
-    """CleanRL's wrappers: episode statistics on the raw rewards; Box actions are clipped (unless
-    ``clip_action`` is False), observations and rewards normalised and clipped to [-10, 10]."""
+    """CleanRL's wrappers, in its order: with Box actions, observations flattened, episode statistics on the raw
+    rewards, actions clipped (unless ``clip_action`` is False), observations and rewards normalised and clipped to
+    [-10, 10]; with discrete actions, episode statistics only."""
     def thunk():
-        env = gymnasium.wrappers.RecordEpisodeStatistics(gymnasium.make(env_id))
-        if isinstance(env.action_space, gymnasium.spaces.Box):
+        env = gymnasium.make(env_id)
+        continuous = isinstance(env.action_space, gymnasium.spaces.Box)
+        if continuous:
+            env = gymnasium.wrappers.FlattenObservation(env)
+        env = gymnasium.wrappers.RecordEpisodeStatistics(env)
+        if continuous:
             if clip_action:
                 env = gymnasium.wrappers.ClipAction(env)
             env = gymnasium.wrappers.NormalizeObservation(env)
