@@ -338,9 +338,12 @@ class DeviceLoop(LaunchPreparation):
             self._hold(launch, "inputs", (xs, [n["g"] for n in nested]))
             try:
                 ring, ys = self.compiled(launch.key, len(launch.envs), closed, xs, ring0)
-            except Exception:  # noqa: BLE001  the loop statement by statement says what failed, at its user's line
+            except Exception as err:  # noqa: BLE001  the loop statement by statement says what failed, at its user's line
                 self._release(launch.holding)
                 self.failed.add(launch.key)
+                warnings.warn(f"device loop {self.name} (the loop over {loop_dim(self.sdg, self.plan.loop)}) could not "
+                              f"run as one device program ({type(err).__name__}: {err}): the loop runs statement "
+                              f"by statement instead", stacklevel=2)
                 return None
             self._hold(launch, "rows", ys)
             if self.plan.ending is not None:

@@ -148,7 +148,8 @@ def test_a_program_run_again_reuses_its_compiled_loop():
 
 
 def test_a_loop_the_device_cannot_run_runs_statement_by_statement(monkeypatch):
-    """Where the compiled loop fails (here: made to), the generated code runs the loop itself."""
+    """Where the compiled loop fails (here: made to), the generated code runs the loop itself, and a
+    warning names the loop and the failure."""
     from tempo.runtime.backends import jax_loops
 
     def fail(self, *args):
@@ -168,7 +169,9 @@ def test_a_loop_the_device_cannot_run_runs_statement_by_statement(monkeypatch):
 
     program = build()
     expected, numpy_launches = _run(program, {"T": 5}, "numpy")
-    got, jax_launches = _run(program, {"T": 5}, "jax")
+    with pytest.warns(UserWarning, match=r"device loop D\d+ \(the loop over t\) could not run as one device "
+                                         r"program \(RuntimeError: no compiled loop here\)"):
+        got, jax_launches = _run(program, {"T": 5}, "jax")
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)
     assert jax_launches == numpy_launches
 
