@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import tempo as tpo
 
 FLAGS = ("constant", "comparison", "recurrence", "random")
-READS = ("prefix", "suffix", "window", "point", "recurrence")
+READS = ("prefix", "suffix", "window", "point", "recurrence", "last", "mean", "affine", "weighted")
 BACKENDS = ("numpy", "torch", "jax")
 DECAY = np.float32(0.75)
 
@@ -79,7 +79,11 @@ def build(case: Case, backend: str):
                    "suffix": lambda: r[i, t:T].sum(),
                    "window": lambda: r[i, tpo.max(0, t - 2):t + 1].sum(),
                    "point": lambda: r[i, t].sum(),
-                   "recurrence": lambda: recurrence(r, i, t)[i, 0:T].sum()}
+                   "recurrence": lambda: recurrence(r, i, t)[i, 0:T].sum(),
+                   "last": lambda: r[i, T - 1].sum(),
+                   "mean": lambda: r[i, 0:T].mean(),
+                   "affine": lambda: (r * 2.0 + 1.0)[i, 0:T].sum(),
+                   "weighted": lambda: (r.sum() * tpo.eval_symbol(t).cast("float32"))[i, 0:T].sum()}
         return ctx.compile(fetch=[spelled[read]() for read in case.reads], backend=backend)
 
 
@@ -117,7 +121,12 @@ def reference(case: Case) -> tuple[np.ndarray, list[np.ndarray]]:
             over_t["suffix"][i, t] = row[i, t:n].sum()
             over_t["window"][i, t] = row[i, max(0, t - 2):t + 1].sum()
             over_t["point"][i, t] = row[i, t]
-    values = {"prefix": prefix, "recurrence": total, **over_t}
+    per_point = row.size and case.x.size // row.size
+    ends = {"last": [row[i, n - 1] for i, n in enumerate(lengths)],
+            "mean": [row[i, :n].sum() / (n * per_point) for i, n in enumerate(lengths)],
+            "affine": [2 * row[i, :n].sum() + n * per_point for i, n in enumerate(lengths)],
+            "weighted": [(np.arange(n) * row[i, :n]).sum() for i, n in enumerate(lengths)]}
+    values = {"prefix": prefix, "recurrence": total, **over_t, **{k: np.array(v, np.float32) for k, v in ends.items()}}
     return lengths, [values[read] for read in case.reads]
 
 
