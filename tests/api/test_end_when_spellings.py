@@ -4,8 +4,8 @@ Programs over ``(i, t)`` drawn by hypothesis end ``t`` by a flag from one of
 several sources (a constant, a comparison computed from the data, a
 recurrence's comparison, a random draw's) and read the data in several ways
 (a prefix sum ``r[i, 0:T]``, a suffix sum ``r[i, t:T]``, a window, a point,
-a recurrence read at ``0:T``), each alone or several together, on every
-backend; each is checked against a NumPy loop that breaks at the same step.
+a recurrence read at ``0:T``, ...), each alone or several together, on every
+backend, the flag read on the host at every step or every few; each is checked against a NumPy loop that breaks at the same step.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import tempo as tpo
 
-FLAGS = ("constant", "comparison", "recurrence", "random")
-READS = ("prefix", "suffix", "window", "point", "recurrence", "last", "mean", "affine", "weighted")
+FLAGS = ("constant", "comparison", "elementwise", "recurrence", "random")
+READS = ("prefix", "suffix", "window", "point", "recurrence", "last", "mean", "affine", "weighted", "returns")
 BACKENDS = ("numpy", "torch", "jax")
 DECAY = np.float32(0.75)
 
@@ -43,6 +43,7 @@ def case_of(flag: str, reads: tuple[str, ...], seed: int, shape: tuple[int, int,
     stops = rng.uniform(size=shape[:2]) < rng.uniform(0.0, 0.6)
     row = sums(x)
     threshold = {"comparison": rng.uniform(0.2, 0.9) * row.max(initial=0.0) + 1e-3,
+                 "elementwise": rng.uniform(0.0, 0.5),
                  "recurrence": rng.uniform(0.5, 4.0),
                  "random": rng.uniform(0.5, 0.98)}.get(flag, 0.0)
     return Case(flag, reads, seed, x, stops, np.float32(threshold))
@@ -61,7 +62,7 @@ def recurrence(r, i, t):
     return h
 
 
-def build(case: Case, backend: str):
+def build(case: Case, backend: str, every: int | None = None):
     with tpo.Context(seed=case.seed) as ctx:
         (i, I), (t, T) = ctx.dims("i", "t")
         u = tpo.random.uniform((), dims=(i, t)) if case.flag == "random" else None  # stream 0, as in draws()
@@ -70,6 +71,8 @@ def build(case: Case, backend: str):
             flag = tpo.from_numpy(case.stops, dims=(i, t))
         elif case.flag == "comparison":
             flag = r[i, t].sum() > float(case.threshold)
+        elif case.flag == "elementwise":  # holds where every element does
+            flag = r > float(case.threshold)
         elif case.flag == "recurrence":
             flag = recurrence(r, i, t)[i, t] > float(case.threshold)
         else:
@@ -83,8 +86,10 @@ def build(case: Case, backend: str):
                    "last": lambda: r[i, T - 1].sum(),
                    "mean": lambda: r[i, 0:T].mean(),
                    "affine": lambda: (r * 2.0 + 1.0)[i, 0:T].sum(),
-                   "weighted": lambda: (r.sum() * tpo.eval_symbol(t).cast("float32"))[i, 0:T].sum()}
-        return ctx.compile(fetch=[spelled[read]() for read in case.reads], backend=backend)
+                   "weighted": lambda: (r.sum() * tpo.eval_symbol(t).cast("float32"))[i, 0:T].sum(),
+                   "returns": lambda: r.sum()[i, t:T].discounted_sum(float(DECAY))}
+        return ctx.compile(fetch=[spelled[read]() for read in case.reads], backend=backend,
+                           config=tpo.Config(end_check_every=every))
 
 
 def draws(case: Case) -> np.ndarray:
@@ -106,6 +111,7 @@ def reference(case: Case) -> tuple[np.ndarray, list[np.ndarray]]:
         for t in range(1, cap):
             h[i, t] = h[i, t - 1] * DECAY + row[i, t]
     flags = {"constant": lambda: case.stops, "comparison": lambda: row > case.threshold,
+             "elementwise": lambda: (case.x > case.threshold).reshape(iterations, cap, -1).all(axis=2),
              "recurrence": lambda: h > case.threshold, "random": lambda: draws(case) > case.threshold}[case.flag]()
     lengths = np.full(iterations, cap)
     for i in range(iterations):
@@ -113,7 +119,7 @@ def reference(case: Case) -> tuple[np.ndarray, list[np.ndarray]]:
             if flags[i, t]:
                 lengths[i] = t + 1
                 break
-    over_t = {read: np.full((iterations, cap), np.nan, np.float32) for read in ("suffix", "window", "point")}
+    over_t = {read: np.full((iterations, cap), np.nan, np.float32) for read in ("suffix", "window", "point", "returns")}
     prefix, total = np.zeros(iterations, np.float32), np.zeros(iterations, np.float32)
     for i, n in enumerate(lengths):
         prefix[i], total[i] = row[i, :n].sum(), h[i, :n].sum()
@@ -121,6 +127,7 @@ def reference(case: Case) -> tuple[np.ndarray, list[np.ndarray]]:
             over_t["suffix"][i, t] = row[i, t:n].sum()
             over_t["window"][i, t] = row[i, max(0, t - 2):t + 1].sum()
             over_t["point"][i, t] = row[i, t]
+            over_t["returns"][i, t] = (DECAY ** np.arange(n - t) * row[i, t:n]).sum()
     per_point = row.size and case.x.size // row.size
     ends = {"last": [row[i, n - 1] for i, n in enumerate(lengths)],
             "mean": [row[i, :n].sum() / (n * per_point) for i, n in enumerate(lengths)],
@@ -130,9 +137,10 @@ def reference(case: Case) -> tuple[np.ndarray, list[np.ndarray]]:
     return lengths, [values[read] for read in case.reads]
 
 
-def check(case: Case, backend: str) -> None:
+def check(case: Case, backend: str, every: int | None = None) -> None:
+    """``case`` on ``backend``, its flag read on the host every ``every`` steps, against :func:`reference`."""
     pytest.importorskip(backend)
-    program = build(case, backend)
+    program = build(case, backend, every)
     iterations, cap = case.x.shape[:2]
     out = program.run({"I": iterations, "T": cap})
     lengths, expected = reference(case)
@@ -143,10 +151,10 @@ def check(case: Case, backend: str) -> None:
 
 
 programs = st.builds(
-    lambda flag, reads, seed, shape, backend: (case_of(flag, tuple(reads), seed, shape), backend),
+    lambda flag, reads, seed, shape, backend, every: (case_of(flag, tuple(reads), seed, shape), backend, every),
     st.sampled_from(FLAGS), st.lists(st.sampled_from(READS), min_size=1, max_size=len(READS), unique=True),
     st.integers(0, 2 ** 16), st.tuples(st.integers(1, 3), st.integers(1, 7), st.integers(0, 3)),
-    st.sampled_from(BACKENDS))
+    st.sampled_from(BACKENDS), st.sampled_from([None, 3]))
 
 
 @settings(deadline=None, max_examples=25)
