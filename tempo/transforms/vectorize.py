@@ -111,7 +111,7 @@ def _checked_along(sdg: SDG, d: Expr) -> set[int]:
 def _without_outer(sdg: SDG, d: Expr) -> set[int]:
     """The nodes over ``d`` that lack an outer dim of ``d``'s end check: vectorized, they would hold
     ``d``'s cap of points where each outer point reads its own length ``T[i]``."""
-    outer = [sdg.nodes[n].domain[:-1] for t, n in ends(sdg).items() if t is d][0]
+    outer = sdg.nodes[ends(sdg)[d]].domain[:-1]
     return {n for n, node in sdg.nodes.items()
             if any(x is d for x in node.domain) and not all(any(x is o for x in node.domain) for o in outer)}
 
