@@ -8,7 +8,9 @@ the flag's domain, whose last dim is the dim it ends.
 """
 from __future__ import annotations
 
-from tempo.ir.ops import EvalSymbolOp, UDFOp
+from dataclasses import fields
+
+from tempo.ir.ops import FusedOp, UDFOp
 from tempo.ir.sdg import SDG
 from tempo.symbolic.expr import Expr, bound_of
 
@@ -32,12 +34,30 @@ def outer_dims(sdg: SDG) -> dict[Expr, tuple[Expr, ...]]:
 
 def depends_on_length(sdg: SDG, n: int, t: Expr) -> bool:
     """Whether node ``n``'s value or extent depends on the bound of ``t``: it reads a slice or a
-    point given by it, has a shape or a value that mentions it, or is vectorized over ``t``."""
+    point given by it, has a shape or an op parameter that mentions it (a step of a fused island's
+    included), or is vectorized over ``t``."""
     node, bound = sdg.nodes[n], bound_of(t)
     if any(d is t for d in sdg.vectorized.get(n, ())):
         return True
-    if isinstance(node.op, EvalSymbolOp) and bound in node.op.expr.free_symbols():
-        return True
     exprs = [e.index for e in sdg.in_edges(n)] + [e.cond for e in sdg.in_edges(n) if e.cond is not None]
     exprs += [x for shape in node.shapes for x in shape if isinstance(x, Expr)]
-    return any(bound in e.free_symbols() for e in exprs)
+    return any(bound in e.free_symbols() for e in exprs + list(_op_exprs(node.op)))
+
+
+def _op_exprs(op):
+    """The symbolic expressions among ``op``'s parameters; for a fused island, its steps' and their shapes'."""
+    if isinstance(op, FusedOp):
+        for step in op.steps:
+            yield from _op_exprs(step.op)
+            yield from (x for shape in step.shapes for x in shape if isinstance(x, Expr))
+        return
+    for f in fields(op):
+        yield from _exprs_in(getattr(op, f.name))
+
+
+def _exprs_in(value):
+    if isinstance(value, Expr):
+        yield value
+    elif isinstance(value, tuple):
+        for item in value:
+            yield from _exprs_in(item)

@@ -70,7 +70,9 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     program) would defer its operators past the whole run, holding every
     iteration's values they read. The dims of a ``tpo.end_when`` check are
     never vectorized whole, and its outer dims not at all: each point of
-    them has its own length of the dim it ends.
+    them has its own length of the dim it ends; nor is the dim it ends in a
+    node that lacks one of those outer dims (a ``tpo.eval_symbol(t)`` read
+    by every ``i``), whose points are the same for every length.
     """
     order = [d for d in dim_order(sdg) if cfg.dims is None or d.name in cfg.dims]
     checks = [sdg.nodes[n].domain for n in ends(sdg).values()]  # a tpo.end_when's dims stay loops,
@@ -88,7 +90,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
             continue
         chosen = vectorizable_set(sdg, d, stream=d.name in cfg.stream)
         if d in kept:
-            chosen = chosen - _checked_along(sdg, d)
+            chosen = chosen - _checked_along(sdg, d) - _without_outer(sdg, d)
         if chosen:
             sdg = vectorize(sdg, d, chosen)
     return sdg
@@ -104,6 +106,14 @@ def _checked_along(sdg: SDG, d: Expr) -> set[int]:
                 checked.add(e.src)
                 stack.append(e.src)
     return checked
+
+
+def _without_outer(sdg: SDG, d: Expr) -> set[int]:
+    """The nodes over ``d`` that lack an outer dim of ``d``'s end check: vectorized, they would hold
+    ``d``'s cap of points where each outer point reads its own length ``T[i]``."""
+    outer = sdg.nodes[ends(sdg)[d]].domain[:-1]
+    return {n for n, node in sdg.nodes.items()
+            if any(x is d for x in node.domain) and not all(any(x is o for x in node.domain) for o in outer)}
 
 
 def dim_order(sdg: SDG) -> list[Expr]:

@@ -184,3 +184,19 @@ def test_random_recurrences_match_the_unvectorized_program(data):
             outs.append(ctx.compile(fetch, passes=passes).run({I: 2, T: T_}))
     for a, b in zip(*outs):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_a_dim_that_ends_at_run_time_stays_a_loop_in_tensors_without_its_outer_dims():
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    stops = np.array([[0, 0, 1, 0, 0], [0, 0, 0, 0, 0]], bool)
+    with tpo.Context() as ctx:
+        (i, I), (t, T) = ctx.dims("i", "t")
+        k = tpo.eval_symbol(t).cast("float32")  # over t alone: the same for every i
+        r = tpo.from_numpy(x, dims=(i, t))
+        tpo.end_when(tpo.from_numpy(stops, dims=(i, t)))
+        program = ctx.compile([(r * k)[i, 0:T].sum()], passes={"fuse": False})
+    (total,) = program.run({I: 2, T: 5})
+    np.testing.assert_array_equal(program.lengths["T"], [3, 5])
+    np.testing.assert_array_equal(total, [(np.arange(3) * x[0, :3]).sum(), (np.arange(5) * x[1]).sum()])
+    without_i = [n for n, node in program.sdg.nodes.items() if i not in node.domain]
+    assert without_i and not any(t in program.sdg.vectorized.get(n, ()) for n in without_i)
