@@ -18,7 +18,7 @@ both backends; beside the process peak, a run reports the resident bytes
 of its backend's runtime started by a trivial op (JAX's client and
 libraries), the resident bytes after the run once glibc gives its free
 pages back, and, on JAX, what clearing every jit cache gives back (the
-compiled kernels). A PNG shows the bytes held in stores over the run
+compiled kernels) and how many kernels XLA compiled. A PNG shows the bytes held in stores over the run
 (kernel launches on the x axis) for each return estimator at the longest
 episode.
 
@@ -128,7 +128,12 @@ def _runtime_rss(backend: str) -> int:
 def child(spec: dict, out_path: str) -> None:
     """Train in this process and write what was measured to ``out_path``."""
     backend = spec.get("backend", "numpy")
-    runtime_rss = _runtime_rss(backend)
+    runtime_rss, compiles = _runtime_rss(backend), []
+    if backend == "jax":
+        import jax.monitoring
+
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda event, seconds, **_: compiles.append(event) if "backend_compile" in event else None)
     module, programs = _probed_example("reinforce")
     with tempfile.TemporaryDirectory() as tmp:  # a checkpoint per iteration: the last one learns too
         saved = {"checkpoint": os.path.join(tmp, "policy.safetensors"), "checkpoint_every": 1} \
@@ -147,6 +152,7 @@ def child(spec: dict, out_path: str) -> None:
         jax.clear_caches()
     result = dict(spec, store_peak_bytes=ledger.peak["device"], peak_rss_bytes=peak_rss,
                   runtime_rss_bytes=runtime_rss, end_rss_bytes=end_rss, kernels_rss_bytes=end_rss - _trimmed_rss(),
+                  compiles=len(compiles),
                   seconds_per_iteration=summary["seconds_per_iteration"],
                   observation_bytes=spec["envs"] * spec["steps"] * 3 * 64 * 64 * 4, launches=ledger.launches,
                   timeline=ledger.timeline, holders=sorted(ledger.peak_holders.items(), key=lambda kv: -kv[1])[:5],
@@ -332,7 +338,7 @@ def reinforce_experiment(args) -> None:
     saved = "a checkpoint every iteration" if args.checkpoint else "no checkpoint"
     print(f"REINFORCE, tempo/Synthetic-v0, 3x64x64 observations, {args.envs} environments, {tiles}, {saved}")
     print(f"{'backend':>8} {'T':>6} {'returns':>12} {'obs MiB':>8} {'store peak MiB':>15} {'vs MC':>6} "
-          f"{'process peak MiB':>17} {'vs MC':>6} {'runtime MiB':>12} {'end MiB':>8} {'kernels MiB':>12} {'s/iter':>7}")
+          f"{'process peak MiB':>17} {'vs MC':>6} {'runtime MiB':>12} {'end MiB':>8} {'kernels MiB':>12} {'compiles':>9} {'s/iter':>7}")
     for r in results:
         label = "Monte-Carlo" if r["nstep"] == 0 else f"{r['nstep']}-step"
         mc = next(m for m in results if (m["backend"], m["steps"], m["nstep"]) == (r["backend"], r["steps"], 0))
@@ -340,7 +346,7 @@ def reinforce_experiment(args) -> None:
               f"{r['store_peak_bytes'] / MIB:>15.1f} {r['store_peak_bytes'] / mc['store_peak_bytes']:>6.3f} "
               f"{r['peak_rss_bytes'] / MIB:>17.0f} {r['peak_rss_bytes'] / mc['peak_rss_bytes']:>6.2f} "
               f"{r['runtime_rss_bytes'] / MIB:>12.0f} {r['end_rss_bytes'] / MIB:>8.0f} "
-              f"{r['kernels_rss_bytes'] / MIB:>12.0f} {r['seconds_per_iteration']:>7.2f}")
+              f"{r['kernels_rss_bytes'] / MIB:>12.0f} {r['compiles']:>9} {r['seconds_per_iteration']:>7.2f}")
     write(args.out, {"tiles": args.tiles, "checkpoint": args.checkpoint, "results": results})
     png = os.path.splitext(args.out)[0] + ".png"
     plot(results, png)
