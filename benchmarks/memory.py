@@ -11,9 +11,16 @@ steps behind it, and free the observations they learned from; Monte-Carlo
 returns need the episode's end. Reported per run: the observations one
 iteration produces, the peak bytes held in tensor stores (the device tier of
 ``program.memory_report()``) and its ratio to Monte-Carlo's, the process's
-peak RSS, and the steady-state seconds per iteration. A PNG shows the bytes
-held over the run (kernel launches on the x axis) for each return estimator
-at the longest episode.
+peak RSS, and the steady-state seconds per iteration. ``--tiles 0
+--no-checkpoint`` runs the example as given no flag beyond ``--nstep`` (the
+compiler chooses the tiles). ``--backends numpy jax`` runs each point on
+both backends; beside the process peak, a run reports the resident bytes
+of its backend's runtime started by a trivial op (JAX's client and
+libraries), the resident bytes after the run once glibc gives its free
+pages back, and, on JAX, what clearing every jit cache gives back (the
+compiled kernels) and how many kernels XLA compiled. A PNG shows the bytes held in stores over the run
+(kernel launches on the x axis) for each return estimator at the longest
+episode.
 
 **PPO under a device budget** -- ``examples/ppo_fixed_horizon.py`` and the CleanRL-style
 baseline (``benchmarks/baselines/cleanrl_ppo.py``) on ``tempo/Synthetic-v0``
@@ -46,12 +53,14 @@ device what fits), alternated ``--plan-repeats`` times. Reported: device and
 host peaks, the bytes evicted and loaded, the seconds the plan took to make,
 the seconds per iteration, and whether the returns are identical.
 
-Each run is a fresh process on the NumPy backend with one BLAS thread.
+Each run is a fresh process with one BLAS thread, on the NumPy backend unless ``--backends`` says otherwise.
 
     .venv/bin/python benchmarks/memory.py                      # every experiment
     .venv/bin/python benchmarks/memory.py --experiments ppo    # PPO only
     .venv/bin/python benchmarks/memory.py --steps 250 --ppo-steps 100 --quick  # a smoke test
     .venv/bin/python benchmarks/memory.py --experiments swap-plan --plan-obs 3,64,64   # swap plans only
+    .venv/bin/python benchmarks/memory.py --experiments reinforce --tiles 0 --no-checkpoint --backends numpy jax \
+        --iterations 2 --out docs/results/memory_reinforce_flagless.json   # no flag beyond --nstep, both backends
 """
 from __future__ import annotations
 
@@ -90,21 +99,64 @@ def _probed_example(name: str):
     return module, programs
 
 
+def _rss() -> int:
+    """The process's resident bytes now (Linux's ``/proc/self/status``)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
+
+
+def _trimmed_rss() -> int:
+    """The resident bytes once collected garbage and the free pages glibc's heap keeps are given back."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return _rss()
+
+
+def _runtime_rss(backend: str) -> int:
+    """The resident bytes of this process with ``backend``'s runtime started by a trivial op (JAX's
+    client, its thread pools and libraries: a floor every program on that backend pays)."""
+    if backend == "jax":
+        import jax.numpy as jnp
+
+        jnp.zeros(4).block_until_ready()
+    return _rss()
+
+
 def child(spec: dict, out_path: str) -> None:
     """Train in this process and write what was measured to ``out_path``."""
+    backend = spec.get("backend", "numpy")
+    runtime_rss, compiles = _runtime_rss(backend), []
+    if backend == "jax":
+        import jax.monitoring
+
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda event, seconds, **_: compiles.append(event) if "backend_compile" in event else None)
     module, programs = _probed_example("reinforce")
     with tempfile.TemporaryDirectory() as tmp:  # a checkpoint per iteration: the last one learns too
+        saved = {"checkpoint": os.path.join(tmp, "policy.safetensors"), "checkpoint_every": 1} \
+            if spec.get("checkpoint", True) else {}
         args = module.Args(env="tempo/Synthetic-v0", impl="tensor", obs_shape="3,64,64", batch=spec["envs"],
                            steps=spec["steps"], iterations=spec["iterations"], nstep=spec["nstep"], hidden=32,
-                           checkpoint=os.path.join(tmp, "policy.safetensors"), checkpoint_every=1,
-                           tiles=spec["tiles"])
+                           tiles=spec["tiles"], backend=backend, **saved)
         summary = module.main(args)
     (program,) = programs
     ledger = program.ledger
-    result = dict(spec, store_peak_bytes=ledger.peak["device"], peak_rss_bytes=resource.getrusage(
-        resource.RUSAGE_SELF).ru_maxrss * 1024, seconds_per_iteration=summary["seconds_per_iteration"],
-        observation_bytes=spec["envs"] * spec["steps"] * 3 * 64 * 64 * 4, launches=ledger.launches,
-        timeline=ledger.timeline, holders=sorted(ledger.peak_holders.items(), key=lambda kv: -kv[1])[:5])
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    end_rss = _trimmed_rss()
+    if backend == "jax":  # the compiled kernels' share: what dropping every jit cache gives back
+        import jax
+
+        jax.clear_caches()
+    result = dict(spec, store_peak_bytes=ledger.peak["device"], peak_rss_bytes=peak_rss,
+                  runtime_rss_bytes=runtime_rss, end_rss_bytes=end_rss, kernels_rss_bytes=end_rss - _trimmed_rss(),
+                  compiles=len(compiles),
+                  seconds_per_iteration=summary["seconds_per_iteration"],
+                  observation_bytes=spec["envs"] * spec["steps"] * 3 * 64 * 64 * 4, launches=ledger.launches,
+                  timeline=ledger.timeline, holders=sorted(ledger.peak_holders.items(), key=lambda kv: -kv[1])[:5],
+                  tiles_chosen={name: size for name, (_, size) in program.sdg.tiles.items()})
     with open(out_path, "w") as f:
         json.dump(result, f)
 
@@ -266,7 +318,8 @@ def plot(results: list[dict], path: str) -> None:
             continue
         xs = [s[0] for s in r["timeline"]] + [r["launches"]]
         ys = [s[1] / 2**20 for s in r["timeline"]] + [r["timeline"][-1][1] / 2**20 if r["timeline"] else 0]
-        ax.step(xs, ys, where="post", label="Monte-Carlo" if r["nstep"] == 0 else f"{r['nstep']}-step")
+        returns = "Monte-Carlo" if r["nstep"] == 0 else f"{r['nstep']}-step"
+        ax.step(xs, ys, where="post", label=f"{returns}, {r.get('backend', 'numpy')}")
     ax.set_xlabel("kernel launches")
     ax.set_ylabel("MiB held in tensor stores")
     ax.set_title(f"REINFORCE, 3x64x64 observations, T={longest}")
@@ -278,19 +331,23 @@ def plot(results: list[dict], path: str) -> None:
 
 def reinforce_experiment(args) -> None:
     iterations = 2 if args.quick else args.iterations
-    results = [run({"steps": steps, "nstep": nstep, "envs": args.envs, "iterations": iterations,
-                    "tiles": args.tiles}) for steps in args.steps for nstep in (0, 8)]
-    print(f"REINFORCE, tempo/Synthetic-v0, 3x64x64 observations, {args.envs} environments, learner in tiles of "
-          f"{args.tiles} steps, NumPy backend")
-    print(f"{'T':>6} {'returns':>12} {'obs MiB':>8} {'store peak MiB':>15} {'vs MC':>6} {'process peak MiB':>17} "
-          f"{'s/iter':>7}")
+    results = [run({"steps": steps, "nstep": nstep, "envs": args.envs, "iterations": iterations, "tiles": args.tiles,
+                    "backend": backend, "checkpoint": args.checkpoint})
+               for backend in args.backends for steps in args.steps for nstep in (0, 8)]
+    tiles = f"learner in tiles of {args.tiles} steps" if args.tiles else "tiles chosen by the compiler"
+    saved = "a checkpoint every iteration" if args.checkpoint else "no checkpoint"
+    print(f"REINFORCE, tempo/Synthetic-v0, 3x64x64 observations, {args.envs} environments, {tiles}, {saved}")
+    print(f"{'backend':>8} {'T':>6} {'returns':>12} {'obs MiB':>8} {'store peak MiB':>15} {'vs MC':>6} "
+          f"{'process peak MiB':>17} {'vs MC':>6} {'runtime MiB':>12} {'end MiB':>8} {'kernels MiB':>12} {'compiles':>9} {'s/iter':>7}")
     for r in results:
         label = "Monte-Carlo" if r["nstep"] == 0 else f"{r['nstep']}-step"
-        mc = next(m for m in results if m["steps"] == r["steps"] and m["nstep"] == 0)
-        print(f"{r['steps']:>6} {label:>12} {r['observation_bytes'] / MIB:>8.0f} {r['store_peak_bytes'] / MIB:>15.1f} "
-              f"{r['store_peak_bytes'] / mc['store_peak_bytes']:>6.3f} {r['peak_rss_bytes'] / MIB:>17.0f} "
-              f"{r['seconds_per_iteration']:>7.2f}")
-    write(args.out, {"tiles": args.tiles, "results": results})
+        mc = next(m for m in results if (m["backend"], m["steps"], m["nstep"]) == (r["backend"], r["steps"], 0))
+        print(f"{r['backend']:>8} {r['steps']:>6} {label:>12} {r['observation_bytes'] / MIB:>8.0f} "
+              f"{r['store_peak_bytes'] / MIB:>15.1f} {r['store_peak_bytes'] / mc['store_peak_bytes']:>6.3f} "
+              f"{r['peak_rss_bytes'] / MIB:>17.0f} {r['peak_rss_bytes'] / mc['peak_rss_bytes']:>6.2f} "
+              f"{r['runtime_rss_bytes'] / MIB:>12.0f} {r['end_rss_bytes'] / MIB:>8.0f} "
+              f"{r['kernels_rss_bytes'] / MIB:>12.0f} {r['compiles']:>9} {r['seconds_per_iteration']:>7.2f}")
+    write(args.out, {"tiles": args.tiles, "checkpoint": args.checkpoint, "results": results})
     png = os.path.splitext(args.out)[0] + ".png"
     plot(results, png)
     print(f"wrote {args.out} and {png}")
@@ -368,7 +425,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, nargs="+", default=[1000, 4000], help="REINFORCE episode lengths T")
     parser.add_argument("--envs", type=int, default=4)
     parser.add_argument("--iterations", type=int, default=3, help="REINFORCE iterations per run")
-    parser.add_argument("--tiles", type=int, default=10, help="REINFORCE: steps per tile of the learner")
+    parser.add_argument("--tiles", type=int, default=10,
+                        help="REINFORCE: steps per tile of the learner (0: the compiler chooses, as with no flag)")
+    parser.add_argument("--no-checkpoint", dest="checkpoint", action="store_false",
+                        help="REINFORCE: no checkpoint (with --tiles 0, the example run with no flag beyond --nstep)")
+    parser.add_argument("--backends", nargs="+", default=["numpy"], choices=("numpy", "jax"),
+                        help="REINFORCE: the backends to run on")
     parser.add_argument("--obs", nargs="+", default=["3,16,16", "3,32,32", "3,64,64", "3,128,128", "3,256,256"],
                         help="PPO observation shapes")
     parser.add_argument("--ppo-steps", type=int, default=1000, help="PPO episode length T")

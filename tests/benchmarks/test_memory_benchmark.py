@@ -42,3 +42,22 @@ def test_the_recompute_experiment_fits_a_budget_only_by_recomputing(tmp_path):
     assert by[(budget, "gpu")]["device_bytes"] <= budget
     assert by[(budget, "gpu")]["cached_nodes"] < by[(None, "cpu")]["cached_nodes"]
     assert data["returns_identical"]
+
+
+@pytest.mark.slow
+def test_the_reinforce_experiment_without_flags_splits_each_backends_peak(tmp_path):
+    from tempo.runtime.backends import base
+
+    backends = ["numpy"] + (["jax"] if "jax" in base.available_backends() else [])
+    out = tmp_path / "reinforce.json"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "memory.py"), "--experiments",
+                           "reinforce", "--steps", "40", "--quick", "--tiles", "0", "--no-checkpoint", "--backends",
+                           *backends, "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["checkpoint"] is False and data["tiles"] == 0
+    assert sorted((r["backend"], r["nstep"]) for r in data["results"]) == sorted((b, n) for b in backends for n in (0, 8))
+    for r in data["results"]:
+        assert 0 < r["runtime_rss_bytes"] < r["peak_rss_bytes"] and r["end_rss_bytes"] <= r["peak_rss_bytes"]
+        assert (r["compiles"] > 0 and r["kernels_rss_bytes"] > 0) if r["backend"] == "jax" else r["compiles"] == 0
+    assert "compiles" in done.stdout and (tmp_path / "reinforce.png").exists()

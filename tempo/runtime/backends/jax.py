@@ -285,6 +285,9 @@ _set_row = jax.jit(lambda buffer, i, value: lax.dynamic_update_index_in_dim(buff
 _set_rows = jax.jit(lambda buffer, start, values: lax.dynamic_update_slice_in_dim(buffer, values, start, 0),
                     donate_argnums=0)
 _stack = jax.jit(lambda values, dtype: jnp.stack([v.astype(dtype) for v in values]), static_argnums=1)
+_write_rows = jax.jit(lambda buffer, start, values: lax.dynamic_update_slice_in_dim(
+    buffer, jnp.stack([v.astype(buffer.dtype) for v in values]), start, 0), donate_argnums=0)
+NOTED_ROWS = 64  # consecutive rows a buffer notes before writing them in (a noted row: ~2 KiB of host objects)
 
 
 class Rows:
@@ -295,7 +298,10 @@ class Rows:
     noted (a block written step by step, then read whole by a vectorized
     learning step) the buffer is one stack of them, otherwise each noted row
     is written into the buffer by a donated update. An acting loop so costs
-    no launch per row written.
+    no launch per row written. Every ``NOTED_ROWS`` consecutive rows noted are
+    written in by one update, so that a long block holds a
+    bounded number of separate row arrays (each one costs host memory far
+    beyond its bytes) and no stack has as many operands as the block has rows.
     """
 
     __slots__ = ("shape", "dtype", "buffer", "pending")
@@ -308,6 +314,17 @@ class Rows:
         if value is None:
             return _row(self.applied(), index)
         return value if value.dtype == self.dtype else value.astype(self.dtype)
+
+    def note(self, index: int, value) -> None:
+        """Row ``index`` set to ``value``: noted, and written in with the rows noted before it once
+        ``NOTED_ROWS`` consecutive rows are noted, or the block's last row after rows written in."""
+        pending = self.pending
+        pending[index] = value
+        count, first = len(pending), index + 1 - len(pending)
+        due = count == NOTED_ROWS or (index == self.shape[0] - 1 and self.buffer is not None)
+        if due and count < self.shape[0] and all(first + k in pending for k in range(count)):
+            buffer = jnp.zeros(self.shape, self.dtype) if self.buffer is None else self.buffer
+            self.buffer, self.pending = _write_rows(buffer, first, tuple(pending[first + k] for k in range(count))), {}
 
     def put(self, start: int, values) -> None:
         """Rows ``start:start + len(values)`` set to ``values`` (one buffer when they are all of it)."""
@@ -414,7 +431,7 @@ class JaxBackend(Backend):
         if isinstance(index, slice):  # rows a compiled loop wrote back
             buffer.put(index.start, value)
         else:
-            buffer.pending[index] = value
+            buffer.note(index, value)
         return buffer
 
     def device_loop(self, plan, sdg):
