@@ -48,8 +48,9 @@ and exits on the host after the chunk where the flag first holds. A loop over
 iterations may hold one such loop (:attr:`LoopPlan.ending`): it runs to the
 cap on the device, stopping at the end, and the statements after it in the
 iteration read its rows padded past ``T[i]`` with zeros where each of their
-ops keeps the rows before the end (:mod:`tempo.plan.ended_rows`;
-:attr:`LoopPlan.padded`), as may a nested loop after it that runs to ``T``
+ops keeps the rows before the end (:mod:`tempo.plan.ended_loops`, by the
+rules of :mod:`tempo.plan.ended_rows`; :attr:`LoopPlan.padded`), as may a
+nested loop after it that runs to ``T``
 and whose rows those statements read whole. A statement after it that reads
 ``T`` otherwise (``x[i, T - 1]``, a mean over ``0:T``, a condition on
 ``T``) keeps the loop over iterations on the host.
@@ -58,99 +59,20 @@ and whose rows those statements read whole. A statement after it that reads
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 
 from tempo.ir.ends import is_end
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.ir.shapes import size
-from tempo.plan.ended_rows import island_axes, padded_axes, values_depend
+from tempo.plan.ended_loops import padded_steps
+from tempo.plan.loop_plan import (CARRIED, CLOSED, DEFERRED_LABELS, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW,
+                                  LoopPlan, Nested, Source, Step)
 from tempo.plan.window_padding import ignores_zero_padding
 from tempo.schedule import ast
 from tempo.symbolic.affine import counter, uses
 from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import Expr, bound_name, bound_of
 from tempo.symbolic.simplify import simplify
-
-CLOSED, GATHERED, LOCAL, CARRIED, ROWS, ROW, STACKED, SLICED, WINDOW = \
-    "closed", "gathered", "local", "carried", "rows", "row", "stacked", "sliced", "window"
-DEFERRED_LABELS = ("sink", "checkpoint")  # user functions a device loop calls after its launch
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where one input of a statement of the loop comes from: ``kind`` is one of
-    ``closed``, ``gathered`` (read from ``key``'s store at ``index``), ``local`` or
-    ``carried`` (the value ``key`` took ``shift`` iterations earlier, 0 for local), ``rows`` (the rows
-    a nested loop wrote in this iteration, read at the slice ``index``), ``row`` (one of them, read at
-    the point ``index``), or, for a nested loop, ``stacked`` (the rows another nested loop wrote
-    ``shift`` iterations of the enclosing loop earlier, 0: in this one, read row by row) or ``sliced``
-    (the rows another nested loop wrote in this iteration, read ``shift`` consecutive rows at a time:
-    a tile's rows) or ``window`` (a window of at most ``shift`` rows from the counter on, ``r[t:min(t + n,
-    T)]``, read as ``shift`` rows, zeros past the last: of another nested loop's rows of this iteration)."""
-
-    kind: str
-    key: tuple[int, int]
-    index: Expr | None = None
-    shift: int = 0
-    edge: Edge | None = None
-
-
-@dataclass(frozen=True)
-class Step:
-    """One Execute of the loop body: its node, the ``if`` conditions it runs under, and its inputs
-    (a merge's branches in order, with their conditions in ``conds``)."""
-
-    execute: ast.Execute
-    node: Node
-    guard: tuple[Expr, ...]
-    inputs: tuple[Source, ...]
-    conds: tuple[Expr | None, ...] = ()
-
-
-@dataclass(frozen=True)
-class LoopPlan:
-    """A loop the device runs whole: its steps in body order; ``carried``: (node, output) -> how
-    many past iterations' values the body reads; ``written_back``: what is stored after the loop;
-    ``frees``: the loop's Free statements of stores that hold something (with their conditions);
-    ``end``: the step of the ``tpo.end_when`` check of the loop's dim, if it holds one; ``shaped``: the
-    steps whose shapes (their own or their inputs') depend on the counter as a tile's do (see the
-    module docstring); ``ending``: the nested loop over a dim that ends at run time, if it holds one;
-    ``padded``: the steps that read rows padded past the length of ``padded_dim`` (that dim), in a loop
-    that holds it or in a loop nested after it that runs to its bound."""
-
-    loop: ast.Loop
-    steps: tuple[Step, ...]
-    carried: dict
-    written_back: tuple[tuple[int, int], ...]
-    frees: tuple[tuple[ast.Free, tuple[Expr, ...]], ...]
-    nested: tuple["Nested", ...] = ()
-    end: int | None = None
-    shaped: tuple[int, ...] = ()
-    ending: int | None = None
-    padded: tuple[int, ...] = ()
-    padded_dim: Expr | None = None
-
-    def signature(self) -> tuple:
-        """What a compiled form of this loop depends on besides its AST: where each input comes from,
-        what is carried and what is written back (the store choices decide them)."""
-        sources = tuple((src.kind, src.key, src.shift) for step in self.steps for src in step.inputs)
-        inner = tuple((n.at, n.plan.signature(), tuple((k, s.kind, s.key, s.shift) for k, s in n.inputs))
-                      for n in self.nested)
-        return sources, tuple(sorted(self.carried.items())), self.written_back, inner, self.end, self.shaped, \
-            self.ending, self.padded
-
-
-@dataclass(frozen=True)
-class Nested:
-    """A loop of the body run whole at each iteration: its own plan, run before step ``at`` under the
-    ``if`` conditions ``guard``; ``inputs``: (the name ``"s.k"`` of each of its closed inputs, where the
-    enclosing loop finds it)."""
-
-    plan: LoopPlan
-    at: int
-    guard: tuple[Expr, ...]
-    inputs: tuple[tuple[str, Source], ...]
 
 
 def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=frozenset(),
@@ -267,108 +189,12 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
         if ends:
             return None
         dim = nested[ending[0]].plan.steps[nested[ending[0]].plan.end].node.domain[-1]
-        padding = _padded_steps(sdg, steps, nested, ending[0], written_back, bound_of(dim))
+        padding = padded_steps(sdg, steps, nested, ending[0], written_back, bound_of(dim))
         if padding is None:
             return None
         padded, nested = padding
     return LoopPlan(loop, tuple(steps), carried, written_back, frees, tuple(nested), ends[0] if ends else None,
                     _shaped_steps(sdg, steps), ending[0] if ending else None, padded, dim)
-
-
-def _padded_steps(sdg: SDG, steps: list[Step], nested: list[Nested], ending: int, written_back,
-                  bound: Expr) -> tuple | None:
-    """The steps after nested loop ``ending`` (the loop over a dim that ends at run time, run to its cap
-    on the device) whose inputs or ops' outputs have axes of rows padded past ``T[i]``
-    (:func:`tempo.plan.ended_rows.island_axes`), and the nested loops with those of a loop after it that
-    runs to ``T`` marked; None where a statement after it cannot run so: one whose condition, reads or
-    value depend on ``T`` otherwise, a nested loop after it that depends on ``T`` but by running to it
-    (``t < T``, its rows read whole, masked past ``T[i]``), or a read of the ended loop's values but its
-    rows whole."""
-    ended = {step.node.id for step in nested[ending].plan.steps}
-    to_cap = set()  # the values of nested loops that run to T (their rows past T[i] set to zero)
-    nested = list(nested)
-    dim = nested[ending].plan.steps[nested[ending].plan.end].node.domain[-1]
-    for k, n in enumerate(nested):
-        if k == ending:
-            continue
-        zeros = ended | to_cap  # rows that hold zeros past T[i]
-        reads = [src for _, src in n.inputs if src.key[0] in zeros]
-        if k < ending and reads or any(_mentions(c, bound) for c in n.guard):
-            return None
-        if k > ending:
-            runs_to, padded = _runs_to(n.plan, bound, zeros), _padded_rows(sdg, n.plan, bound)
-            if runs_to is None or padded is None or (padded or reads) and not runs_to or \
-                    any(not (src.kind == WINDOW or src.kind == STACKED and src.shift == 0) for src in reads):
-                return None  # rows of the iteration read row by row or in windows: zeros past T[i]
-            if runs_to:
-                to_cap |= {step.node.id for step in n.plan.steps}
-                nested[k] = replace(n, plan=replace(n.plan, padded=padded, padded_dim=dim))
-    out = []
-    for s, step in enumerate(steps):
-        if s < nested[ending].at:
-            continue
-        exprs = [*step.guard, *(c for c in step.conds if c is not None),
-                 *(src.index for src in step.inputs if src.index is not None and src.kind != ROWS)]
-        if any(_mentions(e, bound) for e in exprs) or \
-                any(src.key[0] in ended | to_cap and src.kind != ROWS for src in step.inputs):
-            return None
-        edges = sdg.in_edges(step.node.id)
-        axes = island_axes(step.node.op, [sdg.read_shape(e) for e in edges], list(step.node.shapes), bound)
-        if axes is None:
-            return None
-        ins, outs = axes
-        if isinstance(step.node.op, UDFOp) and any(ins):
-            return None  # a sink would see the cap's rows
-        if any(padded_axes(shape, bound) for j, shape in enumerate(step.node.shapes)
-               if (step.node.id, j) in written_back):
-            return None  # rows past the end would be written back
-        if any(ins) or any(any(o) for o in outs):
-            out.append(s)
-    return tuple(out), nested
-
-
-def _mentions(e: Expr, bound: Expr) -> bool:
-    """Whether the schedule's expression ``e`` mentions ``bound`` (by name: the AST's symbols are its own)."""
-    return any(x.name == bound.name for x in e.free_symbols())
-
-
-def _runs_to(loop: LoopPlan, bound: Expr, zeros: set) -> bool | None:
-    """True where ``loop`` runs from 0 to ``bound`` (``t < T``), False where its trip count does not
-    depend on ``bound``, else None; its steps' conditions and reads must not depend on it either, but
-    its windows of rows that hold zeros past ``T[i]`` (``zeros``: the nodes that write them)."""
-    exprs = [*(c for step in loop.steps for c in (*step.guard, *step.conds) if c is not None),
-             *(src.index for step in loop.steps for src in step.inputs if src.index is not None
-               and not (src.kind == WINDOW and src.key[0] in zeros))]
-    if any(_mentions(e, bound) for e in exprs) or _mentions(loop.loop.start, bound):
-        return None
-    if not _mentions(loop.loop.cond, bound):
-        return False
-    cond = loop.loop.cond
-    ok = cond.op == "lt" and cond.args[0].op == "sym" and cond.args[0].name == loop.loop.var and \
-        cond.args[1].op == "sym" and cond.args[1].name == bound.name and _is_zero(simplify(loop.loop.start))
-    return True if ok else None
-
-
-def _padded_rows(sdg: SDG, loop: LoopPlan, bound: Expr) -> tuple[int, ...] | None:
-    """The steps of ``loop`` (nested in the loop over iterations after the loop over ``bound``'s dim) that
-    read values of the iteration padded past ``T[i]``, each row of theirs unpadded; None where a step's
-    value depends on ``bound`` otherwise."""
-    out = []
-    for s, step in enumerate(loop.steps):
-        edges = sdg.in_edges(step.node.id)
-        if any(src.kind == WINDOW for src in step.inputs):  # read as n rows, zeros past the end (window_padding)
-            if values_depend(step.node.op, bound) or any(
-                    padded_axes(shape, bound) != () for shape in step.node.shapes) or any(
-                    padded_axes(sdg.read_shape(e), bound) != () for e, src in zip(edges, step.inputs)
-                    if src.kind != WINDOW):
-                return None
-            continue
-        axes = island_axes(step.node.op, [sdg.read_shape(e) for e in edges], list(step.node.shapes), bound)
-        if axes is None or any(padded_axes(shape, bound) for shape in step.node.shapes):
-            return None
-        if any(axes[0]) or any(any(o) for o in axes[1]):
-            out.append(s)
-    return tuple(out)
 
 
 def _stacked(src: Source, writer, reader: int, inner_plans: list, var: str, tiles: dict) -> Source | None:

@@ -28,7 +28,7 @@ from typing import Mapping
 from tempo.errors import TempoError
 from tempo.ir.sdg import SDG
 from tempo.plan import device_loops, donation, swap
-from tempo.plan.device_loops import LoopPlan
+from tempo.plan.loop_plan import LoopPlan
 from tempo.plan.evictions import Eviction, iteration_evictions
 from tempo.plan.store_choice import POINT, StoreChoice, choose_stores
 from tempo.schedule import ast

@@ -84,7 +84,8 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.ir.ops import MergeOp, UDFOp
 from tempo.ir.sdg import SDG
-from tempo.plan.device_loops import CLOSED, GATHERED, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan, row_major
+from tempo.plan.device_loops import row_major
+from tempo.plan.loop_plan import CLOSED, GATHERED, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
 from tempo.runtime.launch_prep import LaunchPreparation, held_at
 from tempo.runtime.launches import Launch, Launches, Reads, Unsliced, first_rows, nbytes, resolve
 from tempo.runtime.memory import BudgetExceeded

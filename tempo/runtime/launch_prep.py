@@ -24,7 +24,7 @@ import numpy as np
 
 from tempo.ir.ops import MergeOp
 from tempo.ir.sdg import Edge
-from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, SLICED, STACKED, WINDOW, Source
+from tempo.plan.loop_plan import CARRIED, CLOSED, GATHERED, LOCAL, SLICED, STACKED, WINDOW, Source
 from tempo.runtime.launches import Later, Reads, one_view
 from tempo.symbolic.evaluate import shape_at
 

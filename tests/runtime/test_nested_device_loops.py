@@ -19,7 +19,7 @@ import pytest
 
 import tempo as tpo
 from tempo.ir.ops import MergeOp
-from tempo.plan.device_loops import LOCAL, ROW, STACKED
+from tempo.plan.loop_plan import LOCAL, ROW, STACKED
 from tempo.runtime.backends import base
 
 pytestmark = pytest.mark.skipif("jax" not in base.available_backends(), reason="jax is not installed")

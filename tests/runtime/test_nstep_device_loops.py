@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tempo.plan.device_loops import WINDOW
+from tempo.plan.loop_plan import WINDOW
 from tests.schedule.test_tiled_nesting import reinforce
 
 pytest.importorskip("jax")

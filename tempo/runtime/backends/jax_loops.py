@@ -16,7 +16,7 @@ written back (XLA raises no floating-point errors). A loop is traced once
 per static key (its trip count, the static sizes of its islands, their
 spatial index forms) and input shapes.
 
-A loop over iterations with nested loops (:class:`~tempo.plan.device_loops.Nested`)
+A loop over iterations with nested loops (:class:`~tempo.plan.loop_plan.Nested`)
 traces each nested loop's scan inside its own body, its per-iteration
 values sliced from the enclosing loop's (those the same at every
 iteration passed once), and keeps the inputs of its sinks and checkpoints
@@ -52,7 +52,7 @@ it is; the launched loop's own merges are selects, so that its first launch
 and the later ones share one program (a whole run compiles once).
 
 A loop that holds the end check of its dim (``tpo.end_when``;
-:attr:`~tempo.plan.device_loops.LoopPlan.end`) runs the same way, a launch
+:attr:`~tempo.plan.loop_plan.LoopPlan.end`) runs the same way, a launch
 per chunk of steps: the check's step reduces its flag (every element holds,
 where the check runs at that step), the flags of the chunk's steps are an
 output for the host, and the loop is a ``lax.while_loop`` that stops after
@@ -86,7 +86,7 @@ from tempo.errors import TempoError
 from tempo.ir import ops
 import numpy as np
 
-from tempo.plan.device_loops import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
+from tempo.plan.loop_plan import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
 from tempo.plan.ended_rows import island_axes, masked_steps
 from tempo.runtime.backends import jax_layout
 from tempo.runtime.backends.jax import Island, _row
