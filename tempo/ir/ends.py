@@ -8,8 +8,6 @@ the flag's domain, whose last dim is the dim it ends.
 """
 from __future__ import annotations
 
-from dataclasses import fields
-
 from tempo.ir.ops import FusedOp, UDFOp
 from tempo.ir.sdg import SDG
 from tempo.symbolic.expr import Expr, bound_of
@@ -51,13 +49,4 @@ def _op_exprs(op):
             yield from _op_exprs(step.op)
             yield from (x for shape in step.shapes for x in shape if isinstance(x, Expr))
         return
-    for f in fields(op):
-        yield from _exprs_in(getattr(op, f.name))
-
-
-def _exprs_in(value):
-    if isinstance(value, Expr):
-        yield value
-    elif isinstance(value, tuple):
-        for item in value:
-            yield from _exprs_in(item)
+    yield from op.exprs()

@@ -8,8 +8,8 @@ Shape and dtype inference rules live in :mod:`tempo.ir.shapes`, one per op type.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -41,6 +41,19 @@ class Op:
     @property
     def name(self) -> str:
         return type(self).__name__
+
+    def exprs(self) -> Iterator[Expr]:
+        """The symbolic expressions among the op's parameters (those in tuples included)."""
+        for f in fields(self):
+            yield from _exprs_in(getattr(self, f.name))
+
+
+def _exprs_in(value) -> Iterator[Expr]:
+    if isinstance(value, Expr):
+        yield value
+    elif isinstance(value, tuple):
+        for item in value:
+            yield from _exprs_in(item)
 
 
 @dataclass(frozen=True)

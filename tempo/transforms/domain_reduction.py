@@ -21,7 +21,7 @@ them it would be the cap.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 from tempo.ir import ops
 from tempo.ir.ends import outer_dims
@@ -81,9 +81,7 @@ def varies_with(g: Graph, node: Node) -> set[Expr]:
     exprs: list[Expr] = []
     for e in g.inputs(node.id):
         exprs += [e.index] + ([e.cond] if e.cond is not None else [])
-    for f in fields(node.op):
-        value = getattr(node.op, f.name)
-        exprs += [x for x in (value if isinstance(value, tuple) else (value,)) if isinstance(x, Expr)]
+    exprs += node.op.exprs()
     exprs += [s for shape in node.shapes for s in shape if isinstance(s, Expr)]
     steps: set[Expr] = set()
     for x in exprs:
