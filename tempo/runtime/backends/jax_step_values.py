@@ -32,14 +32,12 @@ class DeviceValues:
     def __init__(self, island, step):
         self.domain = [d.name for d in step.node.domain]
         self.point = device_expr(seq(*step.execute.point))
-        self.symbols = [(j, device_expr(s.op.expr)) for j, s in enumerate(island.steps)
-                        if isinstance(s.op, ops.EvalSymbolOp) and not s.op.vectorized]
+        symbols = [(j, s.op.expr) for j, s in enumerate(island.steps)
+                   if isinstance(s.op, ops.EvalSymbolOp) and not s.op.vectorized]
+        self.symbols = [(j, device_expr(e)) for j, e in symbols]
         self.indexes = [(j, device_expr(index.expr)) for j, index in island.indexes]
-        self.names = sorted({x.name for e in (*step.execute.point,
-                                              *(s.op.expr for s in island.steps
-                                                if isinstance(s.op, ops.EvalSymbolOp) and not s.op.vectorized),
-                                              *(index.expr for _, index in island.indexes))
-                             for x in e.free_symbols()} - set(self.domain))
+        exprs = (*step.execute.point, *(e for _, e in symbols), *(index.expr for _, index in island.indexes))
+        self.names = sorted({x.name for e in exprs for x in e.free_symbols()} - set(self.domain))
 
     def __call__(self, env: dict, forms: dict) -> tuple[dict, dict]:
         """The symbol values (by island step) and the starts of the indexes of a dynamic form (by

@@ -61,7 +61,7 @@ def ordered_sum(x, axes: tuple[int, ...], keepdims: bool = False):
     ndim, shape = x.ndim, x.shape
     axes = tuple(sorted(a % ndim for a in axes))
     summed = [a for a in axes if shape[a] != 1]
-    if len(summed) < len(axes) and not summed:
+    if axes and not summed:
         x = (x + 0.0).astype(x.dtype, copy=False)
     for axis in summed:
         x = sum_along(x, axis)
