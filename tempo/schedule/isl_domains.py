@@ -168,10 +168,10 @@ def _executed(sdg: SDG, d: Domains, roots: list[int]) -> dict[int, isl.Set]:
     for r in roots:
         needed[r] = d.defined[r]
     changed = set(roots)  # the nodes whose reads have points to pass on
+    # edge -> the needed set of its sink whose reads it passed on: a needed set is replaced, never
+    # changed in place, and what it passed on stays in its source's, so passing it on again adds nothing
+    passed: dict[int, isl.Set] = {}
     for attempt in range(3):
-        # edge -> the needed set of its sink whose reads it passed on: needed sets only grow within
-        # an attempt, so passing on the same set again adds nothing
-        passed: dict[int, isl.Set] = {}
         for _ in range(_CLOSE_AFTER if attempt == 0 else _MAX_ROUNDS):
             todo, changed, within = changed, set(), {}
             for k, e in enumerate(sdg.edges):
