@@ -265,6 +265,8 @@ def _tidy(points: isl.Set, box: isl.Set) -> isl.Set:
 def check_reads_in_range(sdg: SDG, d: Domains, context: isl.Set) -> None:
     """A read outside its source's box, at an executed point under ``context``, is an error."""
     for k, e in enumerate(sdg.edges):
+        if _inside_by_its_index(sdg, e):
+            continue
         at = d.executed[e.sink].intersect(d.active[k])
         if at.is_empty():
             continue
@@ -279,6 +281,21 @@ def check_reads_in_range(sdg: SDG, d: Domains, context: isl.Set) -> None:
             f"temporal read out of range: this tensor reads {_name(src)} at {e.index}, outside "
             f"its domain ({ranges}) {example}; guard the read with a condition or clamp the index "
             f"with tpo.min/tpo.max", sink.site)
+
+
+def _inside_by_its_index(sdg: SDG, e: Edge) -> bool:
+    """Whether edge ``e`` reads inside its source's box at every point of its sink's box, as its index
+    says: along each source dim, the dim itself where the sink has it, or the whole dim (``0:T``)."""
+    sink, src = sdg.nodes[e.sink].domain, sdg.nodes[e.src].domain
+    if len(e.index.args) != len(src):
+        return False
+    for item, dim in zip(e.index.args, src):
+        if item is dim and any(x is dim for x in sink):
+            continue
+        if item.op == "slice" and item.args[1] is bound_of(dim) and item.args[0].is_const and item.args[0].value == 0:
+            continue
+        return False
+    return True
 
 
 def check_placeholders(sdg: SDG, d: Domains, context: isl.Set) -> None:
