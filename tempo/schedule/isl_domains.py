@@ -16,6 +16,7 @@ guards, and a placeholder whose branches leave a gap.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import islpy as isl
 
@@ -262,6 +263,37 @@ def _tidy(points: isl.Set, box: isl.Set) -> isl.Set:
     return tidied.set_tuple_name(name) if name is not None else tidied
 
 
+def check_reads(sdg: SDG, bounds: dict[str, int] | None, analysed: Callable[[], Domains]) -> None:
+    """:func:`check_reads_in_range` for the bounds ``bounds`` (None: every bound), analysing the
+    program (``analysed()``, its domains) only where some read may leave its source's box: a read
+    whose index keeps it inside (:func:`_inside_by_its_index`), or that stays inside wherever its
+    sink reads it at any point of the sink's box, stays inside at the points the sink executes."""
+    params = all_params(sdg)
+    context = _positive(params, sdg.tiles) if bounds is None else _pinned(params, bounds)
+    suspects = [k for k, e in enumerate(sdg.edges) if not _inside_by_its_index(sdg, e)]
+    if not suspects:
+        return
+    ins, boxes, active = _in_edges(sdg), {}, {}
+    for k in suspects:
+        e = sdg.edges[k]
+        for n in (e.sink, e.src):
+            if n not in boxes:
+                boxes[n] = _box(sdg, n, params, context)
+        if k not in active:
+            active.update(_active(sdg, e.sink, ins[e.sink], boxes[e.sink], params))
+        sink, src = sdg.nodes[e.sink], sdg.nodes[e.src]
+        reads = isl_expr.access_map(statement(e.sink), sink.domain, statement(e.src), src.domain, e.index,
+                                    params=params, src_box=False)
+        if not _outside(reads, boxes[e.sink].intersect(active[k]), boxes[e.src], context).is_empty():
+            check_reads_in_range(sdg, analysed(), context)
+            return
+
+
+def _outside(reads: isl.Map, at: isl.Set, box: isl.Set, context: isl.Set) -> isl.Map:
+    """``reads`` from the points ``at`` that land outside ``box``, under ``context``."""
+    return reads.intersect_domain(at).intersect_range(box.complement()).intersect_params(context)
+
+
 def check_reads_in_range(sdg: SDG, d: Domains, context: isl.Set) -> None:
     """A read outside its source's box, at an executed point under ``context``, is an error."""
     for k, e in enumerate(sdg.edges):
@@ -270,8 +302,7 @@ def check_reads_in_range(sdg: SDG, d: Domains, context: isl.Set) -> None:
         at = d.executed[e.sink].intersect(d.active[k])
         if at.is_empty():
             continue
-        outside = d.reads[k].intersect_domain(at).intersect_range(d.box[e.src].complement())
-        outside = outside.intersect_params(context)
+        outside = _outside(d.reads[k], at, d.box[e.src], context)
         if outside.is_empty():
             continue
         sink, src = sdg.nodes[e.sink], sdg.nodes[e.src]
