@@ -5,6 +5,7 @@ Errors about a recurrent tensor name the user's source line that created it
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -28,12 +29,20 @@ def user_site() -> Site | None:
     """The innermost stack frame outside the tempo package."""
     frame = sys._getframe(1)
     while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(_PACKAGE_DIR) and "importlib" not in filename:
-            code = _source_line(filename, frame.f_lineno)
-            return Site(frame.f_code.co_filename, frame.f_lineno, code)
+        filename = frame.f_code.co_filename
+        path = filename if os.path.isabs(filename) else os.path.abspath(filename)
+        if _users(path):
+            return Site(filename, frame.f_lineno, _source_line(os.path.normpath(path), frame.f_lineno))
         frame = frame.f_back
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _users(path: str) -> bool:
+    """Whether the code at ``path`` is the user's: outside the tempo package and importlib (asked for
+    every frame up to the user's at every op a program builds)."""
+    path = os.path.normpath(path)
+    return not path.startswith(_PACKAGE_DIR) and "importlib" not in path
 
 
 def _source_line(filename: str, lineno: int) -> str:

@@ -44,7 +44,8 @@ class Program:
     site: object = None
     timings: dict[str, float] = field(default_factory=dict)
     pass_stats: list = field(default_factory=list)  # tempo.transforms.PassStat per pass run
-    written: tuple[SDG, isl_domains.Domains] | None = None  # the program as the user wrote it, with its domains
+    written: SDG | None = None  # the program as the user wrote it
+    written_domains: isl_domains.Domains | None = field(default=None, repr=False)  # its domains, once analysed
     ledger: Ledger | None = None  # the memory accounting of the last run
     memory: dict = field(default_factory=dict)  # the memory options compiled with
     stopped_at: dict | None = None  # where tpo.stop_when ended the last run ({dim: step}); None: at its bounds
@@ -160,10 +161,17 @@ class Program:
     def validate(self, bounds: dict[str, int] | None = None) -> None:
         """Check the program as the user wrote it, before any pass, for out-of-range reads,
         for these bounds or (None) for every bound: the verdict never depends on the data
-        (a pass may fold away the read of an all-zero constant)."""
-        sdg, domains = self.written or (self.sdg, self.domains)
-        context = domains.context if bounds is None else isl_domains.pinned(domains, bounds)
-        isl_domains.check_reads_in_range(sdg, domains, context)
+        (a pass may fold away the read of an all-zero constant). The program as written is
+        analysed only where a read may leave its source's domain (:func:`isl_domains.check_reads`)."""
+        isl_domains.check_reads(self.written or self.sdg, bounds, self._written_domains)
+
+    def _written_domains(self) -> isl_domains.Domains:
+        """The domains of the program as the user wrote it, analysed at most once."""
+        if self.written is None:
+            return self.domains
+        if self.written_domains is None:
+            self.written_domains = isl_domains.analyse(self.written, list(self.written.roots))
+        return self.written_domains
 
     def _over_budget(self, over: BudgetExceeded) -> str:
         largest = sorted(over.holders.items(), key=lambda kv: -kv[1])[:5]

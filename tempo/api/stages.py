@@ -56,13 +56,13 @@ class Request:
 @dataclass(frozen=True)
 class Lowered:
     """The SDG after the passes, the fetched tensors in it, and what each pass did; ``written``: the
-    program as the user wrote it, with its domains (runs check their reads on it), analysed in
+    program as the user wrote it (runs check their reads on it), its definitions checked in
     ``validate_seconds``."""
 
     sdg: SDG
     fetch: tuple
     stats: tuple[PassStat, ...]
-    written: tuple[SDG, isl_domains.Domains]
+    written: SDG
     validate_seconds: float
 
     @property
@@ -112,22 +112,21 @@ def validate(ctx, fetch: list, backend: str | None, site, passes: dict | None, b
 
 def lower(request: Request) -> Lowered:
     """The SDG of the fetched tensors through the passes of :data:`tempo.transforms.PIPELINE`, and the
-    program as written, analysed before any pass."""
+    program as written, its definitions checked before any pass."""
     ctx = request.ctx
     fetched = [materialize(x, x.node.site) for x in request.fetch]
+    start = time.perf_counter()
     isl_domains.check_definitions(ctx.sdg, request.bounds, frozenset(ctx.parameters))
+    validated = time.perf_counter() - start
     fetch_ids = [(x.node.id, x.out) for x in fetched]
     roots = tuple(dict.fromkeys([n for n, _ in fetch_ids] + ctx.roots or list(ctx.sdg.nodes)))
-    start = time.perf_counter()
     written = replace(ctx.sdg, roots=roots)
-    written_domains = isl_domains.analyse(written, list(roots))
-    validated = time.perf_counter() - start
     everywhere = request.backend.orders_every_program or request.config.step_order == "exact"
     defaults = {"pack_weights": pack_weights.Config(panel=request.backend.weight_panel),
                 "step_order": step_order.Config(everywhere=everywhere)}
     sdg, stats = run_pipeline(written, request.passes, dims=ctx.dim_order, defaults=defaults, config=request.config)
     return Lowered(sdg, tuple(sdg.resolve(n, out) for n, out in fetch_ids), tuple(stats),
-                   (written, written_domains), validated)
+                   written, validated)
 
 
 def analyse(lowered: Lowered) -> isl_domains.Domains:

@@ -16,6 +16,7 @@ guards, and a placeholder whose branches leave a gap.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import islpy as isl
 
@@ -168,10 +169,10 @@ def _executed(sdg: SDG, d: Domains, roots: list[int]) -> dict[int, isl.Set]:
     for r in roots:
         needed[r] = d.defined[r]
     changed = set(roots)  # the nodes whose reads have points to pass on
+    # edge -> the needed set of its sink whose reads it passed on: a needed set is replaced, never
+    # changed in place, and what it passed on stays in its source's, so passing it on again adds nothing
+    passed: dict[int, isl.Set] = {}
     for attempt in range(3):
-        # edge -> the needed set of its sink whose reads it passed on: needed sets only grow within
-        # an attempt, so passing on the same set again adds nothing
-        passed: dict[int, isl.Set] = {}
         for _ in range(_CLOSE_AFTER if attempt == 0 else _MAX_ROUNDS):
             todo, changed, within = changed, set(), {}
             for k, e in enumerate(sdg.edges):
@@ -262,14 +263,46 @@ def _tidy(points: isl.Set, box: isl.Set) -> isl.Set:
     return tidied.set_tuple_name(name) if name is not None else tidied
 
 
+def check_reads(sdg: SDG, bounds: dict[str, int] | None, analysed: Callable[[], Domains]) -> None:
+    """:func:`check_reads_in_range` for the bounds ``bounds`` (None: every bound), analysing the
+    program (``analysed()``, its domains) only where some read may leave its source's box: a read
+    whose index keeps it inside (:func:`_inside_by_its_index`), or that stays inside wherever its
+    sink reads it at any point of the sink's box, stays inside at the points the sink executes."""
+    params = all_params(sdg)
+    context = _positive(params, sdg.tiles) if bounds is None else _pinned(params, bounds)
+    suspects = [k for k, e in enumerate(sdg.edges) if not _inside_by_its_index(sdg, e)]
+    if not suspects:
+        return
+    ins, boxes, active = _in_edges(sdg), {}, {}
+    for k in suspects:
+        e = sdg.edges[k]
+        for n in (e.sink, e.src):
+            if n not in boxes:
+                boxes[n] = _box(sdg, n, params, context)
+        if k not in active:
+            active.update(_active(sdg, e.sink, ins[e.sink], boxes[e.sink], params))
+        sink, src = sdg.nodes[e.sink], sdg.nodes[e.src]
+        reads = isl_expr.access_map(statement(e.sink), sink.domain, statement(e.src), src.domain, e.index,
+                                    params=params, src_box=False)
+        if not _outside(reads, boxes[e.sink].intersect(active[k]), boxes[e.src], context).is_empty():
+            check_reads_in_range(sdg, analysed(), context)
+            return
+
+
+def _outside(reads: isl.Map, at: isl.Set, box: isl.Set, context: isl.Set) -> isl.Map:
+    """``reads`` from the points ``at`` that land outside ``box``, under ``context``."""
+    return reads.intersect_domain(at).intersect_range(box.complement()).intersect_params(context)
+
+
 def check_reads_in_range(sdg: SDG, d: Domains, context: isl.Set) -> None:
     """A read outside its source's box, at an executed point under ``context``, is an error."""
     for k, e in enumerate(sdg.edges):
+        if _inside_by_its_index(sdg, e):
+            continue
         at = d.executed[e.sink].intersect(d.active[k])
         if at.is_empty():
             continue
-        outside = d.reads[k].intersect_domain(at).intersect_range(d.box[e.src].complement())
-        outside = outside.intersect_params(context)
+        outside = _outside(d.reads[k], at, d.box[e.src], context)
         if outside.is_empty():
             continue
         sink, src = sdg.nodes[e.sink], sdg.nodes[e.src]
@@ -279,6 +312,21 @@ def check_reads_in_range(sdg: SDG, d: Domains, context: isl.Set) -> None:
             f"temporal read out of range: this tensor reads {_name(src)} at {e.index}, outside "
             f"its domain ({ranges}) {example}; guard the read with a condition or clamp the index "
             f"with tpo.min/tpo.max", sink.site)
+
+
+def _inside_by_its_index(sdg: SDG, e: Edge) -> bool:
+    """Whether edge ``e`` reads inside its source's box at every point of its sink's box, as its index
+    says: along each source dim, the dim itself where the sink has it, or the whole dim (``0:T``)."""
+    sink, src = sdg.nodes[e.sink].domain, sdg.nodes[e.src].domain
+    if len(e.index.args) != len(src):
+        return False
+    for item, dim in zip(e.index.args, src):
+        if item is dim and any(x is dim for x in sink):
+            continue
+        if item.op == "slice" and item.args[1] is bound_of(dim) and item.args[0].is_const and item.args[0].value == 0:
+            continue
+        return False
+    return True
 
 
 def check_placeholders(sdg: SDG, d: Domains, context: isl.Set) -> None:

@@ -10,6 +10,7 @@ equality after simplification, so ``if a == b`` and dictionary lookups work.
 """
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Union
 
@@ -214,7 +215,13 @@ def bound_name(dim: str) -> str:
 
 
 def bound_of(step: Expr) -> Expr:
-    return step_and_bound(step.dim)[1]
+    return _bound(step.dim)
+
+
+@functools.cache
+def _bound(dim: str) -> Expr:
+    """The bound symbol of ``dim``, made once (compilers ask for it at every node and edge)."""
+    return step_and_bound(dim)[1]
 
 
 def step_of(bound: Expr) -> Expr:

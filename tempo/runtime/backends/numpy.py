@@ -409,6 +409,8 @@ class NumPyBackend(Backend):
         rows under each index of the axes before it are one contiguous run (a matrix product
         reads them without a copy)."""
         row_shape = tuple(row_shape)
+        if not axis:  # rows first in memory too: the buffer as it is, without moveaxis's checks
+            return np.empty((rows,) + row_shape, dtype=dtype)
         buffer = np.empty(row_shape[:axis] + (rows,) + row_shape[axis:], dtype=dtype)
         return np.moveaxis(buffer, axis, 0)
 
