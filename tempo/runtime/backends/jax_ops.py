@@ -189,7 +189,7 @@ def rows_contract(x, y):
     """``x.T @ y`` of a ``(rows, m)`` and a ``(rows, n)`` array: the sum over the rows of their outer
     products. Where a side has one column the product is spelled ``(1, rows) @ (rows, k)``, the form
     XLA on a CPU runs as it is; spelled ``x.T @ y`` it copies the other side transposed first (a
-    critic's last weight gradient: 3-4x the seconds of the product)."""
+    critic's last weight gradient over 16,000 rows of 64, one thread: 0.24 ms, against 0.08)."""
     if y.shape[-1] == 1:
         return (y.reshape(1, -1) @ x).reshape(-1, 1)
     if x.shape[-1] == 1:
