@@ -470,20 +470,23 @@ def thread_env(threads: int) -> dict:
     fills it: a ``(250, 512, 64)`` float32 torch multiply takes 17 ms, 5.5 ms
     on huge pages, and PPO's learning island under XLA 0.35 s, 0.17 s.
 
-    Memory a worker frees stays in it (``glibc.malloc.mmap_max=0``: every
-    buffer comes from malloc's heap, none from a mapping of its own that
-    ``free`` unmaps; ``glibc.malloc.trim_threshold`` at its largest: the heap
-    is never shrunk). XLA takes a launch's temporary buffers (about 200 MB at
-    the default point) from malloc and frees them after it; unmapped, they
-    come back as fresh pages that the kernel zeroes at their first touch in
-    the next launch, system CPU seconds that vary with what else the
-    machine's kernel does (0.007-0.019 s per iteration of Tempo's PPO at
-    hidden width 16 on the 2-core machine shared with other jobs; none
-    with the heap kept). Every system runs so.
+    Memory a worker frees stays in it: every buffer comes from malloc's main
+    heap (``glibc.malloc.mmap_max=0``: none from a mapping of its own that
+    ``free`` unmaps; ``glibc.malloc.arena_max=1``: every thread allocates
+    there, where another thread's arena is made of 64 MB heaps and maps a
+    larger buffer apart all the same), and the heap is never shrunk
+    (``glibc.malloc.trim_threshold`` at its largest). XLA takes a launch's
+    temporary buffers (about 200 MB at the default point) from malloc on
+    its own thread and frees them after it; unmapped, they come back as
+    fresh pages that the kernel zeroes at their first touch in the next
+    launch, system CPU seconds that vary with what else the machine's
+    kernel does (0.006-0.019 s per iteration of Tempo's PPO at hidden
+    width 16 on the 2-core machine shared with other jobs). Every system
+    runs so.
     """
     env = dict(os.environ)
     env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-    env.setdefault("GLIBC_TUNABLES", f"glibc.malloc.hugetlb=1:glibc.malloc.mmap_max=0:"
+    env.setdefault("GLIBC_TUNABLES", f"glibc.malloc.hugetlb=1:glibc.malloc.mmap_max=0:glibc.malloc.arena_max=1:"
                                      f"glibc.malloc.trim_threshold={2 ** 64 - 1}")
     if threads:
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
