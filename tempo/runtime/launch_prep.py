@@ -352,11 +352,17 @@ class LaunchPreparation:
         return dict(env, **{d.name: p for d, p in zip(self.plan.steps[s].node.domain, point)})
 
     def _zeros(self, edge: Edge, env: dict):
-        """Zeros of the shape and dtype ``edge`` reads, made once (a device array is never written)."""
-        key = (tuple(shape_at(self.sdg.read_shape(edge), env)), self.sdg.nodes[edge.src].dtypes[edge.src_out])
+        """Zeros of the shape and dtype ``edge`` reads (:meth:`_zeros_of`)."""
+        return self._zeros_of(tuple(shape_at(self.sdg.read_shape(edge), env)),
+                              self.sdg.nodes[edge.src].dtypes[edge.src_out])
+
+    def _zeros_of(self, shape: tuple, dtype: str):
+        """Zeros of ``shape`` and ``dtype`` on the device, made once (a device array is never written; the
+        compiled loop copies the carry it donates)."""
+        key = (tuple(shape), dtype)
         zeros = self.zeros.get(key)
         if zeros is None:
-            zeros = self.zeros[key] = self.backend.cast(np.zeros(*key), key[1])
+            zeros = self.zeros[key] = self.backend.cast(np.zeros(*key), dtype)
         return zeros
 
     def _gather(self, src: Source, index, envs: list[dict], wanted, env: dict, reads: Reads):
@@ -385,9 +391,8 @@ class LaunchPreparation:
         node = self.sdg.nodes[n]
         if (n, j) in self.nested_rows:  # a nested loop's rows, one per iteration of it
             rows = len(self.nested[self.nested_rows[(n, j)]]._schedule(first)[0])
-            shape = (rows, *shape_at(node.shapes[j], env))
-            return self.backend.cast(np.zeros(shape, node.dtypes[j]), node.dtypes[j])
-        zeros = self.backend.cast(np.zeros(shape_at(node.shapes[j], env), node.dtypes[j]), node.dtypes[j])
+            return self._zeros_of((rows, *shape_at(node.shapes[j], env)), node.dtypes[j])
+        zeros = self._zeros_of(tuple(shape_at(node.shapes[j], env)), node.dtypes[j])
         if (n, j) not in self.plan.written_back:
             return zeros
         at = dict(first, **{self.var: first[self.var] - back})

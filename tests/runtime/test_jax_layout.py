@@ -114,3 +114,23 @@ def test_products_whose_layouts_differ_are_computed_as_written():
         (ops.BatchContractOp(), ((0, 0), (-1, 1)), F),              # with (3, 4, 2, 5): (5, 5)
     ])
     _both(island, [a, d])
+
+
+@pytest.mark.parametrize("columns", [(4, 1), (1, 3)])
+def test_a_contraction_with_a_one_column_side_transposes_no_rows(columns):
+    """A critic's last weight gradient, ``sum_{t,b} h^T g`` with ``g`` of one column (and the mirror
+    case): a vector product in the form XLA runs as it is, with no transposed copy of the (T * B)
+    rows traced, through the layout rule (time-major rows) and through the op itself."""
+    T, B = 7, 5
+    m, n = columns
+    h, g = _rows(T, B, m), _rows(T, B, n, seed=1)
+    island = _island([
+        (ops.PermuteOp((1, 2, 0)), ((-1, 0),), F),                  # 0: (B, m, T)
+        (ops.PermuteOp((1, 0, 2)), ((-1, 1),), F),                  # 1: (B, T, n)
+        (ops.BatchContractOp(), ((0, 0), (1, 0)), F),               # 2: (m, n)
+    ])
+    text = _both(island, [h, g])
+    assert _transposes(text, (m, T * B)) == 0 and _transposes(text, (n, T * B)) == 0
+    plain = _island([(ops.BatchContractOp(), ((-1, 0), (-1, 1)), F)])
+    text = _both(plain, [np.swapaxes(h, 1, 2), g])
+    assert _transposes(text, (m, T * B)) == 0 and _transposes(text, (n, T * B)) == 0

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tempo.ir import ops
+from tempo.runtime.backends.jax_ops import rows_contract
 
 
 class Permuted:
@@ -217,7 +218,7 @@ def _batch_contract(op, args, env, impl):
     x, y = (_base(v) for v in args)
     common = np.result_type(x.dtype, y.dtype)
     x, y = (v if v.dtype == common else v.astype(common) for v in (x, y))
-    return (x.reshape(-1, x.shape[-1]).T @ y.reshape(-1, y.shape[-1]),)
+    return (rows_contract(x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])),)
 
 
 @rule(ops.LinearScanOp, ops.ScanOp, ops.CumSumOp)

@@ -185,10 +185,21 @@ def _attention(op: ops.AttentionOp, xs: list, env: dict) -> tuple:
     return (jnp.matmul(weights, v) / jnp.sum(weights, axis=-1, keepdims=True),)
 
 
+def rows_contract(x, y):
+    """``x.T @ y`` of a ``(rows, m)`` and a ``(rows, n)`` array: the sum over the rows of their outer
+    products. Where a side has one column the product is spelled ``(1, rows) @ (rows, k)``, the form
+    XLA on a CPU runs as it is; spelled ``x.T @ y`` it copies the other side transposed first (a
+    critic's last weight gradient over 16,000 rows of 64, one thread: 0.24 ms, against 0.08)."""
+    if y.shape[-1] == 1:
+        return (y.reshape(1, -1) @ x).reshape(-1, 1)
+    if x.shape[-1] == 1:
+        return x.reshape(1, -1) @ y
+    return x.T @ y
+
+
 def _batch_contract(a, b):
     m, n = a.shape[-2], b.shape[-1]
-    rows = jnp.swapaxes(a, -1, -2).reshape(-1, m)
-    return rows.T @ b.reshape(-1, n)
+    return rows_contract(jnp.swapaxes(a, -1, -2).reshape(-1, m), b.reshape(-1, n))
 
 
 def _cumsum(x, axis):
