@@ -34,6 +34,8 @@ The machine is shared: process CPU time is the steadier figure.
         --out docs/results/decode_eos_numpy_masked_b1.json    # per step against JAX's (docs/llm.md)
     .venv/bin/python benchmarks/decode_eos.py --backend jax --attention masked --batch 1 --repeats 5 \
         --out docs/results/decode_eos_jax_masked_b1.json      # (and --batch 4: ..._b4.json)
+    .venv/bin/python benchmarks/decode_eos.py --backend jax --attention window --window 32 --batch 1 \
+        --out docs/results/decode_eos_jax_window_b1.json      # causal and window decoding on JAX (docs/llm.md)
 
 Prints a table and writes ``docs/results/decode_eos.json``.
 """
@@ -59,18 +61,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from decode import ROOT, Size, model_config, weights  # noqa: E402
 
 
-def compiled(config, wts, prompt: np.ndarray, stop_tokens: tuple | None, backend: str, masked: bool, new: int,
+def compiled(config, wts, prompt: np.ndarray, stop_tokens: tuple | None, backend: str, attention: str, new: int,
              every: int | None):
     """The decoding program of ``prompt`` on ``backend``, ending at ``stop_tokens`` (None: no end
-    check); with ``masked``, causal attention over buffers of ``new`` rows; ``every``: steps
-    between host reads of the end flag (None: the runtime's choice)."""
+    check), with ``attention`` (``tempo.llm.attention.Attention.parse``; masked: causal attention
+    over buffers of ``new`` rows); ``every``: steps between host reads of the end flag (None: the
+    runtime's choice)."""
     import tempo as tpo
     from tempo.llm import program as program_mod
     from tempo.llm.attention import Attention
     from tempo.llm.sampling import Sampling
 
     with tpo.Context() as ctx:
-        dp = program_mod.build(config, wts, prompt, Attention(masked=masked), Sampling(),
+        dp = program_mod.build(config, wts, prompt, Attention.parse(attention), Sampling(),
                                stop_at_eos=stop_tokens is not None, stop_tokens=stop_tokens, capacity=new)
         config = None if every is None else tpo.Config(end_check_every=every)
         return dp, ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config)
@@ -128,8 +131,9 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=128, help="max_new_tokens")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--backend", default="numpy", choices=["numpy", "jax"])
-    parser.add_argument("--attention", default="causal", choices=["causal", "masked"],
-                        help="masked: the same shapes at every step (one XLA compile per island on JAX)")
+    parser.add_argument("--attention", default="causal", choices=["causal", "masked", "window"],
+                        help="masked: causal over buffers of --new rows written in the program; window: of --window")
+    parser.add_argument("--window", type=int, default=32, help="the window of --attention window")
     parser.add_argument("--every", type=int, default=None,
                         help="steps between host reads of the end flag (default: the runtime's choice)")
     parser.add_argument("--launch-steps", type=int, default=None,
@@ -147,7 +151,8 @@ def main() -> None:
     size = Size()
     config, wts = model_config(size, ns.prompt + ns.new), weights(size, ns.prompt + ns.new)
     prompt = np.random.default_rng(0).integers(0, size.vocab, (ns.batch, ns.prompt))
-    options = (ns.backend, ns.attention == "masked", ns.new, ns.every)
+    attention = f"window:{ns.window}" if ns.attention == "window" else ns.attention
+    options = (ns.backend, attention, ns.new, ns.every)
     fixed = compiled(config, wts, prompt, None, *options)
     free = np.concatenate([prompt, timed(*fixed, size.layers, ns.new)["ids"]], axis=1)
     never = next(x for x in range(size.vocab) if x not in free)
@@ -188,7 +193,7 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     report = {"size": asdict(size), "parameters": size.parameters(), "commit": commit.strip(),
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared",
-              "load_1min": os.getloadavg()[0], "backend": ns.backend, "attention": ns.attention, "threads": 1,
+              "load_1min": os.getloadavg()[0], "backend": ns.backend, "attention": attention, "threads": 1,
               "end_check_every": ns.every, "launch_steps": ns.launch_steps,
               "batch": ns.batch, "prompt": ns.prompt, "max_new_tokens": ns.new, "repeats": ns.repeats, "eos": eos,
               "never": never,
