@@ -9,7 +9,8 @@ counter). This pass gives such reads static shapes, as TEMPO's K/V cache in
 a loop's carry does (Fig. 16):
 
 - the value read becomes a buffer of ``R`` rows carried over ``t``: ``R = T``
-  (the dim's bound) for ``x[0:t+1]``, position ``p`` at row ``p``; ``R = w``
+  (the dim's bound) for ``x[0:t+1]``, position ``p`` at row ``p`` (not where ``t`` ends at run time,
+  ``tpo.end_when``: its bound is then the length it ends at, known after the loop); ``R = w``
   for a window of ``w``, position ``p`` at row ``p % w`` (a circular buffer).
   ``buffer[t]`` is ``buffer[t - 1]`` with the row of ``t`` set to ``x[t]``
   (zeros at ``t = 0``): a ``where`` over the rows, which the JAX backend
@@ -39,10 +40,12 @@ JAX), before fusion folds the masks into their islands. On NumPy a read of
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
 from tempo.ir import ops
+from tempo.ir.ends import ends
 from tempo.ir.ops import Array
 from tempo.ir.sdg import SDG, Edge, Node
 from tempo.ir.shapes import infer, same_size
@@ -73,15 +76,15 @@ class Growing:
 
 
 KEEP = "keep"  # a rule's answer: the op keeps each row apart, no mask
-Rule = "Callable[[ops.Op, int, int, list[tuple]], float | str | None]"
-RULES: dict[type, object] = {}
+Rule = Callable[[ops.Op, int, int, list], "float | str | None"]
+RULES: dict[type, Rule] = {}
 
 
 def rule(*types: type):
     """Register the decorated function as the rule of ops of ``types``: ``(op, input, axis, input shapes)
     ->`` :data:`KEEP` (each row kept apart), the neutral value the input is masked with along ``axis``
     (the op mixes rows), or None (the op cannot read rows past the counter)."""
-    def register(fn):
+    def register(fn: Rule) -> Rule:
         for t in types:
             RULES[t] = fn
         return fn
@@ -120,8 +123,8 @@ def _reduce(op: ops.ReduceOp, k, axis, shapes):
 @rule(ops.MatMulOp)
 def _matmul(op, k, axis, shapes):
     rank = len(shapes[k])
-    contracted = rank - 1 if k == 0 else rank - 2
-    return 0.0 if rank > 1 and axis == contracted else KEEP
+    contracted = rank - 1 if k == 0 else max(rank - 2, 0)
+    return 0.0 if axis == contracted else KEEP
 
 
 def _product(sizes):
@@ -137,9 +140,10 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     if not cfg.enabled:
         return sdg
     groups: dict[tuple, list[Growing]] = {}
+    ending = set(ends(sdg))
     for e in sdg.edges:
         read = _growing(sdg, e)
-        if read is not None:
+        if read is not None and not (read.width is None and read.dim in ending):
             groups.setdefault((read.length, read.dim, read.width), []).append(read)
     if not groups:
         return sdg
@@ -244,7 +248,8 @@ def _rewrite(g: Graph, reads: list[Growing]) -> None:
 
 
 def _is_length(d, length: Expr) -> bool:
-    return not isinstance(d, int) and simplify(as_expr(d) - length).is_const and simplify(as_expr(d) - length).value == 0
+    """Whether the size ``d`` is ``length``."""
+    return not isinstance(d, int) and _is_const(simplify(as_expr(d) - length), 0)
 
 
 def _at_point(e: Edge, domain: tuple) -> bool:
@@ -253,8 +258,8 @@ def _at_point(e: Edge, domain: tuple) -> bool:
 
 def _closure(g: Graph, sinks: set[int], length: Expr, domain: tuple) -> list[int] | None:
     """``sinks`` and the nodes that read values holding an axis of ``length`` from them on, sources before
-    readers; None where one is outside ``domain``, fetched, vectorized, or has an op whose parameters or shapes depend on
-    the counter other than by that axis."""
+    readers; None where one is outside ``domain``, fetched, vectorized, a merge, a user function or an
+    island, or has parameters or shapes that depend on a counter other than by that axis."""
     seen, stack = set(), list(sinks)
     while stack:
         n = stack.pop()
