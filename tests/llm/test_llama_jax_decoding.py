@@ -3,6 +3,8 @@ become buffers of a fixed number of rows read whole and masked (:mod:`tempo.tran
 so the loop over ``t`` is one device program; its tokens and logits are NumPy's."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -56,3 +58,17 @@ def test_the_decoding_loop_on_jax_launches_the_same_for_more_tokens(checkpoint):
     (short, long), (numpy_short, numpy_long) = [run[3] for run in runs], [run[3] for run in numpy_runs]
     assert long - short <= 1 and numpy_long - numpy_short >= 16 * model.config.num_layers
     np.testing.assert_array_equal(runs[1][1], numpy_runs[1][1])
+
+
+@pytest.mark.slow
+def test_window_decoding_on_jax_stops_at_eos_within_its_device_loop(checkpoint):
+    """A window's buffer has ``w`` rows whatever the length, so the loop over a dim that ends at run time
+    stays one device program (a causal read's buffer has ``T`` rows, known after such a loop: its loop
+    stays on the host, ``tests/llm/test_llama_stop.py``)."""
+    folder, _ = checkpoint("mistral_window")
+    model = tpo.llm.Llama.from_pretrained(folder)
+    free = model.generate(PROMPT, max_new_tokens=16, stop_at_eos=False)
+    model.config = replace(model.config, eos_token_ids=(int(free[1, 9]),), pad_token_id=0)
+    expected = model.generate(PROMPT, max_new_tokens=16)
+    np.testing.assert_array_equal(model.generate(PROMPT, max_new_tokens=16, backend="jax"), expected)
+    assert any(p.nested and p.end is not None for p in model.last_program.plan.loops)
