@@ -78,7 +78,8 @@ def compiled(config, wts, prompt: np.ndarray, stop_tokens: tuple | None, backend
         dp = program_mod.build(config, wts, prompt, Attention.parse(attention), Sampling(),
                                stop_at_eos=stop_tokens is not None, stop_tokens=stop_tokens, capacity=new)
         config = None if every is None else tpo.Config(end_check_every=every)
-        return dp, ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config)
+        return dp, ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config,
+                               passes=program_mod.compile_passes(dp, backend, new))
 
 
 def xla_cpu_seconds() -> float:
@@ -142,8 +143,7 @@ def main() -> None:
                         help="the most steps of a device loop's launch without an end check "
                              "(tempo.runtime.device_loops.DeviceLoop.chunk; default: the runtime's)")
     parser.add_argument("--fixed-only", action="store_true",
-                        help="only the fixed run: no program with an end check (on JAX causal decoding with one "
-                             "keeps its loop over t on the host, compiling at every step)")
+                        help="only the fixed run: no program with an end check")
     parser.add_argument("--quick", action="store_true", help="a few tokens, to check the script")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode_eos.json"))
     ns = parser.parse_args()

@@ -9,8 +9,9 @@ counter). This pass gives such reads static shapes, as TEMPO's K/V cache in
 a loop's carry does (Fig. 16):
 
 - the value read becomes a buffer of ``R`` rows carried over ``t``: ``R = T``
-  (the dim's bound) for ``x[0:t+1]``, position ``p`` at row ``p`` (not where ``t`` ends at run time,
-  ``tpo.end_when``: its bound is then the length it ends at, known after the loop); ``R = w``
+  (the dim's bound, or the rows :class:`Config` gives the dim) for ``x[0:t+1]``, position ``p`` at
+  row ``p`` (where ``t`` ends at run time, ``tpo.end_when``, only with rows given: its bound is then
+  the length it ends at, known after the loop); ``R = w``
   for a window of ``w``, position ``p`` at row ``p % w`` (a circular buffer).
   ``buffer[t]`` is ``buffer[t - 1]`` with the row of ``t`` set to ``x[t]``
   (zeros at ``t = 0``): a ``where`` over the rows, which the JAX backend
@@ -39,8 +40,8 @@ JAX), before fusion folds the masks into their islands. On NumPy a read of
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -58,9 +59,12 @@ from tempo.transforms.editing import Graph
 @dataclass(frozen=True)
 class Config:
     """``enabled``: rewrite the reads that grow with a counter (the compiler turns it on for a backend
-    that compiles loops)."""
+    that compiles loops). ``rows``: dim name -> the rows of the buffers of its reads ``x[0:t+1]``, at
+    least the bound every run gives the dim (a caller that compiles for one run knows it: a decoder's
+    new tokens); without, the dim's bound, and a dim that ends at run time keeps such reads."""
 
     enabled: bool = False
+    rows: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -143,13 +147,16 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
     ending = set(ends(sdg))
     for e in sdg.edges:
         read = _growing(sdg, e)
-        if read is not None and not (read.width is None and read.dim in ending):
-            groups.setdefault((read.length, read.dim, read.width), []).append(read)
+        if read is None:
+            continue
+        rows = read.width or cfg.rows.get(read.dim.name) or (None if read.dim in ending else bound_of(read.dim))
+        if rows is not None:
+            groups.setdefault((read.length, read.dim, read.width, rows), []).append(read)
     if not groups:
         return sdg
     g = Graph(sdg)
-    for reads in groups.values():
-        _rewrite(g, reads)
+    for (*_, rows), reads in groups.items():
+        _rewrite(g, reads, rows)
     return g.to_sdg()
 
 
@@ -189,8 +196,9 @@ def _is_const(e: Expr, value: int) -> bool:
     return e.is_const and e.value == value
 
 
-def _rewrite(g: Graph, reads: list[Growing]) -> None:
-    """Rewrite ``reads`` (one length along one dim) and their readers, or leave them all as they are."""
+def _rewrite(g: Graph, reads: list[Growing], rows) -> None:
+    """Rewrite ``reads`` (one length along one dim) and their readers, the buffers of ``rows`` rows, or
+    leave them all as they are."""
     length, dim, width = reads[0].length, reads[0].dim, reads[0].width
     domain = g.nodes[reads[0].edge.sink].domain
     growing = {(r.edge.sink, r.edge.sink_in) for r in reads}
@@ -218,8 +226,7 @@ def _rewrite(g: Graph, reads: list[Growing]) -> None:
                 masks.setdefault(n, []).append((e.sink_in, axes[0], len(shape), answer))
             carried.append(is_finite)
         finite[n] = isinstance(node.op, LAYOUT) and all(carried)
-    rows = bound_of(dim) if width is None else width
-    numbers = _numbers(g, rows, width)
+    numbers = _numbers(g, rows)
     buffers: dict[tuple[int, int], Node] = {}
     for r in reads:
         key = (r.edge.src, r.edge.src_out)
@@ -313,11 +320,11 @@ def _node(g: Graph, op: ops.Op, domain: tuple, reads: list, src_out: tuple | Non
     return node
 
 
-def _numbers(g: Graph, rows, width: int | None) -> Node:
-    """The buffer's rows' numbers, ``(rows,)`` int64: ``0, 1, ..., T - 1`` as a running sum of ones (``T`` is
-    known at run time), or a window's ``0, ..., w - 1``."""
-    if width is not None:
-        return _node(g, ops.ConstOp(Array(np.arange(width, dtype=np.int64))), (), [])
+def _numbers(g: Graph, rows) -> Node:
+    """The buffer's rows' numbers, ``(rows,)`` int64: ``0, 1, ..., rows - 1``, for a bound ``T`` as a running
+    sum of ones (``T`` is known at run time)."""
+    if isinstance(rows, int):
+        return _node(g, ops.ConstOp(Array(np.arange(rows, dtype=np.int64))), (), [])
     one = _node(g, ops.ConstOp(Array(np.asarray(1, dtype=np.int64))), (), [])
     ones = _node(g, ops.ExpandOp((rows,)), (), [(one, seq())])
     return _node(g, ops.ElementwiseOp("sub"), (), [(_node(g, ops.CumSumOp(0), (), [(ones, seq())]), seq()),

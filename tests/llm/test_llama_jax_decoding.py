@@ -61,14 +61,15 @@ def test_the_decoding_loop_on_jax_launches_the_same_for_more_tokens(checkpoint):
 
 
 @pytest.mark.slow
-def test_window_decoding_on_jax_stops_at_eos_within_its_device_loop(checkpoint):
-    """A window's buffer has ``w`` rows whatever the length, so the loop over a dim that ends at run time
-    stays one device program (a causal read's buffer has ``T`` rows, known after such a loop: its loop
-    stays on the host, ``tests/llm/test_llama_stop.py``)."""
-    folder, _ = checkpoint("mistral_window")
+@pytest.mark.parametrize("variant, attention", [("mistral_window", None), ("llama_gqa", "causal")])
+def test_decoding_on_jax_stops_at_eos_within_its_device_loop(checkpoint, variant, attention):
+    """A window's buffer has ``w`` rows and a causal read's the run's steps (``generate`` gives them:
+    ``compile_passes``), so the loop over a dim that ends at run time stays one device program."""
+    folder, _ = checkpoint(variant)
     model = tpo.llm.Llama.from_pretrained(folder)
-    free = model.generate(PROMPT, max_new_tokens=16, stop_at_eos=False)
+    free = model.generate(PROMPT, max_new_tokens=16, attention=attention, stop_at_eos=False)
     model.config = replace(model.config, eos_token_ids=(int(free[1, 9]),), pad_token_id=0)
-    expected = model.generate(PROMPT, max_new_tokens=16)
-    np.testing.assert_array_equal(model.generate(PROMPT, max_new_tokens=16, backend="jax"), expected)
+    expected = model.generate(PROMPT, max_new_tokens=16, attention=attention)
+    np.testing.assert_array_equal(model.generate(PROMPT, max_new_tokens=16, attention=attention, backend="jax"),
+                                  expected)
     assert any(p.nested and p.end is not None for p in model.last_program.plan.loops)

@@ -69,6 +69,16 @@ def test_growing_reads_become_masked_buffers_and_compute_the_same(window, reduce
     np.testing.assert_allclose(masked.run(bounds)[0], plain.run(bounds)[0], rtol=1e-5, atol=1e-6)
 
 
+def test_rows_given_for_the_dim_make_buffers_of_that_many_rows():
+    bounds = {"L": LAYERS, "T": 9}
+    plain = decoder("numpy", OFF)
+    given = decoder("numpy", {"masked_reads": masked_reads.Config(enabled=True, rows={"t": 9})})
+    buffers = [node for node in given.sdg.nodes.values() if any(d.name == "t" for d in node.domain)
+               and any(shape[:1] == (9,) for shape in node.shapes)]
+    assert buffers and not growing_shapes(given)
+    np.testing.assert_allclose(given.run(bounds)[0], plain.run(bounds)[0], rtol=1e-5, atol=1e-6)
+
+
 def test_a_mean_over_the_rows_keeps_the_read_as_it_is():
     """A mean divides by the rows' count: rows past ``t`` would change it, so the pass leaves the read."""
     bounds = {"L": LAYERS, "T": 6}
