@@ -30,8 +30,8 @@ from tempo.schedule import isl_domains, isl_memory, isl_schedule, shift_fusion
 from tempo.schedule import memory as schedule_memory
 from tempo.schedule import orderings as schedule_orderings
 from tempo.symbolic.expr import Expr
-from tempo.transforms import (PIPELINE, PassStat, cache_activations, masked_reads, pack_weights, run_pipeline, step_order,
-                              tile)
+from tempo.transforms import (PIPELINE, PassStat, cache_activations, masked_reads, pack_weights, run_pipeline,
+                              step_order, tile)
 
 MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes",
                   "plan": "'default', 'memplan' or 'memplan:AGENT'"}
