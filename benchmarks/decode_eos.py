@@ -34,6 +34,10 @@ The machine is shared: process CPU time is the steadier figure.
         --out docs/results/decode_eos_numpy_masked_b1.json    # per step against JAX's (docs/llm.md)
     .venv/bin/python benchmarks/decode_eos.py --backend jax --attention masked --batch 1 --repeats 5 \
         --out docs/results/decode_eos_jax_masked_b1.json      # (and --batch 4: ..._b4.json)
+    .venv/bin/python benchmarks/decode_eos.py --backend jax --attention window --window 32 --batch 1 \
+        --out docs/results/decode_eos_jax_window_b1.json      # window decoding on JAX (docs/llm.md)
+    .venv/bin/python benchmarks/decode_eos.py --backend jax --attention causal --fixed-only --batch 1 \
+        --out docs/results/decode_eos_jax_causal_b1.json      # causal decoding on JAX (docs/llm.md)
 
 Prints a table and writes ``docs/results/decode_eos.json``.
 """
@@ -59,21 +63,23 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from decode import ROOT, Size, model_config, weights  # noqa: E402
 
 
-def compiled(config, wts, prompt: np.ndarray, stop_tokens: tuple | None, backend: str, masked: bool, new: int,
+def compiled(config, wts, prompt: np.ndarray, stop_tokens: tuple | None, backend: str, attention: str, new: int,
              every: int | None):
     """The decoding program of ``prompt`` on ``backend``, ending at ``stop_tokens`` (None: no end
-    check); with ``masked``, causal attention over buffers of ``new`` rows; ``every``: steps
-    between host reads of the end flag (None: the runtime's choice)."""
+    check), with ``attention`` (``tempo.llm.attention.Attention.parse``; masked: causal attention
+    over buffers of ``new`` rows); ``every``: steps between host reads of the end flag (None: the
+    runtime's choice)."""
     import tempo as tpo
     from tempo.llm import program as program_mod
     from tempo.llm.attention import Attention
     from tempo.llm.sampling import Sampling
 
     with tpo.Context() as ctx:
-        dp = program_mod.build(config, wts, prompt, Attention(masked=masked), Sampling(),
+        dp = program_mod.build(config, wts, prompt, Attention.parse(attention), Sampling(),
                                stop_at_eos=stop_tokens is not None, stop_tokens=stop_tokens, capacity=new)
         config = None if every is None else tpo.Config(end_check_every=every)
-        return dp, ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config)
+        return dp, ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config,
+                               passes=program_mod.compile_passes(dp, backend, new))
 
 
 def xla_cpu_seconds() -> float:
@@ -128,13 +134,16 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=128, help="max_new_tokens")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--backend", default="numpy", choices=["numpy", "jax"])
-    parser.add_argument("--attention", default="causal", choices=["causal", "masked"],
-                        help="masked: the same shapes at every step (one XLA compile per island on JAX)")
+    parser.add_argument("--attention", default="causal", choices=["causal", "masked", "window"],
+                        help="masked: causal over buffers of --new rows written in the program; window: of --window")
+    parser.add_argument("--window", type=int, default=32, help="the window of --attention window")
     parser.add_argument("--every", type=int, default=None,
                         help="steps between host reads of the end flag (default: the runtime's choice)")
     parser.add_argument("--launch-steps", type=int, default=None,
                         help="the most steps of a device loop's launch without an end check "
                              "(tempo.runtime.device_loops.DeviceLoop.chunk; default: the runtime's)")
+    parser.add_argument("--fixed-only", action="store_true",
+                        help="only the fixed run: no program with an end check")
     parser.add_argument("--quick", action="store_true", help="a few tokens, to check the script")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "decode_eos.json"))
     ns = parser.parse_args()
@@ -147,13 +156,15 @@ def main() -> None:
     size = Size()
     config, wts = model_config(size, ns.prompt + ns.new), weights(size, ns.prompt + ns.new)
     prompt = np.random.default_rng(0).integers(0, size.vocab, (ns.batch, ns.prompt))
-    options = (ns.backend, ns.attention == "masked", ns.new, ns.every)
+    attention = f"window:{ns.window}" if ns.attention == "window" else ns.attention
+    options = (ns.backend, attention, ns.new, ns.every)
     fixed = compiled(config, wts, prompt, None, *options)
     free = np.concatenate([prompt, timed(*fixed, size.layers, ns.new)["ids"]], axis=1)
     never = next(x for x in range(size.vocab) if x not in free)
     eos = eos_tokens(free[:, ns.prompt:])
-    programs = {"fixed": fixed, "check": compiled(config, wts, prompt, (never,), *options),
-                "eos": compiled(config, wts, prompt, eos, *options)}
+    programs = {"fixed": fixed} if ns.fixed_only else \
+        {"fixed": fixed, "check": compiled(config, wts, prompt, (never,), *options),
+         "eos": compiled(config, wts, prompt, eos, *options)}
     runs = {name: [] for name in programs}
     for _ in range(ns.repeats):
         for name, (dp, program) in programs.items():
@@ -171,27 +182,31 @@ def main() -> None:
                      "launches_per_step": results[-1]["launches"] / steps, "flag_reads": results[-1]["flag_reads"],
                      "steps_run": results[-1]["steps_run"],
                      "runs_cpu_s": [r["cpu_s"] for r in results], "runs_wall_s": [r["wall_s"] for r in results]})
-    np.testing.assert_array_equal(runs["check"][0]["ids"], free[:, ns.prompt:])
-    ends = first_steps(free[:, ns.prompt:], eos)
-    assert runs["eos"][0]["steps"] == max(ends)                  # the longest sequence's EOS ends the loop
-    base, check = rows[0], rows[1]
-    overhead = {"cpu_per_step": check["cpu_ms_per_step"] / base["cpu_ms_per_step"] - 1,
-                "wall": check["wall_s"] / base["wall_s"] - 1}
+    overhead = None
+    if not ns.fixed_only:
+        np.testing.assert_array_equal(runs["check"][0]["ids"], free[:, ns.prompt:])
+        ends = first_steps(free[:, ns.prompt:], eos)
+        assert runs["eos"][0]["steps"] == max(ends)                  # the longest sequence's EOS ends the loop
+        base, check = rows[0], rows[1]
+        overhead = {"cpu_per_step": check["cpu_ms_per_step"] / base["cpu_ms_per_step"] - 1,
+                    "wall": check["wall_s"] / base["wall_s"] - 1}
     print(f"{'run':6} {'steps':>6} {'run':>4} {'cpu s':>7} {'wall s':>7} {'median':>7} {'tok/s':>7} "
           f"{'cpu ms/step':>12} {'of it XLA':>9} {'launches/step':>14} {'flag reads':>10}")
     for r in rows:
         print(f"{r['run']:6} {r['steps']:6d} {r['steps_run']:4d} {r['cpu_s']:7.3f} {r['wall_s']:7.3f} "
               f"{r['wall_median_s']:7.3f} {r['tokens_per_s']:7.1f} {r['cpu_ms_per_step']:12.2f} {r['xla_cpu_ms_per_step']:9.2f} "
               f"{r['launches_per_step']:14.2f} {r['flag_reads']:10d}")
-    print(f"end check overhead: {100 * overhead['cpu_per_step']:+.1f}% CPU per step, "
-          f"{100 * overhead['wall']:+.1f}% wall")
+    if overhead is not None:
+        print(f"end check overhead: {100 * overhead['cpu_per_step']:+.1f}% CPU per step, "
+              f"{100 * overhead['wall']:+.1f}% wall")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     report = {"size": asdict(size), "parameters": size.parameters(), "commit": commit.strip(),
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared",
-              "load_1min": os.getloadavg()[0], "backend": ns.backend, "attention": ns.attention, "threads": 1,
+              "load_1min": os.getloadavg()[0], "backend": ns.backend, "attention": attention, "threads": 1,
               "end_check_every": ns.every, "launch_steps": ns.launch_steps,
               "batch": ns.batch, "prompt": ns.prompt, "max_new_tokens": ns.new, "repeats": ns.repeats, "eos": eos,
               "never": never,
+              "fixed_only": ns.fixed_only,
               "eos_first_steps": first_steps(free[:, ns.prompt:], eos), "rows": rows, "overhead": overhead}
     from tempo.files import write_json_atomic
     write_json_atomic(ns.out, report)

@@ -30,7 +30,8 @@ from tempo.schedule import isl_domains, isl_memory, isl_schedule, shift_fusion
 from tempo.schedule import memory as schedule_memory
 from tempo.schedule import orderings as schedule_orderings
 from tempo.symbolic.expr import Expr
-from tempo.transforms import PIPELINE, PassStat, cache_activations, pack_weights, run_pipeline, step_order, tile
+from tempo.transforms import (PIPELINE, PassStat, cache_activations, masked_reads, pack_weights, run_pipeline,
+                              step_order, tile)
 
 MEMORY_OPTIONS = {"deallocate": "a bool", "device_budget": "a size such as '512MB' or '8GB', or bytes",
                   "plan": "'default', 'memplan' or 'memplan:AGENT'"}
@@ -123,7 +124,8 @@ def lower(request: Request) -> Lowered:
     written = replace(ctx.sdg, roots=roots)
     everywhere = request.backend.orders_every_program or request.config.step_order == "exact"
     defaults = {"pack_weights": pack_weights.Config(panel=request.backend.weight_panel),
-                "step_order": step_order.Config(everywhere=everywhere)}
+                "step_order": step_order.Config(everywhere=everywhere),
+                "masked_reads": masked_reads.Config(enabled=request.backend.compiles_loops)}
     sdg, stats = run_pipeline(written, request.passes, dims=ctx.dim_order, defaults=defaults, config=request.config)
     return Lowered(sdg, tuple(sdg.resolve(n, out) for n, out in fetch_ids), tuple(stats),
                    written, validated)

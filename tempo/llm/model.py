@@ -123,7 +123,8 @@ class Llama:
                                    stop_tokens, prefill_chunk=prefill_chunk, capacity=max_new_tokens)
             config = None if end_check_every is None else tpo.Config(end_check_every=end_check_every)
             self.last_program = None                    # its constants (weight panels) freed before the next's
-            self.last_program = ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config)
+            self.last_program = ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config,
+                                            passes=program_mod.compile_passes(dp, backend, max_new_tokens))
             first, tokens = self.last_program.run(dp.bounds(self.config.num_layers, max_new_tokens))
         steps = int(self.last_program.lengths[dp.positions[1].name]) if dp.ends else tokens.shape[0]
         new = np.concatenate([first[:, None], tokens[:steps].T], axis=1).astype(np.int64)[:, :max_new_tokens]

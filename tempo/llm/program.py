@@ -37,6 +37,8 @@ from tempo.llm.sampling import Sampling
 from tempo.llm.tiling import Prefix, tiled_attention
 from tempo.llm.weights import Weights, frozen
 from tempo.nn.functional import silu
+from tempo.runtime.backends import get_backend
+from tempo.transforms import masked_reads
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,17 @@ class DecodeProgram:
         if self.tiles is not None:
             out[self.tiles[1]] = -(-steps // self.tile)
         return out
+
+
+def compile_passes(dp: DecodeProgram, backend: str | None, new_tokens: int) -> dict:
+    """The pass configs to compile ``dp`` with for ``new_tokens`` tokens on ``backend``: on a backend that
+    compiles loops, the buffers that causal reads become (:mod:`tempo.transforms.masked_reads`) hold the
+    run's decoding steps, so that a decoding dim that ends at run time (``stop_at_eos``) keeps its loop
+    as one device program too."""
+    if not get_backend(backend).compiles_loops:
+        return {}
+    steps = dp.bounds(1, new_tokens)[dp.positions[1]]
+    return {"masked_reads": masked_reads.Config(enabled=True, rows={dp.positions[0].name: steps})}
 
 
 def embed(tokens: RT, table: RT) -> RT:

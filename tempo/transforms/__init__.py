@@ -21,8 +21,8 @@ from tempo.errors import TempoError
 from tempo.ir.sdg import SDG
 from tempo.ir.verify import verify as verify_sdg
 from tempo.symbolic.expr import bound_of
-from tempo.transforms import (cache_activations, contract, cse, dce, domain_reduction, fuse, lift, pack_weights,
-                              simplify, step_order, superopt, tile, vectorize)
+from tempo.transforms import (cache_activations, contract, cse, dce, domain_reduction, fuse, lift, masked_reads,
+                              pack_weights, simplify, step_order, superopt, tile, vectorize)
 
 # (name, module), in order; a compile may switch any of them off by name. The
 # simplification passes and lifting come first: each leaves less for
@@ -32,9 +32,10 @@ from tempo.transforms import (cache_activations, contract, cse, dce, domain_redu
 # batched products it folds; tiling then cuts the learner's axis over ``t`` into
 # tiles, the contractions and sums over it becoming accumulations. Weight packing
 # stores constant weights in the backend's layout for the products of few rows
-# vectorization left; step order marks the sums and products over a loop dim's
-# steps, whose axes are settled by then, before fusion folds its steps into
-# their islands.
+# vectorization left; on a backend that compiles loops, reads that grow with a
+# loop's counter become buffers of a fixed number of rows, read whole and masked;
+# step order marks the sums and products over a loop dim's steps, whose axes are
+# settled by then, before fusion folds its steps into their islands.
 PIPELINE = (
     ("cse", cse),
     ("simplify", simplify),
@@ -46,6 +47,7 @@ PIPELINE = (
     ("contract", contract),
     ("tile", tile),
     ("pack_weights", pack_weights),
+    ("masked_reads", masked_reads),
     ("step_order", step_order),
     ("fuse", fuse),
     ("superopt", superopt),
@@ -148,4 +150,4 @@ def report(stats: list[PassStat]) -> str:
 
 
 __all__ = ["PIPELINE", "SIMPLIFICATION", "PassStat", "cache_activations", "contract", "cse", "dce", "domain_reduction", "fuse", "lift",
-           "report", "run_pipeline", "simplify", "step_order", "superopt", "tile", "vectorize"]
+           "masked_reads", "report", "run_pipeline", "simplify", "step_order", "superopt", "tile", "vectorize"]

@@ -22,7 +22,8 @@ def small(ctx):
 
 def test_the_simplification_passes_run_first_and_each_can_be_switched_off():
     assert [name for name, _ in PIPELINE] == ["cse", "simplify", "domain_reduction", "lift", "cache_activations",
-                                              "dce", "vectorize", "contract", "tile", "pack_weights", "step_order",
+                                              "dce", "vectorize", "contract", "tile", "pack_weights", "masked_reads",
+                                              "step_order",
                                               "fuse",
                                               "superopt"]
     for name in SIMPLIFICATION:

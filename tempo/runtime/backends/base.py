@@ -59,6 +59,12 @@ class Backend:
         the backend runs loops statement by statement."""
         return None
 
+    @property
+    def compiles_loops(self) -> bool:
+        """Whether :meth:`device_loop` compiles loops (the compiler then gives reads that grow with a
+        loop's counter static shapes: :mod:`tempo.transforms.masked_reads`)."""
+        return type(self).device_loop is not Backend.device_loop
+
     def weight_panel(self, rows: int) -> int | None:
         """The columns per panel a constant right operand of a product of ``rows`` rows is
         stored in (:mod:`tempo.transforms.pack_weights`), or None: as it is."""
