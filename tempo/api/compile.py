@@ -57,6 +57,7 @@ class Program:
     end_checks: dict = field(default_factory=dict, repr=False)  # bound name -> the last run's EndCheck
     runnables: dict = field(default_factory=dict, repr=False)  # what runs are made of -> their Runnable
     validated: set = field(default_factory=set, repr=False)  # the bounds validate() found in range
+    row_limits: dict = field(default_factory=dict)  # bound name -> the rows masked_reads gave its dim's buffers
 
     def passes_report(self) -> str:
         """A table of the passes run: the SDG's node count before and after each, and its seconds."""
@@ -196,6 +197,11 @@ class Program:
         for tiles, (whole, size) in self.sdg.tiles.items():  # a tile dim's bound follows from its dim's
             if whole in values:
                 values[tiles] = -(-values[whole] // size)
+        for name, rows in self.row_limits.items():
+            if values.get(name, 0) > rows:
+                raise BoundError(f"bound {name} = {values[name]} is more than the {rows} rows the masked_reads "
+                                 f"pass gave the buffers of reads along its dim: compile with rows of at least "
+                                 f"{values[name]} (passes={{'masked_reads': Config(rows=...)}})", self.site)
         missing = [p for p in self.domains.params if p not in values]
         if missing:
             raise BoundError(f"no value given for bound symbol {', '.join(missing)} "
@@ -324,11 +330,21 @@ def compile_program(ctx, fetch: list, backend: str | None = None, site=None, pas
             planned = _timed(timings, key, ast_pass, lowered, domains, planned)
     program = Program(lowered.sdg, list(lowered.fetch), domains, planned.scheduled.ast, request.backend,
                       tuple(ctx.dim_order), site, timings, list(lowered.stats), written=lowered.written,
-                      memory=request.memory, plan=planned.plan, end_check_every=config.end_check_every)
+                      memory=request.memory, plan=planned.plan, end_check_every=config.end_check_every,
+                      row_limits=_row_limits(request.passes, ctx.dim_order))
     _timed(timings, "codegen", program.runnable, program.plan, program.bound_names())
     if _STOPPING:
         raise FirstCompile(program, request.bounds)
     return program
+
+
+def _row_limits(passes: dict, dims) -> dict[str, int]:
+    """Bound name -> the rows the ``masked_reads`` pass was given for its dim: a run's bound may not exceed
+    them (the buffers hold that many rows)."""
+    cfg = passes.get("masked_reads")
+    if not getattr(cfg, "enabled", False):
+        return {}
+    return {bound_of(d).name: int(cfg.rows[d.name]) for d in dims if d.name in cfg.rows}
 
 
 def _placed(request: stages.Request, lowered: stages.Lowered, domains, schedule, timings: dict) -> stages.Scheduled:

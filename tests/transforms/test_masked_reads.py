@@ -79,6 +79,14 @@ def test_rows_given_for_the_dim_make_buffers_of_that_many_rows():
     np.testing.assert_allclose(given.run(bounds)[0], plain.run(bounds)[0], rtol=1e-5, atol=1e-6)
 
 
+def test_a_bound_past_the_rows_given_is_a_bound_error():
+    """Buffers of 9 rows cannot hold 10 steps: the run is refused, not computed from clamped rows."""
+    given = decoder("numpy", {"masked_reads": masked_reads.Config(enabled=True, rows={"t": 9})})
+    given.run({"L": LAYERS, "T": 8})
+    with pytest.raises(tpo.BoundError, match="more than the 9 rows"):
+        given.run({"L": LAYERS, "T": 10})
+
+
 def test_a_mean_over_the_rows_keeps_the_read_as_it_is():
     """A mean divides by the rows' count: rows past ``t`` would change it, so the pass leaves the read."""
     bounds = {"L": LAYERS, "T": 6}
