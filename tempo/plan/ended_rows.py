@@ -122,19 +122,44 @@ def _product(sizes):
 
 ROW_LOCAL = (ops.ElementwiseOp, ops.CastOp, ops.IdentOp, ops.MergeOp, ops.PermuteOp, ops.ExpandOp, ops.SqueezeOp,
              ops.UnsqueezeOp, ops.SpatialIndexOp, ops.CatOp, ops.ReshapeOp)  # a padded row's value stays in padded rows
+ZERO_KEEPING = (ops.CastOp, ops.IdentOp, ops.PermuteOp, ops.ExpandOp, ops.SqueezeOp, ops.UnsqueezeOp, ops.ReshapeOp)
+ZERO_FNS = frozenset({"neg", "abs", "sin", "tanh", "relu", "sign", "floor", "ceil", "sqrt", "add", "sub", "mul",
+                      "maximum", "minimum", "where", "lt", "gt", "ne", "and", "or"})  # f(0, ..., 0) == 0
 
 
-def masked_steps(op: ops.Op) -> set[int]:
+def keeps_zeros(op: ops.Op, ins: "list[Axes]", out: Axes) -> bool:
+    """Whether ``op`` computes zeros past the end from inputs that hold zeros there: a cast, a copy, a
+    permutation, an expansion, a squeeze or an accepted reshape (each moves rows, never mixes them), or
+    an elementwise function of :data:`ZERO_FNS`, where every input holds the output's padded axes (none
+    is broadcast along one)."""
+    if not out or not (isinstance(op, ZERO_KEEPING) or isinstance(op, ops.ElementwiseOp) and op.fn in ZERO_FNS):
+        return False
+    return all(sorted(c for _, c in axes) == sorted(c for _, c in out) for axes in ins)
+
+
+def masked_steps(op: ops.Op, ins: "list[Axes]", outs: "list[list[Axes]]") -> set[int]:
     """The ops of a statement (a fused island's steps, else the op itself: 0) whose outputs are masked past
-    the end: those an op that is not :data:`ROW_LOCAL` reads (a sum, a scan, a product: it would mix a
-    padded row's value into the rows before the end) and those the statement outputs. The others' padded
-    rows hold what row-local ops compute from zeros, which only padded rows of their readers see."""
-    if not isinstance(op, ops.FusedOp):
-        return {0}
-    out = {j for j, _ in op.outputs}
-    for step in op.steps:
+    the end, given its inputs' and its ops' outputs' padded axes (:func:`island_axes`) and inputs that
+    hold zeros past the end: those an op that is not :data:`ROW_LOCAL` reads (a sum, a scan, a product: it
+    would mix a padded row's value into the rows before the end) and those the statement outputs, but an
+    op that keeps those zeros by itself (:func:`keeps_zeros`, from inputs that hold them). The others'
+    padded rows hold what row-local ops compute from zeros, which only padded rows of their readers see;
+    every output of the statement holds zeros past the end."""
+    if isinstance(op, ops.FusedOp):
+        steps, wanted = op.steps, {j for j, _ in op.outputs}
+    else:
+        steps, wanted = (ops.FusedStep(op, tuple((-1, k) for k in range(len(ins))), ()),), {0}
+    for step in steps:
         if not isinstance(step.op, ROW_LOCAL):
-            out |= {j for j, _ in step.inputs if j >= 0}
+            wanted |= {j for j, _ in step.inputs if j >= 0}
+    zeros, out = [], set()
+    for j, step in enumerate(steps):
+        axes = [ins[k] if i < 0 else outs[i][k] for i, k in step.inputs]
+        held = all(i < 0 or zeros[i] for i, _ in step.inputs)
+        kept = held and keeps_zeros(step.op, axes, outs[j][0] if outs[j] else ())
+        zeros.append(kept or j in wanted)
+        if j in wanted and not kept:
+            out.add(j)
     return out
 
 

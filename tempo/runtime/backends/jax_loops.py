@@ -524,14 +524,29 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
 
 
 def _padded_axes(plan: LoopPlan, sdg) -> dict:
-    """Per step of ``plan.padded``, the padded axes of its inputs and of its ops' outputs."""
+    """Per step of ``plan.padded``, the padded axes of its inputs to mask (none of an input that holds
+    zeros past the end already: :func:`_zero_past_end`) and of its ops' outputs."""
     if plan.padded_dim is None:
         return {}
     bound = bound_of(plan.padded_dim)
+    zeros = _zero_past_end(plan)
     out = {}
     for s in plan.padded:
-        node = plan.steps[s].node
+        step = plan.steps[s]
+        node = step.node
         ins, outs = island_axes(node.op, [sdg.read_shape(e) for e in sdg.in_edges(node.id)], list(node.shapes), bound)
-        masked = masked_steps(node.op)
+        masked = masked_steps(node.op, ins, outs)
+        ins = [() if src.kind in (LOCAL, ROWS) and src.key[0] in zeros else axes for src, axes in zip(step.inputs, ins)]
         out[s] = (ins, [axes if j in masked else [()] * len(axes) for j, axes in enumerate(outs)])
     return out
+
+
+def _zero_past_end(plan: LoopPlan) -> set[int]:
+    """The nodes whose values in an iteration of ``plan`` (a loop that holds the loop over a dim that ends
+    at run time) hold zeros past ``T[i]``: the rows of that loop (it skips every step after the end,
+    whose rows stay zeros), those of a nested loop run to ``T`` and the outputs of the steps that read
+    padded rows (both masked past the end); empty in any other loop."""
+    if plan.ending is None:
+        return set()
+    to_cap = [n.plan for k, n in enumerate(plan.nested) if k == plan.ending or n.plan.padded_dim is not None]
+    return {step.node.id for loop in to_cap for step in loop.steps} | {plan.steps[s].node.id for s in plan.padded}
