@@ -65,8 +65,8 @@ def padded_steps(sdg: SDG, steps: list[Step], nested: list[Nested], ending: int,
         if any(padded_axes(shape, bound) for j, shape in enumerate(step.node.shapes)
                if (step.node.id, j) in written_back):
             return None  # rows past the end would be written back
-        if any(ins) or any(any(o) for o in outs):
-            out.append(s)
+        if any(ins) or any(any(o) for o in outs) or values_depend(step.node.op, bound):
+            out.append(s)  # rows padded past T[i], or a value of T, computed at T[i]
     return tuple(out), nested
 
 
@@ -109,7 +109,7 @@ def _padded_rows(sdg: SDG, loop: LoopPlan, bound: Expr) -> tuple[int, ...] | Non
         axes = island_axes(step.node.op, [sdg.read_shape(e) for e in edges], list(step.node.shapes), bound)
         if axes is None or any(padded_axes(shape, bound) for shape in step.node.shapes):
             return None
-        if any(axes[0]) or any(any(o) for o in axes[1]):
+        if any(axes[0]) or any(any(o) for o in axes[1]) or values_depend(step.node.op, bound):
             out.append(s)
     return tuple(out)
 

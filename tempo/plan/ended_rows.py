@@ -27,11 +27,14 @@ outputs before the end are those of the unpadded op.
   alone is padded (``cat([ones, d[0:T - 1]])``: the step before); an index
   at the dim's own step ``t`` reads a row before the end at every ``t``
   before it;
+- a value of ``T`` (``eval_symbol(B * T)``: the divisor of a mean's gradient)
+  is computed with ``T`` at ``T[i]``;
 - a mean over a padded axis (it divides by the cap), a max or min over one,
   a point index, a gather, a pad or any other concatenation along one, a
   reshape that moves one, and every op without a rule: their statement keeps
   its loop on the host, as does one whose sizes mention ``T`` other than as
-  ``T + c`` (``B*T`` rows), or whose value does (``eval_symbol(T)``).
+  ``T + c`` (``B*T`` rows), or whose value does otherwise (a vectorized
+  ``eval_symbol(T - 1 - t)``, one value per row).
 """
 from __future__ import annotations
 
@@ -192,6 +195,12 @@ def _mentions(op: ops.Op, bound: Expr, padded: set[int]) -> bool:
     return False
 
 
+def at_the_end(op: ops.Op) -> bool:
+    """Whether ``op`` is a value of symbols (``eval_symbol(B * T)``, a mean's divisor in its gradient) that
+    the device computes with ``T`` at ``T[i]``, as the host computes it after the loop."""
+    return isinstance(op, ops.EvalSymbolOp) and not op.vectorized
+
+
 def values_depend(op: ops.Op, bound: Expr) -> bool:
     """Whether an op of a statement (a fused island's steps, else the op itself) computes a value or an
     index from ``bound`` (its sizes aside)."""
@@ -218,7 +227,8 @@ def island_axes(op: ops.Op, in_shapes: list[tuple], out_shapes: list[tuple], bou
         step_ins = [ins[k] if j < 0 else outs[j][k] for j, k in inputs]
         step_in_shapes = [in_shapes[k] if j < 0 else shapes[j][k] for j, k in inputs]
         axes = [padded_axes(s, bound) for s in step_shapes]
-        if None in axes or _mentions(step_op, bound, _axes(step_ins[0]) if step_ins else set()):
+        if None in axes or not at_the_end(step_op) and _mentions(step_op, bound, _axes(step_ins[0]) if step_ins else
+                                                                  set()):
             return None
         if any(step_ins) or any(axes):
             fn = RULES.get(type(step_op))

@@ -2,7 +2,7 @@
 (:mod:`tempo.plan.ended_rows`): every chain of ops the rules accept computes on the NumPy backend, from
 rows padded with zeros past ``T[i]`` and each op's output masked there (as the JAX device loop runs it),
 the same rows before the end as from the ``T[i]`` rows alone; the rules refuse a mean, a max, a point
-index and sizes that mention ``T`` otherwise. Masking only the outputs :func:`masked_steps` picks (an op
+index and sizes that mention ``T`` otherwise, and values of ``T`` but a scalar one (computed at ``T[i]``). Masking only the outputs :func:`masked_steps` picks (an op
 that keeps zeros from zeros goes unmasked) gives those rows too, and zeros past the end of the output."""
 from __future__ import annotations
 
@@ -142,8 +142,10 @@ def test_sizes_that_mention_the_bound_otherwise_are_refused():
     assert padded_axes((T - 1, 4), T) == ((0, -1),)
     assert padded_axes((B * T,), T) is None
     assert padded_axes((B, 3), T) == ()
-    value = ops.FusedStep(ops.EvalSymbolOp(T), (), ("int64",), shapes=((),))
-    assert island_axes(ops.FusedOp((value,), ((0, 0),)), [], [()], T) is None  # its value is T's
+    value = ops.FusedStep(ops.EvalSymbolOp(B * T), (), ("int64",), shapes=((),))
+    assert island_axes(ops.FusedOp((value,), ((0, 0),)), [], [()], T) is not None  # computed at T[i]
+    rows = ops.FusedStep(ops.EvalSymbolOp(T - 1 - t, vectorized=(t,)), (), ("int64",), shapes=((T,),))
+    assert island_axes(ops.FusedOp((rows,), ((0, 0),)), [], [(T,)], T) is None  # one value per row, of T
     cat_first = ops.FusedOp((ops.FusedStep(ops.CatOp(0), ((-1, 0), (-1, 1)), ("float32",), shapes=((T + 1,),)),),
                             ((0, 0),))
     assert island_axes(cat_first, [(T,), (1,)], [(T + 1,)], T) is None  # the padded part first: rows move

@@ -112,6 +112,7 @@ class LoopProgram:
         self.device_values = {s: DeviceValues(island, plan.steps[s]) for s, island in enumerate(islands)
                               if island is not None and (island.indexes or island.host)}
         self.start = device_expr(plan.loop.start)  # a nested loop's first counter, of the enclosing loop's
+        self.end_bound = None if plan.padded_dim is None else bound_of(plan.padded_dim).name  # T: T[i] in padded steps
         names = {n for values in self.device_values.values() for n in values.names}
         names |= {n for inner in self.nested
                   for n in (*inner.names, *(x.name for x in inner.plan.loop.start.free_symbols()))}
@@ -228,7 +229,7 @@ class LoopProgram:
             inner_key = keys.pop(0)
             nested.append((n, inner._traced(inner_key), inner_key[0]))
         firsts = [inner.start for inner in self.nested]  # each nested loop's first counter
-        plan, padded, islands = self.plan, self.padded, self.islands
+        plan, padded, islands, end_bound = self.plan, self.padded, self.islands, self.end_bound
         deferred = [s for s, step in enumerate(plan.steps) if isinstance(step.node.op, ops.UDFOp) and s != plan.end]
 
         def body_of(closed, consts):
@@ -261,7 +262,8 @@ class LoopProgram:
                         given.update({int(name[1:]): value for name, value in x["a"].get(str(s), {}).items()})
                         starts = {}
                         if s in device:  # the step's symbol values and index starts, of its counters
-                            symbols, starts = device[s](env, forms[s])
+                            at = env if masks is None else dict(env, **{end_bound: length})  # T: T[i]
+                            symbols, starts = device[s](at, forms[s])
                             given.update(symbols)
                         traced = tracers[s] if masks is None else islands[s]._traced(
                             *tracers[s], lambda j, results, outs=masks[1]: [_masked(v, axes, length)
