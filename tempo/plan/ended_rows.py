@@ -22,6 +22,9 @@ outputs before the end are those of the unpadded op.
   the sum is ordered (:mod:`tempo.transforms.step_order`); a running or
   discounted sum, in either direction, adds zeros; a product contracting a
   padded axis adds products of zeros;
+- a mean over a padded axis is a sum of the padded rows divided by the
+  count of the elements before the end (:func:`mean_counts`: an expression
+  of ``T``, which the device computes at ``T[i]``);
 - a slice along a padded axis from a constant start to ``T + c`` keeps the
   rows before the end in order, and so does a concatenation along one whose last part
   alone is padded (``cat([ones, d[0:T - 1]])``: the step before); an index
@@ -29,8 +32,7 @@ outputs before the end are those of the unpadded op.
   before it;
 - a value of ``T`` (``eval_symbol(B * T)``: the divisor of a mean's gradient)
   is computed with ``T`` at ``T[i]``;
-- a mean over a padded axis (it divides by the cap), a max or min over one,
-  a point index, a gather, a pad or any other concatenation along one, a
+- a max or min over a padded axis, a point index, a gather, a pad or any other concatenation along one, a
   reshape that moves one, and every op without a rule: their statement keeps
   its loop on the host, as does one whose sizes mention ``T`` other than as
   ``T + c`` (``B*T`` rows), or whose value does otherwise (a vectorized
@@ -70,7 +72,7 @@ def _rowwise(op, ins, outs, shapes, bound) -> bool:
 @rule(ops.ReduceOp)
 def _reduce(op: ops.ReduceOp, ins, outs, shapes, bound) -> bool:
     rank = len(shapes[0])
-    return op.fn == "sum" or not {a % rank for a in op.axes} & _axes(ins[0])
+    return op.fn in ("sum", "mean") or not {a % rank for a in op.axes} & _axes(ins[0])
 
 
 @rule(ops.PadOp, ops.ArgSortOp)
@@ -163,6 +165,27 @@ def masked_steps(op: ops.Op, ins: "list[Axes]", outs: "list[list[Axes]]") -> set
         zeros.append(kept or j in wanted)
         if j in wanted and not kept:
             out.add(j)
+    return out
+
+
+def mean_counts(op: ops.Op, in_shapes: list[tuple], ins: "list[Axes]", outs: "list[list[Axes]]") -> dict:
+    """The ops of a statement (a fused island's steps, else the op itself: 0) that are means over padded
+    axes, each with the count of the elements it averages (an expression of the bound: the product of
+    the reduced axes' sizes), given the statement's input shapes and :func:`island_axes`. A backend runs
+    each as a sum of the padded rows divided by that count with the bound at ``T[i]``."""
+    if isinstance(op, ops.FusedOp):
+        steps = op.steps
+    else:
+        steps = (ops.FusedStep(op, tuple((-1, k) for k in range(len(in_shapes))), ()),)
+    out = {}
+    for j, step in enumerate(steps):
+        if not (isinstance(step.op, ops.ReduceOp) and step.op.fn == "mean"):
+            continue
+        i, k = step.inputs[0]
+        shape, axes = (in_shapes[k], ins[k]) if i < 0 else (steps[i].shapes[k], outs[i][k])
+        reduced = sorted({a % len(shape) for a in step.op.axes})
+        if set(reduced) & _axes(axes):
+            out[j] = _product([shape[a] for a in reduced])
     return out
 
 

@@ -1,18 +1,23 @@
 """Which statements compute, before a dim's end, the same from rows padded to its cap
 (:mod:`tempo.plan.ended_rows`): every chain of ops the rules accept computes on the NumPy backend, from
-rows padded with zeros past ``T[i]`` and each op's output masked there (as the JAX device loop runs it),
-the same rows before the end as from the ``T[i]`` rows alone; the rules refuse a mean, a max, a point
-index and sizes that mention ``T`` otherwise, and values of ``T`` but a scalar one (computed at ``T[i]``). Masking only the outputs :func:`masked_steps` picks (an op
-that keeps zeros from zeros goes unmasked) gives those rows too, and zeros past the end of the output."""
+rows padded with zeros past ``T[i]``, each op's output masked there and a mean over them divided by the
+count before the end (as the JAX device loop runs it), the same rows before the end as from the ``T[i]``
+rows alone; the rules refuse a max, a point index, sizes that mention ``T`` otherwise and values of
+``T`` but a scalar one (computed at ``T[i]``). Masking only the outputs :func:`masked_steps` picks (an
+op that keeps zeros from zeros goes unmasked) gives those rows too, and zeros past the end of the
+output."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tempo.ir import ops
-from tempo.plan.ended_rows import island_axes, masked_steps, padded_axes
+from tempo.plan.ended_rows import island_axes, masked_steps, mean_counts, padded_axes
 from tempo.runtime.backends.numpy import NumPyBackend
+from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import make_slice, step_and_bound, symbol
 
 t, T = step_and_bound("t")
@@ -54,10 +59,16 @@ def chain(names: list[str]):
 
 def run(op: ops.FusedOp, x: np.ndarray, rows: int, masks=None) -> np.ndarray:
     """The island on NumPy with ``T = rows``; with ``masks`` (the padded axes of each op's output) each op's
-    output zero past ``length + c`` along each padded ``(axis, c)``, ``length`` the rows before the end."""
+    output zero past ``length + c`` along each padded ``(axis, c)``, ``length`` the rows before the end,
+    and each mean over padded rows their sum divided by the count at ``T = length`` (:func:`mean_counts`),
+    as the JAX device loop runs them."""
     backend, values = NumPyBackend(), []
+    counts = {} if masks is None else mean_counts(op, [(T, 3)], [((0, 0),)], masks.outs)
     for j, step in enumerate(op.steps):
-        value = backend.kernel(step.op)([x if k < 0 else values[k] for k, _ in step.inputs], {"T": rows}, ())[0]
+        kernel = backend.kernel(replace(step.op, fn="sum") if j in counts else step.op)
+        value = kernel([x if k < 0 else values[k] for k, _ in step.inputs], {"T": rows}, ())[0]
+        if j in counts:
+            value = np.asarray(value) / np.float32(compile_expr(counts[j])({"T": masks.length}))
         if masks is not None:
             value = _masked(np.asarray(value), masks[j], masks.length)
         values.append(value)
@@ -74,7 +85,10 @@ def _masked(value: np.ndarray, axes, length: int) -> np.ndarray:
 
 
 class Masks(list):
+    """The padded axes to mask of each op's output, with ``length`` and ``outs`` (:func:`island_axes`'
+    padded axes of every op's outputs)."""
     length = 0
+    outs: list = []
 
 
 @given(st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=3), st.integers(2, CAP),
@@ -85,7 +99,7 @@ def test_a_chain_the_rules_accept_keeps_its_rows_before_the_end(names, length, v
         return
     out_shape = op.steps[-1].shapes[0]
     axes = island_axes(op, [(T, 3)], [out_shape], T)
-    refused = {"mean0", "max0"} & set(names[:1]) or "row0" in names[:1]
+    refused = {"max0"} & set(names[:1]) or "row0" in names[:1]
     if refused:
         assert axes is None  # the first op reads the padded axis 0 as the rules refuse
     if axes is None:
@@ -95,7 +109,7 @@ def test_a_chain_the_rules_accept_keeps_its_rows_before_the_end(names, length, v
     x = np.asarray(values, np.float32).reshape(CAP, 3)
     x[length:] = 0
     masks = Masks(axes[0] for axes in outs)
-    masks.length = length
+    masks.length, masks.outs = length, outs
     padded = run(op, x, CAP, masks)
     short = run(op, x[:length], length)
     inside = tuple(slice(0, length + dict(outs[-1][0]).get(a, 0) if a in dict(outs[-1][0]) else None)
@@ -115,7 +129,7 @@ def test_masking_the_steps_masked_steps_picks_keeps_the_rows_and_zeros_past_the_
     x = np.asarray(values, np.float32).reshape(CAP, 3)
     x[length:] = 0
     masks = Masks(axes[0] if j in picked else () for j, axes in enumerate(outs))
-    masks.length = length
+    masks.length, masks.outs = length, outs
     padded = run(op, x, CAP, masks)
     short = run(op, x[:length], length)
     ends = dict(outs[-1][0])

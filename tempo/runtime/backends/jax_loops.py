@@ -76,6 +76,7 @@ set to zero past ``T[i]`` by a compare; a nested loop after it that runs to
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable
 
 import jax
@@ -87,7 +88,7 @@ from tempo.ir import ops
 import numpy as np
 
 from tempo.plan.loop_plan import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
-from tempo.plan.ended_rows import island_axes, masked_steps
+from tempo.plan.ended_rows import island_axes, masked_steps, mean_counts
 from tempo.runtime.backends import jax_layout
 from tempo.runtime.backends.jax import Island, _row
 from tempo.runtime.backends.jax_step_values import DeviceValues, device_expr
@@ -261,13 +262,14 @@ class LoopProgram:
                         given = dict(consts[str(s)])
                         given.update({int(name[1:]): value for name, value in x["a"].get(str(s), {}).items()})
                         starts = {}
+                        at = env if masks is None else dict(env, **{end_bound: length})  # T: T[i]
                         if s in device:  # the step's symbol values and index starts, of its counters
-                            at = env if masks is None else dict(env, **{end_bound: length})  # T: T[i]
                             symbols, starts = device[s](at, forms[s])
                             given.update(symbols)
                         traced = tracers[s] if masks is None else islands[s]._traced(
-                            *tracers[s], lambda j, results, outs=masks[1]: [_masked(v, axes, length)
-                                                                             for v, axes in zip(results, outs[j])])
+                            *tracers[s], lambda j, results, outs=masks[1], counts=masks[2], at=at: [
+                                _masked(_mean(v, counts[j], at) if j in counts else v, axes, length)
+                                for v, axes in zip(results, outs[j])])
                         outs = traced(ins, given, starts)
                     for j, (value, dtype) in enumerate(zip(outs, step.node.dtypes)):
                         values[(step.node.id, j)] = value if value.dtype == dtype else value.astype(dtype)
@@ -449,6 +451,13 @@ def _masked(value, axes: tuple[tuple[int, int], ...], length):
     return jnp.where(keep, value, jnp.zeros((), value.dtype))
 
 
+def _mean(total, count: Callable, env: dict):
+    """A mean from the ``total`` of the rows it averages and their ``count`` (of ``env``: ``T`` at ``T[i]``),
+    divided as the host divides the sum of the rows before the end by their number."""
+    total = jax_layout.materialised(total)
+    return total / jnp.asarray(count(env)).astype(total.dtype)
+
+
 def _windows(value, n: int):
     """``(rows, n, ...)``: at row ``k``, rows ``k`` to ``k + n - 1`` of ``value``, zeros past its last row."""
     padded = jnp.concatenate([value, jnp.zeros((n - 1,) + value.shape[1:], value.dtype)])
@@ -501,6 +510,7 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
     nested = [compile_loop(n.plan, sdg) for n in plan.nested]
     if any(inner is None for inner in nested):
         return None
+    padded = _padded_axes(plan, sdg)
     islands = []
     for s, step in enumerate(plan.steps):
         node = step.node
@@ -514,6 +524,9 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
         else:
             steps = (ops.FusedStep(node.op, tuple((-1, k) for k in range(len(step.inputs))), ()),)
             outputs = tuple((0, k) for k in range(len(node.shapes)))
+        if s in padded:  # a mean over padded rows: their sum, divided by the count at T[i] in the body
+            steps = tuple(replace(st, op=replace(st.op, fn="sum")) if j in padded[s][2] else st
+                          for j, st in enumerate(steps))
         try:
             island = Island(steps, outputs, {})
         except TempoError:
@@ -522,12 +535,13 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
         if moving & set(island.names) and s not in plan.shaped:  # a tile's sizes: one per launch, checked
             return None
         islands.append(island)
-    return LoopProgram(plan, islands, nested, _padded_axes(plan, sdg))
+    return LoopProgram(plan, islands, nested, padded)
 
 
 def _padded_axes(plan: LoopPlan, sdg) -> dict:
     """Per step of ``plan.padded``, the padded axes of its inputs to mask (none of an input that holds
-    zeros past the end already: :func:`_zero_past_end`) and of its ops' outputs."""
+    zeros past the end already: :func:`_zero_past_end`) and of its ops' outputs, and its means over
+    padded axes with their counts (:func:`tempo.plan.ended_rows.mean_counts`, of the traced bounds)."""
     if plan.padded_dim is None:
         return {}
     bound = bound_of(plan.padded_dim)
@@ -536,10 +550,12 @@ def _padded_axes(plan: LoopPlan, sdg) -> dict:
     for s in plan.padded:
         step = plan.steps[s]
         node = step.node
-        ins, outs = island_axes(node.op, [sdg.read_shape(e) for e in sdg.in_edges(node.id)], list(node.shapes), bound)
+        shapes = [sdg.read_shape(e) for e in sdg.in_edges(node.id)]
+        ins, outs = island_axes(node.op, shapes, list(node.shapes), bound)
         masked = masked_steps(node.op, ins, outs)
+        counts = {j: device_expr(count) for j, count in mean_counts(node.op, shapes, ins, outs).items()}
         ins = [() if src.kind in (LOCAL, ROWS) and src.key[0] in zeros else axes for src, axes in zip(step.inputs, ins)]
-        out[s] = (ins, [axes if j in masked else [()] * len(axes) for j, axes in enumerate(outs)])
+        out[s] = (ins, [axes if j in masked else [()] * len(axes) for j, axes in enumerate(outs)], counts)
     return out
 
 
