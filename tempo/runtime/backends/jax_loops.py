@@ -88,6 +88,7 @@ from tempo.ir import ops
 import numpy as np
 
 from tempo.plan.loop_plan import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
+from tempo.plan.ended_loops import last_row
 from tempo.plan.ended_rows import island_axes, masked_steps, mean_counts
 from tempo.runtime.backends import jax_layout
 from tempo.runtime.backends.jax import Island, _row
@@ -254,6 +255,9 @@ class LoopProgram:
                     masks = padded.get(s)
                     if masks is not None:
                         ins = [_masked(v, axes, length) for v, axes in zip(ins, masks[0])]
+                        for k in masks[3]:  # the row at T - 1: the host's position is the cap's last row
+                            rows = _stacked(values[step.inputs[k].key])
+                            ins[k] = rows[x["row"][f"{s}.{k}"] + length - rows.shape[0]]
                     if tracers[s] is None:
                         outs = (_merge(step, ins, x["sel"].get(str(s)), shapes[s], branches.get(s)),)
                         if masks is not None:
@@ -540,8 +544,9 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
 
 def _padded_axes(plan: LoopPlan, sdg) -> dict:
     """Per step of ``plan.padded``, the padded axes of its inputs to mask (none of an input that holds
-    zeros past the end already: :func:`_zero_past_end`) and of its ops' outputs, and its means over
-    padded axes with their counts (:func:`tempo.plan.ended_rows.mean_counts`, of the traced bounds)."""
+    zeros past the end already: :func:`_zero_past_end`) and of its ops' outputs, its means over padded
+    axes with their counts (:func:`tempo.plan.ended_rows.mean_counts`, of the traced bounds) and its
+    inputs that read the ended loop's row at ``T - 1`` (:func:`tempo.plan.ended_loops.last_row`)."""
     if plan.padded_dim is None:
         return {}
     bound = bound_of(plan.padded_dim)
@@ -554,8 +559,9 @@ def _padded_axes(plan: LoopPlan, sdg) -> dict:
         ins, outs = island_axes(node.op, shapes, list(node.shapes), bound)
         masked = masked_steps(node.op, ins, outs)
         counts = {j: device_expr(count) for j, count in mean_counts(node.op, shapes, ins, outs).items()}
+        last = {k for k, src in enumerate(step.inputs) if src.key[0] in zeros and last_row(src, bound)}
         ins = [() if src.kind in (LOCAL, ROWS) and src.key[0] in zeros else axes for src, axes in zip(step.inputs, ins)]
-        out[s] = (ins, [axes if j in masked else [()] * len(axes) for j, axes in enumerate(outs)], counts)
+        out[s] = (ins, [axes if j in masked else [()] * len(axes) for j, axes in enumerate(outs)], counts, last)
     return out
 
 
