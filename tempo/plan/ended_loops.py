@@ -2,9 +2,9 @@
 
 A device loop over iterations that holds such a loop (:attr:`~tempo.plan.loop_plan.LoopPlan.ending`)
 runs it to the cap and the statements after it on the cap's rows, masked past ``T[i]``
-(:mod:`tempo.plan.ended_rows` has the per-op rules). :func:`padded_steps` finds those statements
-and the nested loops after it that run to ``T``, or says that the loop over iterations must stay on
-the host.
+(:mod:`tempo.plan.ended_rows` has the per-op rules), and a statement that reads its row at ``T - 1``
+(:func:`last_row`) with ``T[i] - 1``. :func:`padded_steps` finds those statements and the nested
+loops after it that run to ``T``, or says that the loop over iterations must stay on the host.
 """
 from __future__ import annotations
 

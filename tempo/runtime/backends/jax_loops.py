@@ -71,7 +71,10 @@ with the padded axes :func:`tempo.plan.ended_rows.island_axes` finds) are
 traced with ``T`` at the cap, their inputs and the outputs of their ops that
 a sum, scan or product reads (:func:`tempo.plan.ended_rows.masked_steps`)
 set to zero past ``T[i]`` by a compare; a nested loop after it that runs to
-``T`` is given ``T[i]`` and masks its steps the same way.
+``T`` is given ``T[i]`` and masks its steps the same way. Those steps see
+``T`` at ``T[i]``: a mean over padded rows divides their sum by the count
+before the end, a value of ``T`` is ``T[i]``'s, and a read of the ended
+loop's row at ``T - 1`` picks row ``T[i] - 1``.
 """
 from __future__ import annotations
 
