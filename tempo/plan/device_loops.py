@@ -51,9 +51,10 @@ iteration read its rows padded past ``T[i]`` with zeros where each of their
 ops keeps the rows before the end (:mod:`tempo.plan.ended_loops`, by the
 rules of :mod:`tempo.plan.ended_rows`; :attr:`LoopPlan.padded`), as may a
 nested loop after it that runs to ``T``
-and whose rows those statements read whole. A statement after it that reads
-``T`` otherwise (``x[i, T - 1]``, a mean over ``0:T``, a condition on
-``T``) keeps the loop over iterations on the host.
+and whose rows those statements read whole; a mean over ``0:T``, a scalar
+value of ``T`` and a read of its row at ``T - 1`` are computed with ``T[i]``.
+A statement after it that reads ``T`` otherwise (``x[i, T - 2]``, a max over
+``0:T``, a condition on ``T``) keeps the loop over iterations on the host.
 
 :mod:`tempo.runtime.device_loops` runs the plans.
 """

@@ -2,9 +2,9 @@
 
 A device loop over iterations that holds such a loop (:attr:`~tempo.plan.loop_plan.LoopPlan.ending`)
 runs it to the cap and the statements after it on the cap's rows, masked past ``T[i]``
-(:mod:`tempo.plan.ended_rows` has the per-op rules). :func:`padded_steps` finds those statements
-and the nested loops after it that run to ``T``, or says that the loop over iterations must stay on
-the host.
+(:mod:`tempo.plan.ended_rows` has the per-op rules), and a statement that reads its row at ``T - 1``
+(:func:`last_row`) with ``T[i] - 1``. :func:`padded_steps` finds those statements and the nested
+loops after it that run to ``T``, or says that the loop over iterations must stay on the host.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from dataclasses import replace
 from tempo.ir.ops import UDFOp
 from tempo.ir.sdg import SDG
 from tempo.plan.ended_rows import island_axes, padded_axes, values_depend
-from tempo.plan.loop_plan import ROWS, STACKED, WINDOW, LoopPlan, Nested, Step
+from tempo.plan.loop_plan import ROW, ROWS, STACKED, WINDOW, LoopPlan, Nested, Step
+from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import Expr
 from tempo.symbolic.simplify import simplify
 
@@ -26,7 +27,7 @@ def padded_steps(sdg: SDG, steps: list[Step], nested: list[Nested], ending: int,
     runs to ``T`` marked; None where a statement after it cannot run so: one whose condition, reads or
     value depend on ``T`` otherwise, a nested loop after it that depends on ``T`` but by running to it
     (``t < T``, its rows read whole, masked past ``T[i]``), or a read of the ended loop's values but its
-    rows whole."""
+    rows whole and its row at ``T - 1`` (:func:`last_row`)."""
     ended = {step.node.id for step in nested[ending].plan.steps}
     to_cap = set()  # the values of nested loops that run to T (their rows past T[i] set to zero)
     nested = list(nested)
@@ -50,10 +51,12 @@ def padded_steps(sdg: SDG, steps: list[Step], nested: list[Nested], ending: int,
     for s, step in enumerate(steps):
         if s < nested[ending].at:
             continue
+        last = [src.key[0] in ended and last_row(src, bound) for src in step.inputs]
         exprs = [*step.guard, *(c for c in step.conds if c is not None),
-                 *(src.index for src in step.inputs if src.index is not None and src.kind != ROWS)]
+                 *(src.index for src, at in zip(step.inputs, last) if src.index is not None and src.kind != ROWS
+                   and not at)]
         if any(_mentions(e, bound) for e in exprs) or \
-                any(src.key[0] in ended | to_cap and src.kind != ROWS for src in step.inputs):
+                any(src.key[0] in ended | to_cap and src.kind != ROWS and not at for src, at in zip(step.inputs, last)):
             return None
         edges = sdg.in_edges(step.node.id)
         axes = island_axes(step.node.op, [sdg.read_shape(e) for e in edges], list(step.node.shapes), bound)
@@ -65,9 +68,23 @@ def padded_steps(sdg: SDG, steps: list[Step], nested: list[Nested], ending: int,
         if any(padded_axes(shape, bound) for j, shape in enumerate(step.node.shapes)
                if (step.node.id, j) in written_back):
             return None  # rows past the end would be written back
-        if any(ins) or any(any(o) for o in outs):
-            out.append(s)
+        if any(ins) or any(any(o) for o in outs) or values_depend(step.node.op, bound) or any(last):
+            out.append(s)  # rows padded past T[i], a value of T or the row at T - 1, computed at T[i]
     return tuple(out), nested
+
+
+def last_row(src, bound: Expr) -> bool:
+    """Whether ``src`` reads one row of a nested loop's rows (``row``) at ``T - 1`` (``x[i, T - 1]``:
+    the last row before the end, which the device picks with ``T[i]``), the other coordinates free of
+    ``T``."""
+    if src.kind != ROW or any(_mentions(a, bound) for m, a in enumerate(src.index.args) if m != src.shift):
+        return False
+    row = src.index.args[src.shift]
+    names = {x.name for x in row.free_symbols()}
+    if names != {bound.name}:
+        return False
+    at = compile_expr(row)
+    return at({bound.name: 100}) == 99 and at({bound.name: 200}) == 199
 
 
 def _mentions(e: Expr, bound: Expr) -> bool:
@@ -109,7 +126,7 @@ def _padded_rows(sdg: SDG, loop: LoopPlan, bound: Expr) -> tuple[int, ...] | Non
         axes = island_axes(step.node.op, [sdg.read_shape(e) for e in edges], list(step.node.shapes), bound)
         if axes is None or any(padded_axes(shape, bound) for shape in step.node.shapes):
             return None
-        if any(axes[0]) or any(any(o) for o in axes[1]):
+        if any(axes[0]) or any(any(o) for o in axes[1]) or values_depend(step.node.op, bound):
             out.append(s)
     return tuple(out)
 

@@ -22,16 +22,21 @@ outputs before the end are those of the unpadded op.
   the sum is ordered (:mod:`tempo.transforms.step_order`); a running or
   discounted sum, in either direction, adds zeros; a product contracting a
   padded axis adds products of zeros;
+- a mean over a padded axis is a sum of the padded rows divided by the
+  count of the elements before the end (:func:`mean_counts`: an expression
+  of ``T``, which the device computes at ``T[i]``);
 - a slice along a padded axis from a constant start to ``T + c`` keeps the
   rows before the end in order, and so does a concatenation along one whose last part
   alone is padded (``cat([ones, d[0:T - 1]])``: the step before); an index
   at the dim's own step ``t`` reads a row before the end at every ``t``
   before it;
-- a mean over a padded axis (it divides by the cap), a max or min over one,
-  a point index, a gather, a pad or any other concatenation along one, a
+- a value of ``T`` (``eval_symbol(B * T)``: the divisor of a mean's gradient)
+  is computed with ``T`` at ``T[i]``;
+- a max or min over a padded axis, a point index, a gather, a pad or any other concatenation along one, a
   reshape that moves one, and every op without a rule: their statement keeps
   its loop on the host, as does one whose sizes mention ``T`` other than as
-  ``T + c`` (``B*T`` rows), or whose value does (``eval_symbol(T)``).
+  ``T + c`` (``B*T`` rows), or whose value does otherwise (a vectorized
+  ``eval_symbol(T - 1 - t)``, one value per row).
 """
 from __future__ import annotations
 
@@ -67,7 +72,7 @@ def _rowwise(op, ins, outs, shapes, bound) -> bool:
 @rule(ops.ReduceOp)
 def _reduce(op: ops.ReduceOp, ins, outs, shapes, bound) -> bool:
     rank = len(shapes[0])
-    return op.fn == "sum" or not {a % rank for a in op.axes} & _axes(ins[0])
+    return op.fn in ("sum", "mean") or not {a % rank for a in op.axes} & _axes(ins[0])
 
 
 @rule(ops.PadOp, ops.ArgSortOp)
@@ -122,19 +127,65 @@ def _product(sizes):
 
 ROW_LOCAL = (ops.ElementwiseOp, ops.CastOp, ops.IdentOp, ops.MergeOp, ops.PermuteOp, ops.ExpandOp, ops.SqueezeOp,
              ops.UnsqueezeOp, ops.SpatialIndexOp, ops.CatOp, ops.ReshapeOp)  # a padded row's value stays in padded rows
+ZERO_KEEPING = (ops.CastOp, ops.IdentOp, ops.PermuteOp, ops.ExpandOp, ops.SqueezeOp, ops.UnsqueezeOp, ops.ReshapeOp)
+ZERO_FNS = frozenset({"neg", "abs", "sin", "tanh", "relu", "sign", "floor", "ceil", "sqrt", "add", "sub", "mul",
+                      "maximum", "minimum", "where", "lt", "gt", "ne", "and", "or"})  # f(0, ..., 0) == 0
 
 
-def masked_steps(op: ops.Op) -> set[int]:
+def keeps_zeros(op: ops.Op, ins: "list[Axes]", out: Axes) -> bool:
+    """Whether ``op`` computes zeros past the end from inputs that hold zeros there: a cast, a copy, a
+    permutation, an expansion, a squeeze or an accepted reshape (each moves rows, never mixes them), or
+    an elementwise function of :data:`ZERO_FNS`, where every input holds the output's padded axes (none
+    is broadcast along one)."""
+    if not out or not (isinstance(op, ZERO_KEEPING) or isinstance(op, ops.ElementwiseOp) and op.fn in ZERO_FNS):
+        return False
+    return all(sorted(c for _, c in axes) == sorted(c for _, c in out) for axes in ins)
+
+
+def masked_steps(op: ops.Op, ins: "list[Axes]", outs: "list[list[Axes]]") -> set[int]:
     """The ops of a statement (a fused island's steps, else the op itself: 0) whose outputs are masked past
-    the end: those an op that is not :data:`ROW_LOCAL` reads (a sum, a scan, a product: it would mix a
-    padded row's value into the rows before the end) and those the statement outputs. The others' padded
-    rows hold what row-local ops compute from zeros, which only padded rows of their readers see."""
-    if not isinstance(op, ops.FusedOp):
-        return {0}
-    out = {j for j, _ in op.outputs}
-    for step in op.steps:
+    the end, given its inputs' and its ops' outputs' padded axes (:func:`island_axes`) and inputs that
+    hold zeros past the end: those an op that is not :data:`ROW_LOCAL` reads (a sum, a scan, a product: it
+    would mix a padded row's value into the rows before the end) and those the statement outputs, but an
+    op that keeps those zeros by itself (:func:`keeps_zeros`, from inputs that hold them). The others'
+    padded rows hold what row-local ops compute from zeros, which only padded rows of their readers see;
+    every output of the statement holds zeros past the end."""
+    if isinstance(op, ops.FusedOp):
+        steps, wanted = op.steps, {j for j, _ in op.outputs}
+    else:
+        steps, wanted = (ops.FusedStep(op, tuple((-1, k) for k in range(len(ins))), ()),), {0}
+    for step in steps:
         if not isinstance(step.op, ROW_LOCAL):
-            out |= {j for j, _ in step.inputs if j >= 0}
+            wanted |= {j for j, _ in step.inputs if j >= 0}
+    zeros, out = [], set()
+    for j, step in enumerate(steps):
+        axes = [ins[k] if i < 0 else outs[i][k] for i, k in step.inputs]
+        held = all(i < 0 or zeros[i] for i, _ in step.inputs)
+        kept = held and keeps_zeros(step.op, axes, outs[j][0] if outs[j] else ())
+        zeros.append(kept or j in wanted)
+        if j in wanted and not kept:
+            out.add(j)
+    return out
+
+
+def mean_counts(op: ops.Op, in_shapes: list[tuple], ins: "list[Axes]", outs: "list[list[Axes]]") -> dict:
+    """The ops of a statement (a fused island's steps, else the op itself: 0) that are means over padded
+    axes, each with the count of the elements it averages (an expression of the bound: the product of
+    the reduced axes' sizes), given the statement's input shapes and :func:`island_axes`. A backend runs
+    each as a sum of the padded rows divided by that count with the bound at ``T[i]``."""
+    if isinstance(op, ops.FusedOp):
+        steps = op.steps
+    else:
+        steps = (ops.FusedStep(op, tuple((-1, k) for k in range(len(in_shapes))), ()),)
+    out = {}
+    for j, step in enumerate(steps):
+        if not (isinstance(step.op, ops.ReduceOp) and step.op.fn == "mean"):
+            continue
+        i, k = step.inputs[0]
+        shape, axes = (in_shapes[k], ins[k]) if i < 0 else (steps[i].shapes[k], outs[i][k])
+        reduced = sorted({a % len(shape) for a in step.op.axes})
+        if set(reduced) & _axes(axes):
+            out[j] = _product([shape[a] for a in reduced])
     return out
 
 
@@ -167,6 +218,12 @@ def _mentions(op: ops.Op, bound: Expr, padded: set[int]) -> bool:
     return False
 
 
+def at_the_end(op: ops.Op) -> bool:
+    """Whether ``op`` is a value of symbols (``eval_symbol(B * T)``, a mean's divisor in its gradient) that
+    the device computes with ``T`` at ``T[i]``, as the host computes it after the loop."""
+    return isinstance(op, ops.EvalSymbolOp) and not op.vectorized
+
+
 def values_depend(op: ops.Op, bound: Expr) -> bool:
     """Whether an op of a statement (a fused island's steps, else the op itself) computes a value or an
     index from ``bound`` (its sizes aside)."""
@@ -193,7 +250,8 @@ def island_axes(op: ops.Op, in_shapes: list[tuple], out_shapes: list[tuple], bou
         step_ins = [ins[k] if j < 0 else outs[j][k] for j, k in inputs]
         step_in_shapes = [in_shapes[k] if j < 0 else shapes[j][k] for j, k in inputs]
         axes = [padded_axes(s, bound) for s in step_shapes]
-        if None in axes or _mentions(step_op, bound, _axes(step_ins[0]) if step_ins else set()):
+        if None in axes or not at_the_end(step_op) and _mentions(step_op, bound, _axes(step_ins[0]) if step_ins else
+                                                                  set()):
             return None
         if any(step_ins) or any(axes):
             fn = RULES.get(type(step_op))

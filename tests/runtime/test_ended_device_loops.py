@@ -2,12 +2,13 @@
 
 On JAX the loop over ``i`` runs whole (``lax.scan`` over ``i``), the loop over ``t`` in it running to
 the cap with every step after the end skipped, ``T[i]`` a value on the device, and what follows it in
-the iteration (sums over ``0:T``, suffix sums ``r[t:T]``, a learner's gradients) reading the rows
-padded past ``T[i]`` as zeros (:mod:`tempo.plan.ended_rows`). Each program is checked against the
-NumPy backend (the host loop, the flag read at every step) for several ``k``: the same lengths and
-values (float32: rtol 1e-5), the same launches whatever the lengths, and a statement the padded rows
-cannot serve (a read at ``T - 1``, a mean over ``0:T``) leaves the loop over ``i`` on the host and
-still gives NumPy's values.
+the iteration (sums and means over ``0:T``, suffix sums ``r[t:T]``, a learner's gradients, those of a
+mean dividing by ``T[i]``) reading the rows padded past ``T[i]`` as zeros
+(:mod:`tempo.plan.ended_rows`), and a read at ``T - 1`` picking row ``T[i] - 1``. Each program is
+checked against the NumPy backend (the host loop, the flag read at every step) for several ``k``: the
+same lengths and values (float32: rtol 1e-5), the same launches whatever the lengths, and a statement
+the padded rows cannot serve (a max over ``0:T``) leaves the loop over ``i`` on the host and still
+gives NumPy's values.
 """
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ def episodes(xs: np.ndarray, threshold: float, every: int | None, backend: str, 
     ``h[i, 0]`` and ``b[i]`` where ``i = 0``) until ``h[i, t].sum() > threshold``;
     ``reads`` picks what each iteration computes from its ``T[i]`` rows: ``sums`` (sums over ``0:T``, of
     an elementwise map too, and of suffix sums ``total[i, t:T]``), ``learner`` (a linear layer's loss
-    summed over ``0:T`` and SGD on its weights, carried from iteration to iteration), ``last``
-    (``h[i, T - 1]``) or ``mean`` (``h[i, 0:T].mean()``)."""
+    summed over ``0:T`` and SGD on its weights, carried from iteration to iteration), ``mean_learner`` (the
+    same loss averaged over ``0:T``, not fetched: its gradient divides by ``T[i]``), ``last``
+    (``h[i, T - 1]``), ``mean`` (``h[i, 0:T].mean()``) or ``max`` (``h[i, 0:T].max()``)."""
     iterations, cap, width = xs.shape
     w = np.random.default_rng(1).normal(size=(width, width)).astype(np.float32) / 2
     with tpo.Context(seed=3) as ctx:
@@ -52,10 +54,17 @@ def episodes(xs: np.ndarray, threshold: float, every: int | None, backend: str, 
             loss.backward()
             tpo.optim.SGD(layer.parameters(), lr=0.05).step()
             fetch = [loss, layer.weight]
+        elif reads == "mean_learner":
+            layer = tpo.nn.Linear(width, 2, dims=(i,))
+            (layer(h[i, t]).tanh() ** 2.0)[i, 0:T].mean().backward()  # its gradient divides by T[i]
+            tpo.optim.SGD(layer.parameters(), lr=0.05).step()
+            fetch = [layer.weight, layer.bias]
         elif reads == "last":
             fetch = [h[i, T - 1], h[i, 0:T].sum(axis=0)]
-        else:
+        elif reads == "mean":
             fetch = [h[i, 0:T].mean(axis=0)]
+        else:
+            fetch = [h[i, 0:T].max(axis=0)]
         program = ctx.compile(fetch=fetch, backend=backend, config=tpo.Config(end_check_every=every))
     return program, {"I": iterations, "T": cap}
 
@@ -89,15 +98,15 @@ def _check(iterations: int, cap: int, seed: int, threshold: float, reads: str, e
         assert check.reads == min(iterations, 2)  # the lengths read once per launch: the first iteration, the rest
 
 
-@pytest.mark.parametrize("reads", ["sums", "learner"])
+@pytest.mark.parametrize("reads", ["sums", "learner", "mean_learner", "mean", "last"])
 def test_the_loop_over_i_runs_on_the_device_and_matches_numpy(reads):
-    _check(5, 16, 7, 1.5, reads, every_k=(1, None))
+    _check(5, 16, 7, 3.0, reads, every_k=(1, None))  # T[i]: 16 (the cap), then 5
 
 
 @pytest.mark.slow
 @settings(deadline=None, max_examples=6)
 @given(st.tuples(st.integers(1, 5), st.integers(2, 24), st.integers(0, 2 ** 16), st.floats(-1.0, 3.0),
-                 st.sampled_from(["sums", "learner"])))
+                 st.sampled_from(["sums", "learner", "mean_learner", "mean", "last"])))
 def test_drawn_programs_match_numpy_for_every_k(case):
     _check(*case)
 
@@ -115,7 +124,7 @@ def test_the_launches_do_not_depend_on_the_lengths():
     assert _whole(program)
 
 
-@pytest.mark.parametrize("reads", ["last", "mean"])
+@pytest.mark.parametrize("reads", ["max"])
 def test_a_read_the_padded_rows_cannot_serve_keeps_the_loop_on_the_host(reads):
     xs = np.random.default_rng(5).uniform(-0.5, 1.0, (3, 16, 4)).astype(np.float32)
     reference, want = _run(xs, 2.0, None, "numpy", reads)

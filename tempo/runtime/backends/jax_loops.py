@@ -71,11 +71,15 @@ with the padded axes :func:`tempo.plan.ended_rows.island_axes` finds) are
 traced with ``T`` at the cap, their inputs and the outputs of their ops that
 a sum, scan or product reads (:func:`tempo.plan.ended_rows.masked_steps`)
 set to zero past ``T[i]`` by a compare; a nested loop after it that runs to
-``T`` is given ``T[i]`` and masks its steps the same way.
+``T`` is given ``T[i]`` and masks its steps the same way. Those steps see
+``T`` at ``T[i]``: a mean over padded rows divides their sum by the count
+before the end, a value of ``T`` is ``T[i]``'s, and a read of the ended
+loop's row at ``T - 1`` picks row ``T[i] - 1``.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable
 
 import jax
@@ -87,7 +91,8 @@ from tempo.ir import ops
 import numpy as np
 
 from tempo.plan.loop_plan import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
-from tempo.plan.ended_rows import island_axes, masked_steps
+from tempo.plan.ended_loops import last_row
+from tempo.plan.ended_rows import island_axes, masked_steps, mean_counts
 from tempo.runtime.backends import jax_layout
 from tempo.runtime.backends.jax import Island, _row
 from tempo.runtime.backends.jax_step_values import DeviceValues, device_expr
@@ -112,6 +117,7 @@ class LoopProgram:
         self.device_values = {s: DeviceValues(island, plan.steps[s]) for s, island in enumerate(islands)
                               if island is not None and (island.indexes or island.host)}
         self.start = device_expr(plan.loop.start)  # a nested loop's first counter, of the enclosing loop's
+        self.end_bound = None if plan.padded_dim is None else bound_of(plan.padded_dim).name  # T: T[i] in padded steps
         names = {n for values in self.device_values.values() for n in values.names}
         names |= {n for inner in self.nested
                   for n in (*inner.names, *(x.name for x in inner.plan.loop.start.free_symbols()))}
@@ -228,7 +234,7 @@ class LoopProgram:
             inner_key = keys.pop(0)
             nested.append((n, inner._traced(inner_key), inner_key[0]))
         firsts = [inner.start for inner in self.nested]  # each nested loop's first counter
-        plan, padded, islands = self.plan, self.padded, self.islands
+        plan, padded, islands, end_bound = self.plan, self.padded, self.islands, self.end_bound
         deferred = [s for s, step in enumerate(plan.steps) if isinstance(step.node.op, ops.UDFOp) and s != plan.end]
 
         def body_of(closed, consts):
@@ -252,6 +258,9 @@ class LoopProgram:
                     masks = padded.get(s)
                     if masks is not None:
                         ins = [_masked(v, axes, length) for v, axes in zip(ins, masks[0])]
+                        for k in masks[3]:  # the row at T - 1: the host's position is the cap's last row
+                            rows = _stacked(values[step.inputs[k].key])
+                            ins[k] = rows[x["row"][f"{s}.{k}"] + length - rows.shape[0]]
                     if tracers[s] is None:
                         outs = (_merge(step, ins, x["sel"].get(str(s)), shapes[s], branches.get(s)),)
                         if masks is not None:
@@ -260,12 +269,14 @@ class LoopProgram:
                         given = dict(consts[str(s)])
                         given.update({int(name[1:]): value for name, value in x["a"].get(str(s), {}).items()})
                         starts = {}
+                        at = env if masks is None else dict(env, **{end_bound: length})  # T: T[i]
                         if s in device:  # the step's symbol values and index starts, of its counters
-                            symbols, starts = device[s](env, forms[s])
+                            symbols, starts = device[s](at, forms[s])
                             given.update(symbols)
                         traced = tracers[s] if masks is None else islands[s]._traced(
-                            *tracers[s], lambda j, results, outs=masks[1]: [_masked(v, axes, length)
-                                                                             for v, axes in zip(results, outs[j])])
+                            *tracers[s], lambda j, results, outs=masks[1], counts=masks[2], at=at: [
+                                _masked(_mean(v, counts[j], at) if j in counts else v, axes, length)
+                                for v, axes in zip(results, outs[j])])
                         outs = traced(ins, given, starts)
                     for j, (value, dtype) in enumerate(zip(outs, step.node.dtypes)):
                         values[(step.node.id, j)] = value if value.dtype == dtype else value.astype(dtype)
@@ -447,6 +458,13 @@ def _masked(value, axes: tuple[tuple[int, int], ...], length):
     return jnp.where(keep, value, jnp.zeros((), value.dtype))
 
 
+def _mean(total, count: Callable, env: dict):
+    """A mean from the ``total`` of the rows it averages and their ``count`` (of ``env``: ``T`` at ``T[i]``),
+    divided as the host divides the sum of the rows before the end by their number."""
+    total = jax_layout.materialised(total)
+    return total / jnp.asarray(count(env)).astype(total.dtype)
+
+
 def _windows(value, n: int):
     """``(rows, n, ...)``: at row ``k``, rows ``k`` to ``k + n - 1`` of ``value``, zeros past its last row."""
     padded = jnp.concatenate([value, jnp.zeros((n - 1,) + value.shape[1:], value.dtype)])
@@ -499,6 +517,7 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
     nested = [compile_loop(n.plan, sdg) for n in plan.nested]
     if any(inner is None for inner in nested):
         return None
+    padded = _padded_axes(plan, sdg)
     islands = []
     for s, step in enumerate(plan.steps):
         node = step.node
@@ -512,6 +531,9 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
         else:
             steps = (ops.FusedStep(node.op, tuple((-1, k) for k in range(len(step.inputs))), ()),)
             outputs = tuple((0, k) for k in range(len(node.shapes)))
+        if s in padded:  # a mean over padded rows: their sum, divided by the count at T[i] in the body
+            steps = tuple(replace(st, op=replace(st.op, fn="sum")) if j in padded[s][2] else st
+                          for j, st in enumerate(steps))
         try:
             island = Island(steps, outputs, {})
         except TempoError:
@@ -520,18 +542,38 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
         if moving & set(island.names) and s not in plan.shaped:  # a tile's sizes: one per launch, checked
             return None
         islands.append(island)
-    return LoopProgram(plan, islands, nested, _padded_axes(plan, sdg))
+    return LoopProgram(plan, islands, nested, padded)
 
 
 def _padded_axes(plan: LoopPlan, sdg) -> dict:
-    """Per step of ``plan.padded``, the padded axes of its inputs and of its ops' outputs."""
+    """Per step of ``plan.padded``, the padded axes of its inputs to mask (none of an input that holds
+    zeros past the end already: :func:`_zero_past_end`) and of its ops' outputs, its means over padded
+    axes with their counts (:func:`tempo.plan.ended_rows.mean_counts`, of the traced bounds) and its
+    inputs that read the ended loop's row at ``T - 1`` (:func:`tempo.plan.ended_loops.last_row`)."""
     if plan.padded_dim is None:
         return {}
     bound = bound_of(plan.padded_dim)
+    zeros = _zero_past_end(plan)
     out = {}
     for s in plan.padded:
-        node = plan.steps[s].node
-        ins, outs = island_axes(node.op, [sdg.read_shape(e) for e in sdg.in_edges(node.id)], list(node.shapes), bound)
-        masked = masked_steps(node.op)
-        out[s] = (ins, [axes if j in masked else [()] * len(axes) for j, axes in enumerate(outs)])
+        step = plan.steps[s]
+        node = step.node
+        shapes = [sdg.read_shape(e) for e in sdg.in_edges(node.id)]
+        ins, outs = island_axes(node.op, shapes, list(node.shapes), bound)
+        masked = masked_steps(node.op, ins, outs)
+        counts = {j: device_expr(count) for j, count in mean_counts(node.op, shapes, ins, outs).items()}
+        last = {k for k, src in enumerate(step.inputs) if src.key[0] in zeros and last_row(src, bound)}
+        ins = [() if src.kind in (LOCAL, ROWS) and src.key[0] in zeros else axes for src, axes in zip(step.inputs, ins)]
+        out[s] = (ins, [axes if j in masked else [()] * len(axes) for j, axes in enumerate(outs)], counts, last)
     return out
+
+
+def _zero_past_end(plan: LoopPlan) -> set[int]:
+    """The nodes whose values in an iteration of ``plan`` (a loop that holds the loop over a dim that ends
+    at run time) hold zeros past ``T[i]``: the rows of that loop (it skips every step after the end,
+    whose rows stay zeros), those of a nested loop run to ``T`` and the outputs of the steps that read
+    padded rows (both masked past the end); empty in any other loop."""
+    if plan.ending is None:
+        return set()
+    to_cap = [n.plan for k, n in enumerate(plan.nested) if k == plan.ending or n.plan.padded_dim is not None]
+    return {step.node.id for loop in to_cap for step in loop.steps} | {plan.steps[s].node.id for s in plan.padded}
