@@ -75,8 +75,7 @@ def iteration_evictions(sdg: SDG, program: ast.Stmt, keep) -> tuple[ast.Loop | N
         for e in sdg.edges:
             if e.src == n and e.sink in executed:
                 floors[e.src_out].append(_read_floor(e, axis, dim, loop.var, inside))
-        found = [floor for per_output in floors.values() for floor in per_output]
-        if found and all(floor is not None for floor in found):
+        if all(floor is not None for per_output in floors.values() for floor in per_output):
             evictions.append(Eviction(n, axis, floors))
     return loop, tuple(sorted(evictions, key=lambda e: e.node))
 
