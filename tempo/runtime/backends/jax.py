@@ -46,7 +46,7 @@ from jax import lax
 
 from tempo.errors import TempoError
 from tempo.ir import ops
-from tempo.runtime.backends import jax_layout
+from tempo.runtime.backends import jax_layout, jax_staging
 from tempo.runtime.backends.jax_ops import IMPLS
 from tempo.runtime.backends import numpy as np_backend
 from tempo.runtime.backends.base import Backend, Kernel, StepFailed
@@ -383,7 +383,7 @@ class JaxBackend(Backend):
     @contextlib.contextmanager
     def running(self):
         device = jax.default_device(self.device) if self.device is not None else contextlib.nullcontext()
-        with x64(True), device:
+        with x64(True), device, jax_staging.dropped():
             yield
 
     def kernel(self, op: ops.Op, donate: frozenset = frozenset()) -> Kernel:
