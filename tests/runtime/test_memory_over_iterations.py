@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import tempo as tpo
-from tempo.schedule import ast
+from tempo.schedule import ast, shift_fusion
 from tempo.transforms import tile
 
 
@@ -49,12 +49,30 @@ def test_live_bytes_after_a_run_and_its_peak_do_not_grow_with_the_iterations(bac
     assert peak[7] == peak[3]
 
 
-def test_statements_of_every_iteration_run_inside_the_loop_over_iterations():
-    """Nothing over the iteration dim runs ahead of the loop over iterations, for every iteration at once."""
-    program, _ = reinforce("numpy")
+def ahead_of_the_iterations(program) -> list[ast.Execute]:
+    """The statements over the iteration dim that run ahead of the loop over iterations."""
     top = program.ast.body if isinstance(program.ast, ast.Sequence) else (program.ast,)
     loops = [s for s in top if isinstance(s, ast.Loop)]
     main = max(loops, key=lambda s: sum(1 for _ in ast.statements(s)))
-    ahead = [ex for s in top[:top.index(main)] for ex in ast.statements(s)
-             if any(d.name == "i" for d in program.sdg.nodes[ex.node_id].domain)]
-    assert ahead == []
+    return [ex for s in top[:top.index(main)] for ex in ast.statements(s)
+            if any(d.name == "i" for d in program.sdg.nodes[ex.node_id].domain)]
+
+
+def test_statements_of_every_iteration_run_inside_the_loop_over_iterations():
+    """Nothing over the iteration dim runs ahead of the loop over iterations, for every iteration at once."""
+    program, _ = reinforce("numpy")
+    assert ahead_of_the_iterations(program) == []
+
+
+def test_what_runs_ahead_of_the_loop_over_iterations_is_freed_as_the_loop_goes(monkeypatch):
+    """With the statements isl places ahead of the loop over iterations left there, their points
+    are still freed once the iterations reading them are done: nothing is left after the run but
+    what every iteration reads."""
+    monkeypatch.setattr(shift_fusion, "_into_iteration_loop", lambda *args: None)
+    program, (B, I, T) = reinforce("numpy")
+    assert ahead_of_the_iterations(program)
+    live = {}
+    for iterations in (3, 7):
+        program.run({B: 2, I: iterations, T: 20})
+        live[iterations] = program.ledger.live["device"]
+    assert live[7] == live[3]
