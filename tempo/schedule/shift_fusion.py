@@ -226,8 +226,10 @@ def _into_iteration_loop(times: dict[str, _Time], deps: isl.UnionMap, params: st
         if not late & set(ahead):
             return
         stays |= late & set(ahead)
-        for name in list(stays):  # what a statement staying ahead reads stays ahead too
-            stays |= _sources(deps, name, times) & set(kept)
+        grown = stays
+        while grown:  # what a statement staying ahead reads stays ahead too
+            grown = set().union(*(_sources(deps, name, times) & set(kept) for name in grown)) - stays
+            stays |= grown
         for name in stays:
             if name in ahead:
                 times[name].parts = kept[name]
