@@ -53,3 +53,20 @@ def test_outside_a_run_jax_keeps_its_staging():
     f = jax.jit(lambda x: jax.numpy.sin(x) * 3.0)
     compiles_during(lambda: f(np.ones(7, np.float32)).block_until_ready())
     assert pxla._dce_jaxpr.cache_info().currsize > 0
+
+
+def test_a_stack_of_many_points_compiles_stacks_of_a_bounded_number_of_operands(monkeypatch):
+    """A jitted stack's executable grows with its operands (4000 scalars: tens of MiB on CPU):
+    many points are stacked ``NOTED_ROWS`` at a time and the pieces joined."""
+    from tempo.runtime.backends import jax as jax_backend
+
+    widths = []
+    stack_some = jax_backend._stack_some
+    monkeypatch.setattr(jax_backend, "_stack_some", lambda values, dtype: widths.append(len(values))
+                        or stack_some(values, dtype))
+    backend = jax_backend.JaxBackend()
+    points = [jax.numpy.asarray(np.float32(k)) for k in range(150)]
+    with backend.running():
+        out = backend.stack(points, (150,), "float32")
+    np.testing.assert_array_equal(np.asarray(out), np.arange(150, dtype=np.float32))
+    assert max(widths) == jax_backend.NOTED_ROWS and sum(widths) == 150

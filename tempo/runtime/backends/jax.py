@@ -284,7 +284,17 @@ _set_row = jax.jit(lambda buffer, i, value: lax.dynamic_update_index_in_dim(buff
                                                                             i, 0), donate_argnums=0)
 _set_rows = jax.jit(lambda buffer, start, values: lax.dynamic_update_slice_in_dim(buffer, values, start, 0),
                     donate_argnums=0)
-_stack = jax.jit(lambda values, dtype: jnp.stack([v.astype(dtype) for v in values]), static_argnums=1)
+_stack_some = jax.jit(lambda values, dtype: jnp.stack([v.astype(dtype) for v in values]), static_argnums=1)
+
+
+def _stack(values: tuple, dtype) -> jax.Array:
+    """The stack of ``values`` as ``dtype``, by jitted stacks of at most ``NOTED_ROWS`` operands: a
+    jitted stack's executable grows with its operands (of 4000 scalars: 44 MiB on CPU)."""
+    if len(values) <= NOTED_ROWS:
+        return _stack_some(values, dtype)
+    return jnp.concatenate([_stack_some(values[k:k + NOTED_ROWS], dtype) for k in range(0, len(values), NOTED_ROWS)])
+
+
 _write_rows = jax.jit(lambda buffer, start, values: lax.dynamic_update_slice_in_dim(
     buffer, jnp.stack([v.astype(buffer.dtype) for v in values]), start, 0), donate_argnums=0)
 NOTED_ROWS = 64  # consecutive rows a buffer notes before writing them in (a noted row: ~2 KiB of host objects)
