@@ -56,7 +56,7 @@ def test_outside_a_run_jax_keeps_its_staging():
 
 
 def test_a_stack_of_many_points_compiles_stacks_of_a_bounded_number_of_operands(monkeypatch):
-    """A jitted stack's executable grows with its operands (4000 scalars: tens of MiB on CPU):
+    """A jitted stack's executable grows with its operands (thousands of scalars: tens of MiB on CPU):
     many points are stacked ``NOTED_ROWS`` at a time and the pieces joined."""
     from tempo.runtime.backends import jax as jax_backend
 

@@ -289,7 +289,7 @@ _stack_some = jax.jit(lambda values, dtype: jnp.stack([v.astype(dtype) for v in 
 
 def _stack(values: tuple, dtype) -> jax.Array:
     """The stack of ``values`` as ``dtype``, by jitted stacks of at most ``NOTED_ROWS`` operands: a
-    jitted stack's executable grows with its operands (of 4000 scalars: 44 MiB on CPU)."""
+    jitted stack's executable grows with its operands (tens of MiB on CPU for thousands of scalars)."""
     if len(values) <= NOTED_ROWS:
         return _stack_some(values, dtype)
     return jnp.concatenate([_stack_some(values[k:k + NOTED_ROWS], dtype) for k in range(0, len(values), NOTED_ROWS)])

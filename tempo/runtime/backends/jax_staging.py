@@ -3,11 +3,10 @@
 For every function JAX compiles it keeps the stages that led to the
 executable: the traced jaxpr, its pruned and discharged forms and the MLIR
 module lowered from them, each in a cache whose entry lives as long as the
-entry before it, the first keyed by the jitted function. On CPU that is about
-a MiB per compiled function, three or four times its executable: of a
-shift-fused n-step REINFORCE's 92 kernels, 115 MiB of staging against 28 MiB
-of executables (``benchmarks/memory.py``, docs/memory.md). The executables
-live in each jitted function's own cache, which serves every later call of a
+entry before it, the first keyed by the jitted function. On CPU that is
+about a MiB per compiled function, several times its executable, and a
+shift-fused n-step REINFORCE compiles some 90 kernels. The executables live
+in each jitted function's own cache, which serves every later call of a
 signature it has seen without the staging.
 
 While the backend runs a program (:meth:`JaxBackend.running`), each compile
