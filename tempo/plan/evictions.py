@@ -6,7 +6,9 @@ is in the loop and reads it along ``i`` at an index that never decreases
 as ``i`` grows (``i - c``, ``(i // K) * K``, a slice ``max(0, i - W):i + 1``)
 is dead below the lowest index the next iteration reads; its points are
 freed after each iteration, so memory stays flat over thousands of
-iterations.
+iterations. So is a tensor over the loop's dim computed ahead of the loop,
+for every iteration at once, whose readers are in the loop or ahead of it
+(these have read it all before the loop starts).
 
 Each eviction is plain data: per output, the lowest index each reader
 reads from the next iteration on, as an expression of the loop counter
@@ -67,18 +69,33 @@ def iteration_evictions(sdg: SDG, program: ast.Stmt, keep) -> tuple[ast.Loop | N
                 if ex.node_id in inside and not _peeled(ex, loop, after, inside[ex.node_id]):
                     inside.pop(ex.node_id)
     executed = {ex.node_id for ex in ast.statements(program)}  # the others never read anything
+    ahead = _ahead(sdg, top, loop, dim, inside)
     evictions = []
-    for n, (axis, _) in inside.items():
+    for n, axis in [(n, axis) for n, (axis, _) in inside.items()] + list(ahead.items()):
         if n in keep:
             continue
         floors: dict[int, list] = {j: [] for j in range(len(sdg.nodes[n].shapes))}
         for e in sdg.edges:
-            if e.src == n and e.sink in executed:
+            if e.src == n and e.sink in executed and e.sink not in ahead:  # what runs ahead has read all
                 floors[e.src_out].append(_read_floor(e, axis, dim, loop.var, inside))
-        found = [floor for per_output in floors.values() for floor in per_output]
-        if found and all(floor is not None for floor in found):
+        if all(floor is not None for per_output in floors.values() for floor in per_output):
             evictions.append(Eviction(n, axis, floors))
     return loop, tuple(sorted(evictions, key=lambda e: e.node))
+
+
+def _ahead(sdg: SDG, top: tuple, loop: ast.Loop, dim: Expr, inside: dict) -> dict[int, int]:
+    """node -> the axis of ``dim`` in its domain, for every node over ``dim`` that runs only ahead
+    of ``loop``, for every iteration at once (a statement isl placed before the loop over
+    iterations): its points are freed as the loop goes too, where its readers in the loop allow."""
+    at = next(k for k, s in enumerate(top) if s is loop)
+    before = {ex.node_id for s in top[:at] for ex in ast.statements(s)}
+    elsewhere = {ex.node_id for s in top[at:] for ex in ast.statements(s)}
+    out = {}
+    for n in before - elsewhere - set(inside):
+        axes = [k for k, d in enumerate(sdg.nodes[n].domain) if d is dim]
+        if axes:
+            out[n] = axes[0]
+    return out
 
 
 def _in_loop(sdg: SDG, loop: ast.Loop) -> tuple[dict | None, Expr | None]:

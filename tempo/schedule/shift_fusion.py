@@ -17,6 +17,15 @@ a loss normalised by the whole episode), stays where it was, and so does what
 depends on it. Statements of the iteration that depend on nothing the loop
 produces (a transposed weight for the backward pass) move before it.
 
+isl's scheduler places statements that depend on nothing the loop over
+iterations carries (an environment's reset, its time-only state, the
+learning rate of each iteration) ahead of that loop, for every iteration at
+once: their points, ``I`` times an iteration's, would all be live before the
+first iteration. Each such statement moves into the loop over iterations, at
+its own iteration, before that iteration's body (its other loops in their
+order), so an iteration holds its own points only and the loop's evictions
+and frees release them; one that a statement staying ahead reads stays too.
+
 The result is a flat schedule map (``statement -> time``) checked against every
 dependence before it is used; the pass applies to programs the tiling pass
 tiled (:attr:`tempo.ir.sdg.SDG.tiles`), whose learners run in tiles along the
@@ -65,6 +74,7 @@ def apply(sdg: SDG, deps: isl.UnionMap | None, schedule: isl.Schedule | None) ->
         moved |= _fuse(loop, times, streams, deps, params)
     if not moved:
         return None
+    _into_iteration_loop(times, deps, params, schedule.get_domain())
     new = _as_map(times, params).intersect_domain(schedule.get_domain())
     return new if _respects(new, deps) else None
 
@@ -189,6 +199,64 @@ def _fuse(loop: _Loop, times: dict[str, _Time], streams: dict[str, int], deps: i
     return moved
 
 
+def _into_iteration_loop(times: dict[str, _Time], deps: isl.UnionMap, params: str, domain: isl.UnionSet) -> None:
+    """Move the statements ahead of the loop over iterations (the outermost loop running the most
+    statements) that run over its dim into it, at their own iteration, before its body, where every
+    dependence allows (see the module docstring); every time gets one more dim."""
+    loops: dict[tuple, int] = {}
+    for t in times.values():
+        if t.const_at(0) is not None and t.var_at(1) is not None:
+            key = (t.const_at(0), t.var_at(1))
+            loops[key] = loops.get(key, 0) + 1
+    for t in times.values():
+        t.parts = t.parts + [(0, {})]
+    if not loops:
+        return
+    position, dim = max(loops, key=loops.get)
+    ahead = {t.stmt: t for t in times.values() if t.const_at(0) is not None and t.const_at(0) < position
+             and _axis(t, dim) is not None}
+    kept = {name: t.parts for name, t in ahead.items()}
+    stays: set[str] = set()
+    while ahead:
+        for t in ahead.values():
+            k = _axis(t, dim)
+            rest = [p for j, p in enumerate(kept[t.stmt][1:-1], start=1) if j != k]
+            t.parts = [(position, {}), (0, {dim: 1}), (t.const_at(0) - position, {})] + rest
+        late = _late(deps, _as_map(times, params).intersect_domain(domain))
+        if not late & set(ahead):
+            return
+        stays |= late & set(ahead)
+        grown = stays
+        while grown:  # what a statement staying ahead reads stays ahead too
+            grown = set().union(*(_sources(deps, name, times) & set(kept) for name in grown)) - stays
+            stays |= grown
+        for name in stays:
+            if name in ahead:
+                times[name].parts = kept[name]
+                del ahead[name]
+
+
+def _axis(t: _Time, dim: str) -> int | None:
+    """The time dim that is ``dim`` in ``t``'s time, when the others are constants or other dims."""
+    ks = [k for k, (_, coefs) in enumerate(t.parts) if dim in coefs]
+    if len(ks) != 1 or t.var_at(ks[0]) != dim or any(len(coefs) > 1 for _, coefs in t.parts):
+        return None
+    return ks[0]
+
+
+def _late(deps: isl.UnionMap, schedule: isl.UnionMap) -> set[str]:
+    """The statements on either side of a dependence ``schedule`` does not run in order."""
+    out: set[str] = set()
+
+    def check(m: isl.Map) -> None:
+        deltas = isl.UnionMap.from_map(m).apply_domain(schedule).apply_range(schedule).deltas()
+        if not deltas.is_empty() and not _respects_deltas(deltas):
+            out.update((m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)))
+
+    deps.foreach_map(check)
+    return out
+
+
 def _group_shift(deps: isl.UnionMap, group: list[_Time], streams: dict[str, int], sources: set[str],
                  times: dict[str, _Time], level: int, params: str) -> int | None:
     """The one shift for a loop's statements (see :func:`_shift`), or None when they cannot move
@@ -293,7 +361,11 @@ def _sequence_dims(times: dict[str, _Time]) -> set[int]:
 
 def _respects(schedule: isl.UnionMap, deps: isl.UnionMap) -> bool:
     """Whether every dependence runs its source strictly before its sink under ``schedule``."""
-    deltas = deps.apply_domain(schedule).apply_range(schedule).deltas()
+    return _respects_deltas(deps.apply_domain(schedule).apply_range(schedule).deltas())
+
+
+def _respects_deltas(deltas: isl.UnionSet) -> bool:
+    """Whether every difference of times in ``deltas`` is lexicographically positive."""
     ok = True
 
     def check(s: isl.Set) -> None:

@@ -46,7 +46,7 @@ from jax import lax
 
 from tempo.errors import TempoError
 from tempo.ir import ops
-from tempo.runtime.backends import jax_layout
+from tempo.runtime.backends import jax_layout, jax_staging
 from tempo.runtime.backends.jax_ops import IMPLS
 from tempo.runtime.backends import numpy as np_backend
 from tempo.runtime.backends.base import Backend, Kernel, StepFailed
@@ -284,7 +284,17 @@ _set_row = jax.jit(lambda buffer, i, value: lax.dynamic_update_index_in_dim(buff
                                                                             i, 0), donate_argnums=0)
 _set_rows = jax.jit(lambda buffer, start, values: lax.dynamic_update_slice_in_dim(buffer, values, start, 0),
                     donate_argnums=0)
-_stack = jax.jit(lambda values, dtype: jnp.stack([v.astype(dtype) for v in values]), static_argnums=1)
+_stack_some = jax.jit(lambda values, dtype: jnp.stack([v.astype(dtype) for v in values]), static_argnums=1)
+
+
+def _stack(values: tuple, dtype) -> jax.Array:
+    """The stack of ``values`` as ``dtype``, by jitted stacks of at most ``NOTED_ROWS`` operands: a
+    jitted stack's executable grows with its operands (tens of MiB on CPU for thousands of scalars)."""
+    if len(values) <= NOTED_ROWS:
+        return _stack_some(values, dtype)
+    return jnp.concatenate([_stack_some(values[k:k + NOTED_ROWS], dtype) for k in range(0, len(values), NOTED_ROWS)])
+
+
 _write_rows = jax.jit(lambda buffer, start, values: lax.dynamic_update_slice_in_dim(
     buffer, jnp.stack([v.astype(buffer.dtype) for v in values]), start, 0), donate_argnums=0)
 NOTED_ROWS = 64  # consecutive rows a buffer notes before writing them in (a noted row: ~2 KiB of host objects)
@@ -383,7 +393,7 @@ class JaxBackend(Backend):
     @contextlib.contextmanager
     def running(self):
         device = jax.default_device(self.device) if self.device is not None else contextlib.nullcontext()
-        with x64(True), device:
+        with x64(True), device, jax_staging.dropped():
             yield
 
     def kernel(self, op: ops.Op, donate: frozenset = frozenset()) -> Kernel:
