@@ -117,8 +117,8 @@ def main(argv=None) -> dict:
     print("| env | step | us CPU | us wall |\n| --- | --- | --- | --- |\n" + "\n".join(rows))
     for env_id, entry in report["envs"].items():
         for system, shares in entry.get("simulator_share", {}).items():
-            print(f"{env_id} {system}: CPU per step {', '.join(f'{c:.0f}' for c in entry['runs_cpu_us_per_step'][system])}"
-                  f" us; simulator share {', '.join(f'{s:.0%}' for s in shares)}")
+            costs = ", ".join(f"{c:.0f}" for c in entry["runs_cpu_us_per_step"][system])
+            print(f"{env_id} {system}: CPU per step {costs} us; simulator share {', '.join(f'{s:.0%}' for s in shares)}")
     if args.out:
         from tempo.files import write_json_atomic
 
