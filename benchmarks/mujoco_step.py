@@ -118,7 +118,8 @@ def main(argv=None) -> dict:
     for env_id, entry in report["envs"].items():
         for system, shares in entry.get("simulator_share", {}).items():
             costs = ", ".join(f"{c:.0f}" for c in entry["runs_cpu_us_per_step"][system])
-            print(f"{env_id} {system}: CPU per step {costs} us; simulator share {', '.join(f'{s:.0%}' for s in shares)}")
+            share = ", ".join(f"{s:.0%}" for s in shares)
+            print(f"{env_id} {system}: CPU per step {costs} us; simulator share {share}")
     if args.out:
         from tempo.files import write_json_atomic
 
