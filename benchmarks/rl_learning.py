@@ -40,6 +40,8 @@ before the timed runs, so that no timed run compiles Python source.
     .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --systems tempo sb3 --seeds 1 2
     .venv/bin/python benchmarks/rl_learning.py --envs CartPole-v1 --set num_envs=16 num_steps=256 --scale 0.2
     .venv/bin/python benchmarks/rl_learning.py --envs Acrobot-v1 Pendulum-v1 --scale 0.1
+    .venv/bin/python benchmarks/rl_learning.py --envs HalfCheetah-v5 --systems tempo cleanrl --scale 0.3 \
+        --set bootstrap_truncation=False        # CleanRL's own choice: truncation ends an episode
 """
 from __future__ import annotations
 
@@ -73,7 +75,16 @@ BASELINES = {"cleanrl": "cleanrl_rollout_ppo.py", "sb3": "sb3_ppo.py"}
 
 
 def flags(settings: dict) -> list[str]:
-    return [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
+    """``--name=value`` per setting; a boolean (``True``/``False``, as ``--set`` gives it) is ``--name`` or
+    ``--no-name``, the switches every system takes."""
+    out = []
+    for k, v in settings.items():
+        name = k.replace("_", "-")
+        if str(v) in ("True", "False"):
+            out.append(f"--{name}" if str(v) == "True" else f"--no-{name}")
+        else:
+            out.append(f"--{name}={v}")
+    return out
 
 
 def command(system: str, env_id: str, seed: int, steps: int, impl: str, backend: str,
@@ -239,7 +250,8 @@ def main(argv=None) -> dict:
                    help="gymnasium or tensor (CartPole-v1, Acrobot-v1, Pendulum-v1)")
     p.add_argument("--tempo-backend", default="", help="numpy (default), torch or jax")
     p.add_argument("--set", nargs="+", default=[], metavar="FLAG=VALUE",
-                   help="hyper-parameters for every system and environment (num_envs=16 num_steps=256)")
+                   help="hyper-parameters for every system and environment (num_envs=16 num_steps=256; "
+                        "bootstrap_truncation=False)")
     p.add_argument("--timeout", type=float, default=7200.0, help="seconds per run")
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "rl_learning"),
                    help="output path without extension (.json and .png are written)")

@@ -100,3 +100,25 @@ def test_workers_write_and_read_bytecode_under_the_shared_cache(tmp_path, monkey
                           check=True)
     assert done.stdout.strip() == "0"
     assert list(tmp_path.rglob("bytecode_probe*.pyc")) and not (module.parent / "__pycache__").exists()
+
+
+def test_a_boolean_setting_is_the_switch_both_systems_parse():
+    """``--set bootstrap_truncation=False`` (CleanRL's own choice) reaches the example and the CleanRL-style
+    loop as ``--no-bootstrap-truncation``."""
+    import runpy
+
+    import tempo as tpo
+
+    spec_ = importlib.util.spec_from_file_location("cleanrl_rollout_ppo",
+                                                   ROOT / "benchmarks" / "baselines" / "cleanrl_rollout_ppo.py")
+    baseline = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(baseline)
+    example = runpy.run_path(str(ROOT / "examples" / "ppo_continuous.py"), run_name="example")
+    for value, expected in (("False", False), ("True", True)):
+        overrides = {"bootstrap_truncation": value}
+        tempo_argv = rl_learning.command("tempo", "HalfCheetah-v5", 1, 2048, "gymnasium", "", overrides)
+        cleanrl_argv = rl_learning.command("cleanrl", "HalfCheetah-v5", 1, 2048, "gymnasium", "", overrides)
+        switch = "--bootstrap-truncation" if expected else "--no-bootstrap-truncation"
+        assert switch in tempo_argv and switch in cleanrl_argv
+        assert tpo.rl.training.parse_args(example["Args"], "", tempo_argv[4:]).bootstrap_truncation is expected
+        assert baseline.parse(cleanrl_argv[2:]).bootstrap_truncation is expected
