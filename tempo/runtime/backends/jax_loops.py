@@ -161,7 +161,11 @@ class LoopProgram:
         """Step ``s``'s host values and spatial index starts over a launch's steps (static index forms)."""
         return StepValues(self.islands[s], self.plan.steps[s])
 
-    def __call__(self, key: tuple, trips: int, closed: dict, xs: dict, ring0: dict):
+    def __call__(self, key: tuple, trips: int, closed: dict, xs: dict, ring0: dict, owned: bool = False):
+        """Launch the loop over ``trips`` iterations from the carry ``ring0``: the carry and the stacked
+        outputs. A loop with nested loops or an end check donates its carry: ``owned`` where it is the
+        previous launch's returned carry, which nothing else holds (donated as it is), else it is
+        copied first (the cached zeros and the stores' arrays of a first launch stay intact)."""
         fn = self.fns.get(key)
         if not self.nested and self.plan.end is None:
             if fn is None:
@@ -170,7 +174,7 @@ class LoopProgram:
         rows = key[0]  # the scan's rows: a launch of fewer iterations pads its per-iteration values
         closed = self.split(closed)
         args = (closed, self.consts(), jax.tree_util.tree_map(lambda a: _padded(a, rows), xs),
-                jax.tree_util.tree_map(jnp.array, ring0), np.int32(trips))  # the carry is donated: copies
+                ring0 if owned else jax.tree_util.tree_map(jnp.array, ring0), np.int32(trips))
         if fn is None and not self.nested:  # compiled at its first launch, called through jit's dispatch
             fn = self.fns[key] = jax.jit(self._traced(key), donate_argnums=(3,))
         if fn is None:
