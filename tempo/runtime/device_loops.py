@@ -338,7 +338,7 @@ class DeviceLoop(LaunchPreparation):
             self._hold(launch, "carry", (ring0, [n["r"] for n in nested]))
             self._hold(launch, "inputs", (xs, [n["g"] for n in nested]))
             try:
-                ring, ys = self.compiled(launch.key, len(launch.envs), closed, xs, ring0)
+                ring, ys = self.compiled(launch.key, len(launch.envs), closed, xs, ring0, not launch.first)
             except Exception as err:  # noqa: BLE001  the loop statement by statement says what failed, at its user's line
                 self._release(launch.holding)
                 self.failed.add(launch.key)

@@ -358,7 +358,7 @@ class LaunchPreparation:
 
     def _zeros_of(self, shape: tuple, dtype: str):
         """Zeros of ``shape`` and ``dtype`` on the device, made once (a device array is never written; the
-        compiled loop copies the carry it donates)."""
+        compiled loop copies a first launch's carry before it donates it)."""
         key = (tuple(shape), dtype)
         zeros = self.zeros.get(key)
         if zeros is None:

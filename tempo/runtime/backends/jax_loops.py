@@ -33,7 +33,12 @@ order). Its scan runs over a fixed number
 of rows (the key's trip count: the longest launch) and skips the rows past
 the launch's trip count under ``lax.cond``, so that launches of fewer
 iterations share its one compile; the carry (parameters, optimizer state)
-is donated to the program. A nested loop of at most :data:`UNROLLED` rows
+is donated to the program, as the previous launch returned it (a first
+launch's is copied: its arrays are the stores' and the cached zeros). A
+nested scan writes its rows in place into buffers carried from iteration to
+iteration of the enclosing loop (:data:`BUFFERS`: the rows it wrote in the
+previous one, every row overwritten), made once per launch, where a scan's
+stacked outputs are zeros filled at every iteration. A nested loop of at most :data:`UNROLLED` rows
 that reads rows of a value the same at every iteration of the enclosing loop,
 one row at a time (the layers' weights, ``w[l]``; not a tile of rows, which a
 learner's loop over tiles reads of a constant), is unrolled instead, each row passed to the
@@ -102,6 +107,7 @@ from tempo.symbolic.evaluate import compile_expr
 from tempo.symbolic.expr import bound_of
 
 UNROLLED = 32  # a nested loop of at most this many rows that reads rows of a value given once is unrolled
+BUFFERS = "buffers"  # the key, in a loop's carry, of the buffers its nested scans write their rows into
 
 
 class LoopProgram:
@@ -161,7 +167,11 @@ class LoopProgram:
         """Step ``s``'s host values and spatial index starts over a launch's steps (static index forms)."""
         return StepValues(self.islands[s], self.plan.steps[s])
 
-    def __call__(self, key: tuple, trips: int, closed: dict, xs: dict, ring0: dict):
+    def __call__(self, key: tuple, trips: int, closed: dict, xs: dict, ring0: dict, owned: bool = False):
+        """Launch the loop over ``trips`` iterations from the carry ``ring0``: the carry and the stacked
+        outputs. A loop with nested loops or an end check donates its carry: ``owned`` where it is the
+        previous launch's returned carry, which nothing else holds (donated as it is), else it is
+        copied first (the cached zeros and the stores' arrays of a first launch stay intact)."""
         fn = self.fns.get(key)
         if not self.nested and self.plan.end is None:
             if fn is None:
@@ -170,7 +180,7 @@ class LoopProgram:
         rows = key[0]  # the scan's rows: a launch of fewer iterations pads its per-iteration values
         closed = self.split(closed)
         args = (closed, self.consts(), jax.tree_util.tree_map(lambda a: _padded(a, rows), xs),
-                jax.tree_util.tree_map(jnp.array, ring0), np.int32(trips))  # the carry is donated: copies
+                ring0 if owned else jax.tree_util.tree_map(jnp.array, ring0), np.int32(trips))
         if fn is None and not self.nested:  # compiled at its first launch, called through jit's dispatch
             fn = self.fns[key] = jax.jit(self._traced(key), donate_argnums=(3,))
         if fn is None:
@@ -239,14 +249,15 @@ class LoopProgram:
 
         def body_of(closed, consts):
             def body(ring, x):
-                values, kept = {}, {}
+                values, kept, made = {}, {}, {}
+                buffers = ring.get(BUFFERS)  # None: the nested scans' rows are stacked afresh (their shapes found)
                 length = closed.get("length")  # of the dim that ended in this iteration, in a loop nested after it
                 env = dict(closed["at"], **{plan.loop.var: closed["at"][plan.loop.var] + x["k"]})
                 for s, step in enumerate(plan.steps):
                     for k, (n, inner, rows) in enumerate(nested):
                         if n.at == s:
                             ended = _run_nested(k, n, inner, rows, closed, consts, x, values, ring, firsts[k], env,
-                                                length)
+                                                length, buffers, made)
                             length = length if ended is None else ended
                     ins = [_input(src, f"{s}.{k}", closed, x, values, ring) for k, src in enumerate(step.inputs)]
                     if s == plan.end:
@@ -282,8 +293,11 @@ class LoopProgram:
                         values[(step.node.id, j)] = value if value.dtype == dtype else value.astype(dtype)
                 for k, (n, inner, rows) in enumerate(nested):  # nested loops after the last statement
                     if n.at == len(plan.steps):
-                        _run_nested(k, n, inner, rows, closed, consts, x, values, ring, firsts[k], env, length)
+                        _run_nested(k, n, inner, rows, closed, consts, x, values, ring, firsts[k], env, length,
+                                    buffers, made)
                 new = {f"{n}_{j}": (values[(n, j)],) + ring[f"{n}_{j}"][:-1] for n, j in plan.carried}
+                if BUFFERS in ring:  # the rows this iteration wrote: the buffers of the next one
+                    new[BUFFERS] = made
                 flag = () if plan.end is None else kept[plan.end]
                 lengths = () if plan.ending is None else (length,)
                 return new, tuple(values[key] for key in plan.written_back) + tuple(kept[s] for s in deferred) + \
@@ -291,17 +305,21 @@ class LoopProgram:
 
             return body
 
-        def device_loop(closed, consts, xs, ring0):
-            return _scan(body_of(closed, consts), ring0, dict(xs, k=jnp.arange(trips)), trips)
+        def device_loop(closed, consts, xs, ring0, buffers=None):
+            body, xs = body_of(closed, consts), dict(xs, k=jnp.arange(trips))
+            if buffers is None or any(_is_rows(v) for v in jax.tree_util.tree_leaves(xs, is_leaf=_is_rows)):
+                return _scan(body, ring0, xs, trips)
+            return _written(body, ring0, xs, buffers, trips)
 
         def whole_run(closed, consts, xs, ring0, ran):
             body = body_of(closed, consts)
             xs = dict(xs, k=jnp.arange(trips))  # the scan's index: a step's counter is the launch's first plus it
             first = jax.tree_util.tree_map(lambda a: a[0], xs, is_leaf=_is_rows)
-            ring0, shaped = _carry_form(body, ring0, first)
+            ring0, _ = _carry_form(body, ring0, first)  # a nested loop unrolled over it writes no buffers
+            ring0, shaped = _carry_form(body, _with_buffers(body, ring0, first), first)
             if plan.end is not None and not any(_is_rows(v) for v in jax.tree_util.tree_leaves(xs, is_leaf=_is_rows)):
                 ring, ys = _until(body, ring0, xs, shaped, ran, trips)
-                return jax.tree_util.tree_map(_stacked, ring, is_leaf=_is_rows), ys
+                return _launch_carry(ring), ys
 
             def skipped(ring, _x):
                 return ring, jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shaped)
@@ -312,7 +330,7 @@ class LoopProgram:
                 return (ring, ended | ys[-1] if plan.end is not None else ended), ys
 
             (ring, _), ys = _scan(row, (ring0, jnp.bool_(False)), xs, trips)
-            return jax.tree_util.tree_map(_stacked, ring, is_leaf=_is_rows), ys
+            return _launch_carry(ring), ys
 
         return whole_run if self.nested or plan.end is not None else device_loop
 
@@ -336,6 +354,34 @@ def _until(body: Callable, ring0, xs, shaped, ran, trips: int):
 
     _, _, ring, ys = lax.while_loop(going, step, (jnp.int32(0), jnp.bool_(False), ring0, ys0))
     return ring, ys
+
+
+def _written(body: Callable, ring0, xs, buffers, trips: int):
+    """``lax.scan(body, ring0, xs)`` whose stacked outputs are written, row by row in place, into
+    ``buffers`` (arrays of their shapes, every row overwritten): the rows a nested loop wrote in the
+    enclosing loop's previous iteration, where a scan fills fresh buffers with zeros at every one."""
+
+    def step(k, state):
+        ring, ys = state
+        ring, y = body(ring, jax.tree_util.tree_map(lambda a: lax.dynamic_index_in_dim(a, k, keepdims=False), xs))
+        return ring, jax.tree_util.tree_map(lambda rows, row: lax.dynamic_update_index_in_dim(rows, row, k, 0), ys, y)
+
+    return lax.fori_loop(0, trips, step, (ring0, buffers))
+
+
+def _with_buffers(body: Callable, ring0: dict, x: dict) -> dict:
+    """``ring0`` with zeros, made once per launch, for the rows each nested scan of ``body`` writes (a
+    buffer per output, carried from iteration to iteration: :data:`BUFFERS`)."""
+    ring, _ = jax.eval_shape(body, dict(ring0, **{BUFFERS: None}), x)
+    if not ring[BUFFERS]:
+        return ring0
+    return dict(ring0, **{BUFFERS: jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), ring[BUFFERS])})
+
+
+def _launch_carry(ring: dict) -> dict:
+    """A launch's returned carry: one array per carried value (the nested scans' buffers left out)."""
+    return {name: jax.tree_util.tree_map(_stacked, value, is_leaf=_is_rows) for name, value in ring.items()
+            if name != BUFFERS}
 
 
 def _in_tiles(plan: LoopPlan, name: str) -> bool:
@@ -408,13 +454,14 @@ def _like(value, shaped):
 
 
 def _run_nested(k: int, nested, inner, steps: int, closed: dict, consts: dict, x: dict, values: dict, ring: dict,
-                start: Callable, env: dict, length=None):
+                start: Callable, env: dict, length=None, buffers: dict | None = None, made: dict | None = None):
     """Trace nested loop ``k`` at one iteration of the enclosing loop (its counters and the bounds:
     ``env``; ``start``: the nested loop's first counter, of them); its written-back rows become values.
     A loop over a dim that ends at run time runs its ``steps`` steps (the cap), those after the first where
     its flag holds skipped; its length there (the steps it ran, an int32 on the device) is returned, else
     None. A loop after it that runs to the dim's bound is given that ``length``, and its rows past it are
-    set to zero."""
+    set to zero. A nested scan writes its rows into ``buffers[k]`` where it is given them, and puts the
+    rows it wrote in ``made`` (none of a loop unrolled or over a dim that ends at run time)."""
     prepared, per_iteration = closed[f"n{k}"], x[f"n{k}"]
     given = dict(prepared["c"], **per_iteration["g"])
     given["at"] = dict(env, **{nested.plan.loop.var: start(env)})
@@ -433,7 +480,12 @@ def _run_nested(k: int, nested, inner, steps: int, closed: dict, consts: dict, x
     if nested.plan.padded:
         given["length"] = length
     args = (given, consts[f"n{k}"], dict(per_iteration["x"], g=rows), prepared["r"])
-    _, ys = inner(*args, np.int32(steps)) if ending else inner(*args)
+    if ending or nested.plan.nested:
+        _, ys = inner(*args, np.int32(steps)) if ending else inner(*args)
+    else:
+        _, ys = inner(*args, None if buffers is None else buffers.get(str(k)))
+        if made is not None and not any(_is_rows(y) for y in ys):
+            made[str(k)] = ys
     to_cap = nested.plan.padded_dim is not None  # a loop run to T: its rows past T[i] set to zero
     for key, rows in zip(nested.plan.written_back, ys):
         values[key] = _masked(_stacked(rows), ((0, 0),), length) if to_cap else rows
