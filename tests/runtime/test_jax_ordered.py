@@ -90,15 +90,6 @@ def test_a_product_over_steps_is_the_same_whatever_zero_steps_follow(shape, extr
     np.testing.assert_allclose(got, numpy_ordered.ordered_matmul(x, y, (), True), **CLOSE)
 
 
-@pytest.mark.parametrize("steps", [jax_ordered.UNROLLED - 1, jax_ordered.UNROLLED, jax_ordered.UNROLLED + 1])
-def test_a_sums_second_axis_gives_the_same_bits_added_without_a_loop_or_in_one(steps):
-    x = np.random.default_rng(steps).normal(size=(3, steps, 5)).astype(np.float32)
-    got = jitted(jax_ordered.ordered_sum, x, axes=(0, 1))
-    np.testing.assert_array_equal(got, numpy_ordered.ordered_sum(x, (0, 1)))
-    longer = padded(x, 1, 2 * jax_ordered.UNROLLED)  # its second axis added in a lax.scan however few rows x has
-    np.testing.assert_array_equal(got, jitted(jax_ordered.ordered_sum, longer, axes=(0, 1)))
-
-
 def test_a_contraction_over_steps_gives_the_same_bits_as_one_batched_product_or_in_a_loop():
     steps = jax_ordered.STEPS * jax_ordered.UNROLLED  # the most steps whose products are one batched product
     a, c, axis = contraction_operands((steps, 2, 3, 0), 4, False)

@@ -3,14 +3,16 @@ traced inside ``jax.jit``.
 
 The same structure as :mod:`tempo.runtime.backends.numpy_ordered`: a sum adds
 the rows of a ``(K, R)`` array one after another from +0, in a ``lax.scan`` (a
-loop XLA does not reassociate) or, along a second axis of at most
-:data:`UNROLLED` rows, as a chain of additions; a product whose rows are steps is a batched ``dot`` of one
-product per block of rows, each of a shape that does not depend on the number
-of steps; a contraction over steps multiplies chunks of steps, one product per
-chunk (a batched ``dot``, or a ``lax.scan`` over many), and adds the products in
-order. Each ``lax.scan`` is an XLA
-loop of its own, compiled apart, so the kernels hold as few as their order
-allows.
+loop XLA does not reassociate, whose rows it holds as computed: a chain of
+additions would be fused with the ops that compute its rows, and a product
+there and an addition contracted into one rounding); a product whose rows are
+steps is a batched ``dot`` of one product per block of rows, each of a shape
+that does not depend on the number of steps; a contraction over steps
+multiplies chunks of steps, one product per chunk (a batched ``dot``, or a
+``lax.scan`` over more than :data:`UNROLLED`), and adds the products in order.
+Each ``lax.scan`` is an XLA loop of its own, compiled apart
+(``benchmarks/jax_ordered_compile.py``), so the kernels hold as few as their
+order allows.
 """
 from __future__ import annotations
 
@@ -23,33 +25,23 @@ from jax import lax
 
 STEPS = 32  # steps per product in a contraction over steps
 ROWS = 128  # rows per product in a product of rows by one matrix
-UNROLLED = 32  # at most this many rows or products are added without a loop
+UNROLLED = 32  # at most this many products are added without a loop
 
 
-def sum_along(x, axis: int, chained: bool = False):
-    """``x`` summed along ``axis`` in index order, from +0 (keeping the axis, of size 1): the rows
-    added one after another in a ``lax.scan``, whose rows XLA holds as computed, or, with
-    ``chained`` and at most :data:`UNROLLED` rows, as a chain of additions (for rows that a loop
-    computed: XLA fuses a chain with the ops that compute its rows, and contracts a product there
-    and an addition into one rounding)."""
+def sum_along(x, axis: int):
+    """``x`` summed along ``axis`` in index order, from +0 (keeping the axis, of size 1)."""
     y = jnp.moveaxis(x, axis, 0)
     rest = y.shape[1:]
     flat = y.reshape(y.shape[0], math.prod(rest))
-    total = jnp.zeros(flat.shape[1:], x.dtype)
-    if chained and len(flat) <= UNROLLED:
-        for row in flat:
-            total = total + row
-    else:
-        total, _ = lax.scan(lambda carry, row: (carry + row, None), total, flat)
+    total, _ = lax.scan(lambda carry, row: (carry + row, None), jnp.zeros(flat.shape[1:], x.dtype), flat)
     return jnp.moveaxis((total + 0.0).astype(x.dtype).reshape((1,) + rest), 0, axis)
 
 
 def ordered_sum(x, axes: tuple[int, ...], keepdims: bool = False):
-    """``jnp.sum(x, axes)`` with each axis added in index order: the first in a ``lax.scan``, the
-    others, along the scan's sums, as chains of additions where they are short."""
+    """``jnp.sum(x, axes)`` with each axis added in index order."""
     axes = tuple(sorted(a % x.ndim for a in axes))
-    for k, axis in enumerate(axes):
-        x = sum_along(x, axis, chained=k > 0)
+    for axis in axes:
+        x = sum_along(x, axis)
     return x if keepdims or not axes else jnp.squeeze(x, axis=axes)
 
 
