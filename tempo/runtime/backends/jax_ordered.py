@@ -76,7 +76,7 @@ def _added_in_order(product, pieces, shape, dtype):
         total, _ = lax.scan(lambda carry, piece: (carry + product(piece), None), jnp.zeros(shape, dtype), pieces)
         return total + 0.0
     total = jnp.zeros(shape, dtype)
-    for each in jax.vmap(product)(pieces):  # XLA's dots are not fused into the additions
+    for each in jax.vmap(product)(pieces):
         total = total + each
     return total + 0.0
 
