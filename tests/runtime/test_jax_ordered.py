@@ -88,3 +88,16 @@ def test_a_product_over_steps_is_the_same_whatever_zero_steps_follow(shape, extr
     np.testing.assert_array_equal(got, jitted(jax_ordered.ordered_matmul, padded(x, 2, extra), padded(y, 0, extra),
                                               rows=(), inner=True))
     np.testing.assert_allclose(got, numpy_ordered.ordered_matmul(x, y, (), True), **CLOSE)
+
+
+def test_a_contraction_over_steps_gives_the_same_bits_as_one_batched_product_or_in_a_loop():
+    steps = jax_ordered.STEPS * jax_ordered.UNROLLED  # the most steps whose products are one batched product
+    a, c, axis = contraction_operands((steps, 2, 3, 0), 4, False)
+    got = jitted(jax_ordered.ordered_batch_contract, a, c, ordered=(axis,))
+    longer = jitted(jax_ordered.ordered_batch_contract, padded(a, axis, 1), padded(c, axis, 1), ordered=(axis,))
+    np.testing.assert_array_equal(got, longer)  # one chunk more: its products in a lax.scan
+    x, y = np.swapaxes(a[:, :, :, 0], 1, 2), c[0, :, 0, :]  # (b, k, steps) @ (steps, n)
+    got = jitted(jax_ordered.ordered_matmul, x, y, rows=(), inner=True)
+    np.testing.assert_array_equal(got, jitted(jax_ordered.ordered_matmul, padded(x, 2, 1), padded(y, 0, 1),
+                                              rows=(), inner=True))
+    np.testing.assert_allclose(got, numpy_ordered.ordered_matmul(x, y, (), True), **CLOSE)

@@ -2,10 +2,17 @@
 traced inside ``jax.jit``.
 
 The same structure as :mod:`tempo.runtime.backends.numpy_ordered`: a sum adds
-the rows of a ``(K, R)`` array one after another from +0 in a ``lax.scan`` (a
-loop XLA does not reassociate), and each product is one ``dot`` of a shape
-that does not depend on the number of steps, in a ``lax.scan`` over blocks or
-chunks of steps whose results are added in order.
+the rows of a ``(K, R)`` array one after another from +0, in a ``lax.scan`` (a
+loop XLA does not reassociate, whose rows it holds as computed: a chain of
+additions would be fused with the ops that compute its rows, and a product
+there and an addition contracted into one rounding); a product whose rows are
+steps is a batched ``dot`` of one product per block of rows, each of a shape
+that does not depend on the number of steps; a contraction over steps
+multiplies chunks of steps, one product per chunk (a batched ``dot``, or a
+``lax.scan`` over more than :data:`UNROLLED`), and adds the products in order.
+Each ``lax.scan`` is an XLA loop of its own, compiled apart
+(``benchmarks/jax_ordered_compile.py``), so the kernels hold as few as their
+order allows.
 """
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ from jax import lax
 
 STEPS = 32  # steps per product in a contraction over steps
 ROWS = 128  # rows per product in a product of rows by one matrix
+UNROLLED = 32  # at most this many products are added without a loop
 
 
 def sum_along(x, axis: int):
@@ -62,8 +70,14 @@ def _chunked(x, size: int):
 
 
 def _added_in_order(product, pieces, shape, dtype):
-    """``product`` of each piece, added one after another from +0."""
-    total, _ = lax.scan(lambda carry, piece: (carry + product(piece), None), jnp.zeros(shape, dtype), pieces)
+    """``product`` of each piece, added one after another from +0: the products of at most
+    :data:`UNROLLED` pieces as one batched product, those of more one by one in a ``lax.scan``."""
+    if len(jax.tree_util.tree_leaves(pieces)[0]) > UNROLLED:
+        total, _ = lax.scan(lambda carry, piece: (carry + product(piece), None), jnp.zeros(shape, dtype), pieces)
+        return total + 0.0
+    total = jnp.zeros(shape, dtype)
+    for each in jax.vmap(product)(pieces):
+        total = total + each
     return total + 0.0
 
 
@@ -103,7 +117,7 @@ def ordered_matmul(a, b, rows: tuple[int, ...], inner: bool):
 
 def _rows_in_blocks(a, b, rows: tuple[int, ...]):
     """``a @ b`` for one matrix ``b``, the step axes ``rows`` first, the rows in blocks of whole
-    steps (at least :data:`ROWS` rows, or one step's), one product each."""
+    steps (at least :data:`ROWS` rows, or one step's), one product per block."""
     lead = a.ndim - 1
     front = list(rows) + [k for k in range(lead) if k not in rows]
     moved = jnp.transpose(a, front + [lead])
@@ -114,19 +128,26 @@ def _rows_in_blocks(a, b, rows: tuple[int, ...]):
     flat = moved.reshape((math.prod(shape[:outer]), -1, shape[-1]))
     count = flat.shape[1]
     blocks = jnp.stack([_chunked(points, block) for points in flat]) if len(flat) else flat[:, None]
-    out = lax.map(lambda piece: jnp.matmul(piece, b, precision="highest"), blocks.reshape((-1,) + blocks.shape[2:]))
+    out = _per_block(blocks.reshape((-1,) + blocks.shape[2:]), b if b.ndim == 2 else b[:, None])
     out = out.reshape((len(flat), -1) + out.shape[2:])[:, :count]
     out = out.reshape(shape[:-1] + b.shape[1:])
     back = sorted(range(len(front)), key=front.__getitem__)
     return jnp.transpose(out, back + ([lead] if b.ndim > 1 else []))
 
 
+def _per_block(blocks, b):
+    """``blocks @ b`` (``(pieces, rows, k) @ (k, n)``) as a batched ``dot``: one product of the same
+    shape per block, however many blocks there are."""
+    stacked = jnp.broadcast_to(b, (blocks.shape[0],) + b.shape)
+    return lax.dot_general(blocks, stacked, (((2,), (1,)), ((0,), (0,))), precision="highest")
+
+
 def _each_in_row_blocks(a, b):
-    """A stack of products whose row axis holds steps: each product's rows in blocks of :data:`ROWS`."""
+    """A stack of products whose row axis holds steps: each product's rows in blocks of :data:`ROWS`,
+    one batched ``dot`` of a product per block."""
     m = a.shape[-2]
     blocks = _chunked(jnp.moveaxis(a, -2, 0), ROWS)  # (chunks, ROWS, ..., k)
-    out = lax.map(lambda piece: jnp.matmul(jnp.moveaxis(piece, 0, -2), b, precision="highest"), blocks)
-    out = jnp.moveaxis(out, 0, -3)  # (..., chunks, ROWS, n)
+    out = jnp.matmul(jnp.moveaxis(blocks, (0, 1), (-3, -2)), b[..., None, :, :], precision="highest")
     return out.reshape(out.shape[:-3] + (-1,) + out.shape[-1:])[..., :m, :]
 
 
