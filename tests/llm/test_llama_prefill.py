@@ -101,7 +101,7 @@ def peak_bytes(prompt_len: int, chunk: int) -> int:
     with tpo.Context() as ctx:
         dp = program_mod.build(config, model.weights, ids, model.default_attention(), Sampling(),
                                prefill_chunk=chunk)
-        program = ctx.compile(fetch=[dp.tokens])
+        program = ctx.compile(fetch=[dp.tokens], passes=program_mod.compile_passes(dp, None, 1))
     tracemalloc.start()
     program.run(dp.bounds(1, 1))
     peak = tracemalloc.get_traced_memory()[1]
