@@ -1,22 +1,24 @@
 """A Llama decoder written with recurrent tensors.
 
-Three temporal dims: ``c``, a chunk of the prompt, ``l``, the layer, and
+Three temporal dims: ``l``, the layer, ``c``, a chunk of the prompt, and
 ``t``, the decoding step. The prompt of ``P`` tokens is prefilled chunk by
 chunk (:class:`PromptChunks`: ``P`` in chunks of ``size`` positions, the
-last one padded): ``hp[c, l]`` holds chunk ``c``'s positions (batch, size,
-hidden), ``hp[c, l + 1]`` is layer ``l`` applied to them, whose attention
+last one padded): ``hp[l, c]`` holds chunk ``c``'s positions (batch, size,
+hidden), ``hp[l + 1, c]`` is layer ``l`` applied to them, whose attention
 reads the keys and values of chunks ``0`` to ``c`` at that layer
-(:func:`chunk_attention`): the store of ``kp[c, l]`` is filled chunk by
-chunk, and the program is the same whatever ``P``. Step ``t`` decodes
-position ``P + t``: ``h[0, t]`` embeds its token and ``h[l + 1, t]`` is
-layer ``l`` applied to ``h[l, t]``. Each layer reads its weights as ``w[l]``
-(the checkpoint's tensors stacked over layers), so the program has one
-layer whatever the depth. Decoding's own keys and values are the RTs
-``k[l, t]`` and ``v[l, t]``; attention at step ``t`` reads the prompt's
-(``kp[0:C, l]`` as rows) and ``k[l, 0:t+1]`` (causal) or
-``k[l, max(0, t-w+1):t+1]`` with the prompt's rows masked to the window
-(window). There is no cache: the runtime keeps what these reads need (a
-block store for the causal read, a window store for the window, TEMPO §6).
+(:func:`chunk_attention`, ``kp[l, 0:c+1]``): the chunk is the innermost dim
+of ``kp[l, c]``, so its store is one buffer per layer, filled chunk by chunk
+in place, and the program is the same whatever ``P``. The chunk dim is not
+vectorized (:func:`compile_passes`): the chunks run one after the other.
+Step ``t`` decodes position ``P + t``: ``h[0, t]`` embeds its token and
+``h[l + 1, t]`` is layer ``l`` applied to ``h[l, t]``. Each layer reads its
+weights as ``w[l]`` (the checkpoint's tensors stacked over layers), so the
+program has one layer whatever the depth. Decoding's own keys and values are
+the RTs ``k[l, t]`` and ``v[l, t]``; attention at step ``t`` reads the
+prompt's (``kp[l, 0:C]`` as rows: a view of that buffer) and ``k[l, 0:t+1]``
+(causal) or ``k[l, max(0, t-w+1):t+1]`` with the prompt's rows masked to the
+window (window). There is no cache: the runtime keeps what these reads need
+(a block store for the causal read, a window store for the window, TEMPO §6).
 Tiled causal attention adds a fourth dim, the tile (``tempo.llm.tiling``).
 """
 from __future__ import annotations
@@ -381,8 +383,9 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     yp = finish(c, w, xp, chunk_attention(qp, kp, vp, l, ck, size, attention.window, scale))
     hp[l + 1, ck] = yp
     prompt_logits = logits_of(chunks.rows(yp, L - 1, 0, prompt_len))
-    # the last layer's chunks read as one slice: each chunk's layers one statement, and every layer
-    # output but the last freed once the next layer has read it (tempo.schedule.memory)
+    # the last layer's row at the last position, read per chunk and then as one slice: every chunk
+    # runs every layer (so each query is read and freed), and every layer output but the last is
+    # freed once the next layer has read it (tempo.schedule.memory)
     last = prompt_len - 1
     tail = yp[L - 1, ck].spatial[:, last % size]                          # (batch, hidden) per chunk
     first = sampling.next_token(logits_of(tail[0:chunks.count].spatial[last // size]))
