@@ -87,28 +87,18 @@ def vectorizable_set(sdg: SDG, d: Expr, stream: bool = False) -> frozenset[int]:
     return frozenset(_paying(sdg, d, chosen))
 
 
-# ops whose result is one of their inputs or a view of it where the layout allows (NumPy, torch)
-VIEWS = (ops.MergeOp, ops.PermuteOp, ops.ReshapeOp, ops.SqueezeOp, ops.UnsqueezeOp)
-
-
 def _paying(sdg: SDG, d: Expr, chosen: set[int]) -> set[int]:
-    """``chosen`` without the nodes whose every reader loops over ``d`` (each reader would select
-    its point from the batched tensor, a launch per point as before, plus one) that are sources
-    along ``d`` (a constant indexed by ``t``, a random draw) or views reading a temporal tensor
-    along ``d``: batched, a view reads every point of its source stacked, a copy of all of them
-    (the prompt's keys and values of every layer, read by each decoding step as views)."""
+    """``chosen`` without the sources along ``d`` (a constant indexed by ``t``, a random
+    draw) whose every reader loops over ``d``: each reader would select its point from the
+    batched tensor, a launch per point as before, plus one."""
     readers: dict[int, list[int]] = {n: [] for n in chosen}
-    fed, stacked = set(), set()
+    fed = set()
     for e in sdg.edges:
         if e.src in chosen:
             readers[e.src].append(e.sink)
         if d in sdg.nodes[e.src].domain:
             fed.add(e.sink)
-            if e.src not in chosen:
-                stacked.add(e.sink)
-    views = {n for n in chosen & stacked if isinstance(sdg.nodes[n].op, VIEWS)
-             and all(e.src not in chosen for e in sdg.in_edges(n))}
-    return {n for n in chosen if (n in fed and n not in views) or not readers[n]
+    return {n for n in chosen if n in fed or not readers[n]
             or any(r in chosen or d not in sdg.nodes[r].domain for r in readers[n])}
 
 
