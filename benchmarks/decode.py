@@ -164,7 +164,8 @@ def run_tempo(size: Size, batch: int, window: int | None, lengths: list[int], la
         dp = program_mod.build(config, wts, np.ones((batch, 1), np.int64), Attention(window, tile, masked),
                                Sampling(), on_token, capacity=max(lengths))
         started = time.perf_counter()
-        program = ctx.compile(fetch=[dp.tokens], backend=backend)
+        program = ctx.compile(fetch=[dp.tokens], backend=backend,
+                              passes=program_mod.compile_passes(dp, backend, max(lengths)))
         compile_s = time.perf_counter() - started
     compiles = xla_compiles() if backend == "jax" else None
     bounds = {k.name: v for k, v in dp.bounds(size.layers, max(lengths)).items()}
@@ -391,7 +392,7 @@ def prefill_tempo(size: Size, batch: int, length: int) -> dict:
     with tpo.Context() as ctx:
         dp = program_mod.build(config, wts, prompt, Attention(), Sampling())
         started = time.perf_counter()
-        program = ctx.compile(fetch=[dp.tokens])
+        program = ctx.compile(fetch=[dp.tokens], passes=program_mod.compile_passes(dp, None, 1))
         compile_s = time.perf_counter() - started
     runs = []
     for _ in range(3):
@@ -489,7 +490,7 @@ def compile_times(size: Size, layer_counts: list[int]) -> list[dict]:
         with tpo.Context() as ctx:
             start = time.perf_counter()
             dp = program_mod.build(model_config(deeper, 4096), wts, np.ones((4, 1), np.int64), Attention(), Sampling())
-            program = ctx.compile(fetch=[dp.tokens])
+            program = ctx.compile(fetch=[dp.tokens], passes=program_mod.compile_passes(dp, None, 1))
         seconds = time.perf_counter() - start
         out.append({"layers": layers, "compile_s": seconds, "nodes": len(program.sdg.nodes),
                     "cse_s": program.timings.get("cse", 0.0), "pack_s": program.timings.get("pack_weights", 0.0)})

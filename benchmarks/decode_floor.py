@@ -313,7 +313,7 @@ def first_token_tempo(path: str, quantized: bool, length: int, chunk: int) -> di
                                prefill_chunk=chunk or length)
         stages["built"] = rss_mb()
         started, started_cpu = time.perf_counter(), time.process_time()
-        program = ctx.compile(fetch=[dp.tokens])
+        program = ctx.compile(fetch=[dp.tokens], passes=program_mod.compile_passes(dp, None, 1))
         compile_s, compile_cpu_s = time.perf_counter() - started, time.process_time() - started_cpu
     stages["compiled"] = rss_mb()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

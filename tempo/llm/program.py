@@ -1,22 +1,24 @@
 """A Llama decoder written with recurrent tensors.
 
-Three temporal dims: ``c``, a chunk of the prompt, ``l``, the layer, and
+Three temporal dims: ``l``, the layer, ``c``, a chunk of the prompt, and
 ``t``, the decoding step. The prompt of ``P`` tokens is prefilled chunk by
 chunk (:class:`PromptChunks`: ``P`` in chunks of ``size`` positions, the
-last one padded): ``hp[c, l]`` holds chunk ``c``'s positions (batch, size,
-hidden), ``hp[c, l + 1]`` is layer ``l`` applied to them, whose attention
+last one padded): ``hp[l, c]`` holds chunk ``c``'s positions (batch, size,
+hidden), ``hp[l + 1, c]`` is layer ``l`` applied to them, whose attention
 reads the keys and values of chunks ``0`` to ``c`` at that layer
-(:func:`chunk_attention`): the store of ``kp[c, l]`` is filled chunk by
-chunk, and the program is the same whatever ``P``. Step ``t`` decodes
-position ``P + t``: ``h[0, t]`` embeds its token and ``h[l + 1, t]`` is
-layer ``l`` applied to ``h[l, t]``. Each layer reads its weights as ``w[l]``
-(the checkpoint's tensors stacked over layers), so the program has one
-layer whatever the depth. Decoding's own keys and values are the RTs
-``k[l, t]`` and ``v[l, t]``; attention at step ``t`` reads the prompt's
-(``kp[0:C, l]`` as rows) and ``k[l, 0:t+1]`` (causal) or
-``k[l, max(0, t-w+1):t+1]`` with the prompt's rows masked to the window
-(window). There is no cache: the runtime keeps what these reads need (a
-block store for the causal read, a window store for the window, TEMPO §6).
+(:func:`chunk_attention`, ``kp[l, 0:c+1]``): the chunk is the innermost dim
+of ``kp[l, c]``, so its store is one buffer per layer, filled chunk by chunk
+in place, and the program is the same whatever ``P``. The chunk dim is not
+vectorized (:func:`compile_passes`): the chunks run one after the other.
+Step ``t`` decodes position ``P + t``: ``h[0, t]`` embeds its token and
+``h[l + 1, t]`` is layer ``l`` applied to ``h[l, t]``. Each layer reads its
+weights as ``w[l]`` (the checkpoint's tensors stacked over layers), so the
+program has one layer whatever the depth. Decoding's own keys and values are
+the RTs ``k[l, t]`` and ``v[l, t]``; attention at step ``t`` reads the
+prompt's (``kp[l, 0:C]`` as rows: a view of that buffer) and ``k[l, 0:t+1]``
+(causal) or ``k[l, max(0, t-w+1):t+1]`` with the prompt's rows masked to the
+window (window). There is no cache: the runtime keeps what these reads need
+(a block store for the causal read, a window store for the window, TEMPO §6).
 Tiled causal attention adds a fourth dim, the tile (``tempo.llm.tiling``).
 """
 from __future__ import annotations
@@ -38,7 +40,7 @@ from tempo.llm.tiling import Prefix, tiled_attention
 from tempo.llm.weights import Weights, frozen
 from tempo.nn.functional import silu
 from tempo.runtime.backends import get_backend
-from tempo.transforms import masked_reads
+from tempo.transforms import masked_reads, vectorize
 
 
 @dataclass(frozen=True)
@@ -73,14 +75,18 @@ class DecodeProgram:
 
 
 def compile_passes(dp: DecodeProgram, backend: str | None, new_tokens: int) -> dict:
-    """The pass configs to compile ``dp`` with for ``new_tokens`` tokens on ``backend``: on a backend that
-    compiles loops, the buffers that causal reads become (:mod:`tempo.transforms.masked_reads`) hold the
-    run's decoding steps, so that a decoding dim that ends at run time (``stop_at_eos``) keeps its loop
-    as one device program too."""
+    """The pass configs to compile ``dp`` with for ``new_tokens`` tokens on ``backend``. The prompt's
+    chunk dim is not vectorized: its chunks run one after the other, so that the prefill holds one
+    chunk's activations (vectorized, every chunk would run at once). On a backend that compiles
+    loops, the buffers that causal reads become (:mod:`tempo.transforms.masked_reads`) hold the
+    run's decoding steps, so that a decoding dim that ends at run time (``stop_at_eos``) keeps its
+    loop as one device program too."""
+    others = tuple(d.name for d in (dp.layers[0], dp.positions[0], *(dp.tiles or ())[:1]))
+    passes = {"vectorize": vectorize.Config(dims=others)}
     if not get_backend(backend).compiles_loops:
-        return {}
+        return passes
     steps = dp.bounds(1, new_tokens)[dp.positions[1]]
-    return {"masked_reads": masked_reads.Config(enabled=True, rows={dp.positions[0].name: steps})}
+    return {**passes, "masked_reads": masked_reads.Config(enabled=True, rows={dp.positions[0].name: steps})}
 
 
 def embed(tokens: RT, table: RT) -> RT:
@@ -259,7 +265,7 @@ class PromptChunks:
         """The prompt rows ``first`` to ``stop`` of ``x`` (batch, size, ...) over (chunk, layer), at
         ``layer``: (batch, stop - first, ...), read from the chunks that hold them."""
         lo, hi = first // self.size, -(-stop // self.size)
-        chunks = x[lo:hi, layer]                                           # (hi - lo, batch, size, ...)
+        chunks = x[layer, lo:hi]                                           # (hi - lo, batch, size, ...)
         rest = tuple(chunks.shape[3:])
         axes = (1, 0, *range(2, len(chunks.shape)))
         flat = F.reshape(F.permute(chunks, *axes), chunks.shape[1], (hi - lo) * self.size, *rest)
@@ -281,7 +287,7 @@ def chunk_attention(q: RT, k: RT, v: RT, layer, chunk, size: int, window: int | 
     first = 0 if window is None else tpo.max(0, c - -(-(window - 1) // size))
 
     def span(x: RT) -> RT:                                     # (batch, kv, 1, chunks * size, hd)
-        rows = x[first:c + 1, l]                               # (chunks, batch, size, kv, hd)
+        rows = x[l, first:c + 1]                               # (chunks, batch, size, kv, hd)
         flat = F.reshape(F.permute(rows, 1, 3, 0, 2, 4), batch, kv_heads, rows.shape[0] * size, head_dim)
         return F.unsqueeze(flat, 2)
 
@@ -349,10 +355,10 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
         raise TempoError("masked attention needs the most decoding steps (capacity), the rows of its buffers")
     ctx = tpo.api.context.current()
     if attention.tile is None:
-        (ck, CK), (l, L), (t, T) = ctx.dims("c", "l", "t")
+        (l, L), (ck, CK), (t, T) = ctx.dims("l", "c", "t")
         tiles = None
     else:
-        (ck, CK), (l, L), (t, T), tiles = ctx.dims("c", "l", "t", "n")
+        (l, L), (ck, CK), (t, T), tiles = ctx.dims("l", "c", "t", "n")
     chunks = PromptChunks(prompt_len, min(prefill_chunk, prompt_len))
     w = layer_weights(weights, l)
     inv = inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling)
@@ -369,18 +375,20 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     size = chunks.size
     angles = np.arange(prompt_len, dtype=np.float32)[None, :, None] * inv[None, None, :]
     angles = chunks.padded(np.concatenate([angles, angles], axis=2))[:, 0, :, None, :]   # (chunks, size, 1, hd)
-    hp = F.placeholder((batch, size, c.hidden_size), "float32", dims=(ck, l))
-    hp[ck, 0] = F.from_numpy(chunks.padded(weights.embed[prompt]), dims=(ck,))[ck]
-    xp = hp[ck, l]
+    hp = F.placeholder((batch, size, c.hidden_size), "float32", dims=(l, ck))
+    hp[0, ck] = F.from_numpy(chunks.padded(weights.embed[prompt]), dims=(ck,))[ck]
+    xp = hp[l, ck]
     qp, kp, vp = project(c, w, xp, F.from_numpy(np.cos(angles), dims=(ck,)), F.from_numpy(np.sin(angles), dims=(ck,)),
                          rotate)
     yp = finish(c, w, xp, chunk_attention(qp, kp, vp, l, ck, size, attention.window, scale))
-    hp[ck, l + 1] = yp
+    hp[l + 1, ck] = yp
     prompt_logits = logits_of(chunks.rows(yp, L - 1, 0, prompt_len))
-    # the last layer's chunks read as one slice: each chunk's layers one statement, and every layer
-    # output but the last freed once the next layer has read it (tempo.schedule.memory)
+    # the last layer's row at the last position, read per chunk and then as one slice: every chunk
+    # runs every layer (so each query is read and freed), and every layer output but the last is
+    # freed once the next layer has read it (tempo.schedule.memory)
     last = prompt_len - 1
-    first = sampling.next_token(logits_of(yp[0:chunks.count, L - 1].spatial[last // size, :, last % size]))
+    tail = yp[L - 1, ck].spatial[:, last % size]                          # (batch, hidden) per chunk
+    first = sampling.next_token(logits_of(tail[0:chunks.count].spatial[last // size]))
 
     # decoding: step t reads the token at position P + t and picks the one after it
     inputs = F.placeholder((batch,), "int64", dims=(t,))
@@ -395,7 +403,7 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     reach = 0 if attention.window is None else min(max(0, prompt_len - attention.window + 1), prompt_len - 1)
     # the prompt rows a step reads: all, or with a window the last w - 1 (those it reaches from any step)
     kp, vp = (chunks.rows(rows, l, reach, prompt_len) for rows in (kp, vp))
-    prefix = Prefix(F.permute(kp, 0, 2, 3, 1), F.permute(vp, 0, 2, 1, 3), scale,
+    prefix = Prefix(F.permute(kp, 0, 2, 1, 3), F.permute(vp, 0, 2, 1, 3), scale,
                     None if attention.window is None else prompt_len - attention.window + 1 - reach + F.eval_symbol(t))
     if attention.masked:
         rows = F.from_numpy(np.arange(capacity, dtype=np.int64))

@@ -31,8 +31,8 @@ from tempo.api.vjp import pad
 @dataclass(frozen=True)
 class Prefix:
     """Keys and values that every position attends to besides its own dim's (a prefilled
-    prompt's): ``keys`` (batch, kv heads, hd, P), ``values`` (batch, kv heads, P, hd);
-    ``visible_from`` (int64 RT or None): the first of the P rows a position sees (a window)."""
+    prompt's): ``keys`` and ``values`` (batch, kv heads, P, hd); ``visible_from`` (int64 RT or
+    None): the first of the P rows a position sees (a window)."""
 
     keys: RT
     values: RT
@@ -41,10 +41,10 @@ class Prefix:
 
     def scores(self, q: RT) -> RT:
         """``q`` (batch, kv heads, groups, hd) against the keys: (batch, kv heads, groups, P), -inf where not visible."""
-        scores = F.matmul(q, self.keys) * self.scale
+        scores = F.permute(F.matmul(self.keys, F.permute(q, 0, 1, 3, 2)), 0, 1, 3, 2) * self.scale
         if self.visible_from is None:
             return scores
-        rows = F.from_numpy(np.arange(self.keys.shape[-1], dtype=np.int64))
+        rows = F.from_numpy(np.arange(self.keys.shape[-2], dtype=np.int64))
         return F.where(rows >= self.visible_from, scores, F.full((), -np.inf, "float32"))
 
 

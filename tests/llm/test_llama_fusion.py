@@ -20,7 +20,7 @@ CONFIG = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_la
 def decode(attention: Attention, passes=None):
     with tpo.Context() as ctx:
         dp = program_mod.build(CONFIG, Weights.random(CONFIG, 0), np.array([[1, 2, 3, 4]]), attention, Sampling())
-        program = ctx.compile(fetch=[dp.tokens], passes=passes)
+        program = ctx.compile(fetch=[dp.tokens], passes={**program_mod.compile_passes(dp, None, 10), **(passes or {})})
     (tokens,) = program.run(dp.bounds(CONFIG.num_layers, 10))
     body = [n.op for n in program.sdg.nodes.values()
             if len(n.domain) == 2 and n.domain[0] is dp.layers[0] and n.domain[1] is dp.positions[0]]
@@ -43,7 +43,7 @@ def packed_weights(passes=None) -> list:
     first the layer's; the prompt's chunks are stacked over the chunk dim, 1 here)."""
     with tpo.Context() as ctx:
         dp = program_mod.build(CONFIG, Weights.random(CONFIG, 0), np.array([[1, 2, 3, 4]]), Attention(), Sampling())
-        program = ctx.compile(fetch=[dp.tokens], passes=passes)
+        program = ctx.compile(fetch=[dp.tokens], passes={**program_mod.compile_passes(dp, None, 2), **(passes or {})})
     steps = [s.op for n in program.sdg.nodes.values()
              for s in (n.op.steps if isinstance(n.op, ops.FusedOp) else [ops.FusedStep(n.op, (), ())])]
     return [op for op in steps if isinstance(op, ops.ConstOp) and op.value.array.ndim == 4

@@ -89,7 +89,7 @@ def test_a_program_holds_the_model_weights_without_copying_them(loaded):
         not_joined = {k: v for k, v in weights.layers.items() if k not in ("wq", "wk", "wv")}
         assert held_bytes(shared) == held_bytes([weights.embed, weights.final_norm, *not_joined.values(),
                                                  *([] if tied else [weights.head])])
-        program = ctx.compile(fetch=[dp.tokens], backend="numpy")
+        program = ctx.compile(fetch=[dp.tokens], backend="numpy", passes=program_mod.compile_passes(dp, "numpy", 1))
     panels = [n.op.value.array for n in program.sdg.nodes.values()
               if isinstance(n.op, ops.ConstOp) and n.op.value.array.ndim == 4]
     matrices = held_bytes([weights.head, *(v for v in weights.layers.values() if v.ndim == 3)])

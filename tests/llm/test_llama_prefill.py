@@ -101,7 +101,7 @@ def peak_bytes(prompt_len: int, chunk: int) -> int:
     with tpo.Context() as ctx:
         dp = program_mod.build(config, model.weights, ids, model.default_attention(), Sampling(),
                                prefill_chunk=chunk)
-        program = ctx.compile(fetch=[dp.tokens])
+        program = ctx.compile(fetch=[dp.tokens], passes=program_mod.compile_passes(dp, None, 1))
     tracemalloc.start()
     program.run(dp.bounds(1, 1))
     peak = tracemalloc.get_traced_memory()[1]
@@ -132,6 +132,26 @@ def test_prefill_memory_grows_with_the_prompt_with_the_fused_kernel():
     whole, longer = peak_bytes(512, 512), peak_bytes(1024, 1024)
     assert whole < 8 * 512 * 512 * 4 / 2
     assert longer < 2.5 * whole
+
+
+def test_the_prompts_keys_and_values_are_held_once():
+    """After a prefill in chunks and a few decoding steps, what the run still holds is about the
+    prompt's keys and values once (4 layers x 1,024 positions x 2 heads x 32 x 4 bytes, twice:
+    2 MiB): each layer's buffer is filled chunk by chunk in place and decoding reads it as it lies,
+    no copy of it in the rows' order, nor the products they were sliced from."""
+    config = tpo.llm.LlamaConfig(vocab_size=32, hidden_size=64, intermediate_size=64, num_layers=4,
+                                 num_heads=8, num_kv_heads=2, head_dim=32, max_positions=2048)
+    model = tpo.llm.Llama.random(config)
+    ids = np.random.default_rng(0).integers(0, 32, (1, 1024))
+    with tpo.Context() as ctx:
+        dp = program_mod.build(config, model.weights, ids, model.default_attention(), Sampling(), prefill_chunk=256)
+        program = ctx.compile(fetch=[dp.tokens], passes=program_mod.compile_passes(dp, None, 3))
+    tracemalloc.start()
+    program.run(dp.bounds(config.num_layers, 3))
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    kv = 2 * config.num_layers * 1024 * config.num_kv_heads * config.head_dim * 4
+    assert kv <= held < 1.5 * kv
 
 
 def test_bad_prefill_chunk_is_an_error():

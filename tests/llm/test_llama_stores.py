@@ -19,7 +19,7 @@ def run_stores(folder: str, attention: str, length: int, prompt: bool = False) -
     ids = np.array([[3, 1, 4]], np.int64)
     with tpo.Context() as ctx:
         dp = program_mod.build(model.config, model.weights, ids, Attention.parse(attention), Sampling())
-        program = ctx.compile(fetch=[dp.tokens])
+        program = ctx.compile(fetch=[dp.tokens], passes=program_mod.compile_passes(dp, None, length + 1))
     bounds = {bound.name: value for bound, value in dp.bounds(model.config.num_layers, length + 1).items()}
     executor = Executor(program.sdg, program.ast, program.backend, bounds, keep={n for n, _ in program.fetch})
     executor.run()

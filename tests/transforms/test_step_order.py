@@ -228,7 +228,7 @@ def test_a_slice_that_grows_with_the_step_is_left_in_the_backends_order():
                          num_kv_heads=2, head_dim=8, max_positions=128)
     with tpo.Context() as ctx:
         dp = program_mod.build(config, Weights.random(config, 0), np.array([[1, 2, 3, 4]]), Attention(), Sampling())
-        program = ctx.compile(fetch=[dp.tokens], passes={"fuse": False})
+        program = ctx.compile(fetch=[dp.tokens], passes={**program_mod.compile_passes(dp, None, 2), "fuse": False})
     found = marks(program)
     assert any(isinstance(op, ops.ReduceOp) and op.fn == "sum" for op in found)
     assert not any(getattr(op, "ordered", False) or getattr(op, "ordered_rows", ()) or getattr(op, "ordered_inner", False)
