@@ -30,7 +30,7 @@ from scipy import stats
 import tempo as tpo
 from tempo.api.sinks import sink_many
 from tempo.ir.ops import ConstOp
-from tests.rl.test_ppo_continuous_rollout import CleanRLAgent, baseline, example, mlp
+from tests.rl.test_ppo_continuous_rollout import CleanRLAgent, baseline, example, mlp, parameters_at
 
 pytest.importorskip("mujoco")
 
@@ -46,9 +46,7 @@ def tempo_run(args, iterations: int):
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
         run = example.program(args, (b, i, t), 0, iterations, max_episode_steps=LIMIT)
         at = (i % every) == 0
-        named = {f"{part}.{name}": p[at] for part, module in (("critic", run.critic), ("actor", run.actor),
-                                                              ("head", run.head))
-                 for name, p in module.named_parameters()}
+        named = parameters_at(run, at)
         sink_many(named, lambda tensors, point: weights.__setitem__(point["i"] // every, tensors))
         sink_many({"table": run.table[at]}, lambda tensors, point: tables.__setitem__(point["i"] // every,
                                                                                      tensors["table"]))

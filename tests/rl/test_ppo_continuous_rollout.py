@@ -183,6 +183,13 @@ def gae(reward, value, next_value, terminated, done, gamma, lam):
     return adv
 
 
+def parameters_at(run, at) -> dict:
+    """The example's critic, actor and head parameters at the points ``at`` selects, by ``part.name``."""
+    return {f"{part}.{name}": p[at] for part, module in (("critic", run.critic), ("actor", run.actor),
+                                                         ("head", run.head))
+            for name, p in module.named_parameters()}
+
+
 def test_the_examples_rollout_table_is_cleanrls_for_its_policy_and_critic():
     """Each rollout's table (what the minibatches read): the log-probabilities and values the policy and critic
     give at that rollout's weights, and CleanRL's GAE over its normalised rewards with truncation bootstrap."""
@@ -194,9 +201,7 @@ def test_the_examples_rollout_table_is_cleanrls_for_its_policy_and_critic():
         (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
         run = example.program(args, (b, i, t), 0, ROLLOUTS, max_episode_steps=LIMIT)
         at = (i % every) == 0
-        parts = {f"{part}.{name}": p[at] for part, module in (("critic", run.critic), ("actor", run.actor),
-                                                              ("head", run.head))
-                 for name, p in module.named_parameters()}
+        parts = parameters_at(run, at)
         parts["table"] = run.table[at]
         for name, x in (("reward", run.reward), ("final", run.final), ("terminated", run.step.terminated),
                         ("done", run.step.done)):
