@@ -79,7 +79,8 @@ set to zero past ``T[i]`` by a compare; a nested loop after it that runs to
 ``T`` is given ``T[i]`` and masks its steps the same way. Those steps see
 ``T`` at ``T[i]``: a mean over padded rows divides their sum by the count
 before the end, a value of ``T`` is ``T[i]``'s, and a read of the ended
-loop's row at ``T - 1`` picks row ``T[i] - 1``.
+loop's row at ``T - 1`` picks row ``T[i] - 1``. The ``while_loop`` and the masks are
+:mod:`tempo.runtime.backends.jax_ended`'s.
 """
 from __future__ import annotations
 
@@ -96,9 +97,7 @@ from tempo.ir import ops
 import numpy as np
 
 from tempo.plan.loop_plan import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
-from tempo.plan.ended_loops import last_row
-from tempo.plan.ended_rows import island_axes, masked_steps, mean_counts
-from tempo.runtime.backends import jax_layout
+from tempo.runtime.backends import jax_ended
 from tempo.runtime.backends.jax import Island, _row
 from tempo.runtime.backends.jax_step_values import DeviceValues, device_expr
 from tempo.runtime.step_values import StepValues
@@ -268,14 +267,14 @@ class LoopProgram:
                         continue
                     masks = padded.get(s)
                     if masks is not None:
-                        ins = [_masked(v, axes, length) for v, axes in zip(ins, masks[0])]
+                        ins = [jax_ended.masked(v, axes, length) for v, axes in zip(ins, masks[0])]
                         for k in masks[3]:  # the row at T - 1: the host's position is the cap's last row
                             rows = _stacked(values[step.inputs[k].key])
                             ins[k] = rows[x["row"][f"{s}.{k}"] + length - rows.shape[0]]
                     if tracers[s] is None:
                         outs = (_merge(step, ins, x["sel"].get(str(s)), shapes[s], branches.get(s)),)
                         if masks is not None:
-                            outs = [_masked(v, axes, length) for v, axes in zip(outs, masks[1][0])]
+                            outs = [jax_ended.masked(v, axes, length) for v, axes in zip(outs, masks[1][0])]
                     else:
                         given = dict(consts[str(s)])
                         given.update({int(name[1:]): value for name, value in x["a"].get(str(s), {}).items()})
@@ -286,7 +285,7 @@ class LoopProgram:
                             given.update(symbols)
                         traced = tracers[s] if masks is None else islands[s]._traced(
                             *tracers[s], lambda j, results, outs=masks[1], counts=masks[2], at=at: [
-                                _masked(_mean(v, counts[j], at) if j in counts else v, axes, length)
+                                jax_ended.masked(jax_ended.mean(v, counts[j], at) if j in counts else v, axes, length)
                                 for v, axes in zip(results, outs[j])])
                         outs = traced(ins, given, starts)
                     for j, (value, dtype) in enumerate(zip(outs, step.node.dtypes)):
@@ -318,7 +317,7 @@ class LoopProgram:
             ring0, _ = _carry_form(body, ring0, first)  # a nested loop unrolled over it writes no buffers
             ring0, shaped = _carry_form(body, _with_buffers(body, ring0, first), first)
             if plan.end is not None and not any(_is_rows(v) for v in jax.tree_util.tree_leaves(xs, is_leaf=_is_rows)):
-                ring, ys = _until(body, ring0, xs, shaped, ran, trips)
+                ring, ys = jax_ended.until(body, ring0, xs, shaped, ran, trips)
                 return _launch_carry(ring), ys
 
             def skipped(ring, _x):
@@ -333,27 +332,6 @@ class LoopProgram:
             return _launch_carry(ring), ys
 
         return whole_run if self.nested or plan.end is not None else device_loop
-
-
-def _until(body: Callable, ring0, xs, shaped, ran, trips: int):
-    """A loop that holds its dim's end check as a ``lax.while_loop`` over at most ``ran`` of the ``trips``
-    rows of ``xs``, until the step whose flag (``body``'s last output) holds: each step's outputs are
-    written into its row of buffers of ``trips`` rows, those of the steps it does not run left zeros."""
-    ys0 = jax.tree_util.tree_map(lambda a: jnp.zeros((trips,) + a.shape, a.dtype), shaped)
-
-    def going(state):
-        k, ended, _, _ = state
-        return (k < ran) & ~ended
-
-    def step(state):
-        k, _, ring, ys = state
-        x = jax.tree_util.tree_map(lambda a: lax.dynamic_index_in_dim(a, k, keepdims=False), xs)
-        ring, y = body(ring, x)
-        ys = jax.tree_util.tree_map(lambda rows, row: lax.dynamic_update_index_in_dim(rows, row, k, 0), ys, y)
-        return k + 1, y[-1], ring, ys
-
-    _, _, ring, ys = lax.while_loop(going, step, (jnp.int32(0), jnp.bool_(False), ring0, ys0))
-    return ring, ys
 
 
 def _written(body: Callable, ring0, xs, buffers, trips: int):
@@ -488,33 +466,11 @@ def _run_nested(k: int, nested, inner, steps: int, closed: dict, consts: dict, x
             made[str(k)] = ys
     to_cap = nested.plan.padded_dim is not None  # a loop run to T: its rows past T[i] set to zero
     for key, rows in zip(nested.plan.written_back, ys):
-        values[key] = _masked(_stacked(rows), ((0, 0),), length) if to_cap else rows
+        values[key] = jax_ended.masked(_stacked(rows), ((0, 0),), length) if to_cap else rows
     if not ending:
         return None
     flags = _stacked(ys[-1])
     return jnp.where(jnp.any(flags), jnp.argmax(flags).astype(jnp.int32) + 1, jnp.int32(steps))
-
-
-def _masked(value, axes: tuple[tuple[int, int], ...], length):
-    """``value`` with its entries at and past ``length + c`` along each ``(axis, c)`` of ``axes`` set to
-    zero (a :class:`~tempo.runtime.backends.jax_layout.Permuted` value masked in its own layout)."""
-    if not axes:
-        return value
-    if isinstance(value, jax_layout.Permuted):
-        return jax_layout.Permuted(_masked(value.base, tuple((value.perm[a], c) for a, c in axes), length),
-                                   value.perm)
-    keep = None
-    for a, c in axes:
-        inside = lax.broadcasted_iota(jnp.int32, value.shape, a) < length + c
-        keep = inside if keep is None else keep & inside
-    return jnp.where(keep, value, jnp.zeros((), value.dtype))
-
-
-def _mean(total, count: Callable, env: dict):
-    """A mean from the ``total`` of the rows it averages and their ``count`` (of ``env``: ``T`` at ``T[i]``),
-    divided as the host divides the sum of the rows before the end by their number."""
-    total = jax_layout.materialised(total)
-    return total / jnp.asarray(count(env)).astype(total.dtype)
 
 
 def _windows(value, n: int):
@@ -569,7 +525,7 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
     nested = [compile_loop(n.plan, sdg) for n in plan.nested]
     if any(inner is None for inner in nested):
         return None
-    padded = _padded_axes(plan, sdg)
+    padded = jax_ended.padded_axes(plan, sdg)
     islands = []
     for s, step in enumerate(plan.steps):
         node = step.node
@@ -597,35 +553,3 @@ def compile_loop(plan: LoopPlan, sdg) -> LoopProgram | None:
     return LoopProgram(plan, islands, nested, padded)
 
 
-def _padded_axes(plan: LoopPlan, sdg) -> dict:
-    """Per step of ``plan.padded``, the padded axes of its inputs to mask (none of an input that holds
-    zeros past the end already: :func:`_zero_past_end`) and of its ops' outputs, its means over padded
-    axes with their counts (:func:`tempo.plan.ended_rows.mean_counts`, of the traced bounds) and its
-    inputs that read the ended loop's row at ``T - 1`` (:func:`tempo.plan.ended_loops.last_row`)."""
-    if plan.padded_dim is None:
-        return {}
-    bound = bound_of(plan.padded_dim)
-    zeros = _zero_past_end(plan)
-    out = {}
-    for s in plan.padded:
-        step = plan.steps[s]
-        node = step.node
-        shapes = [sdg.read_shape(e) for e in sdg.in_edges(node.id)]
-        ins, outs = island_axes(node.op, shapes, list(node.shapes), bound)
-        masked = masked_steps(node.op, ins, outs)
-        counts = {j: device_expr(count) for j, count in mean_counts(node.op, shapes, ins, outs).items()}
-        last = {k for k, src in enumerate(step.inputs) if src.key[0] in zeros and last_row(src, bound)}
-        ins = [() if src.kind in (LOCAL, ROWS) and src.key[0] in zeros else axes for src, axes in zip(step.inputs, ins)]
-        out[s] = (ins, [axes if j in masked else [()] * len(axes) for j, axes in enumerate(outs)], counts, last)
-    return out
-
-
-def _zero_past_end(plan: LoopPlan) -> set[int]:
-    """The nodes whose values in an iteration of ``plan`` (a loop that holds the loop over a dim that ends
-    at run time) hold zeros past ``T[i]``: the rows of that loop (it skips every step after the end,
-    whose rows stay zeros), those of a nested loop run to ``T`` and the outputs of the steps that read
-    padded rows (both masked past the end); empty in any other loop."""
-    if plan.ending is None:
-        return set()
-    to_cap = [n.plan for k, n in enumerate(plan.nested) if k == plan.ending or n.plan.padded_dim is not None]
-    return {step.node.id for loop in to_cap for step in loop.steps} | {plan.steps[s].node.id for s in plan.padded}
