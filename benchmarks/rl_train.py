@@ -428,6 +428,9 @@ def measure(system: str, algo: str, point: Point, iterations: int, seed: int, cp
     sys_marks = [out.pop("start_sys"), *out.pop("ends_sys")] if own else [cpu_at[m][1] for m in (start, *ends)]
     for suffix, marks in (("", [start, *ends]), ("_cpu", cpu_marks), ("_sys", sys_marks)):
         seconds = [b - a for a, b in zip(marks, marks[1:])]
+        if min(seconds) < -1e-9:
+            raise RuntimeError(f"{system}: its {suffix or '_wall'} clock marks go backwards: {marks}")
+        seconds = [max(x, 0.0) for x in seconds]  # the marks a launch's iterations share differ by rounding
         out.update({f"first_iteration{suffix}_s": seconds[0], f"iterations{suffix}_s": seconds,
                     f"iteration{suffix}_s": statistics.median(seconds[1:]) if len(seconds) > 1 else None})
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
