@@ -20,6 +20,7 @@ of CleanRL's layers, over many seeds.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import gymnasium
 import numpy as np
@@ -30,7 +31,8 @@ from scipy import stats
 import tempo as tpo
 from tempo.api.sinks import sink_many
 from tempo.ir.ops import ConstOp
-from tests.rl.test_ppo_continuous_rollout import CleanRLAgent, baseline, example, mlp, parameters_at
+from tests.rl.test_ppo_continuous_rollout import (CleanRLAgent, baseline, example, make_limited, mlp,
+                                                  parameters_at)
 
 pytest.importorskip("mujoco")
 
@@ -58,15 +60,8 @@ def tempo_run(args, iterations: int):
 
 
 def limited(make):
-    """The baseline's environment, its episodes cut at ``LIMIT`` steps (``gymnasium.make`` sees it)."""
-    def thunk() -> gymnasium.Env:
-        real = gymnasium.make
-        gymnasium.make = lambda env_id, **kwargs: real(env_id, max_episode_steps=LIMIT, **kwargs)
-        try:
-            return make()
-        finally:
-            gymnasium.make = real
-    return thunk
+    """The baseline's environment thunk, its episodes cut at ``LIMIT`` steps (:func:`make_limited`)."""
+    return functools.partial(make_limited, make, LIMIT)
 
 
 def cleanrl_loop(init: dict, seeds: list[int], actions: np.ndarray, orders: list[np.ndarray], args,

@@ -119,10 +119,10 @@ def baseline_side(seeds: list[int], acts: np.ndarray) -> dict[str, np.ndarray]:
     return {k: np.swapaxes(np.array(v), 0, 1) for k, v in rows.items()}  # (env, step, ...)
 
 
-def make_limited(make) -> gymnasium.Env:
-    """The baseline's environment with the short time limit: ``gymnasium.make`` sees ``max_episode_steps``."""
+def make_limited(make, limit: int = LIMIT) -> gymnasium.Env:
+    """The baseline's environment with a short time limit: ``gymnasium.make`` sees ``max_episode_steps``."""
     real = gymnasium.make
-    gymnasium.make = lambda env_id, **kwargs: real(env_id, max_episode_steps=LIMIT, **kwargs)
+    gymnasium.make = lambda env_id, **kwargs: real(env_id, max_episode_steps=limit, **kwargs)
     try:
         return make()
     finally:
