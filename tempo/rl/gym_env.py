@@ -31,17 +31,26 @@ from tempo.symbolic.expr import Expr, bound_of
 
 @dataclass
 class _Episode:
-    env: gymnasium.Env
+    env: gymnasium.Env | None  # None once the episode is over (its environment serves another)
     last_obs: np.ndarray
+    reward: float = 0.0  # of the last step
+    done: bool = False  # whether the episode is over
 
 
 class _Episodes:
-    """The host side: one gymnasium environment per running episode."""
+    """The host side: one gymnasium environment per running episode.
+
+    A call converts its inputs once (the episode indices, steps left and ended
+    flags to Python ints and bools, the actions' rows as NumPy values) and
+    writes each episode's outputs into arrays made for the call, which copies
+    every observation once: what the program keeps is never the environment's
+    own array."""
 
     def __init__(self, name: str, kwargs: dict, sample_key: tuple[int, ...], first: gymnasium.Env, obs_dtype: str,
                  action_ndim: int, box: tuple[np.ndarray, np.ndarray] | None):
         self.name, self.kwargs, self.sample_key = name, kwargs, sample_key
-        self.obs_dtype, self.action_ndim, self.box = obs_dtype, action_ndim, box
+        self.obs_dtype, self.action_ndim, self.box = np.dtype(obs_dtype), action_ndim, box
+        self.obs_shape = tuple(first.observation_space.shape)
         self.free = [first]
         self.running: dict[tuple[int, ...], _Episode] = {}
 
@@ -50,47 +59,57 @@ class _Episodes:
 
     def reset(self, key):
         keys, batched = episode_keys(key)
-        obs = np.stack([self._reset_one(k) for k in keys])
+        obs = np.empty((len(keys), *self.obs_shape), self.obs_dtype)
+        for row, k in enumerate(keys):
+            obs[row] = self._reset_one(k)
         done = np.zeros(len(keys), dtype=bool)
         return (obs, done) if batched else (obs[0], done[0])
 
     def step(self, key, steps_left, action, ended):
         keys, batched = episode_keys(key)
         n = len(keys)
-        per_row = zip(keys, rows(steps_left, 0, n), rows(action, self.action_ndim, n), rows(ended, 0, n))
-        obs, reward, done = zip(*(self._step_one(*row) for row in per_row))
-        out = np.stack(obs), np.asarray(reward, dtype=np.float32), np.asarray(done, dtype=bool)
-        return out if batched else tuple(x[0] for x in out)
+        lefts, ends, actions = scalars(steps_left, n), scalars(ended, n), rows(action, self.action_ndim, n)
+        obs = np.empty((n, *self.obs_shape), self.obs_dtype)
+        reward, done = np.empty(n, np.float32), np.empty(n, bool)
+        for row in range(n):
+            episode = self._step_one(keys[row], lefts[row], actions[row], ends[row])
+            obs[row], reward[row], done[row] = episode.last_obs, episode.reward, episode.done
+        return (obs, reward, done) if batched else (obs[0], reward[0], done[0])
 
     def _reset_one(self, key: tuple[int, ...]) -> np.ndarray:
         episode = self.running.pop(key, None)
         env = episode.env if episode is not None and episode.env is not None else \
             self.free.pop() if self.free else self._make()
         obs, _ = env.reset(seed=self.reset_seed(key))
-        obs = np.asarray(obs, dtype=self.obs_dtype)
+        obs = np.array(obs, dtype=self.obs_dtype)
         self.running[key] = _Episode(env, obs)
         return obs
 
-    def _step_one(self, key, steps_left, action, ended):
+    def _step_one(self, key, steps_left: int, action, ended: bool) -> _Episode:
+        """Step the episode at ``key`` (an ended one is not stepped: its last observation, reward 0 and
+        done again); the episode, holding the step's outputs."""
         episode = self.running.get(key)
         if episode is None:
             raise RuntimeError(f"{self.name}: episode {key} was stepped before it was reset")
         if ended:
-            reward, done = 0.0, True
+            episode.reward, episode.done = 0.0, True
         else:
             # a NumPy int, as a vector env passes it (gymnasium's Discrete.contains checks it faster than an int)
-            action = np.int64(action) if self.box is None else np.clip(action, *self.box).astype(self.box[0].dtype)
-            obs, reward, terminated, truncated, _ = episode.env.step(action)
-            episode.last_obs = np.asarray(obs, dtype=self.obs_dtype)
-            done = bool(terminated or truncated)
+            if self.box is None:
+                action = action if action.__class__ is np.int64 else np.int64(action)
+            else:
+                action = np.clip(action, *self.box).astype(self.box[0].dtype)
+            obs, episode.reward, terminated, truncated, _ = episode.env.step(action)
+            episode.last_obs = np.array(obs, dtype=self.obs_dtype)  # the environment may reuse its own array
+            episode.done = done = bool(terminated or truncated)
             if done:  # the episode is over: its environment serves the next one
                 self.free.append(episode.env)
                 episode.env = None
         if steps_left == 0:
-            episode = self.running.pop(key)
+            self.running.pop(key)
             if episode.env is not None:
                 self.free.append(episode.env)
-        return episode.last_obs, reward, done
+        return episode
 
     def _make(self) -> gymnasium.Env:
         return gymnasium.make(self.name, **self.kwargs)
@@ -102,15 +121,24 @@ def episode_seed(sample_key: tuple[int, ...], key: tuple[int, ...]) -> int:
 
 
 def episode_keys(key) -> tuple[list[tuple[int, ...]], bool]:
+    """The episode indices of a call, each a tuple of Python ints, and whether the call is batched
+    (``key`` has a leading axis of episodes)."""
     key = np.asarray(key)
-    batched = key.ndim == 2
-    return [tuple(int(v) for v in row) for row in (key if batched else key[None])], batched
+    listed = key.tolist()
+    return ([tuple(row) for row in listed], True) if key.ndim == 2 else ([tuple(listed)], False)
 
 
 def rows(x, ndim: int, n: int) -> np.ndarray:
     """``x`` with a leading axis of ``n`` rows (broadcast when it has none)."""
     x = np.asarray(x)
     return x if x.ndim > ndim else np.broadcast_to(x, (n,) + x.shape)
+
+
+def scalars(x, n: int) -> list:
+    """The ``n`` rows of ``x``, an array of scalars with a leading axis of rows or without one
+    (the same for every row), as Python scalars."""
+    x = np.asarray(x)
+    return x.tolist() if x.ndim else [x.item()] * n
 
 
 def _gym_make(name: str, kwargs: dict) -> gymnasium.Env:
