@@ -440,12 +440,14 @@ def run_baseline(system: str, algo: str, point: Point, iterations: int, seed: in
 
 def per_launch(seconds: list[float], trips: list[int]) -> list[float]:
     """Each launch's seconds per iteration, from the iterations' ``seconds`` (``trips``: each launch's
-    iterations, in order), for the launches whose iterations are all among them."""
+    iterations, in order), over those of its iterations that ``seconds`` holds (a launch of the
+    iterations after them, the last one's that does not learn, is left out)."""
     out, done = [], 0
     for n in trips:
-        if done + n > len(seconds):
+        timed = seconds[done:done + n]
+        if not timed:
             break
-        out.append(sum(seconds[done:done + n]) / n)
+        out.append(sum(timed) / len(timed))
         done += n
     return out
 

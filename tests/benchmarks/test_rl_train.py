@@ -105,10 +105,10 @@ def test_a_launch_of_several_iterations_counts_the_host_work_since_the_launch_be
 
 
 def test_the_steady_state_of_launches_of_several_iterations_is_the_median_launch():
-    """Each launch's seconds per iteration over its iterations; a launch not all timed (the last, which does
+    """Each launch's seconds per iteration over its timed iterations; a launch of none (the last, which does
     not learn) is left out, and one launch that pays a one-time cost does not decide the median."""
     seconds = [3.0, 0.02, 0.02, 0.02, 0.02, 0.03, 0.03, 0.03, 0.03, 0.018, 0.018, 0.018, 0.018]
     launches = rl_train.per_launch(seconds, [1, 4, 4, 4, 1])
     assert launches == pytest.approx([3.0, 0.02, 0.03, 0.018])
     assert statistics.median(launches[1:]) == pytest.approx(0.02)
-    assert rl_train.per_launch(seconds[:11], [1, 4, 4, 4]) == pytest.approx([3.0, 0.02, 0.03])
+    assert rl_train.per_launch(seconds[:11], [1, 4, 4, 4]) == pytest.approx([3.0, 0.02, 0.03, 0.018])
