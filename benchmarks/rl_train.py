@@ -8,12 +8,13 @@ environment dynamics (``tempo/Synthetic-v0``):
   ``examples/reinforce.py`` themselves, on the NumPy, PyTorch (eager, CPU)
   and JAX backends (on JAX the whole run is one program: a ``lax.scan``
   over the iterations holding acting's ``lax.scan``, launched for the first
-  iteration alone and then for the others; its iterations' seconds are each
-  launch's, XLA's compile left out, divided evenly among its iterations);
+  iteration alone and then for ``--tempo-launch-iterations`` iterations at a
+  time; its iterations' seconds are each launch's, XLA's compile left out,
+  divided evenly among its iterations);
 - ``cleanrl``: ``benchmarks/baselines/cleanrl_*.py`` (eager PyTorch, stored
   batch, replayed forward and backward);
 - ``purejaxrl``: ``benchmarks/baselines/purejaxrl_{ppo,reinforce}.py`` (one ``jax.jit``-ed
-  function per iteration, acting under ``lax.scan``);
+  function per iteration, acting under ``lax.scan``: a launch per iteration);
 - ``purejaxrl-whole``: ``benchmarks/baselines/purejaxrl_whole_*.py`` (the
   whole run, every iteration, one ``jax.jit``-ed program: a ``lax.scan`` over
   the updates, as PureJaxRL's own code compiles it; its iterations' seconds
@@ -30,15 +31,35 @@ Each run is a fresh process whose NumPy (BLAS), torch and XLA use
 contend for the cores and make every system slow and noisy). Reported per
 system: compile seconds (Tempo: every pass, analysis, scheduling, AST; JAX:
 the ahead-of-time compile), the first iteration's seconds (from the end of
-compilation), the steady state (the median seconds of the later
-iterations), the same in the worker's process CPU seconds and in its system
-CPU seconds, the kernel's part of them (read at the same marks: page faults
-and the zeroing of fresh memory land there; on a virtual machine whose
-guest reports its free pages to the host, memory a program frees and takes
-again can come back unbacked and cost several milliseconds per 2 MB), the
-speed-up over the slowest system, the peak RSS, and Tempo's
-kernel launches per iteration, counted by a wrapper around the backend's
-kernels that also times the iterations. ``--clock cpu`` makes every timing
+compilation), the steady state, the same in the worker's process CPU
+seconds and in its system CPU seconds, the kernel's part of them (read at
+the same marks: page faults and the zeroing of fresh memory land there; on
+a virtual machine whose guest reports its free pages to the host, memory a
+program frees and takes again can come back unbacked and cost several
+milliseconds per 2 MB), the speed-up over the slowest system, the peak
+RSS, and Tempo's kernel launches per iteration, counted by a wrapper around
+the backend's kernels that also times the iterations.
+
+The steady state is a median over several launches of each system:
+
+- Tempo on JAX: the median of the launches after the first of each
+  launch's seconds per iteration, ``(--tempo-iterations - 1) /
+  --tempo-launch-iterations`` launches of that many iterations each (by
+  default 3 launches of 4). A launch's seconds run from the end of the
+  previous launch's sinks to the end of its own: its host preparation, the
+  device program and its sinks. A cost one launch of a run pays (a heap
+  that grows once) so does not decide the figure;
+- the per-iteration systems (Tempo on NumPy and torch, CleanRL-style,
+  PureJaxRL-style), whose every iteration is a launch of its own: the
+  median of the ``--iterations - 1`` (Tempo: ``--tempo-iterations - 1``)
+  iterations after the first;
+- ``purejaxrl-whole``: its one timed run of ``--iterations`` iterations,
+  divided evenly (after an untimed run of the same program).
+
+The JSON lists each launch's seconds per iteration (``launches_s``,
+``launches_cpu_s``, ``launches_sys_s``) and iterations
+(``launch_iterations``) where the system reports its launches.
+``--clock cpu`` makes every timing
 read the worker's process CPU seconds instead of wall seconds (steadier when
 other processes share the cores; a system whose host work overlaps its
 device work counts both). ``--learning-step`` also counts the FLOPs of
@@ -232,16 +253,19 @@ def _example(name: str):
 
 
 def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int, profile: bool = False,
-              options: dict | None = None) -> dict:
+              options: dict | None = None, launch_iterations: int | None = None) -> dict:
     """Train with the example program; its compile is probed for the stage timings and the backend wrapped
     (``profile``: its run is profiled too, :meth:`tempo.api.compile.Program.profile`; ``options``: more of
-    the example's ``Args``, such as ``{"nstep": 8, "tiles": 16}``).
+    the example's ``Args``, such as ``{"nstep": 8, "tiles": 16}``; ``launch_iterations``: the most
+    iterations of a launch of the device loop over iterations, :attr:`DeviceLoop.chunk`, None: its default).
 
     The program runs ``iterations + 1`` iterations and the last is left out:
     nothing reads the parameters after the last update, so the last
-    iteration acts and reports but does not learn.
+    iteration acts and reports but does not learn (with ``iterations - 1``
+    a multiple of ``launch_iterations``, it is a launch of its own).
     """
     from tempo.api import compile as compile_mod
+    from tempo.runtime.device_loops import DeviceLoop
     from tempo.runtime.profile import Profiler, loop_dim
 
     module = _example(algo)
@@ -265,11 +289,12 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int,
         programs.append((program, *clock_marks()))
         return program
 
-    compile_mod.compile_program = probed
+    compile_mod.compile_program, chunk = probed, DeviceLoop.chunk
+    DeviceLoop.chunk = launch_iterations or chunk
     try:
         summary = module.main(module.Args(**fields))
     finally:
-        compile_mod.compile_program = compile_program
+        compile_mod.compile_program, DeviceLoop.chunk = compile_program, chunk
     (program, compiled_at, compiled_cpu, compiled_sys), = programs
     probe = program.backend
     ends, ends_cpu, ends_sys = probe.iteration_ends(iterations)
@@ -285,7 +310,7 @@ def run_tempo(backend: str, algo: str, point: Point, iterations: int, seed: int,
     return {**profiled, "returns": summary["returns"][:iterations], "losses": [], "compile_s": sum(stages.values()),
             "compile_stages": stages, "start": compiled_at, "ends": ends, "start_cpu": compiled_cpu,
             "ends_cpu": ends_cpu, "start_sys": compiled_sys, "ends_sys": ends_sys,
-            "launches_per_iteration": per_iteration,
+            "launches_per_iteration": per_iteration, "launch_iterations": [chunk[3] for chunk in probe.chunks],
             "launches_outside_iterations": probe.launches[None], "nodes": len(program.sdg.nodes),
             "device_loops": program.code.count("as one device launch")}
 
@@ -413,15 +438,33 @@ def run_baseline(system: str, algo: str, point: Point, iterations: int, seed: in
     return module.main(module.Args(**fields))
 
 
+def per_launch(seconds: list[float], trips: list[int]) -> list[float]:
+    """Each launch's seconds per iteration, from the iterations' ``seconds`` (``trips``: each launch's
+    iterations, in order), over those of its iterations that ``seconds`` holds (a launch of the
+    iterations after them, the last one's that does not learn, is left out)."""
+    out, done = [], 0
+    for n in trips:
+        timed = seconds[done:done + n]
+        if not timed:
+            break
+        out.append(sum(timed) / len(timed))
+        done += n
+    return out
+
+
 def measure(system: str, algo: str, point: Point, iterations: int, seed: int, cpu_at: dict,
-            profile: bool = False, options: dict | None = None) -> dict:
+            profile: bool = False, options: dict | None = None, launch_iterations: int | None = None) -> dict:
     """One training run: compile, first iteration and steady-state seconds (wall, and process and system
     CPU from ``cpu_at``: each mark's CPU seconds, process and system), and what the system reports
-    (``profile``: Tempo's profile; ``options``: Tempo's example's, see :func:`run_tempo`)."""
-    run = ((lambda *a: run_tempo(TEMPO_BACKENDS[system], *a, profile=profile, options=options))
+    (``profile``: Tempo's profile; ``options``, ``launch_iterations``: Tempo's, see :func:`run_tempo`).
+    The steady state is the median of the seconds per iteration of the launches after the first where
+    the system reports its launches (Tempo's device loop), else of the iterations after the first."""
+    run = ((lambda *a: run_tempo(TEMPO_BACKENDS[system], *a, profile=profile, options=options,
+                                 launch_iterations=launch_iterations))
            if system in TEMPO_BACKENDS
            else lambda *a: run_baseline(system, *a))
     out = run(algo, point, iterations, seed)
+    trips = out.pop("launch_iterations", None)  # each launch's iterations, where the system reports them
     start, ends = out.pop("start"), out.pop("ends")
     own = "ends_cpu" in out  # a system's own CPU marks
     cpu_marks = [out.pop("start_cpu"), *out.pop("ends_cpu")] if own else [cpu_at[m][0] for m in (start, *ends)]
@@ -431,8 +474,13 @@ def measure(system: str, algo: str, point: Point, iterations: int, seed: int, cp
         if min(seconds) < -1e-9:
             raise RuntimeError(f"{system}: its {suffix or '_wall'} clock marks go backwards: {marks}")
         seconds = [max(x, 0.0) for x in seconds]  # the marks a launch's iterations share differ by rounding
+        launches = per_launch(seconds, trips) if trips else seconds
         out.update({f"first_iteration{suffix}_s": seconds[0], f"iterations{suffix}_s": seconds,
-                    f"iteration{suffix}_s": statistics.median(seconds[1:]) if len(seconds) > 1 else None})
+                    f"iteration{suffix}_s": statistics.median(launches[1:]) if len(launches) > 1 else None})
+        if trips:
+            out[f"launches{suffix}_s"] = launches
+    if trips:
+        out["launch_iterations"] = trips[:len(per_launch(seconds, trips))]
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
@@ -457,7 +505,7 @@ def worker(spec: dict, out_path: str) -> None:
         wall = time.process_time if spec.get("clock") == "cpu" else time.perf_counter  # what every timer reads
         time.perf_counter = marking_clock(wall, time.process_time, cpu_at)
         result = measure(spec["system"], spec["algo"], Point(**spec["point"]), spec["iterations"], spec["seed"],
-                         cpu_at, spec.get("profile", False))
+                         cpu_at, spec.get("profile", False), launch_iterations=spec.get("launch_iterations"))
     with open(out_path, "w") as f:
         json.dump(result, f)
 
@@ -507,10 +555,11 @@ def thread_env(threads: int) -> dict:
 
 
 def run_point(system: str, algo: str, point: Point, iterations: int, seed: int, timeout: float,
-              threads: int, clock: str = "wall", profile: bool = False) -> dict:
+              threads: int, clock: str = "wall", profile: bool = False,
+              launch_iterations: int | None = None) -> dict:
     """``measure`` in a fresh process; ``{"skipped": why}`` if it runs past ``timeout`` seconds or fails."""
     spec = {"system": system, "algo": algo, "point": dataclasses.asdict(point), "iterations": iterations,
-            "seed": seed, "clock": clock, "profile": profile}
+            "seed": seed, "clock": clock, "profile": profile, "launch_iterations": launch_iterations}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         started = time.perf_counter()
@@ -669,8 +718,13 @@ def main() -> None:
                             f"{getattr(QUICK_POINT, f.name)})")
     p.add_argument("--iterations", type=int, default=6,
                    help="iterations of each baseline run; the first is reported apart, the median of the others")
-    p.add_argument("--tempo-iterations", type=int, default=4,
-                   help="iterations of each Tempo run (it runs one more, which does not learn, and leaves it out)")
+    p.add_argument("--tempo-iterations", type=int, default=13,
+                   help="iterations of each Tempo run (it runs one more, which does not learn, and leaves it out): "
+                        "the first, then launches of --tempo-launch-iterations")
+    p.add_argument("--tempo-launch-iterations", type=int, default=4,
+                   help="the most iterations of one launch of Tempo's device loop over iterations; the steady state "
+                        "is the median of the launches after the first (make --tempo-iterations minus one a "
+                        "multiple of it)")
     p.add_argument("--max-seconds", type=float, default=600.0,
                    help="skip a run predicted to take longer, stop one that does")
     p.add_argument("--threads", type=int, default=1,
@@ -700,15 +754,17 @@ def main() -> None:
     sweeps = QUICK_SWEEPS if args.quick else SWEEPS
     iterations = {s: 3 if args.quick else args.tempo_iterations if s in TEMPO_BACKENDS else args.iterations
                   for s in SYSTEMS}
+    per_launch_iterations = 2 if args.quick else args.tempo_launch_iterations
     if min(iterations.values()) < 2:
         p.error("--iterations and --tempo-iterations must be at least 2: the first iteration is reported apart")
 
     def timed(s, algo, point):
         """``s`` at ``point``, and with --profile a profiled run of a Tempo system beside it."""
-        out = run_point(s, algo, point, iterations[s], args.seed, args.max_seconds, args.threads, args.clock)
+        out = run_point(s, algo, point, iterations[s], args.seed, args.max_seconds, args.threads, args.clock,
+                        launch_iterations=per_launch_iterations)
         if args.profile and s in TEMPO_BACKENDS and "skipped" not in out:
             profiled = run_point(s, algo, point, iterations[s], args.seed, args.max_seconds, args.threads,
-                                 profile=True)
+                                 profile=True, launch_iterations=per_launch_iterations)
             out.update({k: v for k, v in profiled.items() if k.startswith("profile")})
             print(f"{LABELS[s]} at {point}:\n{profiled.get('profile_table', profiled.get('skipped'))}")
         return out
@@ -750,8 +806,10 @@ def main() -> None:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_json_atomic(args.out, {"config": {k: v for k, v in vars(args).items() if k != "worker"},
                                  "iterations": iterations, "versions": versions(),
-                                 "note": "steady state = median seconds of the iterations after the first; "
-                                         "the cores may be shared with other processes",
+                                 "note": "steady state = median over the launches after the first of each "
+                                         "launch's seconds per iteration where a system lists its launches "
+                                         "(launch_iterations), else median seconds of the iterations after "
+                                         "the first; the cores may be shared with other processes",
                                  "results": results})
     plot_path = args.plot or os.path.splitext(args.out)[0] + ".png"
     plot(results, plot_path)

@@ -13,12 +13,12 @@ gathered values, values written back); this module runs those plans.
 
 Everything the host decides per iteration is computed before the launch:
 which statements run (their ``if`` conditions), which branch each merge
-takes, the islands' index forms and counter-based random numbers, by
+takes, the islands' index forms and normal random numbers, by
 :class:`~tempo.runtime.launch_prep.LaunchPreparation`, evaluated over all
 the launch's steps at once (:mod:`tempo.runtime.step_values`); the islands'
-symbol values and spatial index starts are computed on the device from the
-loop's counter (the launch's first counter and the bounds are the launch's
-``at`` input). Frees inside the loop drop points of stores after it (their
+symbol values, spatial index starts and uniform random numbers are computed
+on the device from the loop's counter (the launch's first counter and the
+bounds are the launch's ``at`` input). Frees inside the loop drop points of stores after it (their
 guards and points evaluated over the arrays of the launch's counters). :class:`DeviceLoop` does that host
 work around the backend's compiled loop and touches no store: the
 generated code (:mod:`tempo.runtime.codegen`) writes each launch as it

@@ -13,9 +13,10 @@ bounds) once per launch over arrays of the launch's counters, every step of
 every nested loop included, for their forms (a point or a slice of one size
 at every step: the compiled program's static key), and draws the
 counter-based random numbers of all the launch's steps in one call
-(:class:`Draw`: the same bits as the op's NumPy kernel draws point by point).
-The host's work per launch grows with the number of expressions, not with
-the launch's steps.
+(:class:`Draw`: the same bits as the op's NumPy kernel draws point by point),
+but those the compiled program draws itself, whose shapes are part of its
+static key. The host's work per launch grows with the number of expressions
+and with the numbers it draws, not otherwise with the launch's steps.
 """
 from __future__ import annotations
 
@@ -97,14 +98,21 @@ class Draw:
         self.bounds = [bound_of(d).name for d in op.vectorized]
         self.sizes = [d if isinstance(d, int) else vector_expr(d) for d in op.shape]
 
-    def over(self, at: dict, points: np.ndarray, n: int) -> np.ndarray | None:
-        """The numbers at the ``n`` points (rows of ``points``), shaped ``(n, *lead, *shape)``; None
-        where the shape differs between steps."""
+    def shape(self, at: dict, n: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """The leading axes (the vectorized dims') and the op's shape of the numbers at each of ``n``
+        steps (``at``: the bounds, and the counters as arrays); None where the shape differs between steps."""
         sizes = [d if isinstance(d, int) else _per_step(d(at), n) for d in self.sizes]
         if any(not isinstance(d, int) and (d != d[0]).any() for d in sizes):
             return None
-        shape = tuple(d if isinstance(d, int) else int(d[0]) for d in sizes)
-        lead = tuple(int(at[b]) for b in self.bounds)
+        return tuple(int(at[b]) for b in self.bounds), tuple(d if isinstance(d, int) else int(d[0]) for d in sizes)
+
+    def over(self, at: dict, points: np.ndarray, n: int) -> np.ndarray | None:
+        """The numbers at the ``n`` points (rows of ``points``), shaped ``(n, *lead, *shape)``; None
+        where the shape differs between steps."""
+        shaped = self.shape(at, n)
+        if shaped is None:
+            return None
+        lead, shape = shaped
         coords, column = [], iter(range(points.shape[1]))
         for axis, offset in zip(self.axes, self.offsets):
             if axis is None:
@@ -119,24 +127,27 @@ class Draw:
 
 class StepValues:
     """One island step's index forms and host values over all steps of a launch (see the module
-    docstring): its point's dims, then its index forms and random numbers, evaluated on arrays."""
+    docstring): its point's dims, then its index forms and random numbers, evaluated on arrays.
+    ``on_device``: the island steps whose random numbers the compiled program draws."""
 
-    def __init__(self, island, step):
+    def __init__(self, island, step, on_device: frozenset = frozenset()):
         self.domain = [d.name for d in step.node.domain]
         self.point = vector_expr(seq(*step.execute.point))
         symbols = {j for j, s in enumerate(island.steps) if isinstance(s.op, ops.EvalSymbolOp) and not s.op.vectorized}
-        self.draws = [(j, Draw(s.op)) for j, s in enumerate(island.steps) if isinstance(s.op, ops.RandomOp)]
-        self.drawn = [(j, kernel) for j, kernel in island.host if j not in symbols | dict(self.draws).keys()]
+        random = {j: Draw(s.op) for j, s in enumerate(island.steps) if isinstance(s.op, ops.RandomOp)}
+        self.draws = [(j, draw) for j, draw in random.items() if j not in on_device]
+        self.shaped = [(j, draw) for j, draw in random.items() if j in on_device]
+        self.drawn = [(j, kernel) for j, kernel in island.host if j not in symbols | random.keys()]
         self.indexes = [(j, vector_expr(index.expr)) for j, index in island.indexes]
 
     def over(self, env: dict, n: int) -> tuple[tuple, dict] | None:
-        """The index forms and the host values (``h{j}``: random numbers and the other host steps'
-        values) stacked over ``n`` steps, from ``env``: the bounds as ints and the loops' counters as
-        arrays of ``n`` (a step of each); None where a form differs between steps."""
+        """The forms (each index's, then each random step's on the device: its leading axes and shape)
+        and the host values (``h{j}``: random numbers and the other host steps' values) stacked over
+        ``n`` steps, from ``env``: the bounds as ints and the loops' counters as arrays of ``n`` (a
+        step of each); None where a form differs between steps."""
         at = dict(env, **dict(zip(self.domain, (_per_step(p, n) for p in self.point(env)))))
         forms = []
-        for _, fn in self.indexes:
-            form = index_form(fn(at), n)
+        for form in [index_form(fn(at), n) for _, fn in self.indexes] + [d.shape(at, n) for _, d in self.shaped]:
             if form is None:
                 return None
             forms.append(form)

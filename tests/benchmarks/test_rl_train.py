@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import statistics
 import pathlib
 import subprocess
 import sys
@@ -101,3 +102,13 @@ def test_a_launch_of_several_iterations_counts_the_host_work_since_the_launch_be
     assert [b - a for a, b in zip(wall, wall[1:])] == pytest.approx([0.525] * 4)   # (15.1 - 13.0) / 4
     assert [b - a for a, b in zip(cpu, cpu[1:])] == pytest.approx([0.3] * 4)       # (8.2 - 7.0) / 4
     assert [b - a for a, b in zip(system, system[1:])] == pytest.approx([0.1] * 4)
+
+
+def test_the_steady_state_of_launches_of_several_iterations_is_the_median_launch():
+    """Each launch's seconds per iteration over its timed iterations; a launch of none (the last, which does
+    not learn) is left out, and one launch that pays a one-time cost does not decide the median."""
+    seconds = [3.0, 0.02, 0.02, 0.02, 0.02, 0.03, 0.03, 0.03, 0.03, 0.018, 0.018, 0.018, 0.018]
+    launches = rl_train.per_launch(seconds, [1, 4, 4, 4, 1])
+    assert launches == pytest.approx([3.0, 0.02, 0.03, 0.018])
+    assert statistics.median(launches[1:]) == pytest.approx(0.02)
+    assert rl_train.per_launch(seconds[:11], [1, 4, 4, 4]) == pytest.approx([3.0, 0.02, 0.03, 0.018])

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tempo as tpo
-from tempo.runtime import device_loops, executor
+from tempo.runtime import device_loops, executor, step_values
 from tempo.runtime.backends import base
 from tempo.runtime.executor import Executor
 
@@ -70,6 +70,31 @@ def test_two_steps_back_and_a_condition():
     program = _compare(build, {"T": 20}, rtol=1e-12, atol=0)
     out, = program.run({"T": 20})[:1]
     assert out[-1] == 6765.0
+
+
+@pytest.mark.parametrize("dist, host_draws", [("uniform", False), ("normal", True)])
+def test_random_numbers_in_a_device_loop_are_numpys_uniform_ones_drawn_on_the_device(monkeypatch, dist, host_draws):
+    """A recurrence over t reads random numbers of (b, t), b vectorized: the JAX run's values are
+    NumPy's, bit for bit; the device draws the uniform numbers (the host draws none per launch) and the
+    host the normal ones."""
+    def build():
+        with tpo.Context(seed=3) as ctx:
+            (b, B), (t, T) = ctx.dims("b", "t")
+            u = getattr(tpo.random, dist)((2,), dims=(b, t))
+            s = tpo.placeholder((2,), "float32", dims=(b, t))
+            s[b, 0] = tpo.full((2,), 1.0, "float32")
+            s[b, t + 1] = s[b, t] * 0.5 + u[b, t]
+            return ctx.compile([s])
+
+    program = build()
+    expected, numpy_launches = _run(program, {"B": 3, "T": 9}, "numpy")
+    drawn = []
+    over = step_values.Draw.over
+    monkeypatch.setattr(step_values.Draw, "over", lambda self, *args: drawn.append(args[-1]) or over(self, *args))
+    got, jax_launches = _run(program, {"B": 3, "T": 9}, "jax")
+    assert jax_launches < numpy_launches
+    assert [np.asarray(g).tobytes() for g in got] == [np.asarray(e).tobytes() for e in expected]
+    assert bool(drawn) == host_draws
 
 
 def test_ppo_acting_loop_is_one_launch_and_matches_numpy():

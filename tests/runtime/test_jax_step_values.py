@@ -48,3 +48,30 @@ def test_index_starts_traced_from_the_counters_are_the_hosts_at_each_step(start,
         return
     got = _traced(lambda env: index_starts(device_expr(index), env, each[0][0]), points)
     assert got.dtype == np.int64 and np.array_equal(np.asarray(got), np.stack([starts for _, starts in each]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["float32", "float64", "float16"]), st.booleans(),
+       st.sampled_from([(), (3,), (40, 5)]),  # no element, a small draw (the kernel mixes Python ints), a large one
+       st.lists(st.tuples(st.integers(-3, 50), st.integers(-2, 300)), min_size=1, max_size=4),
+       st.integers(0, 2 ** 40))
+def test_uniform_numbers_drawn_on_the_device_are_the_numpy_kernels_bits(dtype, vectorized, size, points, stream):
+    """At each point (negative coordinates and offsets included), the numbers traced from the point are
+    those the NumPy kernel draws there, bit for bit."""
+    from tempo.ir import ops
+    from tempo.runtime.backends import numpy as numpy_backend
+    from tempo.runtime.backends.jax_step_values import uniform
+    from tempo.symbolic.expr import step_and_bound
+
+    (i_, _), (t_, _), (b_, _) = step_and_bound("i"), step_and_bound("t"), step_and_bound("b")
+    dims = (i_, t_, b_) if vectorized else (i_, t_)
+    op = ops.RandomOp(shape=size, dtype=dtype, dist="uniform", stream=stream, dims=dims,
+                      offsets=(0, 3, -1)[:len(dims)], vectorized=(b_,) if vectorized else ())
+    kernel, lead = numpy_backend.KERNELS[ops.RandomOp](op), (4,) if vectorized else ()
+    with jax_backend.x64(True):
+        draw = jax.jit(lambda i, t: uniform(op, (i, t), lead, size))
+        for i, t in points:
+            got = np.asarray(draw(np.int64(i), np.int64(t)))
+            expected = kernel([], {"B": 4}, (i, t))[0]
+            assert got.dtype == expected.dtype and got.shape == expected.shape
+            assert got.tobytes() == expected.tobytes()

@@ -11,8 +11,10 @@ its steps compute on their operands in the layout they were stored in
 rather than on transposed copies. What a program computes on
 the host stays there: symbol values (``eval_symbol``) and counter-based
 random numbers are computed as the NumPy backend computes them (the same
-bits) and passed to the jitted function as arguments; user functions get
-NumPy arrays.
+bits) and passed to the jitted function as arguments (a device loop's
+body computes the symbol values and uniform numbers itself, the same bits:
+:mod:`tempo.runtime.backends.jax_step_values`);
+user functions get NumPy arrays.
 
 JAX promotes dtypes differently from NumPy (``int64 + float32`` is float32
 in JAX); every step casts its inputs the way NumPy would, at trace time

@@ -6,10 +6,10 @@ function, a merge as a select among its branches by the branch index the
 host computed for the iteration. The carry holds the values later
 iterations read (``x[t - 1]``); the per-iteration inputs (``xs``) are the
 merges' branch indices, the values gathered from stores, and the islands'
-host values (random numbers), with the scan's index, from which, with the
+host values (normal random numbers), with the scan's index, from which, with the
 launch's first counter and the bounds (``closed["at"]``), the body computes
-each island step's symbol values and spatial index starts
-(:mod:`tempo.runtime.backends.jax_step_values`); the stacked outputs (``ys``) are what
+each island step's symbol values, spatial index starts and uniform random
+numbers (:mod:`tempo.runtime.backends.jax_step_values`); the stacked outputs (``ys``) are what
 is written back. Every step runs at every iteration, also where an ``if``
 of the schedule skips it: what it computes there is neither read nor
 written back (XLA raises no floating-point errors). A loop is traced once
@@ -99,7 +99,7 @@ import numpy as np
 from tempo.plan.loop_plan import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
 from tempo.runtime.backends import jax_ended
 from tempo.runtime.backends.jax import Island, _row
-from tempo.runtime.backends.jax_step_values import DeviceValues, device_expr
+from tempo.runtime.backends.jax_step_values import DeviceValues, device_expr, drawn_on_device
 from tempo.runtime.step_values import StepValues
 from tempo.symbolic.affine import uses
 from tempo.symbolic.evaluate import compile_expr
@@ -127,6 +127,9 @@ class LoopProgram:
         names |= {n for inner in self.nested
                   for n in (*inner.names, *(x.name for x in inner.plan.loop.start.free_symbols()))}
         self.names = sorted(names - {plan.loop.var} - {inner.plan.loop.var for inner in self.nested})
+        self.merge_shapes = {s: tuple(d if isinstance(d, int) else compile_expr(d) for d in step.node.shapes[0])
+                             for s, (step, island) in enumerate(zip(plan.steps, islands)) if island is None and
+                             not isinstance(step.node.op, ops.UDFOp) and step.node.op.broadcast}  # broadcasting merges
 
     @staticmethod
     def unstack(values) -> list:
@@ -138,10 +141,8 @@ class LoopProgram:
         sizes, a broadcasting merge's output shape."""
         island = self.islands[s]
         if island is None:
-            node = self.plan.steps[s].node
-            if isinstance(node.op, ops.UDFOp) or not node.op.broadcast:
-                return ()
-            return tuple(d if isinstance(d, int) else int(compile_expr(d)(env)) for d in node.shapes[0])
+            shape = self.merge_shapes.get(s, ())
+            return tuple(d if isinstance(d, int) else int(d(env)) for d in shape)
         return tuple(env[n] for n in island.names)
 
     def static_sizes(self, s: int, env: dict) -> tuple:
@@ -163,8 +164,10 @@ class LoopProgram:
         return island is not None and bool(island.host or island.indexes)
 
     def step_values(self, s: int) -> StepValues:
-        """Step ``s``'s host values and spatial index starts over a launch's steps (static index forms)."""
-        return StepValues(self.islands[s], self.plan.steps[s])
+        """Step ``s``'s host values over a launch's steps and its static forms (index forms, the shapes
+        of the random numbers the body draws)."""
+        island = self.islands[s]
+        return StepValues(island, self.plan.steps[s], frozenset(j for j, _ in drawn_on_device(island)))
 
     def __call__(self, key: tuple, trips: int, closed: dict, xs: dict, ring0: dict, owned: bool = False):
         """Launch the loop over ``trips`` iterations from the carry ``ring0``: the carry and the stacked
@@ -225,7 +228,7 @@ class LoopProgram:
         for s, island in enumerate(self.islands):
             static = keys.pop(0)
             if self.needs_args(s):
-                forms[s] = dict(zip([j for j, _ in island.indexes], keys.pop(0)))
+                forms[s] = dict(zip(device[s].keyed, keys.pop(0)))
             step = self.plan.steps[s]
             if isinstance(step.node.op, ops.MergeOp) and len(step.inputs) > 1:
                 branches[s] = keys.pop(0)  # the branch taken at every iteration, None: a select
