@@ -70,3 +70,18 @@ def test_a_stack_of_many_points_compiles_stacks_of_a_bounded_number_of_operands(
         out = backend.stack(points, (150,), "float32")
     np.testing.assert_array_equal(np.asarray(out), np.arange(150, dtype=np.float32))
     assert max(widths) == jax_backend.NOTED_ROWS and sum(widths) == 150
+
+
+def test_each_compile_in_a_run_gives_the_freed_memory_back_and_none_outside(monkeypatch):
+    """After each compile in a run, glibc's free pages go back to the system (``malloc_trim``), where
+    the C library has it; outside a run nothing is trimmed."""
+    if jax_staging._trim is None:
+        pytest.skip("the C library has no malloc_trim")
+    trims, trim = [], jax_staging._trim
+    monkeypatch.setattr(jax_staging, "_trim", lambda pad: trims.append(pad) or trim(pad))
+    compiled, (I, T) = program()
+    compiles = compiles_during(lambda: compiled.run({I: 2, T: 3}))
+    assert compiles > 0 and trims == [0] * compiles
+    f = jax.jit(lambda x: jax.numpy.cos(x) * 5.0)
+    assert compiles_during(lambda: f(np.ones(3, np.float32)).block_until_ready()) == 1
+    assert len(trims) == compiles
