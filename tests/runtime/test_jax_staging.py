@@ -1,6 +1,10 @@
 """A JAX run keeps its kernels' executables, not JAX's staging of them; nothing compiles twice."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -85,3 +89,16 @@ def test_each_compile_in_a_run_gives_the_freed_memory_back_and_none_outside(monk
     f = jax.jit(lambda x: jax.numpy.cos(x) * 5.0)
     assert compiles_during(lambda: f(np.ones(3, np.float32)).block_until_ready()) == 1
     assert len(trims) == compiles
+
+
+@pytest.mark.parametrize("setting", [{"GLIBC_TUNABLES": "glibc.malloc.arena_max=1:glibc.malloc.trim_threshold=99"},
+                                     {"MALLOC_TRIM_THRESHOLD_": "99"}])
+def test_a_process_that_sets_glibcs_trim_threshold_keeps_its_freed_memory(setting):
+    probe = "from tempo.runtime.backends import jax_staging; print(jax_staging._trim is None)"
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env.pop("GLIBC_TUNABLES", None)
+    env.pop("MALLOC_TRIM_THRESHOLD_", None)
+    kept = subprocess.run([sys.executable, "-c", probe], env={**env, **setting}, capture_output=True, text=True)
+    trimmed = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert kept.stdout.split() == ["True"], kept.stderr[-2000:]
+    assert trimmed.stdout.split() == [str(jax_staging._trim is None)]

@@ -24,13 +24,15 @@ for later allocations. After each compile in a run the freed pages go back
 to the system (glibc's ``malloc_trim``, where the C library is glibc), so a
 process's peak is its live memory and one compile's working set, not every
 compile's leftovers: on JAX the Monte-Carlo REINFORCE of ``docs/memory.md``
-peaks some 100 MiB lower so.
+peaks some 100 MiB lower so. A process that sets glibc's trim threshold
+keeps its freed memory as it asks.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import ctypes.util
+import os
 
 import jax.monitoring
 from jax._src import dispatch, util
@@ -40,7 +42,13 @@ _running = 0  # the runs under way (the executor's run and the kernels it makes 
 
 
 def _malloc_trim():
-    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS, Windows)."""
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS, Windows) or
+    the process sets glibc's trim threshold (``GLIBC_TUNABLES=glibc.malloc.trim_threshold=...``,
+    ``MALLOC_TRIM_THRESHOLD_``): it asks to keep its freed memory, as ``benchmarks/rl_train.py``
+    does so that launches do not fault fresh pages in."""
+    if "glibc.malloc.trim_threshold" in os.environ.get("GLIBC_TUNABLES", "") \
+            or "MALLOC_TRIM_THRESHOLD_" in os.environ:
+        return None
     name = ctypes.util.find_library("c")
     try:
         return ctypes.CDLL(name).malloc_trim if name else None
