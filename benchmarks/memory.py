@@ -16,8 +16,8 @@ peak RSS, and the steady-state seconds per iteration. ``--tiles 0
 compiler chooses the tiles). ``--backends numpy jax`` runs each point on
 both backends; beside the process peak, a run reports the resident bytes
 of its backend's runtime started by a trivial op (JAX's client and
-libraries), the resident bytes after the run once glibc gives its free
-pages back, and, on JAX, what clearing every jit cache gives back (the
+libraries) before Tempo is imported, what importing Tempo adds, the
+resident bytes after the run once glibc gives its free pages back, and, on JAX, what clearing every jit cache gives back (the
 compiled kernels) and how many kernels XLA compiled. A PNG shows the bytes held in stores over the run
 (kernel launches on the x axis) for each return estimator at the longest
 episode.
@@ -73,8 +73,6 @@ import sys
 import tempfile
 import time
 
-from tempo.runtime.memory import parse_bytes
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 MIB = 2**20
@@ -97,6 +95,14 @@ def _probed_example(name: str):
 
     compile_mod.compile_program = probed
     return module, programs
+
+
+def parse_bytes(text: str) -> int:
+    """``tempo.runtime.memory.parse_bytes``, imported when called: a child measures its runtime
+    before Tempo is imported."""
+    from tempo.runtime.memory import parse_bytes as parse
+
+    return parse(text)
 
 
 def _rss() -> int:
@@ -129,6 +135,9 @@ def child(spec: dict, out_path: str) -> None:
     """Train in this process and write what was measured to ``out_path``."""
     backend = spec.get("backend", "numpy")
     runtime_rss, compiles = _runtime_rss(backend), []
+    import tempo  # noqa: F401  (what importing Tempo adds, measured apart from the runtime)
+
+    import_rss = _rss()
     if backend == "jax":
         import jax.monitoring
 
@@ -151,7 +160,8 @@ def child(spec: dict, out_path: str) -> None:
 
         jax.clear_caches()
     result = dict(spec, store_peak_bytes=ledger.peak["device"], peak_rss_bytes=peak_rss,
-                  runtime_rss_bytes=runtime_rss, end_rss_bytes=end_rss, kernels_rss_bytes=end_rss - _trimmed_rss(),
+                  runtime_rss_bytes=runtime_rss, import_rss_bytes=import_rss, end_rss_bytes=end_rss,
+                  kernels_rss_bytes=end_rss - _trimmed_rss(),
                   compiles=len(compiles),
                   seconds_per_iteration=summary["seconds_per_iteration"],
                   observation_bytes=spec["envs"] * spec["steps"] * 3 * 64 * 64 * 4, launches=ledger.launches,
@@ -338,14 +348,16 @@ def reinforce_experiment(args) -> None:
     saved = "a checkpoint every iteration" if args.checkpoint else "no checkpoint"
     print(f"REINFORCE, tempo/Synthetic-v0, 3x64x64 observations, {args.envs} environments, {tiles}, {saved}")
     print(f"{'backend':>8} {'T':>6} {'returns':>12} {'obs MiB':>8} {'store peak MiB':>15} {'vs MC':>6} "
-          f"{'process peak MiB':>17} {'vs MC':>6} {'runtime MiB':>12} {'end MiB':>8} {'kernels MiB':>12} {'compiles':>9} {'s/iter':>7}")
+          f"{'process peak MiB':>17} {'vs MC':>6} {'runtime MiB':>12} {'+tempo MiB':>11} {'end MiB':>8} "
+          f"{'kernels MiB':>12} {'compiles':>9} {'s/iter':>7}")
     for r in results:
         label = "Monte-Carlo" if r["nstep"] == 0 else f"{r['nstep']}-step"
         mc = next(m for m in results if (m["backend"], m["steps"], m["nstep"]) == (r["backend"], r["steps"], 0))
         print(f"{r['backend']:>8} {r['steps']:>6} {label:>12} {r['observation_bytes'] / MIB:>8.0f} "
               f"{r['store_peak_bytes'] / MIB:>15.1f} {r['store_peak_bytes'] / mc['store_peak_bytes']:>6.3f} "
               f"{r['peak_rss_bytes'] / MIB:>17.0f} {r['peak_rss_bytes'] / mc['peak_rss_bytes']:>6.2f} "
-              f"{r['runtime_rss_bytes'] / MIB:>12.0f} {r['end_rss_bytes'] / MIB:>8.0f} "
+              f"{r['runtime_rss_bytes'] / MIB:>12.0f} {(r['import_rss_bytes'] - r['runtime_rss_bytes']) / MIB:>11.1f} "
+              f"{r['end_rss_bytes'] / MIB:>8.0f} "
               f"{r['kernels_rss_bytes'] / MIB:>12.0f} {r['compiles']:>9} {r['seconds_per_iteration']:>7.2f}")
     write(args.out, {"tiles": args.tiles, "checkpoint": args.checkpoint, "results": results})
     png = os.path.splitext(args.out)[0] + ".png"

@@ -32,6 +32,14 @@ __all__ = ["BoundError", "Config", "Context", "checkpoint", "load_checkpoint", "
            "llm", "max", "min", "nn", "ones", "optim", "placeholder", "random", "relu", "rl", "sigmoid", "sin", "sink",
            "sqrt", "stop_gradient", "stop_when", "take", "tanh", "udf", "where", "zeros"]
 
-from tempo import llm  # noqa: E402  (tempo.llm builds on the names above)
 from tempo.memplan import swap_plan as _memplan_swap_plan  # noqa: E402,F401  (registers the "memplan" swap plan)
 from tempo.superopt import island_pass as _superopt_island_pass  # noqa: E402,F401  (registers the superopt pass's optimiser)
+
+
+def __getattr__(name: str):
+    """``tpo.llm``, imported at its first use: a program that does not decode pays none of its memory."""
+    if name == "llm":
+        import importlib
+
+        return importlib.import_module("tempo.llm")
+    raise AttributeError(f"module 'tempo' has no attribute {name!r}")

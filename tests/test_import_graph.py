@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tempo"
@@ -111,3 +114,15 @@ def test_the_graph_sees_local_relative_and_package_imports(tmp_path):
                       "class C:\n    def g(self):\n        import tempo.rl.env\n")
     assert _imports(source, "tempo.schedule.probe") == [
         ("tempo.schedule.ast", False), ("tempo.nn", False), ("tempo.api.sinks", True), ("tempo.rl.env", True)]
+
+
+def test_import_tempo_leaves_out_what_only_some_programs_use():
+    """``import tempo`` imports neither tempo.llm, gymnasium nor safetensors (each a MiB or more
+    of a process's memory); ``tpo.llm`` and a checkpoint import theirs when used."""
+    probe = ("import sys, tempo as tpo\n"
+             "held = [m for m in ('tempo.llm', 'gymnasium', 'safetensors') if m in sys.modules]\n"
+             "assert not held, held\n"
+             "assert tpo.llm.Llama.__module__ == 'tempo.llm.model' and 'tempo.llm' in sys.modules\n")
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE.parent))
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

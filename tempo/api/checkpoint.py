@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
-from safetensors.numpy import load_file
-from safetensors.numpy import save as to_bytes
 
 from tempo.api.rt import RecurrentTensor as RT
 from tempo.api.sinks import sink_many
@@ -56,6 +54,8 @@ class HostState(Protocol):
 
 def write_atomic(path: str, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> None:
     """Write a safetensors file so that ``path`` is either the old file or the complete new one."""
+    from safetensors.numpy import save as to_bytes  # imported where a program checkpoints, not with tempo
+
     arrays = {k: np.asarray(v) for k, v in tensors.items()}
     write_bytes_atomic(path, to_bytes({k: v if v.flags.c_contiguous else v.copy() for k, v in arrays.items()},
                                       metadata=dict(metadata)))
@@ -109,6 +109,7 @@ def _writer(path: str, start: Mapping[str, int], hosts: tuple = ()):
 def load_checkpoint(path: str) -> Checkpoint:
     """The tensors of a checkpoint written by :func:`checkpoint`, with the point it was written at."""
     from safetensors import safe_open
+    from safetensors.numpy import load_file
 
     if not os.path.exists(path):
         raise TempoError(f"no checkpoint at {path!r}", user_site())

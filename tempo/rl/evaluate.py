@@ -14,7 +14,6 @@ import argparse
 import re
 from typing import Sequence
 
-import gymnasium
 import numpy as np
 
 from tempo.api.checkpoint import load_checkpoint
@@ -34,6 +33,8 @@ def actor_layers(tensors: dict) -> list[tuple[np.ndarray, np.ndarray]]:
 def act(layers, obs: np.ndarray, log_std: np.ndarray | None, sample: bool, rng: np.random.Generator,
         action_space) -> np.ndarray | int:
     """The actor's action for one observation: the mode, or a sample with ``sample``."""
+    import gymnasium  # only where a gymnasium environment is evaluated
+
     x = np.asarray(obs, dtype=np.float32).reshape(-1)
     for k, (weight, bias) in enumerate(layers):
         x = x @ weight + bias
@@ -57,6 +58,8 @@ def evaluate(path: str, env_id: str, episodes: int = 10, deterministic: bool = T
     """
     if not isinstance(episodes, int) or episodes < 1:
         raise TempoError(f"episodes must be a positive int, got {episodes!r}", user_site())
+    import gymnasium  # only where a gymnasium environment is evaluated
+
     tensors = load_checkpoint(path).tensors
     layers, log_std = actor_layers(tensors), tensors.get("actor_logstd")
     env, rng = gymnasium.make(env_id), np.random.default_rng(seed)

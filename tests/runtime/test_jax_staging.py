@@ -1,6 +1,10 @@
 """A JAX run keeps its kernels' executables, not JAX's staging of them; nothing compiles twice."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -70,3 +74,31 @@ def test_a_stack_of_many_points_compiles_stacks_of_a_bounded_number_of_operands(
         out = backend.stack(points, (150,), "float32")
     np.testing.assert_array_equal(np.asarray(out), np.arange(150, dtype=np.float32))
     assert max(widths) == jax_backend.NOTED_ROWS and sum(widths) == 150
+
+
+def test_each_compile_in_a_run_gives_the_freed_memory_back_and_none_outside(monkeypatch):
+    """After each compile in a run, glibc's free pages go back to the system (``malloc_trim``), where
+    the C library has it; outside a run nothing is trimmed."""
+    if jax_staging._trim is None:
+        pytest.skip("the C library has no malloc_trim")
+    trims, trim = [], jax_staging._trim
+    monkeypatch.setattr(jax_staging, "_trim", lambda pad: trims.append(pad) or trim(pad))
+    compiled, (I, T) = program()
+    compiles = compiles_during(lambda: compiled.run({I: 2, T: 3}))
+    assert compiles > 0 and trims == [0] * compiles
+    f = jax.jit(lambda x: jax.numpy.cos(x) * 5.0)
+    assert compiles_during(lambda: f(np.ones(3, np.float32)).block_until_ready()) == 1
+    assert len(trims) == compiles
+
+
+@pytest.mark.parametrize("setting", [{"GLIBC_TUNABLES": "glibc.malloc.arena_max=1:glibc.malloc.trim_threshold=99"},
+                                     {"MALLOC_TRIM_THRESHOLD_": "99"}])
+def test_a_process_that_sets_glibcs_trim_threshold_keeps_its_freed_memory(setting):
+    probe = "from tempo.runtime.backends import jax_staging; print(jax_staging._trim is None)"
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env.pop("GLIBC_TUNABLES", None)
+    env.pop("MALLOC_TRIM_THRESHOLD_", None)
+    kept = subprocess.run([sys.executable, "-c", probe], env={**env, **setting}, capture_output=True, text=True)
+    trimmed = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert kept.stdout.split() == ["True"], kept.stderr[-2000:]
+    assert trimmed.stdout.split() == [str(jax_staging._trim is None)]

@@ -97,7 +97,7 @@ class Island:
         self.steps, self.outputs = steps, outputs
         self.host = [(j, np_backend.KERNELS[type(s.op)](s.op)) for j, s in enumerate(steps)
                      if isinstance(s.op, HOST)]
-        self.consts = {j: jnp.asarray(s.op.value.array) for j, s in enumerate(steps)
+        self.consts = {j: jax.device_put(s.op.value.array) for j, s in enumerate(steps)
                        if isinstance(s.op, ops.ConstOp)}
         self.indexes = [(j, compile_expr(seq(*s.op.items))) for j, s in enumerate(steps)
                         if isinstance(s.op, ops.SpatialIndexOp)]
@@ -222,24 +222,24 @@ def _index(x, form: tuple, starts):
 def _host_kernel(op: ops.Op) -> Kernel:
     """A NumPy kernel whose results become device arrays."""
     np_kernel = np_backend.KERNELS[type(op)](op)
-    return lambda inputs, env, point: tuple(jnp.asarray(v) for v in np_kernel(inputs, env, point))
+    return lambda inputs, env, point: tuple(jax.device_put(v) for v in np_kernel(inputs, env, point))
 
 
 def _udf(op: ops.UDFOp) -> Kernel:
     def run(inputs, env, point):
         out = op.fn(*[np.asarray(x) for x in inputs])
         out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-        return tuple(jnp.asarray(np.asarray(v)) for v in out)
+        return tuple(jax.device_put(np.asarray(v)) for v in out)
 
     return run
 
 
 def _const(op: ops.ConstOp) -> Kernel:
     if not op.num_domain_axes:
-        value = jnp.asarray(op.value.array)
+        value = jax.device_put(op.value.array)
         return lambda inputs, env, point: (value,)
     array = op.value.array
-    return lambda inputs, env, point: (jnp.asarray(array[point]),)
+    return lambda inputs, env, point: (jax.device_put(array[point]),)
 
 
 def kernel(op: ops.Op, compiled: dict, donate: frozenset = frozenset()) -> Kernel:
@@ -299,6 +299,12 @@ def _stack(values: tuple, dtype) -> jax.Array:
 
 _write_rows = jax.jit(lambda buffer, start, values: lax.dynamic_update_slice_in_dim(
     buffer, jnp.stack([v.astype(buffer.dtype) for v in values]), start, 0), donate_argnums=0)
+def _zeros(shape: tuple, dtype) -> jax.Array:
+    """A device array of zeros, put from the host: an eager ``jnp.zeros`` compiles an XLA executable
+    per shape (as ``jnp.asarray`` of a host array does), each some 200 KiB of a CPU process."""
+    return jax.device_put(np.zeros(shape, dtype))
+
+
 NOTED_ROWS = 64  # consecutive rows a buffer notes before writing them in (a noted row: ~2 KiB of host objects)
 
 
@@ -335,7 +341,7 @@ class Rows:
         count, first = len(pending), index + 1 - len(pending)
         due = count == NOTED_ROWS or (index == self.shape[0] - 1 and self.buffer is not None)
         if due and count < self.shape[0] and all(first + k in pending for k in range(count)):
-            buffer = jnp.zeros(self.shape, self.dtype) if self.buffer is None else self.buffer
+            buffer = _zeros(self.shape, self.dtype) if self.buffer is None else self.buffer
             self.buffer, self.pending = _write_rows(buffer, first, tuple(pending[first + k] for k in range(count))), {}
 
     def put(self, start: int, values) -> None:
@@ -353,13 +359,13 @@ class Rows:
             if len(pending) == self.shape[0] and self.buffer is None:
                 self.buffer = _stack(tuple(pending[k] for k in range(self.shape[0])), self.dtype)
             else:
-                buffer = jnp.zeros(self.shape, self.dtype) if self.buffer is None else self.buffer
+                buffer = _zeros(self.shape, self.dtype) if self.buffer is None else self.buffer
                 for k, value in pending.items():
                     buffer = _set_row(buffer, k, value)
                 self.buffer = buffer
             self.pending = {}
         elif self.buffer is None:
-            self.buffer = jnp.zeros(self.shape, self.dtype)
+            self.buffer = _zeros(self.shape, self.dtype)
         return self.buffer
 
 
@@ -426,7 +432,7 @@ class JaxBackend(Backend):
 
     def cast(self, tensor, dtype: str):
         if not isinstance(tensor, jax.Array):
-            return jnp.asarray(np.asarray(tensor, dtype=dtype))
+            return jax.device_put(np.asarray(tensor, dtype=dtype))
         return tensor if tensor.dtype == dtype else tensor.astype(dtype)
 
     def broadcast(self, tensor, shape: tuple):

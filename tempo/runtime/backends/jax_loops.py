@@ -208,7 +208,7 @@ class LoopProgram:
                     continue
                 kept = held.get(id(value))
                 if kept is None or kept[0] is not value:
-                    kept = (value, Rows(jnp.asarray(row) for row in value) if isinstance(value, np.ndarray)
+                    kept = (value, Rows(jax.device_put(row) for row in value) if isinstance(value, np.ndarray)
                             else Rows(self.unstack(value)))
                 self.rows_held[id(value)] = kept
                 values[name] = kept[1]
