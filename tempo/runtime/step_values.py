@@ -148,7 +148,7 @@ class StepValues:
                 args[f"h{j}"] = draw.over(at, points, n)
                 if args[f"h{j}"] is None:
                     return None
-            for k in range(n):
+            for k in range(n if self.drawn else 0):
                 one = {name: (int(v[k]) if isinstance(v, np.ndarray) else v) for name, v in at.items()}
                 point = tuple(int(p) for p in points[k])
                 for j, kernel in self.drawn:
