@@ -159,10 +159,17 @@ class StepValues:
                 args[f"h{j}"] = draw.over(at, points, n)
                 if args[f"h{j}"] is None:
                     return None
-            for k in range(n):
-                one = {name: (int(v[k]) if isinstance(v, np.ndarray) else v) for name, v in at.items()}
-                point = tuple(int(p) for p in points[k])
-                for j, kernel in self.drawn:
-                    args.setdefault(f"h{j}", []).append(kernel([], one, point)[0])
-            args.update({f"h{j}": np.stack(args[f"h{j}"]) for j, _ in self.drawn})
+            if self.drawn:  # the other host steps, step by step at each point
+                args.update(self._each_step(at, points, n))
         return tuple(forms), args
+
+    def _each_step(self, at: dict, points: np.ndarray, n: int) -> dict:
+        """The values of the host steps that are neither random draws nor symbol values, their kernels
+        called at each of the ``n`` points, stacked."""
+        values: dict[str, list] = {f"h{j}": [] for j, _ in self.drawn}
+        for k in range(n):
+            one = {name: (int(v[k]) if isinstance(v, np.ndarray) else v) for name, v in at.items()}
+            point = tuple(int(p) for p in points[k])
+            for j, kernel in self.drawn:
+                values[f"h{j}"].append(kernel([], one, point)[0])
+        return {name: np.stack(rows) for name, rows in values.items()}

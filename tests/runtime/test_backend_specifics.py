@@ -116,6 +116,23 @@ def test_jax_turns_64_bit_types_on_only_inside_a_run():
     assert jnp.zeros(1).dtype == jnp.float32
 
 
+@pytest.mark.skipif("jax" not in BACKENDS, reason="JAX is not installed")
+@pytest.mark.parametrize("dtype", ["float32", "bool"])
+def test_jax_stacks_host_values_as_it_stacks_device_values(dtype):
+    """A stack of host values (a device loop's rows gathered from a store the host wrote) is the stack
+    of the same values on the device: cast to the dtype and shaped alike, more rows than one jitted
+    stack takes included."""
+    import jax.numpy as jnp
+
+    backend = base.get_backend("jax")
+    host = [np.float64(k / 3.0 - 5.0) if dtype == "float32" else np.bool_(k % 3 == 0) for k in range(70)]
+    on_host = backend.stack(host, (2, 35), dtype)
+    on_device = backend.stack([jnp.asarray(v) for v in host], (2, 35), dtype)
+    assert on_host.shape == on_device.shape == (2, 35)
+    assert on_host.dtype == on_device.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(np.asarray(on_host), np.asarray(on_device))
+
+
 def kernel_cases() -> list:
     """(op, inputs) over int64, float32 and bool inputs: every elementwise function, reduction and scan."""
     from tempo.ir import ops

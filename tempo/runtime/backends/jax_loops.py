@@ -317,8 +317,9 @@ class LoopProgram:
             body = body_of(closed, consts)
             xs = dict(xs, k=jnp.arange(trips))  # the scan's index: a step's counter is the launch's first plus it
             first = jax.tree_util.tree_map(lambda a: a[0], xs, is_leaf=_is_rows)
-            ring0, _ = _carry_form(body, ring0, first)  # a nested loop unrolled over it writes no buffers
-            ring0, shaped = _carry_form(body, _with_buffers(body, ring0, first), first)
+            ring0, shaped = _carry_form(body, ring0, first)  # a nested loop unrolled over it writes no buffers
+            if self.nested:  # the buffers of the nested scans' rows (none in a loop without nested loops)
+                ring0, shaped = _carry_form(body, _with_buffers(body, ring0, first), first)
             if plan.end is not None and not any(_is_rows(v) for v in jax.tree_util.tree_leaves(xs, is_leaf=_is_rows)):
                 ring, ys = jax_ended.until(body, ring0, xs, shaped, ran, trips)
                 return _launch_carry(ring), ys
