@@ -18,6 +18,7 @@ from tempo.runtime import counter_rng
 from tempo.runtime.backends.base import Backend, Kernel, along
 from tempo.runtime.backends.numpy_attention import kernel as attention_kernel
 from tempo.runtime.backends.numpy_fused import cast, compile_island
+from tempo.runtime.backends import panel_products
 from tempo.runtime.backends.numpy_ordered import (ordered_batch_contract, ordered_discounted_sum, ordered_matmul,
                                                   ordered_mean, ordered_sum)
 from tempo.symbolic.evaluate import compile_expr
@@ -209,8 +210,12 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     NumPy multiplies a stack by a matrix one small product at a time: a
     (512, 250, 64) @ (64, 64) takes about 30x longer than the same numbers
-    as one (128000, 64) @ (64, 64) (numpy 2.4, this 2-core machine).
+    as one (128000, 64) @ (64, 64) (numpy 2.4, this 2-core machine). A few float32
+    rows times a weight matrix stored as panels is the native panel kernel's
+    (:mod:`tempo.runtime.backends.panel_products`) where it is built.
     """
+    if b.ndim == 3 and a.ndim > 2 and (out := panel_products.product(a, b)) is not None:
+        return out
     if b.ndim == 2:
         if a.ndim > 2:
             return _matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
