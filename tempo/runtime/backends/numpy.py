@@ -18,7 +18,7 @@ from tempo.runtime import counter_rng
 from tempo.runtime.backends.base import Backend, Kernel, along
 from tempo.runtime.backends.numpy_attention import kernel as attention_kernel
 from tempo.runtime.backends.numpy_fused import cast, compile_island
-from tempo.runtime.backends import panel_products
+from tempo.runtime.backends import skinny_products
 from tempo.runtime.backends.numpy_ordered import (ordered_batch_contract, ordered_discounted_sum, ordered_matmul,
                                                   ordered_mean, ordered_sum)
 from tempo.symbolic.evaluate import compile_expr
@@ -211,10 +211,11 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     NumPy multiplies a stack by a matrix one small product at a time: a
     (512, 250, 64) @ (64, 64) takes about 30x longer than the same numbers
     as one (128000, 64) @ (64, 64) (numpy 2.4, this 2-core machine). A few float32
-    rows times a weight matrix stored as panels is the native panel kernel's
-    (:mod:`tempo.runtime.backends.panel_products`) where it is built.
+    rows times a weight matrix stored as panels, and stacks with a few rows or columns
+    on one side, are native kernels' (:mod:`tempo.runtime.backends.skinny_products`)
+    where they are built.
     """
-    if b.ndim == 3 and a.ndim > 2 and (out := panel_products.product(a, b)) is not None:
+    if b.ndim == 3 and a.ndim > 2 and (out := skinny_products.panels(a, b)) is not None:
         return out
     if b.ndim == 2:
         if a.ndim > 2:
@@ -222,6 +223,8 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if a.ndim == 2 and a.shape[1] == 1 and a.dtype in OUTER_DTYPES and b.dtype == a.dtype:
             return _outer(a, b)
     if a.ndim > 2 and a.shape[:-2] == b.shape[:-2] and math.prod(a.shape[:-2]) <= FEW_MATRICES:
+        if (out := skinny_products.stacked(a, b)) is not None:
+            return out
         if b.shape[-1] <= FEW and a.shape[-2] * a.shape[-1] >= SKINNY_FROM:
             return np.swapaxes(_by_rows(np.swapaxes(b, -1, -2), np.swapaxes(a, -1, -2)), -1, -2)
         if a.shape[-2] <= FEW and b.shape[-2] * b.shape[-1] >= SKINNY_FROM:
