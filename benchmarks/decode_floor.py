@@ -16,6 +16,9 @@ together: one step is a token of every sequence):
   4 rows), NumPy backend;
 - **tempo-q-torch**: tempo-q on the torch backend (the products are the same
   host function; the rest of the step runs as torch eager kernels);
+- **tempo-jax**: tempo (float32) on the JAX backend (causal decoding as one
+  device program per launch: ``tempo.transforms.masked_reads``), XLA's CPU
+  client on one thread;
 - **tempo-q-profile**: tempo-q with the CPU time inside the quantised products
   and inside the NumPy backend's other products (attention's; the rotary one
   where it is not in a host function) taken apart (``products_cpu_ms``,
@@ -85,7 +88,8 @@ LLAMA_CPP = "llama-cpp-python==0.3.36"
 LLAMA_CPP_BUILD = {"CMAKE_ARGS": "-DLLAVA_BUILD=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "
                                  "-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF",
                    "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1)}
-ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}   # XLA's CPU client: no operation split over threads
 
 
 # ----- the model files -----
@@ -362,6 +366,7 @@ def first_token_llamacpp(path: str, length: int) -> dict:
 DECODE = {"tempo": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"], s["batch"]),
           "tempo-q": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"]),
           "tempo-q-torch": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"], "torch"),
+          "tempo-jax": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"], s["batch"], "jax"),
           "tempo-q-profile": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"],
                                                     profile=True),
           "tempo-profile": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"], s["batch"],
