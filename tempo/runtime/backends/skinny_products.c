@@ -14,7 +14,8 @@
  *
  * few_columns: `count` products out[p] = a[p] (rows, k) @ b[p] (k, cols), many
  * rows of a (keys, `lda` floats apart) against a few columns (queries, up to
- * 4): each row of a read once, its dot products with the columns in 16 lanes.
+ * 4): each row of a read once, asking for the rows AHEAD bytes past it, its dot
+ * products with the columns in 16 lanes.
  *
  * Built with the machine's C compiler at first use (tempo/runtime/native.py);
  * AVX-512 only.
@@ -84,8 +85,10 @@ void few_rows(const float *x, int64_t ldx, int64_t stride_x, const float *b, int
 /* Each row of a (k a multiple of 16) against `cols` columns held as rows bt[c] (k floats). */
 INLINE void rows_by_columns(const float *a, int64_t lda, const float *bt, float *out, int64_t rows, int64_t k,
                             const int64_t cols) {
+  const int64_t ahead = (AHEAD / (k * 4) + 1) * lda;
   for (int64_t r = 0; r < rows; r++) {
     const float *row = a + r * lda;
+    for (int64_t at = 0; at < k; at += LANES) _mm_prefetch((const char *)(row + ahead + at), _MM_HINT_T0);
     __m512 acc[4];
     for (int64_t c = 0; c < cols; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < k; i += LANES) {
