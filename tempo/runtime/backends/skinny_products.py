@@ -62,19 +62,22 @@ def unavailable() -> str | None:
 def panels(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """``a @ b`` for ``a`` (..., 1, m, k), one matrix of at most 32 rows (every leading axis 1), and
     ``b`` (count, k, width) float32 panels, C-ordered: (..., count, m, width); None where the kernel
-    does not apply."""
-    if (b.ndim != 3 or a.ndim < 3 or a.shape[-3] != 1 or a.shape[-1] != b.shape[1] or a.dtype != _F32
-            or b.dtype != _F32 or not b.flags.c_contiguous or b.shape[2] % 16 or b.shape[2] > MAX_WIDTH
-            or not 0 < a.shape[-2] <= MAX_PANEL_ROWS or b.shape[1] == 0 or math.prod(a.shape[:-2]) != 1
-            or library() is None):
+    does not apply. The rows and the result share one buffer (two addresses to ask ``ctypes`` for,
+    0.8 us each, in a call of about 3 us of Python)."""
+    if a.ndim < 3 or b.ndim != 3:
         return None
-    count, k, width = b.shape
-    rows = a.shape[-2]
-    x = np.ascontiguousarray(a.reshape(rows, k))
-    out = np.empty((*a.shape[:-3], count, rows, width), np.float32)
-    _loaded["lib"].few_rows(x.ctypes.data, k, 0, b.ctypes.data, width, k * width, out.ctypes.data, rows * width,
-                            count, rows, k, width)
-    return out
+    (count, k, width), lead, rows = b.shape, a.shape[:-3], a.shape[-2]
+    if (a.shape[-1] != k or a.shape[-3] != 1 or a.dtype != _F32 or b.dtype != _F32 or width % 16
+            or width > MAX_WIDTH or not 0 < rows <= MAX_PANEL_ROWS or k == 0 or not b.flags.c_contiguous
+            or (lead and math.prod(lead) != 1) or library() is None):
+        return None
+    size = rows * k
+    buffer = np.empty(size + count * rows * width, np.float32)
+    buffer[:size] = a.reshape(size)
+    at = buffer.ctypes.data
+    _loaded["lib"].few_rows(at, k, 0, b.ctypes.data, width, k * width, at + 4 * size, rows * width, count, rows, k,
+                            width)
+    return buffer[size:].reshape(*lead, count, rows, width)
 
 
 def stacked(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
