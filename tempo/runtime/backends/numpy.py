@@ -166,7 +166,12 @@ def _sizes(shape) -> Callable[[dict], tuple]:
 @kernel_for(ops.ReshapeOp)
 def _reshape(op: ops.ReshapeOp) -> Kernel:
     sizes = _sizes(op.shape)
-    return lambda inputs, env, point: (np.reshape(inputs[0], sizes(env)),)
+    return lambda inputs, env, point: (_reshaped(inputs[0], sizes(env)),)
+
+
+def _reshaped(x, shape: tuple):
+    """``np.reshape(x, shape)``; an array's own method where ``x`` is one (0.1 us against 0.6)."""
+    return x.reshape(shape) if x.__class__ is np.ndarray else np.reshape(x, shape)
 
 
 @kernel_for(ops.ExpandOp)
@@ -273,7 +278,7 @@ def _permute(x: np.ndarray, axes: tuple) -> np.ndarray:
     new order (cache-resident, so nearly free), so that the reductions and products after it
     run along contiguous rows: attention's scores, computed (keys, groups) and read (groups,
     keys), are reduced 5x faster so on NumPy."""
-    out = np.transpose(x, axes)
+    out = x.transpose(axes) if x.__class__ is np.ndarray else np.transpose(x, axes)   # the method: 0.1 us, not 0.3
     if axes and axes[-1] != x.ndim - 1 and x.nbytes <= SMALL_PERMUTE:
         return np.ascontiguousarray(out)
     return out
