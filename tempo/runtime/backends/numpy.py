@@ -15,10 +15,10 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime import counter_rng
+from tempo.runtime.backends import skinny_products
 from tempo.runtime.backends.base import Backend, Kernel, along
 from tempo.runtime.backends.numpy_attention import kernel as attention_kernel
 from tempo.runtime.backends.numpy_fused import cast, compile_island
-from tempo.runtime.backends import skinny_products
 from tempo.runtime.backends.numpy_ordered import (ordered_batch_contract, ordered_discounted_sum, ordered_matmul,
                                                   ordered_mean, ordered_sum)
 from tempo.symbolic.evaluate import compile_expr
