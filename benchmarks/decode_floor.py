@@ -16,10 +16,16 @@ together: one step is a token of every sequence):
   4 rows), NumPy backend;
 - **tempo-q-torch**: tempo-q on the torch backend (the products are the same
   host function; the rest of the step runs as torch eager kernels);
+- **tempo-jax**: tempo (float32) on the JAX backend (causal decoding as one
+  device program per launch: ``tempo.transforms.masked_reads``), XLA's CPU
+  client on one thread;
 - **tempo-q-profile**: tempo-q with the CPU time inside the quantised products
   and inside the NumPy backend's other products (attention's; the rotary one
   where it is not in a host function) taken apart (``products_cpu_ms``,
   ``other_matmul_cpu_ms``; each call timed);
+- **tempo-profile**: tempo (float32) the same way: the weight products (a row
+  by a matrix stored as panels, ``products_cpu_ms``) and the NumPy backend's
+  other products (attention's and the rotary one, ``other_matmul_cpu_ms``);
 - **transformers**: ``LlamaForCausalLM`` loaded from the same file (its GGUF
   loader dequantises to float32), eager, one forward per token with its cache;
 - **llama.cpp** (``llama-cpp-python``, a benchmark-only baseline, computing from
@@ -82,7 +88,8 @@ LLAMA_CPP = "llama-cpp-python==0.3.36"
 LLAMA_CPP_BUILD = {"CMAKE_ARGS": "-DLLAVA_BUILD=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "
                                  "-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF",
                    "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1)}
-ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}   # XLA's CPU client: no operation split over threads
 
 
 # ----- the model files -----
@@ -193,9 +200,10 @@ def _between(stamps: dict, lengths: list[int], last: int, parts: tuple = ()) -> 
 
 def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, batch: int = 1,
                  backend: str = "numpy", profile: bool = False) -> dict:
-    """With ``profile``: also the CPU time per step inside the quantised products (the host
-    function) and inside the NumPy backend's other products (attention's; the rotary one where
-    it is not in a host function), each call timed (about 2 us added per call)."""
+    """With ``profile``: also the CPU time per step inside the weight products (the quantised
+    ones' host function, or the NumPy backend's products by weight panels) and inside the NumPy
+    backend's other products (attention's; the rotary one where it is not in a host function),
+    each call timed (about 2 us added per call)."""
     import tempo as tpo
     from tempo.llm.quantized import QuantizedMatrices
     from tempo.runtime.backends import numpy as numpy_backend
@@ -211,7 +219,9 @@ def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, batc
             return run
 
         QuantizedMatrices.matmul = timed(QuantizedMatrices.matmul, "products")
-        numpy_backend._matmul = timed(numpy_backend._matmul, "other_matmul")
+        by_panels, others = timed(numpy_backend._matmul, "products"), timed(numpy_backend._matmul, "other_matmul")
+        numpy_backend._matmul = lambda a, b: (by_panels if b.ndim == 3 and a.ndim > 2 and a.shape[-3] == 1
+                                              else others)(a, b)
     model = tpo.llm.Llama.from_pretrained(path, quantized=quantized)
     stamps = {}
     model.generate(first_tokens(batch)[:, None], max(lengths) - 1, stop_at_eos=False, backend=backend,
@@ -356,8 +366,11 @@ def first_token_llamacpp(path: str, length: int) -> dict:
 DECODE = {"tempo": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"], s["batch"]),
           "tempo-q": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"]),
           "tempo-q-torch": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"], "torch"),
+          "tempo-jax": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"], s["batch"], "jax"),
           "tempo-q-profile": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"],
                                                     profile=True),
+          "tempo-profile": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"], s["batch"],
+                                                  profile=True),
           "transformers": lambda s: decode_transformers(s["path"], s["lengths"], s["last"], s["batch"]),
           "llama.cpp": lambda s: decode_llamacpp(s["path"], s["lengths"], s["last"], s["batch"])}
 FIRST = {"tempo": lambda s: first_token_tempo(s["path"], False, s["prompt"], s["chunk"]),
@@ -548,7 +561,7 @@ def floor_table(rows: list[dict], rates: dict) -> str:
                      f"{r['x_floor']:.2f} / {r['cpu_x_floor']:.2f} | {versus} |")
     split = [r for r in rows if "products_cpu_ms" in r]
     if split:
-        lines += ["", "| system | file | batch | length | CPU ms per step | quantised products "
+        lines += ["", "| system | file | batch | length | CPU ms per step | weight products "
                   "| other products (NumPy backend) | the rest |", "|---|---|---|---|---|---|---|---|"]
         for r in split:
             rest = r["cpu_ms"] - r["products_cpu_ms"] - r["other_matmul_cpu_ms"]

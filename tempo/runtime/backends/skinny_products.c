@@ -1,0 +1,121 @@
+/* Float32 products with a few rows on one side (decoding's weight and attention products).
+ *
+ * few_rows: `count` products out[p] = x[p] (rows, k) @ b[p] (k, width), a few
+ * rows (up to 32) against a matrix of `width` columns (a multiple of 16, at
+ * most 64) whose rows lie `ldb` floats apart: a weight matrix stored as
+ * column panels (tempo/transforms/pack_weights.py: count panels, one x for all,
+ * x_stride 0) or attention's values, one head a product. Each output is summed
+ * in order of k with fused multiply-adds, 16 lanes at a time. b is read once,
+ * front to back, each row asking for the bytes AHEAD past it (software
+ * prefetch: the hardware's own prefetching alone leaves the loads waiting on
+ * memory; OpenBLAS's matrix-vector products read these panels at 0.85-0.9x the
+ * rate of a plain stream). Up to GROUP input rows share one read of a row of b;
+ * more rows read it again from the cache.
+ *
+ * few_columns: `count` products out[p] = a[p] (rows, k) @ b[p] (k, cols), many
+ * rows of a (keys, `lda` floats apart) against a few columns (queries, up to
+ * 4): each row of a read once, asking for the rows AHEAD bytes past it, its dot
+ * products with the columns in 16 lanes.
+ *
+ * Built with the machine's C compiler at first use (tempo/runtime/native.py);
+ * AVX-512 only.
+ */
+#include <stdint.h>
+#include <immintrin.h>
+
+#ifndef __AVX512F__
+#error "the skinny product kernels need AVX-512 (AVX512F)"
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+#define AHEAD 2048  /* bytes of b's rows fetched ahead of the one being read (1-3 KB run at the same rate) */
+#define GROUP 4     /* input rows multiplied with one read of a row of b */
+#define LANES 16
+#define MAX_K 1024  /* few_columns' k: its columns held transposed on the stack */
+
+/* `group` rows of x (ldx apart) against b (k rows, ldb apart, `vectors` * 16 columns); out's rows width apart. */
+INLINE void rows_by_matrix(const float *x, int64_t ldx, const float *b, int64_t ldb, float *out, const int64_t k,
+                           const int64_t group, const int64_t vectors, const int fetch) {
+  __m512 acc[GROUP][4];
+  for (int64_t g = 0; g < group; g++)
+    for (int64_t v = 0; v < vectors; v++) acc[g][v] = _mm512_setzero_ps();
+  const int64_t width = vectors * LANES, ahead = AHEAD / (width * 4) * ldb;
+  for (int64_t i = 0; i < k; i++) {
+    const float *row = b + i * ldb;
+    if (fetch)
+      for (int64_t at = 0; at < width; at += LANES) _mm_prefetch((const char *)(row + ahead + at), _MM_HINT_T0);
+    for (int64_t v = 0; v < vectors; v++) {
+      const __m512 w = _mm512_loadu_ps(row + v * LANES);
+      for (int64_t g = 0; g < group; g++) acc[g][v] = _mm512_fmadd_ps(_mm512_set1_ps(x[g * ldx + i]), w, acc[g][v]);
+    }
+  }
+  for (int64_t g = 0; g < group; g++)
+    for (int64_t v = 0; v < vectors; v++) _mm512_storeu_ps(out + g * width + v * LANES, acc[g][v]);
+}
+
+/* The group and width as constants, so that each case is its own unrolled loop. */
+#define ROWS(G, V) rows_by_matrix(x, ldx, b, ldb, out, k, G, V, fetch)
+INLINE void rows_case(const float *x, int64_t ldx, const float *b, int64_t ldb, float *out, int64_t k,
+                      int64_t group, int64_t vectors, int fetch) {
+  switch (vectors * 8 + group) {
+    case 8 + 1: ROWS(1, 1); break;   case 8 + 2: ROWS(2, 1); break;
+    case 8 + 3: ROWS(3, 1); break;   case 8 + 4: ROWS(4, 1); break;
+    case 16 + 1: ROWS(1, 2); break;  case 16 + 2: ROWS(2, 2); break;
+    case 16 + 3: ROWS(3, 2); break;  case 16 + 4: ROWS(4, 2); break;
+    case 24 + 1: ROWS(1, 3); break;  case 24 + 2: ROWS(2, 3); break;
+    case 24 + 3: ROWS(3, 3); break;  case 24 + 4: ROWS(4, 3); break;
+    case 32 + 1: ROWS(1, 4); break;  case 32 + 2: ROWS(2, 4); break;
+    case 32 + 3: ROWS(3, 4); break;  case 32 + 4: ROWS(4, 4); break;
+  }
+}
+
+/* out[p] (rows, width), C-ordered, p-th at p * stride_out, = x[p] (rows, k; row i at ldx * i, p-th at
+ * p * stride_x) @ b[p] (k, width; row i at ldb * i, p-th at p * stride_b). */
+void few_rows(const float *x, int64_t ldx, int64_t stride_x, const float *b, int64_t ldb, int64_t stride_b,
+              float *out, int64_t stride_out, int64_t count, int64_t rows, int64_t k, int64_t width) {
+  const int64_t vectors = width / LANES;
+  for (int64_t p = 0; p < count; p++)
+    for (int64_t r = 0; r < rows; r += GROUP) {
+      const int64_t group = rows - r < GROUP ? rows - r : GROUP;
+      rows_case(x + p * stride_x + r * ldx, ldx, b + p * stride_b, ldb, out + p * stride_out + r * width, k,
+                group, vectors, r == 0);
+    }
+}
+
+/* Each row of a (k a multiple of 16) against `cols` columns held as rows bt[c] (k floats). */
+INLINE void rows_by_columns(const float *a, int64_t lda, const float *bt, float *out, int64_t rows, int64_t k,
+                            const int64_t cols) {
+  const int64_t ahead = (AHEAD / (k * 4) + 1) * lda;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *row = a + r * lda;
+    for (int64_t at = 0; at < k; at += LANES) _mm_prefetch((const char *)(row + ahead + at), _MM_HINT_T0);
+    __m512 acc[4];
+    for (int64_t c = 0; c < cols; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < k; i += LANES) {
+      const __m512 w = _mm512_loadu_ps(row + i);
+      for (int64_t c = 0; c < cols; c++) acc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(bt + c * k + i), acc[c]);
+    }
+    for (int64_t c = 0; c < cols; c++) out[r * cols + c] = _mm512_reduce_add_ps(acc[c]);
+  }
+}
+
+/* out[p] (rows, cols), C-ordered, p-th at p * stride_out, = a[p] (rows, k; row r at lda * r, p-th at
+ * p * stride_a) @ b[p] (k, cols) C-ordered, p-th at p * stride_b; k a multiple of 16, at most MAX_K;
+ * cols at most 4. */
+void few_columns(const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t stride_b, float *out,
+                 int64_t stride_out, int64_t count, int64_t rows, int64_t k, int64_t cols) {
+  float bt[4 * MAX_K];
+  for (int64_t p = 0; p < count; p++) {
+    const float *bp = b + p * stride_b;
+    for (int64_t c = 0; c < cols; c++)
+      for (int64_t i = 0; i < k; i++) bt[c * k + i] = bp[i * cols + c];
+    const float *ap = a + p * stride_a;
+    float *op = out + p * stride_out;
+    switch (cols) {
+      case 1: rows_by_columns(ap, lda, bt, op, rows, k, 1); break;
+      case 2: rows_by_columns(ap, lda, bt, op, rows, k, 2); break;
+      case 3: rows_by_columns(ap, lda, bt, op, rows, k, 3); break;
+      case 4: rows_by_columns(ap, lda, bt, op, rows, k, 4); break;
+    }
+  }
+}

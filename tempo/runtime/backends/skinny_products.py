@@ -1,0 +1,114 @@
+"""The NumPy backend's float32 products with a few rows on one side, by native kernels.
+
+A decoding step multiplies a few rows (the batch, a head's query group) by
+large matrices: the weights, stored as column panels ``(count, k, width)`` by
+:mod:`tempo.transforms.pack_weights` and multiplied as ``x[..., None, :, :] @
+panels``, and attention's keys and values, one ``(S, head_dim)`` matrix per
+key/value head (``keys @ q^T`` and ``weights @ values``). ``skinny_products.c``
+(built with this machine's C compiler by :mod:`tempo.runtime.native`) reads each
+such matrix once, front to back, with software prefetch: the weights at the
+rate a plain read of the same bytes runs (``benchmarks/skinny_products.py``),
+where NumPy's matrix-vector products reach about 0.9x of it, and a head's
+keys or values in one call for every head, where NumPy's matrix product packs
+each matrix before using it. :func:`panels` and :func:`stacked` return None
+where the kernels do not apply (another dtype or layout, or the source not
+built: :func:`unavailable` says why) and the caller multiplies with NumPy. The
+sums run in another order than BLAS's: the same products to float32 rounding,
+not bit for bit.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+
+import numpy as np
+
+from tempo.runtime import native
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "skinny_products.c")
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+SIGNATURES = {"few_rows": [_P, _I, _I, _P, _I, _I, _P, _I, _I, _I, _I, _I],
+              "few_columns": [_P, _I, _I, _P, _I, _P, _I, _I, _I, _I, _I]}
+MAX_WIDTH = 64      # columns of few_rows' matrices (a multiple of 16)
+MAX_PANEL_ROWS = 32  # input rows a weight panel product takes (more are compute-bound: NumPy's matrix product)
+FEW = 4             # rows (or columns) of a stacked product's small side
+MAX_K = 1024        # few_columns' inner size (a multiple of 16)
+STACKED_FROM = 1 << 14  # elements of a stack's large matrices from which its kernels run: below, NumPy's
+#                         product is as fast as the kernels' 7 us of Python and ctypes (256 keys of 64)
+_F32 = np.dtype(np.float32)
+
+_loaded: dict = {}
+
+
+def library():
+    """The loaded kernels (``few_rows``, ``few_columns``), built at the first call; None where they
+    cannot be (:func:`unavailable` says why)."""
+    if "lib" not in _loaded:
+        _loaded["lib"], _loaded["why"] = None, None
+        try:
+            _loaded["lib"] = native.load(SOURCE, SIGNATURES)
+        except OSError as err:
+            _loaded["why"] = f"the skinny product kernels are not built ({err}); their products run with NumPy"
+    return _loaded["lib"]
+
+
+def unavailable() -> str | None:
+    """Why :func:`library` is None (None when it is loaded)."""
+    library()
+    return _loaded["why"]
+
+
+def panels(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """``a @ b`` for ``a`` (..., 1, m, k), one matrix of at most 32 rows (every leading axis 1), and
+    ``b`` (count, k, width) float32 panels, C-ordered: (..., count, m, width); None where the kernel
+    does not apply. The rows and the result share one buffer (two addresses to ask ``ctypes`` for,
+    0.8 us each, in a call of about 3 us of Python)."""
+    if a.ndim < 3 or b.ndim != 3:
+        return None
+    (count, k, width), lead, rows = b.shape, a.shape[:-3], a.shape[-2]
+    if (a.shape[-1] != k or a.shape[-3] != 1 or a.dtype != _F32 or b.dtype != _F32 or width % 16
+            or width > MAX_WIDTH or not 0 < rows <= MAX_PANEL_ROWS or k == 0 or not b.flags.c_contiguous
+            or (lead and math.prod(lead) != 1) or library() is None):
+        return None
+    size = rows * k
+    buffer = np.empty(size + count * rows * width, np.float32)
+    buffer[:size] = a.reshape(size)
+    at = buffer.ctypes.data
+    _loaded["lib"].few_rows(at, k, 0, b.ctypes.data, width, k * width, at + 4 * size, rows * width, count, rows, k,
+                            width)
+    return buffer[size:].reshape(*lead, count, rows, width)
+
+
+def stacked(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """``a @ b`` for stacks of the same leading shape, float32, each matrix's rows read along the
+    last axis: ``a``'s matrices of at most 4 rows against ``b``'s of 16 to 64 columns (a multiple
+    of 16; attention's ``weights @ values``), or ``a``'s of many rows against ``b``'s of at most 4
+    columns (``keys @ q^T``), the large side of at least :data:`STACKED_FROM` elements; None where
+    neither kernel applies."""
+    if (a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or a.dtype != _F32 or b.dtype != _F32 or 0 in a.shape
+            or 0 in b.shape or a.strides[-1] != 4 or b.strides[-1] != 4 or min(a.strides) < 0 or min(b.strides) < 0):
+        return None
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    if m <= FEW and n % 16 == 0 and n <= MAX_WIDTH and k * n >= STACKED_FROM:
+        run = "few_rows"
+    elif n <= FEW and k % 16 == 0 and k <= MAX_K and b.strides[-2] == 4 * n and m * k >= STACKED_FROM:
+        run = "few_columns"
+    else:
+        return None
+    if library() is None:
+        return None
+    out = np.empty((*a.shape[:-2], m, n), np.float32)
+    lead = a.shape[:-2]
+    axis = max((i for i, s in enumerate(lead) if s > 1), default=len(lead) - 1)   # the last leading axis over 1
+    count, stride_a, stride_b = lead[axis], a.strides[axis] // 4, b.strides[axis] // 4
+    outer = lead[:axis]
+    for at in np.ndindex(*outer) if math.prod(outer) > 1 else ((0,) * axis,):
+        x, y, o = (a[at], b[at], out[at]) if axis else (a, b, out)
+        if run == "few_rows":
+            _loaded["lib"].few_rows(x.ctypes.data, a.strides[-2] // 4, stride_a, y.ctypes.data, b.strides[-2] // 4,
+                                    stride_b, o.ctypes.data, m * n, count, m, k, n)
+        else:
+            _loaded["lib"].few_columns(x.ctypes.data, a.strides[-2] // 4, stride_a, y.ctypes.data, stride_b,
+                                       o.ctypes.data, m * n, count, m, k, n)
+    return out
