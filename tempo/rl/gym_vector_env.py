@@ -78,18 +78,23 @@ class _VectorHost:
         return self.saves.resume_obs
 
     def step(self, index, action):
-        self._count(index)
+        """One step of every environment: ``(obs, reward, terminated, truncated, final_obs)``, arrays made
+        for the call (the vector env copies its rewards and flags; its observations are copied here)."""
+        if index is not self.checked:
+            self._count(index)
         if self.envs is None:
             raise RuntimeError(f"{self.name}: stepped before the reset")
-        action = np.asarray(action, np.int64) if self.box is None else \
-            np.clip(action, *self.box).astype(self.box[0].dtype)
+        if self.box is not None:
+            action = np.clip(action, *self.box).astype(self.box[0].dtype)
+        elif action.__class__ is not np.ndarray or action.dtype != np.int64:
+            action = np.asarray(action, np.int64)
         obs, reward, terminated, truncated, info = self.envs.step(action)
         obs = final = np.array(obs, dtype=self.obs_dtype)  # of the vector env's own buffer, as in reset
         if "_final_obs" in info:  # an episode ended: it reached final_obs, and obs is the next one's first
             final = obs.copy()
             for k in np.flatnonzero(info["_final_obs"]):
                 final[k] = info["final_obs"][k]
-        return obs, np.asarray(reward, np.float32), np.asarray(terminated, bool), np.asarray(truncated, bool), final
+        return obs, reward.astype(np.float32), terminated, truncated, final
 
     def close(self) -> None:
         if self.envs is not None:

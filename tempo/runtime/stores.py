@@ -160,31 +160,36 @@ def free_below(stores: tuple, axis: int, live) -> None:
     """``store.free_below(axis, live)`` for each of ``stores`` (the generated code's one call after an
     iteration of the main loop for the stores freed below the same floor): the tensors of point
     stores that hold nothing evicted are popped here and dropped from their ledger in one call,
-    before any other store frees (the ledger sees the frees in the stores' order)."""
+    before any other store frees (the ledger sees the frees in the stores' order); a block store
+    that holds nothing is passed over without its call."""
     dead, ledger = [], None
     for store in stores:
-        if store.__class__ is not PointStore or store.on_host:
-            if dead:
-                ledger.drop_each(dead)
-                dead = []
-            store.free_below(axis, live)
+        cls = store.__class__
+        if cls is PointStore:
+            data = store.data
+            if not data:
+                continue
+            if not store.on_host:
+                if store.ledger is not ledger:
+                    if dead:
+                        ledger.drop_each(dead)
+                        dead = []
+                    ledger = store.ledger
+                if len(data) == 1:  # _popped_below's work without its call; its common case without a list
+                    for point in data:
+                        if point[axis] < live:
+                            dead.append(data.pop(point))
+                        break
+                else:
+                    for point in [p for p in data if p[axis] < live]:
+                        dead.append(data.pop(point))
+                continue
+        elif cls is BlockStore and not store.blocks:
             continue
-        data = store.data
-        if not data:
-            continue
-        if store.ledger is not ledger:
-            if dead:
-                ledger.drop_each(dead)
-                dead = []
-            ledger = store.ledger
-        if len(data) == 1:  # _popped_below's work without its call; its common case without a list
-            for point in data:
-                if point[axis] < live:
-                    dead.append(data.pop(point))
-                break
-        else:
-            for point in [p for p in data if p[axis] < live]:
-                dead.append(data.pop(point))
+        if dead:
+            ledger.drop_each(dead)
+            dead = []
+        store.free_below(axis, live)
     if dead:
         ledger.drop_each(dead)
 

@@ -203,6 +203,8 @@ def _pad(op: ops.PadOp) -> Kernel:
 def _udf(op: ops.UDFOp) -> Kernel:
     def run(inputs, env, point):
         out = op.fn(*inputs)
+        if out.__class__ is tuple:  # the common case: the function's own tuple, as it is
+            return out
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
     return run
