@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
+import sys
 import time
 
 import gymnasium
@@ -177,7 +177,7 @@ def main(argv=None) -> dict:
     print("| --- | --- | --- |")
     for name, value in rows.items():
         print(f"| {name} | {value:.1e} | {f'{float32[name]:.1e}' if name in float32 else '-'} |")
-    report = {"argv": [] if argv is None else list(argv), "env": ENV_ID, "steps": int(len(done)),
+    report = {"argv": sys.argv[1:] if argv is None else list(argv), "env": ENV_ID, "steps": int(len(done)),
               "episode_ends": int(done.sum()), "tempo_vs_baseline": rows, "float32_vs_baseline": float32,
               "tempo_cpu_s": tempo_cpu, "baseline_cpu_s": baseline_cpu, "load_avg": os.getloadavg()[0]}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
