@@ -17,7 +17,9 @@ its body reads and writes:
   keeps the loop on the host);
 - what a statement after the loop reads (or the program fetches) is written
   back into its tensor store after the loop, a block store's rows in one
-  write.
+  write; the body's frees the launch runs are of what a store holds: values
+  computed outside the loop and the outputs written back (a value that stays
+  on the device has no point in a store to free).
 
 A shape may depend on the loop's counter where it is a tile's: one size at
 every tile where the tiles divide their dims (``min(Z, T - Z*t_tile)`` rows:
@@ -60,6 +62,7 @@ A statement after it that reads ``T`` otherwise (``x[i, T - 2]``, a max over
 """
 from __future__ import annotations
 
+from dataclasses import replace
 
 from tempo.ir.ends import is_end
 from tempo.ir.ops import MergeOp, UDFOp
@@ -110,10 +113,24 @@ def plan(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host=fr
     written_back = tuple((n, j) for n in writers for j in range(len(sdg.nodes[n].shapes))
                          if n in keep or any(e.sink not in writers and e.sink in executed
                                              for e in sdg.edges if e.src == n and e.src_out == j))
-    frees = tuple((s, guard) for s, guard in body if isinstance(s, ast.Free)
-                  and (s.node_id not in writers or any(key[0] == s.node_id for key in written_back)))
+    frees = _held_frees(sdg, body, set(writers), written_back)
     return LoopPlan(loop, tuple(steps), carried, written_back, frees, end=ends[0] if ends else None,
                     shaped=_shaped_steps(sdg, steps))
+
+
+def _held_frees(sdg: SDG, body: list, writers: set, written_back: tuple) -> tuple:
+    """The Free statements of ``body`` (with their conditions), each limited to the outputs a store
+    holds while the loop runs whole: every output of a node computed outside the loop, the outputs
+    written back of one the loop or a loop nested in it computes (``writers``)."""
+    frees = []
+    for s, guard in body:
+        if isinstance(s, ast.Free):
+            outputs = s.freed(len(sdg.nodes[s.node_id].shapes))
+            if s.node_id in writers:
+                outputs = tuple(j for j in outputs if (s.node_id, j) in written_back)
+            if outputs:
+                frees.append((replace(s, outputs=outputs), guard))
+    return tuple(frees)
 
 
 def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, host, body) -> LoopPlan | None:
@@ -183,8 +200,10 @@ def _enclosing(sdg: SDG, loop: ast.Loop, program: ast.Stmt, kinds: dict, keep, h
                 carried[src.key] = max(carried.get(src.key, 0), src.shift)
     written_back = tuple((n, j) for n in writers for j in range(len(sdg.nodes[n].shapes))
                          if n in keep or any(e.sink in outside for e in sdg.edges if e.src == n and e.src_out == j))
-    frees = tuple((s, guard) for s, guard in body if isinstance(s, ast.Free)
-                  and (s.node_id not in writers or any(key[0] == s.node_id for key in written_back)))
+    held = set(writers) | set(inner_writers)
+    frees = _held_frees(sdg, body, held, written_back)
+    nested = [replace(n, plan=replace(n.plan, frees=_held_frees(sdg, n.plan.frees, held, written_back)))
+              for n in nested]
     padded, dim = (), None
     if ending:
         if ends:
