@@ -42,6 +42,12 @@ before the timed runs, so that no timed run compiles Python source.
     .venv/bin/python benchmarks/rl_learning.py --envs Acrobot-v1 Pendulum-v1 --scale 0.1
     .venv/bin/python benchmarks/rl_learning.py --envs HalfCheetah-v5 --systems tempo cleanrl --scale 0.3 \
         --set bootstrap_truncation=False        # CleanRL's own choice: truncation ends an episode
+    .venv/bin/python benchmarks/rl_learning.py --envs HalfCheetah-v5 --systems tempo --scale 0.3 \
+        --reuse docs/results/rl_learning_halfcheetah_300k_env_matched.json   # the baseline's runs from there
+
+``--reuse`` takes the runs of the systems not run (same environments, seeds
+and step budget) from earlier result files, and summarises and plots them
+beside this run's; the JSON names the files (``reused``).
 """
 from __future__ import annotations
 
@@ -236,6 +242,27 @@ def plot(runs: list[dict], envs: list[str], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def reused(paths: list[str], envs: list[str], seeds: list[int], systems: list[str], scale: float) -> list[dict]:
+    """The runs in the result files ``paths`` of the systems not in ``systems``, on ``envs`` with ``seeds`` and
+    the step budget of ``scale``; an error where a file lacks one of them."""
+    wanted = {(system, env_id, seed) for system in SYSTEMS if system not in systems for env_id in envs
+              for seed in seeds}
+    found = {}
+    for path in paths:
+        with open(path) as f:
+            for run in json.load(f)["runs"]:
+                key = (run["system"], run["env"], run["seed"])
+                if key in wanted and "episodes" in run and run["steps"] == int(ENVS[run["env"]][2] * scale):
+                    found[key] = run
+    systems_found = {system for system, _, _ in found}
+    missing = sorted(k for k in wanted if k[0] in systems_found and k not in found)
+    if paths and not found:
+        raise SystemExit(f"--reuse: no run of another system with these envs, seeds and steps in {paths}")
+    if missing:
+        raise SystemExit(f"--reuse: {paths} lack the runs {missing}")
+    return [found[k] for k in sorted(found)]
+
+
 def _impl(args, env_id: str) -> str:
     return args.tempo_impl if env_id in ("CartPole-v1", "Acrobot-v1", "Pendulum-v1") else "gymnasium"
 
@@ -253,6 +280,8 @@ def main(argv=None) -> dict:
                    help="hyper-parameters for every system and environment (num_envs=16 num_steps=256; "
                         "bootstrap_truncation=False)")
     p.add_argument("--timeout", type=float, default=7200.0, help="seconds per run")
+    p.add_argument("--reuse", nargs="+", default=[], metavar="JSON",
+                   help="earlier result files: their runs of the systems not run here (same envs, seeds, steps)")
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "rl_learning"),
                    help="output path without extension (.json and .png are written)")
     args = p.parse_args(argv)
@@ -279,8 +308,10 @@ def main(argv=None) -> dict:
                         f"sps_wall={run['global_step'] / run['process_wall_s']:.0f} "
                         f"sps_cpu={run['global_step'] / run['process_cpu_s']:.0f}")
                     print(f"{env_id:15s} {system:8s} seed={seed} steps={steps} {shown}", flush=True)
+    runs += reused(args.reuse, args.envs, args.seeds, args.systems, args.scale)
     summary = {env_id: summarise(runs, env_id, ENVS[env_id][3]) for env_id in args.envs}
     report = {"argv": sys.argv[1:] if argv is None else list(argv), "scale": args.scale, "bytecode": "cached, warmed",
+              "reused": args.reuse,
               "tempo_impl": args.tempo_impl, "tempo_backend": args.tempo_backend or "numpy", "set": overrides,
               "summary": summary, "runs": runs}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

@@ -68,6 +68,23 @@ def test_a_reduced_run_writes_its_json_and_plot(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 0
 
 
+def test_reuse_takes_the_other_systems_runs_with_the_same_seeds_and_steps(tmp_path):
+    steps = int(rl_learning.ENVS["CartPole-v1"][2] * 0.5)
+    earlier = [dict(run(system, seed, [1.0]), steps=steps) for system in ("tempo", "cleanrl", "sb3")
+               for seed in (1, 2, 3)]
+    earlier.append(dict(run("cleanrl", 1, [7.0]), steps=steps + 1))  # another budget: left out
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps({"runs": earlier}))
+    got = rl_learning.reused([str(path)], ["CartPole-v1"], [1, 2], ["tempo"], 0.5)
+    assert [(r["system"], r["seed"], r["episodes"][0][1]) for r in got] == [
+        ("cleanrl", 1, 1.0), ("cleanrl", 2, 1.0), ("sb3", 1, 1.0), ("sb3", 2, 1.0)]
+    with pytest.raises(SystemExit, match="lack the runs"):
+        rl_learning.reused([str(path)], ["CartPole-v1"], [1, 4], ["tempo"], 0.5)
+    with pytest.raises(SystemExit, match="no run of another system"):
+        rl_learning.reused([str(path)], ["CartPole-v1"], [1], ["tempo"], 0.25)
+    assert rl_learning.reused([], ["CartPole-v1"], [1], ["tempo"], 0.5) == []
+
+
 def test_set_overrides_the_environments_hyper_parameters_for_every_system():
     for system in ("tempo", "cleanrl", "sb3"):
         argv = rl_learning.command(system, "CartPole-v1", 2, 1000, "gymnasium", "", {"num_envs": "16"})
