@@ -63,8 +63,7 @@ def tempo_side(acts: np.ndarray) -> tuple[dict[str, np.ndarray], int]:
         raw = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
         raw[b, i, 0] = env.reset()
         norm = tempo.rl.NormalizeObservation(raw, autoreset=True)
-        # the action reads the observation, as a policy's does: the step runs after the reset that gives it
-        step = env.step(tpo.from_numpy(acts[None], dims=(b, i, t)) + norm.normalized.spatial[0:1] * 0.0)
+        step = env.step(tpo.from_numpy(acts[None], dims=(b, i, t)))
         raw[b, i, t + 1] = step.obs
         final = norm.final(step.final_obs, step.done)
         reward = tempo.rl.NormalizeReward(step.reward, step.terminated, GAMMA)

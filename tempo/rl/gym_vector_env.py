@@ -16,6 +16,13 @@ UDF hands each rollout's last observation to the next rollout, once per
 rollout; where a checkpoint is written as that rollout starts, it first
 snapshots the environments (:mod:`tempo.rl.pool_state`), and a resumed run
 rebuilds the vector env from a snapshot instead of resetting it.
+
+The step UDF also reads the observation its rollout starts from and the
+previous step's ``terminated`` (``False`` at ``t = 0``), and ignores them:
+they order the host calls by the environments' state, whatever the action
+reads (a constant action reads no observation). A rollout's steps run after
+the reset or the last rollout's carry-over, each after the one before, and
+the reset runs even where nothing reads an observation.
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from tempo.api.context import current
-from tempo.api.functional import eval_symbol, udf
+from tempo.api.functional import eval_symbol, placeholder, udf
 from tempo.api.rt import RecurrentTensor
 from tempo.errors import TempoError, user_site
 from tempo.rl.env import Env
@@ -77,9 +84,11 @@ class _VectorHost:
                          copy=False)
         return self.saves.resume_obs
 
-    def step(self, index, action):
+    def step(self, index, action, start, previous):
         """One step of every environment: ``(obs, reward, terminated, truncated, final_obs)``, arrays made
-        for the call (the vector env copies its rewards and flags; its observations are copied here)."""
+        for the call (the vector env copies its rewards and flags; its observations are copied here).
+        ``start`` (the observation the rollout starts from) and ``previous`` (the previous step's
+        ``terminated``) are not read: they order the call (see the module docstring)."""
         if index is not self.checked:
             self._count(index)
         if self.envs is None:
@@ -164,12 +173,16 @@ class GymVectorEnv(Env):
     def step(self, action: RecurrentTensor) -> Transition:
         """The :class:`~tempo.rl.rollout.Transition` of every environment for the action RT ``a[b, i, t]``."""
         self._claim_step(action)
+        b, i, t = self.dims
         start = self.reset()
-        out = udf(self._host.step, [eval_symbol(self.dims[0]), action],
+        previous = placeholder((), "bool", self.dims)  # the last step's terminated: orders the steps
+        previous[b, i, 0] = False
+        out = udf(self._host.step, [eval_symbol(b), action, start, previous],
                   [self.obs_shape, (), (), (), self.obs_shape], [self.obs_dtype, "float32", "bool", "bool",
                                                                  self.obs_dtype],
                   label=f"{self.name}.step", batched=True)
         step = Transition(*out)
+        previous[b, i, t + 1] = step.terminated
         self._continue(start, step.obs)
         return step
 
