@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import tempo as tpo
-import tempo.api.functional as F
 from tempo.runtime.backends import numpy as numpy_backend
 from tempo.runtime.backends import skinny_products as sp
 
