@@ -18,22 +18,6 @@ _P, _I = ctypes.c_void_p, ctypes.c_int64
 SIGNATURES = {"int8_blocks": [_P, _P, _P, _P, _I, _I, _I, _I],
               "nibble_blocks": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I]}
 
-_loaded: dict = {}
-
-
-def kernels():
-    """The loaded kernel library (``int8_blocks``, ``nibble_blocks``), built at the first call;
-    None where it cannot be (:func:`unavailable` says why)."""
-    if "lib" not in _loaded:
-        _loaded["lib"], _loaded["why"] = None, None
-        try:
-            _loaded["lib"] = native.load(SOURCE, SIGNATURES)
-        except OSError as err:
-            _loaded["why"] = f"the quantised product kernels are not built ({err}); products run with NumPy"
-    return _loaded["lib"]
-
-
-def unavailable() -> str | None:
-    """Why :func:`kernels` is None (None when they are loaded)."""
-    kernels()
-    return _loaded["why"]
+KERNELS = native.Kernels(SOURCE, SIGNATURES, "the quantised product kernels are", "products run with NumPy")
+kernels = KERNELS.library  # the loaded library, built at the first call; None where it cannot be
+unavailable = KERNELS.unavailable  # why kernels() is None

@@ -73,3 +73,27 @@ def load(source: str, signatures: dict) -> ctypes.CDLL:
     for name, argtypes in signatures.items():
         getattr(lib, name).argtypes, getattr(lib, name).restype = argtypes, None
     return lib
+
+
+class Kernels:
+    """A source's kernels, built and loaded at their first use. :meth:`library` is the loaded
+    library, or None where it cannot be built; :meth:`unavailable` then says why, naming the
+    kernels (``what``) and what runs in their place (``instead``)."""
+
+    def __init__(self, source: str, signatures: dict, what: str, instead: str):
+        self.source, self.signatures, self.what, self.instead = source, signatures, what, instead
+        self.loaded: dict = {}
+
+    def library(self) -> ctypes.CDLL | None:
+        if "lib" not in self.loaded:
+            self.loaded["lib"], self.loaded["why"] = None, None
+            try:
+                self.loaded["lib"] = load(self.source, self.signatures)
+            except OSError as err:
+                self.loaded["why"] = f"{self.what} not built ({err}); {self.instead}"
+        return self.loaded["lib"]
+
+    def unavailable(self) -> str | None:
+        """Why :meth:`library` is None (None when it is loaded)."""
+        self.library()
+        return self.loaded["why"]

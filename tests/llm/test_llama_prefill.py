@@ -115,7 +115,7 @@ def test_prefill_memory_follows_the_chunk_with_numpy_ops(monkeypatch):
     the prefill runs: 8 heads x 256^2 scores are 2.1 MB; in chunks of 32 rows 0.26 MB at most, and
     twice the prompt takes about twice the memory (each chunk's scores die before the next
     chunk's are made), not four times."""
-    monkeypatch.setattr(numpy_attention, "_loaded", {"lib": None, "why": "not built in this test"})
+    monkeypatch.setattr(numpy_attention.KERNELS, "loaded", {"lib": None, "why": "not built in this test"})
     whole, chunked, longer = peak_bytes(256, 256), peak_bytes(256, 32), peak_bytes(512, 32)
     assert whole > 8 * 256 * 256 * 4
     assert chunked < whole / 3

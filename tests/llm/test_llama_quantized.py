@@ -75,7 +75,7 @@ def test_the_native_kernels_build_into_the_cache_folder(tmp_path, monkeypatch):
     if native.kernels() is None:
         pytest.skip(native.unavailable())
     monkeypatch.setenv("TEMPO_CACHE", str(tmp_path))
-    monkeypatch.setattr(native, "_loaded", {})
+    monkeypatch.setattr(native.KERNELS, "loaded", {})
     assert native.kernels() is not None and native.unavailable() is None
     assert [p.suffix for p in (tmp_path / "kernels").iterdir()] == [".so"]
 
@@ -83,7 +83,7 @@ def test_the_native_kernels_build_into_the_cache_folder(tmp_path, monkeypatch):
 def test_without_a_compiler_the_products_run_with_numpy(tmp_path, monkeypatch):
     monkeypatch.setenv("TEMPO_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setattr(native, "_loaded", {})
+    monkeypatch.setattr(native.KERNELS, "loaded", {})
     assert native.kernels() is None and "products run with NumPy" in native.unavailable()
     raw, matrices = quantized("Q4_1", 1, 40, 64)
     x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)

@@ -85,7 +85,7 @@ def test_large_scores_do_not_overflow(lib):
 def test_without_a_compiler_the_kernel_is_the_reference(tmp_path, monkeypatch):
     monkeypatch.setenv("TEMPO_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setattr(na, "_loaded", {})
+    monkeypatch.setattr(na.KERNELS, "loaded", {})
     assert na.library() is None and "runs with NumPy ops" in na.unavailable()
     q, k, v = inputs((1, 3, 3), (1, 3, 1), 12, 20)
     op = ops.AttentionOp(0.25, rows=8)

@@ -74,7 +74,7 @@ def test_the_numpy_backend_multiplies_panels_with_the_kernel(lib, monkeypatch):
 def test_without_a_compiler_panels_are_numpy_products(tmp_path, monkeypatch):
     monkeypatch.setenv("TEMPO_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setattr(sp, "_loaded", {})
+    monkeypatch.setattr(sp.KERNELS, "loaded", {})
     a, b = rows((), 1, 64), panels(3, 64, 32)
     assert sp.panels(a, b) is None and sp.stacked(a, b) is None and "run with NumPy" in sp.unavailable()
     np.testing.assert_array_equal(numpy_backend._matmul(a, b), np.matmul(a, b))

@@ -29,25 +29,9 @@ _P, _I = ctypes.c_void_p, ctypes.c_int64
 SIGNATURES = {"softmax_rows": [_P, _I, _I, _P, _P, ctypes.c_float, _P]}
 PIECE_FLOATS = 1 << 18  # scores of one piece of query rows (1 MB: a core's share of the cache)
 
-_loaded: dict = {}
-
-
-def library():
-    """The loaded softmax kernel (``softmax_rows``), built at the first call; None where it
-    cannot be (:func:`unavailable` says why)."""
-    if "lib" not in _loaded:
-        _loaded["lib"], _loaded["why"] = None, None
-        try:
-            _loaded["lib"] = native.load(SOURCE, SIGNATURES)
-        except OSError as err:
-            _loaded["why"] = f"the attention kernel is not built ({err}); attention runs with NumPy ops"
-    return _loaded["lib"]
-
-
-def unavailable() -> str | None:
-    """Why :func:`library` is None (None when it is loaded)."""
-    library()
-    return _loaded["why"]
+KERNELS = native.Kernels(SOURCE, SIGNATURES, "the attention kernel is", "attention runs with NumPy ops")
+library = KERNELS.library  # the loaded library, built at the first call; None where it cannot be
+unavailable = KERNELS.unavailable  # why library() is None
 
 
 def reference(op: ops.AttentionOp, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:

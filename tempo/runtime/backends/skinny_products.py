@@ -38,25 +38,9 @@ STACKED_FROM = 1 << 14  # elements of a stack's large matrices from which its ke
 #                         product is as fast as the kernels' 7 us of Python and ctypes (256 keys of 64)
 _F32 = np.dtype(np.float32)
 
-_loaded: dict = {}
-
-
-def library():
-    """The loaded kernels (``few_rows``, ``few_columns``), built at the first call; None where they
-    cannot be (:func:`unavailable` says why)."""
-    if "lib" not in _loaded:
-        _loaded["lib"], _loaded["why"] = None, None
-        try:
-            _loaded["lib"] = native.load(SOURCE, SIGNATURES)
-        except OSError as err:
-            _loaded["why"] = f"the skinny product kernels are not built ({err}); their products run with NumPy"
-    return _loaded["lib"]
-
-
-def unavailable() -> str | None:
-    """Why :func:`library` is None (None when it is loaded)."""
-    library()
-    return _loaded["why"]
+KERNELS = native.Kernels(SOURCE, SIGNATURES, "the skinny product kernels are", "their products run with NumPy")
+library = KERNELS.library  # the loaded library, built at the first call; None where it cannot be
+unavailable = KERNELS.unavailable  # why library() is None
 
 
 def panels(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
@@ -75,8 +59,8 @@ def panels(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     buffer = np.empty(size + count * rows * width, np.float32)
     buffer[:size] = a.reshape(size)
     at = buffer.ctypes.data
-    _loaded["lib"].few_rows(at, k, 0, b.ctypes.data, width, k * width, at + 4 * size, rows * width, count, rows, k,
-                            width)
+    library().few_rows(at, k, 0, b.ctypes.data, width, k * width, at + 4 * size, rows * width, count, rows, k,
+                       width)
     return buffer[size:].reshape(*lead, count, rows, width)
 
 
@@ -106,9 +90,9 @@ def stacked(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     for at in np.ndindex(*outer) if math.prod(outer) > 1 else ((0,) * axis,):
         x, y, o = (a[at], b[at], out[at]) if axis else (a, b, out)
         if run == "few_rows":
-            _loaded["lib"].few_rows(x.ctypes.data, a.strides[-2] // 4, stride_a, y.ctypes.data, b.strides[-2] // 4,
-                                    stride_b, o.ctypes.data, m * n, count, m, k, n)
+            library().few_rows(x.ctypes.data, a.strides[-2] // 4, stride_a, y.ctypes.data, b.strides[-2] // 4,
+                               stride_b, o.ctypes.data, m * n, count, m, k, n)
         else:
-            _loaded["lib"].few_columns(x.ctypes.data, a.strides[-2] // 4, stride_a, y.ctypes.data, stride_b,
-                                       o.ctypes.data, m * n, count, m, k, n)
+            library().few_columns(x.ctypes.data, a.strides[-2] // 4, stride_a, y.ctypes.data, stride_b,
+                                  o.ctypes.data, m * n, count, m, k, n)
     return out
