@@ -8,6 +8,7 @@ import pytest
 import tempo as tpo
 from tempo.runtime.backends import base
 from tempo.schedule import ast
+from tests.rl.tensor_cartpole import acting
 from tests.runtime.test_ended_device_loops import episodes
 from tests.runtime.test_whole_run import reinforce
 
@@ -36,15 +37,7 @@ def cartpole():
     loss over the steps the episode is alive (the loop over t computes the step and ``alive`` in one
     fused op: some of its outputs stay on the device, one is written back), run for a few steps."""
     with tpo.Context(seed=0) as ctx:
-        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
-        env = tpo.rl.make("CartPole-v1", dims=(b, i, t), impl="tensor")
-        policy = tpo.nn.MLP(env.obs_size, [8], env.num_actions, dims=(i,))
-        o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
-        o[b, i, 0] = env.reset()
-        dist = tpo.nn.Categorical(logits=policy(o))
-        a = dist.sample()
-        o[b, i, t + 1], r, d = env.step(a)
-        tpo.end_when(d[0:B, i, t])
+        ((b, B), (i, I), (t, T)), policy, dist, a, r, d = acting(ctx, 8)
         g = r[b, i, t:T].discounted_sum(0.99)
         alive = tpo.rl.alive(d)
         (-(dist.log_prob(a) * g * alive)[0:B, i, 0:T].sum() / alive[0:B, i, 0:T].sum()).backward()

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import tempo as tpo
 from tempo.runtime.backends import base
+from tests.rl.tensor_cartpole import acting
 
 pytestmark = pytest.mark.skipif("jax" not in base.available_backends(), reason="jax is not installed")
 
@@ -140,15 +141,7 @@ def reinforce(backend: str) -> tuple:
     the rows the learner read, reported by a sink at every iteration."""
     reported = []
     with tpo.Context(seed=1) as ctx:
-        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
-        env = tpo.rl.make("CartPole-v1", dims=(b, i, t), impl="tensor")
-        policy = tpo.nn.MLP(env.obs_size, [16], env.num_actions, dims=(i,))
-        o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
-        o[b, i, 0] = env.reset()
-        dist = tpo.nn.Categorical(logits=policy(o))
-        a = dist.sample()
-        o[b, i, t + 1], r, d = env.step(a)
-        tpo.end_when(d[0:B, i, t])
+        ((b, B), (i, I), (t, T)), policy, dist, a, r, d = acting(ctx, 16)
         g = r[b, i, t:T].discounted_sum(0.99)
         alive = tpo.rl.alive(d)
         terms = (dist.log_prob(a) * (g - g[0:B, i, t].mean()) * alive)[0:B, i, 0:T]

@@ -17,6 +17,7 @@ import pytest
 
 import tempo as tpo
 from tempo.runtime.backends import base
+from tests.rl.tensor_cartpole import acting
 
 pytestmark = pytest.mark.skipif("jax" not in base.available_backends(), reason="jax is not installed")
 
@@ -26,15 +27,7 @@ def train(backend: str):
     returns, longest steps and first-layer weights a sink reported."""
     reported = []
     with tpo.Context(seed=0) as ctx:
-        (b, B), (i, I), (t, T) = ctx.dims("b", "i", "t")
-        env = tpo.rl.make("CartPole-v1", dims=(b, i, t), impl="tensor")
-        policy = tpo.nn.MLP(env.obs_size, [16], env.num_actions, dims=(i,), last_init_scale=0.01)
-        o = tpo.placeholder(env.obs_shape, env.obs_dtype, dims=(b, i, t))
-        o[b, i, 0] = env.reset()
-        dist = tpo.nn.Categorical(logits=policy(o))
-        a = dist.sample()
-        o[b, i, t + 1], r, d = env.step(a)
-        tpo.end_when(d[0:B, i, t])
+        ((b, B), (i, I), (t, T)), policy, dist, a, r, d = acting(ctx, 16, last_init_scale=0.01)
         g = r[b, i, t:tpo.min(t + 8, T)].discounted_sum(0.99)
         alive = tpo.rl.alive(d)
         lived = alive[0:B, i, 0:T].sum()
