@@ -299,6 +299,8 @@ def _stack(values: tuple, dtype) -> jax.Array:
 
 _write_rows = jax.jit(lambda buffer, start, values: lax.dynamic_update_slice_in_dim(
     buffer, jnp.stack([v.astype(buffer.dtype) for v in values]), start, 0), donate_argnums=0)
+
+
 def _zeros(shape: tuple, dtype) -> jax.Array:
     """A device array of zeros, put from the host: an eager ``jnp.zeros`` compiles an XLA executable
     per shape (as ``jnp.asarray`` of a host array does), each some 200 KiB of a CPU process."""
@@ -424,7 +426,7 @@ class JaxBackend(Backend):
                 return out
         if not any(isinstance(t, jax.Array) for t in tensors):  # host values: stacked on the host, one transfer
             host = np.stack([np.asarray(t) for t in tensors]).astype(dtype, copy=False)
-            return jnp.asarray(host.reshape(tuple(shape) + host.shape[1:]))
+            return jax.device_put(host.reshape(tuple(shape) + host.shape[1:]))
         out = _stack(tuple(t if isinstance(t, jax.Array) else np.asarray(t) for t in tensors), np.dtype(dtype))
         out = out.reshape(tuple(shape) + out.shape[1:])
         if all(isinstance(t, jax.Array) for t in tensors):
