@@ -45,10 +45,12 @@ The steady state is a median over several launches of each system:
 - Tempo on JAX: the median of the launches after the first of each
   launch's seconds per iteration, ``(--tempo-iterations - 1) /
   --tempo-launch-iterations`` launches of that many iterations each (by
-  default 3 launches of 4). A launch's seconds run from the end of the
+  default 8 launches of 4). A launch's seconds run from the end of the
   previous launch's sinks to the end of its own: its host preparation, the
-  device program and its sinks. A cost one launch of a run pays (a heap
-  that grows once) so does not decide the figure;
+  device program and its sinks. What the first launches of a run pay while
+  the heap grows to its size (at 64 environments one or two of the first
+  three launches touch fresh pages, none after) so does not decide the
+  figure;
 - the per-iteration systems (Tempo on NumPy and torch, CleanRL-style,
   PureJaxRL-style), whose every iteration is a launch of its own: the
   median of the ``--iterations - 1`` (Tempo: ``--tempo-iterations - 1``)
@@ -716,9 +718,9 @@ def main() -> None:
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=None,
                        help=f"the default point's {f.name} (default {f.default}, --quick "
                             f"{getattr(QUICK_POINT, f.name)})")
-    p.add_argument("--iterations", type=int, default=6,
+    p.add_argument("--iterations", type=int, default=9,
                    help="iterations of each baseline run; the first is reported apart, the median of the others")
-    p.add_argument("--tempo-iterations", type=int, default=13,
+    p.add_argument("--tempo-iterations", type=int, default=33,
                    help="iterations of each Tempo run (it runs one more, which does not learn, and leaves it out): "
                         "the first, then launches of --tempo-launch-iterations")
     p.add_argument("--tempo-launch-iterations", type=int, default=4,
