@@ -13,7 +13,9 @@ for each pair
 - of Tempo against the baseline (Tempo's group mean against a baseline
   group's spread), and the reverse,
 
-and prints the fraction of pairs that pass at every tenth, and per tenth.
+and prints the fraction of pairs that pass at every tenth, and per tenth;
+and, per tenth, an exact rank-sum (Mann-Whitney) test of all of Tempo's
+seeds against all of the baseline's.
 Where the baseline passes against itself about as often as Tempo passes
 against it, the criterion's misses are the seeds' chance, not a difference
 of the algorithms.
@@ -84,6 +86,20 @@ def pass_rates(a: dict[int, np.ndarray], b: dict[int, np.ndarray], size: int) ->
             "per_tenth": hits.mean(axis=0).round(3).tolist()}
 
 
+def rank_sum_p(a: np.ndarray, b: np.ndarray) -> float:
+    """The two-sided exact p-value of the rank-sum (Mann-Whitney) test of samples ``a`` and ``b``: the fraction
+    of the ways to split the pooled values into groups of their sizes whose rank sum lies at least as far from
+    its mean as ``a``'s does."""
+    pooled = np.concatenate([a, b])
+    ranks = np.argsort(np.argsort(pooled, kind="stable"), kind="stable") + 1.0
+    for value in np.unique(pooled):  # ties share their mean rank
+        ranks[pooled == value] = ranks[pooled == value].mean()
+    centre = len(a) * (len(pooled) + 1) / 2
+    observed = abs(ranks[:len(a)].sum() - centre)
+    sums = np.array([ranks[list(group)].sum() for group in itertools.combinations(range(len(pooled)), len(a))])
+    return float((np.abs(sums - centre) >= observed - 1e-9).mean())
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", required=True, help="the environment id of the runs")
@@ -104,6 +120,10 @@ def main(argv=None) -> dict:
             result[f"{name}_against_itself"] = pass_rates(runs, runs, args.size)
     result[f"tempo_against_{args.baseline}"] = pass_rates(tempo, base, args.size)
     result[f"{args.baseline}_against_tempo"] = pass_rates(base, tempo, args.size)
+    tempo_curves, base_curves = np.array([tempo[s] for s in sorted(tempo)]), np.array([base[s] for s in sorted(base)])
+    result["rank_sum_p_per_tenth"] = [round(rank_sum_p(tempo_curves[:, k], base_curves[:, k]), 3) for k in range(10)]
+    result["mean_per_tenth"] = {"tempo": tempo_curves.mean(axis=0).round(1).tolist(),
+                                args.baseline: base_curves.mean(axis=0).round(1).tolist()}
     print(f"{args.env}: {args.size}-seed groups, seeds tempo {sorted(tempo)}, {args.baseline} {sorted(base)}")
     print(f"{'mean of':<10} {'spread of':<10} {'pairs':>6} {'every tenth':>12}  per tenth (10% ... 100%)")
     for key, rates in result.items():
@@ -112,6 +132,8 @@ def main(argv=None) -> dict:
             spread_of = mean_of if spread_of == "itself" else spread_of
             print(f"{mean_of:<10} {spread_of:<10} {rates['pairs']:>6} {rates['every_tenth']:>12.3f}  "
                   f"{' '.join(f'{x:.2f}' for x in rates['per_tenth'])}")
+    print(f"rank-sum test, every seed of tempo against every seed of {args.baseline}, p per tenth: "
+          f"{' '.join(f'{x:.3f}' for x in result['rank_sum_p_per_tenth'])}")
     if args.out:
         write_json_atomic(f"{args.out}.json", result)
         print(f"wrote {args.out}.json")

@@ -7,6 +7,7 @@ import json
 import pathlib
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -50,3 +51,11 @@ def test_too_few_seeds_is_an_error(tmp_path):
     runs = [run("cleanrl", s, 0.0) for s in range(3)] + [run("tempo", s, 0.0) for s in range(3)]
     with pytest.raises(SystemExit, match="need 3 seeds of each system and 6 of one"):
         criterion.main(["--env", "CartPole-v1", "--results", write(tmp_path, runs)])
+
+
+def test_rank_sum_p_is_the_exact_two_sided_fraction():
+    # 3 against 3 fully apart: only the two extreme splits of the 20 are as far from the centre
+    assert criterion.rank_sum_p(np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0])) == pytest.approx(2 / 20)
+    assert criterion.rank_sum_p(np.array([1.0, 4.0, 5.0]), np.array([2.0, 3.0, 6.0])) == 1.0  # rank sum at its mean
+    tied = criterion.rank_sum_p(np.array([1.0, 1.0]), np.array([1.0, 1.0]))
+    assert tied == 1.0
