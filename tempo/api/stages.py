@@ -168,12 +168,13 @@ def place_memory(request: Request, lowered: Lowered, domains: isl_domains.Domain
     if scheduled.schedule is None or not (memory["deallocate"] or memory["device_budget"] is not None):
         return scheduled
     start = time.perf_counter()
+    times = isl_schedule.as_map(scheduled.schedule)
     deallocs = schedule_memory.deallocations(sdg, scheduled.ast, lowered.keep, domains,
-                                             isl_schedule.as_map(scheduled.schedule)) if memory["deallocate"] else []
+                                             times) if memory["deallocate"] else []
     budget, resident = memory["device_budget"], swap.chooser(memory["plan"])
 
     def built(swapped=frozenset()) -> Scheduled:
-        placed = isl_memory.with_memory(sdg, domains, scheduled.schedule, deallocs, swapped)
+        placed = isl_memory.with_memory(sdg, domains, scheduled.schedule, deallocs, swapped, times)
         return Scheduled(placed, isl_memory.memory_ast(sdg, domains, placed, bool(swapped)), bool(swapped))
 
     freed = built() if deallocs and (budget is None or resident is not None) else None

@@ -188,9 +188,8 @@ def _executed(sdg: SDG, d: Domains, roots: list[int]) -> dict[int, isl.Set]:
                 if at.is_empty():
                     continue
                 reads = d.reads[k].intersect_domain(at).range().intersect(d.box[e.src])
-                new = needed[e.src].union(reads).coalesce()
-                if not new.is_equal(needed[e.src]):
-                    needed[e.src] = new
+                if not reads.is_subset(needed[e.src]):  # what the union would add (a subset adds nothing)
+                    needed[e.src] = needed[e.src].union(reads).coalesce()
                     changed.add(e.src)
             if not changed:
                 return {n: _tidy(needed[n].intersect(d.defined[n]), d.box[n]) for n in sdg.nodes}

@@ -49,16 +49,18 @@ import islpy as isl
 from tempo.ir.sdg import SDG
 from tempo.schedule import isl_swap, swap_passes
 from tempo.schedule.isl_domains import Domains, executed_reads, statement
-from tempo.schedule.isl_schedule import build_ast, free_statement
+from tempo.schedule.isl_schedule import as_map, build_ast, free_statement
 from tempo.schedule.memory import Dealloc, batch_frees
 
 
 def with_memory(sdg: SDG, d: Domains, schedule: isl.Schedule | isl.UnionMap, deallocs: list[Dealloc],
-                swapped: set[tuple[int, int]] = frozenset()) -> isl.Schedule | isl.UnionMap:
+                swapped: set[tuple[int, int]] = frozenset(), times: isl.UnionMap | None = None
+                ) -> isl.Schedule | isl.UnionMap:
     """``schedule`` (a schedule tree or a flat map) with a free statement per entry of
     ``deallocs``, each point freed right after the last statement instance depending on it, and
-    the evicts and loads of the ``swapped`` tensors (:mod:`tempo.schedule.isl_swap`)."""
-    times = schedule if isinstance(schedule, isl.UnionMap) else schedule.get_map()
+    the evicts and loads of the ``swapped`` tensors (:mod:`tempo.schedule.isl_swap`). ``times``:
+    ``schedule`` as a flat map (:func:`tempo.schedule.isl_schedule.as_map`), where the caller has it."""
+    times = as_map(schedule) if times is None else times
     loads, evicts = isl_swap.placements(sdg, d, times, swapped)
     frees = _frees(sdg, d, times, deallocs)
     if loads is None and evicts is None and frees is None:

@@ -323,6 +323,12 @@ def set_condition(points: isl.Set, box: isl.Set, symbols: dict[str, Expr]) -> Ex
 
 
 _OPS = isl.ast_expr_op_type
+_BINARY = {_OPS.add: lambda a, b: a + b, _OPS.sub: lambda a, b: a - b, _OPS.mul: lambda a, b: a * b,
+           _OPS.div: lambda a, b: a // b, _OPS.fdiv_q: lambda a, b: a // b,
+           _OPS.pdiv_q: lambda a, b: a // b, _OPS.pdiv_r: lambda a, b: a % b,
+           _OPS.zdiv_r: lambda a, b: a % b, _OPS.eq: lambda a, b: Expr("eq", (a, b)),
+           _OPS.le: lambda a, b: a <= b, _OPS.lt: lambda a, b: a < b,
+           _OPS.ge: lambda a, b: a >= b, _OPS.gt: lambda a, b: a > b}
 
 
 def _expr(e: isl.AstExpr, symbols: dict[str, Expr] | None = None) -> Expr:
@@ -345,12 +351,6 @@ def _expr(e: isl.AstExpr, symbols: dict[str, Expr] | None = None) -> Expr:
     if op == _OPS.select or op == _OPS.cond:
         c, a, b = args
         return Expr("add", (Expr("mul", (a, c)), Expr("mul", (b, ~c))))
-    binary = {_OPS.add: lambda a, b: a + b, _OPS.sub: lambda a, b: a - b, _OPS.mul: lambda a, b: a * b,
-              _OPS.div: lambda a, b: a // b, _OPS.fdiv_q: lambda a, b: a // b,
-              _OPS.pdiv_q: lambda a, b: a // b, _OPS.pdiv_r: lambda a, b: a % b,
-              _OPS.zdiv_r: lambda a, b: a % b, _OPS.eq: lambda a, b: Expr("eq", (a, b)),
-              _OPS.le: lambda a, b: a <= b, _OPS.lt: lambda a, b: a < b,
-              _OPS.ge: lambda a, b: a >= b, _OPS.gt: lambda a, b: a > b}
-    if op in binary:
-        return binary[op](*args)
+    if op in _BINARY:
+        return _BINARY[op](*args)
     raise ScheduleError(f"unsupported isl AST expression {e.to_C_str()}")

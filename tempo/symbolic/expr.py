@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from _weakref import _remove_dead_weakref
 from typing import Union
 
 from tempo.errors import TempoError
@@ -22,6 +23,24 @@ ARITH = ("add", "mul", "floordiv", "mod", "min", "max")
 COMPARE = ("lt", "le", "eq", "ne")
 LOGIC = ("and", "or", "not")
 BOOLEAN = COMPARE + LOGIC
+
+
+class _KeyedRef(weakref.ref):
+    """A weak reference to an interned expression that knows its key in :data:`_INTERNED`."""
+
+    __slots__ = ("key",)
+
+
+# (op, each arg: a child's id, or a value and its type) -> a weak reference to the one expression with
+# them (a child's id is stable while the expression, which holds the child, lives). A plain dict
+# of weak references: a lookup and an insertion cost half what ``weakref.WeakValueDictionary``'s
+# Python methods do, and a compile builds tens of thousands of expressions.
+_INTERNED: dict[tuple, _KeyedRef] = {}
+
+
+def _forget(ref: _KeyedRef, interned: dict = _INTERNED, remove=_remove_dead_weakref) -> None:
+    """Drop a dead expression's entry (where no live one has taken the key since)."""
+    remove(interned, ref.key)
 
 
 class Expr:
@@ -35,16 +54,18 @@ class Expr:
     """
 
     __slots__ = ("op", "args", "__weakref__")
-    _interned: "weakref.WeakValueDictionary[tuple, Expr]" = weakref.WeakValueDictionary()
 
     def __new__(cls, op: str, args: tuple):
-        key = (op, tuple(id(a) if isinstance(a, Expr) else (a, type(a)) for a in args))
-        node = cls._interned.get(key)
+        key = (op, *[id(a) if a.__class__ is Expr else (a, a.__class__) for a in args])
+        ref = _INTERNED.get(key)
+        node = None if ref is None else ref()
         if node is None:
             node = object.__new__(cls)
             object.__setattr__(node, "op", op)
             object.__setattr__(node, "args", args)
-            cls._interned[key] = node
+            ref = _KeyedRef(node, _forget)
+            ref.key = key
+            _INTERNED[key] = ref
         return node
 
     def __setattr__(self, name, value):

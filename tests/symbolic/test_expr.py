@@ -99,6 +99,18 @@ def test_hash_consing_makes_equal_structures_identical():
     assert len({t + 1, t + 1, t + 2}) == 2
 
 
+def test_the_intern_table_forgets_dead_expressions_and_interns_them_again():
+    from tempo.symbolic import expr as expr_mod
+
+    before = len(expr_mod._INTERNED)
+    kept = [symbol(f"n{k}") * k + 12345 for k in range(50)]
+    assert len(expr_mod._INTERNED) >= before + 100  # each product and each sum
+    del kept
+    assert len(expr_mod._INTERNED) <= before
+    again = symbol("n7") * 7 + 12345
+    assert again is symbol("n7") * 7 + 12345 and again.args[1] is const(12345)
+
+
 def test_expressions_are_immutable():
     with pytest.raises(AttributeError):
         t.op = "const"

@@ -1,13 +1,12 @@
 """The agents that play the memory-mapping game, by name.
 
 Each is ``solve(instance, budget_seconds, seed) -> SearchResult``; modules are
-imported only when their agent is asked for, so the heuristic never loads JAX.
+imported only when their agent is asked for, so the heuristic never loads JAX (and ``import tempo``,
+which registers the names, loads none of them).
 """
 from __future__ import annotations
 
 import importlib
-
-from tempo.memplan.problem import MemplanError
 
 # agent name -> module with solve(inst, budget_seconds, seed)
 AGENTS = {
@@ -24,6 +23,8 @@ AGENTS = {
 
 def get_agent(name: str):
     """The ``solve`` function of agent ``name``."""
+    from tempo.memplan.problem import MemplanError
+
     if name not in AGENTS:
         raise MemplanError(f"unknown agent '{name}' (choose from {', '.join(AGENTS)})")
     return importlib.import_module(AGENTS[name]).solve
