@@ -23,3 +23,6 @@ def test_both_programs_train_the_same_and_their_workers_cache_bytecode(tmp_path)
     assert seed["identical_iterations"] == padded["iterations"] == until["iterations"] == 3
     assert padded["env_steps"] == until["env_steps"] == until["computed_steps"] < padded["computed_steps"]
     assert "cached" in record["bytecode"] and "pycache" not in record["settings"]
+    for program in (padded, until):  # the training's seconds are the process's after its imports
+        assert 0 < program["training_cpu_s"] < program["cpu_s"] and 0 < program["training_wall_s"] < program["wall_s"]
+    assert set(record["speedup"]) == {"wall", "cpu", "training_wall", "training_cpu"}
