@@ -1,0 +1,118 @@
+"""Native products inside the JAX backend's compiled programs on a CPU: XLA FFI calls into the NumPy
+backend's skinny product kernels.
+
+XLA's CPU dot multiplies one row by a ``(576, 1536)`` matrix at about 28 GB/s
+of weights read (one thread); ``skinny_products.c``'s kernel reads the same
+matrix stored as column panels (:mod:`tempo.transforms.pack_weights`) at
+about 37 GB/s, the rate of a plain read. ``jax_native.cc`` wraps the kernel
+as an XLA FFI handler (``jax.ffi``'s typed API, the headers of
+``jax.ffi.include_dir()``); it is built with this machine's C++ compiler at
+first use, cached like :mod:`tempo.runtime.native`'s libraries, and
+registered for the CPU platform. :func:`panel_product` is the call inside a
+traced program, or None where it does not apply (another dtype or shape, the
+library not built: :func:`unavailable` says why), and the caller multiplies
+with ``jnp.matmul``. The sums run in the kernel's order: the same products to
+float32 rounding as XLA's, not bit for bit.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+import jax
+import numpy as np
+
+from tempo.runtime import native
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCES = (os.path.join(HERE, "jax_native.cc"), os.path.join(HERE, "skinny_products.c"))
+FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-std=c++17", "-w"]
+PANEL_PRODUCT = "tempo_panel_product"
+MAX_ROWS = 32    # rows of a panel product (the kernel's)
+MAX_WIDTH = 64   # columns of a panel (a multiple of 16)
+_F32 = np.dtype(np.float32)
+_state: dict = {}
+
+
+def _library_path(compiler: str) -> str:
+    digest = hashlib.sha256()
+    for source in SOURCES:
+        with open(source, "rb") as f:
+            digest.update(f.read())
+    digest.update(" ".join([compiler, *FLAGS, jax.ffi.include_dir(), native._cpu_flags()]).encode())
+    return os.path.join(native.cache_folder(), f"jax_native-{digest.hexdigest()[:16]}.so")
+
+
+def _build(path: str, compiler: str) -> None:
+    """Compile the handlers to ``path`` through a temporary file renamed over it."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".so")
+    os.close(fd)
+    try:
+        done = subprocess.run([compiler, *FLAGS, "-I", jax.ffi.include_dir(), "-I", HERE, SOURCES[0], "-o", tmp],
+                              capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            lines = done.stderr.strip().splitlines()
+            raise OSError(lines[-1] if lines else "the compiler failed")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _load() -> None:
+    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if compiler is None:
+        raise OSError("no C++ compiler (c++, g++ or $CXX) on the PATH")
+    path = _library_path(compiler)
+    try:
+        if not os.path.exists(path):
+            _build(path, compiler)
+    except subprocess.SubprocessError as err:
+        raise OSError(str(err)) from None
+    lib = ctypes.CDLL(path)
+    jax.ffi.register_ffi_target(PANEL_PRODUCT, jax.ffi.pycapsule(getattr(lib, PANEL_PRODUCT)), platform="cpu")
+    _state["lib"] = lib
+
+
+def available() -> bool:
+    """Whether the handlers are built and registered (built at the first call)."""
+    if "why" not in _state:
+        _state["why"] = None
+        try:
+            _load()
+        except OSError as err:
+            _state["why"] = f"the JAX backend's native products are not built ({err}); XLA's dot runs instead"
+    return _state["why"] is None
+
+
+def unavailable() -> str | None:
+    """Why :func:`available` is False (None when it is True)."""
+    available()
+    return _state["why"]
+
+
+def _on_cpu() -> bool:
+    """Whether the program being traced runs on a CPU (the handlers are registered for it alone)."""
+    device = jax.config.jax_default_device
+    return (device.platform if device is not None and not isinstance(device, str) else
+            device or jax.default_backend()) == "cpu"
+
+
+def panel_product(a, b):
+    """``a @ b`` inside a traced program for ``a`` (..., 1, m, k), every leading axis 1, at most
+    :data:`MAX_ROWS` rows, and ``b`` (count, k, width) float32 panels: (..., count, m, width); None
+    where the kernel does not apply."""
+    if jax.numpy.ndim(a) < 3 or jax.numpy.ndim(b) != 3:
+        return None
+    (count, k, width), lead, rows = b.shape, a.shape[:-3], a.shape[-2]
+    if (a.shape[-1] != k or a.shape[-3] != 1 or a.dtype != _F32 or b.dtype != _F32 or width % 16
+            or width > MAX_WIDTH or not 0 < rows <= MAX_ROWS or k == 0 or any(s != 1 for s in lead)
+            or not _on_cpu() or not available()):
+        return None
+    out = jax.ffi.ffi_call(PANEL_PRODUCT, jax.ShapeDtypeStruct((count, rows, width), _F32))(a.reshape(rows, k), b)
+    return out.reshape(*lead, count, rows, width)
