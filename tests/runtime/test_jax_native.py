@@ -82,3 +82,47 @@ def test_a_decoding_like_program_on_jax_packs_its_weights_and_matches_numpy(nati
             assert sum(len(n.shapes[0]) == 3 for n in ops_of(program, ops.ConstOp)) == 2   # both as panels
     np.testing.assert_allclose(outs["jax"], outs["numpy"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(outs["numpy"], np.maximum(x @ w1, 0) @ w2, rtol=1e-4, atol=1e-5)
+
+
+def buffer_and_queries(positions, batch, heads, size, groups, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((positions, batch, heads, size)).astype(np.float32),
+            rng.standard_normal((batch, heads, groups, size)).astype(np.float32))
+
+
+@pytest.mark.parametrize("batch, heads, groups", [(1, 3, 3), (2, 3, 1), (4, 2, 4), (1, 1, 2)])
+def test_stacked_products_read_a_kv_buffer_where_it_lies(native, batch, heads, groups):
+    """``keys @ q^T`` and ``weights @ values`` with keys and values (batch, heads, S, hd) the buffer
+    (S, batch, heads, hd) permuted, not copied: the kernels read each head's rows strided."""
+    from tempo.runtime.backends.jax_layout import Permuted
+
+    buffer, q = buffer_and_queries(300, batch, heads, 64, groups)
+    weights = np.random.default_rng(1).random((batch, heads, groups, 300)).astype(np.float32)
+    logical = np.transpose(buffer, (1, 2, 0, 3))
+
+    def scores_and_mixed(buffer, q, weights):
+        kv = Permuted(buffer, (1, 2, 0, 3))
+        return (jax_native.stacked_product(kv, Permuted(q, (0, 1, 3, 2))),
+                jax_native.stacked_product(weights, kv))
+
+    scores, mixed = jax.jit(scores_and_mixed)(buffer, q, weights)
+    close(scores, logical, np.swapaxes(q, -1, -2))
+    close(mixed, weights, logical)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((2, 5, 64, 64), (2, 5, 64, 64)),      # neither side few
+    ((3, 4, 100), (3, 100, 24)),           # columns not a multiple of 16
+    ((3, 300, 40), (3, 40, 2)),            # inner size not a multiple of 16
+    ((3, 2, 10), (3, 10, 16)),             # too small to be worth a call
+    ((2, 64), (64, 16)),                   # not a stack
+])
+def test_stacked_products_decline_what_the_kernels_do_not_take(a_shape, b_shape):
+    assert jax_native.stacked_product(np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)) is None
+
+
+def test_unevenly_spaced_heads_are_declined():
+    from tempo.runtime.backends.jax_layout import Permuted
+
+    buffer = np.ones((3, 300, 2, 64), np.float32)         # heads (3, 2) permuted to (2, 3): not one stride
+    assert jax_native.stacked_product(Permuted(buffer, (2, 0, 1, 3)), np.ones((2, 3, 64, 2), np.float32)) is None

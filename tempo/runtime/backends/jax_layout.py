@@ -15,7 +15,11 @@ the logical array ``transpose(base, perm)``, and the ops below compute on
   unsqueezes;
 - matrix products and batch contractions whose operands agree on the
   layout of their batch axes and keep their matrix axes last (a contraction
-  sums over every batch axis, so their order does not matter).
+  sums over every batch axis, so their order does not matter);
+- stacks of products with a few rows or columns on one side, whatever the
+  large operand's layout, by the native kernels on a CPU
+  (:func:`tempo.runtime.backends.jax_native.stacked_product`: attention's
+  products over a K/V buffer of (positions, batch, heads, head size)).
 
 Any other op gets its operands materialised (``jnp.transpose``), as do the
 island's outputs, so what leaves the island is what the op-by-op trace
@@ -30,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tempo.ir import ops
+from tempo.runtime.backends import jax_native
 from tempo.runtime.backends.jax_ops import rows_contract
 
 
@@ -178,10 +183,16 @@ def _unsqueeze(op, args, env, impl):
 
 @rule(ops.MatMulOp)
 def _matmul(op, args, env, impl):
-    """``x @ w`` with ``w`` of rank 2 maps ``x``'s last axis: any layout that keeps it last will do.
+    """A stack of products with a few rows or columns on one side reads its large operand where its
+    base lies, by the native kernels (:func:`.jax_native.stacked_product`: a K/V buffer's heads as
+    stored). ``x @ w`` with ``w`` of rank 2 maps ``x``'s last axis: any layout that keeps it last will do.
     Otherwise the batched operands share a layout that keeps their matrix axes last; a rank-2
     operand broadcasts over the batch as it is."""
     a, b = args
+    if not (op.ordered_rows or op.ordered_inner):
+        out = jax_native.stacked_product(a, b)
+        if out is not None:
+            return (out,)
     lead = _leading(args)
     rank = lead.ndim
     if lead is a and b.ndim == 2:

@@ -31,9 +31,12 @@ from tempo.runtime import native
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = (os.path.join(HERE, "jax_native.cc"), os.path.join(HERE, "skinny_products.c"))
 FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-std=c++17", "-w"]
-PANEL_PRODUCT = "tempo_panel_product"
+PANEL_PRODUCT, FEW_ROWS, FEW_COLUMNS = "tempo_panel_product", "tempo_stacked_few_rows", "tempo_stacked_few_columns"
 MAX_ROWS = 32    # rows of a panel product (the kernel's)
-MAX_WIDTH = 64   # columns of a panel (a multiple of 16)
+MAX_WIDTH = 64   # columns of a panel, or of a stacked product's matrices (a multiple of 16)
+FEW = 4          # rows (or columns) of a stacked product's small side
+MAX_K = 1024     # few_columns' inner size (a multiple of 16)
+STACKED_FROM = 4096  # elements of a stacked product's large matrices from which the kernels run
 _F32 = np.dtype(np.float32)
 _state: dict = {}
 
@@ -75,7 +78,8 @@ def _load() -> None:
     except subprocess.SubprocessError as err:
         raise OSError(str(err)) from None
     lib = ctypes.CDLL(path)
-    jax.ffi.register_ffi_target(PANEL_PRODUCT, jax.ffi.pycapsule(getattr(lib, PANEL_PRODUCT)), platform="cpu")
+    for name in (PANEL_PRODUCT, FEW_ROWS, FEW_COLUMNS):
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="cpu")
     _state["lib"] = lib
 
 
@@ -116,3 +120,61 @@ def panel_product(a, b):
         return None
     out = jax.ffi.ffi_call(PANEL_PRODUCT, jax.ShapeDtypeStruct((count, rows, width), _F32))(a.reshape(rows, k), b)
     return out.reshape(*lead, count, rows, width)
+
+
+def _view(x) -> tuple:
+    """A traced value (or a lazily permuted one: ``base``, ``perm``, :mod:`.jax_layout`) as its base
+    array and the logical axes' strides in it, in elements."""
+    base, perm = (x.base, x.perm) if hasattr(x, "perm") else (x, tuple(range(jax.numpy.ndim(x))))
+    strides, step = [0] * len(base.shape), 1
+    for axis in reversed(range(len(base.shape))):
+        strides[axis], step = step, step * base.shape[axis]
+    return base, [strides[p] for p in perm]
+
+
+def _batch_stride(shape: tuple, strides: list) -> int | None:
+    """The stride between consecutive matrices of the batch axes taken in order as one (0 where there
+    is one matrix), or None where they are not evenly spaced."""
+    over = [(d, s) for d, s in zip(shape[:-2], strides[:-2]) if d > 1]
+    if any(outer != inner * d for (_, outer), (d, inner) in zip(over, over[1:])):
+        return None
+    return over[-1][1] if over else 0
+
+
+def stacked_product(a, b):
+    """``a @ b`` inside a traced program for stacks of float32 matrices of the same batch shape (evenly
+    spaced in the large operand), either of them a lazily permuted value read where its base lies (no
+    transposed copy): ``a``'s matrices of at most :data:`FEW` rows against ``b``'s of 16 to 64 columns
+    (attention's ``weights @ values``), or ``a``'s of many rows against ``b``'s of at most :data:`FEW`
+    columns (``keys @ q^T``), each row of the large side contiguous and the large side of at least
+    :data:`STACKED_FROM` elements; None where neither kernel applies."""
+    shape_a, shape_b = tuple(a.shape), tuple(b.shape)
+    if (len(shape_a) < 3 or shape_a[:-2] != shape_b[:-2] or a.dtype != _F32 or b.dtype != _F32
+            or 0 in shape_a or 0 in shape_b or not _on_cpu()):
+        return None
+    (m, k), n, lead = shape_a[-2:], shape_b[-1], shape_a[:-2]
+    count = int(np.prod(lead))
+    if m <= FEW and n % 16 == 0 and n <= MAX_WIDTH and k * n >= STACKED_FROM:
+        base, strides = _view(b)
+        stride = _batch_stride(shape_b, strides)
+        if stride is None or strides[-1] != 1 or not available():
+            return None
+        x = _dense(a).reshape(count, m, k)
+        out = jax.ffi.ffi_call(FEW_ROWS, jax.ShapeDtypeStruct((count, m, n), _F32))(
+            x, base.reshape(-1), ldb=np.int64(strides[-2]), stride_b=np.int64(stride))
+    elif n <= FEW and k % 16 == 0 and k <= MAX_K and m * k >= STACKED_FROM:
+        base, strides = _view(a)
+        stride = _batch_stride(shape_a, strides)
+        if stride is None or strides[-1] != 1 or not available():
+            return None
+        y = _dense(b).reshape(count, k, n)
+        out = jax.ffi.ffi_call(FEW_COLUMNS, jax.ShapeDtypeStruct((count, m, n), _F32))(
+            base.reshape(-1), y, lda=np.int64(strides[-2]), stride_a=np.int64(stride))
+    else:
+        return None
+    return out.reshape(*lead, m, n)
+
+
+def _dense(x):
+    """A traced value (or a lazily permuted one) as a plain array."""
+    return jax.numpy.transpose(x.base, x.perm) if hasattr(x, "perm") else x

@@ -203,9 +203,11 @@ def _batch_contract(a, b):
 
 
 def _matmul(a, b):
-    """``a @ b``: a few rows by a weight matrix's column panels with the native kernel
-    (:func:`.jax_native.panel_product`) where it applies."""
+    """``a @ b``: a few rows by a weight matrix's column panels, or stacks of matrices with a few
+    rows or columns on one side, with the native kernels (:mod:`.jax_native`) where they apply."""
     out = jax_native.panel_product(a, b)
+    if out is None:
+        out = jax_native.stacked_product(a, b)
     return jnp.matmul(a, b) if out is None else out
 
 
