@@ -126,3 +126,38 @@ def test_unevenly_spaced_heads_are_declined():
 
     buffer = np.ones((3, 300, 2, 64), np.float32)         # heads (3, 2) permuted to (2, 3): not one stride
     assert jax_native.stacked_product(Permuted(buffer, (2, 0, 1, 3)), np.ones((2, 3, 64, 2), np.float32)) is None
+
+
+@pytest.mark.parametrize("kept", ["prefix", "scattered", "none", "all"])
+@pytest.mark.parametrize("batch, heads, groups", [(1, 3, 3), (2, 2, 1)])
+@pytest.mark.parametrize("fill", [0.0, -1.5])
+def test_stacked_products_of_a_masked_buffer_read_the_rows_kept(native, kept, batch, heads, groups, fill):
+    """``where(rows, keys, fill) @ q^T`` and ``weights @ where(rows, values, fill)`` with the mask along
+    the buffer's positions: the masked rows are ``fill`` in the product, whatever the buffer holds there
+    (here infinities and NaNs, which a read of them would spread)."""
+    from tempo.runtime.backends.jax_layout import Permuted
+
+    buffer, q = buffer_and_queries(300, batch, heads, 64, groups)
+    rows = {"prefix": np.arange(300) < 137, "scattered": np.random.default_rng(2).random(300) < 0.4,
+            "none": np.zeros(300, bool), "all": np.ones(300, bool)}[kept]
+    buffer[~rows] = np.where(np.arange(64) % 2, np.inf, np.nan).astype(np.float32)
+    weights = np.random.default_rng(1).random((batch, heads, groups, 300)).astype(np.float32)
+    logical = np.where(rows[:, None], np.transpose(np.nan_to_num(buffer), (1, 2, 0, 3)), np.float32(fill))
+
+    def scores_and_mixed(buffer, q, weights, rows):
+        kv = jax_native.RowMasked(Permuted(buffer, (1, 2, 0, 3)), rows, 2, jnp.float32(fill))
+        return (jax_native.stacked_product(kv, Permuted(q, (0, 1, 3, 2))),
+                jax_native.stacked_product(weights, kv))
+
+    scores, mixed = jax.jit(scores_and_mixed)(buffer, q, weights, rows)
+    close(scores, logical, np.swapaxes(q, -1, -2))
+    close(mixed, weights, logical)
+
+
+def test_a_mask_along_another_axis_is_computed_not_skipped(native):
+    from tempo.runtime.backends.jax_layout import Permuted
+
+    buffer, q = buffer_and_queries(300, 1, 3, 64, 2)
+    along_heads = jax_native.RowMasked(Permuted(buffer, (1, 2, 0, 3)), np.array([True, False, True]), 1)
+    assert jax_native.stacked_product(along_heads, np.ones((1, 3, 64, 2), np.float32)) is None
+    np.testing.assert_array_equal(np.asarray(along_heads.dense())[0, 1], 0)

@@ -400,6 +400,12 @@ class JaxBackend(Backend):
         platform = self.device.platform if self.device is not None else jax.default_backend()
         return "gpu" if platform in ("gpu", "cuda") else "cpu"
 
+    @property
+    def skips_masked_rows(self) -> bool:
+        """On a CPU with the native stacked products (:mod:`.jax_native`): a K/V buffer masked to the
+        rows written so far is read up to the current position."""
+        return self.device_kind == "cpu" and jax_native.available()
+
     def weight_panel(self, rows: int) -> int | None:
         """On a CPU with the native panel product (:mod:`.jax_native`), the NumPy backend's panels;
         else None (XLA's dot reads the matrix as it is)."""

@@ -107,6 +107,11 @@ def _on_cpu() -> bool:
             device or jax.default_backend()) == "cpu"
 
 
+def runs_here() -> bool:
+    """Whether the native products run in the program being traced (a CPU, the handlers built)."""
+    return _on_cpu() and available()
+
+
 def panel_product(a, b):
     """``a @ b`` inside a traced program for ``a`` (..., 1, m, k), every leading axis 1, at most
     :data:`MAX_ROWS` rows, and ``b`` (count, k, width) float32 panels: (..., count, m, width); None
@@ -120,6 +125,33 @@ def panel_product(a, b):
         return None
     out = jax.ffi.ffi_call(PANEL_PRODUCT, jax.ShapeDtypeStruct((count, rows, width), _F32))(a.reshape(rows, k), b)
     return out.reshape(*lead, count, rows, width)
+
+
+class RowMasked:
+    """The logical array ``where(rows, value, fill)`` with ``rows`` a bool vector along ``axis`` of
+    ``value`` (an array or a lazily permuted one, :mod:`.jax_layout`) and ``fill`` a scalar, not
+    materialised: a stacked product whose large operand it is reads only the rows ``rows`` keeps."""
+
+    __slots__ = ("value", "rows", "axis", "fill")
+
+    def __init__(self, value, rows, axis: int, fill=0.0):
+        self.value, self.rows, self.axis, self.fill = value, rows, axis, fill
+
+    @property
+    def ndim(self) -> int:
+        return len(self.value.shape)
+
+    @property
+    def dtype(self):
+        return self.value.dtype
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.value.shape)
+
+    def dense(self):
+        column = self.rows.reshape((-1,) + (1,) * (self.ndim - self.axis - 1))
+        return jax.numpy.where(column, _dense(self.value), jax.numpy.asarray(self.fill, self.dtype))
 
 
 def _view(x) -> tuple:
@@ -141,10 +173,26 @@ def _batch_stride(shape: tuple, strides: list) -> int | None:
     return over[-1][1] if over else 0
 
 
+def _large(x, rows: int):
+    """The large operand ``x`` of a stacked product as (its base, the logical strides, the mask over
+    its matrices' rows: all of them where ``x`` is not masked along them, the masked rows' value),
+    or None where its matrices' rows are not contiguous or not evenly spaced."""
+    mask, fill = jax.numpy.ones((rows,), bool), 0.0
+    if isinstance(x, RowMasked):
+        if x.axis != x.ndim - 2:
+            return None
+        x, mask, fill = x.value, x.rows.reshape(rows), x.fill
+    base, strides = _view(x)
+    if strides[-1] != 1 or _batch_stride(tuple(x.shape), strides) is None:
+        return None
+    return base, strides, mask, jax.numpy.asarray(fill, _F32).reshape(())
+
+
 def stacked_product(a, b):
-    """``a @ b`` inside a traced program for stacks of float32 matrices of the same batch shape (evenly
-    spaced in the large operand), either of them a lazily permuted value read where its base lies (no
-    transposed copy): ``a``'s matrices of at most :data:`FEW` rows against ``b``'s of 16 to 64 columns
+    """``a @ b`` inside a traced program for stacks of float32 matrices of the same batch shape, the
+    large operand a lazily permuted value read where its base lies (no transposed copy, its matrices
+    evenly spaced) and, where it is :class:`RowMasked` along its matrices' rows, read at the rows
+    kept alone: ``a``'s matrices of at most :data:`FEW` rows against ``b``'s of 16 to 64 columns
     (attention's ``weights @ values``), or ``a``'s of many rows against ``b``'s of at most :data:`FEW`
     columns (``keys @ q^T``), each row of the large side contiguous and the large side of at least
     :data:`STACKED_FROM` elements; None where neither kernel applies."""
@@ -155,26 +203,28 @@ def stacked_product(a, b):
     (m, k), n, lead = shape_a[-2:], shape_b[-1], shape_a[:-2]
     count = int(np.prod(lead))
     if m <= FEW and n % 16 == 0 and n <= MAX_WIDTH and k * n >= STACKED_FROM:
-        base, strides = _view(b)
-        stride = _batch_stride(shape_b, strides)
-        if stride is None or strides[-1] != 1 or not available():
+        large = _large(b, k)
+        if large is None or not available():
             return None
-        x = _dense(a).reshape(count, m, k)
+        base, strides, mask, fill = large
         out = jax.ffi.ffi_call(FEW_ROWS, jax.ShapeDtypeStruct((count, m, n), _F32))(
-            x, base.reshape(-1), ldb=np.int64(strides[-2]), stride_b=np.int64(stride))
+            _dense(a).reshape(count, m, k), base.reshape(-1), mask, fill, ldb=np.int64(strides[-2]),
+            stride_b=np.int64(_batch_stride(shape_b, strides)))
     elif n <= FEW and k % 16 == 0 and k <= MAX_K and m * k >= STACKED_FROM:
-        base, strides = _view(a)
-        stride = _batch_stride(shape_a, strides)
-        if stride is None or strides[-1] != 1 or not available():
+        large = _large(a, m)
+        if large is None or not available():
             return None
-        y = _dense(b).reshape(count, k, n)
+        base, strides, mask, fill = large
         out = jax.ffi.ffi_call(FEW_COLUMNS, jax.ShapeDtypeStruct((count, m, n), _F32))(
-            base.reshape(-1), y, lda=np.int64(strides[-2]), stride_a=np.int64(stride))
+            base.reshape(-1), _dense(b).reshape(count, k, n), mask, fill, lda=np.int64(strides[-2]),
+            stride_a=np.int64(_batch_stride(shape_a, strides)))
     else:
         return None
     return out.reshape(*lead, m, n)
 
 
 def _dense(x):
-    """A traced value (or a lazily permuted one) as a plain array."""
+    """A traced value (or a lazily permuted or masked one) as a plain array."""
+    if isinstance(x, RowMasked):
+        return x.dense()
     return jax.numpy.transpose(x.base, x.perm) if hasattr(x, "perm") else x
