@@ -109,7 +109,7 @@ def _leading(args: list) -> Permuted | None:
     return max(candidates, key=lambda a: (a.ndim, int(np.prod(a.base.shape))))
 
 
-def _unmasked(x: RowMasked):
+def unmasked(x: RowMasked):
     """The masked value computed, in its value's layout."""
     if not isinstance(x.value, Permuted):
         return x.dense()
@@ -155,7 +155,7 @@ def run(op: ops.Op, args: list, env: dict, impl: Callable) -> tuple:
             out = jax_native.stacked_product(*args)
             if out is not None:
                 return (out,)
-        args = [_unmasked(a) if isinstance(a, RowMasked) else a for a in args]
+        args = [unmasked(a) if isinstance(a, RowMasked) else a for a in args]
     if isinstance(op, ops.ElementwiseOp) and op.fn == "where":
         masked = _row_masked(*args)
         if masked is not None:

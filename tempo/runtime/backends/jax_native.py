@@ -149,6 +149,9 @@ class RowMasked:
     def shape(self) -> tuple:
         return tuple(self.value.shape)
 
+    def astype(self, dtype):
+        return RowMasked(self.value.astype(dtype), self.rows, self.axis, self.fill)
+
     def dense(self):
         column = self.rows.reshape((-1,) + (1,) * (self.ndim - self.axis - 1))
         return jax.numpy.where(column, _dense(self.value), jax.numpy.asarray(self.fill, self.dtype))
