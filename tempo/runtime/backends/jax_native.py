@@ -8,11 +8,19 @@ about 37 GB/s, the rate of a plain read. ``jax_native.cc`` wraps the kernel
 as an XLA FFI handler (``jax.ffi``'s typed API, the headers of
 ``jax.ffi.include_dir()``); it is built with this machine's C++ compiler at
 first use, cached like :mod:`tempo.runtime.native`'s libraries, and
-registered for the CPU platform. :func:`panel_product` is the call inside a
-traced program, or None where it does not apply (another dtype or shape, the
-library not built: :func:`unavailable` says why), and the caller multiplies
-with ``jnp.matmul``. The sums run in the kernel's order: the same products to
-float32 rounding as XLA's, not bit for bit.
+registered for the CPU platform.
+
+:func:`panel_product` is a weight product; :func:`stacked_product` is
+attention's (``keys @ q^T``, ``weights @ values``), each head's matrix read
+where it lies in a K/V buffer of (positions, batch, heads, head size), where
+XLA copies the buffer transposed before its batched dot, and, for a buffer
+masked to the rows written so far (:class:`RowMasked`, the masked-reads
+pass's ``mask_products``), read only at those rows: a decoding step reads
+the positions so far, not the whole buffer. Each is None where it does not
+apply (another dtype, shape or layout, not a CPU, the library not built:
+:func:`unavailable` says why), and the caller multiplies with XLA. The sums
+run in the kernels' order: the same products to float32 rounding as XLA's,
+not bit for bit.
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ import subprocess
 import tempfile
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from tempo.runtime import native
@@ -46,7 +55,7 @@ def _library_path(compiler: str) -> str:
     for source in SOURCES:
         with open(source, "rb") as f:
             digest.update(f.read())
-    digest.update(" ".join([compiler, *FLAGS, jax.ffi.include_dir(), native._cpu_flags()]).encode())
+    digest.update(" ".join([compiler, *FLAGS, jax.__version__, jax.ffi.include_dir(), native._cpu_flags()]).encode())
     return os.path.join(native.cache_folder(), f"jax_native-{digest.hexdigest()[:16]}.so")
 
 
@@ -116,12 +125,12 @@ def panel_product(a, b):
     """``a @ b`` inside a traced program for ``a`` (..., 1, m, k), every leading axis 1, at most
     :data:`MAX_ROWS` rows, and ``b`` (count, k, width) float32 panels: (..., count, m, width); None
     where the kernel does not apply."""
-    if jax.numpy.ndim(a) < 3 or jax.numpy.ndim(b) != 3:
+    if jnp.ndim(a) < 3 or jnp.ndim(b) != 3:
         return None
     (count, k, width), lead, rows = b.shape, a.shape[:-3], a.shape[-2]
     if (a.shape[-1] != k or a.shape[-3] != 1 or a.dtype != _F32 or b.dtype != _F32 or width % 16
             or width > MAX_WIDTH or not 0 < rows <= MAX_ROWS or k == 0 or any(s != 1 for s in lead)
-            or not _on_cpu() or not available()):
+            or not runs_here()):
         return None
     out = jax.ffi.ffi_call(PANEL_PRODUCT, jax.ShapeDtypeStruct((count, rows, width), _F32))(a.reshape(rows, k), b)
     return out.reshape(*lead, count, rows, width)
@@ -154,13 +163,13 @@ class RowMasked:
 
     def dense(self):
         column = self.rows.reshape((-1,) + (1,) * (self.ndim - self.axis - 1))
-        return jax.numpy.where(column, _dense(self.value), jax.numpy.asarray(self.fill, self.dtype))
+        return jnp.where(column, _dense(self.value), jnp.asarray(self.fill, self.dtype))
 
 
 def _view(x) -> tuple:
     """A traced value (or a lazily permuted one: ``base``, ``perm``, :mod:`.jax_layout`) as its base
     array and the logical axes' strides in it, in elements."""
-    base, perm = (x.base, x.perm) if hasattr(x, "perm") else (x, tuple(range(jax.numpy.ndim(x))))
+    base, perm = (x.base, x.perm) if hasattr(x, "perm") else (x, tuple(range(jnp.ndim(x))))
     strides, step = [0] * len(base.shape), 1
     for axis in reversed(range(len(base.shape))):
         strides[axis], step = step, step * base.shape[axis]
@@ -180,7 +189,7 @@ def _large(x, rows: int):
     """The large operand ``x`` of a stacked product as (its base, the logical strides, the mask over
     its matrices' rows: all of them where ``x`` is not masked along them, the masked rows' value),
     or None where its matrices' rows are not contiguous or not evenly spaced."""
-    mask, fill = jax.numpy.ones((rows,), bool), 0.0
+    mask, fill = jnp.ones((rows,), bool), 0.0
     if isinstance(x, RowMasked):
         if x.axis != x.ndim - 2:
             return None
@@ -188,7 +197,7 @@ def _large(x, rows: int):
     base, strides = _view(x)
     if strides[-1] != 1 or _batch_stride(tuple(x.shape), strides) is None:
         return None
-    return base, strides, mask, jax.numpy.asarray(fill, _F32).reshape(())
+    return base, strides, mask, jnp.asarray(fill, _F32).reshape(())
 
 
 def stacked_product(a, b):
@@ -230,4 +239,4 @@ def _dense(x):
     """A traced value (or a lazily permuted or masked one) as a plain array."""
     if isinstance(x, RowMasked):
         return x.dense()
-    return jax.numpy.transpose(x.base, x.perm) if hasattr(x, "perm") else x
+    return jnp.transpose(x.base, x.perm) if hasattr(x, "perm") else x
