@@ -125,7 +125,8 @@ def lower(request: Request) -> Lowered:
     everywhere = request.backend.orders_every_program or request.config.step_order == "exact"
     defaults = {"pack_weights": pack_weights.Config(panel=request.backend.weight_panel),
                 "step_order": step_order.Config(everywhere=everywhere),
-                "masked_reads": masked_reads.Config(enabled=request.backend.compiles_loops)}
+                "masked_reads": masked_reads.Config(enabled=request.backend.compiles_loops,
+                                                    mask_products=request.backend.skips_masked_rows)}
     sdg, stats = run_pipeline(written, request.passes, dims=ctx.dim_order, defaults=defaults, config=request.config)
     return Lowered(sdg, tuple(sdg.resolve(n, out) for n, out in fetch_ids), tuple(stats),
                    written, validated)

@@ -86,7 +86,8 @@ def compile_passes(dp: DecodeProgram, backend: str | None, new_tokens: int) -> d
     if not get_backend(backend).compiles_loops:
         return passes
     steps = dp.bounds(1, new_tokens)[dp.positions[1]]
-    return {**passes, "masked_reads": masked_reads.Config(enabled=True, rows={dp.positions[0].name: steps})}
+    return {**passes, "masked_reads": masked_reads.Config(enabled=True, rows={dp.positions[0].name: steps},
+                                                          mask_products=get_backend(backend).skips_masked_rows)}
 
 
 def embed(tokens: RT, table: RT) -> RT:

@@ -23,7 +23,11 @@ a loop's carry does (Fig. 16):
   op's neutral value (``-inf`` before a max, ``+inf`` before a min, 0 before a
   sum or a product contracting the axis). A buffer's rows are finite (zeros
   or earlier rows), so an input that is the buffer itself, or a layout view
-  of it, is not masked before a product.
+  of it, is not masked before a product, unless :attr:`Config.mask_products`
+  (a backend whose products skip the rows a mask zeroes,
+  :attr:`tempo.runtime.backends.base.Backend.skips_masked_rows`: JAX's native
+  stacked products): then every product reading it gets it masked with 0, so
+  that a step reads the ``t + 1`` rows written so far, not the buffer's ``R``.
 
 Which ops may read the rows so is a rule per op type (:data:`RULES`): a row-wise
 op (elementwise, cast, copy, permutation, expansion, squeeze, a reshape that keeps
@@ -61,10 +65,13 @@ class Config:
     """``enabled``: rewrite the reads that grow with a counter (the compiler turns it on for a backend
     that compiles loops). ``rows``: dim name -> the rows of the buffers of its reads ``x[0:t+1]``, at
     least the bound every run gives the dim (a caller that compiles for one run knows it: a decoder's
-    new tokens); without, the dim's bound, and a dim that ends at run time keeps such reads."""
+    new tokens); without, the dim's bound, and a dim that ends at run time keeps such reads.
+    ``mask_products``: mask the buffer (or a layout view of it) before every product that reads it
+    (the compiler turns it on for a backend whose products skip masked rows)."""
 
     enabled: bool = False
     rows: Mapping[str, int] = field(default_factory=dict)
+    mask_products: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,7 +163,7 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
         return sdg
     g = Graph(sdg)
     for (*_, rows), reads in groups.items():
-        _rewrite(g, reads, rows)
+        _rewrite(g, reads, rows, cfg.mask_products)
     return g.to_sdg()
 
 
@@ -196,9 +203,9 @@ def _is_const(e: Expr, value: int) -> bool:
     return e.is_const and e.value == value
 
 
-def _rewrite(g: Graph, reads: list[Growing], rows) -> None:
+def _rewrite(g: Graph, reads: list[Growing], rows, mask_products: bool) -> None:
     """Rewrite ``reads`` (one length along one dim) and their readers, the buffers of ``rows`` rows, or
-    leave them all as they are."""
+    leave them all as they are; ``mask_products``: see :class:`Config`."""
     length, dim, width = reads[0].length, reads[0].dim, reads[0].width
     domain = g.nodes[reads[0].edge.sink].domain
     growing = {(r.edge.sink, r.edge.sink_in) for r in reads}
@@ -222,7 +229,9 @@ def _rewrite(g: Graph, reads: list[Growing], rows) -> None:
             if answer is None:
                 return
             is_finite = from_buffer or finite[e.src]
-            if answer != KEEP and not (is_finite and isinstance(node.op, ops.MatMulOp)):
+            if isinstance(node.op, ops.MatMulOp) and is_finite:
+                answer = 0.0 if mask_products else KEEP
+            if answer != KEEP:
                 masks.setdefault(n, []).append((e.sink_in, axes[0], len(shape), answer))
             carried.append(is_finite)
         finite[n] = isinstance(node.op, LAYOUT) and all(carried)

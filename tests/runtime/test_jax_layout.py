@@ -134,3 +134,25 @@ def test_a_contraction_with_a_one_column_side_transposes_no_rows(columns):
     plain = _island([(ops.BatchContractOp(), ((-1, 0), (-1, 1)), F)])
     text = _both(plain, [np.swapaxes(h, 1, 2), g])
     assert _transposes(text, (m, T * B)) == 0 and _transposes(text, (n, T * B)) == 0
+
+
+@pytest.mark.parametrize("fill", [0.0, -2.0])
+def test_a_buffer_masked_along_its_rows_feeds_a_product_a_sum_and_an_output(fill):
+    """``where(rows <= t, permute(buffer), fill)`` (a K/V buffer of (S, B, H, D) masked to the rows
+    written so far) read by ``keys @ q^T`` (the native kernel skips the masked rows where it is
+    built), by a max over the rows and as an island output: NumPy's values, masked rows included."""
+    from tempo.runtime.backends import jax_native
+
+    S, B, H, D, G = 80, 1, 3, 64, 2
+    buffer, q = _rows(S, B, H, D), _rows(B, H, D, G, seed=1)
+    buffer[50:] = np.nan                                           # rows past t: never read by the product
+    island = _island([
+        (ops.ConstOp(ops.Array(np.arange(S).reshape(S, 1))), (), ("int64",)),   # 0: the rows' numbers
+        (ops.ElementwiseOp("le"), ((0, 0), (-1, 2)), ("bool",)),    # 1: rows <= t
+        (ops.PermuteOp((1, 2, 0, 3)), ((-1, 0),), F),               # 2: (B, H, S, D)
+        (ops.ElementwiseOp("where"), ((1, 0), (2, 0), (-1, 3)), F),  # 3: masked
+        (ops.MatMulOp(), ((3, 0), (-1, 1)), F),                     # 4: (B, H, S, G)
+        (ops.ReduceOp("max", (2,)), ((3, 0),), F),                  # 5: (B, H, D)
+    ], outputs=((4, 0), (5, 0), (3, 0)))
+    text = _both(island, [buffer, q, np.asarray(49, np.int64), np.asarray(fill, np.float32)])
+    assert ("tempo_stacked_few_columns" in text) == jax_native.available()

@@ -79,6 +79,23 @@ def test_rows_given_for_the_dim_make_buffers_of_that_many_rows():
     np.testing.assert_allclose(given.run(bounds)[0], plain.run(bounds)[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("window", [None, 3])
+def test_masking_the_products_buffers_computes_the_same(window):
+    """``mask_products``: the buffer a product reads is masked too (a backend whose products skip
+    the masked rows reads the rows written so far); the values are the same."""
+    bounds = {"L": LAYERS, "T": 9}
+    plain = decoder("numpy", OFF, window)
+    masked = decoder("numpy", ON, window)
+    products = decoder("numpy", {"masked_reads": masked_reads.Config(enabled=True, mask_products=True)}, window)
+
+    def wheres(program):
+        return sum(step.op.fn == "where" for node in program.sdg.nodes.values() if isinstance(node.op, FusedOp)
+                   for step in node.op.steps if hasattr(step.op, "fn"))
+
+    assert not growing_shapes(products) and wheres(products) > wheres(masked)
+    np.testing.assert_allclose(products.run(bounds)[0], plain.run(bounds)[0], rtol=1e-5, atol=1e-6)
+
+
 def test_a_bound_past_the_rows_given_is_a_bound_error():
     """Buffers of 9 rows cannot hold 10 steps: the run is refused, not computed from clamped rows."""
     given = decoder("numpy", {"masked_reads": masked_reads.Config(enabled=True, rows={"t": 9})})

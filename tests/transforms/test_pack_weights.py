@@ -65,14 +65,15 @@ def test_a_constant_with_another_reader_is_left_as_it_is():
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
 
 
-def test_the_numpy_backend_packs_by_default_and_other_backends_do_not():
-    from tempo.runtime.backends import get_backend
+def test_numpy_and_jax_with_its_native_products_pack_by_default_and_torch_does_not():
+    from tempo.runtime.backends import get_backend, jax_native
 
     assert get_backend("numpy").weight_panel(4) == 64 and get_backend("numpy").weight_panel(16) == 32
-    assert get_backend("torch").weight_panel(4) is None and get_backend("jax").weight_panel(4) is None
+    assert get_backend("torch").weight_panel(4) is None
+    assert get_backend("jax").weight_panel(4) == (64 if jax_native.available() else None)
     x = np.ones((2, 4, 8), np.float32)
     w = np.arange(8 * 128, dtype=np.float32).reshape(8, 128) / 1000
-    for backend, packs in (("numpy", True), ("jax", False)):
+    for backend, packs in (("numpy", True), ("jax", jax_native.available()), ("torch", False)):
         with tpo.Context() as ctx:
             (t, T), = ctx.dims("t")
             y = tpo.from_numpy(x, dims=(t,))[t] @ tpo.from_numpy(w)

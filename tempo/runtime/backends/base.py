@@ -65,6 +65,12 @@ class Backend:
         loop's counter static shapes: :mod:`tempo.transforms.masked_reads`)."""
         return type(self).device_loop is not Backend.device_loop
 
+    @property
+    def skips_masked_rows(self) -> bool:
+        """Whether a product reading a K/V buffer masked to the rows written so far reads only those
+        rows (:attr:`tempo.transforms.masked_reads.Config.mask_products`)."""
+        return False
+
     def weight_panel(self, rows: int) -> int | None:
         """The columns per panel a constant right operand of a product of ``rows`` rows is
         stored in (:mod:`tempo.transforms.pack_weights`), or None: as it is."""

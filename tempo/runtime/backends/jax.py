@@ -48,7 +48,7 @@ from jax import lax
 
 from tempo.errors import TempoError
 from tempo.ir import ops
-from tempo.runtime.backends import jax_layout, jax_staging
+from tempo.runtime.backends import jax_layout, jax_native, jax_staging
 from tempo.runtime.backends.jax_ops import IMPLS
 from tempo.runtime.backends import numpy as np_backend
 from tempo.runtime.backends.base import Backend, Kernel, StepFailed
@@ -399,6 +399,19 @@ class JaxBackend(Backend):
     def device_kind(self) -> str:
         platform = self.device.platform if self.device is not None else jax.default_backend()
         return "gpu" if platform in ("gpu", "cuda") else "cpu"
+
+    @property
+    def skips_masked_rows(self) -> bool:
+        """On a CPU with the native stacked products (:mod:`.jax_native`): a K/V buffer masked to the
+        rows written so far is read up to the current position."""
+        return self.device_kind == "cpu" and jax_native.available()
+
+    def weight_panel(self, rows: int) -> int | None:
+        """On a CPU with the native panel product (:mod:`.jax_native`), the NumPy backend's panels;
+        else None (XLA's dot reads the matrix as it is)."""
+        if rows > jax_native.MAX_ROWS or self.device_kind != "cpu" or not jax_native.available():
+            return None
+        return 64 if 2 <= rows <= 4 else 32
 
     @contextlib.contextmanager
     def running(self):

@@ -47,9 +47,12 @@ def until(body: Callable, ring0, xs, shaped, ran, trips: int):
 
 def masked(value, axes: tuple[tuple[int, int], ...], length):
     """``value`` with its entries at and past ``length + c`` along each ``(axis, c)`` of ``axes`` set to
-    zero (a :class:`~tempo.runtime.backends.jax_layout.Permuted` value masked in its own layout)."""
+    zero (a :class:`~tempo.runtime.backends.jax_layout.Permuted` value masked in its own layout, a
+    :class:`~tempo.runtime.backends.jax_native.RowMasked` one computed first)."""
     if not axes:
         return value
+    if isinstance(value, jax_layout.RowMasked):
+        return masked(jax_layout.unmasked(value), axes, length)
     if isinstance(value, jax_layout.Permuted):
         return jax_layout.Permuted(masked(value.base, tuple((value.perm[a], c) for a, c in axes), length),
                                    value.perm)

@@ -15,7 +15,17 @@ the logical array ``transpose(base, perm)``, and the ops below compute on
   unsqueezes;
 - matrix products and batch contractions whose operands agree on the
   layout of their batch axes and keep their matrix axes last (a contraction
-  sums over every batch axis, so their order does not matter).
+  sums over every batch axis, so their order does not matter);
+- stacks of products with a few rows or columns on one side, whatever the
+  large operand's layout, by the native kernels on a CPU
+  (:func:`tempo.runtime.backends.jax_native.stacked_product`: attention's
+  products over a K/V buffer of (positions, batch, heads, head size)).
+
+A ``where(rows, x, 0)`` that masks one of ``x``'s matrix axes (the
+masked-reads pass's mask of a K/V buffer's rows past the current position)
+is noted too (:class:`~tempo.runtime.backends.jax_native.RowMasked`): a
+stacked product reads only the rows it keeps, so a decoding step reads the
+positions so far, not the whole buffer; any other op gets it materialised.
 
 Any other op gets its operands materialised (``jnp.transpose``), as do the
 island's outputs, so what leaves the island is what the op-by-op trace
@@ -30,6 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from tempo.ir import ops
+from tempo.runtime.backends import jax_native
+from tempo.runtime.backends.jax_native import RowMasked
 from tempo.runtime.backends.jax_ops import rows_contract
 
 
@@ -64,6 +76,8 @@ def permuted(base, perm: tuple[int, ...]):
 
 def materialised(x):
     """A traced value as a plain array."""
+    if isinstance(x, RowMasked):
+        return x.dense()
     return jnp.transpose(x.base, x.perm) if isinstance(x, Permuted) else x
 
 
@@ -95,6 +109,32 @@ def _leading(args: list) -> Permuted | None:
     return max(candidates, key=lambda a: (a.ndim, int(np.prod(a.base.shape))))
 
 
+def unmasked(x: RowMasked):
+    """The masked value computed, in its value's layout."""
+    if not isinstance(x.value, Permuted):
+        return x.dense()
+    base, perm = x.value.base, x.value.perm
+    column = x.rows.reshape(tuple(-1 if a == perm[x.axis] else 1 for a in range(len(perm))))
+    return Permuted(jnp.where(column, base, jnp.asarray(x.fill, base.dtype)), perm)
+
+
+def _row_masked(cond, x, fill) -> RowMasked | None:
+    """``where(cond, x, fill)`` as a :class:`RowMasked` value where ``fill`` is a scalar, ``x``
+    float32 and ``cond`` a bool vector along one of ``x``'s matrix axes (the masked-reads pass's mask
+    of a K/V buffer's rows before a product); else None."""
+    if (isinstance(fill, (Permuted, RowMasked)) or isinstance(cond, (Permuted, RowMasked))
+            or isinstance(x, RowMasked) or jnp.ndim(fill) != 0 or x.dtype != np.float32
+            or cond.dtype != np.bool_ or not 0 < jnp.ndim(cond) <= x.ndim or not jax_native.runs_here()):
+        return None
+    over = [j for j, d in enumerate(cond.shape) if d > 1]
+    if len(over) != 1:
+        return None
+    axis = x.ndim - jnp.ndim(cond) + over[0]
+    if axis < x.ndim - 2 or cond.shape[over[0]] != x.shape[axis]:
+        return None
+    return RowMasked(x, cond.reshape(-1), axis, fill)
+
+
 RULES: dict[type, Callable] = {}  # op type -> (op, args, env, impl) -> tuple of results, or None
 
 
@@ -110,6 +150,16 @@ def rule(*op_types: type):
 def run(op: ops.Op, args: list, env: dict, impl: Callable) -> tuple:
     """The results of ``op`` on traced ``args`` (some :class:`Permuted`); ``impl(op, arrays, env)`` is
     the op's plain implementation."""
+    if any(isinstance(a, RowMasked) for a in args):
+        if isinstance(op, ops.MatMulOp) and not (op.ordered_rows or op.ordered_inner):
+            out = jax_native.stacked_product(*args)
+            if out is not None:
+                return (out,)
+        args = [unmasked(a) if isinstance(a, RowMasked) else a for a in args]
+    if isinstance(op, ops.ElementwiseOp) and op.fn == "where":
+        masked = _row_masked(*args)
+        if masked is not None:
+            return (masked,)
     if isinstance(op, ops.PermuteOp) or any(isinstance(a, Permuted) for a in args):
         fn = RULES.get(type(op))
         out = fn(op, args, env, impl) if fn is not None else None
@@ -178,10 +228,16 @@ def _unsqueeze(op, args, env, impl):
 
 @rule(ops.MatMulOp)
 def _matmul(op, args, env, impl):
-    """``x @ w`` with ``w`` of rank 2 maps ``x``'s last axis: any layout that keeps it last will do.
+    """A stack of products with a few rows or columns on one side reads its large operand where its
+    base lies, by the native kernels (:func:`.jax_native.stacked_product`: a K/V buffer's heads as
+    stored). ``x @ w`` with ``w`` of rank 2 maps ``x``'s last axis: any layout that keeps it last will do.
     Otherwise the batched operands share a layout that keeps their matrix axes last; a rank-2
     operand broadcasts over the batch as it is."""
     a, b = args
+    if not (op.ordered_rows or op.ordered_inner):
+        out = jax_native.stacked_product(a, b)
+        if out is not None:
+            return (out,)
     lead = _leading(args)
     rank = lead.ndim
     if lead is a and b.ndim == 2:

@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 
 from tempo.ir import ops
-from tempo.runtime.backends import jax_ordered
+from tempo.runtime.backends import jax_native, jax_ordered
 from tempo.runtime.backends import numpy as np_backend
 from tempo.runtime.backends.base import along
 from tempo.symbolic.evaluate import compile_expr, shape_at
@@ -202,6 +202,15 @@ def _batch_contract(a, b):
     return rows_contract(jnp.swapaxes(a, -1, -2).reshape(-1, m), b.reshape(-1, n))
 
 
+def _matmul(a, b):
+    """``a @ b``: a few rows by a weight matrix's column panels, or stacks of matrices with a few
+    rows or columns on one side, with the native kernels (:mod:`.jax_native`) where they apply."""
+    out = jax_native.panel_product(a, b)
+    if out is None:
+        out = jax_native.stacked_product(a, b)
+    return jnp.matmul(a, b) if out is None else out
+
+
 def _cumsum(x, axis):
     return jnp.cumsum(x.astype(np.int64) if x.dtype == np.bool_ else x, axis=axis)
 
@@ -210,7 +219,7 @@ def _cumsum(x, axis):
 SIMPLE: dict[type, Callable] = {
     ops.CumSumOp: lambda op, xs, env: _cumsum(xs[0], op.axis),
     ops.MatMulOp: lambda op, xs, env: (jax_ordered.ordered_matmul(*_same_dtype(xs), op.ordered_rows, op.ordered_inner)
-                                       if op.ordered_rows or op.ordered_inner else jnp.matmul(*_same_dtype(xs))),
+                                       if op.ordered_rows or op.ordered_inner else _matmul(*_same_dtype(xs))),
     ops.BatchContractOp: lambda op, xs, env: (jax_ordered.ordered_batch_contract(*_same_dtype(xs), op.ordered)
                                               if op.ordered else _batch_contract(*_same_dtype(xs))),
     ops.PermuteOp: lambda op, xs, env: jnp.transpose(xs[0], op.axes),

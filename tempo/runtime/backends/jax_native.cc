@@ -1,0 +1,150 @@
+// XLA FFI handlers for the JAX backend on a CPU: the skinny products of
+// skinny_products.c (the NumPy backend's kernels) called from inside a
+// compiled program (tempo/runtime/backends/jax_native.py).
+//
+// tempo_panel_product: out (count, rows, width) = x (rows, k) @ panels[p]
+// (k, width) for each of `count` column panels of a weight matrix
+// (tempo/transforms/pack_weights.py), each panel read once, front to back.
+//
+// tempo_stacked_few_rows: out[p] (rows, width) = x[p] (rows, k) @ b[p] (k,
+// width) for `count` matrices b[p] read where they lie in a larger array (a
+// K/V buffer of (positions, batch, heads, head size): one head's values),
+// row i of b[p] at b + p * stride_b + i * ldb; x and out C-ordered.
+//
+// tempo_stacked_few_columns: out[p] (rows, cols) = a[p] (rows, k) @ b[p] (k,
+// cols), a[p]'s row r at a + p * stride_a + r * lda (one head's keys in the
+// buffer), b and out C-ordered, cols at most 4.
+//
+// Each takes `rows`, a mask over the large side's rows (few_rows: b[p]'s k
+// rows; few_columns: a[p]'s rows), and `fill`: the product of the large side
+// with the rows the mask leaves out set to `fill`, those rows never read (their
+// part is fill times a sum of the small side's). A K/V buffer masked to the
+// rows written so far is read up to the current position.
+#include <cstdint>
+#include <cstring>
+
+#include "xla/ffi/api/ffi.h"
+
+extern "C" {
+#include "skinny_products.c"
+}
+
+namespace ffi = xla::ffi;
+
+constexpr int64_t kMaxWidth = 64;  // columns of few_rows' matrices (rows_case's widest)
+
+static ffi::Error PanelProduct(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> panels,
+                               ffi::ResultBuffer<ffi::F32> out) {
+  const auto dims = panels.dimensions();
+  if (dims.size() != 3) return ffi::Error::InvalidArgument("tempo_panel_product: panels of rank 3 expected");
+  const int64_t count = dims[0], k = dims[1], width = dims[2];
+  const int64_t rows = static_cast<int64_t>(x.element_count()) / k;
+  few_rows(x.typed_data(), k, 0, panels.typed_data(), width, k * width, out->typed_data(), rows * width, count, rows,
+           k, width);
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tempo_panel_product, PanelProduct,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+/* The next run of rows the mask keeps from `at` on: [*start, *stop), false where there is none. */
+static bool next_run(const bool *mask, int64_t count, int64_t at, int64_t *start, int64_t *stop) {
+  while (at < count && !mask[at]) at++;
+  if (at == count) return false;
+  *start = at;
+  while (at < count && mask[at]) at++;
+  *stop = at;
+  return true;
+}
+
+static ffi::Error StackedFewRows(ffi::Buffer<ffi::F32> x, ffi::AnyBuffer b, ffi::Buffer<ffi::PRED> mask,
+                                 ffi::Buffer<ffi::F32> fill, ffi::ResultBuffer<ffi::F32> out, int64_t ldb,
+                                 int64_t stride_b) {
+  const auto dims = out->dimensions();
+  const int64_t count = dims[0], rows = dims[1], width = dims[2], k = x.dimensions()[2];
+  const bool *keep = mask.typed_data();
+  const float *base = static_cast<const float *>(b.untyped_data());
+  float partial[GROUP * kMaxWidth];
+  for (int64_t p = 0; p < count; p++)
+    for (int64_t r = 0; r < rows; r += GROUP) {
+      const int64_t group = rows - r < GROUP ? rows - r : GROUP;
+      const float *xp = x.typed_data() + p * rows * k + r * k;
+      float *op = out->typed_data() + p * rows * width + r * width;
+      std::memset(op, 0, sizeof(float) * group * width);
+      int64_t start, stop = 0;
+      while (next_run(keep, k, stop, &start, &stop)) {
+        rows_case(xp + start, k, base + p * stride_b + start * ldb, ldb, partial, stop - start, group,
+                  width / LANES, r == 0);
+        for (int64_t i = 0; i < group * width; i++) op[i] += partial[i];
+      }
+      const float value = fill.typed_data()[0];
+      if (value != 0.0f)
+        for (int64_t g = 0; g < group; g++) {
+          float left = 0.0f;  // the sum of x's entries at the rows left out
+          for (int64_t i = 0; i < k; i++)
+            if (!keep[i]) left += xp[g * k + i];
+          for (int64_t c = 0; c < width; c++) op[g * width + c] += value * left;
+        }
+    }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tempo_stacked_few_rows, StackedFewRows,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::PRED>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("ldb")
+                                  .Attr<int64_t>("stride_b"));
+
+static ffi::Error StackedFewColumns(ffi::AnyBuffer a, ffi::Buffer<ffi::F32> b, ffi::Buffer<ffi::PRED> mask,
+                                    ffi::Buffer<ffi::F32> fill, ffi::ResultBuffer<ffi::F32> out, int64_t lda,
+                                    int64_t stride_a) {
+  const auto dims = out->dimensions();
+  const int64_t count = dims[0], rows = dims[1], cols = dims[2], k = b.dimensions()[1];
+  const bool *keep = mask.typed_data();
+  const float *base = static_cast<const float *>(a.untyped_data());
+  float bt[4 * MAX_K];
+  for (int64_t p = 0; p < count; p++) {
+    const float *bp = b.typed_data() + p * k * cols;
+    for (int64_t c = 0; c < cols; c++)
+      for (int64_t i = 0; i < k; i++) bt[c * k + i] = bp[i * cols + c];
+    const float *ap = base + p * stride_a;
+    float *op = out->typed_data() + p * rows * cols;
+    float left[4];  // a row left out: fill times the sum of each column of b
+    for (int64_t c = 0; c < cols; c++) {
+      left[c] = 0.0f;
+      for (int64_t i = 0; i < k; i++) left[c] += bt[c * k + i];
+      left[c] *= fill.typed_data()[0];
+    }
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < cols; c++) op[r * cols + c] = keep[r] ? 0.0f : left[c];
+    int64_t start, stop = 0;
+    while (next_run(keep, rows, stop, &start, &stop)) {
+      const float *at = ap + start * lda;
+      float *to = op + start * cols;
+      switch (cols) {
+        case 1: rows_by_columns(at, lda, bt, to, stop - start, k, 1); break;
+        case 2: rows_by_columns(at, lda, bt, to, stop - start, k, 2); break;
+        case 3: rows_by_columns(at, lda, bt, to, stop - start, k, 3); break;
+        case 4: rows_by_columns(at, lda, bt, to, stop - start, k, 4); break;
+      }
+    }
+  }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tempo_stacked_few_columns, StackedFewColumns,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::PRED>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("lda")
+                                  .Attr<int64_t>("stride_a"));
