@@ -13,7 +13,14 @@ quarter of the learner's time.
 
 A linear layer on a batch of vectors, ``squeeze(unsqueeze(x) @ w)``, is one
 line calling the product on ``x`` itself: a third of an acting step's cost
-on CleanRL's PPO, with the same numbers.
+on CleanRL's PPO, with the same numbers. A linear layer through weight panels
+(:mod:`tempo.transforms.pack_weights`: ``reshape(permute(unsqueeze(x) @
+panels))``, each of a decoding step's weight products) is one line calling the
+native kernel that writes the product in its final layout
+(:class:`~tempo.runtime.backends.skinny_products.RowsByPanels`), the same
+numbers as the four steps. Layout steps whose shape or index is a constant
+(reshape, expand, basic indexing) and permutes are plain calls too, without
+the kernel's argument list.
 
 A failing step raises :class:`StepFailed` with its op's name and site,
 found from the line of the island that raised.
