@@ -144,7 +144,7 @@ def test_a_few_rows_by_each_matrix_of_a_stack(lib, m, n):
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
-@pytest.mark.parametrize("k", [16, 64, 1024])
+@pytest.mark.parametrize("k", [16, 32, 48, 64, 1024])
 def test_many_rows_by_a_few_columns_of_a_stack(lib, n, k):
     """Attention's ``keys @ q^T``: (batch, kv heads, S, head_dim) @ (batch, kv heads, head_dim, groups)."""
     a, b = stack((1, 3, 1100 * 16 // k, k), 0), stack((1, 3, k, n), 1)

@@ -18,8 +18,10 @@
  * few_columns: `count` products out[p] = a[p] (rows, k) @ b[p] (k, cols), many
  * rows of a (keys, `lda` floats apart) against a few columns (queries, up to
  * 4): each row of a read once, asking for the rows AHEAD bytes past it, its dot
- * products with the columns in 16 lanes; row r of every product before row
- * r + 1 of any (the heads of a position lie side by side in a key store's row).
+ * products with the columns in 16 lanes, their lanes added in one tree. Rows of
+ * up to 64 floats (a head's keys) are multiplied product after product, the
+ * columns held in registers; longer rows row after row, row r of every product
+ * before row r + 1 of any.
  *
  * Built with the machine's C compiler at first use (tempo/runtime/native.py);
  * AVX-512 only.
@@ -124,6 +126,49 @@ INLINE void rows_by_columns(const float *a, int64_t lda, int64_t stride_a, const
       row_by_columns(a + p * stride_a + r * lda, bt + p * cols * k, out + p * stride_out + r * cols, k, cols, ahead);
 }
 
+/* One product's rows (`vectors` * 16 = k floats each) against its columns held in registers: a row's
+ * only loads are its own (with the columns loaded from memory at every row, the loads, not the
+ * multiply-adds or the bytes, bound the product: 2x slower at 64 floats a row). */
+INLINE void rows_by_held_columns(const float *a, int64_t lda, const float *bt, float *out, int64_t rows,
+                                 const int64_t vectors, const int64_t cols, const int64_t ahead) {
+  __m512 q[4][4];
+  for (int64_t c = 0; c < cols; c++)
+    for (int64_t v = 0; v < vectors; v++) q[c][v] = _mm512_loadu_ps(bt + (c * vectors + v) * LANES);
+  for (int64_t r = 0; r < rows; r++) {
+    const float *row = a + r * lda;
+    for (int64_t v = 0; v < vectors; v++) _mm_prefetch((const char *)(row + ahead + v * LANES), _MM_HINT_T0);
+    __m512 acc[4];
+    for (int64_t c = 0; c < 4; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t v = 0; v < vectors; v++) {
+      const __m512 w = _mm512_loadu_ps(row + v * LANES);
+      for (int64_t c = 0; c < cols; c++) acc[c] = _mm512_fmadd_ps(w, q[c][v], acc[c]);
+    }
+    float sums[4];
+    _mm_storeu_ps(sums, _mm_hadd_ps(_mm_hadd_ps(quarter_sum(acc[0]), quarter_sum(acc[1])),
+                                    _mm_hadd_ps(quarter_sum(acc[2]), quarter_sum(acc[3]))));
+    for (int64_t c = 0; c < cols; c++) out[r * cols + c] = sums[c];
+  }
+}
+
+/* The products one after the other, each with its columns in registers (k of 16 to 64 floats). */
+#define HELD(V, C) rows_by_held_columns(a + p * stride_a, lda, bt + p * cols * k, out + p * stride_out, rows, V, C, \
+                                        ahead)
+INLINE void products_by_held_columns(const float *a, int64_t lda, int64_t stride_a, const float *bt, float *out,
+                                     int64_t stride_out, int64_t count, int64_t rows, int64_t k, int64_t cols) {
+  const int64_t ahead = (AHEAD / (k * 4) + 1) * lda;
+  for (int64_t p = 0; p < count; p++)
+    switch (k / LANES * 8 + cols) {
+      case 8 + 1: HELD(1, 1); break;   case 8 + 2: HELD(1, 2); break;
+      case 8 + 3: HELD(1, 3); break;   case 8 + 4: HELD(1, 4); break;
+      case 16 + 1: HELD(2, 1); break;  case 16 + 2: HELD(2, 2); break;
+      case 16 + 3: HELD(2, 3); break;  case 16 + 4: HELD(2, 4); break;
+      case 24 + 1: HELD(3, 1); break;  case 24 + 2: HELD(3, 2); break;
+      case 24 + 3: HELD(3, 3); break;  case 24 + 4: HELD(3, 4); break;
+      case 32 + 1: HELD(4, 1); break;  case 32 + 2: HELD(4, 2); break;
+      case 32 + 3: HELD(4, 3); break;  case 32 + 4: HELD(4, 4); break;
+    }
+}
+
 /* out[p] (rows, cols), C-ordered, p-th at p * stride_out, = a[p] (rows, k; row r at lda * r, p-th at
  * p * stride_a) @ b[p] (k, cols) C-ordered, p-th at p * stride_b; k a multiple of 16, at most MAX_K;
  * cols at most 4. The columns of as many products as MAX_BT floats hold are transposed at a time. */
@@ -140,6 +185,10 @@ void few_columns(const float *a, int64_t lda, int64_t stride_a, const float *b, 
     }
     const float *ap = a + first * stride_a;
     float *op = out + first * stride_out;
+    if (k <= 4 * LANES) {
+      products_by_held_columns(ap, lda, stride_a, bt, op, stride_out, some, rows, k, cols);
+      continue;
+    }
     switch (cols) {
       case 1: rows_by_columns(ap, lda, stride_a, bt, op, stride_out, some, rows, k, 1); break;
       case 2: rows_by_columns(ap, lda, stride_a, bt, op, stride_out, some, rows, k, 2); break;

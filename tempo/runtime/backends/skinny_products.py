@@ -108,15 +108,18 @@ def stacked(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     neither kernel applies. Leading axes whose matrices lie evenly apart in both stacks (every head
     of every sequence of a key store) are one kernel call; others are a call per index of the axes
     before the last one over 1."""
-    if (a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or a.dtype is not _F32 or b.dtype is not _F32 or 0 in a.shape
-            or 0 in b.shape or a.strides[-1] != 4 or b.strides[-1] != 4 or min(a.strides) < 0 or min(b.strides) < 0):
+    if a.ndim < 3 or b.ndim != a.ndim:
         return None
     (m, k), n = a.shape[-2:], b.shape[-1]
-    if m <= FEW and n % 16 == 0 and n <= MAX_WIDTH and k * n >= STACKED_FROM:
-        rows = True
-    elif n <= FEW and k % 16 == 0 and k <= MAX_K and b.strides[-2] == 4 * n and m * k >= STACKED_FROM:
+    if m <= FEW and n % 16 == 0 and n <= MAX_WIDTH and k * n >= STACKED_FROM:  # the sizes first: most products
+        rows = True                                                             # of a step are too small
+    elif n <= FEW and k % 16 == 0 and k <= MAX_K and m * k >= STACKED_FROM and b.strides[-2] == 4 * n:
         rows = False
     else:
+        return None
+    if (a.shape[:-2] != b.shape[:-2] or a.dtype is not _F32 or b.dtype is not _F32 or not m or not n
+            or 0 in a.shape[:-2] or a.strides[-1] != 4 or b.strides[-1] != 4 or min(a.strides) < 0
+            or min(b.strides) < 0):
         return None
     lib = KERNELS.loaded.get("lib") or library()
     if lib is None:
