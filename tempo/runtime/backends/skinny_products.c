@@ -11,9 +11,8 @@
  * memory; OpenBLAS's matrix-vector products read these panels at 0.85-0.9x the
  * rate of a plain stream). Up to GROUP input rows share one read of a row of b,
  * each vector of it loaded into a register once (left to itself the compiler
- * folds a load into every multiply-add: 4 rows by 64-column panels then read
- * at about 0.8x of a plain stream, 0.9x with one load); more rows read it
- * again from the cache.
+ * folds a load into every multiply-add, and for 4 rows the loads, not memory,
+ * bound the product); more rows read it again from the cache.
  *
  * few_columns: `count` products out[p] = a[p] (rows, k) @ b[p] (k, cols), many
  * rows of a (keys, `lda` floats apart) against a few columns (queries, up to
@@ -34,8 +33,8 @@
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
-#define AHEAD 8192  /* bytes of b's rows fetched ahead of the one being read (4 rows by 64-column panels: 0.9x a
-                       * plain stream at 2 KB, 1.0x at 8 KB; one row the same at both) */
+#define AHEAD 8192  /* bytes of b's rows fetched ahead of the one being read (2 KB leaves 4 rows by 64-column
+                       * panels short of a plain stream's rate; one row reads at the same rate at both) */
 #define GROUP 4     /* input rows multiplied with one read of a row of b */
 #define LANES 16
 #define MAX_K 1024  /* few_columns' k */
