@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from tempo.ir import ops
-from tempo.runtime.backends.numpy import (FEW, FEW_MATRICES, REDUCERS, REDUCTIONS, SKINNY_FROM, NumPyBackend, _batch_contract,
-                                          _matmul, _unsqueeze)
+from tempo.runtime.backends.numpy import (FEW, FEW_MATRICES, REDUCERS, REDUCTIONS, SKINNY_FROM, NumPyBackend,
+                                          _batch_contract, _matmul, _unsqueeze)
 
 RNG = np.random.default_rng(0)
 
@@ -96,7 +96,8 @@ def test_the_sigmoid_kernel_is_one_over_one_plus_exp_minus_x(x):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
-@pytest.mark.parametrize("axis, keepdims", [((-1,), True), ((0,), False), ((0, 2), True), ((0, 1, 2), False), (1, False)])
+@pytest.mark.parametrize("axis, keepdims", [((-1,), True), ((0,), False), ((0, 2), True), ((0, 1, 2), False),
+                                            (1, False)])
 def test_the_mean_is_numpy_s_bit_for_bit(dtype, axis, keepdims):
     x = (RNG.normal(size=(3, 5, 7)) * 100).astype(dtype)
     got, want = REDUCTIONS["mean"](x, axis=axis, keepdims=keepdims), np.mean(x, axis=axis, keepdims=keepdims)

@@ -114,7 +114,7 @@ INLINE void row_by_columns(const float *row, const float *bt, float *out, const 
   for (int64_t c = 0; c < cols; c++) out[c] = sums[c];
 }
 
-/* Rows of the `count` products from `first` on, row after row and within a row product after product:
+/* Rows of the `count` products, row after row and within a row product after product:
  * where the products' rows interleave (attention's keys, one row a position holding every head),
  * memory is read front to back, once. */
 INLINE void rows_by_columns(const float *a, int64_t lda, int64_t stride_a, const float *bt, float *out,
