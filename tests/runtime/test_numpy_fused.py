@@ -153,3 +153,13 @@ def test_layout_steps_with_constant_shapes_are_direct_calls():
     got, = kernel([x], {}, ())
     np.testing.assert_array_equal(got, np.broadcast_to(x.reshape(2, 6).T, (2, 6, 2)))
     assert not {"k0", "k1", "k2"} & set(kernel.__globals__)
+
+
+def test_a_squeeze_or_reshape_of_a_step_without_inputs_is_no_product():
+    """The chains of a linear layer are looked for from every squeeze and reshape: one whose input is a
+    constant (a step that reads nothing) is no chain."""
+    fused = island(step(ops.ConstOp(ops.Array(np.ones((1, 3), np.float32))), ()),
+                   step(ops.SqueezeOp(0), ((0, 0),)), step(ops.ReshapeOp((3, 1)), ((0, 0),)),
+                   outputs=((1, 0), (2, 0)))
+    squeezed, reshaped = NumPyBackend().kernel(fused)([], {}, ())
+    assert squeezed.shape == (3,) and reshaped.shape == (3, 1)

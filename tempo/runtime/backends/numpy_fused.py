@@ -115,9 +115,12 @@ def _product_chain(op: ops.FusedOp, s: int, kinds: tuple, call_of, readers) -> t
         if not isinstance(step.op, kind) or step.inputs[0][0] < 0:
             return None
         chain.insert(0, step.inputs[0][0])
-    m, u = chain[0], steps[chain[0]].inputs[0][0]
-    if (not isinstance(steps[m].op, ops.MatMulOp) or u < 0 or not isinstance(steps[u].op, ops.UnsqueezeOp)
+    m = chain[0]
+    if (not isinstance(steps[m].op, ops.MatMulOp) or steps[m].inputs[0][0] < 0
             or steps[m].op.ordered_rows or steps[m].op.ordered_inner):  # a product in step order keeps its kernel
+        return None
+    u = steps[m].inputs[0][0]
+    if not isinstance(steps[u].op, ops.UnsqueezeOp):
         return None
     chain.insert(0, u)
     if (any(readers[(j, 0)] != [k] for j, k in zip(chain, chain[1:])) or {(j, 0) for j in chain[:-1]} & set(op.outputs)
