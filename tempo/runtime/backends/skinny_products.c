@@ -33,8 +33,10 @@
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
-#define AHEAD 8192  /* bytes of b's rows fetched ahead of the one being read (2 KB leaves 4 rows by 64-column
-                       * panels short of a plain stream's rate; one row reads at the same rate at both) */
+#define AHEAD 2048  /* bytes of b's rows fetched ahead of the one being read, for one input row (further
+                       * ahead, a decoding step's other work runs slower: the lines come in too early) */
+#define AHEAD_ROWS 8192  /* the same for several input rows (at 2 KB, 4 rows by 64-column panels read short of
+                          * a plain stream's rate) */
 #define GROUP 4     /* input rows multiplied with one read of a row of b */
 #define LANES 16
 #define MAX_K 1024  /* few_columns' k */
@@ -46,7 +48,7 @@ INLINE void rows_by_matrix(const float *x, int64_t ldx, const float *b, int64_t 
   __m512 acc[GROUP][4];
   for (int64_t g = 0; g < group; g++)
     for (int64_t v = 0; v < vectors; v++) acc[g][v] = _mm512_setzero_ps();
-  const int64_t width = vectors * LANES, ahead = AHEAD / (width * 4) * ldb;
+  const int64_t width = vectors * LANES, ahead = (group > 1 ? AHEAD_ROWS : AHEAD) / (width * 4) * ldb;
   for (int64_t i = 0; i < k; i++) {
     const float *row = b + i * ldb;
     if (fetch)
