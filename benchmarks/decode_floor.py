@@ -201,12 +201,14 @@ def _between(stamps: dict, lengths: list[int], last: int, parts: tuple = ()) -> 
 def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, batch: int = 1,
                  backend: str = "numpy", profile: bool = False) -> dict:
     """With ``profile``: also the CPU time per step inside the weight products (the quantised
-    ones' host function, or the NumPy backend's products by weight panels) and inside the NumPy
+    ones' host function, or the NumPy backend's products by weight panels: a fused island's linear
+    layers, :class:`~tempo.runtime.backends.skinny_products.RowsByPanels`, and the others) and inside the NumPy
     backend's other products (attention's; the rotary one where it is not in a host function),
     each call timed (about 2 us added per call)."""
     import tempo as tpo
     from tempo.llm.quantized import QuantizedMatrices
     from tempo.runtime.backends import numpy as numpy_backend
+    from tempo.runtime.backends import skinny_products
 
     clocks = {"products": 0.0, "other_matmul": 0.0}
     if profile:
@@ -219,6 +221,8 @@ def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, batc
             return run
 
         QuantizedMatrices.matmul = timed(QuantizedMatrices.matmul, "products")
+        if hasattr(skinny_products, "RowsByPanels"):  # (a tree of --tempo-from may not have it)
+            skinny_products.RowsByPanels.__call__ = timed(skinny_products.RowsByPanels.__call__, "products")
         by_panels, others = timed(numpy_backend._matmul, "products"), timed(numpy_backend._matmul, "other_matmul")
         numpy_backend._matmul = lambda a, b: (by_panels if b.ndim == 3 and a.ndim > 2 and a.shape[-3] == 1
                                               else others)(a, b)

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from tempo.ir import ops
-from tempo.runtime.backends.numpy import (FEW, FEW_MATRICES, REDUCERS, SKINNY_FROM, NumPyBackend, _batch_contract,
-                                          _matmul, _unsqueeze)
+from tempo.runtime.backends.numpy import (FEW, FEW_MATRICES, REDUCERS, REDUCTIONS, SKINNY_FROM, NumPyBackend,
+                                          _batch_contract, _matmul, _unsqueeze)
 
 RNG = np.random.default_rng(0)
 
@@ -93,3 +93,13 @@ def test_the_sigmoid_kernel_is_one_over_one_plus_exp_minus_x(x):
     assert np.asarray(got).dtype == np.asarray(want).dtype and np.shape(got) == np.shape(want)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize("axis, keepdims", [((-1,), True), ((0,), False), ((0, 2), True), ((0, 1, 2), False),
+                                            (1, False)])
+def test_the_mean_is_numpy_s_bit_for_bit(dtype, axis, keepdims):
+    x = (RNG.normal(size=(3, 5, 7)) * 100).astype(dtype)
+    got, want = REDUCTIONS["mean"](x, axis=axis, keepdims=keepdims), np.mean(x, axis=axis, keepdims=keepdims)
+    assert np.asarray(got).dtype == np.asarray(want).dtype and np.shape(got) == np.shape(want)
+    assert np.asarray(got).tobytes() == np.asarray(want).tobytes()

@@ -119,3 +119,47 @@ def test_a_layer_on_a_batch_of_vectors_gives_its_steps_numbers_bit_for_bit(x_sha
     got, = kernel([x, w], {}, ())
     assert got.shape == by_hand.shape and got.tobytes() == by_hand.tobytes()
     assert not {"f0", "f1", "k0", "k1"} & set(kernel.__globals__)  # one line: the unsqueeze and product inside it
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_a_layer_through_weight_panels_is_one_line_with_its_steps_numbers(rows):
+    """``reshape(permute(unsqueeze(x) @ panels))`` (the packed weights' linear layer) is one call
+    that writes the result in its final layout; the numbers are the steps' own (the same kernel)."""
+    count, k, width = 3, 64, 32
+    chain = (ops.UnsqueezeOp(0), ops.MatMulOp(), ops.PermuteOp((1, 0, 2)), ops.ReshapeOp((rows, count * width)))
+    fused = island(step(chain[0], ((-1, 0),)), step(chain[1], ((0, 0), (-1, 1))), step(chain[2], ((1, 0),)),
+                   step(chain[3], ((2, 0),)), step(ops.ElementwiseOp("tanh"), ((3, 0),)), outputs=((4, 0),))
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(rows, k)).astype(np.float32)
+    w = rng.normal(size=(count, k, width)).astype(np.float32)
+    backend = NumPyBackend()
+    by_hand = x
+    for op in (*chain, ops.ElementwiseOp("tanh")):
+        by_hand = backend.kernel(op)([by_hand, w] if isinstance(op, ops.MatMulOp) else [by_hand], {}, ())[0]
+    kernel = backend.kernel(fused)
+    for _ in range(2):  # the second call with the panels it keeps
+        got, = kernel([x, w], {}, ())
+        assert got.shape == by_hand.shape and got.tobytes() == by_hand.tobytes()
+    assert not {"f0", "f1", "f2", "k0", "k1", "k2"} & set(kernel.__globals__)
+    wide, = kernel([x, rng.normal(size=(count, k, 128)).astype(np.float32)[..., :width]], {}, ())  # not C-ordered
+    assert wide.shape == (rows, count * width)  # multiplied by NumPy's steps instead
+
+
+def test_layout_steps_with_constant_shapes_are_direct_calls():
+    fused = island(step(ops.ReshapeOp((2, 6)), ((-1, 0),)), step(ops.PermuteOp((1, 0)), ((0, 0),)),
+                   step(ops.ExpandOp((2, 6, 2)), ((1, 0),)), outputs=((2, 0),))
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    kernel = NumPyBackend().kernel(fused)
+    got, = kernel([x], {}, ())
+    np.testing.assert_array_equal(got, np.broadcast_to(x.reshape(2, 6).T, (2, 6, 2)))
+    assert not {"k0", "k1", "k2"} & set(kernel.__globals__)
+
+
+def test_a_squeeze_or_reshape_of_a_step_without_inputs_is_no_product():
+    """The chains of a linear layer are looked for from every squeeze and reshape: one whose input is a
+    constant (a step that reads nothing) is no chain."""
+    fused = island(step(ops.ConstOp(ops.Array(np.ones((1, 3), np.float32))), ()),
+                   step(ops.SqueezeOp(0), ((0, 0),)), step(ops.ReshapeOp((3, 1)), ((0, 0),)),
+                   outputs=((1, 0), (2, 0)))
+    squeezed, reshaped = NumPyBackend().kernel(fused)([], {}, ())
+    assert squeezed.shape == (3,) and reshaped.shape == (3, 1)

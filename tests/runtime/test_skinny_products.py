@@ -80,12 +80,41 @@ def test_without_a_compiler_panels_are_numpy_products(tmp_path, monkeypatch):
     np.testing.assert_array_equal(numpy_backend._matmul(a, b), np.matmul(a, b))
 
 
+@pytest.mark.parametrize("m", [1, 3, 4, 32])
+@pytest.mark.parametrize("width", [32, 64])
+def test_rows_by_panels_is_the_product_laid_out_row_by_row(lib, m, width):
+    """A linear layer through panels: (m, k) @ (count, k, width) written as (m, count * width)."""
+    x, b = rows((), m, 48)[0], panels(5, 48, width)
+    out = sp.RowsByPanels((m, 5 * width))(x, b)
+    close(out, x, b.transpose(1, 0, 2).reshape(48, 5 * width))
+
+
+def test_rows_by_panels_keeps_the_panels_it_was_called_with(lib):
+    """The panels' address is taken once; other panels (another constant) are multiplied as themselves."""
+    x, first, second = rows((), 2, 32)[0], panels(3, 32, 32, seed=5), panels(3, 32, 32, seed=6)
+    product = sp.RowsByPanels((2, 96))
+    for b in (first, second, first):
+        close(product(x, b), x, b.transpose(1, 0, 2).reshape(32, 96))
+
+
+@pytest.mark.parametrize("case", ["float64", "another shape", "33 rows", "strided panels", "3-D rows"])
+def test_what_rows_by_panels_does_not_take_is_none(lib, case):
+    x, b = rows((), 2, 32)[0], panels(4, 32, 32)
+    x, b, shape = {"float64": (x.astype(np.float64), b, (2, 128)), "another shape": (x, b, (1, 256)),
+                   "33 rows": (rows((), 33, 32)[0], b, (33, 128)),
+                   "strided panels": (x, panels(4, 32, 64)[..., :32], (2, 128)),
+                   "3-D rows": (x[None], b, (2, 128))}[case]
+    assert sp.RowsByPanels(shape)(x, b) is None
+
+
 def test_a_decoding_product_of_packed_weights_matches_the_plain_one(lib, monkeypatch):
     """``x[t] @ w[l]`` of one row by a layer's constant matrix, packed into panels by the compiler on
-    NumPy and multiplied by the kernel, against the same program with the packing pass off."""
+    NumPy and multiplied by the kernel (the island's linear layer, written in its final layout),
+    against the same program with the packing pass off."""
     calls = []
-    real = sp.panels
-    monkeypatch.setattr(sp, "panels", lambda a, b: calls.append(b.shape) or real(a, b))
+    real = sp.RowsByPanels.__call__
+    monkeypatch.setattr(sp.RowsByPanels, "__call__",
+                        lambda self, a, b: calls.append(b.shape) or real(self, a, b))
     rng = np.random.default_rng(4)
     x, w = rng.standard_normal((3, 1, 256)).astype(np.float32), rng.standard_normal((2, 256, 512)).astype(np.float32)
 
@@ -115,7 +144,7 @@ def test_a_few_rows_by_each_matrix_of_a_stack(lib, m, n):
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
-@pytest.mark.parametrize("k", [16, 64, 1024])
+@pytest.mark.parametrize("k", [16, 32, 48, 64, 1024])
 def test_many_rows_by_a_few_columns_of_a_stack(lib, n, k):
     """Attention's ``keys @ q^T``: (batch, kv heads, S, head_dim) @ (batch, kv heads, head_dim, groups)."""
     a, b = stack((1, 3, 1100 * 16 // k, k), 0), stack((1, 3, k, n), 1)
@@ -132,6 +161,26 @@ def test_stacks_read_as_the_stores_hold_them(lib):
     for keys_or_values in (store, prompt):
         close(sp.stacked(keys_or_values, queries_t), keys_or_values, queries_t)
         close(sp.stacked(groups, keys_or_values), groups, keys_or_values)
+
+
+@pytest.mark.parametrize("batch", [2, 4])
+def test_stacks_of_several_sequences_read_as_the_stores_hold_them(lib, monkeypatch, batch):
+    """A key store's rows hold every sequence's heads side by side (one kernel call for the stack); the
+    prompts' permuted view holds each sequence's positions apart (a call per sequence)."""
+    calls = []
+    for name in ("few_rows", "few_columns"):
+        real = getattr(lib, name)
+        monkeypatch.setattr(lib, name, lambda *args, real=real: calls.append(args[9 if len(args) == 13 else 7])
+                            or real(*args))
+    store = stack((300, batch, 3, 64), 6)[:259].transpose(1, 2, 0, 3)
+    prompt = stack((batch, 259, 3, 64), 7).transpose(0, 2, 1, 3)
+    groups = stack((batch, 3, 3, 259), 8)
+    queries_t = np.ascontiguousarray(stack((batch, 3, 3, 64), 9).transpose(0, 1, 3, 2))
+    for keys_or_values, per_call in ((store, [3 * batch]), (prompt, [3] * batch)):
+        calls.clear()
+        close(sp.stacked(keys_or_values, queries_t), keys_or_values, queries_t)
+        close(sp.stacked(groups, keys_or_values), groups, keys_or_values)
+        assert calls == per_call * 2
 
 
 @pytest.mark.parametrize("case", ["float64", "5 rows", "width 24", "k 40", "transposed columns", "leads differ",

@@ -57,8 +57,25 @@ ELEMENTWISE = {
     "or": np.logical_or, "mod": np.mod, "floordiv": np.floor_divide, "where": np.where,
 }
 REDUCERS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
-REDUCTIONS = {"sum": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
-"""The ufunc reductions ``np.sum``, ``np.max`` and ``np.min`` run, called without their Python wrapper."""
+MEAN_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # where np.mean is the sum divided by the count
+
+
+def _mean(x, axis, keepdims: bool = False):
+    """``np.mean(x, axis, keepdims=keepdims)``, bit for bit; for a float32 or float64 array, its sum
+    divided by the count in place, without np.mean's Python wrapper (whose argument handling costs
+    more than the sums of a decoding step's norms: two means a layer)."""
+    if x.__class__ is not np.ndarray or x.dtype not in MEAN_DTYPES:
+        return np.mean(x, axis, keepdims=keepdims)
+    total = np.add.reduce(x, axis, keepdims=keepdims)
+    axes = (axis,) if isinstance(axis, int) else axis
+    count = x.size if axis is None else math.prod(x.shape[a] for a in axes)
+    if total.__class__ is not np.ndarray:  # a 0-d result is a scalar: divided as np.mean divides it
+        return total.dtype.type(total / count)
+    return np.true_divide(total, count, out=total)
+
+
+REDUCTIONS = {"sum": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce, "mean": _mean}
+"""The reductions ``np.sum``, ``np.max``, ``np.min`` and ``np.mean`` run, called without their Python wrapper."""
 ORDERED = {"sum": ordered_sum, "mean": ordered_mean}
 """A sum or mean whose ``ReduceOp`` is ``ordered``: each axis added in index order (:mod:`.numpy_ordered`)."""
 
@@ -318,7 +335,6 @@ def _unsqueezing(axis: int) -> Callable:
 SIMPLE: dict[type, Callable] = {
     ops.BatchContractOp: lambda op, xs: (ordered_batch_contract(xs[0], xs[1], op.ordered) if op.ordered
                                          else _batch_contract(xs[0], xs[1])),
-    ops.PermuteOp: lambda op, xs: _permute(xs[0], op.axes),
     ops.CatOp: lambda op, xs: np.concatenate(xs, axis=op.axis),
     ops.IdentOp: lambda op, xs: xs[0],
     ops.ArgSortOp: lambda op, xs: np.argsort(xs[0], axis=op.axis, kind="stable"),
@@ -348,7 +364,29 @@ CALLS: dict[type, Callable[[ops.Op], Callable]] = {
     ops.SqueezeOp: lambda op: operator.methodcaller("squeeze", op.axis),  # np.squeeze's own call, without its wrapper
     ops.CumSumOp: lambda op: operator.methodcaller("cumsum", op.axis),
     ops.CastOp: lambda op: operator.methodcaller("astype", op.dtype, copy=False),
+    ops.PermuteOp: lambda op: (operator.methodcaller("transpose", op.axes) if op.axes[-1:] == (len(op.axes) - 1,)
+                               else functools.partial(_permute, axes=op.axes)),
 }
+
+
+# Ops whose kernel evaluates the op's shape or index at the point: where those are constants, a fused island
+# calls one function of the input instead (None where they are not).
+STATIC_CALLS: dict[type, Callable[[ops.Op], Callable | None]] = {
+    ops.ReshapeOp: lambda op: _static(op.shape) and _reshaping(tuple(op.shape)),
+    ops.ExpandOp: lambda op: _static(op.shape) and functools.partial(np.broadcast_to, shape=tuple(op.shape)),
+    ops.SpatialIndexOp: lambda op: (None if seq(*op.items).free_symbols()
+                                    else operator.itemgetter(compile_expr(seq(*op.items))({}))),
+}
+
+
+def _static(shape) -> bool:
+    return all(isinstance(s, int) for s in shape)
+
+
+def _reshaping(shape: tuple) -> Callable:
+    """:func:`_reshaped` to ``shape``, as the array's own method where the input is an array."""
+    method = operator.methodcaller("reshape", shape)
+    return lambda x: method(x) if x.__class__ is np.ndarray else np.reshape(x, shape)
 
 
 def _calling(op: ops.Op) -> Kernel:
@@ -367,8 +405,8 @@ def _fused(op: ops.FusedOp) -> Kernel:
 
 
 def _call(op: ops.Op) -> Callable | None:
-    make = CALLS.get(type(op))
-    return make(op) if make else None
+    make = CALLS.get(type(op)) or STATIC_CALLS.get(type(op))
+    return (make(op) or None) if make else None
 
 
 def _factory(op: ops.Op) -> Callable[[ops.Op], Kernel]:

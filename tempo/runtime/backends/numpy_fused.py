@@ -13,7 +13,14 @@ quarter of the learner's time.
 
 A linear layer on a batch of vectors, ``squeeze(unsqueeze(x) @ w)``, is one
 line calling the product on ``x`` itself: a third of an acting step's cost
-on CleanRL's PPO, with the same numbers.
+on CleanRL's PPO, with the same numbers. A linear layer through weight panels
+(:mod:`tempo.transforms.pack_weights`: ``reshape(permute(unsqueeze(x) @
+panels))``, each of a decoding step's weight products) is one line calling the
+native kernel that writes the product in its final layout
+(:class:`~tempo.runtime.backends.skinny_products.RowsByPanels`), the same
+numbers as the four steps. Layout steps whose shape or index is a constant
+(reshape, expand, basic indexing) and permutes are plain calls too, without
+the kernel's argument list.
 
 A failing step raises :class:`StepFailed` with its op's name and site,
 found from the line of the island that raised.
@@ -26,6 +33,7 @@ from typing import Callable
 import numpy as np
 
 from tempo.ir import ops
+from tempo.runtime.backends import skinny_products
 from tempo.runtime.backends.base import Kernel, StepFailed
 
 
@@ -35,10 +43,10 @@ def compile_island(op: ops.FusedOp, kernel_of: Callable[[ops.Op], Kernel],
     kernel, ``call_of`` a plain function of the step's inputs to its one output (a ufunc), called directly
     instead of the kernel where it gives one."""
     steps = op.steps
-    products = _vector_products(op, call_of)
-    skipped = {s for chain in products.values() for s in chain}
-    reads = [() if s in skipped else (steps[products[s][0]].inputs[0], steps[products[s][1]].inputs[1])
-             if s in products else step.inputs for s, step in enumerate(steps)]  # what each line reads
+    chains = {**_vector_products(op, call_of), **_panel_products(op, call_of)}
+    skipped = {s for chain, _ in chains.values() for s in chain}
+    reads = [() if s in skipped else (steps[chains[s][0][0]].inputs[0], steps[chains[s][0][1]].inputs[1])
+             if s in chains else step.inputs for s, step in enumerate(steps)]  # what each line reads
     used = {(j, k) for inputs in reads for j, k in inputs if j >= 0} | set(op.outputs)
     last_use = {(j, k): s for s, inputs in enumerate(reads) for j, k in inputs if j >= 0}
     kept = set(op.outputs)
@@ -52,11 +60,7 @@ def compile_island(op: ops.FusedOp, kernel_of: Callable[[ops.Op], Kernel],
         if s in skipped:
             continue
         args = ", ".join(f"inputs[{k}]" if j < 0 else f"v{j}_{k}" for j, k in reads[s])
-        call = call_of(step.op) if len(step.dtypes) == 1 else None
-        if s in products:
-            u, m = products[s]
-            call = _vector_product(call_of(steps[u].op), call_of(steps[m].op), call, steps[u].op.axis,
-                                   step.op.axis, _dtype(steps[u].dtypes[0]))
+        call = chains[s][1] if s in chains else call_of(step.op) if len(step.dtypes) == 1 else None
         if call is None:
             scope[f"k{s}"] = kernel_of(step.op)
             body = [f"        r = k{s}([{args}], env, point)"]
@@ -92,29 +96,84 @@ def compile_island(op: ops.FusedOp, kernel_of: Callable[[ops.Op], Kernel],
     return scope["island"]
 
 
-def _vector_products(op: ops.FusedOp, call_of) -> dict[int, tuple[int, int]]:
-    """The steps ``s`` that squeeze a matrix product ``m`` whose left side is step ``u``, an unsqueeze (a
-    linear layer on a batch of vectors: ``(x[..., None, :] @ w)[..., 0, :]``), where only ``m`` reads
-    ``u``, only ``s`` reads ``m``, the island exposes neither and the three share a dtype:
-    ``{s: (u, m)}`` (their axes are checked at run time, :func:`_vector_product`)."""
-    steps, readers = op.steps, {}
+def _readers(op: ops.FusedOp) -> dict[tuple[int, int], list[int]]:
+    readers = {}
     for s, step in enumerate(op.steps):
         for j, k in step.inputs:
             readers.setdefault((j, k), []).append(s)
-    found = {}
-    for s, step in enumerate(steps):
-        if not isinstance(step.op, ops.SqueezeOp) or step.inputs[0][0] < 0:
-            continue
-        m = step.inputs[0][0]
-        if (not isinstance(steps[m].op, ops.MatMulOp) or steps[m].inputs[0][0] < 0
-                or steps[m].op.ordered_rows or steps[m].op.ordered_inner):  # a product in step order keeps its kernel
-            continue
-        u = steps[m].inputs[0][0]
-        if (isinstance(steps[u].op, ops.UnsqueezeOp) and readers[(u, 0)] == [m] and readers[(m, 0)] == [s]
-                and not {(u, 0), (m, 0)} & set(op.outputs) and steps[u].dtypes == steps[m].dtypes == step.dtypes
-                and len(steps[m].dtypes) == 1 and all(call_of(steps[k].op) for k in (u, m, s))):
-            found[s] = (u, m)
+    return readers
+
+
+def _product_chain(op: ops.FusedOp, s: int, kinds: tuple, call_of, readers) -> tuple[int, ...] | None:
+    """The steps ``(u, m, ..., s)`` of a chain that ends at step ``s``: ``u`` an unsqueeze read by the
+    matrix product ``m`` alone (as its left side), then steps of the op types ``kinds`` (the last one
+    ``s``'s), each reading the one before, which no other step reads and the island does not expose,
+    all of one dtype and each one plain function of its inputs (``call_of``); None where ``s`` ends none."""
+    steps, chain = op.steps, [s]
+    for kind in reversed(kinds):
+        step = steps[chain[0]]
+        if not isinstance(step.op, kind) or step.inputs[0][0] < 0:
+            return None
+        chain.insert(0, step.inputs[0][0])
+    m = chain[0]
+    if (not isinstance(steps[m].op, ops.MatMulOp) or steps[m].inputs[0][0] < 0
+            or steps[m].op.ordered_rows or steps[m].op.ordered_inner):  # a product in step order keeps its kernel
+        return None
+    u = steps[m].inputs[0][0]
+    if not isinstance(steps[u].op, ops.UnsqueezeOp):
+        return None
+    chain.insert(0, u)
+    if (any(readers[(j, 0)] != [k] for j, k in zip(chain, chain[1:])) or {(j, 0) for j in chain[:-1]} & set(op.outputs)
+            or any(steps[j].dtypes != steps[s].dtypes for j in chain) or len(steps[s].dtypes) != 1
+            or not all(call_of(steps[j].op) for j in chain)):
+        return None
+    return tuple(chain)
+
+
+def _vector_products(op: ops.FusedOp, call_of) -> dict[int, tuple[tuple[int, ...], Callable]]:
+    """The steps ``s`` that squeeze a matrix product ``m`` whose left side is step ``u``, an unsqueeze (a
+    linear layer on a batch of vectors: ``(x[..., None, :] @ w)[..., 0, :]``), as
+    :func:`_product_chain` finds them: ``{s: ((u, m), the line's function)}`` (their axes are checked at
+    run time, :func:`_vector_product`)."""
+    steps, readers, found = op.steps, _readers(op), {}
+    for s in range(len(steps)):
+        chain = _product_chain(op, s, (ops.SqueezeOp,), call_of, readers)
+        if chain:
+            u, m, _ = chain
+            found[s] = ((u, m), _vector_product(call_of(steps[u].op), call_of(steps[m].op), call_of(steps[s].op),
+                                                steps[u].op.axis, steps[s].op.axis, _dtype(steps[u].dtypes[0])))
     return found
+
+
+def _panel_products(op: ops.FusedOp, call_of) -> dict[int, tuple[tuple[int, ...], Callable]]:
+    """The steps ``s`` that end a linear layer through weight panels
+    (:mod:`tempo.transforms.pack_weights`): ``x`` (rows, k) unsqueezed at its first axis (``u``), times
+    the panels (count, k, width) (``m``), permuted to (rows, count, width) (``p``) and reshaped to
+    (rows, count * width) (``s``), as :func:`_product_chain` finds them: ``{s: ((u, m, p), the line's
+    function)}``. The function is the native kernel that writes the product in its final layout
+    (:class:`~tempo.runtime.backends.skinny_products.RowsByPanels`), where it applies at run time."""
+    steps, readers, found = op.steps, _readers(op), {}
+    for s in range(len(steps)):
+        chain = _product_chain(op, s, (ops.PermuteOp, ops.ReshapeOp), call_of, readers)
+        if (chain and steps[chain[0]].op.axis == 0 and steps[chain[2]].op.axes == (1, 0, 2)
+                and len(steps[s].op.shape) == 2 and _dtype(steps[s].dtypes[0]) == np.float32):
+            found[s] = (chain[:-1], _panel_product(*(call_of(steps[j].op) for j in chain), steps[s].op.shape))
+    return found
+
+
+def _panel_product(unsqueeze: Callable, matmul: Callable, permute: Callable, reshape: Callable,
+                   shape: tuple) -> Callable:
+    """``reshape(permute(matmul(unsqueeze(x), w)))`` (a reshape to ``shape``) by the native kernel where
+    it applies (the same numbers: the kernel is the backend's product of a few rows by panels)."""
+    kernel = skinny_products.RowsByPanels(tuple(shape))
+
+    def product(x, w):
+        out = kernel(x, w)
+        if out is None:
+            return reshape(permute(matmul(unsqueeze(x), w)))
+        return out
+
+    return product
 
 
 def _vector_product(unsqueeze: Callable, matmul: Callable, squeeze: Callable, before: int, after: int, dtype):
