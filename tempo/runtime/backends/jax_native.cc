@@ -39,8 +39,8 @@ static ffi::Error PanelProduct(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> pa
   if (dims.size() != 3) return ffi::Error::InvalidArgument("tempo_panel_product: panels of rank 3 expected");
   const int64_t count = dims[0], k = dims[1], width = dims[2];
   const int64_t rows = static_cast<int64_t>(x.element_count()) / k;
-  few_rows(x.typed_data(), k, 0, panels.typed_data(), width, k * width, out->typed_data(), rows * width, count, rows,
-           k, width);
+  few_rows(x.typed_data(), k, 0, panels.typed_data(), width, k * width, out->typed_data(), width, rows * width, count,
+           rows, k, width);
   return ffi::Error::Success();
 }
 
@@ -76,7 +76,7 @@ static ffi::Error StackedFewRows(ffi::Buffer<ffi::F32> x, ffi::AnyBuffer b, ffi:
       std::memset(op, 0, sizeof(float) * group * width);
       int64_t start, stop = 0;
       while (next_run(keep, k, stop, &start, &stop)) {
-        rows_case(xp + start, k, base + p * stride_b + start * ldb, ldb, partial, stop - start, group,
+        rows_case(xp + start, k, base + p * stride_b + start * ldb, ldb, partial, width, stop - start, group,
                   width / LANES, r == 0);
         for (int64_t i = 0; i < group * width; i++) op[i] += partial[i];
       }
@@ -129,10 +129,10 @@ static ffi::Error StackedFewColumns(ffi::AnyBuffer a, ffi::Buffer<ffi::F32> b, f
       const float *at = ap + start * lda;
       float *to = op + start * cols;
       switch (cols) {
-        case 1: rows_by_columns(at, lda, bt, to, stop - start, k, 1); break;
-        case 2: rows_by_columns(at, lda, bt, to, stop - start, k, 2); break;
-        case 3: rows_by_columns(at, lda, bt, to, stop - start, k, 3); break;
-        case 4: rows_by_columns(at, lda, bt, to, stop - start, k, 4); break;
+        case 1: rows_by_columns(at, lda, 0, bt, to, 0, 1, stop - start, k, 1); break;
+        case 2: rows_by_columns(at, lda, 0, bt, to, 0, 1, stop - start, k, 2); break;
+        case 3: rows_by_columns(at, lda, 0, bt, to, 0, 1, stop - start, k, 3); break;
+        case 4: rows_by_columns(at, lda, 0, bt, to, 0, 1, stop - start, k, 4); break;
       }
     }
   }
