@@ -2,6 +2,8 @@
 skinny product kernels) against NumPy's, inside compiled programs, and the backend packing weights for them."""
 from __future__ import annotations
 
+import shutil
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +11,7 @@ import pytest
 
 import tempo as tpo
 from tempo.ir import ops
-from tempo.runtime.backends import jax_native
+from tempo.runtime.backends import jax_native, skinny_products
 from tests.transforms.simplification import ops_of
 
 
@@ -17,6 +19,14 @@ from tests.transforms.simplification import ops_of
 def native():
     if not jax_native.available():
         pytest.skip(jax_native.unavailable())
+
+
+def test_the_handlers_build_wherever_the_skinny_kernels_do():
+    # the handlers include the skinny kernels' source: a change of theirs that the handlers' calls do not
+    # follow must fail here, not fall back to XLA's dot unseen
+    if skinny_products.KERNELS.library() is None or not (shutil.which("c++") or shutil.which("g++")):
+        pytest.skip("no skinny kernels or no C++ compiler here")
+    assert jax_native.available(), jax_native.unavailable()
 
 
 def close(out, a, b):
