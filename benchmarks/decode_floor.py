@@ -88,8 +88,10 @@ LLAMA_CPP = "llama-cpp-python==0.3.36"
 LLAMA_CPP_BUILD = {"CMAKE_ARGS": "-DLLAVA_BUILD=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "
                                  "-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF",
                    "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1)}
-ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}   # XLA's CPU client: no operation split over threads
+# XLA's CPU client: a pool of one thread (PJRT_NPROC; one per core otherwise, running independent operations at
+# once) and no operation split over threads
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PJRT_NPROC": "1",
+              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
 
 
 # ----- the model files -----
