@@ -14,6 +14,10 @@ together: one step is a token of every sequence):
   rows by the native kernels of ``tempo/llm/quantized_kernels.c``, built with
   the machine's C compiler at first use, which widen each block once for up to
   4 rows), NumPy backend;
+- **tempo-q8**: tempo-q with each product's input rows rounded to 8 bits per
+  block of 32 first (``int8_inputs=True``, as llama.cpp rounds its
+  activations): integer dot products (``tempo/llm/int8_input_kernels.c``,
+  AVX512-VNNI), the logits those of the rounded inputs;
 - **tempo-q-torch**: tempo-q on the torch backend (the products are the same
   host function; the rest of the step runs as torch eager kernels);
 - **tempo-jax**: tempo (float32) on the JAX backend (causal decoding as one
@@ -23,6 +27,7 @@ together: one step is a token of every sequence):
   and inside the NumPy backend's other products (attention's; the rotary one
   where it is not in a host function) taken apart (``products_cpu_ms``,
   ``other_matmul_cpu_ms``; each call timed);
+- **tempo-q8-profile**: tempo-q8 the same way;
 - **tempo-profile**: tempo (float32) the same way: the weight products (a row
   by a matrix stored as panels, ``products_cpu_ms``) and the NumPy backend's
   other products (attention's and the rotary one, ``other_matmul_cpu_ms``);
@@ -201,7 +206,7 @@ def _between(stamps: dict, lengths: list[int], last: int, parts: tuple = ()) -> 
 
 
 def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, batch: int = 1,
-                 backend: str = "numpy", profile: bool = False) -> dict:
+                 backend: str = "numpy", profile: bool = False, int8_inputs: bool = False) -> dict:
     """With ``profile``: also the CPU time per step inside the weight products (the quantised
     ones' host function, or the NumPy backend's products by weight panels: a fused island's linear
     layers, :class:`~tempo.runtime.backends.skinny_products.RowsByPanels`, and the others) and inside the NumPy
@@ -228,7 +233,8 @@ def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, batc
         by_panels, others = timed(numpy_backend._matmul, "products"), timed(numpy_backend._matmul, "other_matmul")
         numpy_backend._matmul = lambda a, b: (by_panels if b.ndim == 3 and a.ndim > 2 and a.shape[-3] == 1
                                               else others)(a, b)
-    model = tpo.llm.Llama.from_pretrained(path, quantized=quantized)
+    model = (tpo.llm.Llama.from_pretrained(path, quantized=quantized, int8_inputs=True) if int8_inputs
+             else tpo.llm.Llama.from_pretrained(path, quantized=quantized))
     stamps = {}
     model.generate(first_tokens(batch)[:, None], max(lengths) - 1, stop_at_eos=False, backend=backend,
                    on_token=lambda tokens, p: stamps.__setitem__(p, (time.perf_counter(), time.process_time(),
@@ -371,10 +377,13 @@ def first_token_llamacpp(path: str, length: int) -> dict:
 
 DECODE = {"tempo": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"], s["batch"]),
           "tempo-q": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"]),
+          "tempo-q8": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"], int8_inputs=True),
           "tempo-q-torch": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"], "torch"),
           "tempo-jax": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"], s["batch"], "jax"),
           "tempo-q-profile": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"],
                                                     profile=True),
+          "tempo-q8-profile": lambda s: decode_tempo(s["path"], True, s["lengths"], s["last"], s["batch"],
+                                                     profile=True, int8_inputs=True),
           "tempo-profile": lambda s: decode_tempo(s["path"], False, s["lengths"], s["last"], s["batch"],
                                                   profile=True),
           "transformers": lambda s: decode_transformers(s["path"], s["lengths"], s["last"], s["batch"]),

@@ -14,6 +14,7 @@ from tempo.llm.attention import AUTO, Attention
 from tempo.llm.chat import ChatTemplate, TextStream
 from tempo.llm.config import LlamaConfig
 from tempo.llm.gguf_file import GGUFFile, read_config
+from tempo.llm.quantized import QuantizedMatrices
 from tempo.llm.sampling import Sampling
 from tempo.llm.tiling import TileChoice, choose_tile
 from tempo.llm.tokenizer import gguf_tokenizer, load_tokenizer
@@ -41,12 +42,14 @@ class Llama:
     last_program: object = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_pretrained(cls, path: str, quantized: bool = False) -> "Llama":
+    def from_pretrained(cls, path: str, quantized: bool = False, int8_inputs: bool = False) -> "Llama":
         """Load ``path``: a GGUF file (``*.gguf``: :meth:`from_gguf`), or a folder with
         ``config.json``, ``model.safetensors`` (or shards and ``model.safetensors.index.json``),
         optionally ``tokenizer.json`` and ``tokenizer_config.json`` (its chat template)."""
         if path.endswith(".gguf") or os.path.isfile(path):
-            return cls.from_gguf(path, quantized)
+            return cls.from_gguf(path, quantized, int8_inputs)
+        if quantized or int8_inputs:
+            raise TempoError(f"quantized=True and int8_inputs=True read GGUF files; {path!r} is a model folder")
         if not os.path.isdir(path):
             raise TempoError(f"model folder {path!r} does not exist")
         config = LlamaConfig.from_file(os.path.join(path, "config.json"))
@@ -54,15 +57,24 @@ class Llama:
         return cls(config, Weights.from_folder(path, config), tokenizer, ChatTemplate.from_folder(path))
 
     @classmethod
-    def from_gguf(cls, path: str, quantized: bool = False) -> "Llama":
+    def from_gguf(cls, path: str, quantized: bool = False, int8_inputs: bool = False) -> "Llama":
         """Load a GGUF file: the config from its metadata, the tokenizer and chat template it
         embeds, its weights dequantised to float32; with ``quantized``, the Q8_0, Q4_0, Q4_1,
         Q4_K and Q6_K matrices stay quantised and each product is computed from them
-        (:mod:`tempo.llm.quantized`: a host function in the program, on every backend)."""
+        (:mod:`tempo.llm.quantized`: a host function in the program, on every backend). With
+        ``int8_inputs`` too, each of those products first rounds its input rows to 8 bits per
+        block of 32, as llama.cpp does (:func:`tempo.llm.quantized.rounded_inputs`): integer dot
+        products, faster where AVX512-VNNI is there, the logits no longer those of the float32
+        weights."""
+        if int8_inputs and not quantized:
+            raise TempoError("int8_inputs=True rounds the inputs of products from quantised weights: "
+                             "it needs quantized=True")
         f = GGUFFile.read(path)
         config = read_config(f)
         tokenizer = gguf_tokenizer(f.metadata, path)
         weights = Weights.from_gguf(f, config, quantized)
+        if int8_inputs:
+            weights = with_int8_inputs(weights)
         return cls(config, weights, tokenizer, ChatTemplate.from_gguf(f.metadata))
 
     @classmethod
@@ -224,3 +236,12 @@ def ended_at(new: np.ndarray, eos) -> int:
     (the last column if there is none)."""
     ended = np.logical_or.accumulate(np.isin(new, list(eos)), axis=1).all(axis=0)
     return int(np.argmax(ended)) if ended.any() else new.shape[1] - 1
+
+
+def with_int8_inputs(weights: Weights) -> Weights:
+    """``weights`` with each quantised matrix's products rounding their inputs to 8 bits."""
+    def rounded(matrices):
+        return matrices.with_int8_inputs() if isinstance(matrices, QuantizedMatrices) else matrices
+
+    return replace(weights, head=rounded(weights.head),
+                   layers={name: rounded(value) for name, value in weights.layers.items()})

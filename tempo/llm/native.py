@@ -1,4 +1,5 @@
-"""The quantised product kernels of ``quantized_kernels.c``, built with this machine's C compiler.
+"""The quantised product kernels of ``quantized_kernels.c`` and ``int8_input_kernels.c``, built
+with this machine's C compiler.
 
 The source is compiled once per machine by :mod:`tempo.runtime.native`
 (``cc -O3 -march=native``: its AVX-512 instructions) and loaded with
@@ -21,3 +22,10 @@ SIGNATURES = {"int8_blocks": [_P, _P, _P, _P, _I, _I, _I, _I],
 KERNELS = native.Kernels(SOURCE, SIGNATURES, "the quantised product kernels are", "products run with NumPy")
 kernels = KERNELS.library  # the loaded library, built at the first call; None where it cannot be
 unavailable = KERNELS.unavailable  # why kernels() is None
+
+INT8_INPUTS_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "int8_input_kernels.c")
+INT8_INPUTS_SIGNATURES = {"int8_blocks_int8_inputs": [_P, _P, _P, _P, _I, _I, _I, _I],
+                          "nibble_blocks_int8_inputs": [_P, _P, _P, _P, _P, _I, _I, _I, _I]}
+INT8_INPUTS = native.Kernels(INT8_INPUTS_SOURCE, INT8_INPUTS_SIGNATURES, "the 8-bit input kernels are",
+                             "products with rounded inputs run with NumPy")
+int8_input_kernels = INT8_INPUTS.library  # AVX-512 with VNNI; None where they cannot be built

@@ -29,6 +29,14 @@ Each GGML type is read into one of two forms, keeping its integers as stored:
 
 Only the integers and the scales (float32) stream from memory:
 :attr:`QuantizedMatrices.nbytes_per_layer`.
+
+With ``int8_inputs`` a product first rounds its input rows to 8 bits per
+block of 32 (:func:`rounded_inputs`, as llama.cpp rounds its activations) and
+multiplies the rounded rows by the weights: its products of integers are
+exact (``int8_input_kernels.c``: AVX512-VNNI's byte dot products, 64 in one
+instruction, where the float32 widening takes 16 multiply-adds and two
+conversions per 16 weights), so it differs from the float32 product only by
+the inputs' rounding (at most half of ``max |x_block| / 127`` per value).
 """
 from __future__ import annotations
 
@@ -97,6 +105,7 @@ class QuantizedMatrices:
     q: np.ndarray
     scale: np.ndarray
     offset: np.ndarray | None
+    int8_inputs: bool = False
 
     def __post_init__(self):
         for name in ("q", "scale", "offset"):            # the native kernels read them as C arrays
@@ -126,7 +135,13 @@ class QuantizedMatrices:
             return None if getattr(first, field) is None else np.concatenate([getattr(p, field) for p in parts], 1)
 
         return cls(first.type_name, sum(p.out_features for p in parts), first.in_features, joined("q"),
-                   joined("scale"), joined("offset"))
+                   joined("scale"), joined("offset"), first.int8_inputs)
+
+    def with_int8_inputs(self) -> "QuantizedMatrices":
+        """The same matrices (their arrays shared), each product rounding its input rows to 8 bits
+        per block of 32 first (:func:`rounded_inputs`)."""
+        return QuantizedMatrices(self.type_name, self.out_features, self.in_features, self.q, self.scale,
+                                 self.offset, True)
 
     @property
     def num_layers(self) -> int:
@@ -145,8 +160,14 @@ class QuantizedMatrices:
     def matmul(self, x: np.ndarray, layer: int) -> np.ndarray:
         """``x @ W[layer]^T`` for ``x`` (..., in), float32 (..., out): with the native kernels
         for up to :data:`NATIVE_ROWS` rows of ``x`` where they are built
-        (:mod:`tempo.llm.native`), else with NumPy (:meth:`panel_matmul`)."""
-        if x.size <= NATIVE_ROWS * x.shape[-1] and native.kernels() is not None:
+        (:mod:`tempo.llm.native`), else with NumPy (:meth:`panel_matmul`). With
+        ``int8_inputs``, ``rounded_inputs(x) @ W[layer]^T``."""
+        few = x.size <= NATIVE_ROWS * x.shape[-1]
+        if self.int8_inputs:
+            if few and native.int8_input_kernels() is not None:
+                return self.native_matmul(x, layer)
+            return self.panel_matmul(rounded_inputs(x), layer)
+        if few and native.kernels() is not None:
             return self.native_matmul(x, layer)
         return self.panel_matmul(x, layer)
 
@@ -159,17 +180,26 @@ class QuantizedMatrices:
 
     def native_matmul(self, x: np.ndarray, layer: int) -> np.ndarray:
         """``x @ W[layer]^T`` by the native kernels (``quantized_kernels.c``): each row's blocks
-        widened in registers, scaled sums in float32."""
-        lib = native.kernels()
+        widened in registers, scaled sums in float32. With ``int8_inputs``,
+        ``rounded_inputs(x) @ W[layer]^T`` by ``int8_input_kernels.c``."""
+        lib = native.int8_input_kernels() if self.int8_inputs else native.kernels()
         if lib is None:
-            raise TempoError(native.unavailable())
+            raise TempoError(native.INT8_INPUTS.unavailable() if self.int8_inputs else native.unavailable())
         self._check(x, layer)                             # the kernels read raw memory: no index checks
         lead = x.shape[:-1]
         rows = np.ascontiguousarray(x, np.float32).reshape(-1, self.in_features)
         y = np.empty((rows.shape[0], self.out_features), np.float32)
         (q, q_step), (d, d_step), (m, m_step) = self._addresses
         blocks = self.in_features // self.block
-        if self.q.dtype == np.int8:
+        if self.int8_inputs:
+            if self.q.dtype == np.int8:
+                lib.int8_blocks_int8_inputs(q + layer * q_step, d + layer * d_step, address(rows), address(y),
+                                            self.out_features, blocks, self.block, rows.shape[0])
+            else:
+                lib.nibble_blocks_int8_inputs(q + layer * q_step, d + layer * d_step, m and m + layer * m_step,
+                                              address(rows), address(y), self.out_features, blocks, self.block,
+                                              rows.shape[0])
+        elif self.q.dtype == np.int8:
             lib.int8_blocks(q + layer * q_step, d + layer * d_step, address(rows), address(y),
                             self.out_features, blocks, self.block, rows.shape[0])
         else:
@@ -239,6 +269,20 @@ class QuantizedMatrices:
             m = self.offset[layer]
             m = m[..., None, None] if m.ndim == 2 else m[..., None]
         return (d * values + m).reshape(self.out_features, self.in_features)
+
+
+def rounded_inputs(x: np.ndarray) -> np.ndarray:
+    """``x`` (..., in) rounded to 8 bits per block of 32 along its last axis, as float32: each
+    block's ``d = max |x| / 127`` times ``rint(x * (1 / d))`` (0 where the block is 0), the values
+    the 8-bit input kernels multiply by (float32 arithmetic, in their order)."""
+    x = np.ascontiguousarray(x, np.float32)
+    width = x.shape[-1]
+    pad = -width % 32
+    blocks = np.pad(x.reshape(-1, width), ((0, 0), (0, pad))).reshape(-1, (width + pad) // 32, 32)
+    d = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)
+    inverse = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+    rounded = d * np.rint(blocks * inverse)
+    return rounded.reshape(-1, width + pad)[:, :width].reshape(x.shape)
 
 
 def address(a: np.ndarray) -> int:
