@@ -16,20 +16,13 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #include <immintrin.h>
+
+#include "quantized_blocks.h"
 
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VNNI__)
 #error "the 8-bit input kernels need AVX-512 with VNNI (AVX512F, AVX512BW, AVX512VNNI)"
 #endif
-
-#define INLINE static inline __attribute__((always_inline))
-#define AHEAD 8192  /* bytes: how far ahead of the row being read its successors are fetched */
-#define GROUP 4     /* input rows sharing each chunk of weights read */
-
-INLINE void prefetch_ahead(const char *row, int64_t bytes) {
-  for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(row + AHEAD + at, _MM_HINT_T0);
-}
 
 /* The input rows rounded: per row, `chunks` chunks of 64 int8 values (zeros past `width`), the
  * scale of each block of 32 spread over the 16 lanes of each chunk (`spread`), and either each
@@ -124,18 +117,6 @@ INLINE __m512 weight_scales(const float *s, int64_t c, int64_t units, const int6
   else if (full) v = _mm512_castps128_ps512(_mm_loadu_ps(s + c * 4));
   else v = _mm512_maskz_loadu_ps((__mmask16)((1u << (units - c * per)) - 1), s + c * per);
   return _mm512_permutexvar_ps(idx, v);
-}
-
-/* sum_u offset[u] * sums[u] over `units` floats; offset NULL: -8 * scale[u] (Q4_0). */
-INLINE float shift_of(const float *offset, const float *scale, const float *sums, int64_t units) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t u = 0; u < units; u += 16) {
-    const __mmask16 k = units - u >= 16 ? 0xFFFF : (__mmask16)((1u << (units - u)) - 1);
-    const __m512 o = offset ? _mm512_maskz_loadu_ps(k, offset + u)
-                            : _mm512_mul_ps(_mm512_set1_ps(-8), _mm512_maskz_loadu_ps(k, scale + u));
-    acc = _mm512_fmadd_ps(o, _mm512_maskz_loadu_ps(k, sums + u), acc);
-  }
-  return _mm512_reduce_add_ps(acc);
 }
 
 /* Chunk c of one matrix row against `group` rounded input rows (from input row m0), added to acc.

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <immintrin.h>
 
+#include "quantized_blocks.h"
+
 #ifndef __AVX512F__
 #error "the quantised product kernels need AVX-512 (AVX512F)"
 #endif
@@ -26,19 +28,6 @@
 static inline __m512 widen_int8(const int8_t *q) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
 }
-
-#define INLINE static inline __attribute__((always_inline))
-#define AHEAD 8192  /* bytes: how far ahead of the row being read its successors are fetched */
-
-/* Ask for the cache lines AHEAD bytes past a row of `bytes` (the rows read next): the
- * hardware's own prefetching alone leaves the loads waiting on memory. */
-INLINE void prefetch_ahead(const char *row, int64_t bytes) {
-  for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(row + AHEAD + at, _MM_HINT_T0);
-}
-
-/* The input rows that share one widening of a block: each block's integers are widened once
- * and multiplied with up to GROUP rows of x (GROUP accumulators per scale, in registers). */
-#define GROUP 4
 
 /* int8 blocks of `block` weights (a multiple of 16), one scale each: Q8_0 (32), Q6_K (16, q - 32).
  * One matrix row against `group` input rows (x: the first of them, `width` apart); y[g * rows]. */
@@ -88,18 +77,6 @@ void int8_blocks(const int8_t *q, const float *scale, const float *x, float *y,
   if (block == 32) int8_body(q, scale, x, y, rows, blocks, 32, inputs);
   else if (block == 16) int8_body(q, scale, x, y, rows, blocks, 16, inputs);
   else int8_body(q, scale, x, y, rows, blocks, block, inputs);
-}
-
-/* sum_u offset[u] * sums[u] over `units` floats, 16 at a time; offset NULL: -8 * scale[u] (Q4_0). */
-INLINE float shift_of(const float *offset, const float *scale, const float *sums, int64_t units) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t u = 0; u < units; u += 16) {
-    const __mmask16 k = units - u >= 16 ? 0xFFFF : (__mmask16)((1u << (units - u)) - 1);
-    const __m512 o = offset ? _mm512_maskz_loadu_ps(k, offset + u)
-                            : _mm512_mul_ps(_mm512_set1_ps(-8), _mm512_maskz_loadu_ps(k, scale + u));
-    acc = _mm512_fmadd_ps(o, _mm512_maskz_loadu_ps(k, sums + u), acc);
-  }
-  return _mm512_reduce_add_ps(acc);
 }
 
 /* 4-bit blocks of `block` weights (a multiple of 32) in block / 2 bytes: the low nibbles hold the

@@ -13,6 +13,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -32,10 +33,21 @@ def _cpu_flags() -> str:
         return platform.processor()
 
 
-def library_path(source: str, compiler: str) -> str:
-    """Where ``source`` compiled by ``compiler`` for this CPU is kept."""
+def _text_with_includes(source: str) -> bytes:
+    """``source``'s bytes followed by those of the files it includes by a quoted name (``#include
+    "x.h"``, beside it): a change to either builds it again."""
     with open(source, "rb") as f:
-        key = hashlib.sha256(f.read() + " ".join([compiler, *FLAGS, _cpu_flags()]).encode()).hexdigest()[:16]
+        text = f.read()
+    folder = os.path.dirname(source)
+    included = re.findall(rb'^#include "([^"]+)"', text, re.MULTILINE)
+    return text + b"".join(_text_with_includes(os.path.join(folder, name.decode())) for name in included)
+
+
+def library_path(source: str, compiler: str) -> str:
+    """Where ``source`` compiled by ``compiler`` for this CPU is kept (named by a hash of it, the
+    files it includes, the compiler command and the CPU's flags)."""
+    text = _text_with_includes(source)
+    key = hashlib.sha256(text + " ".join([compiler, *FLAGS, _cpu_flags()]).encode()).hexdigest()[:16]
     name = os.path.splitext(os.path.basename(source))[0]
     return os.path.join(cache_folder(), f"{name}-{key}.so")
 
