@@ -15,7 +15,6 @@ guards, and a placeholder whose branches leave a gap.
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -76,28 +75,11 @@ def all_params(sdg: SDG) -> list[str]:
     return isl_expr.params_of(exprs)
 
 
-# the domains a pass worked out for the SDG it returned (tempo.transforms.fuse), for the next analysis
-# of that SDG: (the SDG, weakly; its roots, node and edge counts then; the domains)
-_CARRIED: list[tuple] = []
-
-
-def carry(sdg: SDG, roots: list[int], domains: Domains) -> None:
-    """Hand ``domains`` to the next :func:`analyse` of ``sdg`` for ``roots`` (as long as ``sdg`` has as
-    many nodes and edges as now): a pass that worked out the domains of the SDG it returns saves the
-    scheduler that analysis."""
-    _CARRIED[:] = [(weakref.ref(sdg), tuple(roots), len(sdg.nodes), len(sdg.edges), domains)]
-
-
 def analyse(sdg: SDG, roots: list[int]) -> Domains:
-    """Compute box, defined and executed sets for every node (see module doc), or take those a
-    pass carried for ``sdg`` and ``roots`` (:func:`carry`).
+    """Compute box, defined and executed sets for every node (see module doc).
 
     Placeholder gaps are checked first: a gap makes definedness creep forever.
     """
-    if _CARRIED:
-        held, carried_roots, nodes, edges, carried = _CARRIED.pop()
-        if held() is sdg and carried_roots == tuple(roots) and (nodes, edges) == (len(sdg.nodes), len(sdg.edges)):
-            return carried
     params = all_params(sdg)
     context = _positive(params, sdg.tiles)
     box = {n: _box(sdg, n, params, context) for n in sdg.nodes}

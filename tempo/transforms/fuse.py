@@ -56,21 +56,11 @@ class Config:
 
 
 def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
-    """The SDG with every static island of two or more nodes folded into a FusedOp.
-
-    The isl analysis that finds the islands serves the fused SDG too: its sets, each fused node's
-    its members' renamed, are carried to the scheduler (:func:`tempo.schedule.isl_domains.carry`),
-    which would otherwise analyse the fused SDG anew."""
+    """The SDG with every static island of two or more nodes folded into a FusedOp."""
     roots = list(sdg.roots) or list(sdg.nodes)
-    domains = isl_domains.analyse(sdg, roots)
-    islands = [m for m in _islands(sdg, Moves(sdg, domains)) if len(m) > 1]
-    new, carried = sdg, domains
-    if islands:
-        new, origins, members = _rebuild(sdg, islands)
-        carried = _carried(sdg, new, origins, members, domains)
-    if carried is not None and sdg.roots:  # the scheduler analyses the SDG for its roots
-        isl_domains.carry(new, list(new.roots), carried)
-    return new
+    moves = Moves(sdg, isl_domains.analyse(sdg, roots))
+    islands = [m for m in _islands(sdg, moves) if len(m) > 1]
+    return _rebuild(sdg, islands) if islands else sdg
 
 
 def fusable(node: Node) -> bool:
@@ -304,16 +294,13 @@ def _hazards(sdg: SDG, dims: tuple[Expr, ...], moves: Moves) -> list[set[int]]:
 
 
 # ----- the rewrite -----
-def _rebuild(sdg: SDG, islands: list[list[int]]) -> tuple[SDG, list[int], dict[int, list[int]]]:
-    """The SDG with each island folded into one node, the position in ``sdg.edges`` of an edge each
-    of its edges stands for (the same read of the same source), and each fused node's island."""
+def _rebuild(sdg: SDG, islands: list[list[int]]) -> SDG:
     new = SDG({}, [], sdg._next_id, dict(sdg.vectorized), (), dict(sdg.moved), dict(sdg.tiles))
     island_of = {m: k for k, island in enumerate(islands) for m in island}
     ins, outs = _adjacency(sdg)
-    position = {id(e): k for k, e in enumerate(sdg.edges)}
     fused, in_edges, moved = {}, {}, {}
     for k, island in enumerate(islands):
-        node, reads, exposed = _fuse(sdg, island, ins, outs, new._next_id, position)
+        node, reads, exposed = _fuse(sdg, island, ins, outs, new._next_id)
         new._next_id += 1
         fused[k], in_edges[node.id] = node, reads
         for j, key in enumerate(exposed):
@@ -332,62 +319,26 @@ def _rebuild(sdg: SDG, islands: list[list[int]]) -> tuple[SDG, list[int], dict[i
     def source(src: int, out: int) -> tuple[int, int]:
         return moved.get((src, out), (src, out))
 
-    origins = []
-    for k, e in enumerate(sdg.edges):
+    for e in sdg.edges:
         if e.sink not in island_of:
             src, out = source(e.src, e.src_out)
             new.add_edge(Edge(e.sink, e.sink_in, src, out, e.index, e.cond))
-            origins.append(k)
     for fid, reads in in_edges.items():
-        for k, ((src, out, index, cond), origin) in enumerate(reads):
+        for k, (src, out, index, cond) in enumerate(reads):
             new.add_edge(Edge(fid, k, *source(src, out), index, cond))
-            origins.append(origin)
     new.moved = {key: moved.get(value, value) for key, value in new.moved.items()}
     new.moved.update(moved)
     new.roots = tuple(dict.fromkeys(moved[(n, 0)][0] if (n, 0) in moved else n for n in sdg.roots))
-    return new, origins, {fused[k].id: island for k, island in enumerate(islands)}
+    return new
 
 
-def _carried(sdg: SDG, new: SDG, origins: list[int], members: dict[int, list[int]],
-             d: isl_domains.Domains) -> isl_domains.Domains | None:
-    """The domains of ``new`` (``sdg`` with the islands ``members``, by fused node, fused) from ``sdg``'s
-    ``d``: a node fusion left
-    keeps its sets; a fused node runs where each of its members runs (they run at the same points),
-    is defined where all of them are, and reads what its members read; an edge of ``new`` keeps the
-    sets of the edge of ``sdg`` it stands for (``origins``), renamed. None where the fused SDG has other
-    parameters (a bound only an island's inside mentioned)."""
-    params = isl_domains.all_params(new)
-    if params != d.params:
-        return None
-    box, defined, executed = {}, {}, {}
-    for n in new.nodes:
-        if n not in members:
-            box[n], defined[n], executed[n] = d.box[n], d.defined[n], d.executed[n]
-            continue
-        name, first = isl_domains.statement(n), members[n][0]
-        box[n], executed[n] = d.box[first].set_tuple_name(name), d.executed[first].set_tuple_name(name)
-        defined[n] = box[n]
-        for m in members[n]:
-            defined[n] = defined[n].intersect(d.defined[m].set_tuple_name(name))
-        defined[n] = defined[n].coalesce()
-    reads, active = {}, {}
-    for k, (e, origin) in enumerate(zip(new.edges, origins)):
-        sink, src = isl_domains.statement(e.sink), isl_domains.statement(e.src)
-        reads[k] = d.reads[origin].set_tuple_name(isl.dim_type.in_, sink).set_tuple_name(isl.dim_type.out, src)
-        active[k] = d.active[origin].set_tuple_name(sink)
-    return isl_domains.Domains(params, box, active, reads, defined, executed, d.context)
-
-
-def _fuse(sdg: SDG, island: list[int], ins: dict[int, list[Edge]], outs: dict[int, list[Edge]], node_id: int,
-          edge_position: dict[int, int]):
-    """The FusedOp node for ``island``, its reads ``((src, out, index, cond), edge)`` (``edge``: the
-    position in ``sdg.edges`` of a member's edge that reads it) and the ``(member, output)`` pairs it
-    exposes, in the order of its outputs."""
+def _fuse(sdg: SDG, island: list[int], ins: dict[int, list[Edge]], outs: dict[int, list[Edge]], node_id: int):
+    """The FusedOp node for ``island``, its reads ``(src, out, index, cond)`` and the
+    ``(member, output)`` pairs it exposes, in the order of its outputs."""
     members = set(island)
     order = _topological(island, ins)
     position = {m: j for j, m in enumerate(order)}
     reads: dict[tuple, int] = {}
-    edge_of: dict[tuple, int] = {}  # read -> the position of an edge that reads it
     steps = []
     for m in order:
         inputs = []
@@ -396,7 +347,6 @@ def _fuse(sdg: SDG, island: list[int], ins: dict[int, list[Edge]], outs: dict[in
                 inputs.append((position[e.src], e.src_out))
             else:
                 key = (e.src, e.src_out, e.index, e.cond)
-                edge_of.setdefault(key, edge_position[id(e)])
                 inputs.append((-1, reads.setdefault(key, len(reads))))
         node = sdg.nodes[m]
         steps.append(ops.FusedStep(node.op, tuple(inputs), node.dtypes, node.site, node.label, node.shapes))
@@ -410,7 +360,7 @@ def _fuse(sdg: SDG, island: list[int], ins: dict[int, list[Edge]], outs: dict[in
     node = Node(node_id, ops.FusedOp(tuple(steps), tuple((position[m], out) for m, out in exposed)),
                 first.domain, tuple(sdg.nodes[m].shapes[out] for m, out in exposed),
                 tuple(sdg.nodes[m].dtypes[out] for m, out in exposed), last.site, ",".join(labels))
-    return node, [(key, edge_of[key]) for key in reads], exposed
+    return node, list(reads), exposed
 
 
 def _topological(island: list[int], ins: dict[int, list[Edge]]) -> list[int]:
