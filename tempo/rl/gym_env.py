@@ -32,9 +32,7 @@ from tempo.symbolic.expr import Expr, bound_of
 @dataclass
 class _Episode:
     env: gymnasium.Env | None  # None once the episode is over (its environment serves another)
-    last_obs: np.ndarray
-    reward: float = 0.0  # of the last step
-    done: bool = False  # whether the episode is over
+    last_obs: np.ndarray  # the reset's, then the ending step's: what the steps after the end repeat
 
 
 class _Episodes:
@@ -44,7 +42,8 @@ class _Episodes:
     flags to Python ints and bools, the actions' rows as NumPy values) and
     writes each episode's outputs into arrays made for the call, which copies
     every observation once: what the program keeps is never the environment's
-    own array."""
+    own array. An episode keeps a copy of its observation only where the steps
+    after its end repeat it (its reset's and its ending step's)."""
 
     def __init__(self, name: str, kwargs: dict, sample_key: tuple[int, ...], first: gymnasium.Env, obs_dtype: str,
                  action_ndim: int, box: tuple[np.ndarray, np.ndarray] | None):
@@ -72,8 +71,7 @@ class _Episodes:
         obs = np.empty((n, *self.obs_shape), self.obs_dtype)
         reward, done = np.empty(n, np.float32), np.empty(n, bool)
         for row in range(n):
-            episode = self._step_one(keys[row], lefts[row], actions[row], ends[row])
-            obs[row], reward[row], done[row] = episode.last_obs, episode.reward, episode.done
+            reward[row], done[row] = self._step_one(keys[row], lefts[row], actions[row], ends[row], obs, row)
         return (obs, reward, done) if batched else (obs[0], reward[0], done[0])
 
     def _reset_one(self, key: tuple[int, ...]) -> np.ndarray:
@@ -85,31 +83,32 @@ class _Episodes:
         self.running[key] = _Episode(env, obs)
         return obs
 
-    def _step_one(self, key, steps_left: int, action, ended: bool) -> _Episode:
-        """Step the episode at ``key`` (an ended one is not stepped: its last observation, reward 0 and
-        done again); the episode, holding the step's outputs."""
+    def _step_one(self, key, steps_left: int, action, ended: bool, obs: np.ndarray, row: int) -> tuple:
+        """Step the episode at ``key``, its observation written into ``obs[row]`` (an ended one is not
+        stepped: its last observation, reward 0 and done again); the step's reward and done."""
         episode = self.running.get(key)
         if episode is None:
             raise RuntimeError(f"{self.name}: episode {key} was stepped before it was reset")
         if ended:
-            episode.reward, episode.done = 0.0, True
+            obs[row] = episode.last_obs
+            reward, done = 0.0, True
         else:
             # a NumPy int, as a vector env passes it (gymnasium's Discrete.contains checks it faster than an int)
             if self.box is None:
                 action = action if action.__class__ is np.int64 else np.int64(action)
             else:
                 action = np.clip(action, *self.box).astype(self.box[0].dtype)
-            obs, episode.reward, terminated, truncated, _ = episode.env.step(action)
-            episode.last_obs = np.array(obs, dtype=self.obs_dtype)  # the environment may reuse its own array
-            episode.done = done = bool(terminated or truncated)
+            obs[row], reward, terminated, truncated, _ = episode.env.step(action)  # a copy of the environment's
+            done = terminated or truncated
             if done:  # the episode is over: its environment serves the next one
+                episode.last_obs = obs[row].copy()
                 self.free.append(episode.env)
                 episode.env = None
         if steps_left == 0:
             self.running.pop(key)
             if episode.env is not None:
                 self.free.append(episode.env)
-        return episode
+        return reward, done
 
     def _make(self) -> gymnasium.Env:
         return gymnasium.make(self.name, **self.kwargs)
