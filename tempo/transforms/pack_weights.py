@@ -30,10 +30,11 @@ copied, inside the program.
 
 A constant that already holds panels (a model's weights kept in this layout,
 ``tempo.llm.weights.Panels``) is read by a program as the matrix put back
-together, ``reshape(permute(P, (1, 0, 2)), (k, n))``; each product of at most
-``Config.max_rows`` rows reading that matrix is rewritten to multiply the
-panels themselves, and each product of more rows puts the matrix back at its
-own point (as above): the panels are the program's only copy of the weights.
+together, ``reshape(permute(P, (1, 0, 2)), (k, n))``. On a backend with
+panels, each product of at most ``Config.max_rows`` rows reading that matrix
+is rewritten to multiply the panels themselves, and each product of more
+rows puts the matrix back at its own point (as above): the panels are the
+program's only copy of the weights.
 :func:`panels_of`, :func:`matrix_of` and :func:`width_for` give the layout
 and its width outside a compile.
 Runs after vectorization (which fixes how many rows each product has) and
@@ -164,15 +165,15 @@ def _pack(graph: Graph, c: int, width: int, packed: dict, max_rows: int) -> None
 def _read_panels(graph: Graph, c: int, cfg: Config) -> bool:
     """Rewrite the products that read constant ``c``, panels (count, k, width) at each point, put back
     together (``reshape(permute(c, (1, 0, 2)), (k, count * width))``) as their right operand, where
-    the backend multiplies the fewest rows any of them has by panels (``cfg.panel``; as
-    :func:`_panel_width`): those of at most ``cfg.max_rows`` rows multiply the panels, the others
-    put the matrix back at their own point. The views left unread are removed. Whether any
-    product was rewritten."""
+    the backend multiplies rows by panels (``cfg.panel`` of their fewest rows, or of
+    ``cfg.max_rows`` if more): those of at most ``cfg.max_rows`` rows multiply the panels, the
+    others put the matrix back at their own point (one matrix at a time, not one per point of the
+    views' dims, is held). The views left unread are removed. Whether any product was rewritten."""
     node = graph.nodes[c]
     if len(node.shapes[0]) != 3 or c in graph.vectorized:
         return False
     count, k, width = node.shapes[0]
-    products = []                        # (the product, its read of c, its rows)
+    products = []                        # (a product's read of the matrix, its read of c instead, its rows)
     for apart in graph.readers(c):
         permute = graph.nodes[apart.sink]
         if not (isinstance(permute.op, ops.PermuteOp) and permute.op.axes == (1, 0, 2) and _plain(graph, apart)):
@@ -188,8 +189,7 @@ def _read_panels(graph: Graph, c: int, cfg: Config) -> bool:
                 if (isinstance(graph.nodes[e.sink].op, ops.MatMulOp) and e.sink_in == 1 and _plain(graph, e)
                         and index is not None and (rows := _rows(graph, e)) is not None):
                     products.append((e, index, rows))
-    fewest = min((rows for _, _, rows in products), default=None)
-    if fewest is None or fewest > cfg.max_rows or cfg.panel(fewest) is None:
+    if not products or cfg.panel(min(cfg.max_rows, *(rows for _, _, rows in products))) is None:
         return False
     views = set()
     for e, index, rows in products:

@@ -116,24 +116,24 @@ def test_a_product_of_many_rows_reads_the_matrix_put_back_together():
     np.testing.assert_allclose(got_small, np.stack([few @ w[j] for j in range(2)]), rtol=1e-5, atol=1e-5)
 
 
-def put_back_program(backend: str, cfg: pack_weights.Config | None):
-    """``x[t] @ W[l]`` for 2 and 64 rows, ``W`` held as panels of 8 columns (read-only) and read put
-    back together, ``reshape(permute(P, (1, 0, 2)))``: the compiled program, what it computed, what
-    NumPy computes from the plain matrices, and the panels."""
+def put_back_program(backend: str, cfg: pack_weights.Config | None, rows: tuple = (2, 64)):
+    """``x[t] @ W[l]`` for each count of ``rows``, ``W`` held as panels of 8 columns (read-only) and
+    read put back together, ``reshape(permute(P, (1, 0, 2)))``: the compiled program, what it
+    computed, what NumPy computes from the plain matrices, and the panels."""
     rng = np.random.default_rng(3)
-    few, many = (rng.standard_normal((2, m, 16)).astype(np.float32) for m in (2, 64))
+    inputs = [rng.standard_normal((2, m, 16)).astype(np.float32) for m in rows]
     w = rng.standard_normal((2, 16, 24)).astype(np.float32)
     panels = pack_weights.panels_of(w, 8)
     panels.flags.writeable = False
     with tpo.Context() as ctx:
         (l, L), (t, T) = ctx.dims("l", "t")
         ws = tpo.from_numpy(panels, dims=(l,)).permute(1, 0, 2).reshape(16, 24)
-        small, large = tpo.from_numpy(few, dims=(t,))[t] @ ws[l], tpo.from_numpy(many, dims=(t,))[t] @ ws[l]
+        products = [tpo.from_numpy(x, dims=(t,))[t] @ ws[l] for x in inputs]
         passes = {"vectorize": False, "fuse": False}
-        program = ctx.compile([small, large], backend=backend,
+        program = ctx.compile(products, backend=backend,
                               passes=passes if cfg is None else {**passes, "pack_weights": cfg})
         got = program.run({L: 2, T: 2})
-    want = [np.stack([[x[s] @ w[j] for s in range(2)] for j in range(2)]) for x in (few, many)]
+    want = [np.stack([[x[s] @ w[j] for s in range(2)] for j in range(2)]) for x in inputs]
     return program, got, want, panels
 
 
@@ -152,6 +152,15 @@ def test_products_of_a_matrix_put_back_from_panels_multiply_the_panels():
     assert views and all(len(n.domain) == 2 for n in views)
     np.testing.assert_array_equal(got_large, want_large)
     np.testing.assert_allclose(got_small, want_small, rtol=1e-5, atol=1e-5)
+
+
+def test_products_of_many_rows_alone_put_the_matrix_back_at_their_own_point():
+    """With panels on the backend, products of many rows only (a prompt's logits) put the matrix
+    back at their own point (l, t), one at a time, not once per layer for every step to read."""
+    program, (got,), (want,), _ = put_back_program("numpy", pack_weights.Config(panel=lambda m: 8), rows=(64,))
+    views = [n for n in program.sdg.nodes.values() if isinstance(n.op, (ops.PermuteOp, ops.ReshapeOp))]
+    assert len(views) == 2 and all(len(n.domain) == 2 for n in views)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
