@@ -78,9 +78,10 @@ class Llama:
         (:mod:`tempo.llm.quantized`: a host function in the program, on every backend)."""
         f = GGUFFile.read(path)
         config = read_config(f)
-        tokenizer = gguf_tokenizer(f.metadata, path)
+        tokenizer, template = gguf_tokenizer(f.metadata, path), ChatTemplate.from_gguf(f.metadata)
         weights = Weights.from_gguf(f, config, quantized)
-        return cls(config, weights, tokenizer, ChatTemplate.from_gguf(f.metadata))
+        del f                                      # the file unmapped before the weights are laid out
+        return cls(config, weights, tokenizer, template)
 
     @classmethod
     def random(cls, config: LlamaConfig, seed: int = 0) -> "Llama":
