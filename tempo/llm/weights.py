@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -78,20 +79,30 @@ class Panels:
         return frozen(np.ascontiguousarray(self.values.transpose(0, 2, 1)).reshape(count * width, k))
 
 
+BLOCK_BYTES = 1 << 20  # the columns a layout change copies at once: about 1 MB of them
+
+
 def laid_out(value, width: int | None):
     """A float32 matrix stack (an array (..., k, n) or :class:`Panels`) as panels of ``width``
-    columns, or as an array for None: ``value`` itself where it is already so, else a copy
-    made a matrix at a time (the copy and ``value`` are the most held at once)."""
-    if isinstance(value, Panels):
-        if value.width == width:
-            return value
-        *lead, k, n = value.shape
-        out = np.empty((*lead, k, n) if width is None else (*lead, n // width, k, width), np.float32)
-        for i in np.ndindex(*lead):
-            matrix = pack_weights.matrix_of(value.values[i])
-            out[i] = matrix if width is None else pack_weights.panels_of(matrix, width)
-        return frozen(out) if width is None else Panels(frozen(out))
-    return value if width is None else Panels.of(value, width)
+    columns, or as an array for None: ``value`` itself where it is already so, else a copy made
+    from panels a block of about :data:`BLOCK_BYTES` of columns at a time (the copy and ``value``
+    are the most held at once)."""
+    if not isinstance(value, Panels):
+        return value if width is None else Panels.of(value, width)
+    if value.width == width:
+        return value
+    *lead, k, n = value.shape
+    out = np.empty((*lead, k, n) if width is None else (*lead, n // width, k, width), np.float32)
+    whole = math.lcm(value.width, width or 1)                # a block's columns: whole panels of both
+    step = whole * max(1, BLOCK_BYTES // (4 * k * whole))
+    for i in np.ndindex(*lead):
+        for start in range(0, n, step):
+            block = pack_weights.matrix_of(value.values[i][start // value.width:(start + step) // value.width])
+            if width is None:
+                out[i][:, start:start + step] = block
+            else:
+                out[i][start // width:(start + step) // width] = pack_weights.panels_of(block, width)
+    return frozen(out) if width is None else Panels(frozen(out))
 
 
 @dataclass

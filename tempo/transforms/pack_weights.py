@@ -95,7 +95,8 @@ def panels_of(matrices: np.ndarray, width: int) -> np.ndarray:
 
 
 def matrix_of(panels: np.ndarray) -> np.ndarray:
-    """The matrices (..., k, n) whose column panels are ``panels`` (..., n // width, k, width): a copy."""
+    """The matrices (..., k, n) whose column panels are ``panels`` (..., n // width, k, width): a copy
+    (a view of a single panel)."""
     *lead, count, k, width = panels.shape
     return np.moveaxis(panels, -3, -2).reshape(*lead, k, count * width)
 

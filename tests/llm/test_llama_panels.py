@@ -59,3 +59,15 @@ def test_weights_lay_out_keeps_the_values_and_a_tied_head_one_with_the_embedding
             assert weights.embed is weights.head
         elif tied:
             assert weights.embed.flags.c_contiguous and np.shares_memory(weights.head, weights.embed)
+
+
+@pytest.mark.parametrize("width", [16, 48, 96, None])
+def test_a_layout_change_copied_block_by_block_keeps_every_column(monkeypatch, width):
+    """Blocks of the fewest whole panels of both widths (``BLOCK_BYTES`` made tiny: 5 to 15 blocks)."""
+    from tempo.llm import weights as weights_module
+
+    monkeypatch.setattr(weights_module, "BLOCK_BYTES", 1)
+    matrices = np.random.default_rng(2).standard_normal((2, 8, 480)).astype(np.float32)
+    got = laid_out(laid_out(matrices, 32), width)
+    np.testing.assert_array_equal(got if width is None else got.matrices(), matrices)
+    assert width is None or got.width == width
