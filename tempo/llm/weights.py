@@ -1,4 +1,5 @@
-"""A Llama checkpoint's tensors: read from safetensors files, checked, stacked per layer."""
+"""A Llama checkpoint's tensors: read from safetensors or GGUF files, checked, stacked per layer, each
+float32 matrix held once, as an array or as the column panels a backend multiplies by (:class:`Panels`)."""
 from __future__ import annotations
 
 import json
