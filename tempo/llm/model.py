@@ -19,6 +19,8 @@ from tempo.llm.sampling import Sampling
 from tempo.llm.tiling import TileChoice, choose_tile
 from tempo.llm.tokenizer import gguf_tokenizer, load_tokenizer
 from tempo.llm.weights import Weights
+from tempo.runtime.backends import get_backend
+from tempo.transforms import pack_weights
 
 
 @dataclass
@@ -29,6 +31,9 @@ class Llama:
     ``tokenizers.Tokenizer`` or None; ``chat_template``: the checkpoint's chat template
     (:meth:`chat`) or None. Every call builds and compiles one
     program: the layer index and the decoding step are its temporal dims.
+    The model holds its float32 matrices once, in the layout its last call's backend multiplies
+    that call's batch by (:meth:`hold_weights_for`; from construction, the default backend's
+    for one sequence): on NumPy, column panels, which its programs hold as they are.
     ``tile_choices``: the tile sizes ``attention="tiled"`` chose by measurement,
     by ``(backend, batch, new tokens)``. ``last_program``: the compiled program of the last
     :meth:`generate` (its ``lengths`` and ``end_checks``: the decoding steps run).
@@ -40,6 +45,18 @@ class Llama:
     chat_template: ChatTemplate | None = None
     tile_choices: dict[tuple, TileChoice] = field(default_factory=dict, repr=False, compare=False)
     last_program: object = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        self.hold_weights_for(None, 1)
+
+    def hold_weights_for(self, backend: str | None, batch: int) -> None:
+        """Hold the float32 matrices in the layout ``backend`` (None: the default one) multiplies
+        ``batch`` rows by: the column panels its ``pack_weights`` pass would make of them
+        (:func:`tempo.transforms.pack_weights.width_for`; NumPy's, and JAX's on a CPU with its
+        native products), or plain matrices (torch), converted one matrix at a time
+        (:meth:`Weights.lay_out`). A program built from them then holds the model's own arrays."""
+        cfg = pack_weights.Config(panel=get_backend(backend).weight_panel)
+        self.weights.lay_out(lambda columns: pack_weights.width_for(cfg, batch, columns))
 
     @classmethod
     def from_pretrained(cls, path: str, quantized: bool = False, int8_inputs: bool = False) -> "Llama":
@@ -71,11 +88,12 @@ class Llama:
                              "it needs quantized=True")
         f = GGUFFile.read(path)
         config = read_config(f)
-        tokenizer = gguf_tokenizer(f.metadata, path)
+        tokenizer, template = gguf_tokenizer(f.metadata, path), ChatTemplate.from_gguf(f.metadata)
         weights = Weights.from_gguf(f, config, quantized)
+        del f                                      # the file unmapped before the weights are laid out
         if int8_inputs:
             weights = with_int8_inputs(weights)
-        return cls(config, weights, tokenizer, ChatTemplate.from_gguf(f.metadata))
+        return cls(config, weights, tokenizer, template)
 
     @classmethod
     def random(cls, config: LlamaConfig, seed: int = 0) -> "Llama":
@@ -129,12 +147,13 @@ class Llama:
                 on_token(column, position)
                 reported[0] += 1
 
+        self.last_program = None                        # its constants freed before the weights are laid out
+        self.hold_weights_for(backend, prompt.shape[0])
         with tpo.Context(seed=seed) as ctx:
             dp = program_mod.build(self.config, self.weights, prompt, attention, sampling,
                                    None if on_token is None else report, stop_at_eos,
                                    stop_tokens, prefill_chunk=prefill_chunk, capacity=max_new_tokens)
             config = None if end_check_every is None else tpo.Config(end_check_every=end_check_every)
-            self.last_program = None                    # its constants (weight panels) freed before the next's
             self.last_program = ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config,
                                             passes=program_mod.compile_passes(dp, backend, max_new_tokens))
             first, tokens = self.last_program.run(dp.bounds(self.config.num_layers, max_new_tokens))
@@ -198,6 +217,7 @@ class Llama:
         self._check_chunk(prefill_chunk)
         attention = self.default_attention() if attention is None else Attention.parse(attention)
         attention = replace(attention, tile=None)
+        self.hold_weights_for(backend, prompt.shape[0])
         with tpo.Context() as ctx:
             dp = program_mod.build(self.config, self.weights, prompt, attention, Sampling(),
                                    prefill_chunk=prefill_chunk, capacity=1)

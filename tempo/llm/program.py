@@ -37,7 +37,7 @@ from tempo.llm.quantized import QuantizedMatrices
 from tempo.llm.rope import inverse_frequencies, rotate_half_matrix
 from tempo.llm.sampling import Sampling
 from tempo.llm.tiling import Prefix, tiled_attention
-from tempo.llm.weights import Weights, frozen
+from tempo.llm.weights import Panels, Weights
 from tempo.nn.functional import silu
 from tempo.runtime.backends import get_backend
 from tempo.transforms import masked_reads, vectorize
@@ -90,11 +90,18 @@ def compile_passes(dp: DecodeProgram, backend: str | None, new_tokens: int) -> d
                                                           mask_products=get_backend(backend).skips_masked_rows)}
 
 
-def embed(tokens: RT, table: RT) -> RT:
-    """The rows of ``table`` (vocab, hidden) that ``tokens`` (batch,) name: a gather (``take``), an
-    IR op on every backend, reading ``batch`` rows instead of multiplying a one-hot matrix by the
-    whole table."""
-    return F.take(table, tokens, axis=0)
+def embed(tokens: RT, table: RT, width: int | None = None) -> RT:
+    """The rows of the embedding that ``tokens`` (batch,) name: a gather (``take``) of rows of ``table``
+    (vocab, hidden), an IR op on every backend, reading ``batch`` rows instead of multiplying a
+    one-hot matrix by the whole table. With ``width``, ``table`` is a tied head's panels (vocab /
+    width, hidden, width), whose columns are the embedding's rows (:class:`Panels`): each token's
+    panel is gathered, then its column of it."""
+    if width is None:
+        return F.take(table, tokens, axis=0)
+    batch, hidden = tokens.shape[0], table.shape[1]
+    blocks = F.take(table, tokens // width, axis=0)                          # (batch, hidden, width)
+    rows = F.reshape(F.permute(blocks, 0, 2, 1), batch * width, hidden)
+    return F.take(rows, F.from_numpy(np.arange(batch, dtype=np.int64) * width) + tokens % width, axis=0)
 
 
 def streamed(tokens: RT, step, offset: int, on_token) -> None:
@@ -150,23 +157,26 @@ def linear(x: RT, w, residual: RT | None = None) -> RT:
     return on_host(w, lambda layer, xs, rs: rs + m.matmul(xs, layer), [x, residual], m.out_features)
 
 
+def weight(value, layer=None):
+    """A weight as the program reads it, at ``layer`` (None: a weight of no layer): a
+    :class:`QuantizedWeight` for quantised matrices; for :class:`Panels`, the matrices put back
+    together from them, ``reshape(permute(panels, (1, 0, 2)), (k, n))``, which the compiler's
+    ``pack_weights`` pass turns into products of the panels themselves (or puts back at each
+    product of many rows: :mod:`tempo.transforms.pack_weights`); else the array, held as it is."""
+    if isinstance(value, QuantizedMatrices):
+        return QuantizedWeight(value, layer)
+    dims = () if layer is None else (layer,)
+    if not isinstance(value, Panels):
+        return F.from_numpy(value, dims=dims)
+    k, n = value.shape[-2:]
+    return F.reshape(F.permute(F.from_numpy(value.values, dims=dims), 1, 0, 2), k, n)
+
+
 def layer_weights(weights: Weights, layer) -> dict:
-    """The layers' weights read at ``layer``: RTs (the query, key and value matrices as one), or
-    :class:`QuantizedWeight` for matrices kept quantised (the gate and up matrices as one too:
-    one product instead of two, the same bytes read)."""
-    stacked = dict(weights.layers)
-    parts = [stacked.pop(name) for name in ("wq", "wk", "wv")]
-    fused = QuantizedMatrices.concat(parts) if all(isinstance(p, QuantizedMatrices) for p in parts) else None
-    if fused is None:
-        parts = [p.dequantized_stack() if isinstance(p, QuantizedMatrices) else p for p in parts]
-        fused = frozen(np.concatenate(parts, axis=2))
-    stacked["wqkv"] = fused
-    gate_up = [stacked[name] for name in ("w_gate", "w_up")]
-    if all(isinstance(p, QuantizedMatrices) for p in gate_up) and QuantizedMatrices.concat(gate_up) is not None:
-        del stacked["w_gate"], stacked["w_up"]
-        stacked["w_gate_up"] = QuantizedMatrices.concat(gate_up)
-    return {name: QuantizedWeight(a, layer) if isinstance(a, QuantizedMatrices) else F.from_numpy(a, dims=(layer,))
-            for name, a in stacked.items()}
+    """The layers' weights read at ``layer`` (:func:`weight`): RTs, or :class:`QuantizedWeight`
+    for matrices kept quantised; the query, key and value matrices as one (``wqkv``), and the
+    gate and up matrices too where they are kept quantised in one type (``w_gate_up``)."""
+    return {name: weight(value, layer) for name, value in weights.layers.items()}
 
 
 def rms_norm(x: RT, weight: RT, eps: float) -> RT:
@@ -366,8 +376,14 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     rotate = F.from_numpy(rotate_half_matrix(c.head_dim))
     scale = c.head_dim ** -0.5
     final_norm = F.from_numpy(weights.final_norm)
-    head = (QuantizedWeight(weights.head, None) if isinstance(weights.head, QuantizedMatrices)
-            else F.from_numpy(weights.head))
+    tied = weights.tied and isinstance(weights.head, Panels)
+    table = F.from_numpy(weights.embed.values if tied else weights.embed)   # a tied head's panels: one constant
+    if tied:
+        head = F.reshape(F.permute(table, 1, 0, 2), *weights.head.shape)
+    elif weights.tied:
+        head = F.permute(table, 1, 0)                                      # the embedding read transposed
+    else:
+        head = weight(weights.head)
 
     def logits_of(y: RT) -> RT:
         return linear(rms_norm(y, final_norm, c.rms_norm_eps), head)
@@ -377,7 +393,7 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     angles = np.arange(prompt_len, dtype=np.float32)[None, :, None] * inv[None, None, :]
     angles = chunks.padded(np.concatenate([angles, angles], axis=2))[:, 0, :, None, :]   # (chunks, size, 1, hd)
     hp = F.placeholder((batch, size, c.hidden_size), "float32", dims=(l, ck))
-    hp[0, ck] = F.from_numpy(chunks.padded(weights.embed[prompt]), dims=(ck,))[ck]
+    hp[0, ck] = F.from_numpy(chunks.padded(weights.embedding(prompt)), dims=(ck,))[ck]
     xp = hp[l, ck]
     qp, kp, vp = project(c, w, xp, F.from_numpy(np.cos(angles), dims=(ck,)), F.from_numpy(np.sin(angles), dims=(ck,)),
                          rotate)
@@ -396,7 +412,7 @@ def build(config: LlamaConfig, weights: Weights, prompt: np.ndarray, attention: 
     h = F.placeholder((batch, c.hidden_size), "float32", dims=(l, t))
     if on_token is not None:
         streamed(inputs, t, prompt_len, on_token)
-    h[0, t] = embed(inputs, F.from_numpy(weights.embed))[t]
+    h[0, t] = embed(inputs, table, weights.embed.width if tied else None)[t]
     angles = F.eval_symbol(t + prompt_len).cast("float32") * F.from_numpy(inv)
     angles = F.cat([angles, angles], axis=0)
     x = h[l, t]

@@ -27,6 +27,16 @@ the matrix put back together from the panels instead: a whole-matrix BLAS
 product at that size runs about 1.65x faster than 32-column panels, and
 putting the matrix back is one copy of it. The constant is replaced, not
 copied, inside the program.
+
+A constant that already holds panels (a model's weights kept in this layout,
+``tempo.llm.weights.Panels``) is read by a program as the matrix put back
+together, ``reshape(permute(P, (1, 0, 2)), (k, n))``. On a backend with
+panels, each product of at most ``Config.max_rows`` rows reading that matrix
+is rewritten to multiply the panels themselves, and each product of more
+rows puts the matrix back at its own point (as above): the panels are the
+program's only copy of the weights.
+:func:`panels_of`, :func:`matrix_of` and :func:`width_for` give the layout
+and its width outside a compile.
 Runs after vectorization (which fixes how many rows each product has) and
 before fusion (which folds the new steps into the product's island).
 """
@@ -42,7 +52,7 @@ from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.ir.ops import Array
 from tempo.ir.sdg import SDG, Edge, identity_index
-from tempo.transforms.editing import Graph, Read
+from tempo.transforms.editing import Graph, Read, compose
 
 
 @dataclass(frozen=True)
@@ -56,7 +66,8 @@ class Config:
 
 
 def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
-    """The SDG with each packable constant stored as column panels and its products rewritten."""
+    """The SDG with each packable constant stored as column panels and its products rewritten, and
+    each product of a matrix put back together from constant panels rewritten to read them."""
     if cfg.panel is None:
         return sdg
     if not isinstance(cfg.max_rows, int) or cfg.max_rows < 1:
@@ -68,11 +79,41 @@ def apply(sdg: SDG, cfg: Config = Config()) -> SDG:
         if not isinstance(node.op, ops.ConstOp):
             continue
         width = _panel_width(graph, c, cfg)
-        if width is None:
-            continue
-        _pack(graph, c, width, packed, cfg.max_rows)
-        changed = True
+        if width is not None:
+            _pack(graph, c, width, packed, cfg.max_rows)
+            changed = True
+        elif _read_panels(graph, c, cfg):
+            changed = True
     return graph.to_sdg() if changed else sdg
+
+
+def panels_of(matrices: np.ndarray, width: int) -> np.ndarray:
+    """``matrices`` (..., k, n) as C-ordered column panels (..., n // width, k, width): panel ``j``
+    holds columns ``j * width`` to ``(j + 1) * width`` (one copy, whatever the strides of ``matrices``)."""
+    *lead, k, n = matrices.shape
+    return np.ascontiguousarray(np.moveaxis(matrices.reshape(*lead, k, n // width, width), -2, -3))
+
+
+def matrix_of(panels: np.ndarray) -> np.ndarray:
+    """The matrices (..., k, n) whose column panels are ``panels`` (..., n // width, k, width): a copy
+    (a view of a single panel)."""
+    *lead, count, k, width = panels.shape
+    return np.moveaxis(panels, -3, -2).reshape(*lead, k, count * width)
+
+
+def width_for(cfg: Config, rows: int, columns) -> int | None:
+    """The panel width of a matrix of ``columns`` columns whose products multiply ``rows`` rows at
+    fewest, or None where it stays as it is: no panels for that many rows (``cfg.panel``), more rows
+    than ``cfg.max_rows``, or columns that are not at least two panels of whole width."""
+    if cfg.panel is None or rows > cfg.max_rows:
+        return None
+    width = cfg.panel(rows)
+    if width is not None and (not isinstance(width, (int, np.integer)) or isinstance(width, bool) or width < 1):
+        raise TempoError(f"pack_weights.Config(panel=...) gave {width!r} for products of {rows} rows; "
+                         f"it must give a positive int (columns per panel) or None (leave them)")
+    if width is None or not isinstance(columns, (int, np.integer)) or columns % width or columns < 2 * width:
+        return None
+    return int(width)
 
 
 def _rows(graph: Graph, e: Edge) -> int | None:
@@ -98,17 +139,7 @@ def _panel_width(graph: Graph, c: int, cfg: Config) -> int | None:
                 or (m := _rows(graph, e)) is None):
             return None
         rows.append(m)
-    fewest = min(rows)
-    if fewest > cfg.max_rows:
-        return None
-    width = cfg.panel(fewest)
-    if width is not None and (not isinstance(width, (int, np.integer)) or width < 1):
-        raise TempoError(f"pack_weights.Config(panel=...) gave {width!r} for products of {fewest} rows; "
-                         f"it must give a positive int (columns per panel) or None (leave them)")
-    n = node.shapes[0][1]
-    if width is None or not isinstance(n, (int, np.integer)) or n % width or n < 2 * width:
-        return None
-    return width
+    return width_for(cfg, min(rows), node.shapes[0][1])
 
 
 def _pack(graph: Graph, c: int, width: int, packed: dict, max_rows: int) -> None:
@@ -122,9 +153,7 @@ def _pack(graph: Graph, c: int, width: int, packed: dict, max_rows: int) -> None
     k, n = node.shapes[0]
     panels = packed.get(id(array))
     if panels is None:
-        lead = array.shape[:node.op.num_domain_axes]
-        panels = packed[id(array)] = np.ascontiguousarray(
-            np.moveaxis(array.reshape(*lead, k, n // width, width), -2, -3))
+        panels = packed[id(array)] = panels_of(array, width)
     graph.set_node(replace(node, op=replace(node.op, value=Array(panels)), shapes=((n // width, k, width),)))
     for e in graph.readers(c):
         rows = _rows(graph, e)
@@ -132,6 +161,56 @@ def _pack(graph: Graph, c: int, width: int, packed: dict, max_rows: int) -> None
             _rewrite_whole_product(graph, e.sink, n // width, width)
         else:
             _rewrite_product(graph, e.sink, n // width, width)
+
+
+def _read_panels(graph: Graph, c: int, cfg: Config) -> bool:
+    """Rewrite the products that read constant ``c``, panels (count, k, width) at each point, put back
+    together (``reshape(permute(c, (1, 0, 2)), (k, count * width))``) as their right operand, where
+    the backend multiplies rows by panels (``cfg.panel`` of their fewest rows, or of
+    ``cfg.max_rows`` if more): those of at most ``cfg.max_rows`` rows multiply the panels, the
+    others put the matrix back at their own point (one matrix at a time, not one per point of the
+    views' dims, is held). The views left unread are removed. Whether any product was rewritten."""
+    node = graph.nodes[c]
+    if len(node.shapes[0]) != 3 or c in graph.vectorized:
+        return False
+    count, k, width = node.shapes[0]
+    products = []                        # (a product's read of the matrix, its read of c instead, its rows)
+    for apart in graph.readers(c):
+        permute = graph.nodes[apart.sink]
+        if not (isinstance(permute.op, ops.PermuteOp) and permute.op.axes == (1, 0, 2) and _plain(graph, apart)):
+            continue
+        for whole in graph.readers(permute.id):
+            reshape = graph.nodes[whole.sink]
+            if not (isinstance(reshape.op, ops.ReshapeOp) and tuple(reshape.op.shape) == (k, count * width)
+                    and _plain(graph, whole)):
+                continue
+            inner = compose(apart.index, permute.domain, whole.index)
+            for e in graph.readers(reshape.id):
+                index = None if inner is None else compose(inner, reshape.domain, e.index)
+                if (isinstance(graph.nodes[e.sink].op, ops.MatMulOp) and e.sink_in == 1 and _plain(graph, e)
+                        and index is not None and (rows := _rows(graph, e)) is not None):
+                    products.append((e, index, rows))
+    if not products or cfg.panel(min(cfg.max_rows, *(rows for _, _, rows in products))) is None:
+        return False
+    views = set()
+    for e, index, rows in products:
+        views |= {e.src, graph.inputs(e.src)[0].src}
+        x = graph.inputs(e.sink)[0]
+        graph.set_inputs(e.sink, [Read(x.src, x.src_out, x.index, x.cond), Read(c, 0, index)])
+        if rows > cfg.max_rows:
+            _rewrite_whole_product(graph, e.sink, count, width)
+        else:
+            _rewrite_product(graph, e.sink, count, width)
+    for view in sorted(views, key=lambda v: isinstance(graph.nodes[v].op, ops.PermuteOp)):  # reshapes first
+        if not graph.readers(view) and not graph.is_root(view):
+            graph.remove(view)
+    return True
+
+
+def _plain(graph: Graph, e: Edge) -> bool:
+    """Whether ``e`` reads a point (no slice, no condition) and neither of its ends is vectorized."""
+    return (e.cond is None and not any(item.op == "slice" for item in e.index.args)
+            and e.src not in graph.vectorized and e.sink not in graph.vectorized)
 
 
 def _adder(graph: Graph, product: int) -> Callable:

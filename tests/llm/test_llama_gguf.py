@@ -110,8 +110,8 @@ def test_f32_gguf_holds_the_original_weights(tmp_path):
     model = tpo.llm.Llama.from_pretrained(str(tmp_path / "m.gguf"))
     wq = source.model.layers[1].self_attn.q_proj.weight.detach().numpy()
     wk = source.model.layers[1].self_attn.k_proj.weight.detach().numpy()
-    np.testing.assert_array_equal(model.weights.layers["wq"][1], wq.T)
-    np.testing.assert_array_equal(model.weights.layers["wk"][1], wk.T)
+    np.testing.assert_array_equal(model.weights.matrices("wq")[1], wq.T)
+    np.testing.assert_array_equal(model.weights.matrices("wk")[1], wk.T)
     np.testing.assert_allclose(model.logits(PROMPT), logits(source, PROMPT), atol=1e-4, rtol=1e-4)
 
 

@@ -50,8 +50,8 @@ def test_bfloat16_and_float16_checkpoints_load_as_float32(checkpoint):
         hf.to(dtype).save_pretrained(folder)
         model = tpo.llm.Llama.from_pretrained(folder)
         expected = hf.model.embed_tokens.weight.detach().float().numpy()
-        np.testing.assert_array_equal(model.weights.embed, expected)
-        np.testing.assert_allclose(model.weights.layers["wq"], reference.weights.layers["wq"], rtol=1e-2, atol=1e-2)
+        np.testing.assert_array_equal(model.weights.embedding(np.arange(len(expected))), expected)
+        np.testing.assert_allclose(model.weights.matrices("wq"), reference.weights.matrices("wq"), rtol=1e-2, atol=1e-2)
 
 
 def test_a_truncated_file_is_a_tempo_error(checkpoint):
