@@ -106,7 +106,7 @@ def test_a_model_with_8_bit_inputs_decodes_as_its_numpy_reference(tmp_path, monk
     path = tmp_path / "m.gguf"
     tiny_gguf.write(path, hf_tiny(tie_word_embeddings=True), type_name, embed_type=type_name)
     model = tpo.llm.Llama.from_pretrained(str(path), quantized=True, int8_inputs=True)
-    assert all(model.weights.layers[k].int8_inputs for k in ("wq", "wo", "w_down")) and model.weights.head.int8_inputs
+    assert all(model.weights.layers[k].int8_inputs for k in ("wqkv", "wo", "w_down")) and model.weights.head.int8_inputs
     sequence = PROMPT[:1]
     logits = model.logits(sequence)
     ids = model.generate(PROMPT, max_new_tokens=6)
