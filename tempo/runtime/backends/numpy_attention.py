@@ -12,6 +12,12 @@ softmax in place in two passes over each row while it is in the cache. The
 scores held at once are one piece's (:data:`PIECE_FLOATS`), whatever the
 block. Where the C source cannot be built, :func:`kernel` runs
 :func:`reference`.
+
+:func:`step` is a decoding step's attention (a few queries a head against
+its keys and values, and the prompt's) for every (sequence, head) pair in one
+native call, the scores held in the cache between the keys' pass and the
+values' (the NumPy backend's fused islands call it:
+:mod:`tempo.runtime.backends.numpy_fused`); None where it does not apply.
 """
 from __future__ import annotations
 

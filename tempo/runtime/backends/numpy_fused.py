@@ -22,6 +22,14 @@ numbers as the four steps. Layout steps whose shape or index is a constant
 (reshape, expand, basic indexing) and permutes are plain calls too, without
 the kernel's argument list.
 
+A decoding step's softmax attention (its scores against its keys, the
+prompt's scores, one softmax over both, the products with the values; about
+16 steps, each a NumPy pass over the scores of every head of every sequence)
+is one line calling one native kernel for every (sequence, head) pair
+(:func:`~tempo.runtime.backends.numpy_attention.step`), the same numbers to
+float32 rounding; where the kernel does not take the arrays, the line runs
+the steps' own calls.
+
 A failing step raises :class:`StepFailed` with its op's name and site,
 found from the line of the island that raised.
 """
@@ -173,7 +181,10 @@ def _attention_steps(op: ops.FusedOp, call_of) -> dict[int, tuple[tuple[int, ...
 
     where at least one part's scores are ``permute(keys @ qt, (0, 1, 3, 2)) * scale`` for the
     transposed queries ``qt`` (batch, kv heads, head_dim, groups), and the others' are given (a
-    part's max or sum over an axis of one position may be left out: the value itself), as
+    part's max or sum over an axis of one position may be left out: the value itself). ``top`` only
+    shifts the exponentials, which the result does not depend on: a part's max computed elsewhere
+    (another island's) is read for the steps' own calls, and the kernel shifts by the largest score
+    itself. As
     :func:`_softmax_attention` finds them: ``{d: (the other steps, the line's function, what it
     reads)}``. The function is one native call for every (sequence, head) pair
     (:func:`~tempo.runtime.backends.numpy_attention.step`) where it applies at run time, the steps'
