@@ -40,7 +40,7 @@ typedef int32_t i16v __attribute__((vector_size(64)));
 
 static inline f16v load(const float *p) { f16v v; memcpy(&v, p, sizeof v); return v; }
 static inline void store(float *p, f16v v) { memcpy(p, &v, sizeof v); }
-static inline f16v splat(float x) { return (f16v){0} + x; }
+static inline f16v splat(float x) { return (f16v){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
 static inline f16v select(i16v mask, f16v yes, f16v no) {
   return (f16v)((mask & (i16v)yes) | (~mask & (i16v)no));
 }
@@ -183,9 +183,11 @@ INLINE void values_of(const float *w, int64_t stride, const float *v, int64_t ld
   for (int64_t j = 0; j < count; j++) {
     const float *row = v + j * ld;
     for (int64_t u = 0; u < vectors; u++) __builtin_prefetch(row + ahead + u * LANES, 0, 3);
-    for (int64_t u = 0; u < vectors; u++) {
-      const f16v x = load(row + u * LANES);
-      for (int64_t g = 0; g < groups; g++) acc[g][u] += splat(w[g * stride + j]) * x;
+    f16v x[MAX_VECTORS];
+    for (int64_t u = 0; u < vectors; u++) x[u] = load(row + u * LANES);
+    for (int64_t g = 0; g < groups; g++) {
+      const f16v weight = splat(w[g * stride + j]);
+      for (int64_t u = 0; u < vectors; u++) acc[g][u] += weight * x[u];
     }
   }
 }
