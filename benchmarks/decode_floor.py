@@ -210,12 +210,13 @@ def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, batc
     """With ``profile``: also the CPU time per step inside the weight products (the quantised
     ones' host function, or the NumPy backend's products by weight panels: a fused island's linear
     layers, :class:`~tempo.runtime.backends.skinny_products.RowsByPanels`, and the others) and inside the NumPy
-    backend's other products (attention's; the rotary one where it is not in a host function),
-    each call timed (about 2 us added per call)."""
+    backend's other products (attention's, or its native step kernel with the softmax where an island
+    calls it, :func:`~tempo.runtime.backends.numpy_attention.step`; the rotary one where it is not
+    in a host function), each call timed (about 2 us added per call)."""
     import tempo as tpo
     from tempo.llm.quantized import QuantizedMatrices
     from tempo.runtime.backends import numpy as numpy_backend
-    from tempo.runtime.backends import skinny_products
+    from tempo.runtime.backends import numpy_attention, skinny_products
 
     clocks = {"products": 0.0, "other_matmul": 0.0}
     if profile:
@@ -230,6 +231,8 @@ def decode_tempo(path: str, quantized: bool, lengths: list[int], last: int, batc
         QuantizedMatrices.matmul = timed(QuantizedMatrices.matmul, "products")
         if hasattr(skinny_products, "RowsByPanels"):  # (a tree of --tempo-from may not have it)
             skinny_products.RowsByPanels.__call__ = timed(skinny_products.RowsByPanels.__call__, "products")
+        if hasattr(numpy_attention, "step"):  # a decoding step's attention in one kernel: its products and softmax
+            numpy_attention.step = timed(numpy_attention.step, "other_matmul")
         by_panels, others = timed(numpy_backend._matmul, "products"), timed(numpy_backend._matmul, "other_matmul")
         numpy_backend._matmul = lambda a, b: (by_panels if b.ndim == 3 and a.ndim > 2 and a.shape[-3] == 1
                                               else others)(a, b)

@@ -139,3 +139,78 @@ def test_mismatched_sizes_are_a_shape_error():
     with tpo.Context():
         with pytest.raises(ShapeError, match="attention needs queries"):
             F.attention(tpo.from_numpy(q), tpo.from_numpy(k), tpo.from_numpy(v[:, :9]), 0.5)
+
+
+def step_parts(batch, heads, groups, depth, length, prompt, seed=5):
+    """A decoding step's queries (batch, kv, groups, hd) and parts: its keys and values as their
+    block store holds them (rows with room for more) and the prompt's given scores with its values
+    as a permuted view (batch, P, kv, hd) -> (batch, kv, P, hd)."""
+    rng = np.random.default_rng(seed)
+    normal = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    q = normal(batch, heads, groups, depth)
+    keys, values = (normal(batch, heads, length + 9, depth)[:, :, :length] for _ in "kv")
+    parts = [(None, keys, values)]
+    if prompt:
+        parts.append((normal(batch, heads, groups, prompt), None, normal(batch, prompt, heads, depth).transpose(0, 2, 1, 3)))
+    return q, parts
+
+
+def step_reference(q, parts, scale):
+    scores, values = [], []
+    for given, keys, vals in parts:
+        scores.append(given if keys is None else scale * q.astype(np.float64) @ np.swapaxes(keys, -1, -2))
+        values.append(np.broadcast_to(vals, q.shape[:2] + vals.shape[2:]))
+    s = np.concatenate([np.broadcast_to(x, q.shape[:3] + x.shape[-1:]) for x in scores], -1)
+    weights = np.exp(s - s.max(-1, keepdims=True))
+    return (weights @ np.concatenate(values, -2).astype(np.float64)) / weights.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("case", [(4, 3, 3, 64, 1024, 1), (1, 3, 3, 64, 257, 0), (2, 2, 4, 32, 15, 7),
+                                  (3, 1, 1, 16, 33, 17), (4, 3, 2, 48, 100, 2)])
+def test_a_decoding_step_is_softmax_over_every_part(lib, case):
+    batch, heads, groups, depth, length, prompt = case
+    q, parts = step_parts(*case)
+    out = na.step(q, parts, 0.125)
+    assert out.shape == q.shape and out.dtype == np.float32
+    np.testing.assert_allclose(out, step_reference(q, parts, 0.125), rtol=0, atol=2e-6 * np.abs(parts[0][2]).max())
+
+
+def test_a_step_broadcasts_leading_axes_of_one_and_reads_strided_queries(lib):
+    """Keys shared by every sequence (a leading 1), queries a transposed view (rows not contiguous)."""
+    q, parts = step_parts(3, 2, 3, 32, 40, 2)
+    shared = (parts[1][0], None, parts[1][2][:1])
+    keys = (None, parts[0][1][:1], parts[0][2][:1])
+    strided = np.ascontiguousarray(q.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)
+    out = na.step(strided, [keys, shared], 0.5)
+    np.testing.assert_allclose(out, step_reference(q, [keys, shared], 0.5), rtol=0, atol=2e-6 * 4)
+
+
+def test_large_step_scores_do_not_overflow(lib):
+    q, parts = step_parts(2, 3, 3, 64, 50, 3)
+    out = na.step(q * 40, parts, 1.0)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, step_reference(q * 40, parts, 1.0), rtol=0, atol=1e-5 * 4)
+
+
+@pytest.mark.parametrize("case", ["float64", "5 groups", "head of 24", "head of 128", "empty part", "5 parts",
+                                  "values of another size", "columns apart", "lengths differ"])
+def test_what_the_step_kernel_does_not_take_is_none(lib, case):
+    q, parts = step_parts(2, 3, 3, 64, 40, 2)
+    keys, given = parts
+    q, parts = {"float64": (q.astype(np.float64), parts), "5 groups": (np.concatenate([q, q[:, :, :2]], 2), parts),
+                "head of 24": (q[..., :24], [(None, keys[1][..., :24], keys[2][..., :24])]),
+                "head of 128": (np.concatenate([q, q], -1), [(None, *(np.concatenate([x, x], -1) for x in keys[1:]))]),
+                "empty part": (q, [keys, (None, keys[1][:, :, :0], keys[2][:, :, :0])]),
+                "5 parts": (q, [keys] * 5),
+                "values of another size": (q, [(None, keys[1], keys[2][..., :32])]),
+                "columns apart": (q, [(None, keys[1][..., ::2], keys[2][..., ::2])]),
+                "lengths differ": (q, [(None, keys[1], keys[2][:, :, :30])])}[case]
+    assert na.step(q, parts, 0.125) is None
+
+
+def test_without_a_compiler_the_step_kernel_is_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEMPO_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(na.KERNELS, "loaded", {})
+    q, parts = step_parts(2, 3, 3, 64, 40, 2)
+    assert na.step(q, parts, 0.125) is None

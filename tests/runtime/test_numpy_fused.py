@@ -163,3 +163,111 @@ def test_a_squeeze_or_reshape_of_a_step_without_inputs_is_no_product():
                    outputs=((1, 0), (2, 0)))
     squeezed, reshaped = NumPyBackend().kernel(fused)([], {}, ())
     assert squeezed.shape == (3,) and reshaped.shape == (3, 1)
+
+
+def attention_island(prompt: int, masked: bool = False):
+    """A decoding step's attention as ``tempo.llm.program.attend`` makes it (the island's inputs: the
+    key store's rows (S, batch, kv, hd), the transposed queries, the scale, the prompt's largest score
+    and its scores, the value store's rows and the prompt's values); with a one-position prompt, its
+    max and sum are left out as the compiler leaves them; ``masked``: the step's scores through a
+    ``where`` (no attention line)."""
+    E = ops.ElementwiseOp
+    steps = [step(ops.PermuteOp((1, 2, 0, 3)), ((-1, 0),)),                      # 0 keys (batch, kv, S, hd)
+             step(ops.MatMulOp(), ((0, 0), (-1, 1))),                             # 1 keys @ qt
+             step(ops.PermuteOp((0, 1, 3, 2)), ((1, 0),)),                        # 2
+             step(E("mul"), ((2, 0), (-1, 2)))]                                   # 3 scores
+    scores = (3, 0)
+    if masked:
+        steps.append(step(E("where"), ((-1, 7), (3, 0), (-1, 8))))             # 4
+        scores = (4, 0)
+    b = len(steps)
+    steps += [step(ops.ReduceOp("max", (-1,), keepdims=True), (scores,)),        # b
+              step(E("maximum"), ((b, 0), (-1, 3))),                              # b+1 top
+              step(E("sub"), (scores, (b + 1, 0))), step(E("exp"), ((b + 2, 0),)),  # b+3 weights
+              step(E("sub"), ((-1, 4), (b + 1, 0))), step(E("exp"), ((b + 4, 0),)),  # b+5 the prompt's
+              step(ops.ReduceOp("sum", (-1,), keepdims=True), ((b + 3, 0),))]    # b+6
+    if prompt == 1:
+        steps.append(step(E("add"), ((b + 6, 0), (b + 5, 0))))                  # b+7 total
+    else:
+        steps += [step(ops.ReduceOp("sum", (-1,), keepdims=True), ((b + 5, 0),)),
+                  step(E("add"), ((b + 6, 0), (b + 7, 0)))]
+    t = len(steps) - 1
+    steps += [step(ops.PermuteOp((1, 2, 0, 3)), ((-1, 5),)),                      # values (batch, kv, S, hd)
+              step(ops.MatMulOp(), ((b + 3, 0), (t + 1, 0))), step(ops.MatMulOp(), ((b + 5, 0), (-1, 6))),
+              step(E("add"), ((t + 2, 0), (t + 3, 0))), step(E("div"), ((t + 4, 0), (t, 0))),
+              step(ops.ReshapeOp((2, 3 * 2 * 64)), ((t + 5, 0),))]
+    return island(*steps, outputs=((len(steps) - 1, 0),))
+
+
+def attention_inputs(prompt: int, length: int = 300, seed: int = 4):
+    rng = np.random.default_rng(seed)
+    normal = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
+    keys, values = normal(length + 20, 2, 3, 64)[:length], normal(length + 20, 2, 3, 64)[:length]
+    qt = np.ascontiguousarray(normal(2, 3, 2, 64).transpose(0, 1, 3, 2))
+    prompt_scores = normal(2, 3, 2, prompt)
+    return [keys, qt, np.float32(0.125), prompt_scores.max(-1, keepdims=True), prompt_scores, values,
+            normal(2, prompt, 3, 64).transpose(0, 2, 1, 3), normal(length) > -1, np.float32(-np.inf)]
+
+
+def softmax_attention(inputs):
+    """The attention of :func:`attention_island` in float64."""
+    keys, qt, scale, _, prompt_scores, values, prompt_values = (x.astype(np.float64) for x in inputs[:7])
+    scores = np.concatenate([scale * np.swapaxes(keys.transpose(1, 2, 0, 3) @ qt, -1, -2), prompt_scores], -1)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    both = np.concatenate([values.transpose(1, 2, 0, 3), prompt_values], -2)
+    return ((weights @ both) / weights.sum(-1, keepdims=True)).reshape(2, -1)
+
+
+@pytest.mark.parametrize("prompt", [1, 5])
+def test_a_decoding_steps_attention_is_one_native_call(monkeypatch, prompt):
+    """Scores, softmax and values over the step's keys and the prompt's are one call of
+    ``numpy_attention.step``; the numbers are softmax attention's to float32 rounding."""
+    from tempo.runtime.backends import numpy_attention
+    if numpy_attention.library() is None:
+        pytest.skip(numpy_attention.unavailable())
+    calls = []
+    real = numpy_attention.step
+    monkeypatch.setattr(numpy_attention, "step", lambda *args: calls.append(args) or real(*args))
+    inputs = attention_inputs(prompt)
+    kernel = NumPyBackend().kernel(attention_island(prompt))
+    got, = kernel(inputs, {}, ())
+    assert len(calls) == 1 and got.dtype == np.float32
+    np.testing.assert_allclose(got, softmax_attention(inputs), rtol=0, atol=1e-6 * np.abs(inputs[5]).max())
+    assert sum(name.startswith(("f", "k")) and name[1:].isdigit() for name in kernel.__globals__) == 4  # permutes, line, reshape
+
+
+@pytest.mark.parametrize("prompt", [1, 5])
+def test_without_the_kernel_the_attention_line_runs_its_steps(monkeypatch, prompt):
+    """Where the kernel does not apply (here: refused), the line runs the steps' own calls: the
+    numbers of the island compiled without the attention line, bit for bit."""
+    from tempo.runtime.backends import numpy_attention, numpy_fused
+    inputs = attention_inputs(prompt)
+    monkeypatch.setattr(numpy_attention, "step", lambda *args: None)
+    got, = NumPyBackend().kernel(attention_island(prompt))(inputs, {}, ())
+    monkeypatch.setattr(numpy_fused, "_attention_steps", lambda op, call_of: {})
+    plain, = NumPyBackend().kernel(attention_island(prompt))(inputs, {}, ())
+    assert got.tobytes() == plain.tobytes()
+    np.testing.assert_allclose(got, softmax_attention(inputs), rtol=0, atol=1e-6 * np.abs(inputs[5]).max())
+
+
+def test_a_one_position_part_of_more_positions_runs_its_steps(monkeypatch):
+    """An island whose prompt part left its max and sum out (one position) given a prompt of three at
+    run time is not what the kernel computes: the steps run."""
+    from tempo.runtime.backends import numpy_attention
+    calls = []
+    monkeypatch.setattr(numpy_attention, "step", lambda *args: calls.append(args))
+    inputs = attention_inputs(3)
+    inputs[3] = inputs[4]  # the "largest score" as wide as the scores: NumPy broadcasts, the kernel would not
+    with pytest.raises(StepFailed):  # (3 positions against 300: the steps' own shape error)
+        NumPyBackend().kernel(attention_island(1))(inputs, {}, ())
+    assert not calls
+
+
+def test_masked_scores_are_no_attention_line(monkeypatch):
+    from tempo.runtime.backends import numpy_attention
+    calls = []
+    monkeypatch.setattr(numpy_attention, "step", lambda *args: calls.append(args))
+    inputs = attention_inputs(1)
+    inputs[7][::2] = False
+    got, = NumPyBackend().kernel(attention_island(1, masked=True))(inputs, {}, ())
+    assert not calls and np.isfinite(got).all()

@@ -12,6 +12,12 @@ softmax in place in two passes over each row while it is in the cache. The
 scores held at once are one piece's (:data:`PIECE_FLOATS`), whatever the
 block. Where the C source cannot be built, :func:`kernel` runs
 :func:`reference`.
+
+:func:`step` is a decoding step's attention (a few queries a head against
+its keys and values, and the prompt's) for every (sequence, head) pair in one
+native call, the scores held in the cache between the keys' pass and the
+values' (the NumPy backend's fused islands call it:
+:mod:`tempo.runtime.backends.numpy_fused`); None where it does not apply.
 """
 from __future__ import annotations
 
@@ -26,8 +32,11 @@ from tempo.runtime import native
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "numpy_attention.c")
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-SIGNATURES = {"softmax_rows": [_P, _I, _I, _P, _P, ctypes.c_float, _P]}
+SIGNATURES = {"softmax_rows": [_P, _I, _I, _P, _P, ctypes.c_float, _P],
+              "attend_steps": [_P, _I, _I, _I, _I, _I, ctypes.c_float, _P]}
 PIECE_FLOATS = 1 << 18  # scores of one piece of query rows (1 MB: a core's share of the cache)
+MAX_GROUPS, MAX_PARTS, MAX_DEPTH = 4, 4, 64  # what attend_steps takes: queries a head, parts, floats a head
+_F32 = np.dtype(np.float32)
 
 KERNELS = native.Kernels(SOURCE, SIGNATURES, "the attention kernel is", "attention runs with NumPy ops")
 library = KERNELS.library  # the loaded library, built at the first call; None where it cannot be
@@ -84,6 +93,57 @@ def _attend_rows(rows: np.ndarray, keys: np.ndarray, values: np.ndarray, lo: np.
         np.matmul(scores, values[first:last], out=out[m:end])
         out[m:end] /= sums[:end - m, None]
     return out
+
+
+def step(q: np.ndarray, parts: list, scale: float) -> np.ndarray | None:
+    """A decoding step's attention as one native call for every (sequence, head) pair:
+    ``softmax(s) @ V`` for the queries ``q`` (batch, kv heads, groups, head_dim), one softmax over
+    the scores ``s`` of every part of ``parts``, each ``(scores, keys, values)`` with either ``keys``
+    (batch, kv heads, S_i, head_dim), whose scores are ``scale * q @ keys^T`` (``scores`` None), or
+    its ``scores`` (batch, kv heads, groups, S_i) given (``keys`` None), and ``values`` (batch, kv
+    heads, S_i, head_dim): the step's own keys and the prompt's, say. Leading axes of 1 broadcast.
+    None where the kernel does not take the arrays (another dtype, more than 4 groups or parts, a
+    head size that is not a multiple of 16 up to 64, a head's rows not contiguous, an empty part, or
+    the source not built)."""
+    if q.__class__ is not np.ndarray or q.ndim != 4 or q.dtype is not _F32 or not 0 < len(parts) <= MAX_PARTS:
+        return None
+    batch, heads, groups, depth = q.shape
+    if depth % 16 or not 0 < depth <= MAX_DEPTH or not 0 < groups <= MAX_GROUPS:
+        return None
+    if q.strides[-1] != 4 or any(s % 4 for s in q.strides):
+        q = np.ascontiguousarray(q)
+    out = np.empty(q.shape, np.float32)
+    layout = [q.ctypes.data, *(s // 4 for s in q.strides[:3]), out.ctypes.data, *(s // 4 for s in out.strides[:3])]
+    width = 0
+    for scores, keys, values in parts:
+        given = keys is None
+        x = scores if given else keys
+        rows = (x.shape[-1] if given else x.shape[-2]) if x.__class__ is np.ndarray and x.ndim == 4 else 0
+        if (not rows or not _stack(x, batch, heads, (groups, rows) if given else (rows, depth))
+                or not _stack(values, batch, heads, (rows, depth)) or (not given and x.strides[-1] != 4)
+                or values.strides[-1] != 4):
+            return None
+        width += rows
+        layout += [rows, int(given), x.ctypes.data, *_leading(x), x.strides[2] // 4, x.strides[3] // 4 if given else 0,
+                   values.ctypes.data, *_leading(values), values.strides[2] // 4]
+    lib = KERNELS.loaded.get("lib") or library()
+    if lib is None:
+        return None
+    described, scratch = np.array(layout, np.int64), np.empty(groups * width, np.float32)
+    lib.attend_steps(described.ctypes.data, batch, heads, groups, depth, len(parts), np.float32(scale),
+                     scratch.ctypes.data)
+    return out
+
+
+def _stack(x, batch: int, heads: int, shape: tuple) -> bool:
+    """Whether ``x`` is a float32 array (batch or 1, heads or 1, *shape), its strides whole floats."""
+    return (x.__class__ is np.ndarray and x.dtype is _F32 and x.ndim == 4 and x.shape[0] in (batch, 1)
+            and x.shape[1] in (heads, 1) and x.shape[2:] == shape and not any(s % 4 for s in x.strides))
+
+
+def _leading(x: np.ndarray) -> tuple[int, int]:
+    """``x``'s strides in floats along its sequence and head axes (0 along an axis of 1: broadcast)."""
+    return tuple(0 if n == 1 else s // 4 for n, s in zip(x.shape[:2], x.strides[:2]))
 
 
 def kernel(op: ops.AttentionOp):

@@ -22,6 +22,14 @@ numbers as the four steps. Layout steps whose shape or index is a constant
 (reshape, expand, basic indexing) and permutes are plain calls too, without
 the kernel's argument list.
 
+A decoding step's softmax attention (its scores against its keys, the
+prompt's scores, one softmax over both, the products with the values; about
+16 steps, each a NumPy pass over the scores of every head of every sequence)
+is one line calling one native kernel for every (sequence, head) pair
+(:func:`~tempo.runtime.backends.numpy_attention.step`), the same numbers to
+float32 rounding; where the kernel does not take the arrays, the line runs
+the steps' own calls.
+
 A failing step raises :class:`StepFailed` with its op's name and site,
 found from the line of the island that raised.
 """
@@ -33,7 +41,7 @@ from typing import Callable
 import numpy as np
 
 from tempo.ir import ops
-from tempo.runtime.backends import skinny_products
+from tempo.runtime.backends import numpy_attention, skinny_products
 from tempo.runtime.backends.base import Kernel, StepFailed
 
 
@@ -43,10 +51,10 @@ def compile_island(op: ops.FusedOp, kernel_of: Callable[[ops.Op], Kernel],
     kernel, ``call_of`` a plain function of the step's inputs to its one output (a ufunc), called directly
     instead of the kernel where it gives one."""
     steps = op.steps
-    chains = {**_vector_products(op, call_of), **_panel_products(op, call_of)}
-    skipped = {s for chain, _ in chains.values() for s in chain}
-    reads = [() if s in skipped else (steps[chains[s][0][0]].inputs[0], steps[chains[s][0][1]].inputs[1])
-             if s in chains else step.inputs for s, step in enumerate(steps)]  # what each line reads
+    chains = {**_vector_products(op, call_of), **_panel_products(op, call_of), **_attention_steps(op, call_of)}
+    skipped = {s for chain, _, _ in chains.values() for s in chain}
+    reads = [() if s in skipped else chains[s][2] if s in chains else step.inputs
+             for s, step in enumerate(steps)]  # what each line reads
     used = {(j, k) for inputs in reads for j, k in inputs if j >= 0} | set(op.outputs)
     last_use = {(j, k): s for s, inputs in enumerate(reads) for j, k in inputs if j >= 0}
     kept = set(op.outputs)
@@ -133,15 +141,16 @@ def _product_chain(op: ops.FusedOp, s: int, kinds: tuple, call_of, readers) -> t
 def _vector_products(op: ops.FusedOp, call_of) -> dict[int, tuple[tuple[int, ...], Callable]]:
     """The steps ``s`` that squeeze a matrix product ``m`` whose left side is step ``u``, an unsqueeze (a
     linear layer on a batch of vectors: ``(x[..., None, :] @ w)[..., 0, :]``), as
-    :func:`_product_chain` finds them: ``{s: ((u, m), the line's function)}`` (their axes are checked at
-    run time, :func:`_vector_product`)."""
+    :func:`_product_chain` finds them: ``{s: ((u, m), the line's function, what it reads)}`` (their
+    axes are checked at run time, :func:`_vector_product`)."""
     steps, readers, found = op.steps, _readers(op), {}
     for s in range(len(steps)):
         chain = _product_chain(op, s, (ops.SqueezeOp,), call_of, readers)
         if chain:
             u, m, _ = chain
             found[s] = ((u, m), _vector_product(call_of(steps[u].op), call_of(steps[m].op), call_of(steps[s].op),
-                                                steps[u].op.axis, steps[s].op.axis, _dtype(steps[u].dtypes[0])))
+                                                steps[u].op.axis, steps[s].op.axis, _dtype(steps[u].dtypes[0])),
+                        (steps[u].inputs[0], steps[m].inputs[1]))
     return found
 
 
@@ -150,15 +159,186 @@ def _panel_products(op: ops.FusedOp, call_of) -> dict[int, tuple[tuple[int, ...]
     (:mod:`tempo.transforms.pack_weights`): ``x`` (rows, k) unsqueezed at its first axis (``u``), times
     the panels (count, k, width) (``m``), permuted to (rows, count, width) (``p``) and reshaped to
     (rows, count * width) (``s``), as :func:`_product_chain` finds them: ``{s: ((u, m, p), the line's
-    function)}``. The function is the native kernel that writes the product in its final layout
+    function, what it reads)}``. The function is the native kernel that writes the product in its final layout
     (:class:`~tempo.runtime.backends.skinny_products.RowsByPanels`), where it applies at run time."""
     steps, readers, found = op.steps, _readers(op), {}
     for s in range(len(steps)):
         chain = _product_chain(op, s, (ops.PermuteOp, ops.ReshapeOp), call_of, readers)
         if (chain and steps[chain[0]].op.axis == 0 and steps[chain[2]].op.axes == (1, 0, 2)
                 and len(steps[s].op.shape) == 2 and _dtype(steps[s].dtypes[0]) == np.float32):
-            found[s] = (chain[:-1], _panel_product(*(call_of(steps[j].op) for j in chain), steps[s].op.shape))
+            found[s] = (chain[:-1], _panel_product(*(call_of(steps[j].op) for j in chain), steps[s].op.shape),
+                        (steps[chain[0]].inputs[0], steps[chain[1]].inputs[1]))
     return found
+
+
+def _attention_steps(op: ops.FusedOp, call_of) -> dict[int, tuple[tuple[int, ...], Callable, tuple]]:
+    """The steps ``d`` that end a decoding step's softmax attention over parts of keys and values (the
+    step's own and the prompt's, ``tempo.llm.program.attend``)::
+
+        top = maximum over the parts of max(scores_i, axis=-1, keepdims=True)
+        w_i = exp(scores_i - top)
+        d = (w_1 @ values_1 + ...) / (sum(w_1, axis=-1, keepdims=True) + ...)
+
+    where at least one part's scores are ``permute(keys @ qt, (0, 1, 3, 2)) * scale`` for the
+    transposed queries ``qt`` (batch, kv heads, head_dim, groups), and the others' are given (a
+    part's max or sum over an axis of one position may be left out: the value itself). ``top`` only
+    shifts the exponentials, which the result does not depend on: a part's max computed elsewhere
+    (another island's) is read for the steps' own calls, and the kernel shifts by the largest score
+    itself. As
+    :func:`_softmax_attention` finds them: ``{d: (the other steps, the line's function, what it
+    reads)}``. The function is one native call for every (sequence, head) pair
+    (:func:`~tempo.runtime.backends.numpy_attention.step`) where it applies at run time, the steps'
+    own calls otherwise."""
+    steps, readers, found = op.steps, _readers(op), {}
+    for d in range(len(steps)):
+        match = _softmax_attention(steps, d)
+        if match is None:
+            continue
+        chain, parts, reads = match
+        if ((chain & {j for j, _ in op.outputs}) or any(j in chain and not set(r) <= chain | {d}
+                                                         for (j, _), r in readers.items())
+                or any(steps[j].dtypes != ("float32",) for j in chain | {d})
+                or not all(call_of(steps[j].op) for j in chain | {d})):
+            continue
+        order = tuple(sorted(chain)) + (d,)
+        found[d] = (order[:-1], _attention_line(steps, order, parts, reads, call_of), reads)
+    return found
+
+
+def _softmax_attention(steps, d: int) -> tuple[set, tuple, tuple] | None:
+    """For the attention :func:`_attention_steps` describes that ends at step ``d``: its other steps,
+    its parts (per part: ``"keys"``, read as its keys, values and scale; ``"scores"``, read as its
+    scores and values; ``"one"``, the same with its max or sum left out) and what its line reads
+    (``qt``, then the parts'); None where ``d`` ends none."""
+    def step(ref, kind, fn=None):
+        j, k = ref
+        if j < 0 or k or not isinstance(steps[j].op, kind) or (fn is not None and steps[j].op.fn != fn):
+            return None
+        return steps[j]
+
+    def leaves(ref, fn, tree):
+        """The operands of the tree of ``fn`` (add, maximum) at ``ref``, its steps added to ``tree``."""
+        node = step(ref, ops.ElementwiseOp, fn)
+        if node is None or len(node.inputs) != 2:
+            return [ref]
+        tree.add(ref[0])
+        return leaves(node.inputs[0], fn, tree) + leaves(node.inputs[1], fn, tree)
+
+    def last_axis(ref, fn):
+        """The input a reduction ``fn`` over the last axis (kept) at ``ref`` reads, else ``ref``."""
+        node = step(ref, ops.ReduceOp, fn)
+        if node is not None and node.op.keepdims and not node.op.ordered and node.op.axes in ((-1,), (3,)):
+            chain.add(ref[0])
+            return node.inputs[0], False
+        return ref, True
+
+    div = step((d, 0), ops.ElementwiseOp, "div")
+    if div is None or len(div.inputs) != 2:
+        return None
+    chain: set[int] = set()
+    products, totals = leaves(div.inputs[0], "add", chain), leaves(div.inputs[1], "add", chain)
+    values = {}  # the weights of each part (an exp) -> its values
+    for ref in products:
+        product = step(ref, ops.MatMulOp)
+        if product is None or product.op.ordered_rows or product.op.ordered_inner or product.inputs[0] in values:
+            return None
+        values[product.inputs[0]] = product.inputs[1]
+        chain.add(ref[0])
+    summed = dict(last_axis(ref, "sum") for ref in totals)  # weights -> whether their sum is left out
+    if set(summed) != set(values) or len(summed) != len(totals) or len(values) > numpy_attention.MAX_PARTS:
+        return None
+    scores, top = {}, None  # scores -> weights
+    for ref in values:
+        exp = step(ref, ops.ElementwiseOp, "exp")
+        sub = exp and step(exp.inputs[0], ops.ElementwiseOp, "sub")
+        if sub is None or top not in (None, sub.inputs[1]) or sub.inputs[0] in scores:
+            return None
+        top = sub.inputs[1]
+        scores[sub.inputs[0]] = ref
+        chain |= {ref[0], exp.inputs[0][0]}
+    peaks = [last_axis(ref, "max") for ref in leaves(top, "maximum", chain)]
+    if any(not left_out and ref not in scores for ref, left_out in peaks):
+        return None
+    whole = {ref for ref, left_out in peaks if left_out and ref in scores}  # scores that are their own max
+    others = [ref for ref, left_out in peaks if left_out and ref not in scores]  # a max computed elsewhere
+    qt, kinds, reads = None, [], []
+    for ref, weights in scores.items():
+        one = ref in whole or summed[weights]
+        scaled = None if one else step(ref, ops.ElementwiseOp, "mul")
+        side = scaled and next((k for k in (0, 1) if (p := step(scaled.inputs[k], ops.PermuteOp)) is not None
+                                and p.op.axes == (0, 1, 3, 2)), None)
+        product = side is not None and step(step(scaled.inputs[side], ops.PermuteOp).inputs[0], ops.MatMulOp)
+        if (not product or product.op.ordered_rows or product.op.ordered_inner
+                or qt not in (None, product.inputs[1])):
+            kinds.append("one" if one else "scores")
+            reads += [ref, values[weights]]
+            continue
+        qt = product.inputs[1]
+        chain |= {ref[0], scaled.inputs[side][0], steps[scaled.inputs[side][0]].inputs[0][0]}
+        kinds.append("keys")
+        reads += [product.inputs[0], values[weights], scaled.inputs[1 - side]]
+    if qt is None:
+        return None
+    return chain, tuple(kinds) + ("shift",) * len(others), (qt, *reads, *others)
+
+
+def _attention_line(steps, order: tuple, kinds: tuple, reads: tuple, call_of) -> Callable:
+    """The function of the attention line :func:`_attention_steps` finds (``kinds``, ``reads``: its
+    parts and what it reads, :func:`_softmax_attention`): the native kernel where it applies, else the
+    steps ``order`` (the line's last one the result) run one after the other with their own calls,
+    each value of its step's dtype."""
+    calls = [(j, call_of(steps[j].op), steps[j].inputs, np.dtype(steps[j].dtypes[0]), steps[j].dtypes[0])
+             for j in order]
+    at = {ref: k for k, ref in enumerate(reads)}
+
+    def by_steps(*args):
+        values = {ref: args[k] for ref, k in at.items()}
+        for j, fn, inputs, want, name in calls:
+            value = fn(*(values[ref] for ref in inputs))
+            if value.__class__ is not np.ndarray or value.dtype != want:
+                value = cast(value, name)
+            values[(j, 0)] = value
+        return values[(order[-1], 0)]
+
+    def attention(qt, *args):
+        parts, scales, k = [], [], 0
+        for kind in kinds:
+            if kind == "keys":
+                parts.append((None, args[k], args[k + 1]))
+                scales.append(args[k + 2])
+                k += 3
+            elif kind == "shift":
+                if getattr(args[k], "shape", (None,))[-1:] != (1,):
+                    return by_steps(qt, *args)
+                k += 1
+            else:
+                if kind == "one" and getattr(args[k], "shape", (None,))[-1:] != (1,):
+                    return by_steps(qt, *args)
+                parts.append((args[k], None, args[k + 1]))
+                k += 2
+        scale = _scalar(scales)
+        if scale is not None and qt.__class__ is np.ndarray and qt.ndim == 4:
+            out = numpy_attention.step(qt.transpose(0, 1, 3, 2), parts, scale)
+            if out is not None:
+                return out
+        return by_steps(qt, *args)
+
+    return attention
+
+
+def _scalar(values) -> float | None:
+    """The one number every value of ``values`` holds (each a number or a float32 array of one
+    element), else None."""
+    numbers = set()
+    for value in values:
+        if isinstance(value, np.ndarray):
+            if value.size != 1 or value.dtype != np.float32:
+                return None
+            value = value.reshape(())[()]
+        elif not isinstance(value, (float, int, np.floating)):
+            return None
+        numbers.add(float(np.float32(value)))
+    return numbers.pop() if len(numbers) == 1 else None
 
 
 def _panel_product(unsqueeze: Callable, matmul: Callable, permute: Callable, reshape: Callable,
