@@ -135,7 +135,10 @@ class LoopProgram:
 
     @staticmethod
     def unstack(values) -> list:
-        """The rows of ``values`` (one jitted dynamic index each: one compile for any number of rows)."""
+        """The rows of ``values``: on a CPU, copies of its rows on the host, put back (no compile for a
+        launch of a new length); elsewhere one jitted dynamic index each."""
+        if all(d.platform == "cpu" for d in values.devices()):
+            return [jax.device_put(row, may_alias=False) for row in np.asarray(values)]
         return [_row(values, k) for k in range(values.shape[0])]
 
     def static_key(self, s: int, env: dict) -> tuple:
@@ -197,7 +200,7 @@ class LoopProgram:
             wall, cpu = self.compile_seconds
             self.compile_seconds = (wall + time.perf_counter() - started[0], cpu + time.process_time() - started[1])
         ring, ys = fn(*args)
-        return ring, ys if trips == rows else jax.tree_util.tree_map(lambda y: y[:trips], ys)
+        return ring, ys if trips == rows else jax.tree_util.tree_map(lambda y: _first_rows(y, trips), ys)
 
     def split(self, closed: dict) -> dict:
         """``closed`` with the rows a nested loop of at most :data:`UNROLLED` rows reads, one at a time,
@@ -491,6 +494,15 @@ def _windows(value, n: int):
     """``(rows, n, ...)``: at row ``k``, rows ``k`` to ``k + n - 1`` of ``value``, zeros past its last row."""
     padded = jnp.concatenate([value, jnp.zeros((n - 1,) + value.shape[1:], value.dtype)])
     return padded[jnp.arange(value.shape[0])[:, None] + jnp.arange(n)[None, :]]
+
+
+def _first_rows(y, count: int):
+    """Rows ``:count`` of a launch's output ``y``: on a CPU, sliced on the host and put back (a slice on
+    the device compiles a program for every count: a run's last, shorter launch would compile one per
+    output)."""
+    if all(d.platform == "cpu" for d in y.devices()):
+        return jax.device_put(np.asarray(y)[:count], may_alias=False)
+    return y[:count]
 
 
 def _padded(a, rows: int):
