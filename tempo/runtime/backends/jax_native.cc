@@ -24,6 +24,7 @@
 // rows written so far is read up to the current position.
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -116,15 +117,17 @@ static ffi::Error StackedFewColumns(ffi::AnyBuffer a, ffi::Buffer<ffi::F32> b, f
   const float *base = static_cast<const float *>(a.untyped_data()), *bs = b.typed_data();
   float *o = out->typed_data();
   const float value = fill.typed_data()[0];
-  for (int64_t p = 0; p < count; p++) {  // the rows left out: fill times the sum of each column of b[p]
-    float left[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (value != 0.0f)
+  std::vector<float> left(count * cols, 0.0f);  // a row left out: fill times the sum of each column of b[p]
+  if (value != 0.0f) {
+    for (int64_t p = 0; p < count; p++)
       for (int64_t i = 0; i < k; i++)
-        for (int64_t c = 0; c < cols; c++) left[c] += bs[p * k * cols + i * cols + c];
-    for (int64_t r = 0; r < rows; r++)
-      if (!keep[r])
-        for (int64_t c = 0; c < cols; c++) o[(p * rows + r) * cols + c] = value * left[c];
+        for (int64_t c = 0; c < cols; c++) left[p * cols + c] += bs[(p * k + i) * cols + c];
+    for (float &sum : left) sum *= value;
   }
+  for (int64_t r = 0; r < rows; r++)
+    if (!keep[r])
+      for (int64_t p = 0; p < count; p++)
+        for (int64_t c = 0; c < cols; c++) o[(p * rows + r) * cols + c] = left[p * cols + c];
   int64_t start, stop = 0;  // each run of rows kept: every product at once (few_columns: its columns in registers)
   while (next_run(keep, rows, stop, &start, &stop))
     few_columns(base + start * lda, lda, stride_a, bs, k * cols, o + start * cols, rows * cols, count, stop - start,
