@@ -503,7 +503,7 @@ class JaxBackend(Backend):
         alive (a device loop's launches gather the layers' weights so, once each)."""
         if not tensors:
             return jnp.zeros(tuple(shape), dtype=dtype)
-        whole = constant_of(tensors) if len(shape) == 1 else None
+        whole = constant_of(tensors) if tuple(shape) == (len(tensors),) else None
         if whole is not None and whole.dtype == dtype:  # a constant's rows, all of them in order: the constant
             return whole
         key = (tuple(id(t) for t in tensors), tuple(shape), dtype)
