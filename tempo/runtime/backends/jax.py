@@ -97,7 +97,7 @@ class Island:
         self.steps, self.outputs = steps, outputs
         self.host = [(j, np_backend.KERNELS[type(s.op)](s.op)) for j, s in enumerate(steps)
                      if isinstance(s.op, HOST)]
-        self.consts = {j: jax.device_put(s.op.value.array) for j, s in enumerate(steps)
+        self.consts = {j: device_constant(s.op.value.array) for j, s in enumerate(steps)
                        if isinstance(s.op, ops.ConstOp)}
         self.indexes = [(j, compile_expr(seq(*s.op.items))) for j, s in enumerate(steps)
                         if isinstance(s.op, ops.SpatialIndexOp)]
@@ -234,12 +234,84 @@ def _udf(op: ops.UDFOp) -> Kernel:
     return run
 
 
+ALIGNED = 64  # bytes: XLA's CPU client computes on a host array of this alignment where it lies (no copy)
+IN_PLACE_FROM = 1 << 20  # bytes of a constant from which it is held in host memory NumPy allocates
+_in_place = weakref.WeakValueDictionary()  # id -> a device array of device_constant's over host memory
+_noted_rows: dict[int, tuple] = {}  # id(row) -> (a weak reference to the row, the constant it is a row of, its index)
+
+
+def device_constant(array: np.ndarray) -> jax.Array:
+    """``array`` (a constant: never written) as a device array. On a CPU, one of at least
+    :data:`IN_PLACE_FROM` bytes is used where it lies when it is contiguous and :data:`ALIGNED`,
+    else copied once into such memory allocated by NumPy, which asks the kernel for huge pages for
+    it: the weight products read XLA's own buffers (4 KiB pages) about 1.3x slower, and a
+    constant's rows (:func:`constant_row`) are then views of it, not copies."""
+    if array.nbytes < IN_PLACE_FROM or not jax_native._on_cpu():
+        return jax.device_put(array)
+    if not (array.flags.c_contiguous and array.ctypes.data % ALIGNED == 0):
+        raw = np.empty(array.nbytes + ALIGNED, np.uint8)
+        start = -raw.ctypes.data % ALIGNED
+        held = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+        held[...] = array
+        array = held
+    out = jax.device_put(array)
+    _in_place[id(out)] = out
+    return out
+
+
+def constant_row(whole: jax.Array, k: int) -> jax.Array:
+    """Row ``k`` of ``whole``, a device array :func:`device_constant` made over host memory: a view of
+    that memory where its rows lie :data:`ALIGNED`, else a copy as :func:`device_constant` makes it;
+    noted as ``whole``'s row, so that a stack of its rows in order is ``whole`` itself
+    (:func:`constant_of`)."""
+    row = device_constant(np.asarray(whole)[k])  # on a CPU, np.asarray is a view of the device array's memory
+    if len(_noted_rows) >= 4096:  # the rows nothing holds any more
+        for key in [key for key, (ref, _, _) in _noted_rows.items() if ref() is None]:
+            del _noted_rows[key]
+    _noted_rows[id(row)] = (weakref.ref(row), whole, k)
+    return row
+
+
+def constant_of(tensors) -> jax.Array | None:
+    """The device constant whose rows, in order and all of them, ``tensors`` are (:func:`constant_row`),
+    or None."""
+    whole = None
+    for k, tensor in enumerate(tensors):
+        ref, of, at = _noted_rows.get(id(tensor), (None, None, None))
+        if ref is None or ref() is not tensor or at != k or (whole is not None and of is not whole):
+            return None
+        whole = of
+    return whole if whole is not None and whole.shape[0] == len(tensors) else None
+
+
+def host_rows(value) -> list | None:
+    """The rows of ``value`` (a NumPy array, or a device array :func:`device_constant` made over host
+    memory) as separate device arrays: views of its memory where its rows lie :data:`ALIGNED`
+    (:func:`constant_row`); None for any other device array."""
+    if isinstance(value, np.ndarray):
+        return [device_constant(row) for row in value]
+    if _in_place.get(id(value)) is not value:
+        return None
+    return [constant_row(value, k) for k in range(value.shape[0])]
+
+
 def _const(op: ops.ConstOp) -> Kernel:
-    if not op.num_domain_axes:
-        value = jax.device_put(op.value.array)
-        return lambda inputs, env, point: (value,)
     array = op.value.array
-    return lambda inputs, env, point: (jax.device_put(array[point]),)
+    if not op.num_domain_axes:
+        value = device_constant(array)
+        return lambda inputs, env, point: (value,)
+    whole = device_constant(array)
+    if op.num_domain_axes != 1 or _in_place.get(id(whole)) is not whole:
+        return lambda inputs, env, point: (jax.device_put(array[point]),)
+    rows: dict = {}  # a row once made, for every later read of it in the run
+
+    def run(inputs, env, point):
+        row = rows.get(point)
+        if row is None:
+            row = rows[point] = constant_row(whole, point[0])
+        return (row,)
+
+    return run
 
 
 def kernel(op: ops.Op, compiled: dict, donate: frozenset = frozenset()) -> Kernel:
@@ -431,6 +503,9 @@ class JaxBackend(Backend):
         alive (a device loop's launches gather the layers' weights so, once each)."""
         if not tensors:
             return jnp.zeros(tuple(shape), dtype=dtype)
+        whole = constant_of(tensors) if tuple(shape) == (len(tensors),) else None
+        if whole is not None and whole.dtype == dtype:  # a constant's rows, all of them in order: the constant
+            return whole
         key = (tuple(id(t) for t in tensors), tuple(shape), dtype)
         held = self.stacks.get(key)
         if held is not None:

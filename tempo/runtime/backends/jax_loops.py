@@ -49,8 +49,9 @@ of the enclosing body and in its carry from one iteration to the next, so a
 loop that reads them (the K/V buffers' merges of the next step, the layers)
 is unrolled too and a buffer a step updates row by row (``where(rows == t,
 ...)``: a ``dynamic_update_slice``) is updated in place, never stacked,
-sliced or copied within the launch; the carry is one array per value at the
-launch's boundary. A nested loop's merge that takes the same branch at every
+sliced or copied, within a launch or between launches: a launch returns
+such rows apart, and the next launch's program (compiled for the carry's
+form) takes them as they are, donated. A nested loop's merge that takes the same branch at every
 iteration of a launch (the buffers' ``t = 0`` branch in the first launch
 only) is traced as that branch, so the carried buffer passes through it as
 it is; the launched loop's own merges are selects, so that its first launch
@@ -85,6 +86,7 @@ loop's row at ``T - 1`` picks row ``T[i] - 1``. The ``while_loop`` and the masks
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import replace
 from typing import Callable
 
@@ -98,7 +100,7 @@ import numpy as np
 
 from tempo.plan.loop_plan import CARRIED, CLOSED, GATHERED, LOCAL, ROW, ROWS, SLICED, STACKED, WINDOW, LoopPlan
 from tempo.runtime.backends import jax_ended
-from tempo.runtime.backends.jax import Island, _row
+from tempo.runtime.backends.jax import Island, _row, host_rows
 from tempo.runtime.backends.jax_step_values import DeviceValues, device_expr, drawn_on_device
 from tempo.runtime.step_values import StepValues
 from tempo.symbolic.affine import uses
@@ -133,7 +135,10 @@ class LoopProgram:
 
     @staticmethod
     def unstack(values) -> list:
-        """The rows of ``values`` (one jitted dynamic index each: one compile for any number of rows)."""
+        """The rows of ``values``: on a CPU, copies of its rows on the host, put back (no compile for a
+        launch of a new length); elsewhere one jitted dynamic index each."""
+        if all(d.platform == "cpu" for d in values.devices()):
+            return [jax.device_put(row, may_alias=False) for row in np.asarray(values)]
         return [_row(values, k) for k in range(values.shape[0])]
 
     def static_key(self, s: int, env: dict) -> tuple:
@@ -174,8 +179,8 @@ class LoopProgram:
         outputs. A loop with nested loops or an end check donates its carry: ``owned`` where it is the
         previous launch's returned carry, which nothing else holds (donated as it is), else it is
         copied first (the cached zeros and the stores' arrays of a first launch stay intact)."""
-        fn = self.fns.get(key)
         if not self.nested and self.plan.end is None:
+            fn = self.fns.get(key)
             if fn is None:
                 fn = self.fns[key] = jax.jit(self._traced(key))
             return fn(closed, self.consts(), xs, ring0)
@@ -183,15 +188,19 @@ class LoopProgram:
         closed = self.split(closed)
         args = (closed, self.consts(), jax.tree_util.tree_map(lambda a: _padded(a, rows), xs),
                 ring0 if owned else jax.tree_util.tree_map(jnp.array, ring0), np.int32(trips))
+        form = (key, jax.tree_util.tree_structure(ring0))  # a carry of one array per value, or of rows apart
+        fn = self.fns.get(form)
         if fn is None and not self.nested:  # compiled at its first launch, called through jit's dispatch
-            fn = self.fns[key] = jax.jit(self._traced(key), donate_argnums=(3,))
+            fn = self.fns[form] = jax.jit(self._traced(key), donate_argnums=(3,))
         if fn is None:
             started = (time.perf_counter(), time.process_time())
-            fn = self.fns[key] = jax.jit(self._traced(key), donate_argnums=(3,)).lower(*args).compile()
+            with warnings.catch_warnings():  # a first launch's stacked carry: its buffers not the rows returned
+                warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+                fn = self.fns[form] = jax.jit(self._traced(key), donate_argnums=(3,)).lower(*args).compile()
             wall, cpu = self.compile_seconds
             self.compile_seconds = (wall + time.perf_counter() - started[0], cpu + time.process_time() - started[1])
         ring, ys = fn(*args)
-        return ring, ys if trips == rows else jax.tree_util.tree_map(lambda y: y[:trips], ys)
+        return ring, ys if trips == rows else jax.tree_util.tree_map(lambda y: _first_rows(y, trips), ys)
 
     def split(self, closed: dict) -> dict:
         """``closed`` with the rows a nested loop of at most :data:`UNROLLED` rows reads, one at a time,
@@ -208,8 +217,8 @@ class LoopProgram:
                     continue
                 kept = held.get(id(value))
                 if kept is None or kept[0] is not value:
-                    kept = (value, Rows(jax.device_put(row) for row in value) if isinstance(value, np.ndarray)
-                            else Rows(self.unstack(value)))
+                    rows = host_rows(value)
+                    kept = (value, Rows(self.unstack(value) if rows is None else rows))
                 self.rows_held[id(value)] = kept
                 values[name] = kept[1]
             out[f"n{k}"] = dict(once, g=values)
@@ -361,9 +370,9 @@ def _with_buffers(body: Callable, ring0: dict, x: dict) -> dict:
 
 
 def _launch_carry(ring: dict) -> dict:
-    """A launch's returned carry: one array per carried value (the nested scans' buffers left out)."""
-    return {name: jax.tree_util.tree_map(_stacked, value, is_leaf=_is_rows) for name, value in ring.items()
-            if name != BUFFERS}
+    """A launch's returned carry, the nested scans' buffers left out: a nested loop's rows stay
+    separate arrays (:class:`Rows`), which the next launch's program takes as they are."""
+    return {name: value for name, value in ring.items() if name != BUFFERS}
 
 
 def _in_tiles(plan: LoopPlan, name: str) -> bool:
@@ -383,6 +392,10 @@ class Rows:
 
     def __getitem__(self, k: int):
         return self.rows[k]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(row.nbytes) for row in self.rows)
 
     def tree_flatten(self):
         return self.rows, None
@@ -481,6 +494,15 @@ def _windows(value, n: int):
     """``(rows, n, ...)``: at row ``k``, rows ``k`` to ``k + n - 1`` of ``value``, zeros past its last row."""
     padded = jnp.concatenate([value, jnp.zeros((n - 1,) + value.shape[1:], value.dtype)])
     return padded[jnp.arange(value.shape[0])[:, None] + jnp.arange(n)[None, :]]
+
+
+def _first_rows(y, count: int):
+    """Rows ``:count`` of a launch's output ``y``: on a CPU, sliced on the host and put back (a slice on
+    the device compiles a program for every count: a run's last, shorter launch would compile one per
+    output)."""
+    if all(d.platform == "cpu" for d in y.devices()):
+        return jax.device_put(np.asarray(y)[:count], may_alias=False)
+    return y[:count]
 
 
 def _padded(a, rows: int):

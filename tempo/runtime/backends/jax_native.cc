@@ -13,7 +13,9 @@
 //
 // tempo_stacked_few_columns: out[p] (rows, cols) = a[p] (rows, k) @ b[p] (k,
 // cols), a[p]'s row r at a + p * stride_a + r * lda (one head's keys in the
-// buffer), b and out C-ordered, cols at most 4.
+// buffer), b and out C-ordered, cols at most 4: every product in one call of
+// few_columns per run of rows kept (for heads of up to 64 floats, each
+// product's columns held in registers), as the NumPy backend calls it.
 //
 // Each takes `rows`, a mask over the large side's rows (few_rows: b[p]'s k
 // rows; few_columns: a[p]'s rows), and `fill`: the product of the large side
@@ -22,6 +24,7 @@
 // rows written so far is read up to the current position.
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -73,13 +76,16 @@ static ffi::Error StackedFewRows(ffi::Buffer<ffi::F32> x, ffi::AnyBuffer b, ffi:
       const int64_t group = rows - r < GROUP ? rows - r : GROUP;
       const float *xp = x.typed_data() + p * rows * k + r * k;
       float *op = out->typed_data() + p * rows * width + r * width;
-      std::memset(op, 0, sizeof(float) * group * width);
       int64_t start, stop = 0;
+      bool first = true;  // the first run of rows kept written into out, each later one added to it
       while (next_run(keep, k, stop, &start, &stop)) {
-        rows_case(xp + start, k, base + p * stride_b + start * ldb, ldb, partial, width, stop - start, group,
-                  width / LANES, r == 0);
-        for (int64_t i = 0; i < group * width; i++) op[i] += partial[i];
+        rows_case(xp + start, k, base + p * stride_b + start * ldb, ldb, first ? op : partial, width, stop - start,
+                  group, width / LANES, r == 0);
+        if (!first)
+          for (int64_t i = 0; i < group * width; i++) op[i] += partial[i];
+        first = false;
       }
+      if (first) std::memset(op, 0, sizeof(float) * group * width);
       const float value = fill.typed_data()[0];
       if (value != 0.0f)
         for (int64_t g = 0; g < group; g++) {
@@ -108,34 +114,24 @@ static ffi::Error StackedFewColumns(ffi::AnyBuffer a, ffi::Buffer<ffi::F32> b, f
   const auto dims = out->dimensions();
   const int64_t count = dims[0], rows = dims[1], cols = dims[2], k = b.dimensions()[1];
   const bool *keep = mask.typed_data();
-  const float *base = static_cast<const float *>(a.untyped_data());
-  float bt[4 * MAX_K];
-  for (int64_t p = 0; p < count; p++) {
-    const float *bp = b.typed_data() + p * k * cols;
-    for (int64_t c = 0; c < cols; c++)
-      for (int64_t i = 0; i < k; i++) bt[c * k + i] = bp[i * cols + c];
-    const float *ap = base + p * stride_a;
-    float *op = out->typed_data() + p * rows * cols;
-    float left[4];  // a row left out: fill times the sum of each column of b
-    for (int64_t c = 0; c < cols; c++) {
-      left[c] = 0.0f;
-      for (int64_t i = 0; i < k; i++) left[c] += bt[c * k + i];
-      left[c] *= fill.typed_data()[0];
-    }
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t c = 0; c < cols; c++) op[r * cols + c] = keep[r] ? 0.0f : left[c];
-    int64_t start, stop = 0;
-    while (next_run(keep, rows, stop, &start, &stop)) {
-      const float *at = ap + start * lda;
-      float *to = op + start * cols;
-      switch (cols) {
-        case 1: rows_by_columns(at, lda, 0, bt, to, 0, 1, stop - start, k, 1); break;
-        case 2: rows_by_columns(at, lda, 0, bt, to, 0, 1, stop - start, k, 2); break;
-        case 3: rows_by_columns(at, lda, 0, bt, to, 0, 1, stop - start, k, 3); break;
-        case 4: rows_by_columns(at, lda, 0, bt, to, 0, 1, stop - start, k, 4); break;
-      }
-    }
+  const float *base = static_cast<const float *>(a.untyped_data()), *bs = b.typed_data();
+  float *o = out->typed_data();
+  const float value = fill.typed_data()[0];
+  std::vector<float> left(count * cols, 0.0f);  // a row left out: fill times the sum of each column of b[p]
+  if (value != 0.0f) {
+    for (int64_t p = 0; p < count; p++)
+      for (int64_t i = 0; i < k; i++)
+        for (int64_t c = 0; c < cols; c++) left[p * cols + c] += bs[(p * k + i) * cols + c];
+    for (float &sum : left) sum *= value;
   }
+  for (int64_t r = 0; r < rows; r++)
+    if (!keep[r])
+      for (int64_t p = 0; p < count; p++)
+        for (int64_t c = 0; c < cols; c++) o[(p * rows + r) * cols + c] = left[p * cols + c];
+  int64_t start, stop = 0;  // each run of rows kept: every product at once (few_columns: its columns in registers)
+  while (next_run(keep, rows, stop, &start, &stop))
+    few_columns(base + start * lda, lda, stride_a, bs, k * cols, o + start * cols, rows * cols, count, stop - start,
+                k, cols);
   return ffi::Error::Success();
 }
 
