@@ -11,6 +11,9 @@ Each option computes ``x @ W^T`` for ``x`` (1, in):
 
 - **numpy-f32**, **torch-f32**: the float32 weights (4 bytes a weight);
 - **tempo-native**: Tempo's native kernels (``tempo/llm/quantized_kernels.c``);
+- **tempo-int8-inputs**: the native kernels with the input rounded to 8 bits per
+  block of 32 first (``tempo/llm/int8_input_kernels.c``, AVX512-VNNI: integer
+  dot products; its error is the input's rounding);
 - **tempo-panels**: Tempo's NumPy products (a panel of rows widened at a time);
 - **torch-int4-f32** / **torch-int4-bf16**: ``aten._weight_int4pack_mm_for_cpu``
   (group-wise scale and zero per 32, which holds Q4_1 exactly: ``w = d (q - 8) +
@@ -73,6 +76,9 @@ def options(type_name: str, matrices: QuantizedMatrices):
              "tempo-panels": (lambda x: matrices.panel_matmul(x, 0), True)}
     if native.kernels() is not None:
         found["tempo-native"] = (lambda x: matrices.native_matmul(x, 0), True)
+    if native.int8_input_kernels() is not None:
+        rounded = matrices.with_int8_inputs()
+        found["tempo-int8-inputs"] = (lambda x: rounded.native_matmul(x, 0), True)
     q, d = torch.from_numpy(matrices.q[0]), torch.from_numpy(matrices.scale[0])
     if type_name == "Q4_1":
         values = torch.cat([q & 15, q >> 4], dim=-1).reshape(out, inputs).to(torch.int32)
