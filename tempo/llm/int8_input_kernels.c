@@ -172,27 +172,25 @@ INLINE void body(const void *q, const float *scale, const float *offset, const R
   }
 }
 
+/* The inputs rounded, then every row of the matrix by them (kind and unit: row_by_inputs'). */
+INLINE void rounded_product(const void *q, const float *scale, const float *offset, const float *x, float *y,
+                            int64_t rows, int64_t width, const int kind, const int64_t unit, int64_t inputs) {
+  Rounded r;
+  if (round_inputs(x, inputs, width, kind == 0, &r)) body(q, scale, offset, &r, y, rows, width, kind, unit, inputs);
+  release(&r);
+}
+
 /* int8 blocks of `block` (32: Q8_0; 16: Q6_K) by `inputs` rows of x (rows, width = blocks * block). */
 void int8_blocks_int8_inputs(const int8_t *q, const float *scale, const float *x, float *y,
                              int64_t rows, int64_t blocks, int64_t block, int64_t inputs) {
-  const int64_t width = blocks * block;
-  Rounded r;
-  if (round_inputs(x, inputs, width, 1, &r)) {
-    if (block == 32) body(q, scale, NULL, &r, y, rows, width, 0, 32, inputs);
-    else body(q, scale, NULL, &r, y, rows, width, 0, 16, inputs);
-  }
-  release(&r);
+  if (block == 32) rounded_product(q, scale, NULL, x, y, rows, blocks * block, 0, 32, inputs);
+  else rounded_product(q, scale, NULL, x, y, rows, blocks * block, 0, 16, inputs);
 }
 
 /* 4-bit blocks of `block` (32: Q4_0, Q4_1; 64 with a scale and offset per half: Q4_K); `offset`
  * NULL: -8 * scale (Q4_0). */
 void nibble_blocks_int8_inputs(const uint8_t *q, const float *scale, const float *offset, const float *x,
                                float *y, int64_t rows, int64_t blocks, int64_t block, int64_t inputs) {
-  const int64_t width = blocks * block;
-  Rounded r;
-  if (round_inputs(x, inputs, width, 0, &r)) {
-    if (block == 32) body(q, scale, offset, &r, y, rows, width, 1, 32, inputs);
-    else body(q, scale, offset, &r, y, rows, width, 2, 32, inputs);
-  }
-  release(&r);
+  if (block == 32) rounded_product(q, scale, offset, x, y, rows, blocks * block, 1, 32, inputs);
+  else rounded_product(q, scale, offset, x, y, rows, blocks * block, 2, 32, inputs);
 }
