@@ -561,7 +561,7 @@ def floor_rows(results: list[dict], rates: dict, lengths: list[int]) -> list[dic
 
 
 def floor_table(rows: list[dict], rates: dict) -> str:
-    lines = [f"read bandwidth (one thread, GB/s by buffer MB, wall / CPU clock): "
+    lines = ["read bandwidth (one thread, GB/s by buffer MB, wall / CPU clock): "
              + ", ".join(f"{int(k) / 1e6:.0f}: {v['wall']:.1f} / {v['cpu']:.1f}"
                          for k, v in sorted(rates.items(), key=lambda kv: int(kv[0]))),
              "| system | file | batch | length | ms per step | CPU ms per step | CPU ms per token | MB read per step "
