@@ -41,13 +41,19 @@ def run(op: ops.Op, x: np.ndarray) -> np.ndarray:
 def test_a_reader_the_rules_accept_computes_the_same_from_the_padded_window(kind, permuted, axis, ordered,
                                                                             rows, values):
     """The rules' answer against NumPy: where they accept the reader, the padded window's value equals the
-    short window's, bit for bit."""
+    short window's: bit for bit where the reader adds in step order (``ordered``), else to float32
+    rounding (BLAS's order of a product's sums, the unordered discounted sum's, may change with the
+    length on some CPUs)."""
     op = island(kind, permuted, axis, ordered)
     window = np.asarray(values, np.float32).reshape(ROWS, 3)[:rows]
     padded = np.concatenate([window, np.zeros((ROWS - rows, 3), np.float32)])
     if ignores_zero_padding(op, 0, 0):
         assert (1 if permuted else 0) == axis and kind in ("sum", "discounted")
-        np.testing.assert_array_equal(run(op, padded), run(op, window))
+        if ordered:
+            np.testing.assert_array_equal(run(op, padded), run(op, window))
+        else:
+            scale = np.abs(window).sum(axis=0) + 1e-30                      # the rows the reader adds
+            np.testing.assert_array_less(np.abs(run(op, padded) - run(op, window)), 4e-7 * scale)
 
 
 def test_the_readers_the_rules_refuse_change_with_the_padding():
