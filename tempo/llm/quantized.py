@@ -41,7 +41,7 @@ the inputs' rounding (at most half of ``max |x_block| / 127`` per value).
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -140,8 +140,7 @@ class QuantizedMatrices:
     def with_int8_inputs(self) -> "QuantizedMatrices":
         """The same matrices (their arrays shared), each product rounding its input rows to 8 bits
         per block of 32 first (:func:`rounded_inputs`)."""
-        return QuantizedMatrices(self.type_name, self.out_features, self.in_features, self.q, self.scale,
-                                 self.offset, True)
+        return replace(self, int8_inputs=True)
 
     @property
     def num_layers(self) -> int:
