@@ -2,11 +2,12 @@
 
 Every weight matrix of ``benchmarks/decode_floor.py``'s model (30 layers of
 query/key/value, output, gate, up and down matrices, and the tied 49,152 x 576
-output head: 538 MB of float32) is stored as 32-column panels, as
-:mod:`tempo.transforms.pack_weights` stores them for one row, and one row is
-multiplied by each in the order a decoding step reads them: by NumPy's
-``matmul`` (OpenBLAS's matrix-vector products, panel by panel), and by the
-native kernel (:func:`tempo.runtime.backends.skinny_products.panels`). Beside
+output head: 538 MB of float32) is stored as column panels, as
+:mod:`tempo.transforms.pack_weights` stores them for each of ``--rows`` input
+rows (the NumPy backend's width: 32 columns for one row, 64 for 2 to 4), and
+that many rows are multiplied by each in the order a decoding step reads them:
+by NumPy's ``matmul`` (OpenBLAS, panel by panel), and by the native kernel
+(:func:`tempo.runtime.backends.skinny_products.panels`). Beside
 them, the read bandwidth: a float32 buffer of the same bytes read by a BLAS dot
 product of it with itself. Then attention's products of a step at each of
 ``--positions``: per layer, the scores ``keys @ q^T`` and ``weights @ values``
@@ -39,7 +40,7 @@ from tempo.runtime.backends import numpy as numpy_backend  # noqa: E402
 from tempo.runtime.backends import skinny_products  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LAYERS, HIDDEN, INTERMEDIATE, VOCAB, WIDTH = 30, 576, 1536, 49152, 32
+LAYERS, HIDDEN, INTERMEDIATE, VOCAB = 30, 576, 1536, 49152
 LAYER_SHAPES = [(HIDDEN, 960), (HIDDEN, HIDDEN), (HIDDEN, INTERMEDIATE), (HIDDEN, INTERMEDIATE), (INTERMEDIATE, HIDDEN)]
 
 
@@ -67,38 +68,43 @@ def without_kernels(a, b, replaced: dict):
             setattr(skinny_products, name, fn)
 
 
-def table(rows: list) -> None:
-    print("| system | positions | MB | ms (CPU) | ms (wall) | GB/s (CPU clock) | GB/s (wall) |")
+def table(rows: list, by: str) -> None:
+    print(f"| system | {by} | MB | ms (CPU) | ms (wall) | GB/s (CPU clock) | GB/s (wall) |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         r["gbps_cpu"], r["gbps_wall"] = r["bytes"] / r["cpu_s"] / 1e9, r["bytes"] / r["wall_s"] / 1e9
-        print(f"| {r['system']} | {r.get('positions', '')} | {r['bytes'] / 1e6:.0f} | {1e3 * r['cpu_s']:.2f} "
+        print(f"| {r['system']} | {r.get(by, '')} | {r['bytes'] / 1e6:.0f} | {1e3 * r['cpu_s']:.2f} "
               f"| {1e3 * r['wall_s']:.2f} | {r['gbps_cpu']:.1f} | {r['gbps_wall']:.1f} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=9)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 4], help="input rows of the weight products")
     parser.add_argument("--positions", type=int, nargs="+", default=[256, 1024, 4096])
     parser.add_argument("--out", default=os.path.join(HERE, "..", "docs", "results", "skinny_products.json"))
     args = parser.parse_args()
     if skinny_products.library() is None:
         raise SystemExit(skinny_products.unavailable())
     rng = np.random.default_rng(0)
-    stacks = [rng.standard_normal((LAYERS, n // WIDTH, k, WIDTH), dtype=np.float32) for k, n in LAYER_SHAPES]
-    head = rng.standard_normal((VOCAB // WIDTH, HIDDEN, WIDTH), dtype=np.float32)
-    order = [stack[layer] for layer in range(LAYERS) for stack in stacks] + [head]
-    inputs = [rng.standard_normal((1, 1, p.shape[1]), dtype=np.float32) for p in order]
-    nbytes = sum(p.nbytes for p in order)
-    buffer = np.ones(nbytes // 4, np.float32)
-    systems = {"numpy matmul (OpenBLAS)": lambda: [np.matmul(x, p) for x, p in zip(inputs, order)],
-               "panel kernel": lambda: [skinny_products.panels(x, p) for x, p in zip(inputs, order)],
-               "read bandwidth (dot of the buffer with itself)": lambda: np.dot(buffer, buffer)}
-    rows = [{"part": "weights", "system": name, "bytes": nbytes, **timed(fn, args.passes)}
-            for name, fn in systems.items()]
-    del stacks, head, order, buffer
-    print(f"one decoding step's weight products: {len(inputs)} matrices, {nbytes / 1e6:.0f} MB float32, one thread")
-    table(rows)
+    rows = []
+    for count in args.rows:
+        width = numpy_backend.NumPyBackend().weight_panel(count)
+        stacks = [rng.standard_normal((LAYERS, n // width, k, width), dtype=np.float32) for k, n in LAYER_SHAPES]
+        head = rng.standard_normal((VOCAB // width, HIDDEN, width), dtype=np.float32)
+        order = [stack[layer] for layer in range(LAYERS) for stack in stacks] + [head]
+        inputs = [rng.standard_normal((1, count, p.shape[1]), dtype=np.float32) for p in order]
+        nbytes = sum(p.nbytes for p in order)
+        buffer = np.ones(nbytes // 4, np.float32)
+        systems = {"numpy matmul (OpenBLAS)": lambda: [np.matmul(x, p) for x, p in zip(inputs, order)],
+                   "panel kernel": lambda: [skinny_products.panels(x, p) for x, p in zip(inputs, order)],
+                   "read bandwidth (dot of the buffer with itself)": lambda: np.dot(buffer, buffer)}
+        rows += [{"part": "weights", "system": name, "rows": count, "width": width, "bytes": nbytes,
+                  **timed(fn, args.passes)} for name, fn in systems.items()]
+        del stacks, head, order, buffer
+    print(f"one decoding step's weight products: {len(LAYER_SHAPES) * LAYERS + 1} matrices, {nbytes / 1e6:.0f} MB "
+          "float32, one thread; rows: input rows (panels of 32 columns for 1, 64 for 2 to 4)")
+    table(rows, "rows")
     attention = []
     for n in args.positions:
         stores = [rng.standard_normal((1, 3, 4096, 64), dtype=np.float32)[:, :, :n] for _ in range(2 * LAYERS)]
@@ -115,7 +121,7 @@ def main() -> None:
             attention.append({"part": "attention", "positions": n, "system": name, "bytes": nbytes,
                               **timed(fn, args.passes)})
     print("\none decoding step's attention products (30 layers, scores and values), one thread")
-    table(attention)
+    table(attention, "positions")
     rows += attention
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout
     write_json_atomic(args.out, {"commit": commit.strip(), "passes": args.passes,
