@@ -93,6 +93,7 @@ EPS = 1e-6  # the RMS norms' epsilon, the same for both systems
 SYSTEMS = ("tempo", "transformers", "transformers-static")
 WORKER = {"tempo": "jax", "transformers": "torch", "transformers-static": "torch"}  # system -> its process
 WARM_STEPS = {"transformers": 4, "transformers-static": 8}  # decoded before the timed steps
+SETUP_S = 180.0  # the longest a worker may take to set up (import, make the model, reach the device)
 
 
 # ----- the model -----
@@ -355,10 +356,14 @@ class Worker:
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            if line.startswith(MARK):
-                self.replies.put(json.loads(line[len(MARK):]))
-            else:
+            at = line.find(MARK)  # a library's output without a newline may come first
+            if at < 0:
                 sys.stderr.write(f"[{self.kind}] {line}")
+                continue
+            try:
+                self.replies.put(json.loads(line[at + len(MARK):]))
+            except ValueError as err:
+                self.replies.put({"error": f"the {self.kind} worker's reply did not parse ({err})"})
         self.replies.put({"error": f"the {self.kind} worker exited (code {self.proc.wait()})"})
 
     def ready(self, timeout: float) -> dict:
@@ -383,8 +388,7 @@ class Worker:
             return self.replies.get(timeout=max(timeout, 0.0))
         except queue.Empty:
             self.stop()
-            return {"error": f"stopped at the time budget ({timeout:.0f} s left when it began: {doing})",
-                    "stopped": True}
+            return {"error": f"no reply within {timeout:.0f} s ({doing}): stopped", "stopped": True}
 
     @property
     def alive(self) -> bool:
@@ -447,18 +451,19 @@ def report(rows: list[dict], rates: dict, size: Size) -> list[dict]:
 
 
 def table(rows: list[dict], skipped: list[dict]) -> str:
-    lines = ["| system | batch | length | ms per step | ms per token | x floor | floor ms | compile s | first token s "
-             "| first launch / step s | same tokens as transformers |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| system | batch | length | ms per step | ms per token | x floor | floor ms | steps a launch | compile s "
+             "| first token s | first launch / step s | same tokens as transformers |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         head = f"| {r['system']} | {r['batch']} | {r['length']} |"
         if "error" in r:
-            lines.append(f"{head} {r['error']} | | | | | | | |")
+            lines.append(f"{head} {r['error']} | | | | | | | | |")
             continue
         first = r.get("first_launch_s", r.get("first_step_s"))
         same = r.get("same_tokens")
         same = f"{same['same']}/{same['tokens']}" if same else ""
         lines.append(f"{head} {r['ms']:.3f} | {r['ms_per_token']:.3f} | {_num(r.get('x_floor'), 2)} | "
-                     f"{_num(r.get('floor_ms'), 3)} | {_num(r.get('compile_s'), 1)} | "
+                     f"{_num(r.get('floor_ms'), 3)} | {r.get('launch_steps', '')} | {_num(r.get('compile_s'), 1)} | "
                      f"{_num(r.get('first_token_s'), 1)} | {_num(first, 2)} | {same} |")
     lines += [f"skipped: {s['system']}" + (f" batch {s['batch']} length {s['length']}" if s["batch"] else "")
               + f" ({s['why']})" for s in skipped]
@@ -530,7 +535,7 @@ def main() -> None:
         os.replace(ns.out + ".part", ns.out)
 
     for kind, worker in workers.items():
-        ready[kind] = worker.ready(left())
+        ready[kind] = worker.ready(min(left(), SETUP_S))
         print(f"{kind} worker: {ready[kind]}", flush=True)
     for system, batch, length in work_order(ns.systems, ns.batch, ns.lengths):
         if left() <= 0:
