@@ -38,7 +38,7 @@ time per step is the median of the last ``--last`` steps. Per token: per step
 over the batch.
 
 Floor. The device's copy bandwidth is measured in the same run (a jitted
-``a + 1`` over a float32 buffer of ``--copy-mb`` MB with JAX, a ``copy_``
+``a + 1`` over a float32 buffer of ``--copy-mb`` MiB with JAX, a ``copy_``
 with torch; bytes read and written over the best of several passes); the
 floor of a step is the bytes it must read (every weight once for the whole
 batch, one embedding row per sequence aside, and every sequence's keys and
@@ -56,7 +56,7 @@ runs most important first (the first two batch sizes at 1,024, both systems;
 the copy bandwidth; then the other batch sizes and lengths, the longest last;
 the static-cache rows at the end), and a configuration that would start after
 ``--budget-s`` seconds is skipped (``skipped`` in the JSON), one running at
-that moment stopped.
+that moment stopped (and a worker that takes over three minutes to set up).
 
     python3 benchmarks/decode_gpu.py --device gpu --out $OUT/decode_gpu_h200.json
     .venv/bin/python benchmarks/decode_gpu.py --device cpu --quick --out /tmp/decode_gpu_quick.json
@@ -421,6 +421,7 @@ def floor_fields(row: dict, size: Size, rate: float | None) -> dict:
            "mb_per_step": (weight_bytes(size) + kv_bytes(size, row["batch"], row["length"])) / 1e6}
     if rate:
         out["floor_ms"] = out["mb_per_step"] / rate
+        out["floor_ms_per_token"] = out["floor_ms"] / row["batch"]
         out["x_floor"] = row["ms"] / out["floor_ms"]
     return out
 
