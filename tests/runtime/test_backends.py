@@ -119,3 +119,16 @@ def test_a_bad_backend_in_run_names_the_users_line():
         with pytest.raises(TempoError, match="unknown backend 'cupy'") as info:
             ctx.run({T: 4}, fetch=[x], backend="cupy")
     assert info.value.site is not None and "test_backends.py" in info.value.site.filename
+
+
+def test_built_in_backends_are_declared_without_package_metadata(monkeypatch):
+    """Tempo run from its source tree (on ``PYTHONPATH``, not installed) still has its own backends."""
+    monkeypatch.setattr(base, "entry_points", lambda group: [])
+    base._declared.cache_clear()
+    base._load.cache_clear()
+    try:
+        assert list(base._declared()) == ["numpy", "jax", "torch"]
+        assert base.get_backend("numpy").name == "numpy"
+    finally:
+        base._declared.cache_clear()
+        base._load.cache_clear()

@@ -137,6 +137,10 @@ class Backend:
 GROUP = "tempo.backends"  # the entry-point group a backend registers itself in
 DEFAULT_ENV = ENV["backend"]
 REFERENCE = "numpy"
+BUILT_IN = {"numpy": "tempo.runtime.backends.numpy:NumPyBackend", "torch": "tempo.runtime.backends.torch:TorchBackend",
+            "jax": "tempo.runtime.backends.jax:JaxBackend"}
+"""Tempo's own backends, declared also where Tempo runs from its source tree without being installed
+(no package metadata to read entry points from): an installed package's entry point of the same name wins."""
 
 
 @functools.cache
@@ -145,8 +149,10 @@ def _declared() -> dict[str, EntryPoint]:
 
     A backend registers itself with an entry point in the ``tempo.backends`` group of its
     package's metadata (``numpy = "tempo.runtime.backends.numpy:NumPyBackend"``): the name
-    users pass, and the :class:`Backend` subclass, built as ``cls(device)``."""
-    points = {ep.name: ep for ep in entry_points(group=GROUP)}
+    users pass, and the :class:`Backend` subclass, built as ``cls(device)``; :data:`BUILT_IN` are declared
+    without it."""
+    points = {name: EntryPoint(name, value, GROUP) for name, value in BUILT_IN.items()}
+    points.update((ep.name, ep) for ep in entry_points(group=GROUP))
     return {name: points[name] for name in sorted(points, key=lambda n: (n != REFERENCE, n))}
 
 
