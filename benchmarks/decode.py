@@ -113,6 +113,16 @@ def weights(size: Size, max_positions: int):
     return Weights.random(model_config(size, max_positions), seed=0)
 
 
+def layer_params(wts, convert) -> list[dict]:
+    """Each layer's tensors by their names in ``tempo.llm.weights.LAYER_TENSORS`` (matrices as (in, out),
+    the joined ones apart), each passed through ``convert`` (to a framework's array)."""
+    from tempo.llm.weights import LAYER_TENSORS
+
+    stacks = {key: wts.matrices(key) for key in LAYER_TENSORS}
+    return [{key: convert(np.ascontiguousarray(stack[i])) for key, stack in stacks.items()}
+            for i in range(len(next(iter(stacks.values()))))]
+
+
 def rss_mb() -> float:
     """The process's resident set, MB."""
     with open("/proc/self/statm") as f:
@@ -214,7 +224,7 @@ def run_torch(size: Size, batch: int, window: int | None, lengths: list[int], la
 
     torch.set_num_threads(1)
     wts = weights(size, max(lengths) + 1)
-    layers = [{k: torch.from_numpy(v[i]) for k, v in wts.layers.items()} for i in range(size.layers)]
+    layers = layer_params(wts, torch.from_numpy)
     embed, head, final = (torch.from_numpy(a) for a in (wts.embed, wts.head, wts.final_norm))
     inv = torch.from_numpy(inverse_frequencies(size))
     hd, h, kvh = size.head_dim, size.heads, size.kv_heads
@@ -280,9 +290,9 @@ def transformers_model(size: Size, max_positions: int):
     wts = weights(size, max_positions)
     state = {"model.embed_tokens.weight": wts.embed, "lm_head.weight": wts.head.T, "model.norm.weight": wts.final_norm}
     for key, (name, _) in LAYER_TENSORS.items():
+        stack = wts.matrices(key)
         for i in range(size.layers):
-            value = wts.layers[key][i]
-            state[f"model.layers.{i}.{name}"] = value.T if key in TRANSPOSED else value
+            state[f"model.layers.{i}.{name}"] = stack[i].T if key in TRANSPOSED else stack[i]
     model = transformers.LlamaForCausalLM(config).eval()
     model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, strict=True)
     return model.to(torch.float32)
@@ -323,7 +333,7 @@ def run_jax(size: Size, batch: int, window: int | None, lengths: list[int], last
 
     hd, h, kvh, L, full = size.head_dim, size.heads, size.kv_heads, size.layers, max(lengths)
     wts = weights(size, full + 1)
-    params = [{k: jnp.asarray(v[i]) for k, v in wts.layers.items()} for i in range(L)]
+    params = layer_params(wts, jnp.asarray)
     embed, head, final = jnp.asarray(wts.embed), jnp.asarray(wts.head), jnp.asarray(wts.final_norm)
     inv = jnp.asarray(inverse_frequencies(size))
 
@@ -409,7 +419,7 @@ def prefill_torch(size: Size, batch: int, length: int) -> dict:
 
     torch.set_num_threads(1)
     wts = weights(size, length + 1)
-    layers = [{k: torch.from_numpy(v[i]) for k, v in wts.layers.items()} for i in range(size.layers)]
+    layers = layer_params(wts, torch.from_numpy)
     embed, head, final = (torch.from_numpy(a) for a in (wts.embed, wts.head, wts.final_norm))
     hd, h, kvh = size.head_dim, size.heads, size.kv_heads
     ang = torch.arange(length, dtype=torch.float32)[:, None] * torch.from_numpy(inverse_frequencies(size))
