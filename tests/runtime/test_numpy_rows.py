@@ -69,23 +69,37 @@ def test_a_residual_rms_norm_is_one_native_call_with_numpys_numbers():
     np.testing.assert_allclose(y, y_ref, rtol=2e-6, atol=1e-7)
 
 
-def test_a_value_read_before_the_chain_ends_splits_it():
-    """The RMSNorm's h read by a step that runs before the norm's last step: the line of h and the
-    line of the norm cannot be one (h must exist before its reader runs)."""
-    steps = list(rms_norm(1, 16).steps)
-    steps.insert(1, step(ops.CumSumOp(-1), ((0, 0),), (1, 16)))  # reads h before the norm is done
-    steps = [ops.FusedStep(s.op, tuple((j + (j >= 1), k) if j >= 0 else (j, k) for j, k in s.inputs), s.dtypes,
-                           shapes=s.shapes) if i > 1 else s for i, s in enumerate(steps)]
-    island = ops.FusedOp(steps=tuple(steps), outputs=((1, 0), (6, 0)))
+def test_a_value_read_before_the_chain_ends_is_left_out_of_it():
+    """h = x + r read by a step (a cumulative sum) that runs before the norm's last step: h cannot
+    wait for the norm's line, so it is its own NumPy call and the norm's line reads it."""
+    shape, column = (1, 16), (1, 1)
+    island = ops.FusedOp(steps=(fn("add", (-1, 0), (-1, 1), shape=shape), step(ops.CumSumOp(-1), ((0, 0),), shape),
+                                fn("mul", (0, 0), (0, 0), shape=shape), mean((2, 0), shape=column),
+                                fn("add", (3, 0), (-1, 2), shape=column), fn("pow", (4, 0), (-1, 3), shape=column),
+                                fn("mul", (0, 0), (5, 0), shape=shape)),
+                         outputs=((1, 0), (6, 0)))
     found = numpy_rows.chains(island, _call, set(), set())
-    assert all(0 not in (*chain, end) or (*chain, end) == (0,) for end, (chain, _, _, _) in found.items())
-    inputs = [np.ones((1, 16), np.float32), np.arange(16, dtype=np.float32)[None], np.array(1e-5, np.float32),
+    assert [(*chain, end) for end, (chain, _, _, _) in found.items()] == [(2, 3, 4, 5, 6)]
+    inputs = [np.ones(shape, np.float32), np.arange(16, dtype=np.float32)[None], np.array(1e-5, np.float32),
               np.array(-0.5, np.float32)]
     for a, b in zip(*both(island, inputs)):
         np.testing.assert_allclose(a, b, rtol=2e-6)
 
 
-@pytest.mark.parametrize("case", ["float64", "python float", "half broadcast", "wrong width"])
+@pytest.mark.parametrize("case", ["rows apart", "half broadcast"])
+def test_rows_anywhere_in_memory_and_broadcast_along_any_axis_run_natively(case):
+    rng = np.random.default_rng(1)
+    x, r = rng.normal(size=(2, 3, 40)).astype(np.float32)[..., :16], rng.normal(size=(2, 3, 16)).astype(np.float32)
+    if case == "half broadcast":
+        r = r[:1]  # broadcast along the first lead axis, not the second
+    island = _stacked_rms_norm()
+    inputs = [x, r, np.array(1e-5, np.float32), np.array(-0.5, np.float32)]
+    assert native_runs(island, inputs) == [0]
+    for a, b in zip(*both(island, inputs)):
+        np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("case", ["float64", "python float", "wrong width", "strided row"])
 def test_arrays_the_kernel_does_not_take_run_the_steps_own_calls(case):
     rng = np.random.default_rng(1)
     x, r = rng.normal(size=(2, 3, 16)).astype(np.float32), rng.normal(size=(2, 3, 16)).astype(np.float32)
@@ -94,17 +108,22 @@ def test_arrays_the_kernel_does_not_take_run_the_steps_own_calls(case):
         x = x.astype(np.float64)
     elif case == "python float":
         eps = 1e-5
-    elif case == "half broadcast":
-        r = r[:1]  # broadcast along the first lead axis, not the second
-    island = ops.FusedOp(steps=tuple(ops.FusedStep(s.op, s.inputs, s.dtypes, shapes=((2, 3) + s.shapes[0][1:],))
-                                     for s in rms_norm(1, 16).steps), outputs=((0, 0), (5, 0)))
-    if case == "wrong width":
+    elif case == "wrong width":
         x, r = x[..., :8], r[..., :8]
+    elif case == "strided row":
+        x = np.repeat(x, 2, axis=-1)[..., ::2]
+    island = _stacked_rms_norm()
     assert native_runs(island, [x, r, eps, p]) == [1]
     rows, reference = both(island, [x, r, eps, p])
     for a, b in zip(rows, reference):
         assert a.dtype == np.float32 and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
+
+
+def _stacked_rms_norm() -> ops.FusedOp:
+    """:func:`rms_norm` over rows of shape (2, 3, 16)."""
+    return ops.FusedOp(steps=tuple(ops.FusedStep(s.op, s.inputs, s.dtypes, shapes=((2, 3) + s.shapes[0][1:],))
+                                   for s in rms_norm(1, 16).steps), outputs=((0, 0), (5, 0)))
 
 
 UNARY = ["neg", "exp", "sqrt", "sigmoid", "relu"]
@@ -114,11 +133,14 @@ BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "pow"]
 @st.composite
 def chains(draw):
     """A random island of row steps over inputs of random broadcast kinds: (lead, n), (n,), (lead, 1),
-    (), the lead axes all 1 (lead = (a, b))."""
+    (), the lead axes all 1 or the first one 1 (lead = (a, b) or (a,)), and whether the inputs' rows
+    lie apart in memory (views of wider arrays)."""
     lead = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
     n = draw(st.integers(2, 40))
-    kinds = draw(st.lists(st.sampled_from(["rows", "vector", "column", "scalar", "ones"]), min_size=1, max_size=4))
-    shapes = {"rows": lead + (n,), "vector": (n,), "column": lead + (1,), "scalar": (), "ones": (1,) * len(lead) + (n,)}
+    kinds = draw(st.lists(st.sampled_from(["rows", "vector", "column", "scalar", "ones", "part"]), min_size=1,
+                          max_size=4))
+    shapes = {"rows": lead + (n,), "vector": (n,), "column": lead + (1,), "scalar": (), "ones": (1,) * len(lead) + (n,),
+              "part": (1,) + lead[1:] + (n,)}
     inputs = [shapes[k] for k in kinds]
     values = [((-1, k), shape) for k, shape in enumerate(inputs)]  # what steps may read, with their shapes
     steps = []
@@ -129,7 +151,8 @@ def chains(draw):
             if not rows:
                 continue
             ref, shape = draw(st.sampled_from(rows))
-            op, out = ops.ReduceOp(draw(st.sampled_from(["sum", "mean", "max"])), (-1,), keepdims=True), shape[:-1] + (1,)
+            op = ops.ReduceOp(draw(st.sampled_from(["sum", "mean", "max"])), (-1,), keepdims=True)
+            out = shape[:-1] + (1,)
             refs = (ref,)
         else:
             names = UNARY if what == "unary" else BINARY
@@ -141,15 +164,16 @@ def chains(draw):
         values.append(((len(steps) - 1, 0), tuple(out)))
     assume(len(steps) >= 2)
     outputs = tuple((s, 0) for s in range(len(steps)))
-    return ops.FusedOp(steps=tuple(steps), outputs=outputs), inputs, draw(st.integers(0, 2 ** 31))
+    return ops.FusedOp(steps=tuple(steps), outputs=outputs), inputs, draw(st.booleans()), draw(st.integers(0, 2 ** 31))
 
 
 @settings(max_examples=150, deadline=None)
 @given(chains())
 def test_random_chains_equal_numpys_to_float32_rounding(case):
-    island, shapes, seed = case
+    island, shapes, apart, seed = case
     rng = np.random.default_rng(seed)
-    inputs = [rng.uniform(0.5, 2.0, size=shape).astype(np.float32) for shape in shapes]
+    inputs = [rng.uniform(0.5, 2.0, size=shape[:-1] + (shape[-1] + 3 * apart,)).astype(np.float32)[..., :shape[-1]]
+              if shape else rng.uniform(0.5, 2.0, size=shape).astype(np.float32) for shape in shapes]
     with np.errstate(all="ignore"):
         rows, reference = both(island, inputs)
     for a, b in zip(rows, reference):

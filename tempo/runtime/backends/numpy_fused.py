@@ -30,8 +30,16 @@ is one line calling one native kernel for every (sequence, head) pair
 float32 rounding; where the kernel does not take the arrays, the line runs
 the steps' own calls.
 
+With ``rows`` (``NumPyBackend(row_programs=True)``, as ``tpo.llm`` decodes),
+each group of float32 elementwise steps and last-axis reductions over rows of
+one shape (a norm, the rotary embedding's products, SwiGLU) is one line
+calling one native row program for all of them
+(:mod:`~tempo.runtime.backends.numpy_rows`), binding every value of the group
+that a later line reads: the same numbers to float32 rounding.
+
 A failing step raises :class:`StepFailed` with its op's name and site,
-found from the line of the island that raised.
+found from the line of the island that raised (a row program's line: its
+last step's).
 """
 from __future__ import annotations
 
@@ -52,8 +60,8 @@ def compile_island(op: ops.FusedOp, kernel_of: Callable[[ops.Op], Kernel],
     instead of the kernel where it gives one. ``rows``: chains of float32 elementwise steps run as row
     programs (:mod:`.numpy_rows`; the same numbers to float32 rounding)."""
     steps = op.steps
-    chains = {s: (chain, fn, reads, None) for s, (chain, fn, reads) in
-              {**_vector_products(op, call_of), **_panel_products(op, call_of), **_attention_steps(op, call_of)}.items()}
+    found = {**_vector_products(op, call_of), **_panel_products(op, call_of), **_attention_steps(op, call_of)}
+    chains = {s: (chain, fn, reads, None) for s, (chain, fn, reads) in found.items()}  # None: one value
     if rows:
         skipped = {s for chain, _, _, _ in chains.values() for s in chain}
         chains.update(numpy_rows.chains(op, call_of, skipped | set(chains), skipped))

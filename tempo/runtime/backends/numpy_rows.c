@@ -17,9 +17,9 @@
  * The arrays are NumPy arrays, passed as one Python tuple: run() reads each one's type, data
  * pointer, shape, strides and dtype from the object itself, at the offsets layout() was told
  * (numpy_rows.py finds them once on probe arrays), so that the caller asks Python for no
- * address and ctypes converts one argument. An array must be a float32 ndarray whose shape broadcasts to (lead..., n) in one of two
- * ways: every lead axis its own (the rows evenly apart in memory) or every lead axis 1 (one row for
- * all); its last axis n (floats one after the other) or 1. run() returns nonzero, having written
+ * address and ctypes converts one argument. An array must be a float32 ndarray whose shape
+ * broadcasts to (lead..., n), its last axis n (floats one after the other) or 1, its rows anywhere
+ * (a view's strides). run() returns nonzero, having written
  * nothing the caller keeps, where an array is not so (the caller then runs the steps with NumPy).
  *
  * exp is Cephes' polynomial (within 2 ulp of the exact value), sums run in another order than
@@ -38,6 +38,7 @@ typedef float f16v __attribute__((vector_size(64)));
 typedef int32_t i16v __attribute__((vector_size(64)));
 #define LANES 16
 #define MAX_ARRAYS 16
+#define MAX_NDIM 8
 #define INLINE static inline __attribute__((always_inline))  /* each op its own loop */
 
 enum { NEG, EXP, SQRT, SIGMOID, RELU, ADD = 10, SUB, MUL, DIV, MAXIMUM, MINIMUM, POW, SUM = 20, MEAN, MAX };
@@ -112,6 +113,9 @@ static float binary1(int64_t op, float x, float y) {
   return binary(op, splat(x), splat(y))[0];
 }
 
+/* The larger of two floats, NaN where either is (as NumPy's maximum). */
+static inline float larger(float a, float b) { return b > a || b != b ? b : a; }
+
 /* The sum, mean or max of the n floats at x. */
 static float reduce(int64_t op, const float *x, int64_t n) {
   f16v acc = splat(op == MAX ? -INFINITY : 0.0f);
@@ -121,8 +125,8 @@ static float reduce(int64_t op, const float *x, int64_t n) {
     acc = op == MAX ? pick((v > acc) | (v != v), v, acc) : acc + v;
   }
   float total = op == MAX ? -INFINITY : 0.0f;
-  for (int k = 0; k < LANES; k++) total = op == MAX ? (acc[k] > total || acc[k] != acc[k] ? acc[k] : total) : total + acc[k];
-  for (; j < n; j++) total = op == MAX ? (x[j] > total || x[j] != x[j] ? x[j] : total) : total + x[j];
+  for (int k = 0; k < LANES; k++) total = op == MAX ? larger(total, acc[k]) : total + acc[k];
+  for (; j < n; j++) total = op == MAX ? larger(total, x[j]) : total + x[j];
   return op == MEAN ? total / (float)n : total;
 }
 
@@ -163,36 +167,27 @@ void layout(const int64_t *offsets, const void *type, const void *descr) {
 #define FIELD(object, at, type) (*(type *)((const char *)(object) + (at)))
 
 /* The array `object` as rows of (lead..., n) (`full`, `ndim` axes): its first float, the floats
- * between rows (0: one row for all) and whether it holds one float a row. 0 where it cannot be. */
-static int rows_of(const void *object, const int64_t *full, int64_t ndim, float **data, int64_t *step,
+ * between rows along each lead axis (0 along an axis it broadcasts) and whether it holds one float
+ * a row. 0 where it cannot be. */
+static int rows_of(const void *object, const int64_t *full, int64_t ndim, float **data, int64_t *steps,
                    int *scalar) {
   if (FIELD(object, at_type, const void *) != array_type || FIELD(object, at_descr, const void *) != float32_descr)
     return 0;
   const int64_t nd = FIELD(object, at_ndim, int32_t);
-  const int64_t *shape = FIELD(object, at_shape, const int64_t *), *strides = FIELD(object, at_strides, const int64_t *);
+  const int64_t *shape = FIELD(object, at_shape, const int64_t *);
+  const int64_t *strides = FIELD(object, at_strides, const int64_t *);
   if (nd > ndim) return 0;
   const int64_t n = full[ndim - 1], last = nd ? shape[nd - 1] : 1;
   if (last != n && last != 1) return 0;
   if (nd && last > 1 && strides[nd - 1] != 4) return 0;
   *scalar = last == 1 && n > 1;
-  int own = 0, broadcast = 0;
-  int64_t inner = 0, span = 1, first = 1;
-  for (int64_t a = ndim - 2; a >= 0; a--) {  /* the lead axes, innermost first */
+  for (int64_t a = 0; a + 1 < ndim; a++) {
     const int64_t i = a - (ndim - nd), size = i >= 0 ? shape[i] : 1;
-    if (full[a] == 1) continue;
-    if (size == 1) {
-      broadcast = 1;
-      continue;
-    }
-    if (size != full[a] || strides[i] % 4) return 0;
-    own = 1;
-    if (first) inner = strides[i] / 4, first = 0;
-    else if (strides[i] / 4 != inner * span) return 0;
-    span *= size;
+    if (size != full[a] && size != 1) return 0;
+    if (size > 1 && strides[i] % 4) return 0;
+    steps[a] = size > 1 ? strides[i] / 4 : 0;
   }
-  if (own && broadcast) return 0;
   *data = FIELD(object, at_data, float *);
-  *step = inner;
   return 1;
 }
 
@@ -216,22 +211,24 @@ int run(const int64_t *program, const void *arrays_of) {
     held = scratch ? need : 0;
     if (!scratch) return 2;
   }
-  float *base[MAX_ARRAYS + 64], *at[MAX_ARRAYS + 64];
-  int64_t step[MAX_ARRAYS + 64];
+  if (ndim > MAX_NDIM || arrays > MAX_ARRAYS || arrays + row_regs + scalar_regs > MAX_ARRAYS + 64) return 3;
+  float *base[MAX_ARRAYS], *at[MAX_ARRAYS + 64];
+  int64_t steps[MAX_ARRAYS][MAX_NDIM], index[MAX_NDIM] = {0};
   int scalar[MAX_ARRAYS + 64];
-  if (arrays > MAX_ARRAYS || arrays + row_regs + scalar_regs > MAX_ARRAYS + 64) return 3;
   for (int64_t k = 0; k < arrays; k++)
-    if (!rows_of(objects[k], full, ndim, &base[k], &step[k], &scalar[k])) return 1;
-  for (int64_t k = 0; k < row_regs; k++) {
-    base[arrays + k] = scratch + k * width, step[arrays + k] = 0, scalar[arrays + k] = 0;
-  }
+    if (!rows_of(objects[k], full, ndim, &base[k], steps[k], &scalar[k])) return 1;
+  for (int64_t k = 0; k < row_regs; k++) at[arrays + k] = scratch + k * width, scalar[arrays + k] = 0;
   for (int64_t k = 0; k < scalar_regs; k++) {
     const int64_t slot = arrays + row_regs + k;
-    base[slot] = scratch + row_regs * width + k, step[slot] = 0, scalar[slot] = 1;
+    at[slot] = scratch + row_regs * width + k, scalar[slot] = 1;
   }
-  const int64_t slots = arrays + row_regs + scalar_regs;
   for (int64_t r = 0; r < rows; r++) {
-    for (int64_t k = 0; k < slots; k++) at[k] = base[k] + r * step[k];
+    for (int64_t k = 0; k < arrays; k++) {
+      int64_t offset = 0;
+      for (int64_t a = 0; a + 1 < ndim; a++) offset += index[a] * steps[k][a];
+      at[k] = base[k] + offset;
+    }
+    for (int64_t a = ndim - 2; a >= 0 && ++index[a] == full[a]; a--) index[a] = 0;  /* the next row's */
     for (int64_t c = 0; c < count; c++) {
       const int64_t *ins = code + 4 * c, op = ins[0], d = ins[1], x = ins[2], y = ins[3];
       if (op >= SUM) {

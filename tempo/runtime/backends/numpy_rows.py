@@ -20,8 +20,8 @@ outputs, about 2 us, instead of about 8.
 
 The results equal NumPy's to float32 rounding (exp is a polynomial, the sums
 run in another order), not bit for bit: hence opt-in. Where the arrays do not
-fit at run time (another dtype, an axis broadcast in part, the source not
-built), the line runs the steps' own calls.
+fit at run time (another dtype, a row whose floats are not one after the
+other, the source not built), the line runs the steps' own calls.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from tempo.ir import ops
 from tempo.runtime import native
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "numpy_rows.c")
-MAX_ARRAYS, MAX_REGISTERS = 16, 64  # what run() takes: arrays (inputs and outputs), scratch registers
+MAX_ARRAYS, MAX_REGISTERS, MAX_NDIM = 16, 64, 8  # what run() takes: arrays (inputs, outputs), registers, axes
 SIGNATURES = {"run": [ctypes.c_void_p, ctypes.py_object], "layout": [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]}
 UNARY = {"neg": 0, "exp": 1, "sqrt": 2, "sigmoid": 3, "relu": 4}
 BINARY = {"add": 10, "sub": 11, "mul": 12, "div": 13, "maximum": 14, "minimum": 15, "pow": 16}
@@ -65,8 +65,8 @@ def library() -> ctypes.PyDLL | None:
 def object_fields() -> tuple[int, ...] | None:
     """The byte offsets, in an ndarray object, of its type, data pointer, number of axes, shape
     pointer, strides pointer and dtype (NumPy's ``PyArrayObject_fields`` after CPython's object
-    header), then of a tuple's first item (its length just before), each checked on probe objects; None where they are not
-    found there."""
+    header), then of a tuple's first item (its length just before), each checked on probe objects;
+    None where they are not found there."""
     found = None
     for probe in (np.zeros((3, 7), np.float32)[:, 2:], np.zeros((2, 3, 9), np.float32)[..., 1:]):
         words = (ctypes.c_int64 * (np.ndarray.__basicsize__ // 8)).from_address(id(probe))
@@ -172,9 +172,10 @@ class RowProgram:
         if len(order) < 2 or n is None:
             return None
         reads = tuple(dict.fromkeys(ref for s in order for ref in steps[s].inputs if ref[0] not in members))
-        binds = tuple((s, 0) for s in order if (s, 0) in exposed or any(r not in members for r in readers.get((s, 0), ())))
+        binds = tuple((s, 0) for s in order
+                      if (s, 0) in exposed or any(r not in members for r in readers.get((s, 0), ())))
         arrays = {ref: k for k, ref in enumerate(reads + binds)}
-        if len(arrays) > MAX_ARRAYS:
+        if len(arrays) > MAX_ARRAYS or len(lead) + 1 > MAX_NDIM:
             return None
         last = {ref: s for s in order for ref in steps[s].inputs}
         free: dict[bool, list[int]] = {True: [], False: []}  # kind (a row) -> registers free
