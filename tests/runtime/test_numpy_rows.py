@@ -1,12 +1,13 @@
 """tempo/runtime/backends/numpy_rows.{py,c}: a fused island's elementwise chains as row programs, against
-the same island's steps run by NumPy (the reference), to float32 rounding."""
+the same island's steps run by NumPy (the reference), to float32 rounding; tpo.llm decoding with them."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import tempo as tpo
 from tempo.ir import ops
 from tempo.runtime.backends import numpy_rows
 from tempo.runtime.backends.numpy import NumPyBackend, _call
@@ -34,6 +35,28 @@ def rms_norm(rows: int, n: int) -> ops.FusedOp:
                               mean((1, 0), shape=(rows, 1)), fn("add", (2, 0), (-1, 2), shape=(rows, 1)),
                               fn("pow", (3, 0), (-1, 3), shape=(rows, 1)), fn("mul", (0, 0), (4, 0), shape=(rows, n))),
                        outputs=((0, 0), (5, 0)))
+
+
+class CountingRuns:
+    """The loaded library, keeping what its row programs' calls return (0: it ran)."""
+
+    def __init__(self, lib):
+        self.lib, self.statuses = lib, []
+
+    def __getattr__(self, name):
+        return getattr(self.lib, name)
+
+    def run(self, address, arrays):
+        self.statuses.append(self.lib.run(address, arrays))
+        return self.statuses[-1]
+
+
+@pytest.fixture
+def runs(monkeypatch) -> CountingRuns:
+    """What the row programs compiled in the test return, call by call."""
+    counting = CountingRuns(numpy_rows.library())
+    monkeypatch.setitem(numpy_rows.KERNELS.loaded, "ready", counting)
+    return counting
 
 
 def both(island: ops.FusedOp, inputs: list) -> tuple:
@@ -167,10 +190,11 @@ def chains(draw):
     return ops.FusedOp(steps=tuple(steps), outputs=outputs), inputs, draw(st.booleans()), draw(st.integers(0, 2 ** 31))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(chains())
-def test_random_chains_equal_numpys_to_float32_rounding(case):
+def test_random_chains_equal_numpys_to_float32_rounding(runs, case):
     island, shapes, apart, seed = case
+    runs.statuses.clear()
     rng = np.random.default_rng(seed)
     inputs = [rng.uniform(0.5, 2.0, size=shape[:-1] + (shape[-1] + 3 * apart,)).astype(np.float32)[..., :shape[-1]]
               if shape else rng.uniform(0.5, 2.0, size=shape).astype(np.float32) for shape in shapes]
@@ -180,6 +204,7 @@ def test_random_chains_equal_numpys_to_float32_rounding(case):
         assert a.dtype == np.float32 and a.shape == b.shape
         scale = np.nanmax(np.abs(np.where(np.isfinite(b), b, 0)), initial=1.0)
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, equal_nan=True)
+    assert not any(runs.statuses)  # every row program ran natively
 
 
 def test_exp_and_sigmoid_over_the_whole_float_range():
@@ -190,3 +215,27 @@ def test_exp_and_sigmoid_over_the_whole_float_range():
         with np.errstate(all="ignore"):
             (a,), (b,) = both(island, [x, np.ones(1, np.float32)])
         np.testing.assert_allclose(a, b, rtol=4e-7, atol=3e-45, equal_nan=True)  # 3 ulp; 2 among the subnormals
+
+
+def test_greedy_decoding_runs_row_programs_and_gives_transformers_tokens(tmp_path, runs):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=160, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      eos_token_id=None, bos_token_id=None, pad_token_id=None)
+    hf = transformers.LlamaForCausalLM(config).float().eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.3)
+    hf.save_pretrained(tmp_path)
+    prompt = np.array([[5, 17, 99, 3], [11, 0, 150, 64]], np.int64)
+    with torch.no_grad():
+        expected = hf.generate(torch.tensor(prompt), max_new_tokens=12, min_new_tokens=12, do_sample=False,
+                               attention_mask=torch.ones(prompt.shape, dtype=torch.long)).numpy()
+    model = tpo.llm.Llama.from_pretrained(str(tmp_path))
+    got = model.generate(prompt, max_new_tokens=12, backend="numpy")
+    np.testing.assert_array_equal(got, expected)
+    assert model.last_program.backend.row_programs
+    assert runs.statuses.count(0) >= 11 * 2 * 4  # a layer's norms, rotary products and SwiGLU, every step
