@@ -20,6 +20,7 @@ from tempo.llm.tiling import TileChoice, choose_tile
 from tempo.llm.tokenizer import gguf_tokenizer, load_tokenizer
 from tempo.llm.weights import Weights
 from tempo.runtime.backends import get_backend
+from tempo.runtime.backends.numpy import NumPyBackend
 from tempo.transforms import pack_weights
 
 
@@ -156,6 +157,8 @@ class Llama:
             config = None if end_check_every is None else tpo.Config(end_check_every=end_check_every)
             self.last_program = ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config,
                                             passes=program_mod.compile_passes(dp, backend, max_new_tokens))
+            if type(self.last_program.backend) is NumPyBackend:  # its elementwise chains as native calls
+                self.last_program.backend = NumPyBackend(row_programs=True)
             first, tokens = self.last_program.run(dp.bounds(self.config.num_layers, max_new_tokens))
         steps = int(self.last_program.lengths[dp.positions[1].name]) if dp.ends else tokens.shape[0]
         new = np.concatenate([first[:, None], tokens[:steps].T], axis=1).astype(np.int64)[:, :max_new_tokens]

@@ -422,12 +422,18 @@ class NumPyBackend(Backend):
     name = "numpy"
     orders_every_program = True  # the reference: every program's sums over steps in step order
 
-    def __init__(self, device: str | None = None):
+    def __init__(self, device: str | None = None, row_programs: bool = False):
+        """``row_programs``: a fused island's chains of float32 elementwise steps (a decoding step's
+        norms, rotary embedding, SwiGLU) each run as one native call (:mod:`.numpy_rows`), the same
+        numbers to float32 rounding, not bit for bit (off: every step its NumPy call)."""
         if device not in (None, "cpu"):
             raise TempoError(f"the numpy backend runs on the CPU only, not on {device!r}: "
                              f"choose torch:cuda or jax:gpu for a GPU")
+        self.row_programs = row_programs
 
     def kernel(self, op: ops.Op) -> Kernel:
+        if self.row_programs and type(op) is ops.FusedOp:
+            return compile_island(op, lambda step: _factory(step)(step), _call, rows=True)
         return _factory(op)(op)
 
     def covers(self, op_type: type) -> bool:

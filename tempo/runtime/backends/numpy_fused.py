@@ -30,8 +30,16 @@ is one line calling one native kernel for every (sequence, head) pair
 float32 rounding; where the kernel does not take the arrays, the line runs
 the steps' own calls.
 
+With ``rows`` (``NumPyBackend(row_programs=True)``, as ``tpo.llm`` decodes),
+each group of float32 elementwise steps and last-axis reductions over rows of
+one shape (a norm, the rotary embedding's products, SwiGLU) is one line
+calling one native row program for all of them
+(:mod:`~tempo.runtime.backends.numpy_rows`), binding every value of the group
+that a later line reads: the same numbers to float32 rounding.
+
 A failing step raises :class:`StepFailed` with its op's name and site,
-found from the line of the island that raised.
+found from the line of the island that raised (a row program's line: its
+last step's).
 """
 from __future__ import annotations
 
@@ -41,18 +49,23 @@ from typing import Callable
 import numpy as np
 
 from tempo.ir import ops
-from tempo.runtime.backends import numpy_attention, skinny_products
+from tempo.runtime.backends import numpy_attention, numpy_rows, skinny_products
 from tempo.runtime.backends.base import Kernel, StepFailed
 
 
 def compile_island(op: ops.FusedOp, kernel_of: Callable[[ops.Op], Kernel],
-                   call_of: Callable[[ops.Op], Callable | None] = lambda op: None) -> Kernel:
+                   call_of: Callable[[ops.Op], Callable | None] = lambda op: None, rows: bool = False) -> Kernel:
     """The island ``op`` as one function ``(inputs, env, point) -> outputs``; ``kernel_of`` gives each step's
     kernel, ``call_of`` a plain function of the step's inputs to its one output (a ufunc), called directly
-    instead of the kernel where it gives one."""
+    instead of the kernel where it gives one. ``rows``: chains of float32 elementwise steps run as row
+    programs (:mod:`.numpy_rows`; the same numbers to float32 rounding)."""
     steps = op.steps
-    chains = {**_vector_products(op, call_of), **_panel_products(op, call_of), **_attention_steps(op, call_of)}
-    skipped = {s for chain, _, _ in chains.values() for s in chain}
+    found = {**_vector_products(op, call_of), **_panel_products(op, call_of), **_attention_steps(op, call_of)}
+    chains = {s: (chain, fn, reads, None) for s, (chain, fn, reads) in found.items()}  # None: one value
+    if rows:
+        skipped = {s for chain, _, _, _ in chains.values() for s in chain}
+        chains.update(numpy_rows.chains(op, call_of, skipped | set(chains), skipped))
+    skipped = {s for chain, _, _, _ in chains.values() for s in chain}
     reads = [() if s in skipped else chains[s][2] if s in chains else step.inputs
              for s, step in enumerate(steps)]  # what each line reads
     used = {(j, k) for inputs in reads for j, k in inputs if j >= 0} | set(op.outputs)
@@ -68,6 +81,12 @@ def compile_island(op: ops.FusedOp, kernel_of: Callable[[ops.Op], Kernel],
         if s in skipped:
             continue
         args = ", ".join(f"inputs[{k}]" if j < 0 else f"v{j}_{k}" for j, k in reads[s])
+        if s in chains and chains[s][3] is not None:  # a row program's line: float32 arrays, or the steps' casts
+            scope[f"f{s}"], bound = chains[s][1], ", ".join(f"v{j}_{k}" for j, k in chains[s][3])
+            body = [f"        {bound}, = f{s}({args})"] + (["        del " + ", ".join(dying[s])] if s in dying else [])
+            lines += body
+            step_of_line += [s] * len(body)
+            continue
         call = chains[s][1] if s in chains else call_of(step.op) if len(step.dtypes) == 1 else None
         if call is None:
             scope[f"k{s}"] = kernel_of(step.op)
