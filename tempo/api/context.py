@@ -132,10 +132,11 @@ class Context:
                                   bounds=bounds, memory=memory, config=config)
         return program.run(bounds, stores=stores)
 
-    def compile(self, fetch: Sequence = (), backend: str | None = None, passes: dict | None = None,
+    def compile(self, fetch: Sequence = (), backend=None, passes: dict | None = None,
                 memory: dict | None = None, config: Config | None = None):
         """Compile without running: the returned program has ``.sdg``, ``.ast``, ``.plan`` and
-        ``.run(bounds)``; the options are :meth:`run`'s."""
+        ``.run(bounds)``; the options are :meth:`run`'s, and ``backend`` may also be a backend object
+        built with its own options (``NumPyBackend(row_programs=True)``)."""
         from tempo.api.compile import compile_program
 
         return compile_program(self, list(fetch), backend=backend, site=user_site(), passes=passes, memory=memory,

@@ -92,7 +92,7 @@ class Planned:
 def validate(ctx, fetch: list, backend: str | None, site, passes: dict | None, bounds: dict | None,
              memory: dict | None, config: Config) -> Request:
     """The request, or a TempoError naming what is wrong with it."""
-    chosen = get_backend(backend or config.backend, site)
+    chosen = backend if isinstance(backend, Backend) else get_backend(backend or config.backend, site)
     unknown = sorted(set(ctx.start) - {d.name for d in ctx.dim_order})
     if unknown:
         raise TempoError(f"Context(start=...) names {', '.join(unknown)}, not a dimension of this context", site)

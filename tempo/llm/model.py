@@ -155,10 +155,11 @@ class Llama:
                                    None if on_token is None else report, stop_at_eos,
                                    stop_tokens, prefill_chunk=prefill_chunk, capacity=max_new_tokens)
             config = None if end_check_every is None else tpo.Config(end_check_every=end_check_every)
-            self.last_program = ctx.compile(fetch=[dp.first, dp.tokens], backend=backend, config=config,
+            chosen = get_backend(backend)
+            if type(chosen) is NumPyBackend:  # its elementwise chains as native calls (numpy_rows)
+                chosen = NumPyBackend(row_programs=True)
+            self.last_program = ctx.compile(fetch=[dp.first, dp.tokens], backend=chosen, config=config,
                                             passes=program_mod.compile_passes(dp, backend, max_new_tokens))
-            if type(self.last_program.backend) is NumPyBackend:  # its elementwise chains as native calls
-                self.last_program.backend = NumPyBackend(row_programs=True)
             first, tokens = self.last_program.run(dp.bounds(self.config.num_layers, max_new_tokens))
         steps = int(self.last_program.lengths[dp.positions[1].name]) if dp.ends else tokens.shape[0]
         new = np.concatenate([first[:, None], tokens[:steps].T], axis=1).astype(np.int64)[:, :max_new_tokens]
