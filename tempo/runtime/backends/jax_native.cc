@@ -127,9 +127,15 @@ static ffi::Error StackedFewColumns(ffi::AnyBuffer a, ffi::Buffer<ffi::F32> b, f
   }
   int64_t start, stop = 0;  // each run of rows left out, product by product: one run of memory each
   while (next_run(keep, rows, stop, &start, &stop, false))
-    for (int64_t p = 0; p < count; p++)
-      for (int64_t r = start; r < stop; r++)
-        for (int64_t c = 0; c < cols; c++) o[(p * rows + r) * cols + c] = left[p * cols + c];
+    for (int64_t p = 0; p < count; p++) {
+      float *run = o + (p * rows + start) * cols;
+      if (value == 0.0f) {
+        std::memset(run, 0, sizeof(float) * (stop - start) * cols);
+        continue;
+      }
+      for (int64_t r = 0; r < stop - start; r++)
+        for (int64_t c = 0; c < cols; c++) run[r * cols + c] = left[p * cols + c];
+    }
   stop = 0;  // each run of rows kept: every product at once (few_columns: its columns in registers)
   while (next_run(keep, rows, stop, &start, &stop))
     few_columns(base + start * lda, lda, stride_a, bs, k * cols, o + start * cols, rows * cols, count, stop - start,
