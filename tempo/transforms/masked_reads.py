@@ -15,7 +15,10 @@ a loop's carry does (Fig. 16):
   for a window of ``w``, position ``p`` at row ``p % w`` (a circular buffer).
   ``buffer[t]`` is ``buffer[t - 1]`` with the row of ``t`` set to ``x[t]``
   (zeros at ``t = 0``): a ``where`` over the rows, which the JAX backend
-  computes as an in-place row update;
+  computes as an in-place row update. The buffer holds its rows before the
+  value's last axis (a K/V buffer of (batch, heads, ``R``, head size): each
+  head's rows one run of memory, which attention's products read whole)
+  and is read through a permutation that puts them first;
 - the read becomes ``buffer[t]``, and every op downstream of it holds ``R``
   rows where it held the read's length (``t + 1``, ``min(t + 1, w)``); the
   rows not yet written (row ``r > t``) are masked by the ops that mix rows:
@@ -349,19 +352,33 @@ def _written(g: Graph, domain: tuple, dim: Expr, numbers: Node) -> Node:
 
 def _buffer(g: Graph, key: tuple[int, int], domain: tuple, dim: Expr, rows, width: int | None, numbers: Node) -> Node:
     """``buffer[..., dim]``: ``buffer[..., dim - 1]`` with the row of ``dim`` (``dim``, or ``dim % width``) set
-    to ``x[..., dim]`` (output ``key`` of its node), zeros at ``dim = 0``."""
+    to ``x[..., dim]`` (output ``key`` of its node), zeros at ``dim = 0``; the node its readers read, the
+    buffer with its rows first. The rows lie before the value's last axis (:func:`_rows_axis`)."""
     src = g.nodes[key[0]]
     shape, dtype = src.shapes[key[1]], src.dtypes[key[1]]
+    axis = _rows_axis(len(shape))
+    held = (*shape[:axis], rows, *shape[axis:])
     zero = _node(g, ops.ConstOp(Array(np.zeros((), dtype=dtype))), (), [])
-    zeros = _node(g, ops.ExpandOp((rows, *shape)), (), [(zero, seq())])
+    zeros = _node(g, ops.ExpandOp(held), (), [(zero, seq())])
     position = _node(g, ops.EvalSymbolOp(dim if width is None else dim % width), domain, [])
-    column = _node(g, ops.ReshapeOp((rows,) + (1,) * len(shape)), (), [(numbers, seq())])
+    column = _node(g, ops.ReshapeOp((1,) * axis + (rows,) + (1,) * (len(shape) - axis)), (), [(numbers, seq())])
     hit = _node(g, ops.ElementwiseOp("eq"), domain, [(column, seq()), (position, seq(*domain))])
-    row = _node(g, ops.UnsqueezeOp(0), domain, [(src, seq(*domain))], src_out=(key[1],))
-    previous = g.add_node(ops.MergeOp(placeholder=True), domain, [(rows, *shape)], [dtype], like=src)
+    row = _node(g, ops.UnsqueezeOp(axis), domain, [(src, seq(*domain))], src_out=(key[1],))
+    previous = g.add_node(ops.MergeOp(placeholder=True), domain, [held], [dtype], like=src)
     buffer = _node(g, ops.ElementwiseOp("where"), domain, [(hit, seq(*domain)), (row, seq(*domain)),
                                                           (previous, seq(*domain))])
     earlier = seq(*(d - 1 if d is dim else d for d in domain))
     g.connect(Edge(previous.id, 0, zeros.id, 0, seq(), as_expr(0) == dim))
     g.connect(Edge(previous.id, 1, buffer.id, 0, earlier, as_expr(1) <= dim))
-    return buffer
+    if axis == 0:
+        return buffer
+    first = (axis, *(a for a in range(len(held)) if a != axis))
+    return _node(g, ops.PermuteOp(first), domain, [(buffer, seq(*domain))])
+
+
+def _rows_axis(rank: int) -> int:
+    """Where a buffer of a value of ``rank`` axes holds its rows: before the value's last axis, so that
+    each row of the value's leading axes has its rows together (a K/V buffer of (batch, heads, rows,
+    head size): each head's keys one run of memory, as attention's products read them, where rows
+    first would lay them a position's heads apart)."""
+    return max(rank - 1, 0)

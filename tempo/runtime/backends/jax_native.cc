@@ -53,12 +53,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(tempo_panel_product, PanelProduct,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
-/* The next run of rows the mask keeps from `at` on: [*start, *stop), false where there is none. */
-static bool next_run(const bool *mask, int64_t count, int64_t at, int64_t *start, int64_t *stop) {
-  while (at < count && !mask[at]) at++;
+/* The next run of rows whose mask is `kept` from `at` on: [*start, *stop), false where there is none. */
+static bool next_run(const bool *mask, int64_t count, int64_t at, int64_t *start, int64_t *stop,
+                     bool kept = true) {
+  while (at < count && mask[at] != kept) at++;
   if (at == count) return false;
   *start = at;
-  while (at < count && mask[at]) at++;
+  while (at < count && mask[at] == kept) at++;
   *stop = at;
   return true;
 }
@@ -124,11 +125,18 @@ static ffi::Error StackedFewColumns(ffi::AnyBuffer a, ffi::Buffer<ffi::F32> b, f
         for (int64_t c = 0; c < cols; c++) left[p * cols + c] += bs[(p * k + i) * cols + c];
     for (float &sum : left) sum *= value;
   }
-  for (int64_t r = 0; r < rows; r++)
-    if (!keep[r])
-      for (int64_t p = 0; p < count; p++)
-        for (int64_t c = 0; c < cols; c++) o[(p * rows + r) * cols + c] = left[p * cols + c];
-  int64_t start, stop = 0;  // each run of rows kept: every product at once (few_columns: its columns in registers)
+  int64_t start, stop = 0;  // each run of rows left out, product by product: one run of memory each
+  while (next_run(keep, rows, stop, &start, &stop, false))
+    for (int64_t p = 0; p < count; p++) {
+      float *run = o + (p * rows + start) * cols;
+      if (value == 0.0f) {
+        std::memset(run, 0, sizeof(float) * (stop - start) * cols);
+        continue;
+      }
+      for (int64_t r = 0; r < stop - start; r++)
+        for (int64_t c = 0; c < cols; c++) run[r * cols + c] = left[p * cols + c];
+    }
+  stop = 0;  // each run of rows kept: every product at once (few_columns: its columns in registers)
   while (next_run(keep, rows, stop, &start, &stop))
     few_columns(base + start * lda, lda, stride_a, bs, k * cols, o + start * cols, rows * cols, count, stop - start,
                 k, cols);

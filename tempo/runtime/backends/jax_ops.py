@@ -61,30 +61,35 @@ def _elementwise(op: ops.ElementwiseOp, xs: list, env: dict) -> tuple:
     common = np.result_type(*dtypes[lead:])
     compute = out if out.kind == "f" and common.kind != "f" else common
     args = xs[:lead] + [x if x.dtype == compute else x.astype(compute) for x in xs[lead:]]
-    result = _row_write(*args) if op.fn == "where" and _writes_a_row(*args) else ELEMENTWISE[op.fn](*args)
+    axis = _written_axis(*args) if op.fn == "where" else None
+    result = ELEMENTWISE[op.fn](*args) if axis is None else _row_write(*args, axis)
     return (result if result.dtype == out else result.astype(out),)
 
 
-def _writes_a_row(cond, row, rows) -> bool:
-    """Whether ``where(cond, row, rows)`` picks whole rows (``cond`` varies along axis 0 only) of
-    ``rows``, the same ``row`` in each: a K/V buffer's write of row ``t`` (``rows == t``)."""
+def _written_axis(cond, row, rows) -> int | None:
+    """The axis along which ``where(cond, row, rows)`` picks whole rows of ``rows`` (``cond`` varies
+    along it alone), the same ``row`` in each: a K/V buffer's write of row ``t`` (``rows == t``); None
+    where it does not."""
     shape = rows.shape
-    return (len(shape) > 1 and shape[0] > 1 and jnp.ndim(cond) == len(shape) and cond.shape[0] == shape[0]
-            and all(n == 1 for n in cond.shape[1:]) and jnp.ndim(row) <= len(shape)
-            and (jnp.ndim(row) < len(shape) or row.shape[0] == 1)
-            and jnp.broadcast_shapes(cond.shape, row.shape, shape) == shape)
+    if jnp.ndim(cond) != len(shape) or jnp.broadcast_shapes(cond.shape, jnp.shape(row), shape) != shape:
+        return None
+    over = [a for a, n in enumerate(cond.shape) if n > 1]
+    if len(shape) < 2 or len(over) != 1 or cond.shape[over[0]] != shape[over[0]]:
+        return None
+    axis, lead = over[0], len(shape) - jnp.ndim(row)  # row's axes are rows' last ones
+    return axis if axis < lead or row.shape[axis - lead] == 1 else None
 
 
-def _row_write(cond, row, rows):
-    """``where(cond, row, rows)`` (see :func:`_writes_a_row`) as a ``dynamic_update_slice`` of each
-    row ``cond`` picks, in a ``while_loop`` over them (one iteration for a write of row ``t``), so
-    that XLA writes the row into the buffer in place rather than selecting over every row (a
-    ``lax.cond`` between the update and the select would copy the buffer out of its branch)."""
-    count = rows.shape[0]
+def _row_write(cond, row, rows, axis: int):
+    """``where(cond, row, rows)`` (see :func:`_written_axis`) as a ``dynamic_update_slice`` of each
+    row ``cond`` picks along ``axis``, in a ``while_loop`` over them (one iteration for a write of row
+    ``t``), so that XLA writes the row into the buffer in place rather than selecting over every row
+    (a ``lax.cond`` between the update and the select would copy the buffer out of its branch)."""
+    count = rows.shape[axis]
     picked = cond.reshape(count).astype(bool)
     index = jnp.arange(count)
-    new = jnp.broadcast_to(row, (1, *rows.shape[1:]) if jnp.ndim(row) == rows.ndim else rows.shape[1:])
-    new = new.reshape((1, *rows.shape[1:])).astype(rows.dtype)
+    one = rows.shape[:axis] + (1,) + rows.shape[axis + 1:]
+    new = jnp.broadcast_to(row, one).astype(rows.dtype)
 
     def following(at):
         """The first picked row after ``at`` (``count``: none)."""
@@ -93,7 +98,7 @@ def _row_write(cond, row, rows):
 
     def write(state):
         at, buffer = state
-        return following(at), lax.dynamic_update_slice_in_dim(buffer, new, at, 0)
+        return following(at), lax.dynamic_update_slice_in_dim(buffer, new, at, axis)
 
     _, written = lax.while_loop(lambda state: state[0] < count, write, (following(-1), rows))
     return written
