@@ -6,20 +6,17 @@
  * column panels (tempo/transforms/pack_weights.py: count panels, one x for all,
  * x_stride 0) or attention's values, one head a product. Each output is summed
  * in order of k with fused multiply-adds, 16 lanes at a time. b is read once,
- * front to back, each row asking for the bytes AHEAD past it to be brought into
- * the core's second-level cache (software prefetch: on an Intel Xeon the
- * hardware's own prefetching alone left the loads waiting on memory, and
- * OpenBLAS's matrix-vector products read these panels at 0.85-0.9x the rate of
- * a plain stream; on an AMD EPYC (Zen 4), bringing them into the first-level
- * cache instead, 2-8 KB ahead, read the panels of 4 input rows at 0.85-0.9x of
- * the rate this reaches: benchmarks/skinny_products.py). Up to GROUP input rows share one read of a row of b,
+ * front to back, each row asking for the bytes AHEAD past it (software
+ * prefetch: the hardware's own prefetching alone leaves the loads waiting on
+ * memory; OpenBLAS's matrix-vector products read these panels at 0.85-0.9x the
+ * rate of a plain stream). Up to GROUP input rows share one read of a row of b,
  * each vector of it loaded into a register once (left to itself the compiler
  * folds a load into every multiply-add, and for 4 rows the loads, not memory,
  * bound the product); more rows read it again from the cache.
  *
  * few_columns: `count` products out[p] = a[p] (rows, k) @ b[p] (k, cols), many
  * rows of a (keys, `lda` floats apart) against a few columns (queries, up to
- * 4): each row of a read once, asking for the rows AHEAD_KEYS bytes past it, its dot
+ * 4): each row of a read once, asking for the rows AHEAD bytes past it, its dot
  * products with the columns in 16 lanes, their lanes added in one tree. Rows of
  * up to 64 floats (a head's keys) are multiplied product after product, the
  * columns held in registers; longer rows row after row, row r of every product
@@ -36,8 +33,10 @@
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
-#define AHEAD 1536  /* bytes of few_rows' b fetched ahead of the row being read (into the L2 cache) */
-#define AHEAD_KEYS 2048  /* bytes of few_columns' a fetched ahead of the row being read (into the L1 cache) */
+#define AHEAD 2048  /* bytes of b's rows fetched ahead of the one being read, for one input row (further
+                       * ahead, a decoding step's other work runs slower: the lines come in too early) */
+#define AHEAD_ROWS 8192  /* the same for several input rows (at 2 KB, 4 rows by 64-column panels read short of
+                          * a plain stream's rate) */
 #define GROUP 4     /* input rows multiplied with one read of a row of b */
 #define LANES 16
 #define MAX_K 1024  /* few_columns' k */
@@ -49,11 +48,11 @@ INLINE void rows_by_matrix(const float *x, int64_t ldx, const float *b, int64_t 
   __m512 acc[GROUP][4];
   for (int64_t g = 0; g < group; g++)
     for (int64_t v = 0; v < vectors; v++) acc[g][v] = _mm512_setzero_ps();
-  const int64_t width = vectors * LANES, ahead = AHEAD / (width * 4) * ldb;
+  const int64_t width = vectors * LANES, ahead = (group > 1 ? AHEAD_ROWS : AHEAD) / (width * 4) * ldb;
   for (int64_t i = 0; i < k; i++) {
     const float *row = b + i * ldb;
     if (fetch)
-      for (int64_t at = 0; at < width; at += LANES) _mm_prefetch((const char *)(row + ahead + at), _MM_HINT_T1);
+      for (int64_t at = 0; at < width; at += LANES) _mm_prefetch((const char *)(row + ahead + at), _MM_HINT_T0);
     for (int64_t v = 0; v < vectors; v++) {
       __m512 w = _mm512_loadu_ps(row + v * LANES);
       if (group > 1) __asm__("" : "+v"(w));  /* one load of the row's vector into a register for every input row */
@@ -122,7 +121,7 @@ INLINE void row_by_columns(const float *row, const float *bt, float *out, const 
  * memory is read front to back, once. */
 INLINE void rows_by_columns(const float *a, int64_t lda, int64_t stride_a, const float *bt, float *out,
                             int64_t stride_out, int64_t count, int64_t rows, int64_t k, const int64_t cols) {
-  const int64_t ahead = (AHEAD_KEYS / (k * 4) + 1) * lda;
+  const int64_t ahead = (AHEAD / (k * 4) + 1) * lda;
   for (int64_t r = 0; r < rows; r++)
     for (int64_t p = 0; p < count; p++)
       row_by_columns(a + p * stride_a + r * lda, bt + p * cols * k, out + p * stride_out + r * cols, k, cols, ahead);
@@ -157,7 +156,7 @@ INLINE void rows_by_held_columns(const float *a, int64_t lda, const float *bt, f
                                         ahead)
 INLINE void products_by_held_columns(const float *a, int64_t lda, int64_t stride_a, const float *bt, float *out,
                                      int64_t stride_out, int64_t count, int64_t rows, int64_t k, int64_t cols) {
-  const int64_t ahead = (AHEAD_KEYS / (k * 4) + 1) * lda;
+  const int64_t ahead = (AHEAD / (k * 4) + 1) * lda;
   for (int64_t p = 0; p < count; p++)
     switch (k / LANES * 8 + cols) {
       case 8 + 1: HELD(1, 1); break;   case 8 + 2: HELD(1, 2); break;
