@@ -1,7 +1,8 @@
 """One decoding step's products of the 135M-parameter model on NumPy: OpenBLAS against the native kernels.
 
-Every weight matrix of ``benchmarks/decode_floor.py``'s model (30 layers of
-query/key/value, output, gate, up and down matrices, and the tied 49,152 x 576
+Every weight matrix of ``benchmarks/decode_floor.py``'s model as ``tpo.llm`` holds
+it (30 layers of the joined query/key/value matrix, the output matrix, the
+joined gate and up matrix and the down matrix, and the tied 49,152 x 576
 output head: 538 MB of float32) is stored as column panels, as
 :mod:`tempo.transforms.pack_weights` stores them for each of ``--rows`` input
 rows (the NumPy backend's width: 32 columns for one row, 64 for 2 to 4), and
@@ -41,7 +42,7 @@ from tempo.runtime.backends import skinny_products  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYERS, HIDDEN, INTERMEDIATE, VOCAB = 30, 576, 1536, 49152
-LAYER_SHAPES = [(HIDDEN, 960), (HIDDEN, HIDDEN), (HIDDEN, INTERMEDIATE), (HIDDEN, INTERMEDIATE), (INTERMEDIATE, HIDDEN)]
+LAYER_SHAPES = [(HIDDEN, 960), (HIDDEN, HIDDEN), (HIDDEN, 2 * INTERMEDIATE), (INTERMEDIATE, HIDDEN)]
 
 
 def timed(fn, passes: int) -> dict:
