@@ -69,6 +69,23 @@ def without_kernels(a, b, replaced: dict):
             setattr(skinny_products, name, fn)
 
 
+def weight_products(count: int, rng, passes: int) -> list[dict]:
+    """The step's weight products of ``count`` input rows (panels of the NumPy backend's width for
+    them) by NumPy's ``matmul`` and by the panel kernel, and the read bandwidth over as many bytes."""
+    width = numpy_backend.NumPyBackend().weight_panel(count)
+    stacks = [rng.standard_normal((LAYERS, n // width, k, width), dtype=np.float32) for k, n in LAYER_SHAPES]
+    head = rng.standard_normal((VOCAB // width, HIDDEN, width), dtype=np.float32)
+    order = [stack[layer] for layer in range(LAYERS) for stack in stacks] + [head]
+    inputs = [rng.standard_normal((1, count, p.shape[1]), dtype=np.float32) for p in order]
+    nbytes = sum(p.nbytes for p in order)
+    buffer = np.ones(nbytes // 4, np.float32)
+    systems = {"numpy matmul (OpenBLAS)": lambda: [np.matmul(x, p) for x, p in zip(inputs, order)],
+               "panel kernel": lambda: [skinny_products.panels(x, p) for x, p in zip(inputs, order)],
+               "read bandwidth (dot of the buffer with itself)": lambda: np.dot(buffer, buffer)}
+    return [{"part": "weights", "system": name, "rows": count, "width": width, "bytes": nbytes, **timed(fn, passes)}
+            for name, fn in systems.items()]
+
+
 def table(rows: list, by: str) -> None:
     print(f"| system | {by} | MB | ms (CPU) | ms (wall) | GB/s (CPU clock) | GB/s (wall) |")
     print("|---|---|---|---|---|---|---|")
@@ -88,22 +105,8 @@ def main() -> None:
     if skinny_products.library() is None:
         raise SystemExit(skinny_products.unavailable())
     rng = np.random.default_rng(0)
-    rows = []
-    for count in args.rows:
-        width = numpy_backend.NumPyBackend().weight_panel(count)
-        stacks = [rng.standard_normal((LAYERS, n // width, k, width), dtype=np.float32) for k, n in LAYER_SHAPES]
-        head = rng.standard_normal((VOCAB // width, HIDDEN, width), dtype=np.float32)
-        order = [stack[layer] for layer in range(LAYERS) for stack in stacks] + [head]
-        inputs = [rng.standard_normal((1, count, p.shape[1]), dtype=np.float32) for p in order]
-        nbytes = sum(p.nbytes for p in order)
-        buffer = np.ones(nbytes // 4, np.float32)
-        systems = {"numpy matmul (OpenBLAS)": lambda: [np.matmul(x, p) for x, p in zip(inputs, order)],
-                   "panel kernel": lambda: [skinny_products.panels(x, p) for x, p in zip(inputs, order)],
-                   "read bandwidth (dot of the buffer with itself)": lambda: np.dot(buffer, buffer)}
-        rows += [{"part": "weights", "system": name, "rows": count, "width": width, "bytes": nbytes,
-                  **timed(fn, args.passes)} for name, fn in systems.items()]
-        del stacks, head, order, buffer
-    print(f"one decoding step's weight products: {len(LAYER_SHAPES) * LAYERS + 1} matrices, {nbytes / 1e6:.0f} MB "
+    rows = [row for count in args.rows for row in weight_products(count, rng, args.passes)]
+    print(f"one decoding step's weight products: {len(LAYER_SHAPES) * LAYERS + 1} matrices, {rows[0]['bytes'] / 1e6:.0f} MB "
           "float32, one thread; rows: input rows (panels of 32 columns for 1, 64 for 2 to 4)")
     table(rows, "rows")
     attention = []
