@@ -37,38 +37,21 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef float f16v __attribute__((vector_size(64)));
-typedef int32_t i16v __attribute__((vector_size(64)));
-#define LANES 16
+#include "vector16.h"
 
 static inline f16v load(const float *p) { f16v v; memcpy(&v, p, sizeof v); return v; }
 static inline void store(float *p, f16v v) { memcpy(p, &v, sizeof v); }
-static inline f16v splat(float x) { return (f16v){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
-static inline f16v select(i16v mask, f16v yes, f16v no) {
-  return (f16v)((mask & (i16v)yes) | (~mask & (i16v)no));
-}
-static inline f16v vmax(f16v a, f16v b) { return select(a > b, a, b); }
+static inline f16v vmax(f16v a, f16v b) { return pick(a > b, a, b); }
 
 #define LOWEST -87.33654f        /* below it e^x is under the smallest normal float: 0 */
-#define ROUNDER 12582912.0f      /* 1.5 * 2^23: x + ROUNDER - ROUNDER rounds x to an integer */
 
-/* e^x for x <= 0: x = n ln 2 + r, |r| <= ln 2 / 2, e^r by Cephes' polynomial (within 2 ulp),
- * 2^n written into the exponent bits. */
+/* e^x for x <= 0 (vector16.h's polynomial), 2^n written into the exponent bits. */
 static inline f16v exp16(f16v x) {
   const i16v under = x < splat(LOWEST);
-  x = select(under, splat(LOWEST), x);
-  const f16v n = (x * 1.44269504088896341f + ROUNDER) - ROUNDER;
-  f16v r = x - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  f16v p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  f16v n;
+  const f16v p = exp_of_remainder(pick(under, splat(LOWEST), x), &n);
   const i16v bits = (__builtin_convertvector(n, i16v) + 127) << 23;
-  return select(under, splat(0.0f), p * (f16v)bits);
+  return pick(under, splat(0.0f), p * (f16v)bits);
 }
 
 static inline float exp1(float x) {

@@ -34,19 +34,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef float f16v __attribute__((vector_size(64)));
-typedef int32_t i16v __attribute__((vector_size(64)));
-#define LANES 16
+#include "vector16.h"
+
 #define MAX_ARRAYS 16
 #define MAX_NDIM 8
 #define INLINE static inline __attribute__((always_inline))  /* each op its own loop */
 
 enum { NEG, EXP, SQRT, SIGMOID, RELU, ADD = 10, SUB, MUL, DIV, MAXIMUM, MINIMUM, POW, SUM = 20, MEAN, MAX };
-
-static inline f16v splat(float x) { return (f16v){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
-static inline f16v pick(i16v mask, f16v yes, f16v no) {
-  return (f16v)((mask & (i16v)yes) | (~mask & (i16v)no));
-}
 
 /* The first m floats at p (m <= LANES); the others 0. */
 static inline f16v load(const float *p, int64_t m) {
@@ -56,22 +50,14 @@ static inline f16v load(const float *p, int64_t m) {
 }
 static inline void store(float *p, f16v v, int64_t m) { memcpy(p, &v, (size_t)m * sizeof(float)); }
 
-/* e^x: x = k ln 2 + r, |r| <= ln 2 / 2, e^r by Cephes' polynomial, 2^k as two powers of two (each a
- * normal float) so that results down to the subnormals and up to overflow are right. */
+/* e^x (vector16.h's polynomial), 2^k as two powers of two (each a normal float) so that results
+ * down to the subnormals and up to overflow are right. */
 static inline f16v exp16(f16v x) {
   const i16v nan = x != x;
   x = pick(x < splat(-104.0f), splat(-104.0f), x);
   x = pick(x > splat(89.0f), splat(89.0f), x);
-  const f16v k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  f16v r = x - k * 0.693359375f;
-  r = r + k * 2.12194440e-4f;
-  f16v p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  f16v k;
+  const f16v p = exp_of_remainder(x, &k);
   const i16v whole = __builtin_convertvector(k, i16v), half = whole >> 1;
   const f16v low = (f16v)((half + 127) << 23), high = (f16v)((whole - half + 127) << 23);
   return pick(nan, x, p * low * high);
