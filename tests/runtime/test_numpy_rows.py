@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tempo as tpo
+from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime.backends import numpy_rows
 from tempo.runtime.backends.numpy import NumPyBackend, _call
@@ -239,3 +240,8 @@ def test_greedy_decoding_runs_row_programs_and_gives_transformers_tokens(tmp_pat
     np.testing.assert_array_equal(got, expected)
     assert model.last_program.backend.row_programs
     assert runs.statuses.count(0) >= 11 * 2 * 4  # a layer's norms, rotary products and SwiGLU, every step
+
+
+def test_row_programs_take_a_bool():
+    with pytest.raises(TempoError, match="row_programs"):
+        NumPyBackend(row_programs="yes")

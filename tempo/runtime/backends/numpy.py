@@ -429,6 +429,8 @@ class NumPyBackend(Backend):
         if device not in (None, "cpu"):
             raise TempoError(f"the numpy backend runs on the CPU only, not on {device!r}: "
                              f"choose torch:cuda or jax:gpu for a GPU")
+        if not isinstance(row_programs, bool):
+            raise TempoError(f"NumPyBackend(row_programs=...) takes True or False, got {row_programs!r}")
         self.row_programs = row_programs
 
     def kernel(self, op: ops.Op) -> Kernel:
