@@ -15,7 +15,7 @@ import numpy as np
 from tempo.errors import TempoError
 from tempo.ir import ops
 from tempo.runtime import counter_rng
-from tempo.runtime.backends import skinny_products
+from tempo.runtime.backends import huge_pages, skinny_products
 from tempo.runtime.backends.base import Backend, Kernel, along
 from tempo.runtime.backends.numpy_attention import kernel as attention_kernel
 from tempo.runtime.backends.numpy_fused import cast, compile_island
@@ -432,6 +432,7 @@ class NumPyBackend(Backend):
         if not isinstance(row_programs, bool):
             raise TempoError(f"NumPyBackend(row_programs=...) takes True or False, got {row_programs!r}")
         self.row_programs = row_programs
+        self._slabs = huge_pages.Slabs()  # stores' buffers of a few MB: on huge pages (empty_rows)
 
     def kernel(self, op: ops.Op) -> Kernel:
         if self.row_programs and type(op) is ops.FusedOp:
@@ -468,11 +469,12 @@ class NumPyBackend(Backend):
     def empty_rows(self, rows: int, row_shape: tuple, dtype: str, axis: int = 0):
         """Rows at ``axis`` in memory: in ``buffer[a:b]`` with its first axis moved to ``axis``, the
         rows under each index of the axes before it are one contiguous run (a matrix product
-        reads them without a copy)."""
+        reads them without a copy). Buffers of 256 KB to 4 MB (a layer's keys or values) come from
+        huge-page slabs (:mod:`.huge_pages`), as NumPy gives larger ones huge pages itself."""
         row_shape = tuple(row_shape)
         if not axis:  # rows first in memory too: the buffer as it is, without moveaxis's checks
-            return np.empty((rows,) + row_shape, dtype=dtype)
-        buffer = np.empty(row_shape[:axis] + (rows,) + row_shape[axis:], dtype=dtype)
+            return self._slabs.empty((rows,) + row_shape, dtype)
+        buffer = self._slabs.empty(row_shape[:axis] + (rows,) + row_shape[axis:], dtype)
         return np.moveaxis(buffer, axis, 0)
 
     def write_into(self, buffer, index, value):
