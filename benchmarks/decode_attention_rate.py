@@ -10,13 +10,16 @@ a block of ``--capacity`` rows per (sequence, head) pair, of which the first
 ``length`` are read, with a one-token prompt's scores and values as the second
 part. A pass is the 30 layers' calls in order, as a step makes them, so the
 keys and values come from memory (30 layers at batch 4 and 1,024 rows are
-189 MB, beyond the caches), not from the cache that holds one layer's.
+189 MB, beyond the caches), not from the cache that holds one layer's. With
+``--between 18`` each call follows a read of 18 MB (a layer's weights, read
+between its attention calls in a step), which leaves the caches and the
+address translations cold as a step does; ``0``: the calls back to back.
 
 In the same loop, pass for pass, a plain read (a C loop summing the same runs
-of floats with 8 vector sums, the most the core's loads stream) reads the same
-bytes, so both see the same machine. A row gives the median wall and CPU ms of
-a pass (``--passes``) and the rate: the bytes of the keys and values read over
-the median CPU time.
+of floats into 8 vector sums, so that the loads, not the additions, set its
+pace) reads the same bytes, so both see the same machine. A row gives the median wall and CPU ms of
+a pass (``--passes``; the calls alone, not the reads between them) and the
+rate: the bytes of the keys and values read over the median CPU time.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/decode_attention_rate.py
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/decode_attention_rate.py --batch 4 --lengths 1024
@@ -89,8 +92,9 @@ def layers_of(batch: int, capacity: int, rng) -> list[tuple[np.ndarray, np.ndarr
             for _ in range(LAYERS)]
 
 
-def measure(batch: int, length: int, capacity: int, passes: int, reader) -> dict:
-    """Median wall and CPU ms of a pass over the 30 layers, the attention's and the plain read's, alternating."""
+def measure(batch: int, length: int, capacity: int, passes: int, between: int, reader) -> list[dict]:
+    """Median wall and CPU ms of a pass over the 30 layers, the attention's and the plain read's, alternating,
+    ``between`` MB read (not timed) before each layer's call."""
     rng = np.random.default_rng(0)
     layers = layers_of(batch, capacity, rng)
     q = rng.standard_normal((batch, KV_HEADS, GROUPS, DEPTH), dtype=np.float32)
@@ -99,29 +103,33 @@ def measure(batch: int, length: int, capacity: int, passes: int, reader) -> dict
     calls = [[(None, k[:, :, :length], v[:, :, :length]), prompt] for k, v in layers]
     scale, sink = np.float32(DEPTH ** -0.5), np.empty(1, np.float32)
     runs, floats = batch * KV_HEADS, length * DEPTH
+    weights = np.ones(between << 18, np.float32)
 
-    def attention():
-        for parts in calls:
-            numpy_attention.step(q, parts, scale)
+    def attention(i):
+        numpy_attention.step(q, calls[i], scale)
 
-    def plain_read():
-        for k, v in layers:
-            reader.read_runs(k.ctypes.data, runs, floats, capacity * DEPTH, sink.ctypes.data)
-            reader.read_runs(v.ctypes.data, runs, floats, capacity * DEPTH, sink.ctypes.data)
+    def plain_read(i):
+        for x in layers[i]:
+            reader.read_runs(x.ctypes.data, runs, floats, capacity * DEPTH, sink.ctypes.data)
 
     ways = {"attention": attention, "plain read": plain_read}
     times = {way: [] for way in ways}
     for _ in range(passes + 1):
         for way, run in ways.items():
-            wall, cpu = time.perf_counter(), time.process_time()
-            run()
-            times[way].append((time.perf_counter() - wall, time.process_time() - cpu))
+            wall = cpu = 0.0
+            for i in range(LAYERS):
+                if between:
+                    reader.read_runs(weights.ctypes.data, 1, weights.size, 0, sink.ctypes.data)
+                w, c = time.perf_counter(), time.process_time()
+                run(i)
+                wall, cpu = wall + time.perf_counter() - w, cpu + time.process_time() - c
+            times[way].append((wall, cpu))
     gigabytes = LAYERS * 2 * runs * floats * 4 / 1e9
     rows = []
     for way, measured in times.items():
         wall, cpu = np.median(np.array(measured[1:]), axis=0)
-        rows.append({"batch": batch, "length": length, "way": way, "ms": 1e3 * wall, "cpu_ms": 1e3 * cpu,
-                     "gb": gigabytes, "gb_per_s": gigabytes / cpu})
+        rows.append({"batch": batch, "length": length, "between_mb": between, "way": way, "ms": 1e3 * wall,
+                     "cpu_ms": 1e3 * cpu, "gb": gigabytes, "gb_per_s": gigabytes / cpu})
     return rows
 
 
@@ -131,6 +139,8 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096])
     parser.add_argument("--capacity", type=int, default=None, help="rows a pair's block holds (default: the longest length)")
     parser.add_argument("--passes", type=int, default=9)
+    parser.add_argument("--between", type=int, nargs="+", default=[0, 18],
+                        help="MB read before each layer's call (18: a layer's weights), not timed")
     parser.add_argument("--out", default=os.path.join(HERE, "..", "docs", "results", "decode_attention_rate.json"))
     args = parser.parse_args()
     if numpy_attention.library() is None:
@@ -138,14 +148,16 @@ def main() -> None:
     capacity = args.capacity or max(args.lengths)
     reader = read_library()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout
-    print("| batch | length | read by | MB | wall ms | CPU ms | GB/s (CPU) |\n|---|---|---|---|---|---|---|")
+    print("| batch | length | MB read between calls | read by | MB | wall ms | CPU ms | GB/s (CPU) |")
+    print("|---|---|---|---|---|---|---|---|")
     rows = []
     for batch in args.batch:
         for length in args.lengths:
-            for row in measure(batch, length, capacity, args.passes, reader):
-                rows.append(row)
-                print(f"| {batch} | {length} | {row['way']} | {1e3 * row['gb']:.0f} | {row['ms']:.2f} | "
-                      f"{row['cpu_ms']:.2f} | {row['gb_per_s']:.1f} |", flush=True)
+            for between in args.between:
+                for row in measure(batch, length, capacity, args.passes, between, reader):
+                    rows.append(row)
+                    print(f"| {batch} | {length} | {between} | {row['way']} | {1e3 * row['gb']:.0f} | {row['ms']:.2f} | "
+                          f"{row['cpu_ms']:.2f} | {row['gb_per_s']:.1f} |", flush=True)
     write_json_atomic(args.out, {"commit": commit.strip(), "capacity": capacity, "layers": LAYERS,
                                  "passes": args.passes, "machine": platform.processor() or platform.machine(),
                                  "cpus": os.cpu_count(), "load_average": os.getloadavg(), "rows": rows})
