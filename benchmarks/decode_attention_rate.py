@@ -14,15 +14,21 @@ keys and values come from memory (30 layers at batch 4 and 1,024 rows are
 ``--between 18`` each call follows a read of 18 MB (a layer's weights, read
 between its attention calls in a step), which leaves the caches and the
 address translations cold as a step does; ``0``: the calls back to back.
+A block is an array of its own size, as a block store allocates it: NumPy
+asks the kernel for huge pages (2 MB) for arrays of 4 MB or more, so a layer's
+keys at batch 4 and 4,096 rows (12.6 MB) lie on huge pages and at batch 1
+(3.1 MB), or batch 4 and 1,024 rows, on 4 KB pages; ``--huge-pages`` puts
+every block at the front of an array of at least 4 MB.
 
 In the same loop, pass for pass, a plain read (a C loop summing the same runs
 of floats into 8 vector sums, so that the loads, not the additions, set its
-pace) reads the same bytes, so both see the same machine. A row gives the median wall and CPU ms of
-a pass (``--passes``; the calls alone, not the reads between them) and the
-rate: the bytes of the keys and values read over the median CPU time.
+pace) reads the same bytes, so both see the same machine. A row gives the
+median wall and CPU ms of a pass (``--passes``; the calls alone, not the reads
+between them) and the rate: the bytes of the keys and values read over the
+median CPU time.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/decode_attention_rate.py
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/decode_attention_rate.py --batch 4 --lengths 1024
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/decode_attention_rate.py --batch 4 --lengths 1024 --capacity 1024 --huge-pages
 
 Prints a table and writes ``docs/results/decode_attention_rate.json`` (``--out``).
 """
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import math
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one thread, set before NumPy loads its BLAS
@@ -47,6 +54,7 @@ from tempo.runtime.backends import numpy_attention  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYERS, KV_HEADS, GROUPS, DEPTH = 30, 3, 3, 64
+HUGE_FLOATS = 1 << 20  # 4 MB: the size from which NumPy asks for huge pages
 
 READ_SOURCE = r"""
 #include <stdint.h>
@@ -85,18 +93,28 @@ def read_library() -> ctypes.CDLL:
     return native.load(source, {"read_runs": [P, I, I, I, P]})
 
 
-def layers_of(batch: int, capacity: int, rng) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each layer's keys and values: (batch, kv heads, capacity, head_dim) blocks, each pair's rows one run."""
+def layers_of(batch: int, capacity: int, rng, huge_pages: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each layer's keys and values: (batch, kv heads, capacity, head_dim) blocks, each pair's rows one run;
+    with ``huge_pages`` each block the front of an array of at least 4 MB (NumPy asks the kernel for huge
+    pages for those), else an array of its own size, as a block store allocates it."""
     shape = (batch, KV_HEADS, capacity, DEPTH)
-    return [(rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32))
-            for _ in range(LAYERS)]
+    size = math.prod(shape)
+
+    def block():
+        held = np.empty(max(size, HUGE_FLOATS) if huge_pages else size, np.float32)
+        x = held[:size].reshape(shape)
+        x[...] = rng.standard_normal(shape, dtype=np.float32)
+        return x
+
+    return [(block(), block()) for _ in range(LAYERS)]
 
 
-def measure(batch: int, length: int, capacity: int, passes: int, between: int, reader) -> list[dict]:
+def measure(batch: int, length: int, capacity: int, passes: int, between: int, huge_pages: bool,
+            reader) -> list[dict]:
     """Median wall and CPU ms of a pass over the 30 layers, the attention's and the plain read's, alternating,
     ``between`` MB read (not timed) before each layer's call."""
     rng = np.random.default_rng(0)
-    layers = layers_of(batch, capacity, rng)
+    layers = layers_of(batch, capacity, rng, huge_pages)
     q = rng.standard_normal((batch, KV_HEADS, GROUPS, DEPTH), dtype=np.float32)
     prompt = (rng.standard_normal((batch, KV_HEADS, GROUPS, 1), dtype=np.float32), None,
               rng.standard_normal((batch, KV_HEADS, 1, DEPTH), dtype=np.float32))
@@ -128,8 +146,8 @@ def measure(batch: int, length: int, capacity: int, passes: int, between: int, r
     rows = []
     for way, measured in times.items():
         wall, cpu = np.median(np.array(measured[1:]), axis=0)
-        rows.append({"batch": batch, "length": length, "between_mb": between, "way": way, "ms": 1e3 * wall,
-                     "cpu_ms": 1e3 * cpu, "gb": gigabytes, "gb_per_s": gigabytes / cpu})
+        rows.append({"batch": batch, "length": length, "between_mb": between, "huge_pages": huge_pages, "way": way,
+                     "ms": 1e3 * wall, "cpu_ms": 1e3 * cpu, "gb": gigabytes, "gb_per_s": gigabytes / cpu})
     return rows
 
 
@@ -137,10 +155,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096])
-    parser.add_argument("--capacity", type=int, default=None, help="rows a pair's block holds (default: the longest length)")
+    parser.add_argument("--capacity", type=int, default=None,
+                        help="rows a pair's block holds (default: the longest length)")
     parser.add_argument("--passes", type=int, default=9)
     parser.add_argument("--between", type=int, nargs="+", default=[0, 18],
                         help="MB read before each layer's call (18: a layer's weights), not timed")
+    parser.add_argument("--huge-pages", action="store_true", help="each block in an array of at least 4 MB")
     parser.add_argument("--out", default=os.path.join(HERE, "..", "docs", "results", "decode_attention_rate.json"))
     args = parser.parse_args()
     if numpy_attention.library() is None:
@@ -154,11 +174,12 @@ def main() -> None:
     for batch in args.batch:
         for length in args.lengths:
             for between in args.between:
-                for row in measure(batch, length, capacity, args.passes, between, reader):
+                for row in measure(batch, length, capacity, args.passes, between, args.huge_pages, reader):
                     rows.append(row)
-                    print(f"| {batch} | {length} | {between} | {row['way']} | {1e3 * row['gb']:.0f} | {row['ms']:.2f} | "
-                          f"{row['cpu_ms']:.2f} | {row['gb_per_s']:.1f} |", flush=True)
-    write_json_atomic(args.out, {"commit": commit.strip(), "capacity": capacity, "layers": LAYERS,
+                    print(f"| {batch} | {length} | {between} | {row['way']} | {1e3 * row['gb']:.0f} | "
+                          f"{row['ms']:.2f} | {row['cpu_ms']:.2f} | {row['gb_per_s']:.1f} |", flush=True)
+    write_json_atomic(args.out, {"commit": commit.strip(), "capacity": capacity, "huge_pages": args.huge_pages,
+                                 "layers": LAYERS,
                                  "passes": args.passes, "machine": platform.processor() or platform.machine(),
                                  "cpus": os.cpu_count(), "load_average": os.getloadavg(), "rows": rows})
     print(f"wrote {args.out}")

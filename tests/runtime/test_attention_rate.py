@@ -64,8 +64,9 @@ def test_each_row_score_lands_in_its_own_column(lib):
 def test_a_short_run_of_the_benchmark_writes_its_rows(lib, tmp_path):
     out = tmp_path / "decode_attention_rate.json"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode_attention_rate.py"), "--batch", "1",
-                    "--lengths", "64", "--passes", "1", "--out", str(out)], check=True, capture_output=True,
-                   text=True, timeout=300)
+                    "--lengths", "64", "--passes", "1", "--between", "0", "2", "--huge-pages", "--out", str(out)],
+                   check=True, capture_output=True, text=True, timeout=300)
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["batch"], r["length"], r["way"]) for r in rows] == [(1, 64, "attention"), (1, 64, "plain read")]
+    assert [(r["between_mb"], r["way"], r["huge_pages"]) for r in rows] == [
+        (between, way, True) for between in (0, 2) for way in ("attention", "plain read")]
     assert all(r["cpu_ms"] > 0 and r["gb"] == pytest.approx(30 * 2 * 3 * 64 * 64 * 4 / 1e9) for r in rows)
