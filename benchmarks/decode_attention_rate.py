@@ -18,7 +18,7 @@ A block is an array of its own size, as a block store allocates it: NumPy
 asks the kernel for huge pages (2 MB) for arrays of 4 MB or more, so a layer's
 keys at batch 4 and 4,096 rows (12.6 MB) lie on huge pages and at batch 1
 (3.1 MB), or batch 4 and 1,024 rows, on 4 KB pages; ``--huge-pages`` puts
-every block at the front of an array of at least 4 MB.
+every block at the first 2 MB boundary of an array of at least 4 MB.
 
 In the same loop, pass for pass, a plain read (a C loop summing the same runs
 of floats into 8 vector sums, so that the loads, not the additions, set its
@@ -54,7 +54,7 @@ from tempo.runtime.backends import numpy_attention  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYERS, KV_HEADS, GROUPS, DEPTH = 30, 3, 3, 64
-HUGE_FLOATS = 1 << 20  # 4 MB: the size from which NumPy asks for huge pages
+HUGE_FLOATS, PAGE_FLOATS = 1 << 20, 1 << 19  # 4 MB: the size from which NumPy asks for huge pages; 2 MB pages
 
 READ_SOURCE = r"""
 #include <stdint.h>
@@ -95,14 +95,18 @@ def read_library() -> ctypes.CDLL:
 
 def layers_of(batch: int, capacity: int, rng, huge_pages: bool) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each layer's keys and values: (batch, kv heads, capacity, head_dim) blocks, each pair's rows one run;
-    with ``huge_pages`` each block the front of an array of at least 4 MB (NumPy asks the kernel for huge
-    pages for those), else an array of its own size, as a block store allocates it."""
+    with ``huge_pages`` each block from the first 2 MB boundary of an array of at least 4 MB (NumPy asks the
+    kernel for huge pages for those), else an array of its own size, as a block store allocates it."""
     shape = (batch, KV_HEADS, capacity, DEPTH)
     size = math.prod(shape)
 
     def block():
-        held = np.empty(max(size, HUGE_FLOATS) if huge_pages else size, np.float32)
-        x = held[:size].reshape(shape)
+        if not huge_pages:
+            x = np.empty(shape, np.float32)
+        else:
+            held = np.empty(max(size, HUGE_FLOATS) + PAGE_FLOATS, np.float32)
+            start = (-held.ctypes.data % (4 * PAGE_FLOATS)) // 4  # the first huge page's start
+            x = held[start:start + size].reshape(shape)
         x[...] = rng.standard_normal(shape, dtype=np.float32)
         return x
 
