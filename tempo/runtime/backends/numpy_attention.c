@@ -20,15 +20,18 @@
  *     out[g] = sum_j exp(s[g][j] - max_j s[g][j]) v[j] / sum_j exp(s[g][j] - max_j s[g][j]),
  *     s[g][j] = scale * q[g] . k[j]
  *
- * A pair's scores (groups x keys) are written to `scratch` as each block of 16
- * keys is read (the queries' dot products with 16 rows, their lanes added in
- * one tree of shuffles), then turned into exponentials in place, then each
- * value row read once, its vectors multiplied with every group's weight: the
- * keys and values are read once, front to back, and no score leaves the
- * core's cache. A pair's keys and values are each one run of memory, which the
- * hardware's prefetching reads ahead of the loads better than software
- * prefetches do (asked for 2-16 KB ahead, the keys and values of a step were
- * read 10-25% slower).
+ * A pair's scores (groups x keys) are written to `scratch` as each block of 16 keys is read, then turned
+ * into exponentials in place, then each value row read, its vectors multiplied with every group's weight:
+ * the keys and values are read once, front to back, and no score leaves the core's cache. Each key row's
+ * and value row's vectors are loaded into registers once and used for every group (a multiply-add that
+ * reads its vector from memory, as compilers write it, loads it once per group: at 512 bits a load a
+ * cycle, the loads, not the arithmetic, set the pace), and the lanes of each group's products with 16 key
+ * rows are added in a tree of shuffles as the rows come (two rows, four, eight, sixteen), so that few
+ * vectors are held at once. A pair's keys and values are each one run of memory, which the hardware's
+ * prefetching reads ahead of the loads better than software prefetches do (asked for 1-16 KB ahead, the
+ * keys and values of a step were read 10-40% slower; the next run's first 4-16 KB asked for before it
+ * gained nothing), and one run after the other: keys and values read together, a chunk of each at a time
+ * (an online softmax over chunks of 128-512 rows), were read 5-30% slower.
  *
  * Written with GCC vector extensions (16 floats), so any GCC (12 or later) or
  * Clang builds it for the machine's vector width; built at first use by
@@ -100,39 +103,75 @@ void softmax_rows(float *s, int64_t rows, int64_t width, const int64_t *lo, cons
   for (int64_t m = 0; m < rows; m++) softmax_row(s + m * width, width, lo[m], hi[m], scale, sums + m);
 }
 
-/* The sums of the lanes of each of the 16 vectors a[0..15]: lane i of the result is a[i]'s sum. Each
- * level adds the halves of every vector's partial sums, two vectors' at a time. */
-static inline __attribute__((always_inline)) f16v lane_sums(const f16v *a) {
-  f16v b[8], c[4], d[2];
-  for (int i = 0; i < 8; i++)
-    b[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-           __builtin_shufflevector(a[2 * i], a[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-  for (int i = 0; i < 4; i++)
-    c[i] = __builtin_shufflevector(b[2 * i], b[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
-           __builtin_shufflevector(b[2 * i], b[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-  for (int i = 0; i < 2; i++)
-    d[i] = __builtin_shufflevector(c[2 * i], c[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
-           __builtin_shufflevector(c[2 * i], c[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-  return __builtin_shufflevector(d[0], d[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
-         __builtin_shufflevector(d[0], d[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+/* The lanes of 16 vectors a[0..15] added into one vector whose lane i is a[i]'s sum, in four levels, each
+ * adding two vectors' partial sums into one: sum_halves(a[2i], a[2i+1]) holds 8 partial sums of each,
+ * sum_quarters of two of those 4 of each of 4 vectors, sum_pairs of two of those 2 of each of 8, and
+ * sum_lanes of the last two the 16 sums. */
+static inline f16v sum_halves(f16v x, f16v y) {
+  return __builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+         __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
 }
+static inline f16v sum_quarters(f16v x, f16v y) {
+  return __builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+         __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+}
+static inline f16v sum_pairs(f16v x, f16v y) {
+  return __builtin_shufflevector(x, y, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+         __builtin_shufflevector(x, y, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+}
+static inline f16v sum_lanes(f16v x, f16v y) {
+  return __builtin_shufflevector(x, y, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         __builtin_shufflevector(x, y, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+/* Keeps v in a register: the loops below load a row's vectors once and use them for every group, which
+ * a compiler would otherwise fold into each multiply-add as a memory operand (a load per group). */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define IN_REGISTER(v) __asm__("" : "+v"(v))
+#else
+#define IN_REGISTER(v) (void)0
+#endif
 
 #define INLINE static inline __attribute__((always_inline))  /* each case its own unrolled code */
 #define MAX_GROUPS 4
 #define MAX_VECTORS 4  /* 64 floats a head */
 
-/* The scores of 16 key rows (ld floats apart) against each group's query, to s[g * width + 0..16). */
-INLINE void block_scores(const float *q, int64_t ldq, const float *k, int64_t ld, float *s, int64_t width,
-                         float scale, const int64_t groups, const int64_t vectors) {
-  for (int64_t g = 0; g < groups; g++) {
-    f16v held[MAX_VECTORS], acc[16];
-    for (int64_t v = 0; v < vectors; v++) held[v] = load(q + g * ldq + v * LANES);
-    for (int64_t r = 0; r < 16; r++) {
-      acc[r] = held[0] * load(k + r * ld);
-      for (int64_t v = 1; v < vectors; v++) acc[r] += held[v] * load(k + r * ld + v * LANES);
-    }
-    store(s + g * width, lane_sums(acc) * scale);
+/* Each group's products with key row k (its vectors loaded once), to a[g]. */
+INLINE void row_products(const f16v held[MAX_GROUPS][MAX_VECTORS], const float *k, f16v a[MAX_GROUPS],
+                         const int64_t groups, const int64_t vectors) {
+  f16v key[MAX_VECTORS];
+  for (int64_t v = 0; v < vectors; v++) {
+    key[v] = load(k + v * LANES);
+    IN_REGISTER(key[v]);
   }
+  for (int64_t g = 0; g < groups; g++) {
+    a[g] = held[g][0] * key[0];
+    for (int64_t v = 1; v < vectors; v++) a[g] += held[g][v] * key[v];
+  }
+}
+
+/* The scores of 16 key rows (ld floats apart) against each group's query, to s[g * width + 0..16): row by
+ * row, each row's products for every group, their lanes added as the rows come (two rows, four, eight,
+ * sixteen), so that few vectors are held at once. */
+INLINE void block_scores(const f16v held[MAX_GROUPS][MAX_VECTORS], const float *k, int64_t ld, float *s,
+                         int64_t width, float scale, const int64_t groups, const int64_t vectors) {
+  f16v eight[MAX_GROUPS][2];
+  for (int64_t e = 0; e < 2; e++) {
+    f16v four[MAX_GROUPS][2];
+    for (int64_t f = 0; f < 2; f++) {
+      f16v two[MAX_GROUPS][2];
+      for (int64_t t = 0; t < 2; t++) {
+        f16v a[MAX_GROUPS], b[MAX_GROUPS];
+        const float *row = k + (8 * e + 4 * f + 2 * t) * ld;
+        row_products(held, row, a, groups, vectors);
+        row_products(held, row + ld, b, groups, vectors);
+        for (int64_t g = 0; g < groups; g++) two[g][t] = sum_halves(a[g], b[g]);
+      }
+      for (int64_t g = 0; g < groups; g++) four[g][f] = sum_quarters(two[g][0], two[g][1]);
+    }
+    for (int64_t g = 0; g < groups; g++) eight[g][e] = sum_pairs(four[g][0], four[g][1]);
+  }
+  for (int64_t g = 0; g < groups; g++) store(s + g * width, sum_lanes(eight[g][0], eight[g][1]) * scale);
 }
 
 /* The same for the last `rows` (< 16) rows: row by row, its lanes added alone. */
@@ -147,12 +186,15 @@ INLINE void tail_scores(const float *q, int64_t ldq, const float *k, int64_t ld,
 }
 
 /* The scores of `count` key rows (ld floats apart; `vectors` * 16 floats each) against each group's
- * query (ldq floats apart), scaled, to s[g * width + j]: 16 rows at a time, each block read from
- * memory once for every group. */
+ * query (ldq floats apart), scaled, to s[g * width + j]: 16 rows at a time, each row's vectors loaded
+ * once for every group. */
 INLINE void scores_of(const float *q, int64_t ldq, const float *k, int64_t ld, int64_t count, float *s,
                              int64_t width, float scale, const int64_t groups, const int64_t vectors) {
+  f16v held[MAX_GROUPS][MAX_VECTORS];
+  for (int64_t g = 0; g < groups; g++)
+    for (int64_t v = 0; v < vectors; v++) held[g][v] = load(q + g * ldq + v * LANES);
   int64_t j = 0;
-  for (; j + 16 <= count; j += 16) block_scores(q, ldq, k + j * ld, ld, s + j, width, scale, groups, vectors);
+  for (; j + 16 <= count; j += 16) block_scores(held, k + j * ld, ld, s + j, width, scale, groups, vectors);
   tail_scores(q, ldq, k + j * ld, ld, count - j, s + j, width, scale, groups, vectors);
 }
 
@@ -162,7 +204,10 @@ INLINE void values_of(const float *w, int64_t stride, const float *v, int64_t ld
   for (int64_t j = 0; j < count; j++) {
     const float *row = v + j * ld;
     f16v x[MAX_VECTORS];
-    for (int64_t u = 0; u < vectors; u++) x[u] = load(row + u * LANES);
+    for (int64_t u = 0; u < vectors; u++) {
+      x[u] = load(row + u * LANES);
+      IN_REGISTER(x[u]);
+    }
     for (int64_t g = 0; g < groups; g++) {
       const f16v weight = splat(w[g * stride + j]);
       for (int64_t u = 0; u < vectors; u++) acc[g][u] += weight * x[u];

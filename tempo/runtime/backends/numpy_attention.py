@@ -110,22 +110,26 @@ def step(q: np.ndarray, parts: list, scale: float) -> np.ndarray | None:
     batch, heads, groups, depth = q.shape
     if depth % 16 or not 0 < depth <= MAX_DEPTH or not 0 < groups <= MAX_GROUPS:
         return None
-    if q.strides[-1] != 4 or any(s % 4 for s in q.strides):
+    queries = _described(q, batch, heads, (groups, depth))
+    if queries is None or queries[4] != 1:
         q = np.ascontiguousarray(q)
+        queries = _described(q, batch, heads, (groups, depth))
     out = np.empty(q.shape, np.float32)
-    layout = [q.ctypes.data, *(s // 4 for s in q.strides[:3]), out.ctypes.data, *(s // 4 for s in out.strides[:3])]
+    so = out.strides
+    layout = [*queries[:4], out.ctypes.data, so[0] >> 2, so[1] >> 2, so[2] >> 2]
     width = 0
     for scores, keys, values in parts:
         given = keys is None
         x = scores if given else keys
-        rows = (x.shape[-1] if given else x.shape[-2]) if x.__class__ is np.ndarray and x.ndim == 4 else 0
-        if (not rows or not _stack(x, batch, heads, (groups, rows) if given else (rows, depth))
-                or not _stack(values, batch, heads, (rows, depth)) or (not given and x.strides[-1] != 4)
-                or values.strides[-1] != 4):
+        if x.__class__ is not np.ndarray or x.ndim != 4:
+            return None
+        rows = x.shape[3] if given else x.shape[2]
+        seen = _described(x, batch, heads, (groups, rows) if given else (rows, depth))
+        held = _described(values, batch, heads, (rows, depth))
+        if not rows or seen is None or held is None or held[4] != 1 or not (given or seen[4] == 1):
             return None
         width += rows
-        layout += [rows, int(given), x.ctypes.data, *_leading(x), x.strides[2] // 4, x.strides[3] // 4 if given else 0,
-                   values.ctypes.data, *_leading(values), values.strides[2] // 4]
+        layout += [rows, int(given), *seen[:4], seen[4] if given else 0, *held[:4]]
     lib = KERNELS.loaded.get("lib") or library()
     if lib is None:
         return None
@@ -135,15 +139,16 @@ def step(q: np.ndarray, parts: list, scale: float) -> np.ndarray | None:
     return out
 
 
-def _stack(x, batch: int, heads: int, shape: tuple) -> bool:
-    """Whether ``x`` is a float32 array (batch or 1, heads or 1, *shape), its strides whole floats."""
-    return (x.__class__ is np.ndarray and x.dtype is _F32 and x.ndim == 4 and x.shape[0] in (batch, 1)
-            and x.shape[1] in (heads, 1) and x.shape[2:] == shape and not any(s % 4 for s in x.strides))
-
-
-def _leading(x: np.ndarray) -> tuple[int, int]:
-    """``x``'s strides in floats along its sequence and head axes (0 along an axis of 1: broadcast)."""
-    return tuple(0 if n == 1 else s // 4 for n, s in zip(x.shape[:2], x.strides[:2]))
+def _described(x, batch: int, heads: int, shape: tuple) -> tuple | None:
+    """For a float32 array ``x`` (batch or 1, heads or 1, *shape), its strides whole floats: its address
+    and its strides in floats (0 along a leading axis of 1: broadcast); None for any other ``x``."""
+    if x.__class__ is not np.ndarray or x.dtype is not _F32 or x.ndim != 4:
+        return None
+    n0, n1, n2, n3 = x.shape
+    s0, s1, s2, s3 = x.strides
+    if n0 not in (batch, 1) or n1 not in (heads, 1) or (n2, n3) != shape or (s0 | s1 | s2 | s3) & 3:
+        return None
+    return x.ctypes.data, 0 if n0 == 1 else s0 >> 2, 0 if n1 == 1 else s1 >> 2, s2 >> 2, s3 >> 2
 
 
 def kernel(op: ops.AttentionOp):
