@@ -13,6 +13,7 @@ in an island's steps::
     w_i = exp(scores_i - top)
     d = (w_1 @ values_1 + ...) / (sum(w_1, axis=-1, keepdims=True) + ...)
 
+(a part of one row, a one-token prompt's, may have its max and sum left out)
 each part's scores ``permute(keys_i @ qt, (0, 1, 3, 2)) * scale`` for one
 ``qt`` (the queries transposed: (batch, kv heads, head size, groups)), and
 each part optionally masked to the rows a bool vector keeps, as the
@@ -72,12 +73,14 @@ class Mask:
 @dataclass(frozen=True)
 class Part:
     """A part of the attention: its keys and values (the products' operands, before their masks),
-    its scale, and its masks."""
+    its scale, its masks, and whether the chain leaves out its sum or its largest score (the value
+    itself: a part of one row)."""
 
     keys: Ref
     values: Ref
     scale: Ref
     masks: tuple[Mask, ...]
+    one: bool
 
 
 @dataclass(frozen=True)
@@ -163,9 +166,10 @@ def _match(steps, d: int) -> Attention | None:
     for ref in leaves(div.inputs[1], "add"):
         summed = last_axis(ref, "sum")
         masks = []
-        weights = None if summed is None else unmasked(summed, 1, ZERO, masks)
+        weights = unmasked(ref if summed is None else summed, 1, ZERO, masks)
         if weights not in parts or "sum" in parts[weights]["zeroed"]:
             return None
+        parts[weights]["one"] = summed is None
         parts[weights]["zeroed"]["sum"] = bool(masks)
         parts[weights]["masks"] += masks
     if any("sum" not in p["zeroed"] for p in parts.values()):
@@ -199,10 +203,12 @@ def _match(steps, d: int) -> Attention | None:
         part.update(keys=keys, scale=scaled.inputs[1 - side])
     for ref in leaves(top, "maximum"):
         peak = last_axis(ref, "max")
-        if peak is None or unmasked(peak, 1, ANY, None) not in scores_of:
+        scores = unmasked(ref if peak is None else peak, 1, ANY, None)
+        if scores not in scores_of:
             return None
-    return Attention(tuple(sorted(chain)) + (d,), qt,
-                     tuple(Part(p["keys"], p["values"], p["scale"], tuple(p["masks"])) for p in parts.values()))
+        parts[scores_of[scores]]["one"] |= peak is None
+    return Attention(tuple(sorted(chain)) + (d,), qt, tuple(Part(p["keys"], p["values"], p["scale"], tuple(p["masks"]),
+                                                                 p["one"]) for p in parts.values()))
 
 
 def _mask_source(steps, ref: Ref):
@@ -240,6 +246,8 @@ def attend(match: Attention, value: Callable[[Ref], object], replay: Callable[[]
         if any(isinstance(x, jax_native.RowMasked) for x in (keys, values, scale)) or math.prod(scale.shape) != 1:
             return replay()
         count = keys.shape[-2]
+        if part.one and count != 1:
+            return replay()
         rows = None
         for mask in part.masks:
             cond, fill = value(mask.rows), value(mask.fill)
