@@ -8,7 +8,9 @@ the sizes of its spatial slices; a spatial index's points and slice starts
 its inputs, so XLA fuses its steps into few loops; its permutations are
 left lazy while it is traced (:mod:`tempo.runtime.backends.jax_layout`), so
 its steps compute on their operands in the layout they were stored in
-rather than on transposed copies. What a program computes on
+rather than on transposed copies; a decoding step's softmax attention
+among its steps is one native call on a CPU
+(:mod:`tempo.runtime.backends.jax_attention`). What a program computes on
 the host stays there: symbol values (``eval_symbol``) and counter-based
 random numbers are computed as the NumPy backend computes them (the same
 bits) and passed to the jitted function as arguments (a device loop's

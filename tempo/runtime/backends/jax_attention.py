@@ -191,7 +191,8 @@ def _match(steps, d: int) -> Attention | None:
             return None
         permute = scaled.inputs[side]
         product = step(steps[permute[0]].inputs[0], ops.MatMulOp)
-        if product is None or product.op.ordered_rows or product.op.ordered_inner or qt not in (None, product.inputs[1]):
+        if (product is None or product.op.ordered_rows or product.op.ordered_inner
+                or qt not in (None, product.inputs[1])):
             return None
         qt = product.inputs[1]
         chain |= {scaled_ref[0], permute[0], steps[permute[0]].inputs[0][0]}
