@@ -236,8 +236,8 @@ def _field(value):
 
 def attend(match: Attention, value: Callable[[Ref], object], replay: Callable[[], object]):
     """The chain ``match``'s result: one native call under the run-time check of its masks' fills,
-    its scales and its masks' runs (:func:`replay`, the chain's steps, where they fail), or
-    ``replay()`` where the call does not apply. ``value(ref)``: a read's traced value."""
+    its scales and its masks' runs, ``replay()`` (the chain's steps traced) where the check fails
+    or the call does not apply. ``value(ref)``: a read's traced value."""
     qt = value(match.qt)
     if qt.ndim != 4:
         return replay()
@@ -252,7 +252,8 @@ def attend(match: Attention, value: Callable[[Ref], object], replay: Callable[[]
         rows = None
         for mask in part.masks:
             cond, fill = value(mask.rows), value(mask.fill)
-            if not _along(cond, mask.axis, count) or jnp.ndim(fill) != 0 or isinstance(fill, jax_layout.Permuted):
+            if (not _along(cond, mask.axis, count) or isinstance(fill, (jax_layout.Permuted, jax_native.RowMasked))
+                    or jnp.ndim(fill) != 0):
                 return replay()
             rows = jax_layout.materialised(cond).reshape(count) if rows is None else rows
             checks.append(_fill_ok(fill, mask.need))
