@@ -8,7 +8,9 @@ the sizes of its spatial slices; a spatial index's points and slice starts
 its inputs, so XLA fuses its steps into few loops; its permutations are
 left lazy while it is traced (:mod:`tempo.runtime.backends.jax_layout`), so
 its steps compute on their operands in the layout they were stored in
-rather than on transposed copies. What a program computes on
+rather than on transposed copies; a decoding step's softmax attention
+among its steps is one native call on a CPU
+(:mod:`tempo.runtime.backends.jax_attention`). What a program computes on
 the host stays there: symbol values (``eval_symbol``) and counter-based
 random numbers are computed as the NumPy backend computes them (the same
 bits) and passed to the jitted function as arguments (a device loop's
@@ -48,7 +50,7 @@ from jax import lax
 
 from tempo.errors import TempoError
 from tempo.ir import ops
-from tempo.runtime.backends import jax_layout, jax_native, jax_staging
+from tempo.runtime.backends import jax_attention, jax_layout, jax_native, jax_staging
 from tempo.runtime.backends.jax_ops import IMPLS
 from tempo.runtime.backends import numpy as np_backend
 from tempo.runtime.backends.base import Backend, Kernel, StepFailed
@@ -141,14 +143,18 @@ class Island:
         """The island as a function of its inputs, host values and index starts; ``after(j, results)``
         (a device loop's masks of rows past a dim's end) maps each step's results."""
         steps, outputs = self.steps, self.outputs
+        attention = jax_attention.find(steps, outputs) if after is None else {}
+        inside = {j for match in attention.values() for j in match.steps[:-1]}  # traced by the chain's line
 
         def run(inputs, given, starts):
-            values = []
-            for j, step in enumerate(steps):
+            values = {}
+
+            def trace(j: int, known: dict) -> list:
+                step = steps[j]
                 if j in given:
                     results = (jnp.asarray(given[j]),)
                 else:
-                    args = [inputs[k] if i < 0 else values[i][k] for i, k in step.inputs]
+                    args = [inputs[k] if i < 0 else known[i][k] for i, k in step.inputs]
                     try:
                         results = ((_index(jax_layout.materialised(args[0]), forms[j], starts[j]),) if j in forms
                                    else jax_layout.run(step.op, args, env, IMPLS[type(step.op)]))
@@ -156,7 +162,24 @@ class Island:
                         raise StepFailed(step.op.name, step.site, err) from err
                 if step.dtypes:
                     results = [v if v.dtype == d else v.astype(d) for v, d in zip(results, step.dtypes)]
-                values.append(results if after is None else after(j, results))
+                return results
+
+            def replay(match: jax_attention.Attention):
+                """The chain's steps traced one after the other: its result."""
+                known = dict(values)
+                for j in match.steps:
+                    known[j] = trace(j, known)
+                return known[match.steps[-1]][0]
+
+            for j in range(len(steps)):
+                if j in inside:
+                    continue
+                if j in attention:
+                    results = [jax_attention.attend(attention[j], lambda ref: inputs[ref[1]] if ref[0] < 0 else
+                                                    values[ref[0]][ref[1]], lambda: replay(attention[j]))]
+                else:
+                    results = trace(j, values)
+                values[j] = results if after is None else after(j, results)
             return tuple(jax_layout.materialised(values[j][k]) for j, k in outputs)
 
         return run

@@ -22,6 +22,16 @@
 // with the rows the mask leaves out set to `fill`, those rows never read (their
 // part is fill times a sum of the small side's). A K/V buffer masked to the
 // rows written so far is read up to the current position.
+//
+// tempo_attend_steps: a decoding step's attention for every (sequence, head)
+// pair in one call of attend_steps (numpy_attention.c, the NumPy backend's):
+// the queries q (batch, heads, groups, head size) against one or more parts of
+// keys and values (a K/V buffer, the prompt's), one softmax over all of them,
+// each pair's scores kept in the cache between the keys' pass and the values'.
+// Each part is three operands: its keys and values, each read where it lies
+// (strides in the attribute `strides`, per part: the keys' along the sequence,
+// head and row axes, then the values'), and a mask over its rows whose kept
+// rows are one run (the caller checks): only that run is read.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -30,6 +40,7 @@
 
 extern "C" {
 #include "skinny_products.c"
+#include "numpy_attention.c"
 }
 
 namespace ffi = xla::ffi;
@@ -152,3 +163,48 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(tempo_stacked_few_columns, StackedFewColumns,
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<int64_t>("lda")
                                   .Attr<int64_t>("stride_a"));
+
+/* The first run of rows the mask keeps: [*start, *stop), an empty run where it keeps none. */
+static void kept_run(const bool *mask, int64_t rows, int64_t *start, int64_t *stop) {
+  *start = *stop = 0;
+  next_run(mask, rows, 0, start, stop);
+}
+
+static ffi::Error AttendSteps(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> scale, ffi::RemainingArgs parts,
+                              ffi::ResultBuffer<ffi::F32> out, ffi::Span<const int64_t> strides) {
+  const auto dims = q.dimensions();
+  const int64_t count = static_cast<int64_t>(parts.size()) / 3;
+  if (dims.size() != 4 || count < 1 || count > MAX_PARTS || static_cast<int64_t>(strides.size()) != 6 * count)
+    return ffi::Error::InvalidArgument("tempo_attend_steps: queries of rank 4 and 1 to 4 parts expected");
+  const int64_t batch = dims[0], heads = dims[1], groups = dims[2], depth = dims[3];
+  const int64_t pair = groups * depth;
+  std::vector<int64_t> layout = {reinterpret_cast<int64_t>(q.typed_data()), heads * pair, pair, depth,
+                                 reinterpret_cast<int64_t>(out->typed_data()), heads * pair, pair, depth};
+  int64_t width = 0;
+  for (int64_t i = 0; i < count; i++) {
+    auto keys = parts.get<ffi::AnyBuffer>(3 * i), values = parts.get<ffi::AnyBuffer>(3 * i + 1);
+    auto mask = parts.get<ffi::Buffer<ffi::PRED>>(3 * i + 2);
+    if (!keys.has_value() || !values.has_value() || !mask.has_value())
+      return ffi::Error::InvalidArgument("tempo_attend_steps: each part's keys, values and mask expected");
+    const int64_t *s = strides.begin() + 6 * i;
+    int64_t start, stop;
+    kept_run(mask->typed_data(), static_cast<int64_t>(mask->element_count()), &start, &stop);
+    const float *k = static_cast<const float *>(keys->untyped_data()) + start * s[2];
+    const float *v = static_cast<const float *>(values->untyped_data()) + start * s[5];
+    layout.insert(layout.end(), {stop - start, 0, reinterpret_cast<int64_t>(k), s[0], s[1], s[2], 0,
+                                 reinterpret_cast<int64_t>(v), s[3], s[4], s[5]});
+    width += stop - start;
+  }
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>(groups * (width > 0 ? width : 1)));
+  attend_steps(layout.data(), batch, heads, groups, depth, count, scale.typed_data()[0], scratch.data());
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tempo_attend_steps, AttendSteps,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .RemainingArgs()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<ffi::Span<const int64_t>>("strides"));

@@ -16,7 +16,11 @@ where it lies in a K/V buffer of (positions, batch, heads, head size), where
 XLA copies the buffer transposed before its batched dot, and, for a buffer
 masked to the rows written so far (:class:`RowMasked`, the masked-reads
 pass's ``mask_products``), read only at those rows: a decoding step reads
-the positions so far, not the whole buffer. Each is None where it does not
+the positions so far, not the whole buffer. :func:`attention_call` is a
+decoding step's whole attention (scores, softmax, values) for every
+(sequence, head) pair in one call of the NumPy backend's ``attend_steps``
+(``numpy_attention.c``), each part's keys and values read where they lie, at
+the rows its mask keeps (:mod:`.jax_attention` finds the steps it replaces). Each is None where it does not
 apply (another dtype, shape or layout, not a CPU, the library not built:
 :func:`unavailable` says why), and the caller multiplies with XLA. The sums
 run in the kernels' order: the same products to float32 rounding as XLA's,
@@ -38,14 +42,17 @@ import numpy as np
 from tempo.runtime import native
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = (os.path.join(HERE, "jax_native.cc"), os.path.join(HERE, "skinny_products.c"))
+SOURCES = tuple(os.path.join(HERE, name) for name in ("jax_native.cc", "skinny_products.c", "numpy_attention.c",
+                                                       "vector16.h"))
 FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-std=c++17", "-w"]
 PANEL_PRODUCT, FEW_ROWS, FEW_COLUMNS = "tempo_panel_product", "tempo_stacked_few_rows", "tempo_stacked_few_columns"
+ATTEND = "tempo_attend_steps"
 MAX_ROWS = 32    # rows of a panel product (the kernel's)
 MAX_WIDTH = 64   # columns of a panel, or of a stacked product's matrices (a multiple of 16)
 FEW = 4          # rows (or columns) of a stacked product's small side
 MAX_K = 1024     # few_columns' inner size (a multiple of 16)
 STACKED_FROM = 4096  # elements of a stacked product's large matrices from which the kernels run
+MAX_GROUPS, MAX_PARTS, MAX_DEPTH = 4, 4, 64  # attend_steps': queries a head, parts, floats a head
 _F32 = np.dtype(np.float32)
 _state: dict = {}
 
@@ -87,7 +94,7 @@ def _load() -> None:
     except subprocess.SubprocessError as err:
         raise OSError(str(err)) from None
     lib = ctypes.CDLL(path)
-    for name in (PANEL_PRODUCT, FEW_ROWS, FEW_COLUMNS):
+    for name in (PANEL_PRODUCT, FEW_ROWS, FEW_COLUMNS, ATTEND):
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="cpu")
     _state["lib"] = lib
 
@@ -240,3 +247,38 @@ def _dense(x):
     if isinstance(x, RowMasked):
         return x.dense()
     return jnp.transpose(x.base, x.perm) if hasattr(x, "perm") else x
+
+
+def attention_call(q, parts: list, scale):
+    """A decoding step's attention inside a traced program, as a function of no arguments that makes
+    the call: ``softmax(s) @ V`` for the float32
+    queries ``q`` (batch, heads, groups, head size), one softmax over the scores ``s = scale * q @
+    keys^T`` of every part of ``parts``, each ``(keys, values, rows)`` with ``keys`` and ``values``
+    (batch or 1, heads or 1, R, head size) (lazily permuted ones read where their base lies) and
+    ``rows`` (R,) bool, the rows of the part that count, which must be one run (the caller checks
+    it at run time); ``scale`` a float32 scalar. None where ``attend_steps`` does not take them
+    (more than :data:`MAX_GROUPS` groups or :data:`MAX_PARTS` parts, a head size that is not a
+    multiple of 16 up to :data:`MAX_DEPTH`, a head's rows not contiguous, not a CPU, the library
+    not built)."""
+    if jnp.ndim(q) != 4 or q.dtype != _F32 or not 0 < len(parts) <= MAX_PARTS:
+        return None
+    batch, heads, groups, depth = q.shape
+    if depth % 16 or not 0 < depth <= MAX_DEPTH or not 0 < groups <= MAX_GROUPS:
+        return None
+    operands, strides = [], []
+    for keys, values, rows in parts:
+        count = rows.shape[0]
+        for x in (keys, values):
+            if x.ndim != 4 or x.dtype != _F32 or tuple(x.shape[2:]) != (count, depth) or x.shape[0] not in (batch, 1) \
+                    or x.shape[1] not in (heads, 1):
+                return None
+            base, logical = _view(x)
+            if logical[-1] != 1:
+                return None
+            operands.append(base.reshape(-1))
+            strides += [0 if n == 1 else s for n, s in zip(x.shape[:2], logical[:2])] + [logical[2]]
+        operands.append(rows)
+    if not runs_here():
+        return None
+    call = jax.ffi.ffi_call(ATTEND, jax.ShapeDtypeStruct(q.shape, _F32))
+    return lambda: call(q, jnp.asarray(scale, _F32).reshape(()), *operands, strides=np.array(strides, np.int64))
