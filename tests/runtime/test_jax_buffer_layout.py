@@ -1,7 +1,7 @@
 """A growing read of a value of several axes (attention's keys, (heads, head size) a position) becomes a
 buffer that holds its rows before the value's last axis (:mod:`tempo.transforms.masked_reads`): each
 head's rows one run of memory. On JAX the step's row is written in place along that axis
-(``dynamic_update_slice``), and the native stacked products read each head's rows at the head size
+(``dynamic_update_slice``: tests/runtime/test_jax_row_write.py), and the native stacked products read each head's rows at the head size
 apart, not a position's heads apart; the values are NumPy's without the pass."""
 from __future__ import annotations
 
@@ -49,29 +49,6 @@ def test_the_buffer_holds_its_rows_before_the_last_axis_and_computes_the_same():
               and node.shapes[0][:1] == (HEADS,) and len(node.shapes[0]) == 3]
     assert merges and all(shape == (HEADS, 7, 8) for shape in merges)
     np.testing.assert_allclose(masked.run(bounds)[0], plain.run(bounds)[0], rtol=1e-5, atol=1e-6)
-
-
-@jax_only
-def test_a_row_write_along_an_inner_axis_is_a_dynamic_update_of_that_row():
-    from tempo.runtime.backends import jax as jax_backend
-    from tempo.runtime.backends import numpy as np_backend
-
-    rows = 5
-    eq = ops.FusedStep(ops.ElementwiseOp("eq"), ((-1, 0), (-1, 1)), ("bool",))
-    row = ops.FusedStep(ops.UnsqueezeOp(1), ((-1, 2),), ("float32",))
-    where = ops.FusedStep(ops.ElementwiseOp("where"), ((0, 0), (1, 0), (-1, 3)), ("float32",))
-    island = ops.FusedOp((eq, row, where), ((2, 0),))
-    rng = np.random.default_rng(0)
-    for at in (0, 3, rows):                                  # a row, the last one, none past the end
-        inputs = [np.arange(rows).reshape(1, rows, 1), np.asarray(at), rng.normal(size=(HEADS, 4)).astype(np.float32),
-                  rng.normal(size=(HEADS, rows, 4)).astype(np.float32)]
-        want = np_backend.KERNELS[ops.FusedOp](island)(inputs, {}, ())
-        kernel = jax_backend.Island(island.steps, island.outputs, {})
-        with jax_backend.x64(True):
-            got = kernel(inputs, {}, ())
-            text = next(iter(kernel.compiled.values())).lower(inputs, kernel.consts, {}).as_text()
-        np.testing.assert_array_equal(np.asarray(got[0]), want[0])
-        assert "dynamic_update_slice" in text
 
 
 @jax_only
