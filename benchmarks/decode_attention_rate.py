@@ -14,11 +14,13 @@ keys and values come from memory (30 layers at batch 4 and 1,024 rows are
 ``--between 18`` each call follows a read of 18 MB (a layer's weights, read
 between its attention calls in a step), which leaves the caches and the
 address translations cold as a step does; ``0``: the calls back to back.
-A block is an array of its own size, as a block store allocates it: NumPy
-asks the kernel for huge pages (2 MB) for arrays of 4 MB or more, so a layer's
-keys at batch 4 and 4,096 rows (12.6 MB) lie on huge pages and at batch 1
-(3.1 MB), or batch 4 and 1,024 rows, on 4 KB pages; ``--huge-pages`` puts
-every block at the first 2 MB boundary of an array of at least 4 MB.
+A block is an array of its own size: NumPy asks the kernel for huge pages
+(2 MB) for arrays of 4 MB or more, so a layer's keys at batch 4 and 4,096 rows
+(12.6 MB) lie on huge pages and at batch 1 (3.1 MB), or batch 4 and 1,024
+rows, on 4 KB pages; ``--huge-pages`` puts every block at the first 2 MB
+boundary of an array of at least 4 MB, on huge pages whatever its size, as
+the NumPy backend's block stores hold blocks of 256 KB to 4 MB
+(:mod:`tempo.runtime.backends.huge_pages`).
 
 In the same loop, pass for pass, a plain read (a C loop summing the same runs
 of floats into 8 vector sums, so that the loads, not the additions, set its
